@@ -1,0 +1,4 @@
+// Package fsys holds the few file-system system calls that package shm
+// needs beyond package os: unnamed files published by link, opens that never
+// follow a symlink or block on a FIFO, file owners and advisory locks.
+package fsys

@@ -1,0 +1,134 @@
+package fsys
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pending is a file being prepared before it gets its name.
+type Pending struct {
+	file    *os.File
+	tmpName string // "" for an O_TMPFILE file, which has no name to clean up
+}
+
+// CreatePending makes an unnamed file in dir with exactly mode (no umask).
+// Where the file system lacks O_TMPFILE it falls back to a hidden name made
+// with O_EXCL|O_NOFOLLOW, removed again by Publish or Discard.
+func CreatePending(dir string, mode os.FileMode) (*Pending, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
+	if err == nil {
+		return finishPending(fd, "", mode)
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EINVAL) {
+		return nil, &fs.PathError{Op: "create", Path: dir, Err: err}
+	}
+	for attempt := 0; ; attempt++ {
+		name := filepath.Join(dir, ".shmlock-init-"+strconv.Itoa(os.Getpid())+"-"+
+			strconv.FormatInt(time.Now().UnixNano(), 36))
+		fd, err = unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
+		if err == nil {
+			return finishPending(fd, name, mode)
+		}
+		if !errors.Is(err, unix.EEXIST) || attempt == 10 {
+			return nil, &fs.PathError{Op: "create", Path: name, Err: err}
+		}
+	}
+}
+
+func finishPending(fd int, name string, mode os.FileMode) (*Pending, error) {
+	p := &Pending{file: os.NewFile(uintptr(fd), name), tmpName: name}
+	if err := unix.Fchmod(fd, uint32(mode.Perm())); err != nil {
+		p.Discard()
+		return nil, fmt.Errorf("fchmod: %w", err)
+	}
+	return p, nil
+}
+
+// File is the open file, to size and fill before Publish.
+func (p *Pending) File() *os.File { return p.file }
+
+// Publish links the file under path. It fails with an error wrapping
+// fs.ErrExist if anything (file, directory or symlink) already has that
+// name: link(2) never replaces and never follows the new name. The file
+// stays open either way.
+func (p *Pending) Publish(path string) error {
+	var err error
+	if p.tmpName == "" {
+		procPath := "/proc/self/fd/" + strconv.Itoa(int(p.file.Fd()))
+		err = unix.Linkat(unix.AT_FDCWD, procPath, unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+	} else {
+		err = unix.Link(p.tmpName, path)
+		_ = os.Remove(p.tmpName)
+		p.tmpName = ""
+	}
+	if err != nil {
+		return &fs.PathError{Op: "link", Path: path, Err: err}
+	}
+	return nil
+}
+
+// Discard closes the file and removes any temporary name.
+func (p *Pending) Discard() {
+	if p.tmpName != "" {
+		_ = os.Remove(p.tmpName)
+		p.tmpName = ""
+	}
+	_ = p.file.Close()
+}
+
+// OpenNoFollow opens path for reading (and writing unless readOnly). It
+// fails with an error wrapping syscall.ELOOP if path is a symlink and never
+// blocks on a FIFO or device.
+func OpenNoFollow(path string, readOnly bool) (*os.File, error) {
+	flags := unix.O_RDWR
+	if readOnly {
+		flags = unix.O_RDONLY
+	}
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// IsSymlinkError reports whether err came from opening a symlink with
+// O_NOFOLLOW.
+func IsSymlinkError(err error) bool { return errors.Is(err, syscall.ELOOP) }
+
+// IsDirectoryError reports whether err came from opening a directory for
+// writing.
+func IsDirectoryError(err error) bool { return errors.Is(err, syscall.EISDIR) }
+
+// Owner returns the uid owning a file.
+func Owner(fi fs.FileInfo) (uint32, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Uid, true
+}
+
+// Euid is the effective uid of this process.
+func Euid() uint32 { return uint32(unix.Geteuid()) }
+
+// LockExclusive takes an exclusive advisory lock on the open file (flock),
+// released by Unlock or, if this process dies, by the kernel.
+func LockExclusive(f *os.File) error {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// Unlock releases LockExclusive.
+func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }

@@ -1,0 +1,46 @@
+package memview
+
+// unsafe is needed to view bytes of a MAP_SHARED mapping as atomic words and
+// as the fixed-layout structs of package layout; nothing else in shmlock
+// converts memory itself.
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// ErrOutOfRange is returned for an offset whose object would not lie wholly
+// inside the mapping or is not aligned for atomic access.
+var ErrOutOfRange = errors.New("memview: offset out of range")
+
+// wordAlign is the alignment every typed view needs: 64-bit atomics fault
+// on some platforms when they are not 8-byte aligned.
+const wordAlign = 8
+
+// At returns a *T viewing mem[off : off+sizeof(T)]. The mapping must outlive
+// every use of the pointer.
+func At[T any](mem []byte, off uint64) (*T, error) {
+	var zero T
+	size := uint64(unsafe.Sizeof(zero))
+	end := off + size
+	if end < off || end > uint64(len(mem)) {
+		return nil, fmt.Errorf("%w: %d+%d of %d bytes", ErrOutOfRange, off, size, len(mem))
+	}
+	p := unsafe.Pointer(unsafe.SliceData(mem[off:]))
+	align := uint64(unsafe.Alignof(zero))
+	if align < wordAlign && size >= wordAlign {
+		align = wordAlign
+	}
+	if uintptr(p)%uintptr(align) != 0 {
+		return nil, fmt.Errorf("%w: offset %d is not %d-byte aligned", ErrOutOfRange, off, align)
+	}
+	return (*T)(p), nil
+}
+
+// Uint32 returns the 32-bit word at off as an atomic.
+func Uint32(mem []byte, off uint64) (*atomic.Uint32, error) { return At[atomic.Uint32](mem, off) }
+
+// Uint64 returns the 64-bit word at off as an atomic.
+func Uint64(mem []byte, off uint64) (*atomic.Uint64, error) { return At[atomic.Uint64](mem, off) }

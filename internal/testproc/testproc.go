@@ -1,0 +1,87 @@
+// Package testproc runs a test binary's helper functions as separate
+// processes (the os/exec re-execution pattern) and checks that tests leave
+// no segment behind.
+//
+// A package's TestMain calls Main with its helpers; a test starts one with
+// Command and reads its exit status and output:
+//
+//	func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+//	var helpers = map[string]func(args []string) int{"counter": counterHelper}
+//	cmd := testproc.Command("counter", path, "1000")
+package testproc
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+const (
+	envHelper = "SHMLOCK_TEST_HELPER"
+	envArgs   = "SHMLOCK_TEST_ARGS"
+	argSep    = "\x1f" // ASCII unit separator: never in a path or a number
+	segDir    = "/dev/shm"
+)
+
+// Main runs the helper named by the environment, if any, and exits with its
+// status; otherwise it runs the tests and then fails the binary if any
+// segment made by SegmentPath is still in /dev/shm.
+func Main(m *testing.M, helpers map[string]func(args []string) int) {
+	if name := os.Getenv(envHelper); name != "" {
+		h, ok := helpers[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "testproc: no helper %q\n", name)
+			os.Exit(2)
+		}
+		var args []string
+		if a := os.Getenv(envArgs); a != "" {
+			args = strings.Split(a, argSep)
+		}
+		os.Exit(h(args))
+	}
+	code := m.Run()
+	if leaked, _ := filepath.Glob(filepath.Join(segDir, prefix()+"*")); len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "testproc: tests left segments behind: %v\n", leaked)
+		for _, p := range leaked {
+			_ = os.Remove(p)
+		}
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Command returns a command that runs helper name with args in a new
+// process of this test binary. The child is killed if the test process dies.
+func Command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHelper+"="+name, envArgs+"="+strings.Join(args, argSep))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+var seq atomic.Uint64
+
+func prefix() string { return fmt.Sprintf("shmlock-test-%d-", os.Getpid()) }
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// SegmentPath returns a new, unused path in /dev/shm for one test's segment
+// and removes whatever is at that path when the test ends.
+func SegmentPath(tb testing.TB) string {
+	tb.Helper()
+	name := unsafeChars.ReplaceAllString(tb.Name(), "_")
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	path := filepath.Join(segDir, fmt.Sprintf("%s%s-%d", prefix(), name, seq.Add(1)))
+	tb.Cleanup(func() { _ = os.Remove(path) })
+	return path
+}

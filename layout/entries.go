@@ -1,0 +1,121 @@
+package layout
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Entry sizes of version 1.
+const (
+	OwnerSlotSize    = 32
+	DirEntrySize     = 64
+	UpgradeEntrySize = 64
+	TxnRecordSize    = 128
+	ArenaUnit        = 64
+	LockMgrEntrySize = 256
+)
+
+// OwnerSlot is the unified owner of design 001: one 32-byte record that says
+// who holds a spinlock. Package spinlock interprets it in one of two modes:
+//
+//	field            token mode                    pid/tid mode
+//	PID              0                             packed identity of the holding
+//	                                               process (pid + start time, see
+//	                                               internal/proc); 0 when free
+//	TID              0                             holder id within that process,
+//	                                               issued by the identity factory
+//	Token            the holder's token; 0 = free  generation: bumped by every
+//	                                               release and reclaim
+//	RecursionCount   0                             re-entries by the same holder
+//	                                               beyond the first lock
+//	Pad              futex word and waiter count   the same
+//
+// Packing the start time next to the pid lets one CAS record both who holds
+// the lock and which incarnation of that pid, so liveness checks cannot be
+// fooled by PID reuse. Two slots share a cache line.
+type OwnerSlot struct {
+	PID            atomic.Uint64
+	TID            atomic.Uint64
+	Token          atomic.Uint64
+	RecursionCount atomic.Uint32
+	Pad            atomic.Uint32
+}
+
+// Reset zeroes every field: a free slot. Only for a slot nobody uses, as
+// when it is claimed or released.
+func (s *OwnerSlot) Reset() {
+	s.PID.Store(0)
+	s.TID.Store(0)
+	s.Token.Store(0)
+	s.RecursionCount.Store(0)
+	s.Pad.Store(0)
+}
+
+// Directory entry states.
+const (
+	DirFree    uint32 = 0 // the table entry is unclaimed and zeroed
+	DirClaimed uint32 = 1 // the table entry belongs to Refs claimants
+)
+
+// MaxNameLen is the longest name, in bytes, that a claim may carry.
+const MaxNameLen = 40
+
+// DirEntry records the claim of one table entry (owner slot or upgrade
+// mutex). Directory entries change only under the segment's registry lock,
+// and State is stored last on claim, so a reader that sees DirClaimed sees
+// the whole entry.
+type DirEntry struct {
+	State   atomic.Uint32
+	Refs    atomic.Uint32 // claims not yet released; 0 when free
+	NameLen atomic.Uint32 // 0 for an unnamed claim
+	_       uint32
+	Claimer atomic.Uint64 // packed identity of the process that claimed it first
+	Name    [MaxNameLen]byte
+}
+
+// UpgradeEntry is the state of one upgradeable mutex (design 000). Package
+// upgrade owns the meaning of every word; the layout fixes where they are.
+type UpgradeEntry struct {
+	State       atomic.Uint32 // write bit 31, upgrade bit 30, pending bit 29, readers 0-28
+	SharedGate  atomic.Uint32 // futex word for shared and upgrade waiters (gate1)
+	UniqueGate  atomic.Uint32 // futex word for writers and a pending upgrade (gate2)
+	Waiters     atomic.Uint32 // processes sleeping on either gate
+	Writer      atomic.Uint64 // packed identity of the writer; 0 if none
+	WriterTID   atomic.Uint64 // holder id of the writer
+	Upgrader    atomic.Uint64 // packed identity of the upgrade holder; 0 if none
+	UpgraderTID atomic.Uint64 // holder id of the upgrade holder
+	Generation  atomic.Uint64 // bumped by every exclusive release and reclaim
+	_           uint64
+}
+
+// CheckName reports whether name may be stored in a directory entry:
+// 1 to MaxNameLen bytes of valid UTF-8 with no control characters.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return formatErr(ErrBadName, "name", "empty")
+	case len(name) > MaxNameLen:
+		return formatErr(ErrBadName, "name", "%d bytes, at most %d", len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return formatErr(ErrBadName, "name", "%q is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return formatErr(ErrBadName, "name", "%q has a control character", name)
+		}
+	}
+	return nil
+}
+
+// NameOf returns the name stored in e, or "" for an unnamed or torn entry.
+func NameOf(e *DirEntry) string {
+	n := e.NameLen.Load()
+	if n == 0 || n > MaxNameLen {
+		return ""
+	}
+	return string(e.Name[:n])
+}
+
+var _ fmt.Stringer = Kind(0)

@@ -1,0 +1,163 @@
+package layout
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind names one table of a segment.
+type Kind uint32
+
+// The tables of a version-1 segment, in the order they are laid out.
+const (
+	KindOwnerSlots       Kind = 1 + iota // owner slots, one per spinlock
+	KindSlotDirectory                    // claim state and name of each owner slot
+	KindUpgrades                         // upgrade-mutex state words
+	KindUpgradeDirectory                 // claim state and name of each upgrade mutex
+	KindTxnRecords                       // transaction records (package txn)
+	KindTxnArena                         // arena space for transactions (package txn)
+	KindLockMgr                          // named-resource table (package lockmgr)
+	NumTables            = int(KindLockMgr)
+)
+
+var kindNames = [NumTables]string{"owner_slots", "slot_directory", "upgrades",
+	"upgrade_directory", "txn_records", "txn_arena", "lockmgr"}
+
+func (k Kind) String() string {
+	if k >= 1 && int(k) <= NumTables {
+		return kindNames[k-1]
+	}
+	return fmt.Sprintf("kind(%d)", uint32(k))
+}
+
+// Entry sizes, fixed by this format version.
+var entrySizes = [NumTables]uint32{
+	OwnerSlotSize, DirEntrySize, UpgradeEntrySize, DirEntrySize,
+	TxnRecordSize, ArenaUnit, LockMgrEntrySize,
+}
+
+// EntrySize is the size in bytes of one entry of a table of kind k.
+func (k Kind) EntrySize() uint32 { return entrySizes[k-1] }
+
+// Limits on what a segment may hold. They keep every size computation far
+// from overflow and every table addressable with a uint32 index.
+const (
+	MaxSlots          = 1 << 20
+	MaxUpgrades       = 1 << 20
+	MaxTxnRecords     = 1 << 20
+	MaxTxnArenaBytes  = 1 << 36
+	MaxLockMgrEntries = 1 << 20
+	MaxTotalSize      = 1 << 40
+)
+
+var maxCounts = [NumTables]uint64{
+	MaxSlots, MaxSlots, MaxUpgrades, MaxUpgrades,
+	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries,
+}
+
+// Table describes where one table lies in the segment.
+type Table struct {
+	Kind      Kind
+	EntrySize uint32
+	Count     uint64 // number of entries
+	Offset    uint64 // from the start of the segment, a multiple of CacheLine
+}
+
+// Size is the table's length in bytes.
+func (t Table) Size() uint64 { return t.Count * uint64(t.EntrySize) }
+
+// End is the offset just past the table.
+func (t Table) End() uint64 { return t.Offset + t.Size() }
+
+// EntryOffset is the offset of entry i; i must be below Count.
+func (t Table) EntryOffset(i uint64) uint64 { return t.Offset + i*uint64(t.EntrySize) }
+
+// Options size the tables of a new segment.
+type Options struct {
+	// For shm.Create and WithDefaults, zero means the default and a negative
+	// value means none; Plan takes the numbers as they are.
+	Slots          int   // owner slots (spinlocks)
+	Upgrades       int   // upgrade mutexes
+	TxnRecords     int   // transaction records
+	TxnArenaBytes  int64 // arena bytes, rounded up to ArenaUnit
+	LockMgrEntries int   // named resources
+}
+
+// Defaults for Options fields left at zero by shm.Create and shmctl create.
+const (
+	DefaultSlots          = 64
+	DefaultUpgrades       = 16
+	DefaultTxnRecords     = 16
+	DefaultTxnArenaBytes  = 256 << 10
+	DefaultLockMgrEntries = 64
+)
+
+// Plan lays out a segment for opts: every table cache-line aligned, one
+// after the other, the total rounded up to PageSize. Negative or excessive
+// sizes return an ErrLimit error. The caller fills in the identity fields
+// (Created, BootID, PIDNamespace, Creator, Flags) before Encode.
+func Plan(opts Options) (Header, error) {
+	counts := [NumTables]int64{
+		int64(opts.Slots), int64(opts.Slots), int64(opts.Upgrades), int64(opts.Upgrades),
+		int64(opts.TxnRecords), ceilDiv(opts.TxnArenaBytes, ArenaUnit), int64(opts.LockMgrEntries),
+	}
+	h := Header{Version: Version}
+	off := uint64(HeaderSize)
+	for i, n := range counts {
+		k := Kind(i + 1)
+		if n < 0 || uint64(n) > maxCounts[i] {
+			return Header{}, formatErr(ErrLimit, k.String(), "count %d outside [0, %d]", n, maxCounts[i])
+		}
+		t := Table{Kind: k, EntrySize: k.EntrySize(), Count: uint64(n), Offset: off}
+		h.Tables[i] = t
+		off = alignUp(t.End(), CacheLine)
+	}
+	h.TotalSize = alignUp(off, PageSize)
+	if h.TotalSize > MaxTotalSize {
+		return Header{}, formatErr(ErrLimit, "total_size", "%d bytes over %d", h.TotalSize, uint64(MaxTotalSize))
+	}
+	h.Created = time.Unix(0, 0)
+	return h, nil
+}
+
+// WithDefaults returns opts with every zero field set to its default and
+// every negative field set to zero (no such table).
+func (opts Options) WithDefaults() Options {
+	if opts.Slots == 0 {
+		opts.Slots = DefaultSlots
+	}
+	if opts.Upgrades == 0 {
+		opts.Upgrades = DefaultUpgrades
+	}
+	if opts.TxnRecords == 0 {
+		opts.TxnRecords = DefaultTxnRecords
+	}
+	if opts.TxnArenaBytes == 0 {
+		opts.TxnArenaBytes = DefaultTxnArenaBytes
+	}
+	if opts.LockMgrEntries == 0 {
+		opts.LockMgrEntries = DefaultLockMgrEntries
+	}
+	opts.Slots = max(opts.Slots, 0)
+	opts.Upgrades = max(opts.Upgrades, 0)
+	opts.TxnRecords = max(opts.TxnRecords, 0)
+	opts.TxnArenaBytes = max(opts.TxnArenaBytes, 0)
+	opts.LockMgrEntries = max(opts.LockMgrEntries, 0)
+	return opts
+}
+
+func alignUp(n, a uint64) uint64 { return (n + a - 1) &^ (a - 1) }
+
+// ceilDiv is n/d rounded up for n >= 0 and n itself for n < 0 (so a negative
+// size stays negative and is rejected). It does not compute n+d-1, which
+// would overflow for n near math.MaxInt64.
+func ceilDiv(n, d int64) int64 {
+	if n <= 0 {
+		return n
+	}
+	q := n / d
+	if n%d != 0 {
+		q++
+	}
+	return q
+}

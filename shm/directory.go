@@ -1,0 +1,228 @@
+package shm
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// Claim is one claimed entry of a table, as Claims reports it.
+type Claim struct {
+	Index   int
+	Name    string // "" for an unnamed claim
+	Refs    uint32 // claims not yet released
+	Claimer uint64 // packed identity of the first claimant (internal/proc)
+}
+
+// directoryOf maps a claimable table to its directory.
+func directoryOf(k layout.Kind) (layout.Kind, error) {
+	switch k {
+	case layout.KindOwnerSlots:
+		return layout.KindSlotDirectory, nil
+	case layout.KindUpgrades:
+		return layout.KindUpgradeDirectory, nil
+	}
+	return 0, fmt.Errorf("%w: %v", ErrNotClaimable, k)
+}
+
+// Claim claims an entry of table k (layout.KindOwnerSlots or
+// layout.KindUpgrades) and returns its index. With a name, an entry already
+// claimed under that name is returned with one more reference, so unrelated
+// processes that claim one name share one entry; otherwise, and always for
+// name "", a free entry is zeroed and claimed. ErrTableFull when none is
+// free; a bad name is a layout.ErrBadName error. Nothing changes on error.
+func (s *Segment) Claim(k layout.Kind, name string) (int, error) {
+	dk, err := directoryOf(k)
+	if err != nil {
+		return -1, err
+	}
+	if name != "" {
+		if err := layout.CheckName(name); err != nil {
+			return -1, err
+		}
+	}
+	if err := s.writable(); err != nil {
+		return -1, err
+	}
+	s.lockRegistry()
+	defer s.unlockRegistry()
+
+	free := -1
+	for i := range s.Len(k) {
+		e, err := entry[layout.DirEntry](s, dk, i)
+		if err != nil {
+			return -1, err
+		}
+		switch {
+		case e.State.Load() == layout.DirFree:
+			if free < 0 {
+				free = i
+			}
+		case name != "" && layout.NameOf(e) == name:
+			e.Refs.Add(1)
+			s.regGen.Add(1)
+			return i, nil
+		}
+	}
+	if free < 0 {
+		return -1, fmt.Errorf("%w: %v has %d entries, all claimed", ErrTableFull, k, s.Len(k))
+	}
+	// The entry becomes visible only with the State store at the end, so a
+	// claimant that dies before it leaves the entry free.
+	if err := s.zeroEntry(k, free); err != nil {
+		return -1, err
+	}
+	if err := s.zeroEntry(dk, free); err != nil {
+		return -1, err
+	}
+	e, _ := entry[layout.DirEntry](s, dk, free)
+	copy(e.Name[:], name)
+	e.NameLen.Store(uint32(len(name)))
+	e.Claimer.Store(proc.Self().Pack())
+	e.Refs.Store(1)
+	testHookBeforePublish()
+	e.State.Store(layout.DirClaimed)
+	s.regGen.Add(1)
+	return free, nil
+}
+
+// Release drops one reference to entry i of table k; the last one frees
+// the entry and zeroes it. ErrNotClaimed if it is not claimed.
+func (s *Segment) Release(k layout.Kind, i int) error {
+	dk, err := directoryOf(k)
+	if err != nil {
+		return err
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	e, err := entry[layout.DirEntry](s, dk, i)
+	if err != nil {
+		return err
+	}
+	s.lockRegistry()
+	defer s.unlockRegistry()
+	if e.State.Load() != layout.DirClaimed {
+		return fmt.Errorf("%w: %v[%d]", ErrNotClaimed, k, i)
+	}
+	if e.Refs.Add(^uint32(0)) == 0 {
+		e.State.Store(layout.DirFree) // first: a half-cleared entry is then merely free
+		if err := s.zeroEntry(k, i); err != nil {
+			return err
+		}
+		if err := s.zeroEntry(dk, i); err != nil {
+			return err
+		}
+	}
+	s.regGen.Add(1)
+	return nil
+}
+
+// Lookup returns the index of the entry of table k claimed under name, or
+// ErrNotFound. It takes no lock, so it works on a read-only segment.
+func (s *Segment) Lookup(k layout.Kind, name string) (int, error) {
+	claims, err := s.Claims(k)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range claims {
+		if c.Name == name && name != "" {
+			return c.Index, nil
+		}
+	}
+	return -1, fmt.Errorf("%w: %v %q", ErrNotFound, k, name)
+}
+
+// Claims lists the claimed entries of table k. It takes no lock: it reads
+// the directory until two passes agree on the registry generation, so the
+// list is consistent unless the directory changes continuously.
+func (s *Segment) Claims(k layout.Kind) ([]Claim, error) {
+	dk, err := directoryOf(k)
+	if err != nil {
+		return nil, err
+	}
+	var claims []Claim
+	for attempt := 0; attempt < 4; attempt++ {
+		if s.closed.Load() {
+			return nil, ErrClosed
+		}
+		gen := s.regGen.Load()
+		claims = claims[:0]
+		for i := range s.Len(k) {
+			e, err := entry[layout.DirEntry](s, dk, i)
+			if err != nil {
+				return nil, err
+			}
+			if e.State.Load() != layout.DirClaimed {
+				continue
+			}
+			claims = append(claims, Claim{Index: i, Name: layout.NameOf(e), Refs: e.Refs.Load(), Claimer: e.Claimer.Load()})
+		}
+		if s.regGen.Load() == gen {
+			break
+		}
+	}
+	return claims, nil
+}
+
+func (s *Segment) writable() error {
+	switch {
+	case s.closed.Load():
+		return ErrClosed
+	case s.readOnly:
+		return ErrReadOnly
+	}
+	return nil
+}
+
+// Registry lock: the word at layout.OffRegistry holds the packed identity of
+// the process changing the directory, or 0. A waiter that finds the holder
+// dead (exited, or its pid reused) takes the lock over with one CAS, so a
+// process that dies mid-claim stalls the others only briefly. Goroutines of
+// one process first queue on registryMu, so the word only ever sees one
+// claimant per process.
+const (
+	registrySpins        = 64                   // Gosched rounds before sleeping
+	registryMaxSleep     = 2 * time.Millisecond // longest sleep between attempts
+	registryLivenessStep = 16                   // attempts between liveness checks
+)
+
+func (s *Segment) lockRegistry() {
+	s.registryMu.Lock()
+	self := proc.Self().Pack()
+	sleep := 10 * time.Microsecond
+	for attempt := 0; ; attempt++ {
+		holder := s.registry.Load()
+		if holder == 0 {
+			if s.registry.CompareAndSwap(0, self) {
+				return
+			}
+			continue
+		}
+		if attempt%registryLivenessStep == registryLivenessStep-1 && !proc.AlivePacked(holder) {
+			if s.registry.CompareAndSwap(holder, self) {
+				s.regGen.Add(1) // the dead holder's change, if any, is abandoned
+				return
+			}
+			continue
+		}
+		if attempt < registrySpins {
+			runtime.Gosched()
+		} else {
+			time.Sleep(sleep)
+			sleep = min(2*sleep, registryMaxSleep)
+		}
+	}
+}
+
+func (s *Segment) unlockRegistry() {
+	s.registry.Store(0)
+	s.registryMu.Unlock()
+}
+
+// testHookBeforePublish runs between writing a new claim and publishing
+// it; tests replace it to die mid-claim.
+var testHookBeforePublish = func() {}

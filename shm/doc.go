@@ -1,0 +1,29 @@
+// Package shm creates, opens and closes shmlock segments and gives typed
+// access to their tables.
+//
+// A segment is a file (a bare name such as "jobs" means /dev/shm/jobs) that
+// every process maps MAP_SHARED; its format is package layout's. Creation is
+// race-free across processes: the creator writes the whole segment into an
+// unnamed file and then links it under its name, so another process either
+// finds no file or finds a complete one, and exactly one of several racing
+// creators succeeds (the others get ErrExists, or the winner's segment from
+// OpenOrCreate).
+//
+// Opening is defensive: a symlink, a non-regular file, a file owned by another
+// user, a malformed header, a size that disagrees with the header and a
+// segment made in another PID namespace are each refused with a typed error
+// unless an option allows it.
+//
+// Entries of the owner-slot and upgrade-mutex tables are claimed and released
+// through a directory, optionally by name, so unrelated processes find the
+// same lock: claiming a claimed name returns its entry and counts one more
+// reference. The directory is guarded by a registry lock that records its
+// holder's identity, so a process that dies mid-claim delays the others only
+// until they notice its death.
+//
+//	seg, err := shm.OpenOrCreate("jobs", shm.Options{})
+//	if err != nil { ... }
+//	defer seg.Close()
+//	i, err := seg.Claim(layout.KindOwnerSlots, "queue")
+//	slot, err := seg.Slot(i)
+package shm

@@ -1,0 +1,23 @@
+package shm
+
+import "errors"
+
+// Sentinel errors. Failures of the header itself wrap the layout.Err
+// sentinels; failures of the file system wrap the *fs.PathError, so
+// errors.Is(err, fs.ErrNotExist) works for a missing segment.
+var (
+	ErrClosed              = errors.New("shm: segment is closed")
+	ErrExists              = errors.New("shm: segment already exists")
+	ErrBadPath             = errors.New("shm: bad segment path")
+	ErrSymlink             = errors.New("shm: segment path is a symbolic link")
+	ErrNotRegular          = errors.New("shm: segment is not a regular file")
+	ErrForeignOwner        = errors.New("shm: segment is owned by another user")
+	ErrForeignPIDNamespace = errors.New("shm: segment was made in another PID namespace")
+	ErrNotReady            = errors.New("shm: segment was never completed by its creator")
+	ErrReadOnly            = errors.New("shm: segment is open read-only")
+	ErrIndex               = errors.New("shm: table index out of range")
+	ErrNotClaimable        = errors.New("shm: table has no directory")
+	ErrTableFull           = errors.New("shm: table is full")
+	ErrNotFound            = errors.New("shm: no entry by that name")
+	ErrNotClaimed          = errors.New("shm: entry is not claimed")
+)

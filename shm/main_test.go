@@ -1,0 +1,80 @@
+package shm_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+
+var helpers = map[string]func(args []string) int{
+	// race-create PATH START_UNIX_NANO: OpenOrCreate at START, print who made it.
+	"race-create": func(args []string) int {
+		start, _ := strconv.ParseInt(args[1], 10, 64)
+		time.Sleep(time.Until(time.Unix(0, start)))
+		seg, err := shm.OpenOrCreate(args[0], shm.Options{})
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		defer seg.Close()
+		fmt.Println(seg.IsCreator(), seg.Header().Created.UnixNano())
+		return 0
+	},
+	// claim-names PATH START NAME...: claim every name at START, print "name index".
+	"claim-names": func(args []string) int {
+		seg, err := shm.Open(args[0], shm.Options{})
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		defer seg.Close()
+		start, _ := strconv.ParseInt(args[1], 10, 64)
+		time.Sleep(time.Until(time.Unix(0, start)))
+		for _, name := range args[2:] {
+			i, err := seg.Claim(layout.KindOwnerSlots, name)
+			if err != nil {
+				fmt.Println("error", err)
+				return 1
+			}
+			fmt.Println(name, i)
+		}
+		return 0
+	},
+	// die-mid-claim PATH NAME: kill -9 itself after writing the claim, before publishing it.
+	"die-mid-claim": func(args []string) int {
+		seg, err := shm.Open(args[0], shm.Options{})
+		if err != nil {
+			return 1
+		}
+		shm.SetTestHookBeforePublish(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		_, _ = seg.Claim(layout.KindOwnerSlots, args[1])
+		return 3 // not reached
+	},
+	// echo-token PATH: wait for slot 0's token to be set, write token+1 to slot 1.
+	"echo-token": func(args []string) int {
+		seg, err := shm.Open(args[0], shm.Options{})
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		defer seg.Close()
+		in, _ := seg.Slot(0)
+		out, _ := seg.Slot(1)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if v := in.Token.Load(); v != 0 {
+				out.Token.Store(v + 1)
+				return 0
+			}
+		}
+		return 2
+	},
+}

@@ -1,0 +1,87 @@
+package shm
+
+import (
+	"fmt"
+
+	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// recoverFromReboot runs on every writable Open. A segment in a file that
+// survived a reboot records owners whose pids and start times belong to the
+// previous boot and could match unrelated processes of this one. The first
+// process to open it in this boot marks every recorded identity stale (so
+// each lock is reclaimed from a dead owner, with the usual report to the new
+// owner), frees the registry lock, and only then records this boot as the
+// owners' boot. Until that last store nobody of this boot can have used the
+// segment, which is why a plain flock, released by the kernel if the
+// recovering process dies, is enough to serialise recoverers.
+//
+// Tables that record owners must be listed in markStale.
+func (s *Segment) recoverFromReboot() error {
+	boot, err := proc.BootID()
+	if err != nil {
+		return err
+	}
+	if s.ownersBoot() == boot {
+		return nil
+	}
+	if err := fsys.LockExclusive(s.file); err != nil {
+		return fmt.Errorf("locking for reboot recovery: %w", err)
+	}
+	defer fsys.Unlock(s.file)
+	if s.ownersBoot() == boot {
+		return nil
+	}
+	s.registry.Store(0)
+	if err := s.markStale(); err != nil {
+		return err
+	}
+	s.regGen.Add(1)
+	s.setOwnersBoot(boot)
+	return nil
+}
+
+func (s *Segment) markStale() error {
+	for i := range s.Len(layout.KindOwnerSlots) {
+		slot, err := s.Slot(i)
+		if err != nil {
+			return err
+		}
+		staleWord(&slot.PID)
+		d, err := entry[layout.DirEntry](s, layout.KindSlotDirectory, i)
+		if err != nil {
+			return err
+		}
+		staleWord(&d.Claimer)
+	}
+	for i := range s.Len(layout.KindUpgrades) {
+		u, err := s.Upgrade(i)
+		if err != nil {
+			return err
+		}
+		staleWord(&u.Writer)
+		staleWord(&u.Upgrader)
+		d, err := entry[layout.DirEntry](s, layout.KindUpgradeDirectory, i)
+		if err != nil {
+			return err
+		}
+		staleWord(&d.Claimer)
+	}
+	return nil
+}
+
+type word64 interface {
+	Load() uint64
+	CompareAndSwap(old, new uint64) bool
+}
+
+func staleWord(w word64) {
+	for {
+		old := w.Load()
+		if old == 0 || w.CompareAndSwap(old, proc.MarkStale(old)) {
+			return
+		}
+	}
+}

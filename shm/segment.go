@@ -1,0 +1,330 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edsrzf/mmap-go"
+
+	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// Options control how a segment is created and opened. The zero value
+// creates a segment with the default table sizes, mode 0600, and opens only
+// segments of this user and this PID namespace.
+type Options struct {
+	// Table sizes, used by Create; zero means the default, negative none.
+	layout.Options
+
+	// GroupAccess creates the file 0660 instead of 0600.
+	GroupAccess bool
+	// AllowForeignOwner opens a file owned by another user.
+	AllowForeignOwner bool
+	// AllowForeignPIDNamespace opens a segment made in another PID
+	// namespace, whose recorded pids mean nothing here.
+	AllowForeignPIDNamespace bool
+	// ReadOnly maps the segment read-only, for inspection: no claims, no
+	// recovery after a reboot, and the words behind the accessors must only
+	// be loaded.
+	ReadOnly bool
+	// ReadyTimeout bounds the wait for a segment whose ready word is not yet
+	// set (default DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+}
+
+// DefaultReadyTimeout is how long Open waits for an incomplete segment
+// before it reports ErrNotReady. Segments made by Create are complete before
+// they have a name, so only a file written some other way ever waits.
+const DefaultReadyTimeout = 2 * time.Second
+
+// Segment is one mapped segment. Its methods may be called from several
+// goroutines; Close must not race with the other methods, and every pointer
+// an accessor returned is invalid after Close.
+type Segment struct {
+	path     string
+	file     *os.File
+	mem      mmap.MMap
+	header   layout.Header
+	readOnly bool
+	creator  bool
+	closed   atomic.Bool
+
+	registryMu sync.Mutex     // serialises this process's directory changes
+	registry   *atomic.Uint64 // the cross-process directory lock word
+	regGen     *atomic.Uint64
+}
+
+// Create makes a new segment at path (see ResolvePath). It fails with
+// ErrExists if the name is taken.
+func Create(path string, opts Options) (*Segment, error) {
+	path, err := ResolvePath(path)
+	if err != nil {
+		return nil, err
+	}
+	h, err := layout.Plan(opts.Options.WithDefaults())
+	if err != nil {
+		return nil, err
+	}
+	if h.BootID, err = proc.BootID(); err != nil {
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	if h.PIDNamespace, err = proc.PIDNamespace(); err != nil {
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	h.Creator = proc.Self().Pack()
+	h.Created = time.Unix(0, time.Now().UnixNano()) // as Validate will decode it
+	mode := os.FileMode(0o600)
+	if opts.GroupAccess {
+		mode, h.Flags = 0o660, layout.FlagGroupAccess
+	}
+
+	pending, err := fsys.CreatePending(filepath.Dir(path), mode)
+	if err != nil {
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	f := pending.File()
+	if err := f.Truncate(int64(h.TotalSize)); err != nil {
+		pending.Discard()
+		return nil, fmt.Errorf("shm: create %s: sizing: %w", path, err)
+	}
+	mem, err := mmap.MapRegion(f, int(h.TotalSize), mmap.RDWR, 0, 0)
+	if err != nil {
+		pending.Discard()
+		return nil, fmt.Errorf("shm: create %s: mapping: %w", path, err)
+	}
+	layout.Encode(h, mem)
+	s := &Segment{path: path, file: f, mem: mem, header: h, creator: true}
+	s.bindHeaderWords()
+	readyWord(mem).Store(layout.ReadyMark) // last: the header is complete
+
+	if err := pending.Publish(path); err != nil {
+		_ = mem.Unmap()
+		pending.Discard()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%w: %s", ErrExists, path)
+		}
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Open maps an existing segment after checking the file and its header.
+func Open(path string, opts Options) (*Segment, error) {
+	path, err := ResolvePath(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := fsys.OpenNoFollow(path, opts.ReadOnly)
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	s, err := openFile(path, f, opts)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openFile(path string, f *os.File, opts Options) (*Segment, error) {
+	header, size, err := readCompleteHeader(path, f, opts)
+	if err != nil {
+		return nil, err
+	}
+	h, err := layout.Validate(header, size)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open %s: %w", path, err)
+	}
+	if !opts.AllowForeignPIDNamespace {
+		ns, err := proc.PIDNamespace()
+		if err != nil {
+			return nil, fmt.Errorf("shm: open %s: %w", path, err)
+		}
+		if ns != h.PIDNamespace {
+			return nil, fmt.Errorf("%w: %s (made in pid:[%d], this is pid:[%d])", ErrForeignPIDNamespace, path, h.PIDNamespace, ns)
+		}
+	}
+	prot := mmap.RDWR
+	if opts.ReadOnly {
+		prot = mmap.RDONLY
+	}
+	mem, err := mmap.MapRegion(f, int(h.TotalSize), prot, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open %s: mapping: %w", path, err)
+	}
+	s := &Segment{path: path, file: f, mem: mem, header: h, readOnly: opts.ReadOnly}
+	s.bindHeaderWords()
+	if !opts.ReadOnly {
+		if err := s.recoverFromReboot(); err != nil {
+			_ = mem.Unmap()
+			return nil, fmt.Errorf("shm: open %s: %w", path, err)
+		}
+	}
+	return s, nil
+}
+
+func openError(path string, err error) error {
+	switch {
+	case fsys.IsSymlinkError(err):
+		return fmt.Errorf("%w: %s", ErrSymlink, path)
+	case fsys.IsDirectoryError(err):
+		return fmt.Errorf("%w: %s is a directory", ErrNotRegular, path)
+	}
+	return fmt.Errorf("shm: %w", err)
+}
+
+// readCompleteHeader checks the file itself and reads its header once the
+// ready word is set, waiting at most opts.ReadyTimeout.
+func readCompleteHeader(path string, f *os.File, opts Options) ([]byte, int64, error) {
+	timeout := opts.ReadyTimeout
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	header := make([]byte, layout.HeaderSize)
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, 0, fmt.Errorf("shm: open %s: %w", path, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, 0, fmt.Errorf("%w: %s is %v", ErrNotRegular, path, fi.Mode().Type())
+		}
+		if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() && !opts.AllowForeignOwner {
+			return nil, 0, fmt.Errorf("%w: %s belongs to uid %d", ErrForeignOwner, path, uid)
+		}
+		n, err := f.ReadAt(header, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, 0, fmt.Errorf("shm: open %s: reading header: %w", path, err)
+		}
+		if n == len(header) && layout.IsReady(header) {
+			return header, fi.Size(), nil
+		}
+		// Only a complete, valid header is worth waiting for: Create
+		// publishes finished segments, so anything else is not one.
+		if _, err := layout.Validate(header[:n], fi.Size()); err != nil {
+			return nil, 0, fmt.Errorf("shm: open %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("%w: %s (ready word not set after %v)", ErrNotReady, path, timeout)
+		}
+		time.Sleep(backoff)
+	}
+}
+
+// OpenOrCreate opens the segment at path, creating it if there is none.
+// When several processes call it at once, exactly one creates the segment
+// and every one gets it; IsCreator tells which.
+func OpenOrCreate(path string, opts Options) (*Segment, error) {
+	for {
+		s, err := Open(path, opts)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return s, err
+		}
+		s, err = Create(path, opts)
+		if !errors.Is(err, ErrExists) {
+			return s, err
+		}
+		// Another process published between our Open and Create: open theirs.
+	}
+}
+
+// Close unmaps the segment and closes its file. It is safe to call twice;
+// the second call returns ErrClosed.
+func (s *Segment) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	errUnmap := s.mem.Unmap()
+	errClose := s.file.Close()
+	return errors.Join(errUnmap, errClose)
+}
+
+// Remove deletes the segment file at path after checking that it is a
+// shmlock segment (not a symlink, a regular file, with the magic). Processes
+// that have it mapped keep their mapping.
+func Remove(path string) error {
+	path, err := ResolvePath(path)
+	if err != nil {
+		return err
+	}
+	f, err := fsys.OpenNoFollow(path, true)
+	if err != nil {
+		return openError(path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("shm: remove %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is %v", ErrNotRegular, path, fi.Mode().Type())
+	}
+	magic := make([]byte, len(layout.Magic))
+	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != layout.Magic {
+		return fmt.Errorf("shm: remove %s: %w", path, &layout.FormatError{
+			Field: "magic", Detail: fmt.Sprintf("%q", magic), Err: layout.ErrBadMagic})
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	return nil
+}
+
+// Path is the segment's file path.
+func (s *Segment) Path() string { return s.path }
+
+// Header is the segment's validated header.
+func (s *Segment) Header() layout.Header { return s.header }
+
+// IsCreator reports whether this handle created the segment.
+func (s *Segment) IsCreator() bool { return s.creator }
+
+// ReadOnly reports whether the segment was opened read-only.
+func (s *Segment) ReadOnly() bool { return s.readOnly }
+
+func readyWord(mem []byte) *atomic.Uint32 {
+	w, err := memview.Uint32(mem, layout.OffReady)
+	if err != nil {
+		panic("shm: header word out of a mapping that passed validation: " + err.Error())
+	}
+	return w
+}
+
+func (s *Segment) bindHeaderWords() {
+	var err error
+	if s.registry, err = memview.Uint64(s.mem, layout.OffRegistry); err == nil {
+		s.regGen, err = memview.Uint64(s.mem, layout.OffRegistryGen)
+	}
+	if err != nil {
+		panic("shm: header word out of a mapping that passed validation: " + err.Error())
+	}
+}
+
+// ownersBoot reads the boot id under which the recorded owners live.
+func (s *Segment) ownersBoot() [16]byte {
+	var b [16]byte
+	lo, _ := memview.Uint64(s.mem, layout.OffOwnersBoot)
+	hi, _ := memview.Uint64(s.mem, layout.OffOwnersBoot+8)
+	binary.LittleEndian.PutUint64(b[:8], lo.Load())
+	binary.LittleEndian.PutUint64(b[8:], hi.Load())
+	return b
+}
+
+func (s *Segment) setOwnersBoot(b [16]byte) {
+	lo, _ := memview.Uint64(s.mem, layout.OffOwnersBoot)
+	hi, _ := memview.Uint64(s.mem, layout.OffOwnersBoot+8)
+	lo.Store(binary.LittleEndian.Uint64(b[:8]))
+	hi.Store(binary.LittleEndian.Uint64(b[8:]))
+}

@@ -1,0 +1,534 @@
+package shm_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func create(t *testing.T, opts shm.Options) (*shm.Segment, string) {
+	t.Helper()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	return seg, path
+}
+
+func TestCreateOpenRoundTrip(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 5, Upgrades: 3}})
+	require.True(t, seg.IsCreator())
+	require.Equal(t, 5, seg.Len(layout.KindOwnerSlots))
+	require.Equal(t, 3, seg.Len(layout.KindUpgrades))
+
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	if got := fi.Mode().Perm(); got != 0o600 {
+		t.Fatalf("mode: got %v, want 0600", got)
+	}
+
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	require.False(t, other.IsCreator())
+	require.Equal(t, seg.Header(), other.Header())
+
+	a, err := seg.Slot(4)
+	require.NoError(t, err)
+	b, err := other.Slot(4)
+	require.NoError(t, err)
+	a.Token.Store(0xfeed)
+	if got := b.Token.Load(); got != 0xfeed {
+		t.Fatalf("write through one mapping: got %#x through the other, want 0xfeed", got)
+	}
+}
+
+func TestGroupAccess(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{GroupAccess: true})
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	if got := fi.Mode().Perm(); got != 0o660 {
+		t.Fatalf("mode: got %v, want 0660", got)
+	}
+	require.Equal(t, layout.FlagGroupAccess, seg.Header().Flags)
+}
+
+func TestProcessesSeeEachOthersWrites(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{})
+	cmd := testproc.Command("echo-token", path)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	in, _ := seg.Slot(0)
+	echo, _ := seg.Slot(1)
+	in.Token.Store(41)
+	require.NoError(t, cmd.Wait(), "child: %s", out.String())
+	if got := echo.Token.Load(); got != 42 {
+		t.Fatalf("child's write: got %d, want 42", got)
+	}
+}
+
+// Many processes call OpenOrCreate on one path at the same instant: exactly
+// one creates it and all of them map the same segment.
+func TestRacingCreatorsInitialiseOnce(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	const procs = 8
+	start := strconv.FormatInt(time.Now().Add(300*time.Millisecond).UnixNano(), 10)
+	outs := make([]bytes.Buffer, procs)
+	cmds := make([]*execCmd, procs)
+	for i := range cmds {
+		cmds[i] = startHelper(t, &outs[i], "race-create", path, start)
+	}
+	creators, created := 0, map[string]bool{}
+	for i, c := range cmds {
+		require.NoError(t, c.Wait(), "child %d: %s", i, outs[i].String())
+		fields := strings.Fields(outs[i].String())
+		require.Len(t, fields, 2, "child %d printed %q", i, outs[i].String())
+		if fields[0] == "true" {
+			creators++
+		}
+		created[fields[1]] = true
+	}
+	if creators != 1 {
+		t.Fatalf("creators: got %d, want 1", creators)
+	}
+	if len(created) != 1 {
+		t.Fatalf("distinct segments seen: got %v, want one", created)
+	}
+}
+
+// Many processes claim the same names at once: one entry per name, never two.
+func TestClaimByNameAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 16}})
+	names := []string{"alpha", "beta", "gamma", "delta", "epsilon"}
+	const procs = 6
+	start := strconv.FormatInt(time.Now().Add(300*time.Millisecond).UnixNano(), 10)
+	outs := make([]bytes.Buffer, procs)
+	cmds := make([]*execCmd, procs)
+	for i := range cmds {
+		cmds[i] = startHelper(t, &outs[i], "claim-names", append([]string{path, start}, names...)...)
+	}
+	index := map[string]string{}
+	for i, c := range cmds {
+		require.NoError(t, c.Wait(), "child %d: %s", i, outs[i].String())
+		sc := bufio.NewScanner(&outs[i])
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			require.Len(t, f, 2, "child %d line %q", i, sc.Text())
+			if prev, ok := index[f[0]]; ok && prev != f[1] {
+				t.Fatalf("name %q: got entries %s and %s, want one", f[0], prev, f[1])
+			}
+			index[f[0]] = f[1]
+		}
+	}
+	require.Len(t, index, len(names))
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Len(t, claims, len(names))
+	for _, c := range claims {
+		if c.Refs != procs {
+			t.Errorf("%q refs: got %d, want %d", c.Name, c.Refs, procs)
+		}
+		if index[c.Name] != strconv.Itoa(c.Index) {
+			t.Errorf("%q: directory says %d, children said %s", c.Name, c.Index, index[c.Name])
+		}
+	}
+}
+
+// A process killed in the middle of a claim holds the registry lock and has
+// half-written an entry: the next claimant takes the lock over and the name
+// is not stuck.
+func TestClaimantDiesMidClaim(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 4}})
+	cmd := testproc.Command("die-mid-claim", path, "jobs")
+	err := cmd.Run()
+	var exit *execExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+
+	_, err = seg.Lookup(layout.KindOwnerSlots, "jobs")
+	require.ErrorIs(t, err, shm.ErrNotFound, "a half-written claim must stay invisible")
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("claim after a dead claimant did not complete")
+	}
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	require.Equal(t, "jobs", claims[0].Name)
+	require.EqualValues(t, 1, claims[0].Refs)
+}
+
+func TestClaimRelease(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1}})
+
+	a, err := seg.Claim(layout.KindOwnerSlots, "a")
+	require.NoError(t, err)
+	slot, _ := seg.Slot(a)
+	slot.Token.Store(7)
+	again, err := seg.Claim(layout.KindOwnerSlots, "a")
+	require.NoError(t, err)
+	require.Equal(t, a, again)
+	if got := slot.Token.Load(); got != 7 {
+		t.Fatalf("claiming a claimed name must not reset it: token %d, want 7", got)
+	}
+	b, err := seg.Claim(layout.KindOwnerSlots, "")
+	require.NoError(t, err)
+	require.NotEqual(t, a, b)
+	_, err = seg.Claim(layout.KindOwnerSlots, "c")
+	require.ErrorIs(t, err, shm.ErrTableFull)
+
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, a))
+	_, err = seg.Lookup(layout.KindOwnerSlots, "a")
+	require.NoError(t, err, "one reference is left")
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, a))
+	_, err = seg.Lookup(layout.KindOwnerSlots, "a")
+	require.ErrorIs(t, err, shm.ErrNotFound)
+	if got := slot.Token.Load(); got != 0 {
+		t.Fatalf("released slot: token %d, want 0", got)
+	}
+	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, a), shm.ErrNotClaimed)
+
+	u, err := seg.Claim(layout.KindUpgrades, "rw")
+	require.NoError(t, err)
+	require.Equal(t, 0, u)
+	_, err = seg.Claim(layout.KindUpgrades, "rw2")
+	require.ErrorIs(t, err, shm.ErrTableFull)
+}
+
+func TestClaimErrorsChangeNothing(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2}})
+	_, err := seg.Claim(layout.KindOwnerSlots, "keep")
+	require.NoError(t, err)
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"empty-after-trim name too long", func() error { _, err := seg.Claim(layout.KindOwnerSlots, strings.Repeat("x", 41)); return err }, layout.ErrBadName},
+		{"control char", func() error { _, err := seg.Claim(layout.KindOwnerSlots, "a\nb"); return err }, layout.ErrBadName},
+		{"invalid utf8", func() error { _, err := seg.Claim(layout.KindOwnerSlots, "\xff"); return err }, layout.ErrBadName},
+		{"table without directory", func() error { _, err := seg.Claim(layout.KindLockMgr, "x"); return err }, shm.ErrNotClaimable},
+		{"release out of range", func() error { return seg.Release(layout.KindOwnerSlots, 2) }, shm.ErrIndex},
+		{"release negative", func() error { return seg.Release(layout.KindOwnerSlots, -1) }, shm.ErrIndex},
+		{"release unclaimed", func() error { return seg.Release(layout.KindOwnerSlots, 1) }, shm.ErrNotClaimed},
+		{"slot out of range", func() error { _, err := seg.Slot(2); return err }, shm.ErrIndex},
+		{"upgrade out of range", func() error { _, err := seg.Upgrade(1 << 20); return err }, shm.ErrIndex},
+		{"region of unknown table", func() error { _, err := seg.Region(99); return err }, layout.ErrUnknownTable},
+		{"claim on read-only", func() error { _, err := ro.Claim(layout.KindOwnerSlots, "x"); return err }, shm.ErrReadOnly},
+		{"release on read-only", func() error { return ro.Release(layout.KindOwnerSlots, 0) }, shm.ErrReadOnly},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, tc.call(), tc.want)
+			claims, err := seg.Claims(layout.KindOwnerSlots)
+			require.NoError(t, err)
+			require.Equal(t, []shm.Claim{{Index: 0, Name: "keep", Refs: 1, Claimer: proc.Self().Pack()}}, claims)
+		})
+	}
+}
+
+func TestUseAfterClose(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	require.ErrorIs(t, seg.Close(), shm.ErrClosed)
+	_, err = seg.Slot(0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+	_, err = seg.Upgrade(0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+	_, err = seg.Region(layout.KindLockMgr)
+	require.ErrorIs(t, err, shm.ErrClosed)
+	_, err = seg.Claim(layout.KindOwnerSlots, "x")
+	require.ErrorIs(t, err, shm.ErrClosed)
+	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, 0), shm.ErrClosed)
+	_, err = seg.Claims(layout.KindOwnerSlots)
+	require.ErrorIs(t, err, shm.ErrClosed)
+}
+
+func TestOpenOrCreate(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	a, err := shm.OpenOrCreate(path, shm.Options{})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := shm.OpenOrCreate(path, shm.Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	require.True(t, a.IsCreator())
+	require.False(t, b.IsCreator())
+}
+
+// validSegmentBytes returns the bytes of a freshly created segment.
+func validSegmentBytes(t *testing.T) []byte {
+	t.Helper()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1, TxnRecords: 1, TxnArenaBytes: 64, LockMgrEntries: 1}})
+	require.NoError(t, seg.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func rechecksum(b []byte) {
+	binary.LittleEndian.PutUint32(b[layout.OffChecksum:], layout.Checksum(b))
+}
+
+func TestOpenRefusesBadFiles(t *testing.T) {
+	t.Parallel()
+	valid := validSegmentBytes(t)
+	write := func(t *testing.T, data []byte) string {
+		path := testproc.SegmentPath(t)
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		return path
+	}
+	edit := func(f func(b []byte) []byte) func(t *testing.T) string {
+		return func(t *testing.T) string { return write(t, f(bytes.Clone(valid))) }
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) string
+		opts  shm.Options
+		want  error
+	}{
+		{"missing", func(t *testing.T) string { return testproc.SegmentPath(t) }, shm.Options{}, fs.ErrNotExist},
+		{"bad path", func(t *testing.T) string { return "" }, shm.Options{}, shm.ErrBadPath},
+		{"symlink", func(t *testing.T) string {
+			target := write(t, valid)
+			link := testproc.SegmentPath(t)
+			require.NoError(t, os.Symlink(target, link))
+			return link
+		}, shm.Options{}, shm.ErrSymlink},
+		{"directory", func(t *testing.T) string {
+			p := testproc.SegmentPath(t)
+			require.NoError(t, os.Mkdir(p, 0o700))
+			return p
+		}, shm.Options{}, shm.ErrNotRegular},
+		{"fifo", func(t *testing.T) string {
+			p := testproc.SegmentPath(t)
+			require.NoError(t, syscall.Mkfifo(p, 0o600))
+			return p
+		}, shm.Options{}, shm.ErrNotRegular},
+		{"empty", func(t *testing.T) string { return write(t, nil) }, shm.Options{}, layout.ErrTruncated},
+		{"truncated", func(t *testing.T) string { return write(t, valid[:100]) }, shm.Options{}, layout.ErrTruncated},
+		{"truncated after header", func(t *testing.T) string { return write(t, valid[:layout.HeaderSize+64]) }, shm.Options{}, layout.ErrSizeMismatch},
+		{"garbage", func(t *testing.T) string { return write(t, bytes.Repeat([]byte("garbage!"), 1024)) }, shm.Options{}, layout.ErrBadMagic},
+		{"longer than header says", edit(func(b []byte) []byte { return append(b, make([]byte, layout.PageSize)...) }), shm.Options{}, layout.ErrSizeMismatch},
+		{"version 2", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[layout.OffVersion:], 2)
+			rechecksum(b)
+			return b
+		}), shm.Options{}, layout.ErrVersion},
+		{"checksum", edit(func(b []byte) []byte { b[layout.OffCreated]++; return b }), shm.Options{}, layout.ErrChecksum},
+		{"never ready", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[layout.OffReady:], 0)
+			return b
+		}), shm.Options{ReadyTimeout: 50 * time.Millisecond}, shm.ErrNotReady},
+		{"other pid namespace", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[layout.OffPIDNS:], 1)
+			rechecksum(b)
+			return b
+		}), shm.Options{}, shm.ErrForeignPIDNamespace},
+		{"other owner", func(t *testing.T) string {
+			p := write(t, valid)
+			if err := os.Chown(p, 4242, 4242); err != nil {
+				t.Skipf("cannot chown (not root?): %v", err)
+			}
+			return p
+		}, shm.Options{}, shm.ErrForeignOwner},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tc.setup(t)
+			before, statErr := os.Lstat(path)
+			var content []byte
+			if statErr == nil && before.Mode().IsRegular() {
+				content, _ = os.ReadFile(path)
+			}
+			seg, err := shm.Open(path, tc.opts)
+			if seg != nil {
+				seg.Close()
+			}
+			require.ErrorIs(t, err, tc.want)
+			if content != nil {
+				after, _ := os.ReadFile(path)
+				require.Equal(t, content, after, "a refused open must not change the file")
+			}
+		})
+	}
+}
+
+func TestOpenAllowsWhatOptionsAllow(t *testing.T) {
+	t.Parallel()
+	b := validSegmentBytes(t)
+	binary.LittleEndian.PutUint64(b[layout.OffPIDNS:], 1)
+	rechecksum(b)
+	path := testproc.SegmentPath(t)
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	if err := os.Chown(path, 4242, 4242); err != nil {
+		t.Skipf("cannot chown (not root?): %v", err)
+	}
+	seg, err := shm.Open(path, shm.Options{AllowForeignOwner: true, AllowForeignPIDNamespace: true})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+}
+
+func TestCreateRefusesTakenNames(t *testing.T) {
+	t.Parallel()
+	_, path := create(t, shm.Options{})
+	_, err := shm.Create(path, shm.Options{})
+	require.ErrorIs(t, err, shm.ErrExists)
+
+	target := testproc.SegmentPath(t)
+	link := testproc.SegmentPath(t)
+	require.NoError(t, os.Symlink(target, link))
+	_, err = shm.Create(link, shm.Options{})
+	require.ErrorIs(t, err, shm.ErrExists, "create must not follow a symlink")
+	_, err = os.Stat(target)
+	require.ErrorIs(t, err, fs.ErrNotExist, "nothing may be created at the symlink's target")
+
+	_, err = shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Slots: layout.MaxSlots + 1}})
+	require.ErrorIs(t, err, layout.ErrLimit)
+}
+
+func TestRemove(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{})
+	require.NoError(t, seg.Close())
+	require.NoError(t, shm.Remove(path))
+	_, err := os.Stat(path)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.ErrorIs(t, shm.Remove(path), fs.ErrNotExist)
+
+	other := testproc.SegmentPath(t)
+	require.NoError(t, os.WriteFile(other, []byte("precious data, not a segment"), 0o600))
+	require.ErrorIs(t, shm.Remove(other), layout.ErrBadMagic)
+	_, err = os.Stat(other)
+	require.NoError(t, err, "a non-segment must not be removed")
+
+	link := testproc.SegmentPath(t)
+	require.NoError(t, os.Symlink(other, link))
+	require.ErrorIs(t, shm.Remove(link), shm.ErrSymlink)
+}
+
+func TestResolvePath(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want string
+		err      error
+	}{
+		{"jobs", "/dev/shm/jobs", nil},
+		{"./jobs", "jobs", nil},
+		{"/tmp/x/../seg", "/tmp/seg", nil},
+		{"", "", shm.ErrBadPath},
+		{"..", "", shm.ErrBadPath},
+		{"dir/", "", shm.ErrBadPath},
+		{"a\x00b", "", shm.ErrBadPath},
+	} {
+		got, err := shm.ResolvePath(tc.in)
+		if tc.err != nil {
+			require.ErrorIs(t, err, tc.err, tc.in)
+			continue
+		}
+		require.NoError(t, err)
+		if got != tc.want {
+			t.Errorf("ResolvePath(%q): got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A segment in a file that survived a reboot: its recorded owners belong to
+// the previous boot and must read as stale after the first open.
+func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1}})
+	i, err := seg.Claim(layout.KindOwnerSlots, "held")
+	require.NoError(t, err)
+	slot, _ := seg.Slot(i)
+	me := proc.Self().Pack()
+	slot.PID.Store(me)
+	up, _ := seg.Upgrade(0)
+	up.Writer.Store(me)
+	require.NoError(t, seg.Close())
+
+	// Pretend the owners were recorded under another boot.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{0xAB}, 16), layout.OffOwnersBoot)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	roSlot, _ := ro.Slot(i)
+	require.Equal(t, me, roSlot.PID.Load(), "a read-only open must not recover")
+	require.NoError(t, ro.Close())
+
+	seg, err = shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer seg.Close()
+	slot, _ = seg.Slot(i)
+	up, _ = seg.Upgrade(0)
+	for name, w := range map[string]uint64{"slot owner": slot.PID.Load(), "upgrade writer": up.Writer.Load()} {
+		id, stale := proc.Unpack(w)
+		if !stale || id != proc.Self() {
+			t.Errorf("%s after reboot: got %v stale=%v, want %v stale", name, id, stale, proc.Self())
+		}
+		if proc.AlivePacked(w) {
+			t.Errorf("%s after reboot: still alive", name)
+		}
+	}
+	// A second open must not mark anything again or differently.
+	again, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, again.Close())
+	require.Equal(t, proc.MarkStale(me), slot.PID.Load())
+}
+
+type (
+	execCmd       = exec.Cmd
+	execExitError = exec.ExitError
+)
+
+func startHelper(t *testing.T, out *bytes.Buffer, name string, args ...string) *execCmd {
+	t.Helper()
+	cmd := testproc.Command(name, args...)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	require.NoError(t, cmd.Start())
+	return cmd
+}

@@ -1,0 +1,67 @@
+package shm
+
+import (
+	"fmt"
+
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// Slot returns owner slot i. The pointer stays valid until Close.
+func (s *Segment) Slot(i int) (*layout.OwnerSlot, error) {
+	return entry[layout.OwnerSlot](s, layout.KindOwnerSlots, i)
+}
+
+// Upgrade returns the state of upgrade mutex i. The pointer stays valid
+// until Close.
+func (s *Segment) Upgrade(i int) (*layout.UpgradeEntry, error) {
+	return entry[layout.UpgradeEntry](s, layout.KindUpgrades, i)
+}
+
+// Region returns the bytes of one table, for the packages that define its
+// entries (txn, lockmgr). The slice aliases the shared mapping and is valid
+// until Close; reach shared words in it through sync/atomic only.
+func (s *Segment) Region(k layout.Kind) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if k < 1 || int(k) > layout.NumTables {
+		return nil, fmt.Errorf("%w: %v", layout.ErrUnknownTable, k)
+	}
+	t := s.header.Table(k)
+	return s.mem[t.Offset:t.End():t.End()], nil
+}
+
+// Len is the number of entries in table k (0 for an unknown kind).
+func (s *Segment) Len(k layout.Kind) int {
+	if k < 1 || int(k) > layout.NumTables {
+		return 0
+	}
+	return int(s.header.Table(k).Count)
+}
+
+func entry[T any](s *Segment, k layout.Kind, i int) (*T, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	t := s.header.Table(k)
+	if i < 0 || uint64(i) >= t.Count {
+		return nil, fmt.Errorf("%w: %v[%d] of %d", ErrIndex, k, i, t.Count)
+	}
+	return memview.At[T](s.mem, t.EntryOffset(uint64(i)))
+}
+
+// zeroEntry clears entry i of table k word by word with atomic stores, so
+// that a process still (wrongly) reading it never sees a torn word.
+func (s *Segment) zeroEntry(k layout.Kind, i int) error {
+	t := s.header.Table(k)
+	off := t.EntryOffset(uint64(i))
+	for w := uint64(0); w < uint64(t.EntrySize); w += 8 {
+		word, err := memview.Uint64(s.mem, off+w)
+		if err != nil {
+			return err
+		}
+		word.Store(0)
+	}
+	return nil
+}
