@@ -1,0 +1,17 @@
+//go:build !linux
+
+package futex
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+func wait(*atomic.Uint32, uint32, time.Duration) error {
+	return fmt.Errorf("futex: wait: %w", ErrUnsupported)
+}
+
+func wake(*atomic.Uint32, int) (int, error) {
+	return 0, fmt.Errorf("futex: wake: %w", ErrUnsupported)
+}

@@ -1,0 +1,92 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// Process states from field 3 of /proc/<pid>/stat that mean the process
+// has exited. A zombie has released nothing but its memory: it will never
+// unlock anything, so it counts as dead.
+const (
+	stateZombie  = 'Z'
+	stateDead    = 'X'
+	stateDeadOld = 'x' // "dead" in Linux 2.6.33 to 3.13
+)
+
+// Self returns the identity of this process, read once from /proc. On
+// Linux it panics if /proc has no readable entry for our own pid, since
+// then no owner could ever be checked; elsewhere StartTicks is 0.
+func Self() Identity {
+	return self()
+}
+
+// Lookup returns the identity of the process that has pid now, which may
+// be a zombie (Alive says whether it still runs). It returns an error
+// wrapping ErrNoProcess if there is no such process.
+func Lookup(pid uint32) (Identity, error) {
+	if pid == 0 || pid > MaxPID {
+		return Identity{}, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+	}
+	_, start, err := readStat(pid)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{PID: pid, StartTicks: start}, nil
+}
+
+// Alive reports whether the process id names is still running: its pid
+// has a process that is not a zombie and that started at id.StartTicks
+// (compared on the low StartBits bits, as Pack keeps them). A different
+// start time means the pid was reused by a later process.
+//
+// When /proc cannot tell (it is mounted with hidepid, or reading fails for
+// another reason than a missing process), Alive asks kill(pid, 0) instead,
+// which cannot see pid reuse: it then says "alive" for any process holding
+// the pid. Erring that way only delays a takeover; the other way would let
+// two processes hold one lock. Alive never reports a live process as dead.
+func Alive(id Identity) bool {
+	if id.PID == 0 || id.PID > MaxPID {
+		return false
+	}
+	state, start, err := readStat(id.PID)
+	switch {
+	case err == nil:
+		exited := state == stateZombie || state == stateDead || state == stateDeadOld
+		return !exited && start&startMask == id.StartTicks&startMask
+	case errors.Is(err, ErrNoProcess):
+		return false
+	default:
+		return signalAlive(id.PID)
+	}
+}
+
+// signalAlive reports whether kill(pid, 0) finds a process: only ESRCH
+// means none. EPERM means the process exists but belongs to another user.
+func signalAlive(pid uint32) bool {
+	err := kill(int(pid), 0)
+	return !errors.Is(err, syscall.ESRCH)
+}
+
+// BootID returns the kernel's random id of the current boot, read once
+// from /proc/sys/kernel/random/boot_id. Comparing it with a value stored
+// in a segment tells whether the machine rebooted since.
+func BootID() ([16]byte, error) {
+	return bootID()
+}
+
+// PIDNamespace returns the inode number of /proc/self/ns/pid, read once.
+// Pids, and so identities, mean something only to processes in the same
+// PID namespace.
+func PIDNamespace() (uint64, error) {
+	return pidNamespace()
+}
+
+// ThreadID returns the kernel id of the OS thread running the caller
+// (gettid(2) on Linux, 0 elsewhere). Goroutines move between threads at
+// any time unless they called runtime.LockOSThread, so the answer is only
+// stable for a locked goroutine.
+func ThreadID() uint64 {
+	return threadID()
+}

@@ -1,0 +1,77 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// readStatFile reads a /proc/<pid>/stat file; tests replace it.
+var readStatFile = os.ReadFile
+
+// readStat returns the state and start ticks of process pid. A missing
+// process gives an error wrapping ErrNoProcess, unparsable contents one
+// wrapping ErrMalformedStat.
+func readStat(pid uint32) (state byte, startTicks uint64, err error) {
+	path := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/stat"
+	b, err := readStatFile(path)
+	if err != nil {
+		// ESRCH: the process was reaped between open and read.
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return 0, 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+		}
+		return 0, 0, fmt.Errorf("proc: %w", err)
+	}
+	state, startTicks, err = parseStat(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w in %s", err, path)
+	}
+	return state, startTicks, nil
+}
+
+var self = sync.OnceValue(func() Identity {
+	id, err := Lookup(uint32(os.Getpid()))
+	if err != nil {
+		panic("proc: cannot read this process's /proc entry: " + err.Error())
+	}
+	return id
+})
+
+var bootID = sync.OnceValues(func() ([16]byte, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("proc: boot id: %w", err)
+	}
+	return parseUUID(b)
+})
+
+var bootTime = sync.OnceValues(func() (int64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("proc: boot time: %w", err)
+	}
+	return parseBootTime(b)
+})
+
+var pidNamespace = sync.OnceValues(func() (uint64, error) {
+	const path = "/proc/self/ns/pid"
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, fmt.Errorf("proc: pid namespace: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("proc: pid namespace: no inode for %s", path)
+	}
+	return uint64(st.Ino), nil
+})
+
+func threadID() uint64 {
+	return uint64(unix.Gettid())
+}

@@ -1,0 +1,302 @@
+package proc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/proc"
+)
+
+// helperEnv marks the re-executed test binary as the helper process, which
+// reads stdin until it is closed and then exits.
+const helperEnv = "PROC_TEST_HELPER"
+
+// testTimeout bounds every wait on the helper process.
+const testTimeout = 10 * time.Second
+
+// TestHelperProcess is not a test: it is the body of the child processes
+// started by startHelper.
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		return
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
+}
+
+// startHelper starts a child that runs until its stdin is closed.
+func startHelper(tb testing.TB) (*exec.Cmd, io.WriteCloser) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testTimeout)
+	tb.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait() // reaps the child if the test failed half-way
+	})
+	return cmd, stdin
+}
+
+func TestSelf(t *testing.T) {
+	t.Parallel()
+	self := proc.Self()
+	looked, err := proc.Lookup(uint32(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self != looked {
+		t.Errorf("Self: got %v, want Lookup(getpid) = %v", self, looked)
+	}
+	if self.StartTicks == 0 {
+		t.Error("Self: start ticks are 0")
+	}
+	if again := proc.Self(); again != self {
+		t.Errorf("Self again: got %v, want %v", again, self)
+	}
+	if !proc.Alive(self) {
+		t.Errorf("Alive(Self() = %v): got false, want true", self)
+	}
+	if !proc.AlivePacked(self.Pack()) {
+		t.Errorf("AlivePacked(Self().Pack()): got false, want true")
+	}
+}
+
+func TestAliveStartMismatch(t *testing.T) {
+	t.Parallel()
+	for _, delta := range []int64{+1, -1, proc.MaxStart + 1} {
+		id := proc.Self()
+		id.StartTicks = uint64(int64(id.StartTicks) + delta)
+		want := delta == proc.MaxStart+1 // invisible once truncated to 41 bits
+		if got := proc.Alive(id); got != want {
+			t.Errorf("Alive(%v), start %+d: got %v, want %v", id, delta, got, want)
+		}
+	}
+}
+
+func TestLookupNoProcess(t *testing.T) {
+	t.Parallel()
+	for _, pid := range []uint32{0, proc.MaxPID + 1, 1<<32 - 1} {
+		if id, err := proc.Lookup(pid); !errors.Is(err, proc.ErrNoProcess) {
+			t.Errorf("Lookup(%d): got %v, %v; want ErrNoProcess", pid, id, err)
+		}
+	}
+}
+
+func TestAliveExitedChild(t *testing.T) {
+	t.Parallel()
+	cmd, stdin := startHelper(t)
+	pid := uint32(cmd.Process.Pid)
+	id, err := proc.Lookup(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proc.Alive(id) {
+		t.Fatalf("running child %v: Alive got false, want true", id)
+	}
+
+	// Let it exit, but do not reap it yet: a zombie.
+	if err := stdin.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitZombie(t, pid)
+	if proc.Alive(id) || proc.AlivePacked(id.Pack()) {
+		t.Errorf("zombie child %v: Alive got true, want false", id)
+	}
+
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if proc.Alive(id) || proc.AlivePacked(id.Pack()) {
+		t.Errorf("reaped child %v: Alive got true, want false", id)
+	}
+	if got, err := proc.Lookup(pid); !errors.Is(err, proc.ErrNoProcess) {
+		// The pid may have been reused meanwhile; then it is someone else.
+		if err != nil || got == id {
+			t.Errorf("Lookup(reaped %d): got %v, %v; want ErrNoProcess", pid, got, err)
+		}
+	}
+}
+
+// waitZombie polls until process pid is a zombie.
+func waitZombie(tb testing.TB, pid uint32) {
+	tb.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		state, _, err := proc.ParseStat(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if state == 'Z' {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("child %d: got state %q, want Z", pid, state)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAliveDecisions drives Alive through each answer /proc and kill(2)
+// can give. It replaces package variables, so it does not run in parallel.
+func TestAliveDecisions(t *testing.T) {
+	const pid, start = 4321, 280923
+	id := proc.Identity{PID: pid, StartTicks: start}
+	stat := func(state string, start uint64) []byte {
+		return fmt.Appendf(nil, "%d (my (prog)) %s 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, state, start)
+	}
+	statErr := func(err error) error {
+		return &fs.PathError{Op: "open", Path: fmt.Sprintf("/proc/%d/stat", pid), Err: err}
+	}
+	tests := []struct {
+		name     string
+		stat     []byte
+		statErr  error
+		killErr  error
+		wantKill bool
+		want     bool
+	}{
+		{name: "running", stat: stat("S", start), want: true},
+		{name: "running, ticks beyond 41 bits", stat: stat("R", start+proc.MaxStart+1), want: true},
+		{name: "pid reused", stat: stat("S", start+1), want: false},
+		{name: "zombie", stat: stat("Z", start), want: false},
+		{name: "dead", stat: stat("X", start), want: false},
+		{name: "dead, old kernel", stat: stat("x", start), want: false},
+		{name: "gone", statErr: statErr(syscall.ENOENT), want: false},
+		{name: "reaped while reading", statErr: statErr(syscall.ESRCH), want: false},
+		{name: "hidepid, other user's process", statErr: statErr(syscall.EACCES), killErr: syscall.EPERM, wantKill: true, want: true},
+		{name: "hidepid, own process", statErr: statErr(syscall.EACCES), killErr: nil, wantKill: true, want: true},
+		{name: "hidepid, no process", statErr: statErr(syscall.EACCES), killErr: syscall.ESRCH, wantKill: true, want: false},
+		{name: "read error, process", statErr: statErr(syscall.EIO), killErr: nil, wantKill: true, want: true},
+		{name: "malformed, process", stat: []byte("garbage"), killErr: syscall.EPERM, wantKill: true, want: true},
+		{name: "malformed, no process", stat: []byte("garbage"), killErr: syscall.ESRCH, wantKill: true, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			proc.SetReadStatFile(t, func(path string) ([]byte, error) {
+				if want := fmt.Sprintf("/proc/%d/stat", pid); path != want {
+					t.Errorf("read %s, want %s", path, want)
+				}
+				return tt.stat, tt.statErr
+			})
+			killed := false
+			proc.SetKill(t, func(p int, sig syscall.Signal) error {
+				killed = true
+				if p != pid || sig != 0 {
+					t.Errorf("kill(%d, %d), want kill(%d, 0)", p, sig, pid)
+				}
+				return tt.killErr
+			})
+			if got := proc.Alive(id); got != tt.want {
+				t.Errorf("Alive: got %v, want %v", got, tt.want)
+			}
+			if killed != tt.wantKill {
+				t.Errorf("kill called: got %v, want %v", killed, tt.wantKill)
+			}
+		})
+	}
+}
+
+func TestBootID(t *testing.T) {
+	t.Parallel()
+	id, err := proc.BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == [16]byte{} {
+		t.Error("BootID is zero")
+	}
+	if again, err := proc.BootID(); err != nil || again != id {
+		t.Errorf("BootID again: got %x, %v; want %x, nil", again, err, id)
+	}
+	text, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%x-%x-%x-%x-%x", id[0:4], id[4:6], id[6:8], id[8:10], id[10:16])
+	if want := strings.TrimSpace(string(text)); got != want {
+		t.Errorf("BootID: got %s, want %s", got, want)
+	}
+}
+
+func TestPIDNamespace(t *testing.T) {
+	t.Parallel()
+	ns, err := proc.PIDNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns == 0 {
+		t.Error("PIDNamespace is 0")
+	}
+	link, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("pid:[%d]", ns); link != want {
+		t.Errorf("/proc/self/ns/pid: got %s, want %s", link, want)
+	}
+}
+
+func TestThreadID(t *testing.T) {
+	t.Parallel()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := proc.ThreadID()
+	link, err := os.Readlink("/proc/thread-self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d/task/%d", os.Getpid(), tid); link != want {
+		t.Errorf("/proc/thread-self: got %s, want %s", link, want)
+	}
+}
+
+func TestStartTime(t *testing.T) {
+	t.Parallel()
+	start, err := proc.Self().StartTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// btime has whole seconds and may drift a second against the clock.
+	now := time.Now()
+	if start.After(now.Add(2*time.Second)) || start.Before(now.Add(-time.Hour)) {
+		t.Errorf("StartTime: got %v, want shortly before %v", start, now)
+	}
+	bootAt, err := proc.Identity{}.StartTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(stat, fmt.Appendf(nil, "\nbtime %d\n", bootAt.Unix())) {
+		t.Errorf("StartTime of tick 0: got %v, want btime of /proc/stat", bootAt)
+	}
+	tick, err := proc.Identity{StartTicks: 150}.StartTime()
+	if err != nil || tick.Sub(bootAt) != 1500*time.Millisecond {
+		t.Errorf("StartTime of tick 150: got boot%+v, %v; want boot+1.5s", tick.Sub(bootAt), err)
+	}
+}

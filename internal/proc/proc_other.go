@@ -1,0 +1,24 @@
+//go:build !linux
+
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// errNoProcFS is returned for everything that needs Linux's /proc.
+var errNoProcFS = fmt.Errorf("proc: /proc: %w", errors.ErrUnsupported)
+
+func readStat(uint32) (byte, uint64, error) { return 0, 0, errNoProcFS }
+
+func self() Identity { return Identity{PID: uint32(os.Getpid())} }
+
+func bootID() ([16]byte, error) { return [16]byte{}, errNoProcFS }
+
+func bootTime() (int64, error) { return 0, errNoProcFS }
+
+func pidNamespace() (uint64, error) { return 0, errNoProcFS }
+
+func threadID() uint64 { return 0 }
