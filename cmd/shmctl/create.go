@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+type createOptions struct {
+	IO *IOStreams
+
+	Segment string         // as given: a path or a bare name
+	Sizes   layout.Options // zero fields mean the defaults, negative ones none
+	Group   bool           // create the file 0660
+	JSON    bool
+}
+
+func newCmdCreate(ios *IOStreams, runF func(*createOptions) error) *cobra.Command {
+	opts := &createOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "create <segment>",
+		Short: "Create a new segment",
+		Long: `Create a new segment and print what info would print about it.
+
+A size of 0 (the default) means the library default; a negative size
+means no such table. The command fails if the segment already exists.
+
+` + infoJSONHelp,
+		Example: `  shmctl create jobs
+  shmctl create /dev/shm/jobs --slots 256 --upgrades 0 --group`,
+		Args: exactArgs(1, "one segment"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segment = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return runCreate(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Sizes.Slots, "slots", 0, fmt.Sprintf("owner slots (spinlocks); 0 means %d", layout.DefaultSlots))
+	f.IntVar(&opts.Sizes.Upgrades, "upgrades", 0, fmt.Sprintf("upgrade mutexes; 0 means %d", layout.DefaultUpgrades))
+	f.IntVar(&opts.Sizes.TxnRecords, "txn-records", 0, fmt.Sprintf("transaction records; 0 means %d", layout.DefaultTxnRecords))
+	f.Int64Var(&opts.Sizes.TxnArenaBytes, "txn-arena", 0, fmt.Sprintf("transaction arena `bytes`; 0 means %d", layout.DefaultTxnArenaBytes))
+	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))
+	f.BoolVar(&opts.Group, "group", false, "let the file's group use the segment (mode 0660 instead of 0600)")
+	addJSONFlag(cmd, &opts.JSON)
+	return cmd
+}
+
+func runCreate(opts *createOptions) error {
+	seg, err := shm.Create(opts.Segment, shm.Options{Options: opts.Sizes, GroupAccess: opts.Group})
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	info, err := readInfo(seg)
+	if err != nil {
+		return fmt.Errorf("created %s, but reading it back: %w", seg.Path(), err)
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, info)
+	}
+	return printInfo(opts.IO, info)
+}
+
+// addJSONFlag adds the --json flag every read command has.
+func addJSONFlag(cmd *cobra.Command, v *bool) {
+	cmd.Flags().BoolVar(v, "json", false, "print a JSON document (its fields are listed above)")
+}

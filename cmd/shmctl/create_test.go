@@ -1,0 +1,222 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func TestCreateFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want createOptions
+	}{
+		{[]string{"jobs"}, createOptions{Segment: "jobs"}},
+		{[]string{"jobs", "--slots", "10", "--group"}, createOptions{Segment: "jobs", Sizes: layout.Options{Slots: 10}, Group: true}},
+		{
+			[]string{"/tmp/x", "--upgrades=-1", "--txn-records", "3", "--txn-arena", "4096", "--lockmgr-entries", "7", "--json"},
+			createOptions{Segment: "/tmp/x", Sizes: layout.Options{Upgrades: -1, TxnRecords: 3, TxnArenaBytes: 4096, LockMgrEntries: 7}, JSON: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			ios, _, _ := testIOStreams(false)
+			var got *createOptions
+			cmd := newCmdCreate(ios, func(o *createOptions) error { got = o; return nil })
+			cmd.SetArgs(tt.args)
+			require.NoError(t, cmd.Execute())
+			tt.want.IO = ios
+			assert.Equal(t, &tt.want, got)
+		})
+	}
+}
+
+// The sizes of TestCreateThenInfo and where they put each table: tables
+// follow the 512-byte header, each on a 64-byte line, and the file is
+// rounded up to whole 4096-byte pages.
+var (
+	customSizes = []string{"--slots", "10", "--upgrades", "3", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5"}
+	customRows  = "" +
+		"owner_slots\t32\t10\t512\t320\t0\n" +
+		"slot_directory\t64\t10\t832\t640\t-\n" +
+		"upgrades\t64\t3\t1472\t192\t0\n" +
+		"upgrade_directory\t64\t3\t1664\t192\t-\n" +
+		"txn_records\t128\t2\t1856\t256\t-\n" +
+		"txn_arena\t64\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
+		"lockmgr\t256\t5\t3136\t1280\t-\n"
+	customTotal = 8192
+)
+
+func TestCreateThenInfo(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	created := shmctl(t, false, append([]string{"create", path}, customSizes...)...)
+	require.Equal(t, 0, created.code, "stderr: %s", created.stderr)
+	require.Empty(t, created.stderr)
+
+	h := readHeader(t, path)
+	self := proc.Self()
+	started, err := self.StartTime()
+	require.NoError(t, err)
+	want := fmt.Sprintf(""+
+		"path\t%s\n"+
+		"version\t1\n"+
+		"total_size\t%d\n"+
+		"created\t%s\n"+
+		"creator_pid\t%d\n"+
+		"creator_started\t%s\n"+
+		"creator_state\talive\n"+
+		"boot_id\t%s\n"+
+		"current_boot\ttrue\n"+
+		"pid_namespace\t%d\n"+
+		"same_pid_namespace\ttrue\n"+
+		"group_access\tfalse\n",
+		path, customTotal, h.Created.UTC().Format(time.RFC3339Nano), os.Getpid(),
+		started.UTC().Format(time.RFC3339Nano), bootIDText(t), h.PIDNamespace) + customRows
+	assert.Equal(t, want, created.stdout, "create output")
+
+	info := shmctl(t, false, "info", path)
+	require.Equal(t, 0, info.code, "stderr: %s", info.stderr)
+	assert.Empty(t, info.stderr)
+	assert.Equal(t, want, info.stdout, "info output")
+}
+
+func TestInfoTerminal(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 10, Upgrades: 3, TxnRecords: 2, TxnArenaBytes: 1000, LockMgrEntries: 5})
+	_, err := seg.Claim(layout.KindUpgrades, "u")
+	require.NoError(t, err)
+
+	r := shmctl(t, true, "info", seg.Path())
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	created := seg.Header().Created.UTC().Format("2006-01-02 15:04:05 UTC")
+	assert.Contains(t, r.stdout, "\ncreated             "+created+"\n")
+	assert.Contains(t, r.stdout, "\ncreator_state       alive\n")
+	assert.Contains(t, r.stdout, "\n\n"+
+		"KIND               ENTRY_SIZE  COUNT  OFFSET  SIZE  CLAIMED\n"+
+		"owner_slots        32          10     512     320   0\n"+
+		"slot_directory     64          10     832     640   -\n"+
+		"upgrades           64          3      1472    192   1\n")
+}
+
+func TestCreateJSON(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	r := shmctl(t, false, append([]string{"create", path, "--group", "--json"}, customSizes...)...)
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "--group file mode")
+
+	for _, out := range []string{r.stdout, shmctl(t, false, "info", "--json", path).stdout} {
+		require.True(t, strings.HasSuffix(out, "}\n"), "JSON output %q does not end in one newline", out)
+		var doc infoJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &doc))
+		assert.Equal(t, path, doc.Path)
+		assert.EqualValues(t, layout.Version, doc.Version)
+		assert.EqualValues(t, customTotal, doc.TotalSize)
+		assert.EqualValues(t, os.Getpid(), doc.Creator.PID)
+		assert.Equal(t, proc.Self().StartTicks, doc.Creator.StartTicks)
+		assert.Equal(t, "alive", doc.Creator.State)
+		assert.True(t, doc.Creator.Alive)
+		assert.NotNil(t, doc.Creator.Started)
+		assert.Equal(t, bootIDText(t), doc.BootID)
+		assert.True(t, doc.CurrentBoot)
+		assert.True(t, doc.SamePIDNamespace)
+		assert.True(t, doc.GroupAccess)
+		assert.WithinDuration(t, time.Now(), doc.Created, time.Minute)
+		require.Len(t, doc.Tables, layout.NumTables)
+		var rows strings.Builder
+		for _, tb := range doc.Tables {
+			claimed := "-"
+			if tb.Claimed != nil {
+				claimed = fmt.Sprint(*tb.Claimed)
+			}
+			fmt.Fprintf(&rows, "%s\t%d\t%d\t%d\t%d\t%s\n", tb.Kind, tb.EntrySize, tb.Count, tb.Offset, tb.Size, claimed)
+		}
+		assert.Equal(t, customRows, rows.String())
+	}
+}
+
+// The field names of the documents are an interface; this pins them.
+func TestInfoJSONFieldNames(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	r := shmctl(t, false, "info", "--json", seg.Path())
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.ElementsMatch(t, []string{"path", "version", "total_size", "created", "creator", "boot_id",
+		"current_boot", "pid_namespace", "same_pid_namespace", "group_access", "tables"}, keys(doc))
+	assert.ElementsMatch(t, []string{"pid", "start_ticks", "started", "state", "alive"}, keys(doc["creator"].(map[string]any)))
+	table := doc["tables"].([]any)[0].(map[string]any)
+	assert.ElementsMatch(t, []string{"kind", "entry_size", "count", "offset", "size", "claimed"}, keys(table))
+	_, err := time.Parse(time.RFC3339Nano, doc["created"].(string))
+	assert.NoError(t, err, "created is RFC 3339")
+}
+
+func TestCreateExisting(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	line := requireOneLineError(t, shmctl(t, false, "create", seg.Path()), exitError)
+	assert.Contains(t, line, "already exists")
+}
+
+func TestCreateBareName(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	name := strings.TrimPrefix(path, shm.DefaultDir+"/")
+	r := shmctl(t, false, "create", name, "--json")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	var doc infoJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.Equal(t, path, doc.Path, "resolved path")
+	_, err := os.Stat(path)
+	assert.NoError(t, err)
+}
+
+func TestCreateBadSize(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	line := requireOneLineError(t, shmctl(t, false, "create", path, "--slots", fmt.Sprint(layout.MaxSlots+1)), exitError)
+	assert.Contains(t, line, "owner_slots")
+	_, err := os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// readHeader reads a segment's header as shm validates it.
+func readHeader(tb testing.TB, path string) layout.Header {
+	tb.Helper()
+	seg, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(tb, err)
+	defer seg.Close()
+	return seg.Header()
+}
+
+// bootIDText is the kernel's boot id as it prints it.
+func bootIDText(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	require.NoError(tb, err)
+	return strings.TrimSpace(string(b))
+}
+
+func keys(m map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}

@@ -1,0 +1,29 @@
+// Command shmctl inspects and manages shmlock segments: the shared-memory
+// files, by default in /dev/shm, in which package shm keeps cross-process
+// locks.
+//
+// A segment argument is a path, or a bare name such as "jobs" that means
+// /dev/shm/jobs. The commands are:
+//
+//	shmctl create SEGMENT [--slots N] [--upgrades N] [--txn-records N]
+//	                      [--txn-arena BYTES] [--lockmgr-entries N] [--group] [--json]
+//	    make a new segment (zero sizes mean the defaults, negative ones none)
+//	shmctl info SEGMENT [--json]
+//	    print the header: size, creator, boot, PID namespace and each table
+//	shmctl slots SEGMENT [--all] [--json]
+//	    print the owner slots in use: name, claims, owner and its liveness
+//	shmctl rm SEGMENT...
+//	    remove segments; files that are not segments are refused
+//
+// info and slots open the segment read-only and change nothing in it.
+//
+// Output is for people on a terminal (a header row, local times) and for
+// programs in a pipe (tab-separated rows with no header, RFC 3339 times).
+// --json prints a document whose field names are stable; jsonout.go lists
+// them. Errors are one line on stderr, "shmctl: <message>"; the exit status
+// is 0 on success, 1 on failure and 2 for a usage error.
+//
+//	$ shmctl create jobs --slots 8
+//	$ shmctl slots jobs --all --json | jq '.slots[] | select(.owner_state == "dead")'
+//	$ shmctl rm jobs
+package main

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+)
+
+// The --json documents. Their field names are a stable interface: scripts
+// depend on them, so a field may be added but never renamed, removed or
+// given another type. Every field is always present (null where noted).
+// Times are RFC 3339 strings in UTC with nanoseconds.
+//
+// shmctl info --json and shmctl create --json print an infoJSON:
+//
+//	path                string   resolved path of the segment file
+//	version             number   format version (layout.Version)
+//	total_size          number   file size in bytes
+//	created             time     when the segment was created
+//	creator             object   the process that created it:
+//	  pid               number     its pid (meaningful in its PID namespace)
+//	  start_ticks       number     its start time, clock ticks since its boot
+//	  started           time|null  its start time, null if not of this boot
+//	  state             string     "alive", "dead", or "stale" (a previous boot)
+//	  alive             bool       state == "alive"
+//	boot_id             string   creator's boot id, 8-4-4-4-12 hex UUID form
+//	current_boot        bool     boot_id is this machine's current boot
+//	pid_namespace       number   inode of the creator's PID namespace
+//	same_pid_namespace  bool     pid_namespace is ours
+//	group_access        bool     the file was created 0660 (create --group)
+//	tables              array    one object per table, in layout order:
+//	  kind              string     "owner_slots", "slot_directory", "upgrades",
+//	                               "upgrade_directory", "txn_records",
+//	                               "txn_arena" or "lockmgr"
+//	  entry_size        number     bytes per entry
+//	  count             number     number of entries
+//	  offset            number     byte offset in the file
+//	  size              number     bytes (count * entry_size)
+//	  claimed           number|null  claimed entries; null for a table
+//	                               without a directory (all but owner_slots
+//	                               and upgrades)
+//
+// shmctl slots --json prints a slotsJSON:
+//
+//	path                string   resolved path of the segment file
+//	slots               array    one object per listed owner slot:
+//	  index             number     slot index
+//	  name              string     name it was claimed under; "" if unnamed
+//	                               or not claimed
+//	  refs              number     claims not yet released; 0 if not claimed
+//	  mode              string     "pid/tid" (pid != 0), "token" (pid == 0
+//	                               and token != 0) or "free"
+//	  pid               number     owner's pid; 0 if none
+//	  start_ticks       number     owner's start time, clock ticks since boot
+//	  owner_state       string     "alive", "dead", "stale" (recorded under a
+//	                               previous boot) or "none" (no owner)
+//	  tid               number     holder id within the owner process
+//	  token             number     token (token mode) or generation (pid/tid)
+//	  recursion         number     re-entries beyond the first lock
+//	  waiters           number     the futex/waiter word (OwnerSlot.Pad)
+type (
+	infoJSON struct {
+		Path             string      `json:"path"`
+		Version          uint32      `json:"version"`
+		TotalSize        uint64      `json:"total_size"`
+		Created          time.Time   `json:"created"`
+		Creator          creatorJSON `json:"creator"`
+		BootID           string      `json:"boot_id"`
+		CurrentBoot      bool        `json:"current_boot"`
+		PIDNamespace     uint64      `json:"pid_namespace"`
+		SamePIDNamespace bool        `json:"same_pid_namespace"`
+		GroupAccess      bool        `json:"group_access"`
+		Tables           []tableJSON `json:"tables"`
+	}
+	creatorJSON struct {
+		PID        uint32     `json:"pid"`
+		StartTicks uint64     `json:"start_ticks"`
+		Started    *time.Time `json:"started"`
+		State      string     `json:"state"`
+		Alive      bool       `json:"alive"`
+	}
+	tableJSON struct {
+		Kind      string `json:"kind"`
+		EntrySize uint32 `json:"entry_size"`
+		Count     uint64 `json:"count"`
+		Offset    uint64 `json:"offset"`
+		Size      uint64 `json:"size"`
+		Claimed   *int   `json:"claimed"`
+	}
+	slotsJSON struct {
+		Path  string     `json:"path"`
+		Slots []slotJSON `json:"slots"`
+	}
+	slotJSON struct {
+		Index      int    `json:"index"`
+		Name       string `json:"name"`
+		Refs       uint32 `json:"refs"`
+		Mode       string `json:"mode"`
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		TID        uint64 `json:"tid"`
+		Token      uint64 `json:"token"`
+		Recursion  uint32 `json:"recursion"`
+		Waiters    uint32 `json:"waiters"`
+	}
+)
+
+// writeJSON is the one way a command prints JSON: indented by two spaces,
+// one trailing newline, and no HTML escaping of names such as "a<b".
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

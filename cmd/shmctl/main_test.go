@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+
+var helpers = map[string]func(args []string) int{
+	// shmctl ARGS...: the real program, on the process's own stdout and stderr.
+	"shmctl": func(args []string) int { return run(args, os.Stdout, os.Stderr) },
+}
+
+// result is what one run of shmctl left behind.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// shmctl runs the command line args against buffers, with stdout looking
+// like a terminal if tty.
+func shmctl(tb testing.TB, tty bool, args ...string) result {
+	tb.Helper()
+	ios, stdout, stderr := testIOStreams(tty)
+	code := execute(newCmdRoot(ios), args, ios)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// testIOStreams returns streams on buffers; terminal times are in UTC.
+func testIOStreams(tty bool) (*IOStreams, *bytes.Buffer, *bytes.Buffer) {
+	var stdout, stderr bytes.Buffer
+	ios := newIOStreams(&stdout, &stderr)
+	ios.SetStdoutTTY(tty)
+	ios.location = time.UTC
+	return ios, &stdout, &stderr
+}
+
+// requireOneLineError checks that r is a failure with exit status code,
+// nothing on stdout and exactly one "shmctl: " line on stderr, and returns
+// that line.
+func requireOneLineError(tb testing.TB, r result, code int) string {
+	tb.Helper()
+	require.Equal(tb, code, r.code, "exit status; stderr: %q", r.stderr)
+	require.Empty(tb, r.stdout, "stdout")
+	require.True(tb, strings.HasPrefix(r.stderr, "shmctl: "), "stderr %q does not start with \"shmctl: \"", r.stderr)
+	require.Equal(tb, 1, strings.Count(r.stderr, "\n"), "stderr %q is not one line", r.stderr)
+	require.True(tb, strings.HasSuffix(r.stderr, "\n"), "stderr %q does not end in a newline", r.stderr)
+	require.NotContains(tb, r.stderr, "goroutine", "stderr holds a stack trace")
+	return strings.TrimSuffix(r.stderr, "\n")
+}
+
+// newSegment creates a segment at a fresh test path and closes it at cleanup.
+func newSegment(tb testing.TB, sizes layout.Options) *shm.Segment {
+	tb.Helper()
+	seg, err := shm.Create(testproc.SegmentPath(tb), shm.Options{Options: sizes})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = seg.Close() })
+	return seg
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// Owner states, as info and slots report them.
+const (
+	stateAlive = "alive" // the recorded process is running
+	stateDead  = "dead"  // it exited, or its pid now names another process
+	stateStale = "stale" // recorded under a previous boot: dead too
+	stateNone  = "none"  // no owner recorded (printed "-" in tables)
+)
+
+// Slot modes (see layout.OwnerSlot). A pid/tid slot after its release has
+// pid 0 and a non-zero generation, so it reads as "token": the slot alone
+// cannot tell the two apart.
+const (
+	modePIDTID = "pid/tid"
+	modeToken  = "token"
+	modeFree   = "free"
+)
+
+// readInfo gathers what info and create print about seg.
+func readInfo(seg *shm.Segment) (*infoJSON, error) {
+	h := seg.Header()
+	boot, err := proc.BootID()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := proc.PIDNamespace()
+	if err != nil {
+		return nil, err
+	}
+	info := &infoJSON{
+		Path:             seg.Path(),
+		Version:          h.Version,
+		TotalSize:        h.TotalSize,
+		Created:          h.Created.UTC(),
+		BootID:           formatUUID(h.BootID),
+		CurrentBoot:      h.BootID == boot,
+		PIDNamespace:     h.PIDNamespace,
+		SamePIDNamespace: h.PIDNamespace == ns,
+		GroupAccess:      h.Flags&layout.FlagGroupAccess != 0,
+		Tables:           make([]tableJSON, 0, layout.NumTables),
+	}
+
+	// The header's creator word is never marked stale (the header is
+	// immutable), so a creator of another boot is stale by the boot id.
+	id, _ := proc.Unpack(h.Creator)
+	info.Creator = creatorJSON{PID: id.PID, StartTicks: id.StartTicks, State: stateStale}
+	if info.CurrentBoot {
+		info.Creator.State = ownerState(h.Creator)
+		if t, err := id.StartTime(); err == nil {
+			t = t.UTC()
+			info.Creator.Started = &t
+		}
+	}
+	info.Creator.Alive = info.Creator.State == stateAlive
+
+	for i := range layout.NumTables {
+		k := layout.Kind(i + 1)
+		t := h.Table(k)
+		tj := tableJSON{Kind: k.String(), EntrySize: t.EntrySize, Count: t.Count, Offset: t.Offset, Size: t.Size()}
+		if k == layout.KindOwnerSlots || k == layout.KindUpgrades {
+			claims, err := seg.Claims(k)
+			if err != nil {
+				return nil, fmt.Errorf("reading the %v directory: %w", k, err)
+			}
+			n := len(claims)
+			tj.Claimed = &n
+		}
+		info.Tables = append(info.Tables, tj)
+	}
+	return info, nil
+}
+
+// readSlots gathers the owner slots of seg that are in use (claimed in the
+// directory or with any non-zero field), or all of them.
+func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	if err != nil {
+		return nil, fmt.Errorf("reading the slot directory: %w", err)
+	}
+	byIndex := make(map[int]shm.Claim, len(claims))
+	for _, c := range claims {
+		byIndex[c.Index] = c
+	}
+	doc := &slotsJSON{Path: seg.Path(), Slots: []slotJSON{}}
+	for i := range seg.Len(layout.KindOwnerSlots) {
+		s, err := seg.Slot(i)
+		if err != nil {
+			return nil, err
+		}
+		pidWord := s.PID.Load()
+		id, _ := proc.Unpack(pidWord)
+		c, claimed := byIndex[i]
+		sj := slotJSON{
+			Index:      i,
+			Name:       c.Name,
+			Refs:       c.Refs,
+			PID:        id.PID,
+			StartTicks: id.StartTicks,
+			OwnerState: ownerState(pidWord),
+			TID:        s.TID.Load(),
+			Token:      s.Token.Load(),
+			Recursion:  s.RecursionCount.Load(),
+			Waiters:    s.Pad.Load(),
+		}
+		switch {
+		case pidWord != 0:
+			sj.Mode = modePIDTID
+		case sj.Token != 0:
+			sj.Mode = modeToken
+		default:
+			sj.Mode = modeFree
+		}
+		inUse := claimed || pidWord != 0 || sj.TID != 0 || sj.Token != 0 || sj.Recursion != 0 || sj.Waiters != 0
+		if inUse || all {
+			doc.Slots = append(doc.Slots, sj)
+		}
+	}
+	return doc, nil
+}
+
+// ownerState says whether the packed identity w names a live process.
+func ownerState(w uint64) string {
+	switch _, stale := proc.Unpack(w); {
+	case w == 0:
+		return stateNone
+	case stale:
+		return stateStale
+	case proc.AlivePacked(w):
+		return stateAlive
+	}
+	return stateDead
+}
+
+// formatUUID writes a boot id in the 8-4-4-4-12 form of
+// /proc/sys/kernel/random/boot_id.
+func formatUUID(b [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

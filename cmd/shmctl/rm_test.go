@@ -1,0 +1,68 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func TestRmFlags(t *testing.T) {
+	t.Parallel()
+	ios, _, _ := testIOStreams(false)
+	var got *rmOptions
+	cmd := newCmdRm(ios, func(o *rmOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"a", "/dev/shm/b"})
+	require.NoError(t, cmd.Execute())
+	assert.Equal(t, &rmOptions{IO: ios, Segments: []string{"a", "/dev/shm/b"}}, got)
+}
+
+func TestRm(t *testing.T) {
+	t.Parallel()
+	a, b := newSegment(t, layout.Options{}), newSegment(t, layout.Options{})
+	// A bare name means a file in /dev/shm.
+	r := shmctl(t, false, "rm", a.Path(), strings.TrimPrefix(b.Path(), shm.DefaultDir+"/"))
+	assert.Equal(t, result{code: exitOK}, r)
+	for _, p := range []string{a.Path(), b.Path()} {
+		_, err := os.Stat(p)
+		assert.ErrorIs(t, err, os.ErrNotExist, "%s after rm", p)
+	}
+}
+
+func TestRmRefusesNonSegment(t *testing.T) {
+	t.Parallel()
+	notSeg := writeFile(t, []byte("not a segment\n"))
+	line := requireOneLineError(t, shmctl(t, false, "rm", notSeg), exitError)
+	assert.Contains(t, line, notSeg)
+	_, err := os.Stat(notSeg)
+	assert.NoError(t, err, "rm removed a file that is not a segment")
+
+	missing := testproc.SegmentPath(t)
+	requireOneLineError(t, shmctl(t, false, "rm", missing), exitError)
+}
+
+// With several arguments, each failure is one line and the rest are removed.
+func TestRmSeveral(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	notSeg := writeFile(t, []byte("not a segment\n"))
+	missing := testproc.SegmentPath(t)
+
+	r := shmctl(t, false, "rm", notSeg, seg.Path(), missing)
+	assert.Equal(t, exitError, r.code)
+	assert.Empty(t, r.stdout)
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	require.Len(t, lines, 2, "stderr: %q", r.stderr)
+	assert.True(t, strings.HasPrefix(lines[0], "shmctl: ") && strings.Contains(lines[0], notSeg), "line %q", lines[0])
+	assert.True(t, strings.HasPrefix(lines[1], "shmctl: ") && strings.Contains(lines[1], missing), "line %q", lines[1])
+	_, err := os.Stat(seg.Path())
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Stat(notSeg)
+	assert.NoError(t, err)
+}

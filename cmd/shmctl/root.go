@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// newCmdRoot builds the command tree. A new command is one file with its
+// newCmdX constructor and one line in the AddCommand list below.
+func newCmdRoot(ios *IOStreams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "shmctl <command> [flags]",
+		Short: "Inspect and manage shmlock shared-memory segments",
+		Long: `shmctl inspects and manages shmlock segments: the files, by default in
+/dev/shm, that hold cross-process locks. A segment argument is a path or a
+bare name ("jobs" means /dev/shm/jobs).`,
+		// Errors and usage are reported by execute, one line each.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Runnable with any arguments, so that a mistyped command is a
+		// usage error here instead of help text with exit status 0.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return unknownCommand(cmd, args[0])
+		},
+	}
+	root.SuggestionsMinimumDistance = 2 // cobra's default, which it only sets on its own error path
+	root.SetOut(ios.Out)
+	root.SetErr(ios.ErrOut)
+	root.SetFlagErrorFunc(flagError)
+
+	root.AddCommand(
+		newCmdCreate(ios, nil),
+		newCmdInfo(ios, nil),
+		newCmdSlots(ios, nil),
+		newCmdRm(ios, nil),
+	)
+	return root
+}
+
+func unknownCommand(root *cobra.Command, name string) error {
+	if s := root.SuggestionsFor(name); len(s) > 0 {
+		return newUsageError(root, "unknown command %q; did you mean %s?", name, strings.Join(s, " or "))
+	}
+	return newUsageError(root, "unknown command %q", name)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1 // the command failed
+	exitUsage = 2 // bad flags, arguments or command name
+)
+
+// errSilent is returned by a command that has already reported its errors
+// on stderr (rm, one line per path); it only sets the exit status.
+var errSilent = errors.New("shmctl: error already reported")
+
+// usageError is a mistake on the command line, reported with exit status
+// exitUsage and a pointer to the command's help.
+type usageError struct {
+	cmd string // "shmctl info"
+	err error
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%v (see '%s --help')", e.err, e.cmd)
+}
+
+func (e *usageError) Unwrap() error { return e.err }
+
+func newUsageError(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{cmd: cmd.CommandPath(), err: fmt.Errorf(format, args...)}
+}
+
+// run is the whole program: it parses args, runs the command and returns
+// the exit status. main only connects it to the process.
+func run(args []string, stdout, stderr io.Writer) int {
+	ios := newIOStreams(stdout, stderr)
+	return execute(newCmdRoot(ios), args, ios)
+}
+
+// execute runs root with args and turns what happened into an exit status
+// and at most one line per error on stderr. A panic, a bug in shmctl or in a
+// package it calls, becomes one line too: a stack trace is no message for
+// the user of a command.
+//
+// So does a memory fault: reading a segment whose file was truncated while
+// mapped raises SIGBUS, which would otherwise kill the process with a
+// runtime trace. Commands run on this goroutine, so SetPanicOnFault turns
+// such a fault into a panic that the deferred recover sees.
+func execute(root *cobra.Command, args []string, ios *IOStreams) (code int) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		// A fault has an address; a nil dereference is a plain runtime.Error.
+		switch r := recover(); r := r.(type) {
+		case nil:
+		case interface{ Addr() uintptr }:
+			printError(ios.ErrOut, fmt.Errorf("memory fault at %#x reading a segment (was its file truncated while in use?)", r.Addr()))
+			code = exitError
+		default:
+			printError(ios.ErrOut, fmt.Errorf("internal error (a bug in shmctl, please report it): %v", r))
+			code = exitError
+		}
+	}()
+	root.SetArgs(args)
+	_, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, errSilent) {
+		return exitError
+	}
+	printError(ios.ErrOut, err)
+	if _, ok := errors.AsType[*usageError](err); ok {
+		return exitUsage
+	}
+	return exitError
+}
+
+// printError writes err as the one line "shmctl: <message>": a multi-line
+// message (errors.Join, a panic value) has its lines joined with "; ".
+func printError(w io.Writer, err error) {
+	var lines []string
+	for line := range strings.Lines(err.Error()) {
+		if line = strings.TrimSpace(line); line != "" {
+			lines = append(lines, line)
+		}
+	}
+	fmt.Fprintf(w, "shmctl: %s\n", strings.Join(lines, "; "))
+}
+
+// exactArgs requires exactly n positional arguments, named what in the
+// error ("a segment").
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return newUsageError(cmd, "%s takes %s, got %d arguments", cmd.Name(), what, len(args))
+		}
+		return nil
+	}
+}
+
+// minArgs requires at least n positional arguments.
+func minArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return newUsageError(cmd, "%s takes %s", cmd.Name(), what)
+		}
+		return nil
+	}
+}
+
+// flagError marks every flag parsing error as a usage error.
+func flagError(cmd *cobra.Command, err error) error {
+	return &usageError{cmd: cmd.CommandPath(), err: err}
+}

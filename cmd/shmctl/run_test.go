@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string // the line on stderr
+	}{
+		{[]string{"info"}, "shmctl: info takes one segment, got 0 arguments (see 'shmctl info --help')"},
+		{[]string{"slots", "a", "b"}, "shmctl: slots takes one segment, got 2 arguments (see 'shmctl slots --help')"},
+		{[]string{"rm"}, "shmctl: rm takes at least one segment (see 'shmctl rm --help')"},
+		{[]string{"create", "x", "--slots", "many"}, `shmctl: invalid argument "many" for "--slots" flag: strconv.ParseInt: parsing "many": invalid syntax (see 'shmctl create --help')`},
+		{[]string{"info", "--bogus", "x"}, "shmctl: unknown flag: --bogus (see 'shmctl info --help')"},
+		{[]string{"inof", "x"}, `shmctl: unknown command "inof"; did you mean info? (see 'shmctl --help')`},
+		{[]string{"frobnicate"}, `shmctl: unknown command "frobnicate" (see 'shmctl --help')`},
+	}
+	for _, tt := range tests {
+		line := requireOneLineError(t, shmctl(t, false, tt.args...), exitUsage)
+		assert.Equal(t, tt.want, line, "args %q", tt.args)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{nil, {"--help"}, {"slots", "--help"}} {
+		r := shmctl(t, false, args...)
+		assert.Equal(t, exitOK, r.code, "args %q", args)
+		assert.Empty(t, r.stderr, "args %q", args)
+		assert.Contains(t, r.stdout, "Usage:", "args %q", args)
+	}
+}
+
+// A panic anywhere under a command is one line on stderr and exit status 1.
+func TestPanicIsOneLine(t *testing.T) {
+	t.Parallel()
+	ios, stdout, stderr := testIOStreams(false)
+	root := newCmdRoot(ios)
+	root.AddCommand(&cobra.Command{
+		Use: "boom",
+		RunE: func(*cobra.Command, []string) error {
+			panic("kaboom\nsecond line")
+		},
+	})
+	code := execute(root, []string{"boom"}, ios)
+	r := result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	line := requireOneLineError(t, r, exitError)
+	assert.Equal(t, "shmctl: internal error (a bug in shmctl, please report it): kaboom; second line", line)
+}
+
+// The real program on real pipes: no terminal, so rows without a header.
+func TestProcessPipe(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	cmd := testproc.Command("shmctl", "create", path, "--slots", "2")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+	assert.True(t, strings.HasPrefix(stdout.String(), "path\t"+path+"\n"), "stdout: %q", stdout.String())
+	assert.Contains(t, stdout.String(), "\nowner_slots\t32\t2\t512\t64\t0\n")
+	assert.NotContains(t, stdout.String(), "KIND")
+
+	cmd = testproc.Command("shmctl", "info", path+"-missing")
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	require.Error(t, err)
+	assert.Equal(t, exitError, cmd.ProcessState.ExitCode())
+	requireOneLineError(t, result{code: exitError, stdout: stdout.String(), stderr: stderr.String()}, exitError)
+}
+
+func TestIsTerminal(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	assert.False(t, isTerminal(w), "pipe")
+	assert.False(t, isTerminal(&bytes.Buffer{}), "buffer")
+	devNull, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer devNull.Close()
+	assert.True(t, isTerminal(devNull), "character device")
+}
+
+func TestTablePrinter(t *testing.T) {
+	t.Parallel()
+	for _, tty := range []bool{false, true} {
+		ios, stdout, _ := testIOStreams(tty)
+		tp := newTablePrinter(ios, "NAME", "N")
+		tp.AddRow("a", 1)
+		tp.AddRow("tab\there", 22)
+		tp.AddRow("", 3)
+		require.NoError(t, tp.Render())
+		want := "a\t1\n\"tab\\there\"\t22\n\t3\n"
+		if tty {
+			want = "NAME         N\n" +
+				"a            1\n" +
+				"\"tab\\there\"  22\n" +
+				"             3\n"
+		}
+		assert.Equal(t, want, stdout.String(), "tty=%v", tty)
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	require.NoError(t, writeJSON(&b, map[string]any{"name": "a<b", "n": 1}))
+	assert.Equal(t, "{\n  \"n\": 1,\n  \"name\": \"a<b\"\n}\n", b.String())
+}
+
+// A segment file truncated under a reader faults (SIGBUS); that too is one
+// line and exit status 1, not a runtime crash.
+func TestFaultIsOneLine(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 1024})
+	ios, stdout, stderr := testIOStreams(false)
+	root := newCmdRoot(ios)
+	root.AddCommand(&cobra.Command{
+		Use: "shrink",
+		RunE: func(*cobra.Command, []string) error {
+			if err := os.Truncate(seg.Path(), 0); err != nil {
+				return err
+			}
+			s, err := seg.Slot(1023)
+			if err != nil {
+				return err
+			}
+			_ = s.PID.Load()
+			return errors.New("the load did not fault")
+		},
+	})
+	code := execute(root, []string{"shrink"}, ios)
+	line := requireOneLineError(t, result{code: code, stdout: stdout.String(), stderr: stderr.String()}, exitError)
+	assert.True(t, strings.HasPrefix(line, "shmctl: memory fault at 0x"), "line %q", line)
+}

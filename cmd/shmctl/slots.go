@@ -1,0 +1,77 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/shm"
+)
+
+type slotsOptions struct {
+	IO *IOStreams
+
+	Segment string
+	All     bool // list every slot, not only those in use
+	JSON    bool
+}
+
+func newCmdSlots(ios *IOStreams, runF func(*slotsOptions) error) *cobra.Command {
+	opts := &slotsOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "slots <segment>",
+		Short: "List the owner slots in use",
+		Long: `List the owner slots (spinlocks) in use: claimed in the directory, or with
+any field set. For each: its index, the name it was claimed under, its
+claims (refs), its mode, the owner's pid and whether that process is alive,
+dead, or stale (recorded under a previous boot), the holder id (tid), the
+token or generation, the recursion count and the waiter word.
+
+Mode is "pid/tid" when a pid is recorded, "token" when only a token is,
+and "free" otherwise; a pid/tid slot released since keeps its generation
+and so shows as "token".
+
+The segment is opened read-only and nothing in it changes.
+
+JSON fields: path, slots [{index, name, refs, mode, pid, start_ticks,
+owner_state, tid, token, recursion, waiters}]; owner_state is "none" where
+the table shows "-".`,
+		Example: `  shmctl slots jobs
+  shmctl slots jobs --all --json`,
+		Args: exactArgs(1, "one segment"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segment = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return runSlots(opts)
+		},
+	}
+	cmd.Flags().BoolVarP(&opts.All, "all", "a", false, "list every slot, also the unused ones")
+	addJSONFlag(cmd, &opts.JSON)
+	return cmd
+}
+
+func runSlots(opts *slotsOptions) error {
+	// Unlike info, refuse a segment of another PID namespace: its pids
+	// name other processes here, so alive/dead would be wrong.
+	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	doc, err := readSlots(seg, opts.All)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, doc)
+	}
+	t := newTablePrinter(opts.IO, "INDEX", "NAME", "REFS", "MODE", "PID", "STATE", "TID", "TOKEN", "RECURSION", "WAITERS")
+	for _, s := range doc.Slots {
+		state := s.OwnerState
+		if state == stateNone {
+			state = "-"
+		}
+		t.AddRow(s.Index, s.Name, s.Refs, s.Mode, s.PID, state, s.TID, s.Token, s.Recursion, s.Waiters)
+	}
+	return t.Render()
+}

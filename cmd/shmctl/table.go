@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+)
+
+// tablePrinter prints rows of fields, the one way every command prints a
+// table. On a terminal the columns are aligned and a header row comes
+// first (when there is one); in a pipe each row is its fields separated by
+// tabs, with no header, so `cut -f` and `awk -F'\t'` can read it. A field
+// that holds a control character (a tab or newline in a file name) is
+// printed Go-quoted so it cannot break a row.
+type tablePrinter struct {
+	ios    *IOStreams
+	header []string
+	rows   [][]string
+}
+
+// newTablePrinter starts a table; with no header names, even a terminal
+// gets none (a key/value list).
+func newTablePrinter(ios *IOStreams, header ...string) *tablePrinter {
+	return &tablePrinter{ios: ios, header: header}
+}
+
+// AddRow adds one row. Non-string fields are formatted with %v.
+func (t *tablePrinter) AddRow(fields ...any) {
+	row := make([]string, len(fields))
+	for i, f := range fields {
+		s := fmt.Sprint(f)
+		if strings.ContainsFunc(s, unicode.IsControl) {
+			s = strconv.Quote(s)
+		}
+		row[i] = s
+	}
+	t.rows = append(t.rows, row)
+}
+
+// Render writes the table to stdout.
+func (t *tablePrinter) Render() error {
+	if !t.ios.IsStdoutTTY() {
+		var b strings.Builder
+		for _, row := range t.rows {
+			b.WriteString(strings.Join(row, "\t"))
+			b.WriteByte('\n')
+		}
+		_, err := t.ios.Out.Write([]byte(b.String()))
+		return err
+	}
+	const minWidth, tabWidth, padding = 0, 8, 2
+	tw := tabwriter.NewWriter(t.ios.Out, minWidth, tabWidth, padding, ' ', 0)
+	if len(t.header) > 0 {
+		fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+	}
+	for _, row := range t.rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
