@@ -202,7 +202,7 @@ func (s *Segment) lockRegistry() {
 			}
 			continue
 		}
-		if attempt%registryLivenessStep == registryLivenessStep-1 && !proc.AlivePacked(holder) {
+		if attempt%registryLivenessStep == registryLivenessStep-1 && !s.OwnerAlive(holder) {
 			if s.registry.CompareAndSwap(holder, self) {
 				s.regGen.Add(1) // the dead holder's change, if any, is abandoned
 				return

@@ -199,7 +199,7 @@ func readCompleteHeader(path string, f *os.File, opts Options) ([]byte, int64, e
 			return nil, 0, fmt.Errorf("shm: open %s: %w", path, err)
 		}
 		if !fi.Mode().IsRegular() {
-			return nil, 0, fmt.Errorf("%w: %s is %v", ErrNotRegular, path, fi.Mode().Type())
+			return nil, 0, fmt.Errorf("%w: %s is %s", ErrNotRegular, path, describeType(fi.Mode()))
 		}
 		if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() && !opts.AllowForeignOwner {
 			return nil, 0, fmt.Errorf("%w: %s belongs to uid %d", ErrForeignOwner, path, uid)
@@ -269,17 +269,54 @@ func Remove(path string) error {
 		return fmt.Errorf("shm: remove %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s is %v", ErrNotRegular, path, fi.Mode().Type())
+		return fmt.Errorf("%w: %s is %s", ErrNotRegular, path, describeType(fi.Mode()))
 	}
 	magic := make([]byte, len(layout.Magic))
-	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != layout.Magic {
-		return fmt.Errorf("shm: remove %s: %w", path, &layout.FormatError{
-			Field: "magic", Detail: fmt.Sprintf("%q", magic), Err: layout.ErrBadMagic})
+	n, _ := io.ReadFull(f, magic)
+	if _, err := layout.Validate(magic[:n], fi.Size()); errors.Is(err, layout.ErrBadMagic) || n < len(magic) {
+		return fmt.Errorf("shm: remove %s: %w", path, err)
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("shm: %w", err)
 	}
 	return nil
+}
+
+func describeType(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "not a regular file"
+}
+
+// OwnerAlive reports whether the process recorded as an owner (a packed
+// identity, internal/proc) is alive as far as this segment can tell: never
+// for 0 or a stale identity, nor for any identity while the segment's
+// owners were recorded under another boot and no writable Open has
+// recovered it yet.
+func (s *Segment) OwnerAlive(owner uint64) bool {
+	boot, err := proc.BootID()
+	if err != nil || s.ownersBoot() != boot {
+		return false
+	}
+	return proc.AlivePacked(owner)
+}
+
+// OwnersFromOtherBoot reports whether the recorded owners belong to an
+// earlier boot (only a read-only handle can see this; a writable Open
+// recovers the segment first).
+func (s *Segment) OwnersFromOtherBoot() bool {
+	boot, err := proc.BootID()
+	return err != nil || s.ownersBoot() != boot
 }
 
 // Path is the segment's file path.

@@ -437,6 +437,9 @@ func TestRemove(t *testing.T) {
 	other := testproc.SegmentPath(t)
 	require.NoError(t, os.WriteFile(other, []byte("precious data, not a segment"), 0o600))
 	require.ErrorIs(t, shm.Remove(other), layout.ErrBadMagic)
+	empty := testproc.SegmentPath(t)
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	require.ErrorIs(t, shm.Remove(empty), layout.ErrTruncated)
 	_, err = os.Stat(other)
 	require.NoError(t, err, "a non-segment must not be removed")
 

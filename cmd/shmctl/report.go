@@ -54,7 +54,7 @@ func readInfo(seg *shm.Segment) (*infoJSON, error) {
 	id, _ := proc.Unpack(h.Creator)
 	info.Creator = creatorJSON{PID: id.PID, StartTicks: id.StartTicks, State: stateStale}
 	if info.CurrentBoot {
-		info.Creator.State = ownerState(h.Creator)
+		info.Creator.State = ownerState(seg, h.Creator)
 		if t, err := id.StartTime(); err == nil {
 			t = t.UTC()
 			info.Creator.Started = &t
@@ -105,7 +105,7 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 			Refs:       c.Refs,
 			PID:        id.PID,
 			StartTicks: id.StartTicks,
-			OwnerState: ownerState(pidWord),
+			OwnerState: ownerState(seg, pidWord),
 			TID:        s.TID.Load(),
 			Token:      s.Token.Load(),
 			Recursion:  s.RecursionCount.Load(),
@@ -127,14 +127,16 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 	return doc, nil
 }
 
-// ownerState says whether the packed identity w names a live process.
-func ownerState(w uint64) string {
+// ownerState says whether the packed identity w names a live process. An
+// owner recorded under another boot is stale even before a writable open
+// has marked it so.
+func ownerState(seg *shm.Segment, w uint64) string {
 	switch _, stale := proc.Unpack(w); {
 	case w == 0:
 		return stateNone
-	case stale:
+	case stale || seg.OwnersFromOtherBoot():
 		return stateStale
-	case proc.AlivePacked(w):
+	case seg.OwnerAlive(w):
 		return stateAlive
 	}
 	return stateDead

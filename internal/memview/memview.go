@@ -44,3 +44,8 @@ func Uint32(mem []byte, off uint64) (*atomic.Uint32, error) { return At[atomic.U
 
 // Uint64 returns the 64-bit word at off as an atomic.
 func Uint64(mem []byte, off uint64) (*atomic.Uint64, error) { return At[atomic.Uint64](mem, off) }
+
+// LowHalf returns the low 32 bits of a 64-bit word as a word of their own,
+// for futex calls (the kernel compares and waits on 32-bit words only). It
+// relies on the little-endian layout that package layout enforces.
+func LowHalf(w *atomic.Uint64) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(w)) }
