@@ -1,0 +1,14 @@
+package spinlock
+
+import "errors"
+
+// Sentinel errors.
+var (
+	ErrNotOwner    = errors.New("spinlock: not held by this holder")
+	ErrWouldBlock  = errors.New("spinlock: lock is held")
+	ErrTimeout     = errors.New("spinlock: timed out")
+	ErrNotHeld     = errors.New("spinlock: guard holds no lock")
+	ErrGuardInUse  = errors.New("spinlock: guard already holds a lock")
+	ErrBadIdentity = errors.New("spinlock: identity does not fit the lock's mode")
+	ErrRecursion   = errors.New("spinlock: recursion depth limit reached")
+)

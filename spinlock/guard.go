@@ -1,0 +1,173 @@
+package spinlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Guard is one hold of a lock. The zero Guard holds nothing; its Lock
+// methods acquire, Release releases. A Guard of a Token lock may be handed
+// to another goroutine (send the *Guard on a channel), which may then
+// release it; a Guard of a PIDTID lock is released by its holder.
+//
+// A Guard must not be copied after first use (go vet reports copies) and
+// must not be used by two goroutines at once.
+type Guard struct {
+	_         noCopy
+	lock      *Lock
+	id        Identity
+	reclaimed bool
+	recursive bool
+}
+
+// Lock acquires l for id, waiting as long as it takes. If the previous
+// holder died, the lock is taken over and Reclaimed reports it.
+func (g *Guard) Lock(l *Lock, id Identity) error {
+	return g.lockContext(context.Background(), l, id, time.Time{}, false)
+}
+
+// TryLock acquires l for id only if that needs no waiting; ErrWouldBlock
+// otherwise. It never reclaims (see Lock.Reclaim).
+func (g *Guard) TryLock(l *Lock, id Identity) error {
+	return g.lockContext(context.Background(), l, id, time.Time{}, true)
+}
+
+// TryLockFor acquires l for id, waiting at most d; ErrTimeout otherwise.
+func (g *Guard) TryLockFor(l *Lock, id Identity, d time.Duration) error {
+	if d <= 0 {
+		return g.TryLock(l, id)
+	}
+	return g.lockContext(context.Background(), l, id, time.Now().Add(d), false)
+}
+
+// LockContext acquires l for id, waiting until ctx is done; then it
+// returns ctx.Err() and the lock is as it was. A context already done
+// fails at once, even if the lock is free.
+func (g *Guard) LockContext(ctx context.Context, l *Lock, id Identity) error {
+	deadline, _ := ctx.Deadline()
+	return g.lockContext(ctx, l, id, deadline, false)
+}
+
+func (g *Guard) lockContext(ctx context.Context, l *Lock, id Identity, deadline time.Time, try bool) error {
+	if g.lock != nil {
+		return ErrGuardInUse
+	}
+	out, err := l.acquire(ctx, id, deadline, try)
+	if err != nil {
+		if _, fromCtx := ctx.Deadline(); fromCtx && err == ErrTimeout {
+			err = context.DeadlineExceeded
+		}
+		return err
+	}
+	g.lock, g.id, g.reclaimed, g.recursive = l, id, out.reclaimed, out.recursive
+	return nil
+}
+
+// Adopt makes g the guard of a hold that id already has on l, for example
+// a token received from another process. ErrNotOwner if id does not hold l.
+func (g *Guard) Adopt(l *Lock, id Identity) error {
+	if g.lock != nil {
+		return ErrGuardInUse
+	}
+	if !id.fits(l.mode) {
+		return ErrBadIdentity
+	}
+	if !l.heldBy(id) {
+		return ErrNotOwner
+	}
+	g.lock, g.id, g.reclaimed, g.recursive = l, id, false, false
+	return nil
+}
+
+// Release releases the hold. ErrNotHeld if g holds nothing (it was
+// released or detached); ErrNotOwner if the lock no longer records g's
+// holder (someone released it with g's token). Either way g is then empty.
+func (g *Guard) Release() error {
+	if g.lock == nil {
+		return ErrNotHeld
+	}
+	l, id := g.lock, g.id
+	g.lock, g.id, g.reclaimed, g.recursive = nil, Identity{}, false, false
+	return l.Unlock(id)
+}
+
+// Detach empties g without releasing: the lock stays held by g's identity,
+// to be released with Lock.Unlock or adopted by another Guard.
+func (g *Guard) Detach() { g.lock, g.id, g.reclaimed, g.recursive = nil, Identity{}, false, false }
+
+// Held reports whether g holds a lock.
+func (g *Guard) Held() bool { return g.lock != nil }
+
+// Reclaimed reports whether this hold was taken over from a holder that
+// died: the data the lock protects may be half-updated.
+func (g *Guard) Reclaimed() bool { return g.reclaimed }
+
+// Recursive reports whether this hold is a nested lock by a holder that
+// already held the lock.
+func (g *Guard) Recursive() bool { return g.recursive }
+
+// Identity is the identity g holds the lock with (zero if none); in Token
+// mode its Token may be passed to another process to Adopt or Unlock.
+func (g *Guard) Identity() Identity { return g.id }
+
+// Lock acquires l for id and returns a new Guard; see Guard.Lock.
+func (l *Lock) Lock(id Identity) (*Guard, error) {
+	g := new(Guard)
+	return g, g.Lock(l, id)
+}
+
+// TryLock is Guard.TryLock with a new Guard.
+func (l *Lock) TryLock(id Identity) (*Guard, error) {
+	g := new(Guard)
+	return g, g.TryLock(l, id)
+}
+
+// TryLockFor is Guard.TryLockFor with a new Guard.
+func (l *Lock) TryLockFor(id Identity, d time.Duration) (*Guard, error) {
+	g := new(Guard)
+	return g, g.TryLockFor(l, id, d)
+}
+
+// LockContext is Guard.LockContext with a new Guard.
+func (l *Lock) LockContext(ctx context.Context, id Identity) (*Guard, error) {
+	g := new(Guard)
+	return g, g.LockContext(ctx, l, id)
+}
+
+// Locker returns a sync.Locker that locks l for id. Its Lock blocks until
+// it holds the lock (taking it over from a dead holder silently: use a
+// Guard to learn of that); its Unlock panics if id does not hold the lock,
+// as sync.Mutex does for an unlocked mutex.
+func (l *Lock) Locker(id Identity) sync.Locker {
+	if !id.fits(l.mode) {
+		panic("spinlock: " + ErrBadIdentity.Error())
+	}
+	return &locker{l: l, id: id}
+}
+
+type locker struct {
+	l  *Lock
+	id Identity
+}
+
+func (k *locker) Lock() {
+	if k.l.tryAcquire(k.id) {
+		return
+	}
+	if _, err := k.l.acquireSlow(context.Background(), k.id, time.Time{}, false); err != nil {
+		panic("spinlock: " + err.Error())
+	}
+}
+
+func (k *locker) Unlock() {
+	if err := k.l.release(k.id); err != nil {
+		panic("spinlock: unlock: " + err.Error())
+	}
+}
+
+// noCopy makes go vet's copylocks check report copies of a Guard.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}

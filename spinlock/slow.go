@@ -1,0 +1,142 @@
+package spinlock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/futex"
+)
+
+// Waiting: spin on the lock word for a while (the holder of a short
+// critical section on another core is usually about to release), then
+// sleep on the futex. A sleeper wakes at least every livenessInterval to
+// check that the holder still lives, which bounds how long a dead holder's
+// lock stays taken.
+const (
+	spinLoads        = 100                   // loads of the lock word before yielding
+	spinYields       = 4                     // runtime.Gosched rounds before sleeping
+	livenessInterval = 50 * time.Millisecond // longest sleep between liveness checks
+)
+
+// outcome of an acquisition.
+type outcome struct {
+	reclaimed bool // the previous holder had died
+	recursive bool // a nested lock by the holder that already held it
+}
+
+// acquire locks for id, waiting until deadline (zero: no limit) or until
+// ctx is done. try means: do not wait at all.
+func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try bool) (outcome, error) {
+	if !id.fits(l.mode) {
+		return outcome{}, ErrBadIdentity
+	}
+	if err := ctx.Err(); err != nil {
+		return outcome{}, err
+	}
+	if l.tryAcquire(id) {
+		return outcome{}, nil
+	}
+	return l.acquireSlow(ctx, id, deadline, try)
+}
+
+// acquireSlow is kept out of acquire so that the fast path stays small.
+func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time, try bool) (outcome, error) {
+	if l.mode == PIDTID && l.heldBy(id) {
+		if r := l.slot.RecursionCount.Load(); r == maxRecursion {
+			return outcome{}, ErrRecursion
+		}
+		l.slot.RecursionCount.Add(1)
+		return outcome{recursive: true}, nil
+	}
+	if try {
+		return outcome{}, ErrWouldBlock
+	}
+	for i := range spinLoads + spinYields {
+		if l.word.Load() == 0 && l.tryAcquire(id) {
+			return outcome{}, nil
+		}
+		if i >= spinLoads {
+			runtime.Gosched()
+		}
+	}
+	if ctx.Done() != nil {
+		// A sleeper cannot watch a channel; cancellation wakes every
+		// sleeper of this lock, and the others simply sleep again.
+		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(l.fword) })
+		defer stop()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return outcome{}, err
+		}
+		sleep := livenessInterval
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return outcome{}, ErrTimeout
+			}
+			sleep = min(sleep, left)
+		}
+		owner := l.word.Load()
+		if owner == 0 {
+			if l.tryAcquire(id) {
+				return outcome{}, nil
+			}
+			continue
+		}
+		l.slot.Pad.Add(1)
+		err := futex.Wait(l.fword, uint32(owner), sleep)
+		l.unregisterSleeper()
+		if l.word.Load() == 0 && l.tryAcquire(id) {
+			return outcome{}, nil
+		}
+		if errors.Is(err, futex.ErrTimeout) && l.reclaim(id, owner) {
+			return outcome{reclaimed: true}, nil
+		}
+	}
+}
+
+// unregisterSleeper takes one off Pad, never below zero (a repair may have
+// reset it).
+func (l *Lock) unregisterSleeper() {
+	for {
+		n := l.slot.Pad.Load()
+		if n == 0 || l.slot.Pad.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// reclaim takes the lock over from owner if owner is a dead process: one
+// CAS, so of several waiters that find the same dead owner exactly one
+// wins. The winner resets the recursion count and bumps the generation, as
+// if the dead holder had released.
+func (l *Lock) reclaim(id Identity, owner uint64) bool {
+	if l.mode != PIDTID || owner == 0 || l.alive(owner) {
+		return false
+	}
+	if !l.slot.PID.CompareAndSwap(owner, id.PID) {
+		return false
+	}
+	l.slot.TID.Store(id.TID)
+	l.slot.RecursionCount.Store(0)
+	l.slot.Token.Add(1)
+	return true
+}
+
+// Reclaim takes the lock over for id if its holder is dead, without
+// waiting; ErrWouldBlock if the lock is free or held by a live process.
+// Waiting acquisitions do this by themselves; Reclaim is for tools that
+// repair a segment (shmctl reclaim) and for callers that only ever TryLock.
+func (l *Lock) Reclaim(id Identity) (*Guard, error) {
+	if !id.fits(l.mode) {
+		return nil, ErrBadIdentity
+	}
+	if !l.reclaim(id, l.word.Load()) {
+		return nil, ErrWouldBlock
+	}
+	g := &Guard{lock: l, id: id, reclaimed: true}
+	return g, nil
+}

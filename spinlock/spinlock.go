@@ -1,0 +1,184 @@
+package spinlock
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// How a lock uses the owner slot.
+//
+// The lock word is PID in PIDTID mode and Token in Token mode: 0 means
+// free, and one CAS from 0 acquires. In PIDTID mode the word holds the
+// holder's packed process identity, so a waiter can tell from the word
+// alone whether the holder still lives; the holder then stores its TID.
+// A release clears TID, bumps the generation (Token) and only then stores
+// 0 to the lock word, so anyone who sees the word free sees the rest reset,
+// and a stale TID can never sit beside a new owner's PID.
+//
+// Pad counts sleepers: a waiter adds one before it sleeps and takes it off
+// after. Sleepers sleep on the low 32 bits of the lock word, which every
+// release changes, with the value they last saw there, so:
+//   - an unlock that finds Pad zero makes no system call;
+//   - a waiter that registers in Pad before the holder's release is seen by
+//     that release (both are sequentially consistent), and one that
+//     registers after it finds the word changed and does not sleep: no
+//     wake-up is ever lost;
+//   - a new waiter registering never disturbs the ones already asleep.
+//
+// A sleeper killed while registered leaves Pad one too high; that costs
+// later unlocks a futex wake with nobody to wake, never correctness.
+//
+// Fairness: none is promised. A releasing process that locks again at once
+// may win against a woken sleeper (as with pthread and Boost mutexes); the
+// woken sleeper then sleeps again and the next release wakes it.
+const (
+	maxRecursion = 1<<32 - 1 // RecursionCount is 32 bits
+)
+
+// Lock is one spinlock over one owner slot. Create it with New, Open or
+// Named; a Lock is a small handle, and any number of handles, in any
+// processes, may share one slot as long as they agree on its Mode. The
+// n'th release of the slot synchronizes before the (n+1)'th acquisition.
+type Lock struct {
+	slot  *layout.OwnerSlot
+	word  *atomic.Uint64 // the lock word: slot.PID or slot.Token
+	fword *atomic.Uint32 // its low half, for the futex
+	mode  Mode
+	alive func(owner uint64) bool
+}
+
+// New returns a lock over slot (a slot of a segment, or one made with
+// NewInProcessState). Owners are checked for liveness with the process
+// table alone; use Open for a slot of a segment, which also knows when the
+// segment's owners come from an earlier boot.
+func New(slot *layout.OwnerSlot, mode Mode) *Lock {
+	if mode != PIDTID && mode != Token {
+		panic(fmt.Sprintf("spinlock: unknown mode %d", mode))
+	}
+	word := &slot.PID
+	if mode == Token {
+		word = &slot.Token
+	}
+	return &Lock{slot: slot, word: word, fword: memview.LowHalf(word), mode: mode, alive: proc.AlivePacked}
+}
+
+// NewInProcessState returns a zeroed owner slot in process memory, for a
+// lock that only this process's goroutines share.
+func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
+
+// Open returns a lock over owner slot index of seg.
+func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
+	slot, err := seg.Slot(index)
+	if err != nil {
+		return nil, err
+	}
+	l := New(slot, mode)
+	l.alive = seg.OwnerAlive
+	return l, nil
+}
+
+// Named claims the owner slot called name in seg (see shm.Segment.Claim)
+// and returns a lock over it: every process that names it shares it.
+func Named(seg *shm.Segment, name string, mode Mode) (*Lock, error) {
+	i, err := seg.Claim(layout.KindOwnerSlots, name)
+	if err != nil {
+		return nil, err
+	}
+	return Open(seg, i, mode)
+}
+
+// Mode is the lock's mode.
+func (l *Lock) Mode() Mode { return l.mode }
+
+// Slot is the owner slot the lock works on.
+func (l *Lock) Slot() *layout.OwnerSlot { return l.slot }
+
+// Owner returns the current holder, or false if the lock is free.
+func (l *Lock) Owner() (Identity, bool) {
+	if l.mode == Token {
+		t := l.slot.Token.Load()
+		return Identity{Token: t}, t != 0
+	}
+	p := l.slot.PID.Load()
+	return Identity{PID: p, TID: l.slot.TID.Load()}, p != 0
+}
+
+// Generation is the number of PIDTID releases and reclaims so far (0 in
+// Token mode): a holder can keep it as a fencing token.
+func (l *Lock) Generation() uint64 {
+	if l.mode == Token {
+		return 0
+	}
+	return l.slot.Token.Load()
+}
+
+// lockWord is the value the lock word holds while id holds the lock.
+func (l *Lock) lockWord(id Identity) uint64 {
+	if l.mode == Token {
+		return id.Token
+	}
+	return id.PID
+}
+
+// tryAcquire is the fast path: one CAS of the free lock word.
+func (l *Lock) tryAcquire(id Identity) bool {
+	if l.word.CompareAndSwap(0, l.lockWord(id)) {
+		if l.mode == PIDTID {
+			memview.StoreOwned(&l.slot.TID, id.TID)
+		}
+		return true
+	}
+	return false
+}
+
+// heldBy reports whether id holds the lock now.
+func (l *Lock) heldBy(id Identity) bool {
+	if l.mode == Token {
+		return l.slot.Token.Load() == id.Token
+	}
+	return l.slot.PID.Load() == id.PID && l.slot.TID.Load() == id.TID
+}
+
+// Unlock releases one hold of id: in PIDTID mode the innermost recursive
+// lock, in Token mode the lock. ErrNotOwner, changing nothing, if id does
+// not hold it. Prefer Guard.Release; Unlock is for a holder that kept only
+// its identity, such as a token passed to another process.
+func (l *Lock) Unlock(id Identity) error {
+	if !id.fits(l.mode) {
+		return ErrBadIdentity
+	}
+	return l.release(id)
+}
+
+// release is Unlock for an identity known to fit the mode. The holder-only
+// fields are written with StoreOwned: the lock word's atomic store that
+// follows publishes them.
+func (l *Lock) release(id Identity) error {
+	if l.mode == Token {
+		if !l.slot.Token.CompareAndSwap(id.Token, 0) {
+			return ErrNotOwner
+		}
+	} else {
+		s := l.slot
+		if s.PID.Load() != id.PID || s.TID.Load() != id.TID {
+			return ErrNotOwner
+		}
+		if r := s.RecursionCount.Load(); r > 0 {
+			s.RecursionCount.Store(r - 1)
+			return nil
+		}
+		memview.StoreOwned(&s.TID, 0)
+		memview.StoreOwned(&s.Token, s.Token.Load()+1)
+		s.PID.Store(0)
+	}
+	if l.slot.Pad.Load() != 0 {
+		_, _ = futex.Wake(l.fword, 1)
+	}
+	return nil
+}
