@@ -1,0 +1,217 @@
+package spinlock_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+var modes = []spinlock.Mode{spinlock.PIDTID, spinlock.Token}
+
+// identityFor returns what one acquisition of a lock in mode uses: the
+// given holder in PIDTID mode, a fresh token in Token mode.
+func identityFor(mode spinlock.Mode, holder spinlock.Identity) spinlock.Identity {
+	if mode == spinlock.Token {
+		return spinlock.NewToken()
+	}
+	return holder
+}
+
+// Helper processes increment a plain counter in the segment under the lock;
+// not one increment may be lost.
+func TestCounterAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	procs, iters := 4, 20000
+	if long() {
+		iters = 1000000
+	}
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			seg, path := newSegment(t)
+			sc, err := scratchOf(seg)
+			require.NoError(t, err)
+			l, err := spinlock.Open(seg, 0, mode)
+			require.NoError(t, err)
+
+			children := make([]*child, procs)
+			for i := range children {
+				children[i] = startChild(t, "counter", path, mode.String(), strconv.Itoa(iters))
+			}
+			waitFor(t, func() bool { return sc.atomic(offReady).Load() == uint64(procs) }, "%d helpers to be ready", procs)
+			sc.atomic(offGo).Store(1)
+			for _, c := range children {
+				c.waitOK(t)
+			}
+
+			want := uint64(procs * iters)
+			if got := sc.atomic(offCounter).Load(); got != want {
+				t.Fatalf("counter: got %d, want %d", got, want)
+			}
+			if _, held := l.Owner(); held {
+				t.Fatalf("lock still held after every helper exited: %+v", stateOf(l.Slot()))
+			}
+			if mode == spinlock.PIDTID {
+				if got := l.Generation(); got != want {
+					t.Fatalf("generation: got %d, want one per release, %d", got, want)
+				}
+			}
+		})
+	}
+}
+
+func counterHelper(args []string) int {
+	mode := parseMode(args[1])
+	iters, _ := strconv.Atoi(args[2])
+	seg, l, sc, err := openLock(args[0], mode)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	counter := sc.plain(offCounter)
+	holder := spinlock.NewHolder() // this process's one holder (PIDTID mode)
+	sc.atomic(offReady).Add(1)
+	if err := waitWord(sc.atomic(offGo), 1); err != nil {
+		return fail("%v", err)
+	}
+	var g spinlock.Guard
+	for range iters {
+		if err := g.Lock(l, identityFor(mode, holder)); err != nil {
+			return fail("lock: %v", err)
+		}
+		*counter++
+		if err := g.Release(); err != nil {
+			return fail("release: %v", err)
+		}
+	}
+	return 0
+}
+
+// Goroutines, each with its own holder or its own tokens, increment a plain
+// counter under the lock; run with -race to check the ordering too.
+func TestCounterAcrossGoroutines(t *testing.T) {
+	t.Parallel()
+	goroutines, iters := 8, 20000
+	if long() {
+		iters = 500000
+	}
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			l := spinlock.New(spinlock.NewInProcessState(), mode)
+			var counter int
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					holder := spinlock.NewHolder()
+					var g spinlock.Guard
+					for range iters {
+						if err := g.Lock(l, identityFor(mode, holder)); err != nil {
+							t.Error(err)
+							return
+						}
+						counter++
+						if err := g.Release(); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if counter != goroutines*iters {
+				t.Fatalf("counter: got %d, want %d", counter, goroutines*iters)
+			}
+			if mode == spinlock.PIDTID {
+				require.EqualValues(t, goroutines*iters, l.Generation())
+			}
+			require.Equal(t, slotState{Token: l.Slot().Token.Load()}, stateOf(l.Slot()), "lock must be free and clean")
+		})
+	}
+}
+
+// A chain of processes hands one Token lock on without ever freeing it: each
+// adopts the token the previous one left, increments, releases, locks again
+// with a new token, increments and exits holding the lock. The parent adopts
+// the last token and releases.
+func TestTokenHandoffAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	chain := 5
+	if long() {
+		chain = 50
+	}
+	seg, path := newSegment(t)
+	sc, err := scratchOf(seg)
+	require.NoError(t, err)
+	l, err := spinlock.Open(seg, 0, spinlock.Token)
+	require.NoError(t, err)
+
+	var tok uint64
+	for i := range chain {
+		c := startChild(t, "handoff", path, strconv.FormatUint(tok, 10))
+		out := c.waitOK(t)
+		next, err := strconv.ParseUint(strings.TrimSpace(c.waitLine(t, "token ")), 10, 64)
+		require.NoError(t, err, "helper %d output:\n%s", i, out)
+		require.NotEqual(t, tok, next, "each process must lock with a new token")
+		if got := sc.atomic(offToken).Load(); got != next {
+			t.Fatalf("token in the segment: got %#x, want %#x as printed", got, next)
+		}
+		owner, held := l.Owner()
+		require.True(t, held, "the lock must stay held after its holder exited")
+		require.Equal(t, spinlock.Identity{Token: next}, owner)
+
+		// Nobody without the token gets in or out.
+		stranger := spinlock.NewToken()
+		_, err = l.TryLock(stranger)
+		require.ErrorIs(t, err, spinlock.ErrWouldBlock)
+		require.ErrorIs(t, l.Unlock(stranger), spinlock.ErrNotOwner)
+		_, err = l.Reclaim(stranger)
+		require.ErrorIs(t, err, spinlock.ErrWouldBlock, "a token holder has no process to die")
+		tok = next
+	}
+
+	var g spinlock.Guard
+	require.NoError(t, g.Adopt(l, spinlock.Identity{Token: tok}))
+	*sc.plain(offCounter)++
+	require.NoError(t, g.Release())
+	if got, want := sc.atomic(offCounter).Load(), uint64(2*chain); got != want {
+		t.Fatalf("counter: got %d, want %d", got, want)
+	}
+	require.Equal(t, slotState{}, stateOf(l.Slot()), "lock must be free")
+}
+
+func handoffHelper(args []string) int {
+	in, _ := strconv.ParseUint(args[1], 10, 64)
+	seg, l, sc, err := openLock(args[0], spinlock.Token)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	counter := sc.plain(offCounter)
+	if in != 0 {
+		var g spinlock.Guard
+		if err := g.Adopt(l, spinlock.Identity{Token: in}); err != nil {
+			return fail("adopt %#x: %v", in, err)
+		}
+		*counter++
+		if err := g.Release(); err != nil {
+			return fail("release: %v", err)
+		}
+	}
+	var g spinlock.Guard
+	if err := g.TryLock(l, spinlock.NewToken()); err != nil {
+		return fail("lock: %v", err)
+	}
+	*counter++
+	tok := g.Identity().Token
+	sc.atomic(offToken).Store(tok)
+	g.Detach() // exit holding the lock: the next process takes it over
+	fmt.Println("token", tok)
+	return 0
+}

@@ -1,0 +1,112 @@
+package spinlock_test
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// A lock over a slot in process memory: one holder at a time, and every
+// release bumps the generation.
+func Example() {
+	l := spinlock.New(spinlock.NewInProcessState(), spinlock.PIDTID)
+	me := spinlock.NewHolder()
+
+	var g spinlock.Guard
+	if err := g.Lock(l, me); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// ... the critical section ...
+	_, err := l.TryLock(spinlock.NewHolder())
+	fmt.Println("another holder:", err)
+	if err := g.Release(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("generation:", l.Generation())
+	// Output:
+	// another holder: spinlock: lock is held
+	// generation: 1
+}
+
+// In Token mode whoever has the guard may release: here the goroutine that
+// locks hands the guard to another, which releases it.
+func ExampleGuard_handoff() {
+	l := spinlock.New(spinlock.NewInProcessState(), spinlock.Token)
+	handoff := make(chan *spinlock.Guard)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		g := <-handoff
+		fmt.Println("receiver holds it:", g.Held())
+		fmt.Println("receiver releases:", g.Release())
+	})
+
+	g := new(spinlock.Guard)
+	if err := g.Lock(l, spinlock.NewToken()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	handoff <- g // from here on, only the receiver uses g
+	wg.Wait()
+	_, held := l.Owner()
+	fmt.Println("still held:", held)
+	// Output:
+	// receiver holds it: true
+	// receiver releases: <nil>
+	// still held: false
+}
+
+// Processes that name the same lock in a segment share it; if a holder
+// dies, the next one to lock is told to repair what it protects.
+func ExampleNamed() {
+	path := fmt.Sprintf("/dev/shm/shmlock-example-%d", os.Getpid())
+	seg, err := shm.Create(path, shm.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer shm.Remove(path) // runs after Close
+	defer seg.Close()
+
+	lock, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	g, err := lock.Lock(spinlock.NewHolder())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if g.Reclaimed() {
+		fmt.Println("the previous holder died: repair the queue")
+	}
+	fmt.Println("holding queue, generation", lock.Generation())
+	if err := g.Release(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("released, generation", lock.Generation())
+	// Output:
+	// holding queue, generation 0
+	// released, generation 1
+}
+
+// A Lock serves as a sync.Locker for one holder.
+func ExampleLock_Locker() {
+	l := spinlock.New(spinlock.NewInProcessState(), spinlock.PIDTID)
+	var mu sync.Locker = l.Locker(spinlock.NewHolder())
+	mu.Lock()
+	_, held := l.Owner()
+	fmt.Println("held:", held)
+	mu.Unlock()
+	_, held = l.Owner()
+	fmt.Println("held:", held)
+	// Output:
+	// held: true
+	// held: false
+}

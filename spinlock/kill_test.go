@@ -1,0 +1,281 @@
+package spinlock_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// TestKillHolders is the robustness test: worker processes take a PIDTID
+// lock in a loop while the parent kill -9s one of them at random moments
+// (mostly the one holding the lock) and starts a replacement.
+//
+// The accounting is exact because the parent freezes each victim with
+// SIGSTOP and looks at the segment before it sends SIGKILL. A stopped
+// process changes nothing, and while it holds the lock nobody else may, so:
+//
+//   - the victim holds the lock iff the slot's PID word is its identity, and
+//     then exactly one reclaim is due (a victim stopped just after its release
+//     does not hold it and is owed nothing);
+//   - if it holds the lock, counter - sum(tallies) is 0 or 1 at that moment:
+//     1 when it was stopped between incrementing the counter and its tally;
+//     the parent adds that to the increments made by victims and never tallied;
+//   - the parent waits until the due reclaim has been recorded before it
+//     stops the next victim, so a victim is never a reclaimer that has not yet
+//     recorded its reclaim, and every reclaim is counted once.
+//
+// The workers check each acquisition themselves: the marker word must be 0
+// (else two owners), and the generation must be exactly the one the last
+// holder announced (one release since), or one more after a reclaim (the
+// dead holder may have bumped it in a release it did not finish).
+func TestKillHolders(t *testing.T) {
+	t.Parallel()
+	const workers = 4
+	wantKills, wantDue, maxKills := 8, 3, 60
+	if long() {
+		wantKills, wantDue, maxKills = 300, 100, 1000
+	}
+	require.Less(t, workers+maxKills, maxRecords)
+
+	seg, path := newSegment(t)
+	sc, err := scratchOf(seg)
+	require.NoError(t, err)
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	slot := l.Slot()
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	type worker struct {
+		*child
+		packed uint64
+	}
+	var all []*worker            // every worker ever started, dead or alive
+	live := map[uint64]*worker{} // by packed identity
+	start := func() {
+		rec := len(all)
+		c := startChild(t, "kill-worker", path, strconv.Itoa(rec), strconv.FormatUint(rng.Uint64(), 10))
+		w := &worker{child: c, packed: c.identity(t)}
+		all = append(all, w)
+		live[w.packed] = w
+	}
+	for range workers {
+		start()
+	}
+	sumTallies := func() uint64 {
+		var sum uint64
+		for i := range all {
+			sum += sc.atomic(recordOff(i) + recordTally).Load()
+		}
+		return sum
+	}
+
+	// A worker that exits by itself has found something wrong: stop at once.
+	checkWorkers := func() {
+		for _, w := range live {
+			select {
+			case <-w.done:
+				t.Fatalf("worker pid %d exited (%v); output:\n%s", w.pid(), w.err, w.out.String())
+			default:
+			}
+		}
+	}
+
+	var kills, due, untallied int
+	for kills < wantKills || due < wantDue {
+		if kills == maxKills {
+			t.Fatalf("only %d of %d kills hit a holder", due, kills)
+		}
+		time.Sleep(time.Duration(2000+rng.IntN(20000)) * time.Microsecond)
+		checkWorkers()
+
+		// Two times in three aim at the holder; the third kills anyone, which
+		// may be a sleeping waiter or one that is just acquiring.
+		victim := live[slot.PID.Load()]
+		if victim == nil || rng.IntN(3) == 0 {
+			var alive []*worker
+			for _, w := range all {
+				if live[w.packed] == w {
+					alive = append(alive, w)
+				}
+			}
+			victim = alive[rng.IntN(len(alive))]
+		}
+		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGSTOP))
+		victim.waitStopped(t)
+		holds := slot.PID.Load() == victim.packed
+		if holds {
+			d := int(sc.atomic(offCounter).Load() - sumTallies())
+			if d != 0 && d != 1 {
+				t.Fatalf("victim stopped holding the lock: counter - tallies = %d, want 0 or 1", d)
+			}
+			untallied += d
+			due++
+		}
+		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGKILL))
+		victim.waitKilled(t)
+		delete(live, victim.packed)
+		kills++
+		start()
+		if holds {
+			waitFor(t, func() bool { checkWorkers(); return sc.atomic(offReclaims).Load() >= uint64(due) },
+				"reclaim %d (victim pid %d)", due, victim.pid())
+		}
+	}
+
+	sc.atomic(offStop).Store(1)
+	var reported int
+	for _, w := range all {
+		_, alive := live[w.packed]
+		if alive {
+			w.waitOK(t)
+		}
+		out := w.out.String()
+		if strings.Contains(out, "FAIL") {
+			t.Errorf("worker pid %d (alive to the end: %v) reported:\n%s", w.pid(), alive, out)
+		}
+		reported += strings.Count(out, "reclaimed\n")
+		if alive {
+			var rounds, reclaims uint64
+			_, err := fmt.Sscanf(w.waitLine(t, "done "), "rounds=%d reclaims=%d", &rounds, &reclaims)
+			require.NoError(t, err)
+			rec := recordOff(indexOf(all, w))
+			require.Equal(t, rounds, sc.atomic(rec+recordTally).Load(), "worker pid %d: rounds and tally", w.pid())
+			require.Equal(t, reclaims, sc.atomic(rec+recordReclaims).Load(), "worker pid %d: reclaims printed and recorded", w.pid())
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	var recorded uint64
+	for i := range all {
+		recorded += sc.atomic(recordOff(i) + recordReclaims).Load()
+	}
+	tallies := sumTallies()
+	counter := sc.atomic(offCounter).Load()
+	gen := l.Generation()
+	t.Logf("%d kills, %d of them holding the lock; %d increments (%d by victims killed before their tally), generation %d, %d sleepers left registered by victims",
+		kills, due, counter, untallied, gen, slot.Pad.Load())
+
+	if got := sc.atomic(offReclaims).Load(); got != uint64(due) {
+		t.Errorf("reclaims: got %d, want one per kill of a holder, %d", got, due)
+	}
+	if recorded != uint64(due) || reported != due {
+		t.Errorf("reclaims recorded per worker %d, printed %d; want %d", recorded, reported, due)
+	}
+	if counter != tallies+uint64(untallied) {
+		t.Errorf("counter: got %d, want the workers' tallies %d + %d by victims killed before their tally", counter, tallies, untallied)
+	}
+	if want := sc.atomic(offNextGen).Load(); gen != want {
+		t.Errorf("generation: got %d, want %d, one past the last holder's", gen, want)
+	}
+	if gen < tallies {
+		t.Errorf("generation %d is below the %d acquisitions that committed", gen, tallies)
+	}
+
+	// The lock is free and clean (Pad may count sleepers that were killed).
+	st := stateOf(slot)
+	if st.PID != 0 || st.TID != 0 || st.Recursion != 0 {
+		t.Fatalf("lock not free at the end: %+v", st)
+	}
+	g, err := l.TryLock(spinlock.NewHolder())
+	require.NoError(t, err)
+	require.False(t, g.Reclaimed())
+	require.NoError(t, g.Release())
+}
+
+func indexOf[T comparable](s []T, v T) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// killWorkerHelper is one worker of TestKillHolders. It loops until the stop
+// word is set, and keeps its accounting in its record, under the lock.
+func killWorkerHelper(args []string) int {
+	rec, _ := strconv.Atoi(args[1])
+	seed, _ := strconv.ParseUint(args[2], 10, 64)
+	seg, l, sc, err := openLock(args[0], spinlock.PIDTID)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	pid := uint64(os.Getpid())
+	rng := rand.New(rand.NewPCG(seed, pid))
+	me := spinlock.NewHolder()
+	marker, stop := sc.atomic(offMarker), sc.atomic(offStop)
+	counter, nextGen, reclaims := sc.plain(offCounter), sc.plain(offNextGen), sc.plain(offReclaims)
+	tally, myReclaims := sc.plain(recordOff(rec)+recordTally), sc.plain(recordOff(rec)+recordReclaims)
+
+	var rounds, reclaimed uint64
+	var g spinlock.Guard
+	for stop.Load() == 0 {
+		if err := g.Lock(l, me); err != nil {
+			return fail("lock: %v", err)
+		}
+		gen := l.Generation()
+		if want := *nextGen; gen != want && !(g.Reclaimed() && gen == want+1) {
+			return fail("generation %d after acquiring (reclaimed %v), want %d", gen, g.Reclaimed(), want)
+		}
+		*nextGen = gen + 1
+		if g.Reclaimed() {
+			// Printed before it is recorded: once the parent sees the
+			// record, the line is in the pipe even if we die next.
+			fmt.Println("reclaimed")
+			*myReclaims++
+			*reclaims++
+			reclaimed++
+			marker.Store(0) // repair: the dead holder's critical section is over
+		}
+		if m := marker.Load(); m != 0 {
+			return fail("DOUBLE OWNER: pid %d is inside the critical section with me (%d)", m, pid)
+		}
+		marker.Store(pid)
+		*counter++
+		*tally++
+		hold(rng)
+		if m := marker.Load(); m != pid {
+			return fail("DOUBLE OWNER: marker %d, want mine (%d)", m, pid)
+		}
+		marker.Store(0)
+		if err := g.Release(); err != nil {
+			return fail("release: %v", err)
+		}
+		rounds++
+		if rng.IntN(4) == 0 {
+			runtime.Gosched()
+		}
+	}
+	fmt.Printf("done rounds=%d reclaims=%d\n", rounds, reclaimed)
+	return 0
+}
+
+// hold keeps the lock for a random while: not at all (so that workers race
+// for the lock), a few microseconds of work, or a sleep of up to 2 ms (so
+// that the holder is often asleep, and easy to catch, inside the critical
+// section).
+func hold(rng *rand.Rand) {
+	switch rng.IntN(3) {
+	case 0:
+	case 1:
+		for end := time.Now().Add(time.Duration(rng.IntN(20)) * time.Microsecond); time.Now().Before(end); {
+		}
+	default:
+		time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+	}
+}
