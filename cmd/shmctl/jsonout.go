@@ -58,6 +58,44 @@ import (
 //	  token             number     token (token mode) or generation (pid/tid)
 //	  recursion         number     re-entries beyond the first lock
 //	  waiters           number     the futex/waiter word (OwnerSlot.Pad)
+//
+// shmctl reclaim --json prints a reclaimJSON:
+//
+//	path                string   resolved path of the segment file
+//	dry_run             bool     --dry-run: nothing was changed
+//	slots               array    one object per owner slot whose owner was
+//	                             dead or stale, by index:
+//	  index             number     slot index
+//	  name              string     name it was claimed under; "" if unnamed
+//	                               or not claimed
+//	  pid               number     the dead owner's pid
+//	  start_ticks       number     its start time, clock ticks since its boot
+//	  owner_state       string     "dead" or "stale" (a previous boot)
+//	  tid               number     the dead holder's id within its process
+//	  generation        number     the slot's generation when found
+//	  new_generation    number|null  the generation after the takeover and
+//	                               release (normally generation + 2); null unless
+//	                               action is "reclaimed"
+//	  action            string     "reclaimed" (now free), "would reclaim"
+//	                               (--dry-run) or "skipped" (the owner
+//	                               changed before the takeover)
+//
+// shmctl bench prints a benchJSON on one line (writeJSONLine), with the
+// fields in this order, as the peer-benchmark contract wants:
+//
+//	peer                string   "shmlock_spin" or "shmlock_spin_token"
+//	workload            string   as given
+//	procs               number   worker processes
+//	iters               number   iterations per worker
+//	seconds             number   max(worker end) - start, CLOCK_MONOTONIC
+//	ops_per_sec         number   ops / seconds; ops is procs*iters (counter),
+//	                             iters lock/unlock pairs (uncontended) or
+//	                             iters round trips (pingpong*); 0 if not run
+//	ns_per_op           number   1e9 * seconds / ops; 0 if not run
+//	ok                  bool     every worker succeeded and the run validated
+//	detail              string   the lock's mode and shmlock's version, then
+//	                             what was checked ("counter=N want=N"), or
+//	                             why the cell did not run ("unsupported workload")
 type (
 	infoJSON struct {
 		Path             string      `json:"path"`
@@ -87,6 +125,33 @@ type (
 		Size      uint64 `json:"size"`
 		Claimed   *int   `json:"claimed"`
 	}
+	reclaimJSON struct {
+		Path   string            `json:"path"`
+		DryRun bool              `json:"dry_run"`
+		Slots  []reclaimSlotJSON `json:"slots"`
+	}
+	reclaimSlotJSON struct {
+		Index         int     `json:"index"`
+		Name          string  `json:"name"`
+		PID           uint32  `json:"pid"`
+		StartTicks    uint64  `json:"start_ticks"`
+		OwnerState    string  `json:"owner_state"`
+		TID           uint64  `json:"tid"`
+		Generation    uint64  `json:"generation"`
+		NewGeneration *uint64 `json:"new_generation"`
+		Action        string  `json:"action"`
+	}
+	benchJSON struct {
+		Peer      string  `json:"peer"`
+		Workload  string  `json:"workload"`
+		Procs     int     `json:"procs"`
+		Iters     uint64  `json:"iters"`
+		Seconds   float64 `json:"seconds"`
+		OpsPerSec float64 `json:"ops_per_sec"`
+		NsPerOp   float64 `json:"ns_per_op"`
+		OK        bool    `json:"ok"`
+		Detail    string  `json:"detail"`
+	}
 	slotsJSON struct {
 		Path  string     `json:"path"`
 		Slots []slotJSON `json:"slots"`
@@ -106,11 +171,20 @@ type (
 	}
 )
 
-// writeJSON is the one way a command prints JSON: indented by two spaces,
-// one trailing newline, and no HTML escaping of names such as "a<b".
+// writeJSON is the one way a command prints a JSON document: indented by
+// two spaces, one trailing newline, and no HTML escaping of names such as
+// "a<b". (bench's result, which must be one line, goes through writeJSONLine.)
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// writeJSONLine writes v as one line, for bench: the driver contract wants
+// exactly one line of JSON on stdout. No HTML escaping, as writeJSON.
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,12 @@ import (
 	"github.com/shmlock/shmlock/shm"
 )
 
-func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+func TestMain(m *testing.M) {
+	// The workers of bench and demo run this test binary's "shmctl"
+	// helper, which is the real program.
+	selfCommand = func(args ...string) (*exec.Cmd, error) { return testproc.Command("shmctl", args...), nil }
+	testproc.Main(m, helpers)
+}
 
 var helpers = map[string]func(args []string) int{
 	// shmctl ARGS...: the real program, on the process's own stdout and stderr.

@@ -14,7 +14,9 @@ func newCmdRoot(ios *IOStreams) *cobra.Command {
 		Short: "Inspect and manage shmlock shared-memory segments",
 		Long: `shmctl inspects and manages shmlock segments: the files, by default in
 /dev/shm, that hold cross-process locks. A segment argument is a path or a
-bare name ("jobs" means /dev/shm/jobs).`,
+bare name ("jobs" means /dev/shm/jobs).
+
+New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		// Errors and usage are reported by execute, one line each.
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -38,6 +40,10 @@ bare name ("jobs" means /dev/shm/jobs).`,
 		newCmdInfo(ios, nil),
 		newCmdSlots(ios, nil),
 		newCmdRm(ios, nil),
+		newCmdReclaim(ios, nil),
+		newCmdBench(ios, nil),
+		newCmdDemo(ios, nil),
+		newCmdDemoWorker(ios, nil),
 	)
 	return root
 }

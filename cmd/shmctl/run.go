@@ -12,14 +12,22 @@ import (
 
 // Exit statuses.
 const (
-	exitOK    = 0
-	exitError = 1 // the command failed
-	exitUsage = 2 // bad flags, arguments or command name
+	exitOK          = 0
+	exitError       = 1 // the command failed
+	exitUsage       = 2 // bad flags, arguments or command name
+	exitUnsupported = 3 // bench: the lock does not support the workload (the driver contract's 3)
 )
 
 // errSilent is returned by a command that has already reported its errors
 // on stderr (rm, one line per path); it only sets the exit status.
 var errSilent = errors.New("shmctl: error already reported")
+
+// exitStatus is returned by a command that has already said what happened
+// in its output (bench prints the contract's JSON line, also for a failed
+// run); it only sets the exit status, and nothing goes to stderr.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("shmctl: exit status %d", int(e)) }
 
 // usageError is a mistake on the command line, reported with exit status
 // exitUsage and a pointer to the command's help.
@@ -75,6 +83,9 @@ func execute(root *cobra.Command, args []string, ios *IOStreams) (code int) {
 	}
 	if errors.Is(err, errSilent) {
 		return exitError
+	}
+	if status, ok := errors.AsType[exitStatus](err); ok {
+		return int(status)
 	}
 	printError(ios.ErrOut, err)
 	if _, ok := errors.AsType[*usageError](err); ok {

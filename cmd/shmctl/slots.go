@@ -65,7 +65,12 @@ func runSlots(opts *slotsOptions) error {
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
-	t := newTablePrinter(opts.IO, "INDEX", "NAME", "REFS", "MODE", "PID", "STATE", "TID", "TOKEN", "RECURSION", "WAITERS")
+	return printSlots(opts.IO, doc)
+}
+
+// printSlots prints the slot table of slots and demo.
+func printSlots(ios *IOStreams, doc *slotsJSON) error {
+	t := newTablePrinter(ios, "INDEX", "NAME", "REFS", "MODE", "PID", "STATE", "TID", "TOKEN", "RECURSION", "WAITERS")
 	for _, s := range doc.Slots {
 		state := s.OwnerState
 		if state == stateNone {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/cmd/shmctl/internal/bench"
+)
+
+// benchWorkerEnv marks a worker process of bench: the driver runs this
+// program again with the same flags and this variable set to the worker's
+// index, as the peers' harness does with PEERS_WORKER.
+const benchWorkerEnv = "SHMCTL_BENCH_WORKER"
+
+type benchOptions struct {
+	IO *IOStreams
+
+	Workload string
+	Procs    int
+	Iters    uint64 // per worker
+	Path     string // the shared file; the lock's segment goes in Path+".shm"
+	Lock     string // bench.LockSpin or bench.LockSpinToken
+}
+
+func newCmdBench(ios *IOStreams, runF func(*benchOptions) error) *cobra.Command {
+	opts := &benchOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token]",
+		Short: "Run one cell of the cross-process lock benchmark",
+		Long: `Run one benchmark cell as a driver of the peer-benchmark contract
+(shared/peers/README.md), so that shmlock's spinlock can be measured beside
+pthread, Boost and the other peers by the same run.sh.
+
+The driver maps FILE (64 KiB, the contract's layout), creates the lock's
+segment in FILE.shm, starts P worker processes (this program again, killed
+if the driver dies), opens the start barrier and waits. Each worker opens
+the segment and runs N iterations of the workload: uncontended (P = 1),
+counter, pingpong and pingpong_retry (P = 2); rw90 needs a shared lock and
+is not supported by the spinlock.
+
+--lock spin is the spinlock in pid/tid mode, one holder per worker (peer
+"shmlock_spin"); spin-token is token mode with a fresh token for every
+acquisition (peer "shmlock_spin_token").
+
+Output is exactly one line of JSON: peer, workload, procs, iters, seconds,
+ops_per_sec, ns_per_op, ok, detail. Exit status 0 if the run validated, 1
+if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
+		Example: `  shmctl bench --workload counter --procs 2 --iters 2e6 --path /dev/shm/b
+  shmctl bench --workload=uncontended --procs=1 --iters=1e7 --path=/dev/shm/b --lock=spin-token`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Workload == "" || opts.Path == "" || opts.Iters == 0 {
+				return newUsageError(cmd, "bench needs --workload, --procs, --iters and --path")
+			}
+			if opts.Procs < 1 || opts.Procs > bench.MaxProcs {
+				return newUsageError(cmd, "--procs must be 1 to %d, got %d", bench.MaxProcs, opts.Procs)
+			}
+			if !isOneOf(opts.Lock, bench.LockNames()) {
+				return newUsageError(cmd, "--lock must be %s, got %q", strings.Join(bench.LockNames(), " or "), opts.Lock)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runBench(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Workload, "workload", "", "uncontended, counter, pingpong, pingpong_retry or rw90")
+	f.IntVar(&opts.Procs, "procs", 0, "worker processes")
+	f.Var(itersValue{&opts.Iters}, "iters", "iterations per worker (2e6 is accepted)")
+	f.StringVar(&opts.Path, "path", "", "the shared `file` (the driver creates it, and FILE.shm)")
+	f.StringVar(&opts.Lock, "lock", bench.LockSpin, "the lock: "+strings.Join(bench.LockNames(), " or "))
+	return cmd
+}
+
+func runBench(opts *benchOptions) error {
+	cfg := bench.Config{Workload: opts.Workload, Procs: opts.Procs, Iters: opts.Iters, Path: opts.Path, Lock: opts.Lock}
+	if w, ok := os.LookupEnv(benchWorkerEnv); ok {
+		me, err := strconv.Atoi(w)
+		if err != nil {
+			return fmt.Errorf("bench worker: bad %s=%q", benchWorkerEnv, w)
+		}
+		return bench.Work(cfg, me)
+	}
+	errOut := workerOutput(opts.IO.ErrOut)
+	res, code := bench.Drive(cfg, func(me int) (*exec.Cmd, error) {
+		cmd, err := selfCommand(benchArgs(cfg)...)
+		if err != nil {
+			return nil, err
+		}
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, benchWorkerEnv+"="+strconv.Itoa(me))
+		// Workers print only errors; stdout is the driver's JSON line.
+		cmd.Stdout, cmd.Stderr = errOut, errOut
+		return cmd, nil
+	})
+	if err := writeJSONLine(opts.IO.Out, benchJSON(res)); err != nil {
+		return err
+	}
+	if code != bench.ExitOK {
+		return exitStatus(code)
+	}
+	return nil
+}
+
+// benchArgs are a worker's command line: the driver's flags.
+func benchArgs(cfg bench.Config) []string {
+	return []string{"bench", "--workload", cfg.Workload, "--procs", strconv.Itoa(cfg.Procs),
+		"--iters", strconv.FormatUint(cfg.Iters, 10), "--path", cfg.Path, "--lock", cfg.Lock}
+}
+
+// itersValue is --iters: a count that may be written in floating-point
+// form such as 2e6, as the contract allows. Like the harness, it keeps the
+// whole part of a fraction.
+type itersValue struct{ n *uint64 }
+
+func (v itersValue) String() string {
+	if v.n == nil {
+		return "0"
+	}
+	return strconv.FormatUint(*v.n, 10)
+}
+
+func (v itersValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < 1 || f >= math.MaxUint64 {
+		return fmt.Errorf("want a count of at least 1, such as 2000000 or 2e6")
+	}
+	*v.n = uint64(f)
+	return nil
+}
+
+func (v itersValue) Type() string { return "count" }
+
+func isOneOf(s string, set []string) bool {
+	for _, x := range set {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+)
+
+func TestBenchFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want benchOptions
+	}{
+		{
+			[]string{"--workload", "counter", "--procs", "2", "--iters", "1000", "--path", "/dev/shm/x"},
+			benchOptions{Workload: "counter", Procs: 2, Iters: 1000, Path: "/dev/shm/x", Lock: "spin"},
+		},
+		{
+			[]string{"--workload=uncontended", "--procs=1", "--iters=2e6", "--path=/tmp/f", "--lock=spin-token"},
+			benchOptions{Workload: "uncontended", Procs: 1, Iters: 2000000, Path: "/tmp/f", Lock: "spin-token"},
+		},
+		{ // like the harness, the whole part of a fraction
+			[]string{"--lock", "spin", "--iters", "1.5e1", "--procs", "64", "--path", "p", "--workload", "rw90"},
+			benchOptions{Workload: "rw90", Procs: 64, Iters: 15, Path: "p", Lock: "spin"},
+		},
+	}
+	for _, tt := range tests {
+		ios, _, _ := testIOStreams(false)
+		var got *benchOptions
+		cmd := newCmdBench(ios, func(o *benchOptions) error { got = o; return nil })
+		cmd.SetArgs(tt.args)
+		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		tt.want.IO = ios
+		assert.Equal(t, &tt.want, got, "args %q", tt.args)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	t.Parallel()
+	ok := []string{"--workload", "counter", "--procs", "2", "--iters", "10", "--path", "/nonexistent/x"}
+	tests := []struct {
+		args []string
+		want string // part of the line on stderr
+	}{
+		{ok[2:], "bench needs --workload, --procs, --iters and --path"},
+		{ok[:6], "bench needs --workload, --procs, --iters and --path"},
+		{append(ok[:4:4], ok[6:]...), "bench needs --workload, --procs, --iters and --path"},
+		{append(ok, "--procs", "0"), "--procs must be 1 to 64, got 0"},
+		{append(ok, "--procs", "65"), "--procs must be 1 to 64, got 65"},
+		{append(ok, "--iters", "0"), `invalid argument "0" for "--iters" flag`},
+		{append(ok, "--iters", "many"), `invalid argument "many" for "--iters" flag`},
+		{append(ok, "--iters", "NaN"), `invalid argument "NaN" for "--iters" flag`},
+		{append(ok, "--lock", "mutex"), `--lock must be spin or spin-token, got "mutex"`},
+		{append(ok, "extra"), "bench takes no arguments, got 1 arguments"},
+	}
+	for _, tt := range tests {
+		line := requireOneLineError(t, shmctl(t, false, append([]string{"bench"}, tt.args...)...), exitUsage)
+		assert.Contains(t, line, tt.want, "args %q", tt.args)
+	}
+}
+
+// benchKeys are the contract's keys, in its order.
+var benchKeys = []string{"peer", "workload", "procs", "iters", "seconds", "ops_per_sec", "ns_per_op", "ok", "detail"}
+
+// benchLine checks that out is one line of JSON with the contract's keys
+// in order, and decodes it.
+func benchLine(tb testing.TB, out string) benchJSON {
+	tb.Helper()
+	require.True(tb, strings.HasSuffix(out, "}\n") && strings.Count(out, "\n") == 1, "not one line of JSON: %q", out)
+	dec := json.NewDecoder(strings.NewReader(out))
+	tok, err := dec.Token()
+	require.NoError(tb, err)
+	require.Equal(tb, json.Delim('{'), tok)
+	var keys []string
+	for dec.More() {
+		k, err := dec.Token()
+		require.NoError(tb, err)
+		keys = append(keys, k.(string))
+		var v any
+		require.NoError(tb, dec.Decode(&v))
+	}
+	assert.Equal(tb, benchKeys, keys, "keys and their order")
+	var res benchJSON
+	require.NoError(tb, json.Unmarshal([]byte(out), &res))
+	return res
+}
+
+// A real run of every exclusive workload with each lock: the driver in this
+// process, its workers this test binary re-executed.
+func TestBenchRun(t *testing.T) {
+	t.Parallel()
+	cells := []struct {
+		workload, procs, iters string
+		detail                 string
+	}{
+		{"uncontended", "1", "2000", "ns per lock+unlock pair"},
+		{"counter", "2", "1000", "counter=2000 want=2000"},
+		{"counter", "3", "1e3", "counter=3000 want=3000"},
+		{"pingpong", "2", "300", "turns=600 want=600"},
+		{"pingpong_retry", "2", "300", "turns=600 want=600"},
+	}
+	for _, lock := range []string{"spin", "spin-token"} {
+		peer := map[string]string{"spin": "shmlock_spin", "spin-token": "shmlock_spin_token"}[lock]
+		for _, c := range cells {
+			t.Run(lock+"/"+c.workload+"/"+c.procs, func(t *testing.T) {
+				t.Parallel()
+				path := testproc.SegmentPath(t)
+				r := shmctl(t, false, "bench", "--workload", c.workload, "--procs", c.procs, "--iters", c.iters, "--path", path, "--lock", lock)
+				require.Equal(t, exitOK, r.code, "stdout %q, stderr %q", r.stdout, r.stderr)
+				assert.Empty(t, r.stderr)
+				res := benchLine(t, r.stdout)
+				assert.True(t, res.OK, "ok; detail %q", res.Detail)
+				assert.Equal(t, peer, res.Peer)
+				assert.Equal(t, c.workload, res.Workload)
+				assert.Greater(t, res.Seconds, 0.0)
+				assert.Greater(t, res.OpsPerSec, 0.0)
+				assert.InDelta(t, 1e9/res.OpsPerSec, res.NsPerOp, res.NsPerOp*1e-9)
+				assert.Contains(t, res.Detail, c.detail)
+				assert.Contains(t, res.Detail, "github.com/shmlock/shmlock")
+				for _, p := range []string{path, path + ".shm"} {
+					_, err := os.Stat(p)
+					assert.ErrorIs(t, err, os.ErrNotExist, "%s after the run", p)
+				}
+			})
+		}
+	}
+}
+
+// Cells the lock cannot run still print the JSON line, with the
+// contract's exit status, and create no file.
+func TestBenchNotRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		workload, procs string
+		code            int
+		detail          string
+	}{
+		{"rw90", "2", exitUnsupported, "unsupported workload"},
+		{"frobnicate", "2", exitUnsupported, "unsupported workload"},
+		{"uncontended", "2", exitUsage, "uncontended requires procs=1"},
+		{"pingpong", "3", exitUsage, "pingpong requires procs=2"},
+	}
+	for _, tt := range tests {
+		path := testproc.SegmentPath(t)
+		r := shmctl(t, false, "bench", "--workload", tt.workload, "--procs", tt.procs, "--iters", "2e6", "--path", path)
+		assert.Equal(t, tt.code, r.code, "%s: stderr %q", tt.workload, r.stderr)
+		assert.Empty(t, r.stderr)
+		res := benchLine(t, r.stdout)
+		assert.Equal(t, benchJSON{Peer: "shmlock_spin", Workload: tt.workload, Procs: res.Procs, Iters: 2000000, Detail: tt.detail}, res)
+		_, err := os.Stat(path)
+		assert.ErrorIs(t, err, os.ErrNotExist)
+	}
+}
+
+// The real program in a pipe: exit status 3 for rw90 and the JSON line on
+// stdout, nothing on stderr.
+func TestBenchProcessUnsupported(t *testing.T) {
+	t.Parallel()
+	cmd := testproc.Command("shmctl", "bench", "--workload", "rw90", "--procs", "4", "--iters", "10", "--path", testproc.SegmentPath(t))
+	cmd.Stderr = io.Discard
+	out, err := cmd.Output()
+	require.Error(t, err)
+	assert.Equal(t, exitUnsupported, cmd.ProcessState.ExitCode())
+	res := benchLine(t, string(out))
+	assert.False(t, res.OK)
+	assert.Equal(t, "unsupported workload", res.Detail)
+}

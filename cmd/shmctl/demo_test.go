@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+func TestDemoFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want demoOptions
+	}{
+		{nil, demoOptions{Path: demoDefaultPath, Workers: 4, Duration: 2 * time.Second}},
+		{
+			[]string{"--path", "x", "--workers", "3", "--duration", "1.5s", "--keep"},
+			demoOptions{Path: "x", Workers: 3, Duration: 1500 * time.Millisecond, Keep: true},
+		},
+	}
+	for _, tt := range tests {
+		ios, _, _ := testIOStreams(false)
+		var got *demoOptions
+		cmd := newCmdDemo(ios, func(o *demoOptions) error { got = o; return nil })
+		cmd.SetArgs(tt.args)
+		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		tt.want.IO = ios
+		assert.Equal(t, &tt.want, got, "args %q", tt.args)
+	}
+}
+
+func TestDemoUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "1"}, "--workers must be 2 to 16, got 1"},
+		{[]string{"--workers", "17"}, "--workers must be 2 to 16, got 17"},
+		{[]string{"--duration", "10ms"}, "--duration must be at least 200ms, got 10ms"},
+		{[]string{"now"}, "demo takes no arguments, got 1 arguments"},
+	}
+	for _, tt := range tests {
+		line := requireOneLineError(t, shmctl(t, false, append([]string{"demo"}, tt.args...)...), exitUsage)
+		assert.Contains(t, line, tt.want, "args %q", tt.args)
+	}
+}
+
+// The whole demo, with its workers this test binary re-executed: it
+// passes, kills one worker, relays the takeover and removes its segment.
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	r := shmctl(t, false, "demo", "--path", path, "--workers", "3", "--duration", "1s")
+	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	assert.Empty(t, r.stderr)
+	out := r.stdout
+	assert.Contains(t, out, "shmlock demo: 3 worker processes share the segment "+path+"\n")
+	for i := range 3 {
+		assert.Regexp(t, fmt.Sprintf(`(?m)^started worker %d \(pid \d+\)$`, i), out)
+	}
+	victim := regexp.MustCompile(`(?m)^kill -9 (\d+) \(worker 2, holding beta\)$`).FindStringSubmatch(out)
+	require.NotNil(t, victim, "no kill line in:\n%s", out)
+	assert.Regexp(t, `(?m)^worker [01] \(pid \d+\) took over beta from dead pid `+victim[1]+` \(generation \d+\)$`, out)
+	assert.Regexp(t, `(?m)^1 +beta +4 +pid/tid +`+victim[1]+` +alive `, out, "the slot table before the kill")
+	assert.Regexp(t, `(?m)^INDEX +NAME +REFS +MODE +PID +STATE +TID +TOKEN +RECURSION +WAITERS$`, out)
+	assert.Regexp(t, `(?m)^2 +`+victim[1]+` +\d+ +\d+ +\d+ +killed while holding beta$`, out)
+	assert.Contains(t, out, "\nPASS: ")
+	assert.NotContains(t, out, "FAIL")
+	assert.True(t, strings.HasSuffix(out, "\nremoved "+path+"\n"), "last line of:\n%s", out)
+	_, err := os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "segment after the demo")
+}
+
+// --keep leaves the segment; a demo segment left at the path is replaced,
+// and anything else there is refused.
+func TestDemoKeepAndReplace(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{}) // a leftover
+	path := seg.Path()
+	r := shmctl(t, false, "demo", "--path", path, "--workers", "2", "--duration", "200ms", "--keep")
+	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, "removed "+path+", a segment left there by an earlier run\n"), "stdout:\n%s", r.stdout)
+	assert.Contains(t, r.stdout, "\nkept "+path+": ")
+	slots := shmctl(t, false, "slots", path)
+	require.Equal(t, exitOK, slots.code, "stderr: %s", slots.stderr)
+	// Claimed by the demo and its two workers, and free.
+	assert.Regexp(t, `(?m)^0\talpha\t3\ttoken\t0\t-\t`, slots.stdout, "the kept segment's slots")
+
+	notSeg := writeFile(t, []byte("precious\n"))
+	line := requireOneLineError(t, shmctl(t, false, "demo", "--path", notSeg), exitError)
+	assert.Contains(t, line, "choose another --path")
+	b, err := os.ReadFile(notSeg)
+	require.NoError(t, err)
+	assert.Equal(t, "precious\n", string(b))
+}

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Config is what the command line says.
+type Config struct {
+	Workload string
+	Procs    int
+	Iters    uint64 // per worker
+	Path     string // the shared file; the lock's segment is Path+".shm"
+	Lock     string // LockSpin or LockSpinToken
+}
+
+// Result is the one JSON line a driver prints, field for field the
+// contract's (shmctl's jsonout.go gives the names and order).
+type Result struct {
+	Peer      string
+	Workload  string
+	Procs     int
+	Iters     uint64
+	Seconds   float64
+	OpsPerSec float64
+	NsPerOp   float64
+	OK        bool
+	Detail    string
+}
+
+// Exit statuses of the contract.
+const (
+	ExitOK          = 0 // ran and validated
+	ExitFailed      = 1 // ran but failed; the result says why
+	ExitBadArgs     = 2 // e.g. uncontended with procs != 1
+	ExitUnsupported = 3 // the lock does not support the workload
+)
+
+// Unsupported is the detail of a workload the lock does not support.
+const Unsupported = "unsupported workload"
+
+// exclusiveWorkloads run on any lock; rw90 also needs shared locking.
+var exclusiveWorkloads = []string{"uncontended", "counter", "pingpong", "pingpong_retry"}
+
+func (k lockKind) supports(w string) bool {
+	return slices.Contains(exclusiveWorkloads, w) || w == "rw90" && k.shared
+}
+
+// barrierPoll is how often the driver looks at the ready count.
+const barrierPoll = 50 * time.Microsecond
+
+// Drive runs the driver side of one benchmark, as harness.go's drive: it
+// creates the shared file and the lock's segment, starts cfg.Procs workers
+// with spawn (which returns a command, not yet started, that runs Work for
+// worker me in a new process), opens the start barrier, waits for every
+// worker, validates, and returns the result with its exit status. The
+// caller has checked cfg's flags (procs in [1, MaxProcs], iters >= 1).
+func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
+	res := Result{Workload: cfg.Workload, Procs: cfg.Procs, Iters: cfg.Iters}
+	fail := func(code int, why string) (Result, int) {
+		res.Detail = why
+		return res, code
+	}
+	kind, ok := lockKinds[cfg.Lock]
+	if !ok {
+		return fail(ExitBadArgs, fmt.Sprintf("unknown lock %q", cfg.Lock))
+	}
+	res.Peer = kind.peer
+	if !kind.supports(cfg.Workload) {
+		return fail(ExitUnsupported, Unsupported)
+	}
+	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
+	if cfg.Workload == "uncontended" && cfg.Procs != 1 {
+		return fail(ExitBadArgs, "uncontended requires procs=1")
+	}
+	if pp && cfg.Procs != 2 {
+		return fail(ExitBadArgs, "pingpong requires procs=2")
+	}
+	s, err := mapFile(cfg.Path, true)
+	if err != nil {
+		return fail(ExitFailed, "map: "+err.Error())
+	}
+	defer os.Remove(cfg.Path)
+	defer s.unmap()
+	seg, err := createLock(cfg.Path)
+	if err != nil {
+		return fail(ExitFailed, "setup: "+err.Error())
+	}
+	defer os.Remove(seg.Path())
+	defer seg.Close()
+
+	// Start the workers.
+	exited := make(chan error, cfg.Procs)
+	for i := 0; i < cfg.Procs; i++ {
+		cmd, err := spawn(i)
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			s.goFlag.Store(goAbort)
+			for ; i > 0; i-- { // the ones started see the abort and exit
+				<-exited
+			}
+			return fail(ExitFailed, "start worker: "+err.Error())
+		}
+		go func() { exited <- cmd.Wait() }()
+	}
+
+	// Barrier: wait until every worker has attached, then start the clock.
+	nexited, failed := 0, 0
+	for s.ready.Load() < uint32(cfg.Procs) {
+		select {
+		case <-exited:
+			s.goFlag.Store(goAbort)
+			for nexited++; nexited < cfg.Procs; nexited++ {
+				<-exited
+			}
+			return fail(ExitFailed, "worker exited before start")
+		default:
+			time.Sleep(barrierPoll)
+		}
+	}
+	t0 := nowNs()
+	s.goFlag.Store(goStart)
+	for ; nexited < cfg.Procs; nexited++ {
+		if err := <-exited; err != nil {
+			failed++
+		}
+	}
+	return s.validate(cfg, kind, t0, failed)
+}
+
+// validate sums the stat slots and checks the workload's invariant.
+func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, failed int) (Result, int) {
+	res := Result{Peer: kind.peer, Workload: cfg.Workload, Procs: cfg.Procs, Iters: cfg.Iters}
+	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
+	tend := t0
+	var reads, writes, torn, errors, retries uint64
+	for i := 0; i < cfg.Procs; i++ {
+		st := s.stats[i]
+		if atomic.LoadUint64(&st.Done) != 1 {
+			failed++
+		}
+		tend = max(tend, st.EndNs)
+		reads += st.Reads
+		writes += st.Writes
+		torn += st.Torn
+		errors += st.Errors
+		retries += st.Retries
+	}
+	res.Seconds = float64(tend-t0) / 1e9
+	ok := failed == 0 && errors == 0
+	ops := float64(cfg.Iters) * float64(cfg.Procs)
+	ctr := *s.counter
+	var detail string
+	switch {
+	case cfg.Workload == "uncontended":
+		detail = "ns per lock+unlock pair"
+	case cfg.Workload == "counter":
+		want := cfg.Iters * uint64(cfg.Procs)
+		ok = ok && ctr == want
+		detail = fmt.Sprintf("counter=%d want=%d", ctr, want)
+	case pp:
+		ok = ok && ctr == 2*cfg.Iters
+		ops = float64(cfg.Iters)
+		detail = fmt.Sprintf("ops are round trips; turns=%d want=%d retries/turn=%.2f",
+			ctr, 2*cfg.Iters, float64(retries)/float64(2*cfg.Iters))
+	case cfg.Workload == "rw90":
+		rec := s.record
+		same := true
+		for k := 1; k < 8; k++ {
+			same = same && rec[k] == rec[0]
+		}
+		ok = ok && torn == 0 && same && rec[0] == writes
+		detail = fmt.Sprintf("reads=%d writes=%d torn=%d record=%d", reads, writes, torn, rec[0])
+	}
+	if failed > 0 || errors > 0 {
+		detail += fmt.Sprintf("; failed_workers=%d lock_errors=%d", failed, errors)
+	}
+	res.Detail = kind.detail() + "; " + detail
+	if res.Seconds > 0 {
+		res.OpsPerSec = ops / res.Seconds
+		res.NsPerOp = res.Seconds * 1e9 / ops
+	}
+	res.OK = ok
+	if !ok {
+		return res, ExitFailed
+	}
+	return res, ExitOK
+}
+
+// Work runs worker me (in its own process): it maps the shared file, opens
+// the lock, waits at the start barrier and runs the workload. An error
+// means the worker failed, and the driver reports ok:false: the caller
+// must then exit with a non-zero status.
+func Work(cfg Config, me int) (err error) {
+	kind, ok := lockKinds[cfg.Lock]
+	if !ok {
+		return fmt.Errorf("bench worker %d: unknown lock %q", me, cfg.Lock)
+	}
+	if me < 0 || me >= cfg.Procs || me >= MaxProcs {
+		return fmt.Errorf("bench worker %d: index out of range [0, %d)", me, cfg.Procs)
+	}
+	s, err := mapFile(cfg.Path, false)
+	if err != nil {
+		return fmt.Errorf("bench worker %d: map: %w", me, err)
+	}
+	seg, l, err := openLock(cfg, kind)
+	if err != nil {
+		return fmt.Errorf("bench worker %d: open lock: %w", me, err)
+	}
+	defer seg.Close()
+	if !attach(s) {
+		return fmt.Errorf("bench worker %d: the driver aborted the start", me)
+	}
+	defer func() {
+		// Locker panics on a lock error, where the harness's drivers call
+		// Fatal: the worker fails, and its stat slot stays not done.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("bench worker %d: lock error: %v", me, r)
+		}
+	}()
+	work(s, cfg, me, l)
+	return nil
+}

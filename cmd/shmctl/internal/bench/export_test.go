@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/edsrzf/mmap-go"
+)
+
+// Splitmix64 is the rw90 PRNG.
+var Splitmix64 = splitmix64
+
+func init() {
+	// Workers that are goroutines must yield to the Go scheduler.
+	yield = runtime.Gosched
+}
+
+// RunInProcess runs cfg.Procs workers of cfg.Workload as goroutines of
+// this process, all with l, on a zeroed heap copy of the shared file, and
+// validates as Drive does, with shared locking allowed.
+func RunInProcess(cfg Config, l sync.Locker) (Result, int) {
+	s, err := view(mmap.MMap(make([]byte, ShmSize)))
+	if err != nil {
+		panic(err)
+	}
+	var wg sync.WaitGroup
+	for me := range cfg.Procs {
+		wg.Go(func() {
+			if attach(s) {
+				work(s, cfg, me, l)
+			}
+		})
+	}
+	for s.ready.Load() < uint32(cfg.Procs) {
+		runtime.Gosched()
+	}
+	t0 := nowNs()
+	s.goFlag.Store(goStart)
+	wg.Wait()
+	return s.validate(cfg, lockKind{peer: "inprocess", shared: true}, t0, 0)
+}
+
+// AttachThenFail is a worker that passes the start barrier and fails.
+func AttachThenFail(path string) error {
+	s, err := mapFile(path, false)
+	if err != nil {
+		return err
+	}
+	attach(s)
+	return errFailed
+}
+
+type failed struct{}
+
+func (failed) Error() string { return "failed on purpose" }
+
+var errFailed error = failed{}

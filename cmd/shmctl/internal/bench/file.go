@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/edsrzf/mmap-go"
+
+	"github.com/shmlock/shmlock/internal/memview"
+)
+
+// Shared file layout, identical to peers/harness/harness.go and
+// peers/c/harness.h: every peer's workers meet in the same 64 KiB.
+const (
+	ShmSize         = 64 << 10
+	OffReady        = 0x0000 // uint32: workers attached
+	OffGo           = 0x0004 // uint32: goStart or goAbort
+	OffCounter      = 0x0040 // uint64: counter / pingpong turns taken
+	OffTurn         = 0x0080 // uint64: pingpong: whose turn (0 or 1)
+	OffRecord       = 0x00C0 // [8]uint64: rw90 record
+	OffStats        = 0x1000 // MaxProcs x statSize-byte wstat
+	OffLock         = 0x2000 // the peer's lock area, 56 KiB (unused: the lock is in FILE.shm)
+	MaxProcs        = 64
+	SpinBeforeYield = 1000 // pingpong/barrier: plain loads, then sched_yield
+	statSize        = 64
+)
+
+// Values of the go flag.
+const (
+	goStart = 1
+	goAbort = 2
+)
+
+// wstat is one worker's stat slot (64 bytes at OffStats+64*worker).
+type wstat struct{ EndNs, Reads, Writes, Torn, Errors, Done, Retries, _ uint64 }
+
+// shared is one process's view of the mapped file. The counter, turn and
+// record are plain words on purpose: the workloads update them with plain
+// loads and stores under the lock, so a lock that failed to exclude would
+// lose updates, which validation then reports.
+type shared struct {
+	mem     mmap.MMap
+	ready   *atomic.Uint32
+	goFlag  *atomic.Uint32
+	counter *uint64
+	turn    *uint64
+	record  *[8]uint64
+	stats   [MaxProcs]*wstat
+}
+
+// mapFile maps the shared file, creating and zero-filling it if create.
+func mapFile(path string, create bool) (*shared, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if create {
+		if err := f.Truncate(ShmSize); err != nil {
+			return nil, err
+		}
+	}
+	mem, err := mmap.MapRegion(f, ShmSize, mmap.RDWR, 0, 0) // MAP_SHARED
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", path, err)
+	}
+	s, err := view(mem)
+	if err != nil {
+		_ = mem.Unmap()
+		return nil, err
+	}
+	return s, nil
+}
+
+// view types the words of mem, which must be ShmSize bytes.
+func view(mem mmap.MMap) (*shared, error) {
+	s := &shared{mem: mem}
+	var errs [6]error
+	s.ready, errs[0] = memview.Uint32(mem, OffReady)
+	s.goFlag, errs[1] = memview.Uint32(mem, OffGo)
+	s.counter, errs[2] = memview.At[uint64](mem, OffCounter)
+	s.turn, errs[3] = memview.At[uint64](mem, OffTurn)
+	s.record, errs[4] = memview.At[[8]uint64](mem, OffRecord)
+	for i := range s.stats {
+		if s.stats[i], errs[5] = memview.At[wstat](mem, OffStats+statSize*uint64(i)); errs[5] != nil {
+			break
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("bench: shared file: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func (s *shared) unmap() error { return s.mem.Unmap() }

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// RWLocker adds shared locking; a lock needs it for rw90.
+type RWLocker interface {
+	sync.Locker
+	RLock()
+	RUnlock()
+}
+
+// yield is what the spin-waits call after SpinBeforeYield loads; tests that
+// run workers as goroutines replace it with runtime.Gosched.
+var yield = schedYield
+
+// splitmix64 is the rw90 workload's PRNG, the same in every harness so that
+// every peer runs the same sequence of operations.
+func splitmix64(s *uint64) uint64 {
+	*s += 0x9e3779b97f4a7c15
+	z := *s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// work runs worker me's loop of cfg.Workload and fills its stat slot. The
+// loops are peers/harness/harness.go's, statement for statement.
+func work(s *shared, cfg Config, me int, l sync.Locker) {
+	st := s.stats[me]
+	n := cfg.Iters
+	ctr := s.counter
+	turn := s.turn
+	var reads, writes, torn, errors, retries uint64
+	switch cfg.Workload {
+	case "uncontended":
+		for i := uint64(0); i < n; i++ {
+			l.Lock()
+			l.Unlock()
+		}
+	case "counter":
+		for i := uint64(0); i < n; i++ {
+			l.Lock()
+			*ctr++ // plain, non-atomic read-modify-write
+			l.Unlock()
+		}
+	case "pingpong":
+		// Wait (outside the lock) until turn == me, then lock, verify,
+		// pass the turn, unlock.
+		for i := uint64(0); i < n; i++ {
+			for spins := 0; atomic.LoadUint64(turn) != uint64(me); {
+				if spins++; spins > SpinBeforeYield {
+					yield()
+				}
+			}
+			l.Lock()
+			if *turn != uint64(me) {
+				errors++
+			}
+			*ctr++
+			*turn = uint64(1 - me)
+			l.Unlock()
+		}
+	case "pingpong_retry":
+		// Wait for the turn inside the lock: lock; not mine -> unlock, retry.
+		for i := uint64(0); i < n; i++ {
+			for {
+				l.Lock()
+				if *turn == uint64(me) {
+					break
+				}
+				l.Unlock()
+				retries++
+			}
+			*ctr++
+			*turn = uint64(1 - me)
+			l.Unlock()
+		}
+	case "rw90":
+		rl := l.(RWLocker)
+		rec := s.record
+		seed := uint64(me) + 1
+		for i := uint64(0); i < n; i++ {
+			if splitmix64(&seed)%10 == 0 {
+				l.Lock()
+				v := rec[0] + 1
+				for k := range rec {
+					rec[k] = v
+				}
+				l.Unlock()
+				writes++
+			} else {
+				rl.RLock()
+				tmp := *rec
+				rl.RUnlock()
+				reads++
+				for k := 1; k < 8; k++ {
+					if tmp[k] != tmp[0] {
+						torn++
+						break
+					}
+				}
+			}
+		}
+	}
+	st.EndNs = nowNs()
+	st.Reads, st.Writes, st.Torn, st.Errors, st.Retries = reads, writes, torn, errors, retries
+	atomic.StoreUint64(&st.Done, 1)
+}
+
+// attach is the worker side of the start barrier; false means abort.
+func attach(s *shared) bool {
+	s.ready.Add(1)
+	for spins := 0; ; spins++ {
+		switch s.goFlag.Load() {
+		case goStart:
+			return true
+		case goAbort:
+			return false
+		}
+		if spins > SpinBeforeYield {
+			yield()
+		}
+	}
+}

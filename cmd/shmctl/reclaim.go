@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+type reclaimOptions struct {
+	IO *IOStreams
+
+	Segment string
+	DryRun  bool // list the dead owners, change nothing
+	JSON    bool
+}
+
+// Actions reported for each dead owner.
+const (
+	actionReclaimed = "reclaimed"     // taken over and released
+	actionDryRun    = "would reclaim" // --dry-run
+	actionSkipped   = "skipped"       // the owner changed before the takeover
+)
+
+func newCmdReclaim(ios *IOStreams, runF func(*reclaimOptions) error) *cobra.Command {
+	opts := &reclaimOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "reclaim <segment>",
+		Short: "Free the owner slots whose holder died",
+		Long: `Free every owner slot (spinlock) whose recorded owner is dead: a process
+that exited, a pid that now names another process, or an owner recorded
+under a previous boot. Each is taken over as a waiting lock would take it
+(the generation advances, the recursion count is reset) and released at
+once, so the slot is free. Slots with a live owner, and token-mode locks,
+which record no process, are never touched.
+
+Locks reclaim dead holders by themselves when someone waits for them; this
+is for a segment nobody waits on, or a caller that only ever uses TryLock.
+The data a reclaimed lock protects may be half-updated: this command cannot
+repair it.
+
+The segment is opened read-write. With --dry-run nothing changes.
+
+JSON fields: path, dry_run, slots [{index, name, pid, start_ticks,
+owner_state, tid, generation, new_generation, action}]; action is
+"reclaimed", "would reclaim" or "skipped" (the owner changed meanwhile).`,
+		Example: `  shmctl reclaim jobs --dry-run
+  shmctl reclaim /dev/shm/jobs --json`,
+		Args: exactArgs(1, "one segment"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segment = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return runReclaim(opts)
+		},
+	}
+	cmd.Flags().BoolVarP(&opts.DryRun, "dry-run", "n", false, "list the dead owners without freeing anything")
+	addJSONFlag(cmd, &opts.JSON)
+	return cmd
+}
+
+func runReclaim(opts *reclaimOptions) error {
+	seg, err := shm.Open(opts.Segment, shm.Options{})
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	doc, err := reclaimDead(seg, opts.DryRun)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, doc)
+	}
+	if len(doc.Slots) == 0 && opts.IO.IsStdoutTTY() {
+		fmt.Fprintf(opts.IO.ErrOut, "no owner slot of %s has a dead owner\n", doc.Path)
+		return nil
+	}
+	t := newTablePrinter(opts.IO, "INDEX", "NAME", "PID", "STATE", "GENERATION", "NEW_GENERATION", "ACTION")
+	for _, s := range doc.Slots {
+		newGen := "-"
+		if s.NewGeneration != nil {
+			newGen = fmt.Sprint(*s.NewGeneration)
+		}
+		t.AddRow(s.Index, s.Name, s.PID, s.OwnerState, s.Generation, newGen, s.Action)
+	}
+	return t.Render()
+}
+
+// reclaimDead finds the owner slots of seg whose PID word names a dead or
+// stale owner and, unless dryRun, takes each over and releases it.
+//
+// It leaves Pad, the sleeper count, alone, also on a slot it frees: a live
+// waiter may be registered there, asleep on this very lock, and zeroing
+// the count would make the next unlock skip the wake-up it needs (it would
+// then only notice at its next liveness check). A count left too high by a
+// dead sleeper costs an unneeded wake-up, never correctness.
+func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	if err != nil {
+		return nil, fmt.Errorf("reading the slot directory: %w", err)
+	}
+	names := make(map[int]string, len(claims))
+	for _, c := range claims {
+		names[c.Index] = c.Name
+	}
+	doc := &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{}}
+	for i := range seg.Len(layout.KindOwnerSlots) {
+		slot, err := seg.Slot(i)
+		if err != nil {
+			return nil, err
+		}
+		owner := slot.PID.Load()
+		if owner == 0 || seg.OwnerAlive(owner) {
+			continue
+		}
+		id, _ := proc.Unpack(owner)
+		rs := reclaimSlotJSON{
+			Index:      i,
+			Name:       names[i],
+			PID:        id.PID,
+			StartTicks: id.StartTicks,
+			OwnerState: ownerState(seg, owner),
+			TID:        slot.TID.Load(),
+			Generation: slot.Token.Load(),
+			Action:     actionDryRun,
+		}
+		if !dryRun {
+			gen, err := takeOverAndRelease(seg, i)
+			switch {
+			case errors.Is(err, spinlock.ErrWouldBlock):
+				rs.Action = actionSkipped
+			case err != nil:
+				return nil, fmt.Errorf("reclaiming slot %d: %w", i, err)
+			default:
+				rs.Action, rs.NewGeneration = actionReclaimed, &gen
+			}
+		}
+		doc.Slots = append(doc.Slots, rs)
+	}
+	return doc, nil
+}
+
+// takeOverAndRelease reclaims slot i from its dead owner for a new holder
+// of this process and releases it, and returns the generation the release
+// left. spinlock.ErrWouldBlock if the slot has a live owner or none by now.
+func takeOverAndRelease(seg *shm.Segment, i int) (uint64, error) {
+	l, err := spinlock.Open(seg, i, spinlock.PIDTID)
+	if err != nil {
+		return 0, err
+	}
+	g, err := l.Reclaim(spinlock.NewHolder())
+	if err != nil {
+		return 0, err
+	}
+	// Only the holder changes the generation, and the release adds one.
+	gen := l.Generation() + 1
+	if err := g.Release(); err != nil {
+		return 0, err
+	}
+	return gen, nil
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func TestReclaimFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want reclaimOptions
+	}{
+		{[]string{"jobs"}, reclaimOptions{Segment: "jobs"}},
+		{[]string{"/dev/shm/jobs", "--dry-run", "--json"}, reclaimOptions{Segment: "/dev/shm/jobs", DryRun: true, JSON: true}},
+		{[]string{"-n", "x"}, reclaimOptions{Segment: "x", DryRun: true}},
+	}
+	for _, tt := range tests {
+		ios, _, _ := testIOStreams(false)
+		var got *reclaimOptions
+		cmd := newCmdReclaim(ios, func(o *reclaimOptions) error { got = o; return nil })
+		cmd.SetArgs(tt.args)
+		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		tt.want.IO = ios
+		assert.Equal(t, &tt.want, got, "args %q", tt.args)
+	}
+}
+
+// reclaimSegment makes a segment of 4 slots:
+//
+//	0 "jobs"   held by this live process (TID 7, generation 42)
+//	1 "dead"   held by a dead incarnation of this pid (TID 7, generation 10)
+//	2 ""       free, generation 5
+//	3 ""       token-mode hold (no process recorded)
+func reclaimSegment(t *testing.T) *shm.Segment {
+	t.Helper()
+	seg := newSegment(t, layout.Options{Slots: 4})
+	self := proc.Self()
+	for _, name := range []string{"jobs", "dead"} {
+		_, err := seg.Claim(layout.KindOwnerSlots, name)
+		require.NoError(t, err)
+	}
+	s, _ := seg.Slot(0)
+	s.PID.Store(self.Pack())
+	s.TID.Store(7)
+	s.Token.Store(42)
+	s, _ = seg.Slot(1)
+	s.PID.Store(proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack())
+	s.TID.Store(7)
+	s.Token.Store(10)
+	s.RecursionCount.Store(2)
+	s.Pad.Store(1) // a registered sleeper: reclaim leaves it
+	s, _ = seg.Slot(2)
+	s.Token.Store(5)
+	s, _ = seg.Slot(3)
+	s.Token.Store(99)
+	return seg
+}
+
+// slotWords is every word of slot i.
+func slotWords(tb testing.TB, seg *shm.Segment, i int) [5]uint64 {
+	tb.Helper()
+	s, err := seg.Slot(i)
+	require.NoError(tb, err)
+	return [5]uint64{s.PID.Load(), s.TID.Load(), s.Token.Load(), uint64(s.RecursionCount.Load()), uint64(s.Pad.Load())}
+}
+
+func TestReclaim(t *testing.T) {
+	t.Parallel()
+	seg := reclaimSegment(t)
+	before := [4][5]uint64{}
+	for i := range before {
+		before[i] = slotWords(t, seg, i)
+	}
+
+	r := shmctl(t, false, "reclaim", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Empty(t, r.stderr)
+	assert.Equal(t, fmt.Sprintf("1\tdead\t%d\tdead\t10\t12\treclaimed\n", proc.Self().PID), r.stdout)
+
+	// The dead owner's slot is free, two generations on (the takeover and
+	// the release), its recursion reset and its sleeper count kept.
+	assert.Equal(t, [5]uint64{0, 0, 12, 0, 1}, slotWords(t, seg, 1), "slot 1 {pid, tid, token, recursion, pad}")
+	for _, i := range []int{0, 2, 3} {
+		assert.Equal(t, before[i], slotWords(t, seg, i), "slot %d changed", i)
+	}
+
+	// Nothing is left to do.
+	r = shmctl(t, false, "reclaim", seg.Path())
+	assert.Equal(t, result{code: exitOK}, r)
+	r = shmctl(t, true, "reclaim", seg.Path())
+	assert.Equal(t, result{code: exitOK, stderr: "no owner slot of " + seg.Path() + " has a dead owner\n"}, r)
+}
+
+func TestReclaimDryRun(t *testing.T) {
+	t.Parallel()
+	seg := reclaimSegment(t)
+	before := [4][5]uint64{}
+	for i := range before {
+		before[i] = slotWords(t, seg, i)
+	}
+	r := shmctl(t, true, "reclaim", "--dry-run", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	pid := proc.Self().PID
+	width := max(len(fmt.Sprint(pid)), len("PID")) + 2
+	assert.Equal(t, ""+
+		fmt.Sprintf("INDEX  NAME  %-*sSTATE  GENERATION  NEW_GENERATION  ACTION\n", width, "PID")+
+		fmt.Sprintf("1      dead  %-*ddead   10          -               would reclaim\n", width, pid), r.stdout)
+	for i := range before {
+		assert.Equal(t, before[i], slotWords(t, seg, i), "slot %d changed", i)
+	}
+}
+
+func TestReclaimJSON(t *testing.T) {
+	t.Parallel()
+	self := proc.Self()
+	for _, dryRun := range []bool{true, false} {
+		seg := reclaimSegment(t)
+		args := []string{"reclaim", "--json", seg.Path()}
+		if dryRun {
+			args = append(args, "--dry-run")
+		}
+		r := shmctl(t, false, args...)
+		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+
+		var doc reclaimJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+		want := reclaimSlotJSON{Index: 1, Name: "dead", PID: self.PID, StartTicks: self.StartTicks + 1,
+			OwnerState: "dead", TID: 7, Generation: 10, Action: "would reclaim"}
+		if !dryRun {
+			gen := uint64(12)
+			want.Action, want.NewGeneration = "reclaimed", &gen
+		}
+		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want}}, &doc)
+
+		var raw map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
+		assert.ElementsMatch(t, []string{"path", "dry_run", "slots"}, keys(raw))
+		slot := raw["slots"].([]any)[0].(map[string]any)
+		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
+			"generation", "new_generation", "action"}, keys(slot))
+		if dryRun {
+			assert.Nil(t, slot["new_generation"], "new_generation with --dry-run")
+		}
+	}
+}
+
+// An owner recorded under a previous boot is stale, and reclaimed too.
+func TestReclaimStale(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 1})
+	s, _ := seg.Slot(0)
+	s.PID.Store(proc.MarkStale(proc.Self().Pack()))
+	r := shmctl(t, false, "reclaim", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Slots, 1)
+	assert.Equal(t, "stale", doc.Slots[0].OwnerState)
+	assert.Equal(t, "reclaimed", doc.Slots[0].Action)
+	assert.Zero(t, s.PID.Load())
+}
+
+func TestReclaimBroken(t *testing.T) {
+	t.Parallel()
+	notSeg := writeFile(t, []byte("not a segment\n"))
+	line := requireOneLineError(t, shmctl(t, false, "reclaim", notSeg), exitError)
+	assert.Contains(t, line, notSeg)
+}
