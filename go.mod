@@ -6,6 +6,7 @@ require (
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 )
 

@@ -1,0 +1,36 @@
+// Package coro is shmlock's awaitable FIFO mutex (design 002): a lock for
+// code that waits without blocking a thread, cancels through its context,
+// and resumes on the event loop it waited from.
+//
+// In Go a coroutine is a goroutine, and cancellation is a
+// context.Context. Mutex.Lock waits on the calling goroutine and returns
+// a Guard; Mutex.LockOn waits for code that lives on a Loop and runs its
+// continuation there. Waiters are served first come, first served: Unlock
+// hands the mutex straight to the longest waiter, so while anyone waits
+// it is never free for a newcomer to take. Cancelling a waiter removes it
+// from the queue, or, if the mutex had just been handed to it, passes the
+// mutex on. The design's rule that only the owner thread unlocks becomes:
+// only the Guard unlocks (goroutines have no identity to check), once; a
+// second Unlock, or one by the Guard of an earlier hold, reports
+// ErrNotOwner and changes nothing.
+//
+//	var mu coro.Mutex
+//
+//	g, err := mu.Lock(ctx)
+//	if err != nil {
+//		return err // ctx is done; mu is as it was
+//	}
+//	defer g.Unlock()
+//
+// On a loop:
+//
+//	loop := coro.NewLoop()
+//	defer loop.Close()
+//	err := mu.LockOn(ctx, loop, func(g coro.Guard, err error) {
+//		if err != nil {
+//			return
+//		}
+//		defer g.Unlock()
+//		// runs on loop's goroutine
+//	})
+package coro

@@ -1,0 +1,135 @@
+package coro
+
+import (
+	"context"
+	"sync"
+)
+
+// A Loop is an event loop: one goroutine, started by NewLoop, that runs
+// posted functions one at a time in the order they were posted. It is the
+// design's EventLoop: Mutex.LockOn resumes its continuation through a post
+// to the waiter's loop, so code that lives on a loop keeps running on it.
+//
+// A function that panics crashes the program, as on any goroutine. A
+// function that blocks holds up the loop; a continuation waiting for a
+// lock should be a LockOn, not a Lock.
+type Loop struct {
+	mu       sync.Mutex
+	queue    []func() // posted, not yet run
+	spare    []func() // the previous batch, recycled
+	reserved int      // posts promised to LockOn waiters
+	closed   bool
+	wake     chan struct{} // capacity 1: queue or closed changed
+	done     chan struct{} // closed when the goroutine has exited
+}
+
+// NewLoop starts a loop. Close it to let its goroutine end.
+func NewLoop() *Loop {
+	l := &Loop{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+// Post queues f to run on the loop. ErrLoopClosed after Close.
+func (l *Loop) Post(f func()) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrLoopClosed
+	}
+	l.push(f)
+	return nil
+}
+
+// Close stops the loop from taking new work; Post and LockOn then fail
+// with ErrLoopClosed. It drains: functions posted before Close still run,
+// and so do the continuations of LockOn calls made before Close (each
+// once its lock is handed over or its context is done: a pending LockOn
+// keeps the loop alive until then). Then the goroutine exits and Done is
+// closed. Close does not wait, so the loop may close
+// itself; it may be called more than once.
+func (l *Loop) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.signal()
+}
+
+// Done is closed when a closed loop has drained and its goroutine exited.
+func (l *Loop) Done() <-chan struct{} { return l.done }
+
+// reserve promises one later post (postReserved) that cannot fail, even
+// after Close; false if the loop is already closed.
+func (l *Loop) reserve() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.reserved++
+	return true
+}
+
+func (l *Loop) postReserved(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reserved == 0 {
+		panic("coro: loop post without a reservation")
+	}
+	l.reserved--
+	l.push(f)
+}
+
+func (l *Loop) push(f func()) {
+	l.queue = append(l.queue, f)
+	l.signal()
+}
+
+func (l *Loop) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+func (l *Loop) run() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 {
+			if l.closed && l.reserved == 0 {
+				l.mu.Unlock()
+				return
+			}
+			l.mu.Unlock()
+			<-l.wake
+			l.mu.Lock()
+		}
+		batch := l.queue
+		l.queue, l.spare = l.spare[:0], nil
+		l.mu.Unlock()
+
+		for i, f := range batch {
+			f()
+			batch[i] = nil
+		}
+
+		l.mu.Lock()
+		l.spare = batch
+		l.mu.Unlock()
+	}
+}
+
+type loopKey struct{}
+
+// WithLoop returns a context that carries l, for code that runs on l to
+// find its loop (LoopFrom; LockOn with a nil loop).
+func WithLoop(ctx context.Context, l *Loop) context.Context {
+	return context.WithValue(ctx, loopKey{}, l)
+}
+
+// LoopFrom returns the loop ctx carries, or nil.
+func LoopFrom(ctx context.Context) *Loop {
+	l, _ := ctx.Value(loopKey{}).(*Loop)
+	return l
+}
