@@ -30,7 +30,13 @@ const (
 //	                                               release and reclaim
 //	RecursionCount   0                             re-entries by the same holder
 //	                                               beyond the first lock
-//	Pad              futex word and waiter count   the same
+//	Pad              sleepers (bits 0-30) and      the same
+//	                 wake-pending (bit 31)
+//
+// Sleepers wait on a futex over the low 32 bits of Token, in both modes: in
+// token mode that is the lock word itself, in pid/tid mode the generation,
+// which every release changes, so a waiter never sleeps through a release
+// it should have seen.
 //
 // Packing the start time next to the pid lets one CAS record both who holds
 // the lock and which incarnation of that pid, so liveness checks cannot be
@@ -42,6 +48,17 @@ type OwnerSlot struct {
 	RecursionCount atomic.Uint32
 	Pad            atomic.Uint32
 }
+
+// The Pad word of an owner slot: how many waiters are asleep, and whether a
+// release has woken one that has not run yet (further releases need not wake
+// another until it has).
+const (
+	PadSleepers    uint32 = 1<<31 - 1
+	PadWakePending uint32 = 1 << 31
+)
+
+// Sleepers is the number of waiters registered as asleep on the slot.
+func (s *OwnerSlot) Sleepers() uint32 { return s.Pad.Load() & PadSleepers }
 
 // Reset zeroes every field: a free slot. Only for a slot nobody uses, as
 // when it is claimed or released.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/layout"
 )
 
 // Waiting: spin on the lock word for a while (the holder of a short
@@ -69,17 +70,19 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	}
 	for {
 		if err := ctx.Err(); err != nil {
+			l.passWake()
 			return outcome{}, err
 		}
 		sleep := livenessInterval
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 {
+				l.passWake()
 				return outcome{}, ErrTimeout
 			}
 			sleep = min(sleep, left)
 		}
-		owner := l.word.Load()
+		seq, owner := l.sleepValue()
 		if owner == 0 {
 			if l.tryAcquire(id) {
 				return outcome{}, nil
@@ -87,7 +90,7 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 			continue
 		}
 		l.slot.Pad.Add(1)
-		err := futex.Wait(l.fword, uint32(owner), sleep)
+		err := futex.Wait(l.fword, seq, sleep)
 		l.unregisterSleeper()
 		if l.word.Load() == 0 && l.tryAcquire(id) {
 			return outcome{}, nil
@@ -98,14 +101,42 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	}
 }
 
-// unregisterSleeper takes one off Pad, never below zero (a repair may have
-// reset it).
+// sleepValue reads the futex word and then the owner it goes with. In
+// PIDTID mode the futex word is the generation, read first: a release
+// between the two reads changes it, and the sleep returns at once.
+func (l *Lock) sleepValue() (seq uint32, owner uint64) {
+	if l.mode == Token {
+		owner = l.word.Load()
+		return uint32(owner), owner
+	}
+	seq = l.fword.Load()
+	return seq, l.word.Load()
+}
+
+// unregisterSleeper takes one off the sleeper count, never below zero (a
+// repair may have reset it), and clears wake-pending: if this waiter was
+// the one woken, the next release may wake another; if it was not, that
+// costs at most one early wake.
 func (l *Lock) unregisterSleeper() {
+	pad := &l.slot.Pad
 	for {
-		n := l.slot.Pad.Load()
-		if n == 0 || l.slot.Pad.CompareAndSwap(n, n-1) {
+		p := pad.Load()
+		n := p & layout.PadSleepers
+		if n > 0 {
+			n--
+		}
+		if pad.CompareAndSwap(p, n) {
 			return
 		}
+	}
+}
+
+// passWake is for a waiter that gives up: it may have consumed a wake
+// meant to hand the lock on, so if the lock is free it wakes the next
+// sleeper. If the lock is held, its release will.
+func (l *Lock) passWake() {
+	if l.word.Load() == 0 && l.slot.Pad.Load() != 0 {
+		l.wakeOne()
 	}
 }
 

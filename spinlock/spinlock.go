@@ -21,18 +21,31 @@ import (
 // 0 to the lock word, so anyone who sees the word free sees the rest reset,
 // and a stale TID can never sit beside a new owner's PID.
 //
-// Pad counts sleepers: a waiter adds one before it sleeps and takes it off
-// after. Sleepers sleep on the low 32 bits of the lock word, which every
-// release changes, with the value they last saw there, so:
+// Pad counts sleepers (layout.PadSleepers) and carries a wake-pending bit
+// (layout.PadWakePending), much like sync.Mutex's mutexWoken. Sleepers
+// sleep on a futex over the low 32 bits of Token: the lock word in Token
+// mode (every acquisition takes a fresh token), the generation in PIDTID
+// mode (every release bumps it). A waiter reads that value before it
+// registers in Pad and sleeps only if it is unchanged, so:
 //   - an unlock that finds Pad zero makes no system call;
-//   - a waiter that registers in Pad before the holder's release is seen by
-//     that release (both are sequentially consistent), and one that
-//     registers after it finds the word changed and does not sleep: no
-//     wake-up is ever lost;
-//   - a new waiter registering never disturbs the ones already asleep.
+//   - a waiter that registers before the holder's release is seen by that
+//     release (both are sequentially consistent), and one that registers
+//     after it finds the futex word changed and does not sleep: no wake-up
+//     is ever lost;
+//   - a release that wakes a sleeper sets wake-pending, and releases that
+//     find it set wake nobody: the woken sleeper clears it when it runs,
+//     and then either takes the lock or sleeps against a holder whose
+//     release will wake the next one. Without the bit, every release made
+//     between a wake and the moment the woken process gets a CPU would make
+//     another futex call; with more processes than cores that is most of
+//     them. A wake that finds nobody in the kernel clears the bit at once;
+//     a waiter that gives up (timeout, cancellation) after clearing it
+//     passes the wake on if the lock is free.
 //
-// A sleeper killed while registered leaves Pad one too high; that costs
-// later unlocks a futex wake with nobody to wake, never correctness.
+// A sleeper killed while registered leaves the count one too high; that
+// costs later unlocks a futex wake with nobody to wake, never correctness.
+// One killed between being woken and clearing wake-pending leaves the bit
+// set until another sleeper's periodic liveness check clears it.
 //
 // Fairness: none is promised. A releasing process that locks again at once
 // may win against a woken sleeper (as with pthread and Boost mutexes); the
@@ -48,7 +61,7 @@ const (
 type Lock struct {
 	slot  *layout.OwnerSlot
 	word  *atomic.Uint64 // the lock word: slot.PID or slot.Token
-	fword *atomic.Uint32 // its low half, for the futex
+	fword *atomic.Uint32 // the low half of Token: the futex word
 	mode  Mode
 	alive func(owner uint64) bool
 }
@@ -65,7 +78,7 @@ func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 	if mode == Token {
 		word = &slot.Token
 	}
-	return &Lock{slot: slot, word: word, fword: memview.LowHalf(word), mode: mode, alive: proc.AlivePacked}
+	return &Lock{slot: slot, word: word, fword: memview.LowHalf(&slot.Token), mode: mode, alive: proc.AlivePacked}
 }
 
 // NewInProcessState returns a zeroed owner slot in process memory, for a
@@ -178,7 +191,27 @@ func (l *Lock) release(id Identity) error {
 		s.PID.Store(0)
 	}
 	if l.slot.Pad.Load() != 0 {
-		_, _ = futex.Wake(l.fword, 1)
+		l.wakeOne()
 	}
 	return nil
+}
+
+// wakeOne wakes one sleeper unless none is registered or a woken one has
+// not run yet.
+func (l *Lock) wakeOne() {
+	pad := &l.slot.Pad
+	for {
+		p := pad.Load()
+		if p&layout.PadSleepers == 0 || p&layout.PadWakePending != 0 {
+			return
+		}
+		if pad.CompareAndSwap(p, p|layout.PadWakePending) {
+			break
+		}
+	}
+	if n, err := futex.Wake(l.fword, 1); n == 0 || err != nil {
+		// The registered sleepers are not in the kernel yet; they will find
+		// the futex word changed. Nobody is on the way to clear the bit.
+		pad.And(^layout.PadWakePending)
+	}
 }

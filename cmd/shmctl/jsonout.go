@@ -57,7 +57,7 @@ import (
 //	  tid               number     holder id within the owner process
 //	  token             number     token (token mode) or generation (pid/tid)
 //	  recursion         number     re-entries beyond the first lock
-//	  waiters           number     the futex/waiter word (OwnerSlot.Pad)
+//	  waiters           number     waiters asleep on the slot (OwnerSlot.Sleepers)
 //
 // shmctl reclaim --json prints a reclaimJSON:
 //

@@ -109,7 +109,7 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 			TID:        s.TID.Load(),
 			Token:      s.Token.Load(),
 			Recursion:  s.RecursionCount.Load(),
-			Waiters:    s.Pad.Load(),
+			Waiters:    s.Sleepers(),
 		}
 		switch {
 		case pidWord != 0:

@@ -1,0 +1,122 @@
+package spinlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// A sleeper count left behind by a killed waiter makes a release try a
+// wake that finds nobody in the kernel; the release must then clear
+// wake-pending again, or every later release would skip its wake.
+func TestWakeWithNobodyAsleepClearsPending(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			l := newLock(mode)
+			g, err := l.Lock(holderFor(mode))
+			require.NoError(t, err)
+			l.Slot().Pad.Store(1) // a registered sleeper that was killed
+			require.NoError(t, g.Release())
+			require.Equal(t, uint32(1), l.Slot().Pad.Load(), "count kept, wake-pending cleared")
+
+			// And a real sleeper is still woken by the next release.
+			g, err = l.Lock(holderFor(mode))
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			var w spinlock.Guard
+			go func() { done <- w.Lock(l, holderFor(mode)) }()
+			waitFor(t, func() bool { return l.Slot().Sleepers() == 2 }, "the waiter to sleep")
+			require.NoError(t, g.Release())
+			require.NoError(t, <-done)
+			require.NoError(t, w.Release())
+		})
+	}
+}
+
+// A wake-pending bit left set by a woken waiter that was killed before it
+// ran delays the next wake-up to a sleeper's liveness check; it never loses
+// it.
+func TestStuckWakePendingHeals(t *testing.T) {
+	t.Parallel()
+	l := newLock(spinlock.PIDTID)
+	g, err := l.Lock(spinlock.NewHolder())
+	require.NoError(t, err)
+	l.Slot().Pad.Store(layout.PadWakePending)
+
+	done := make(chan error, 1)
+	var w spinlock.Guard
+	go func() { done <- w.Lock(l, spinlock.NewHolder()) }()
+	waitFor(t, func() bool { return l.Slot().Sleepers() == 1 }, "the waiter to sleep")
+	require.NoError(t, g.Release())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(reclaimBound):
+		t.Fatalf("waiter not woken within %v of the release", reclaimBound)
+	}
+	require.NoError(t, w.Release())
+	require.Zero(t, l.Slot().Pad.Load())
+}
+
+// Many goroutines, some giving up at random (each may have consumed the
+// wake meant to pass the lock on): the counter is exact and Pad returns to
+// zero, so no sleeper registration or wake-pending bit leaks.
+func TestWakeStormWithCancellations(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			l := newLock(mode)
+			const workers, rounds = 16, 2000
+			var (
+				wg       sync.WaitGroup
+				counter  int
+				mu       sync.Mutex // only for the success tally
+				acquired int
+			)
+			for w := range workers {
+				wg.Go(func() {
+					me := holderFor(mode)
+					ok := 0
+					for r := range rounds {
+						ctx := context.Background()
+						var cancel context.CancelFunc = func() {}
+						if (w+r)%7 == 0 {
+							ctx, cancel = context.WithTimeout(ctx, time.Duration(r%50)*time.Microsecond)
+						}
+						if mode == spinlock.Token {
+							me = spinlock.NewToken()
+						}
+						var g spinlock.Guard
+						err := g.LockContext(ctx, l, me)
+						cancel()
+						if err != nil {
+							require.ErrorIs(t, err, context.DeadlineExceeded)
+							continue
+						}
+						counter++
+						ok++
+						require.NoError(t, g.Release())
+					}
+					mu.Lock()
+					acquired += ok
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			require.Equal(t, acquired, counter)
+			require.Positive(t, acquired)
+			require.Zero(t, l.Slot().Pad.Load(), "sleeper count and wake-pending back to zero")
+			_, held := l.Owner()
+			require.False(t, held)
+		})
+	}
+}
