@@ -103,6 +103,25 @@ func ExampleLoop() {
 	// coro: loop is closed
 }
 
+// A program whose main goroutine is its event loop: continuations that
+// wait for the mutex resume on it.
+func ExampleLoop_Run() {
+	var mu coro.Mutex
+	var loop coro.Loop // runs on the goroutine that calls Run
+
+	g, _ := mu.Lock(context.Background())
+	_ = mu.LockOn(context.Background(), &loop, func(g coro.Guard, err error) {
+		fmt.Println("locked on the loop:", err == nil)
+		_ = g.Unlock()
+		loop.Close() // Run returns once the loop has drained
+	})
+	go func() { _ = g.Unlock() }() // another goroutine lets go
+	fmt.Println(loop.Run())
+	// Output:
+	// locked on the loop: true
+	// <nil>
+}
+
 // A lock that other processes share, waited for with a deadline: the
 // goroutines of this process queue in order, and a wait that times out
 // leaves nothing behind.

@@ -3,35 +3,75 @@ package coro
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
-// A Loop is an event loop: one goroutine, started by NewLoop, that runs
-// posted functions one at a time in the order they were posted. It is the
-// design's EventLoop: Mutex.LockOn resumes its continuation through a post
-// to the waiter's loop, so code that lives on a loop keeps running on it.
+// A Loop is an event loop: one goroutine that runs posted functions one at
+// a time in the order they were posted. It is the design's EventLoop:
+// Mutex.LockOn resumes its continuation through a post to the waiter's
+// loop, so code that lives on a loop keeps running on it.
+//
+// NewLoop starts a loop on a goroutine of its own. The zero Loop is ready
+// to take posts and runs on the goroutine that calls Run, for a program
+// whose main goroutine is its loop:
+//
+//	var loop coro.Loop
+//	loop.Post(start)
+//	loop.Run() // until something calls loop.Close and the loop drains
+//
+// The design's EventLoop::current_or_null becomes LoopFrom: Go has no
+// goroutine-local state, so code finds the loop it runs on through its
+// context (WithLoop).
 //
 // A function that panics crashes the program, as on any goroutine. A
 // function that blocks holds up the loop; a continuation waiting for a
-// lock should be a LockOn, not a Lock.
+// lock should be a LockOn, not a Lock. A Loop must not be copied after
+// first use.
 type Loop struct {
+	once     sync.Once // makes wake and done
+	started  atomic.Bool
 	mu       sync.Mutex
 	queue    []func() // posted, not yet run
 	spare    []func() // the previous batch, recycled
 	reserved int      // posts promised to LockOn waiters
 	closed   bool
 	wake     chan struct{} // capacity 1: queue or closed changed
-	done     chan struct{} // closed when the goroutine has exited
+	done     chan struct{} // closed when Run has returned
 }
 
-// NewLoop starts a loop. Close it to let its goroutine end.
+// NewLoop starts a loop on a new goroutine. Close it to let the goroutine
+// end.
 func NewLoop() *Loop {
-	l := &Loop{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l := new(Loop)
+	l.init()
+	l.started.Store(true)
 	go l.run()
 	return l
 }
 
+func (l *Loop) init() {
+	l.once.Do(func() {
+		l.wake = make(chan struct{}, 1)
+		l.done = make(chan struct{})
+	})
+}
+
+// Run runs the loop on the calling goroutine until it is closed and has
+// drained (see Close); then Done is closed and Run returns nil. A loop runs
+// once: Run returns ErrLoopRunning, at once, for a loop that NewLoop
+// started or that Run already ran.
+func (l *Loop) Run() error {
+	l.init()
+	if !l.started.CompareAndSwap(false, true) {
+		return ErrLoopRunning
+	}
+	l.run()
+	return nil
+}
+
 // Post queues f to run on the loop. ErrLoopClosed after Close.
 func (l *Loop) Post(f func()) error {
+	l.init()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -49,18 +89,24 @@ func (l *Loop) Post(f func()) error {
 // closed. Close does not wait, so the loop may close
 // itself; it may be called more than once.
 func (l *Loop) Close() {
+	l.init()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
 	l.signal()
 }
 
-// Done is closed when a closed loop has drained and its goroutine exited.
-func (l *Loop) Done() <-chan struct{} { return l.done }
+// Done is closed when a closed loop has drained and its Run (or the
+// goroutine NewLoop started) has returned.
+func (l *Loop) Done() <-chan struct{} {
+	l.init()
+	return l.done
+}
 
 // reserve promises one later post (postReserved) that cannot fail, even
 // after Close; false if the loop is already closed.
 func (l *Loop) reserve() bool {
+	l.init()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

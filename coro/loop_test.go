@@ -3,6 +3,7 @@ package coro_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 
@@ -173,4 +174,76 @@ func TestLoopCloseWaitsForWaiters(t *testing.T) {
 		<-l.Done()
 		mustFree(t, &m)
 	})
+}
+
+// TestLoopRunOnCaller: a zero Loop takes posts before it runs, runs them on
+// the goroutine that calls Run, in order, and Run returns once the loop is
+// closed and drained.
+func TestLoopRunOnCaller(t *testing.T) {
+	t.Parallel()
+	var l coro.Loop
+	var got []int
+	for i := range 3 {
+		if err := l.Post(func() { got = append(got, i) }); err != nil {
+			t.Fatalf("Post before Run: got %v, want nil", err)
+		}
+	}
+	_ = l.Post(func() {
+		_ = l.Post(func() { got = append(got, 3) }) // from the loop itself
+		l.Close()
+	})
+	if err := l.Run(); err != nil {
+		t.Fatalf("Run: got %v, want nil", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done is not closed after Run returned")
+	}
+	if want := []int{0, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
+	if err := l.Run(); !errors.Is(err, coro.ErrLoopRunning) {
+		t.Fatalf("second Run: got %v, want ErrLoopRunning", err)
+	}
+}
+
+func TestLoopRunOfStartedLoop(t *testing.T) {
+	t.Parallel()
+	l := coro.NewLoop()
+	defer closeLoop(t, l)
+	if err := l.Run(); !errors.Is(err, coro.ErrLoopRunning) {
+		t.Fatalf("Run of a NewLoop: got %v, want ErrLoopRunning", err)
+	}
+}
+
+// TestLockOnCallerLoop: LockOn resumes on a loop that runs on the test's
+// own goroutine, the way a program whose main goroutine is its loop uses it.
+func TestLockOnCallerLoop(t *testing.T) {
+	t.Parallel()
+	var m coro.Mutex
+	held, err := m.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l coro.Loop
+	onLoop := false
+	if err := l.Post(func() { onLoop = true }); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	if err := m.LockOn(context.Background(), &l, func(g coro.Guard, err error) {
+		resumed = onLoop && err == nil && g.Held() // onLoop is only set on this goroutine
+		_ = g.Unlock()
+		l.Close()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = held.Unlock() }()
+	if err := l.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if !resumed {
+		t.Fatal("the continuation did not run on the caller's loop with the lock")
+	}
 }
