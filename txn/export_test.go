@@ -1,0 +1,15 @@
+package txn
+
+// SetPinnedHook installs f to run inside TryPin between the increment and
+// the re-check of the state (nil removes it). Tests only; not concurrent
+// with pins.
+func SetPinnedHook(f func()) { testHookPinned = f }
+
+// PoisonByte is the byte a freed arena is filled with.
+const PoisonByte = poisonByte
+
+// OwnPinCount is the pins this handle counts on record idx.
+func (s *Space) OwnPinCount(idx int) uint32 { return s.ctrs[idx].Load() }
+
+// Row is the handle's pin row.
+func (s *Space) Row() int { return s.row }

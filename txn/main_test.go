@@ -1,0 +1,344 @@
+package txn_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/txn"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+
+// testTimeout bounds every wait of these tests; it only turns a hang into
+// a failure.
+const testTimeout = 30 * time.Second
+
+// helpers run in child processes (testproc re-executes this binary).
+// Each prints facts on stdout, one per line.
+var helpers = map[string]func(args []string) int{
+	"reader":    readerHelper,   // PATH REF: borrow REF in a loop until it fails closed
+	"pin-hold":  pinHoldHelper,  // PATH REF: pin and sleep until killed
+	"own":       ownHelper,      // PATH: begin a txn, alloc, print it, sleep until killed
+	"bench-pin": benchPinHelper, // PATH REF N: N TryPin+Release, print the time
+}
+
+func newSegment(tb testing.TB, opts layout.Options) (*shm.Segment, string) {
+	tb.Helper()
+	if opts.Slots == 0 {
+		opts.Slots = 8
+	}
+	if opts.TxnRecords == 0 {
+		opts.TxnRecords = 8
+	}
+	if opts.TxnArenaBytes == 0 {
+		opts.TxnArenaBytes = 64 << 10
+	}
+	path := testproc.SegmentPath(tb)
+	seg, err := shm.Create(path, shm.Options{Options: opts})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = seg.Close() })
+	return seg, path
+}
+
+func newSpace(tb testing.TB, seg *shm.Segment) *txn.Space {
+	tb.Helper()
+	sp, err := txn.Open(seg)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = sp.Close() })
+	return sp
+}
+
+// pattern is the content of test object i: never the poison byte.
+func pattern(i, n int) []byte {
+	b := make([]byte, n)
+	for j := range b {
+		b[j] = byte('a' + (i+j)%26)
+	}
+	return b
+}
+
+// checkBytes reports whether b is pattern(i, len(b)).
+func checkBytes(b []byte, i int) error {
+	for j, c := range b {
+		if c == txn.PoisonByte {
+			return fmt.Errorf("byte %d is poison", j)
+		}
+		if c != byte('a'+(i+j)%26) {
+			return fmt.Errorf("byte %d: got %#x, want %#x", j, c, byte('a'+(i+j)%26))
+		}
+	}
+	return nil
+}
+
+func openHelper(path string) (*shm.Segment, *txn.Space, error) {
+	seg, err := shm.Open(path, shm.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sp, err := txn.Open(seg)
+	if err != nil {
+		_ = seg.Close()
+		return nil, nil, err
+	}
+	return seg, sp, nil
+}
+
+func readerHelper(args []string) int {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer seg.Close()
+	ref, err := txn.ParseRef(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ctx := context.Background()
+	reads := 0
+	for {
+		b, err := sp.Borrow(ctx, ref)
+		if err != nil {
+			if errors.Is(err, txn.ErrClosed) || errors.Is(err, txn.ErrClosing) {
+				break
+			}
+			fmt.Println("error", err)
+			return 1
+		}
+		if err := checkBytes(b.Bytes(), 0); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		b.Release()
+		reads++
+		if reads == 1 {
+			fmt.Println("ready")
+		}
+	}
+	if reads == 0 {
+		fmt.Println("ready")
+	}
+	fmt.Println("reads", reads)
+	if err := sp.Close(); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	return 0
+}
+
+func pinHoldHelper(args []string) int {
+	_, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ref, err := txn.ParseRef(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	for range 3 { // several pins: all must stop counting
+		if _, err := sp.TryPin(ref); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+	}
+	fmt.Println("pinned")
+	select {}
+}
+
+func ownHelper(args []string) int {
+	_, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: len(args) > 1 && args[1] == "barrier"})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ref, err := tx.Alloc(pattern(0, 100))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ref", ref)
+	select {}
+}
+
+func benchPinHelper(args []string) int {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer seg.Close()
+	defer sp.Close()
+	ref, err := txn.ParseRef(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	n, err := strconv.Atoi(args[2])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ready")
+	// Start together: wait for a line on stdin.
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	start := time.Now()
+	for range n {
+		p, err := sp.TryPin(ref)
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		p.Release()
+	}
+	fmt.Println("ns", time.Since(start).Nanoseconds())
+	return 0
+}
+
+// child is a running helper process.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  strings.Builder
+	done chan struct{}
+	err  error
+}
+
+type childWriter struct{ c *child }
+
+func (w childWriter) Write(p []byte) (int, error) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	return w.c.out.Write(p)
+}
+
+func startChild(tb testing.TB, name string, args ...string) *child {
+	tb.Helper()
+	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
+	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	c.cmd.Stdout = childWriter{c}
+	c.cmd.Stderr = childWriter{c}
+	require.NoError(tb, c.cmd.Start())
+	go func() { c.err = c.cmd.Wait(); close(c.done) }()
+	tb.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	return c
+}
+
+func (c *child) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+// waitLine waits for a line starting with prefix and returns the rest.
+func (c *child) waitLine(tb testing.TB, prefix string) string {
+	tb.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		for _, line := range strings.Split(c.output(), "\n") {
+			if r, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(r)
+			}
+		}
+		select {
+		case <-c.done:
+			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("helper %s: no %q after %v; output:\n%s", c.name, prefix, testTimeout, c.output())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (c *child) waitOK(tb testing.TB) string {
+	tb.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(testTimeout):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		tb.Fatalf("helper %s still running after %v; output:\n%s", c.name, testTimeout, c.output())
+	}
+	require.NoError(tb, c.err, "helper %s; output:\n%s", c.name, c.output())
+	return c.output()
+}
+
+func (c *child) kill(tb testing.TB) {
+	tb.Helper()
+	require.NoError(tb, c.cmd.Process.Signal(syscall.SIGKILL))
+	<-c.done
+}
+
+// waitFor polls cond until it holds, failing after testTimeout.
+func waitFor(tb testing.TB, cond func() bool, what string) {
+	tb.Helper()
+	for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(200 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// txnInfo returns what Inspect says of record idx.
+func txnInfo(tb testing.TB, seg *shm.Segment, idx int) txn.TxnInfo {
+	tb.Helper()
+	snap, err := txn.Inspect(seg, true)
+	require.NoError(tb, err)
+	for _, ti := range snap.Txns {
+		if ti.Index == idx {
+			return ti
+		}
+	}
+	tb.Fatalf("no record %d", idx)
+	return txn.TxnInfo{}
+}
+
+// closeAsync closes tx in a goroutine; the channel gets its result.
+func closeAsync(tx *txn.Txn) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- tx.RequestCloseAndWait(context.Background()) }()
+	return ch
+}
+
+func recv(tb testing.TB, ch <-chan error) error {
+	tb.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(testTimeout):
+		tb.Fatalf("no result after %v", testTimeout)
+		return nil
+	}
+}

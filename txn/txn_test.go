@@ -1,0 +1,749 @@
+package txn_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/txn"
+)
+
+// mode is one of the two close protocols; the tests that matter run under
+// both.
+type mode struct {
+	name    string
+	barrier bool
+}
+
+var modes = []mode{{"pins", false}, {"barrier", true}}
+
+// closeTx closes tx the way its mode does.
+func (m mode) closeTx(ctx context.Context, sp *txn.Space, tx *txn.Txn) error {
+	if !m.barrier {
+		return tx.RequestCloseAndWait(ctx)
+	}
+	b, err := txn.NewBarrier(sp)
+	if err != nil {
+		return err
+	}
+	return b.Close(ctx, tx)
+}
+
+func (m mode) closeAsync(sp *txn.Space, tx *txn.Txn) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- m.closeTx(context.Background(), sp, tx) }()
+	return ch
+}
+
+func TestAllocBorrowClose(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: m.barrier})
+			require.NoError(t, err)
+			var refs []txn.Ref
+			for i := range 5 {
+				r, err := tx.Alloc(pattern(i, 10*i+1))
+				require.NoError(t, err)
+				refs = append(refs, r)
+			}
+			for i, r := range refs {
+				b, err := sp.Borrow(context.Background(), r)
+				require.NoError(t, err)
+				require.NoError(t, checkBytes(b.Bytes(), i))
+				require.Len(t, b.Bytes(), 10*i+1)
+				b.Release()
+				b.Release() // idempotent
+			}
+			require.NoError(t, m.closeTx(context.Background(), sp, tx))
+			for _, r := range refs {
+				_, err := sp.Borrow(context.Background(), r)
+				require.ErrorIs(t, err, txn.ErrClosed)
+				_, err = sp.TryPin(r)
+				require.ErrorIs(t, err, txn.ErrClosed)
+			}
+			_, err = tx.Alloc([]byte("x"))
+			require.ErrorIs(t, err, txn.ErrClosed)
+			ti := txnInfo(t, seg, tx.Index())
+			assert.Equal(t, txn.StateClosed, ti.State)
+			assert.Equal(t, uint32(5), ti.Destroyed)
+			// A closed transaction closes no more.
+			require.ErrorIs(t, m.closeTx(context.Background(), sp, tx), txn.ErrClosed)
+		})
+	}
+}
+
+func TestStaleRefs(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{TxnRecords: 1})
+	sp := newSpace(t, seg)
+	tx, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	old, err := tx.Alloc(pattern(0, 32))
+	require.NoError(t, err)
+	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+	tx2, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	require.Equal(t, tx.Index(), tx2.Index(), "one record: reused")
+	_, err = tx2.Alloc(pattern(1, 32))
+	require.NoError(t, err)
+	_, err = sp.Borrow(context.Background(), old)
+	require.ErrorIs(t, err, txn.ErrStale)
+	p, err := sp.TryPin(old)
+	require.ErrorIs(t, err, txn.ErrStale)
+	require.False(t, p.Held())
+	_, err = tx2.Link(old)
+	require.ErrorIs(t, err, txn.ErrStale)
+
+	cur := txn.Ref{Txn: old.Txn, Gen: tx2.Gen(), Off: old.Off}
+	bad := []txn.Ref{
+		{},                                      // zero
+		{Txn: 1, Gen: 1},                        // no such record
+		{Txn: cur.Txn, Gen: cur.Gen, Off: 8},    // misaligned
+		{Txn: cur.Txn, Gen: cur.Gen, Off: 4096}, // past the allocated part
+		{Txn: cur.Txn, Gen: cur.Gen, Off: 16},   // inside an object, not a header
+	}
+	for _, r := range bad {
+		_, err := sp.Borrow(context.Background(), r)
+		require.ErrorIs(t, err, txn.ErrBadRef, "ref %v", r)
+	}
+	require.Zero(t, sp.OwnPinCount(int(cur.Txn)), "failed borrows leave no pin")
+	require.NoError(t, tx2.RequestCloseAndWait(context.Background()))
+}
+
+func TestIdempotentReleaseAndPinsHeld(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	tx, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	r, err := tx.Alloc([]byte("x"))
+	require.NoError(t, err)
+	p1, err := sp.TryPin(r)
+	require.NoError(t, err)
+	p2, err := sp.TryPin(r)
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), sp.OwnPinCount(tx.Index()))
+	require.ErrorIs(t, sp.Close(), txn.ErrPinsHeld)
+	p1.Release()
+	p1.Release()
+	p1.Release()
+	require.Equal(t, uint32(1), sp.OwnPinCount(tx.Index()))
+	p2.Release()
+	require.Zero(t, sp.OwnPinCount(tx.Index()))
+	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+	var zero txn.Pin
+	zero.Release()
+}
+
+func TestTryPinLostRace(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc([]byte("x"))
+			require.NoError(t, err)
+			var done <-chan error
+			hooked := 0
+			txn.SetPinnedHook(func() {
+				// The pin is counted but not checked: a closer comes in
+				// now and flips the state; it must wait for this pin.
+				hooked++
+				done = m.closeAsync(sp, tx)
+				waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "the close to start")
+			})
+			p, err := sp.TryPin(r)
+			txn.SetPinnedHook(nil)
+			require.Equal(t, 1, hooked)
+			require.ErrorIs(t, err, txn.ErrClosing)
+			require.False(t, p.Held())
+			require.NoError(t, recv(t, done), "the close completes after the back-out")
+			require.Zero(t, sp.OwnPinCount(tx.Index()))
+		})
+	}
+}
+
+func TestCloserHoldsPin(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	for _, m := range modes {
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+		require.NoError(t, err)
+		p, err := tx.TryPin()
+		require.NoError(t, err)
+		require.ErrorIs(t, m.closeTx(context.Background(), sp, tx), txn.ErrCloserPinned, m.name)
+		require.True(t, tx.Open(), "nothing changed")
+		p.Release()
+		require.NoError(t, m.closeTx(context.Background(), sp, tx), m.name)
+	}
+}
+
+func TestWrongMode(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	bt, err := sp.Begin(txn.BeginOptions{Barrier: true})
+	require.NoError(t, err)
+	pt, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	require.ErrorIs(t, bt.RequestCloseAndWait(context.Background()), txn.ErrWrongMode)
+	b, err := txn.NewBarrier(sp)
+	require.NoError(t, err)
+	require.ErrorIs(t, b.Close(context.Background(), pt), txn.ErrWrongMode)
+	require.True(t, bt.Open())
+	require.True(t, pt.Open())
+	require.NoError(t, b.Close(context.Background(), bt))
+	require.NoError(t, pt.RequestCloseAndWait(context.Background()))
+}
+
+func TestCloseCancelled(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc([]byte("x"))
+			require.NoError(t, err)
+			p, err := sp.TryPin(r)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			ch := make(chan error, 1)
+			go func() { ch <- m.closeTx(ctx, sp, tx) }()
+			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+			cancel()
+			require.ErrorIs(t, recv(t, ch), context.Canceled)
+			require.True(t, tx.Open(), "a cancelled close reopens")
+			p2, err := sp.TryPin(r)
+			require.NoError(t, err)
+			p2.Release()
+			p.Release()
+			require.NoError(t, m.closeTx(context.Background(), sp, tx))
+		})
+	}
+}
+
+// TestReaderWhileClosing: a reader goroutine loops on pinned reads while
+// another goroutine closes; the reader never sees poison, the close
+// completes.
+func TestReaderWhileClosing(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+			require.NoError(t, err)
+			var refs []txn.Ref
+			for i := range 8 {
+				r, err := tx.Alloc(pattern(i, 500))
+				require.NoError(t, err)
+				refs = append(refs, r)
+			}
+			const readers = 3
+			var wg sync.WaitGroup
+			started := make(chan struct{}, readers)
+			errs := make(chan error, readers)
+			for g := range readers {
+				wg.Go(func() {
+					for n := 0; ; n++ {
+						i := (n + g) % len(refs)
+						b, err := sp.Borrow(context.Background(), refs[i])
+						if errors.Is(err, txn.ErrClosing) || errors.Is(err, txn.ErrClosed) {
+							if n == 0 {
+								started <- struct{}{}
+							}
+							return
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						// Read it twice, a little apart: it must not change.
+						if err := checkBytes(b.Bytes(), i); err != nil {
+							errs <- err
+						}
+						time.Sleep(time.Microsecond)
+						if err := checkBytes(b.Bytes(), i); err != nil {
+							errs <- err
+						}
+						b.Release()
+						if n == 0 {
+							started <- struct{}{}
+						}
+					}
+				})
+			}
+			for range readers {
+				<-started
+			}
+			require.NoError(t, m.closeTx(context.Background(), sp, tx))
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			require.Zero(t, sp.OwnPinCount(tx.Index()))
+		})
+	}
+}
+
+// TestReadersAcrossProcesses: the same with readers in other processes.
+func TestReadersAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(0, 3000))
+			require.NoError(t, err)
+			var kids []*child
+			for range 2 {
+				kids = append(kids, startChild(t, "reader", path, r.String()))
+			}
+			for _, c := range kids {
+				c.waitLine(t, "ready")
+			}
+			require.NoError(t, m.closeTx(context.Background(), sp, tx))
+			for _, c := range kids {
+				c.waitOK(t)
+				n, err := strconv.Atoi(c.waitLine(t, "reads "))
+				require.NoError(t, err)
+				require.Positive(t, n)
+			}
+			snap, err := txn.Inspect(seg, false)
+			require.NoError(t, err)
+			require.Len(t, snap.Rows, 1, "the readers gave their rows back")
+		})
+	}
+}
+
+// TestKilledPinner: a process holding pins is killed while the owner waits
+// to close; the close completes once its pins stop counting.
+func TestKilledPinner(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(0, 64))
+			require.NoError(t, err)
+			c := startChild(t, "pin-hold", path, r.String())
+			c.waitLine(t, "pinned")
+			done := m.closeAsync(sp, tx)
+			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+			// A live pinner holds the close: nothing changes for a while.
+			time.Sleep(120 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("close returned %v while a live process held pins", err)
+			default:
+			}
+			snap, err := txn.Inspect(seg, false)
+			require.NoError(t, err)
+			var live bool
+			for _, row := range snap.Rows {
+				if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
+					live = row.Alive && (row.Pins == 3 || row.GlobalPins == 3)
+				}
+			}
+			require.True(t, live, "the child's row shows its 3 pins: %+v", snap.Rows)
+			c.kill(t)
+			require.NoError(t, recv(t, done))
+			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+			// Its row is taken over by the next process and zeroed.
+			sp2 := newSpace(t, seg)
+			require.Zero(t, sp2.OwnPinCount(tx.Index()))
+		})
+	}
+}
+
+// TestLivePinsNeverReleased: a close waits for a live process's pins as
+// long as they are held (the context ends it here).
+func TestLivePinsNeverReleased(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	tx, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	r, err := tx.Alloc(pattern(0, 64))
+	require.NoError(t, err)
+	c := startChild(t, "pin-hold", path, r.String())
+	c.waitLine(t, "pinned")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond) // several liveness slices
+	defer cancel()
+	require.ErrorIs(t, tx.RequestCloseAndWait(ctx), context.DeadlineExceeded)
+	require.True(t, tx.Open())
+	c.kill(t)
+	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+}
+
+// TestReclaim: a transaction whose owner died is closed by another process.
+func TestReclaim(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			args := []string{path}
+			if m.barrier {
+				args = append(args, "barrier")
+			}
+			c := startChild(t, "own", args...)
+			r, err := txn.ParseRef(c.waitLine(t, "ref "))
+			require.NoError(t, err)
+			b, err := sp.Borrow(context.Background(), r)
+			require.NoError(t, err)
+			require.NoError(t, checkBytes(b.Bytes(), 0))
+			require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrOwnerAlive)
+			c.kill(t)
+			// The reclaim waits for this process's live pin like any close.
+			done := make(chan error, 1)
+			go func() { done <- sp.Reclaim(context.Background(), int(r.Txn)) }()
+			waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "closing")
+			require.NoError(t, checkBytes(b.Bytes(), 0))
+			b.Release()
+			require.NoError(t, recv(t, done))
+			_, err = sp.Borrow(context.Background(), r)
+			require.ErrorIs(t, err, txn.ErrClosed)
+			require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrClosed)
+		})
+	}
+}
+
+func TestPromotion(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
+			sp := newSpace(t, seg)
+			ctx := context.Background()
+			src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: m.barrier})
+			require.NoError(t, err)
+			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
+			require.NoError(t, err)
+			o1, err := src.Alloc(pattern(1, 100))
+			require.NoError(t, err)
+			o2, err := src.Alloc(pattern(2, 50)) // not linked: destroyed
+			require.NoError(t, err)
+			cell, err := dst.Link(o1)
+			require.NoError(t, err)
+			same, err := src.Link(o2)
+			require.NoError(t, err)
+			require.Equal(t, o2, same, "a link within the transaction is the ref itself")
+
+			b, err := sp.Borrow(ctx, cell)
+			require.NoError(t, err)
+			require.NoError(t, checkBytes(b.Bytes(), 1))
+			// The borrow through the cell pins the source: its close waits.
+			done := m.closeAsync(sp, src)
+			waitFor(t, func() bool { return txnInfo(t, seg, src.Index()).State == txn.StateClosing }, "closing")
+			require.NoError(t, checkBytes(b.Bytes(), 1))
+			b.Release()
+			require.NoError(t, recv(t, done))
+			ti := txnInfo(t, seg, src.Index())
+			assert.Equal(t, uint32(1), ti.Promoted)
+			assert.Equal(t, uint32(1), ti.Destroyed)
+
+			// Reuse the source's arena, overwriting it.
+			other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
+			require.NoError(t, err)
+			for range 10 {
+				_, err := other.Alloc(pattern(9, 200))
+				require.NoError(t, err)
+			}
+			b, err = sp.Borrow(ctx, cell)
+			require.NoError(t, err, "the cell was rebound to the promoted copy")
+			require.NoError(t, checkBytes(b.Bytes(), 1))
+			require.Len(t, b.Bytes(), 100)
+			b.Release()
+			_, err = sp.Borrow(ctx, o1)
+			require.ErrorIs(t, err, txn.ErrStale, "the original is gone: its record was reused by other")
+
+			assert.Equal(t, uint32(1), txnInfo(t, seg, dst.Index()).Promotions)
+			require.NoError(t, dst.RequestCloseAndWait(ctx))
+			_, err = sp.Borrow(ctx, cell)
+			require.ErrorIs(t, err, txn.ErrClosed)
+			require.NoError(t, other.RequestCloseAndWait(ctx))
+		})
+	}
+}
+
+// TestPromotionDestinationClosedFirst: a destination that ends first
+// takes its cells with it; the source destroys the object.
+func TestPromotionDestinationClosedFirst(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	ctx := context.Background()
+	src, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	dst, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	o, err := src.Alloc(pattern(0, 10))
+	require.NoError(t, err)
+	_, err = dst.Link(o)
+	require.NoError(t, err)
+	require.NoError(t, dst.RequestCloseAndWait(ctx))
+	require.NoError(t, src.RequestCloseAndWait(ctx))
+	ti := txnInfo(t, seg, src.Index())
+	assert.Zero(t, ti.Promoted)
+	assert.Equal(t, uint32(1), ti.Destroyed)
+}
+
+// TestPromotionReaderAcrossClose: readers loop on a cell while the source
+// closes; they see the original, then the copy, never poison, never an
+// error.
+func TestPromotionReaderAcrossClose(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	ctx := context.Background()
+	src, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	dst, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	o, err := src.Alloc(pattern(3, 700))
+	require.NoError(t, err)
+	cell, err := dst.Link(o)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	for range 2 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b, err := sp.Borrow(ctx, cell)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := checkBytes(b.Bytes(), 3); err != nil {
+					errs <- err
+				}
+				b.Release()
+				if n == 0 {
+					started <- struct{}{}
+				}
+			}
+		})
+	}
+	<-started
+	<-started
+	require.NoError(t, src.RequestCloseAndWait(ctx))
+	// A few more reads of the copy.
+	time.Sleep(10 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.NoError(t, dst.RequestCloseAndWait(ctx))
+}
+
+func TestArenaFull(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{TxnRecords: 4, TxnArenaBytes: 16 << 10})
+	sp := newSpace(t, seg)
+	ctx := context.Background()
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+	require.NoError(t, err)
+	require.Equal(t, 1024, tx.ArenaSize())
+	var refs []txn.Ref
+	for i := 0; ; i++ {
+		r, err := tx.Alloc(pattern(i, 100))
+		if errors.Is(err, txn.ErrArenaFull) {
+			break
+		}
+		require.NoError(t, err)
+		refs = append(refs, r)
+	}
+	require.Len(t, refs, 1024/(16+112))
+	used := tx.Used()
+	_, err = tx.Alloc(make([]byte, 1<<20))
+	require.ErrorIs(t, err, txn.ErrArenaFull)
+	require.Equal(t, used, tx.Used(), "nothing changed")
+	for i, r := range refs {
+		b, err := sp.Borrow(ctx, r)
+		require.NoError(t, err)
+		require.NoError(t, checkBytes(b.Bytes(), i), "object %d intact", i)
+		b.Release()
+	}
+	// A link that does not fit fails the same way.
+	other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 64})
+	require.NoError(t, err)
+	_, err = other.Link(refs[0])
+	require.ErrorIs(t, err, txn.ErrArenaFull)
+	require.Zero(t, other.Used())
+
+	// Begin: no stretch large enough, then no record.
+	_, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1 << 20})
+	require.ErrorIs(t, err, txn.ErrArenaFull)
+	_, err = sp.Begin(txn.BeginOptions{ArenaBytes: -1})
+	require.ErrorIs(t, err, txn.ErrArenaFull)
+	var more []*txn.Txn
+	for {
+		x, err := sp.Begin(txn.BeginOptions{ArenaBytes: 64})
+		if errors.Is(err, txn.ErrNoRecord) {
+			break
+		}
+		require.NoError(t, err)
+		more = append(more, x)
+	}
+	require.Len(t, more, 2)
+	for _, x := range append(more, tx, other) {
+		require.NoError(t, x.RequestCloseAndWait(ctx))
+	}
+	// Everything free again: first fit finds the whole data area.
+	snap, err := txn.Inspect(seg, false)
+	require.NoError(t, err)
+	require.Equal(t, snap.DataUnits, snap.FreeUnits)
+	big, err := sp.Begin(txn.BeginOptions{ArenaBytes: int64(snap.DataUnits) * layout.ArenaUnit})
+	require.NoError(t, err)
+	require.NoError(t, big.RequestCloseAndWait(ctx))
+}
+
+// TestArenasDisjoint: transactions begun concurrently from several
+// processes' handles get disjoint arenas.
+func TestArenasDisjoint(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{TxnRecords: 16})
+	spaces := []*txn.Space{newSpace(t, seg), newSpace(t, seg)}
+	var mu sync.Mutex
+	var txs []*txn.Txn
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for range 4 {
+				tx, err := spaces[g%2].Begin(txn.BeginOptions{ArenaBytes: 512})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				txs = append(txs, tx)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, txs, 16)
+	snap, err := txn.Inspect(seg, false)
+	require.NoError(t, err)
+	require.Len(t, snap.Txns, 16)
+	for i, a := range snap.Txns {
+		for _, b := range snap.Txns[i+1:] {
+			require.True(t, a.ArenaStart+a.ArenaSize <= b.ArenaStart || b.ArenaStart+b.ArenaSize <= a.ArenaStart, "arenas of %d and %d overlap", a.Index, b.Index)
+		}
+	}
+	for _, tx := range txs {
+		require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+	}
+}
+
+// TestBarrierBatch: one raising of the barrier closes several
+// transactions, and pins of barrier transactions fail while it is up.
+func TestBarrierBatch(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	b, err := txn.NewBarrier(sp)
+	require.NoError(t, err)
+	var txs []*txn.Txn
+	var refs []txn.Ref
+	for i := range 3 {
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: true})
+		require.NoError(t, err)
+		r, err := tx.Alloc(pattern(i, 10))
+		require.NoError(t, err)
+		txs, refs = append(txs, tx), append(refs, r)
+	}
+	bystander, err := sp.Begin(txn.BeginOptions{Barrier: true})
+	require.NoError(t, err)
+	br, err := bystander.Alloc(pattern(0, 10))
+	require.NoError(t, err)
+	p, err := sp.TryPin(refs[0])
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- b.Close(context.Background(), txs...) }()
+	waitFor(t, func() bool {
+		snap, err := txn.Inspect(seg, false)
+		require.NoError(t, err)
+		return snap.BarrierLeader != 0
+	}, "the barrier")
+	_, err = sp.TryPin(br)
+	require.ErrorIs(t, err, txn.ErrClosing, "the barrier stops every global pin")
+	p.Release()
+	require.NoError(t, recv(t, done))
+	for _, r := range refs {
+		_, err := sp.TryPin(r)
+		require.ErrorIs(t, err, txn.ErrClosed)
+	}
+	p, err = sp.TryPin(br)
+	require.NoError(t, err, "the barrier is down")
+	p.Release()
+	err = b.Close(context.Background(), txs[0], bystander)
+	require.ErrorIs(t, err, txn.ErrClosed)
+	require.False(t, bystander.Open(), "the rest of the batch closes")
+}
+
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{TxnRecords: -1})
+	_, err := txn.Open(seg)
+	require.ErrorIs(t, err, txn.ErrNoSpace)
+	seg2, path := newSegment(t, layout.Options{})
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+	_, err = txn.Open(ro)
+	require.Error(t, err)
+	sp, err := txn.Open(seg2)
+	require.NoError(t, err)
+	require.NoError(t, sp.Close())
+	require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
+	_, err = sp.Begin(txn.BeginOptions{})
+	require.ErrorIs(t, err, txn.ErrSpaceClosed)
+}
+
+func FuzzParseRef(f *testing.F) {
+	for _, s := range []string{"0:1:0", "3:4294967295:16", "", "::", "1:2", "1:2:3:4", "-1:2:3", "1:2:x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := txn.ParseRef(s)
+		if err != nil {
+			require.ErrorIs(t, err, txn.ErrSyntax)
+			return
+		}
+		r2, err := txn.ParseRef(r.String())
+		require.NoError(t, err)
+		require.Equal(t, r, r2)
+	})
+}
