@@ -13,3 +13,6 @@ func (s *Space) OwnPinCount(idx int) uint32 { return s.ctrs[idx].Load() }
 
 // Row is the handle's pin row.
 func (s *Space) Row() int { return s.row }
+
+// ClosersAsleep is the number of goroutines asleep on record idx's drain word.
+func (s *Space) ClosersAsleep(idx int) uint32 { return s.recs[idx].Sleepers.Load() }

@@ -34,7 +34,7 @@ var helpers = map[string]func(args []string) int{
 	"reader":    readerHelper,   // PATH REF: borrow REF in a loop until it fails closed
 	"pin-hold":  pinHoldHelper,  // PATH REF: pin and sleep until killed
 	"own":       ownHelper,      // PATH: begin a txn, alloc, print it, sleep until killed
-	"bench-pin": benchPinHelper, // PATH REF N: N TryPin+Release, print the time
+	"bench-pin": benchPinHelper, // PATH REF|atomic N: N TryPin+Release (or atomic add+sub), print the time
 }
 
 func newSegment(tb testing.TB, opts layout.Options) (*shm.Segment, string) {
@@ -191,12 +191,15 @@ func benchPinHelper(args []string) int {
 	}
 	defer seg.Close()
 	defer sp.Close()
-	ref, err := txn.ParseRef(args[1])
+	n, err := strconv.Atoi(args[2])
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	n, err := strconv.Atoi(args[2])
+	if args[1] == "atomic" {
+		return benchAtomic(seg, n)
+	}
+	ref, err := txn.ParseRef(args[1])
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -341,4 +344,28 @@ func recv(tb testing.TB, ch <-chan error) error {
 		tb.Fatalf("no result after %v", testTimeout)
 		return nil
 	}
+}
+
+// benchAtomic is the peer of bench-pin: an atomic add and sub of a word
+// every process shares (owner slot 7's Token, unused by these tests).
+func benchAtomic(seg *shm.Segment, n int) int {
+	slot, err := seg.Slot(7)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	start := time.Now()
+	for range n {
+		slot.Token.Add(1)
+		slot.Token.Add(^uint64(0))
+	}
+	fmt.Println("ns", time.Since(start).Nanoseconds())
+	return 0
+}
+
+// benchCommand is a bench-pin helper command, its stdin left to the caller.
+func benchCommand(path, ref, iters string) *exec.Cmd {
+	return testproc.Command("bench-pin", path, ref, iters)
 }
