@@ -14,6 +14,8 @@
 //	    print the owner slots in use: name, claims, owner and its liveness
 //	shmctl rm SEGMENT...
 //	    remove segments; files that are not segments are refused
+//	shmctl txns SEGMENT [--all] [--json]
+//	    print the transactions: state, owner, arena use, pins per process
 //	shmctl reclaim SEGMENT [--dry-run] [--json]
 //	    free the owner slots whose holder died (take over, release at once)
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
@@ -22,7 +24,7 @@
 //	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token]
 //	    one cell of the peer benchmark (shared/peers/README.md): one JSON line
 //
-// info and slots open the segment read-only and change nothing in it.
+// info, slots and txns open the segment read-only and change nothing in it.
 // demo and bench start worker processes: this program again (demo through
 // the hidden demo-worker command, bench with SHMCTL_BENCH_WORKER set).
 //
