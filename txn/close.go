@@ -135,7 +135,10 @@ func (s *Space) finalizePromotions(idx int, gen uint32) {
 			continue
 		}
 		next := drec.Promos.Load()
-		for steps := drec.NPromos.Load(); next != 0 && steps > 0; steps-- {
+		// The walk is bounded by the cells the arena can hold, too, so that
+		// a corrupted list (a cycle, a wild count) cannot keep it going.
+		steps := min(uint64(drec.NPromos.Load()), uint64(drec.Used.Load())/(headerSize+cellBodySize))
+		for ; next != 0 && steps > 0; steps-- {
 			kind, room, cb, err := s.object(Ref{Txn: uint32(d), Gen: ctlGen(c), Off: next - 1})
 			if err != nil || kind != kindCell {
 				break // a corrupted list: stop rather than wander
@@ -168,7 +171,11 @@ func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
 	used := min(uint64(rec.Used.Load()), size)
 	for off := uint64(0); off+headerSize <= used; {
 		h := s.header(start + off)
-		if h.Check.Load() != objMagic^uint32(off) {
+		capacity := uint64(h.Cap.Load())
+		// A header that is not one, or a capacity that would lead the walk
+		// off the object grid, is a corrupted arena: stop, it is poisoned
+		// next anyway.
+		if h.Check.Load() != objMagic^uint32(off) || capacity%objAlign != 0 {
 			return
 		}
 		w := h.Word.Load()
@@ -176,7 +183,7 @@ func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
 			h.Word.Store(headerWord(kindObject, objDestroyed, hdrSize(w)))
 			rec.Destroyed.Add(1)
 		}
-		off += headerSize + uint64(h.Cap.Load())
+		off += headerSize + capacity
 	}
 }
 

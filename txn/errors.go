@@ -20,4 +20,5 @@ var (
 	ErrNoPinRow     = errors.New("txn: every pin row is taken by a live process")
 	ErrSpaceClosed  = errors.New("txn: space is closed")
 	ErrSyntax       = errors.New("txn: malformed reference")
+	ErrCorrupt      = errors.New("txn: transaction record corrupted")
 )

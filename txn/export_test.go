@@ -16,3 +16,6 @@ func (s *Space) Row() int { return s.row }
 
 // ClosersAsleep is the number of goroutines asleep on record idx's drain word.
 func (s *Space) ClosersAsleep(idx int) uint32 { return s.recs[idx].Sleepers.Load() }
+
+// DataStart is the offset of the data area in the txn arena region.
+func (s *Space) DataStart() uint64 { return s.geo.dataStart }

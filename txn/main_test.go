@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -110,6 +112,11 @@ func readerHelper(args []string) int {
 		fmt.Println("error", err)
 		return 1
 	}
+	inside, err := insideWord(seg)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
 	ctx := context.Background()
 	reads := 0
 	for {
@@ -121,10 +128,17 @@ func readerHelper(args []string) int {
 			fmt.Println("error", err)
 			return 1
 		}
-		if err := checkBytes(b.Bytes(), 0); err != nil {
-			fmt.Println("error", err)
-			return 1
+		inside.Add(1) // counted only while the pin is held
+		// Read it twice, a scheduling point apart: a close that freed the
+		// arena under the pin would show as poison or a change.
+		for range 2 {
+			if err := checkBytes(b.Bytes(), 0); err != nil {
+				fmt.Println("error", err)
+				return 1
+			}
+			runtime.Gosched()
 		}
+		inside.Add(^uint64(0))
 		b.Release()
 		reads++
 		if reads == 1 {
@@ -346,6 +360,21 @@ func recv(tb testing.TB, ch <-chan error) error {
 	}
 }
 
+// insideWord is a word every process of a test shares, outside anything
+// package txn uses: owner slot insideSlot's Token. Readers count
+// themselves in it while they hold a pin.
+func insideWord(seg *shm.Segment) (*atomic.Uint64, error) {
+	slot, err := seg.Slot(insideSlot)
+	if err != nil {
+		return nil, err
+	}
+	return &slot.Token, nil
+}
+
+// insideSlot is the owner slot whose Token word insideWord is; package txn
+// claims the first free slots for its locks, and newSegment makes 8.
+const insideSlot = 6
+
 // benchAtomic is the peer of bench-pin: an atomic add and sub of a word
 // every process shares (owner slot 7's Token, unused by these tests).
 func benchAtomic(seg *shm.Segment, n int) int {
@@ -368,4 +397,12 @@ func benchAtomic(seg *shm.Segment, n int) int {
 // benchCommand is a bench-pin helper command, its stdin left to the caller.
 func benchCommand(path, ref, iters string) *exec.Cmd {
 	return testproc.Command("bench-pin", path, ref, iters)
+}
+
+// rounds is n, or long with SHMLOCK_LONG=1.
+func rounds(n, long int) int {
+	if os.Getenv("SHMLOCK_LONG") == "1" {
+		return long
+	}
+	return n
 }

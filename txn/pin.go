@@ -217,6 +217,10 @@ func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
 			b.data = tdata
 			return b, nil
 		}
+		if err == ErrBadRef {
+			b.Release()
+			return nil, ErrBadRef // a corrupted cell
+		}
 		if err != ErrClosing {
 			// The source ended: it promoted the cell before marking
 			// itself Closed, unless this cell's transaction was closing.

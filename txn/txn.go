@@ -178,6 +178,9 @@ func (t *Txn) reserve(n uint64) (uint64, error) {
 		return 0, err
 	}
 	off := uint64(t.rec.Used.Load())
+	if off%objAlign != 0 || off > t.size {
+		return 0, fmt.Errorf("%w: bump pointer %d in an arena of %d bytes", ErrCorrupt, off, t.size)
+	}
 	if off+headerSize+roundUp(n, objAlign) > t.size {
 		return 0, ErrArenaFull
 	}

@@ -303,34 +303,43 @@ func TestReaderWhileClosing(t *testing.T) {
 	}
 }
 
-// TestReadersAcrossProcesses: the same with readers in other processes.
+// TestReadersAcrossProcesses: the same with readers in other processes,
+// which count themselves in a shared word while they hold a pin: when the
+// close returns, the word is exactly 0.
 func TestReadersAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			seg, path := newSegment(t, layout.Options{})
 			sp := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+			inside, err := insideWord(seg)
 			require.NoError(t, err)
-			r, err := tx.Alloc(pattern(0, 3000))
-			require.NoError(t, err)
-			var kids []*child
-			for range 2 {
-				kids = append(kids, startChild(t, "reader", path, r.String()))
-			}
-			for _, c := range kids {
-				c.waitLine(t, "ready")
-			}
-			require.NoError(t, m.closeTx(context.Background(), sp, tx))
-			for _, c := range kids {
-				c.waitOK(t)
-				n, err := strconv.Atoi(c.waitLine(t, "reads "))
+			for round := range rounds(2, 20) {
+				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
 				require.NoError(t, err)
-				require.Positive(t, n)
+				r, err := tx.Alloc(pattern(0, 3000))
+				require.NoError(t, err)
+				var kids []*child
+				for range 2 {
+					kids = append(kids, startChild(t, "reader", path, r.String()))
+				}
+				for _, c := range kids {
+					c.waitLine(t, "ready")
+				}
+				require.NoError(t, m.closeTx(context.Background(), sp, tx))
+				// The close returned: every pin was released, so no reader is
+				// inside, and none can enter any more.
+				require.Zero(t, inside.Load(), "round %d: readers inside their pins after the close returned", round)
+				for _, c := range kids {
+					c.waitOK(t)
+					n, err := strconv.Atoi(c.waitLine(t, "reads "))
+					require.NoError(t, err)
+					require.Positive(t, n)
+				}
+				snap, err := txn.Inspect(seg, false)
+				require.NoError(t, err)
+				require.Len(t, snap.Rows, 1, "the readers gave their rows back")
 			}
-			snap, err := txn.Inspect(seg, false)
-			require.NoError(t, err)
-			require.Len(t, snap.Rows, 1, "the readers gave their rows back")
 		})
 	}
 }
