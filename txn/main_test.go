@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -36,6 +37,7 @@ var helpers = map[string]func(args []string) int{
 	"reader":    readerHelper,   // PATH REF: borrow REF in a loop until it fails closed
 	"pin-hold":  pinHoldHelper,  // PATH REF: pin and sleep until killed
 	"own":       ownHelper,      // PATH: begin a txn, alloc, print it, sleep until killed
+	"close-cpu": closeCPUHelper, // PATH [barrier]: begin, print a ref, close on a stdin line, print its CPU time
 	"bench-pin": benchPinHelper, // PATH REF|atomic N: N TryPin+Release (or atomic add+sub), print the time
 }
 
@@ -236,12 +238,13 @@ func benchPinHelper(args []string) int {
 
 // child is a running helper process.
 type child struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  strings.Builder
-	done chan struct{}
-	err  error
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // startChildStdin only
+	mu    sync.Mutex
+	out   strings.Builder
+	done  chan struct{}
+	err   error
 }
 
 type childWriter struct{ c *child }
@@ -254,10 +257,26 @@ func (w childWriter) Write(p []byte) (int, error) {
 
 func startChild(tb testing.TB, name string, args ...string) *child {
 	tb.Helper()
+	return startChildWith(tb, false, name, args...)
+}
+
+// startChildStdin starts a helper with a pipe to its stdin in c.stdin.
+func startChildStdin(tb testing.TB, name string, args ...string) *child {
+	tb.Helper()
+	return startChildWith(tb, true, name, args...)
+}
+
+func startChildWith(tb testing.TB, pipe bool, name string, args ...string) *child {
+	tb.Helper()
 	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
 	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	c.cmd.Stdout = childWriter{c}
 	c.cmd.Stderr = childWriter{c}
+	if pipe {
+		var err error
+		c.stdin, err = c.cmd.StdinPipe()
+		require.NoError(tb, err)
+	}
 	require.NoError(tb, c.cmd.Start())
 	go func() { c.err = c.cmd.Wait(); close(c.done) }()
 	tb.Cleanup(func() {
