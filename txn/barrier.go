@@ -21,6 +21,9 @@ type Barrier struct {
 
 // NewBarrier returns the barrier of s's segment.
 func NewBarrier(s *Space) (*Barrier, error) {
+	if s.closed.Load() {
+		return nil, ErrSpaceClosed
+	}
 	if _, err := s.barrierLock(); err != nil {
 		return nil, err
 	}
@@ -55,6 +58,9 @@ func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
 
 // closeBarrier is the leader's work.
 func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ import (
 // ctx.Err(). A record already Closing (its closer died; Reclaim) resumes
 // at step 2: every step of the end sequence may be run again.
 func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32) error {
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -192,6 +195,9 @@ func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
 // close, waiting for the pins of live readers like the owner would.
 // ErrOwnerAlive if the owner lives, ErrClosed if the record is not in use.
 func (s *Space) Reclaim(ctx context.Context, index int) error {
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
 	if index < 0 || index >= len(s.recs) {
 		return ErrBadRef
 	}

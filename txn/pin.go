@@ -50,7 +50,8 @@ func (p *Pin) Release() {
 
 // TryPin pins the transaction r belongs to. It fails with ErrClosing while
 // the transaction closes, ErrClosed after, ErrStale if its record has been
-// reused, ErrBadRef for a Ref that names no record. A transaction begun in
+// reused, ErrBadRef for a Ref that names no record, ErrSpaceClosed after
+// s.Close. A transaction begun in
 // barrier mode gets a global pin (Option B), any other a per-transaction
 // pin (Option A): the caller need not know which.
 func (s *Space) TryPin(r Ref) (Pin, error) {
@@ -79,12 +80,15 @@ func (s *Space) pin(p *Pin, idx, gen uint32) error {
 	if testHookPinned != nil {
 		testHookPinned()
 	}
-	if c := rec.Ctl.Load(); c != want {
-		// Lost the race with Closing (or a reuse): back out, and wake the
-		// closer, which may have counted this pin.
+	if c := rec.Ctl.Load(); c != want || s.closed.Load() {
+		// Lost the race with Closing (or a reuse, or Space.Close): back
+		// out, and wake the closer, which may have counted this pin.
 		ctr.Add(^uint32(0))
 		if ctlState(rec.Ctl.Load()) == stateClosing {
 			wake(drain{&rec.Drain, &rec.Sleepers})
+		}
+		if s.closed.Load() {
+			return ErrSpaceClosed
 		}
 		if err := refErr(c, gen); err != nil {
 			return err
@@ -109,12 +113,15 @@ func (s *Space) pinGlobal(p *Pin, rec *record, want uint64) error {
 	if testHookPinned != nil {
 		testHookPinned()
 	}
-	if lead, c := s.bar.Leader.Load(), rec.Ctl.Load(); lead != 0 || c != want {
-		// Lost the race with a leader (or a close): back out, and wake
-		// the leader, which may have counted this pin.
+	if lead, c := s.bar.Leader.Load(), rec.Ctl.Load(); lead != 0 || c != want || s.closed.Load() {
+		// Lost the race with a leader (or a close, or Space.Close): back
+		// out, and wake the leader, which may have counted this pin.
 		ctr.Add(^uint32(0))
 		if s.bar.Leader.Load() != 0 {
 			wake(drain{&s.bar.Drain, &s.bar.Sleepers})
+		}
+		if s.closed.Load() {
+			return ErrSpaceClosed
 		}
 		if err := refErr(c, ctlGen(want)); err != nil {
 			return err
@@ -139,7 +146,7 @@ func (s *Space) pinTxn(p *Pin, idx int, c uint64) bool {
 	rec := s.recs[idx]
 	ctr := s.ctrs[idx]
 	ctr.Add(1)
-	if rec.Ctl.Load() != c {
+	if rec.Ctl.Load() != c || s.closed.Load() {
 		ctr.Add(^uint32(0))
 		if ctlState(rec.Ctl.Load()) == stateClosing {
 			wake(drain{&rec.Drain, &rec.Sleepers})

@@ -126,17 +126,20 @@ func wake(d drain) {
 
 // Close gives up the handle's pin row. ErrPinsHeld, changing nothing, if
 // pins taken through it are still held; ErrSpaceClosed the second time.
+//
+// The closed flag goes up before the counters are checked, and a pin
+// checks the flag after its increment, so that either the pin sees the
+// flag and backs out or Close sees the pin and leaves the row alone: a pin
+// is never counted in a row given up (which another process may take).
 func (s *Space) Close() error {
-	if s.closed.Load() {
+	if !s.closed.CompareAndSwap(false, true) {
 		return ErrSpaceClosed
 	}
 	for _, c := range s.ctrs {
 		if c.Load() != 0 {
+			s.closed.Store(false)
 			return ErrPinsHeld
 		}
-	}
-	if !s.closed.CompareAndSwap(false, true) {
-		return ErrSpaceClosed
 	}
 	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
 	s.releaseLock(allocLockName)

@@ -174,6 +174,9 @@ func (t *Txn) Alloc(data []byte) (Ref, error) {
 
 // reserve finds room for an object with n bytes after its header.
 func (t *Txn) reserve(n uint64) (uint64, error) {
+	if t.s.closed.Load() {
+		return 0, ErrSpaceClosed
+	}
 	if err := refErr(t.rec.Ctl.Load()&^flagBarrier, t.gen); err != nil {
 		return 0, err
 	}
@@ -207,6 +210,9 @@ func (t *Txn) publish(off uint64, kind uint64, size uint32, capacity uint64) {
 // for a target that is itself a cell; the target's transaction must be
 // open (ErrClosing, ErrClosed, ErrStale otherwise).
 func (t *Txn) Link(target Ref) (Ref, error) {
+	if t.s.closed.Load() {
+		return Ref{}, ErrSpaceClosed
+	}
 	if target.Txn == t.idx && target.Gen == t.gen {
 		var p Pin
 		if err := t.s.pin(&p, t.idx, t.gen); err != nil {

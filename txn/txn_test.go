@@ -756,3 +756,81 @@ func FuzzParseRef(f *testing.F) {
 		require.Equal(t, r, r2)
 	})
 }
+
+// TestUseAfterSpaceClose: every use of a closed handle is ErrSpaceClosed
+// and changes nothing; the transactions it began stay open in the segment
+// for another handle of the process to see.
+func TestUseAfterSpaceClose(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{})
+	sp, err := txn.Open(seg)
+	require.NoError(t, err)
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+	require.NoError(t, err)
+	bt, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: true})
+	require.NoError(t, err)
+	r, err := tx.Alloc([]byte("x"))
+	require.NoError(t, err)
+	br, err := bt.Alloc([]byte("y"))
+	require.NoError(t, err)
+	bar, err := txn.NewBarrier(sp)
+	require.NoError(t, err)
+	require.NoError(t, sp.Close())
+	used := tx.Used()
+
+	ctx := context.Background()
+	for _, ref := range []txn.Ref{r, br} {
+		_, err = sp.TryPin(ref)
+		require.ErrorIs(t, err, txn.ErrSpaceClosed)
+		_, err = sp.Borrow(ctx, ref)
+		require.ErrorIs(t, err, txn.ErrSpaceClosed)
+	}
+	_, err = tx.TryPin()
+	require.ErrorIs(t, err, txn.ErrSpaceClosed)
+	_, err = tx.Alloc([]byte("z"))
+	require.ErrorIs(t, err, txn.ErrSpaceClosed)
+	_, err = bt.Link(r)
+	require.ErrorIs(t, err, txn.ErrSpaceClosed)
+	require.ErrorIs(t, tx.RequestCloseAndWait(ctx), txn.ErrSpaceClosed)
+	require.ErrorIs(t, bar.Close(ctx, bt), txn.ErrSpaceClosed)
+	_, err = txn.NewBarrier(sp)
+	require.ErrorIs(t, err, txn.ErrSpaceClosed)
+	require.ErrorIs(t, sp.Reclaim(ctx, tx.Index()), txn.ErrSpaceClosed)
+	_, err = sp.Begin(txn.BeginOptions{})
+	require.ErrorIs(t, err, txn.ErrSpaceClosed)
+	require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
+
+	require.Equal(t, used, tx.Used(), "nothing changed")
+	require.True(t, tx.Open())
+	require.True(t, bt.Open())
+	snap, err := txn.Inspect(seg, false)
+	require.NoError(t, err)
+	require.Empty(t, snap.Rows, "the row was given up")
+	require.Len(t, snap.Txns, 2)
+
+	// Another handle of this process reads them; their owner lives, so
+	// they are not reclaimed.
+	sp2 := newSpace(t, seg)
+	b, err := sp2.Borrow(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, "x", string(b.Bytes()))
+	b.Release()
+	require.ErrorIs(t, sp2.Reclaim(ctx, tx.Index()), txn.ErrOwnerAlive)
+}
+
+// TestNoPinRow: every pin row taken by a live handle is ErrNoPinRow; a
+// handle that closes gives its row to the next.
+func TestNoPinRow(t *testing.T) {
+	t.Parallel()
+	// 256 bytes of arena with 8 records: room for 2 pin rows of 64 bytes.
+	seg, _ := newSegment(t, layout.Options{TxnArenaBytes: 256})
+	a := newSpace(t, seg)
+	b := newSpace(t, seg)
+	require.NotEqual(t, a.Row(), b.Row())
+	_, err := txn.Open(seg)
+	require.ErrorIs(t, err, txn.ErrNoPinRow)
+	row := a.Row()
+	require.NoError(t, a.Close())
+	c := newSpace(t, seg)
+	require.Equal(t, row, c.Row())
+}
