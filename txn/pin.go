@@ -20,11 +20,13 @@ var testHookPinned func()
 // it by value, which keeps the fast path free of allocations) and is used
 // by one goroutine at a time.
 type Pin struct {
-	ctr    *atomic.Uint32 // the counter incremented, in this Space's pin row
-	watch  *atomic.Uint64 // the word whose state says whether a closer waits
-	global bool           // a barrier pin: watch is barrierWords.Leader
-	d      drain          // where a waiting closer sleeps
-	own    *atomic.Int32  // pins of the owner's Txn handle (closer detection)
+	ctr *atomic.Uint32 // the counter incremented, in this Space's pin row
+	// Exactly one of rec and bar is set: the record of a per-transaction
+	// pin, whose state says whether a closer waits and whose Drain it
+	// sleeps on, or the barrier of a global pin (its Leader, its Drain).
+	rec *record
+	bar *barrierWords
+	own *atomic.Int32 // pins of the owner's Txn handle (closer detection)
 }
 
 // Held reports whether p holds a pin.
@@ -43,8 +45,12 @@ func (p *Pin) Release() {
 		p.own.Add(-1)
 	}
 	ctr.Add(^uint32(0))
-	if w := p.watch.Load(); (p.global && w != 0) || (!p.global && ctlState(w) == stateClosing) {
-		wake(p.d)
+	if r := p.rec; r != nil {
+		if ctlState(r.Ctl.Load()) == stateClosing {
+			wake(drain{&r.Drain, &r.Sleepers})
+		}
+	} else if b := p.bar; b.Leader.Load() != 0 {
+		wake(drain{&b.Drain, &b.Sleepers})
 	}
 }
 
@@ -95,7 +101,7 @@ func (s *Space) pin(p *Pin, idx, gen uint32) error {
 		}
 		return ErrClosing
 	}
-	*p = Pin{ctr: ctr, watch: &rec.Ctl, d: drain{&rec.Drain, &rec.Sleepers}}
+	*p = Pin{ctr: ctr, rec: rec}
 	return nil
 }
 
@@ -128,7 +134,7 @@ func (s *Space) pinGlobal(p *Pin, rec *record, want uint64) error {
 		}
 		return ErrClosing
 	}
-	*p = Pin{ctr: ctr, watch: &s.bar.Leader, global: true, d: drain{&s.bar.Drain, &s.bar.Sleepers}}
+	*p = Pin{ctr: ctr, bar: s.bar}
 	return nil
 }
 
@@ -153,7 +159,7 @@ func (s *Space) pinTxn(p *Pin, idx int, c uint64) bool {
 		}
 		return false
 	}
-	*p = Pin{ctr: ctr, watch: &rec.Ctl, d: drain{&rec.Drain, &rec.Sleepers}}
+	*p = Pin{ctr: ctr, rec: rec}
 	return true
 }
 
