@@ -16,8 +16,9 @@
 //	    remove segments; files that are not segments are refused
 //	shmctl txns SEGMENT [--all] [--json]
 //	    print the transactions: state, owner, arena use, pins per process
-//	shmctl reclaim SEGMENT [--dry-run] [--json]
+//	shmctl reclaim SEGMENT [--dry-run] [--wait D] [--json]
 //	    free the owner slots whose holder died (take over, release at once)
+//	    and close the transactions whose owner died
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for

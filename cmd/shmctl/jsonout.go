@@ -81,6 +81,19 @@ import (
 //	  action            string     "reclaimed" (now free), "would reclaim"
 //	                               (--dry-run) or "skipped" (the owner
 //	                               changed before the takeover)
+//	txns                array    one object per open or closing transaction
+//	                             whose owner was dead or stale, by index:
+//	  index             number     record index
+//	  generation        number     its generation
+//	  mode              string     "pins" or "barrier" (see shmctl txns)
+//	  pid               number     the dead owner's pid
+//	  start_ticks       number     its start time, clock ticks since its boot
+//	  owner_state       string     "dead" or "stale"
+//	  action            string     "reclaimed" (closed), "would reclaim"
+//	                               (--dry-run), "skipped" (closed or taken
+//	                               over by someone else meanwhile) or "timed
+//	                               out" (live readers kept their pins past
+//	                               --wait; still open)
 //
 // shmctl txns --json prints a txnsJSON:
 //
@@ -176,6 +189,16 @@ type (
 		Path   string            `json:"path"`
 		DryRun bool              `json:"dry_run"`
 		Slots  []reclaimSlotJSON `json:"slots"`
+		Txns   []reclaimTxnJSON  `json:"txns"`
+	}
+	reclaimTxnJSON struct {
+		Index      int    `json:"index"`
+		Generation uint32 `json:"generation"`
+		Mode       string `json:"mode"`
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		Action     string `json:"action"`
 	}
 	reclaimSlotJSON struct {
 		Index         int     `json:"index"`

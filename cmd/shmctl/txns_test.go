@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
@@ -141,4 +144,107 @@ func TestTxnsEmpty(t *testing.T) {
 	seg = newSegment(t, layout.Options{Slots: 2, TxnRecords: -1})
 	line := requireOneLineError(t, shmctl(t, false, "txns", seg.Path()), exitError)
 	assert.Contains(t, line, "transaction")
+}
+
+func txnOwnerHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	sp, err := txn.Open(seg)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: args[1] == "barrier"})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ref, err := tx.Alloc([]byte("orphan"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ref", ref)
+	select {}
+}
+
+// deadOwnerTxn runs txn-owner on seg, kills it once it printed its ref,
+// and returns the ref and the dead process's pid.
+func deadOwnerTxn(t *testing.T, seg *shm.Segment, mode string) (txn.Ref, int) {
+	t.Helper()
+	cmd := testproc.Command("txn-owner", seg.Path(), mode)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ref ") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("txn-owner: %q, %v", line, err)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	ref, err := txn.ParseRef(strings.TrimSpace(strings.TrimPrefix(line, "ref ")))
+	require.NoError(t, err)
+	return ref, cmd.Process.Pid
+}
+
+// TestReclaimTxns: transactions whose owner was killed are listed by
+// txns, left alone by --dry-run, wait for a live reader's pin (timing out
+// with --wait), and are closed by reclaim.
+func TestReclaimTxns(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 8, TxnRecords: 4, TxnArenaBytes: 16 << 10})
+	pr, pid1 := deadOwnerTxn(t, seg, "pins")
+	br, pid2 := deadOwnerTxn(t, seg, "barrier")
+
+	r := shmctl(t, false, "txns", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stdout, fmt.Sprintf("%d\t1\topen\tpins\t%d\tdead\t1024\t32\t1\t0\t-\n", pr.Txn, pid1))
+	assert.Contains(t, r.stdout, fmt.Sprintf("%d\t1\topen\tbarrier\t%d\tdead\t1024\t32\t1\t0\t-\n", br.Txn, pid2))
+
+	r = shmctl(t, false, "reclaim", "--dry-run", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Equal(t, fmt.Sprintf("txn\t%d\t1\tpins\t%d\tdead\twould reclaim\n", pr.Txn, pid1)+
+		fmt.Sprintf("txn\t%d\t1\tbarrier\t%d\tdead\twould reclaim\n", br.Txn, pid2), r.stdout)
+
+	// A live reader (this process) pins the first: its close waits, and
+	// gives up after --wait, leaving it open.
+	sp, err := txn.Open(seg)
+	require.NoError(t, err)
+	defer sp.Close()
+	b, err := sp.Borrow(context.Background(), pr)
+	require.NoError(t, err)
+	// shmctl runs as a process of its own here, as it would: when it
+	// gives up, the record it took over names a process that exited.
+	out, err := testproc.Command("shmctl", "reclaim", "--json", "--wait", "150ms", seg.Path()).Output()
+	require.NoError(t, err)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal(out, &doc))
+	require.Len(t, doc.Txns, 2)
+	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: 1, Mode: "pins", PID: uint32(pid1),
+		StartTicks: doc.Txns[0].StartTicks, OwnerState: "dead", Action: "timed out"}, doc.Txns[0])
+	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: 1, Mode: "barrier", PID: uint32(pid2),
+		StartTicks: doc.Txns[1].StartTicks, OwnerState: "dead", Action: "reclaimed"}, doc.Txns[1])
+	assert.Equal(t, "orphan", string(b.Bytes()), "the pinned object is intact")
+	_, err = sp.TryPin(br)
+	require.ErrorIs(t, err, txn.ErrClosed)
+
+	// Once the reader is done, the next reclaim closes it.
+	b.Release()
+	r = shmctl(t, false, "reclaim", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	doc = reclaimJSON{}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Txns, 1)
+	assert.Equal(t, int(pr.Txn), doc.Txns[0].Index)
+	assert.Equal(t, "reclaimed", doc.Txns[0].Action)
+	_, err = sp.TryPin(pr)
+	require.ErrorIs(t, err, txn.ErrClosed)
+	r = shmctl(t, false, "txns", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Empty(t, r.stdout, "no transaction left open")
 }
