@@ -337,6 +337,20 @@ func (c *child) kill(tb testing.TB) {
 	<-c.done
 }
 
+// killIfRunning kills c unless it exited already.
+func (c *child) killIfRunning(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		tb.Fatalf("kill %s: %v", c.name, err)
+	}
+	<-c.done
+}
+
 // waitFor polls cond until it holds, failing after testTimeout.
 func waitFor(tb testing.TB, cond func() bool, what string) {
 	tb.Helper()

@@ -3,6 +3,7 @@ package txn_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"testing"
@@ -382,6 +383,108 @@ func TestKilledPinner(t *testing.T) {
 			// Its row is taken over by the next process and zeroed.
 			sp2 := newSpace(t, seg)
 			require.Zero(t, sp2.OwnPinCount(tx.Index()))
+		})
+	}
+}
+
+// TestKilledPinnerOthersKept: of several pinners, one is killed; only its
+// pins stop counting. The close keeps waiting for the pins of the live
+// child and of this process (through another handle), and completes when
+// the last of them goes.
+func TestKilledPinnerOthersKept(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			reader := newSpace(t, seg)
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(0, 64))
+			require.NoError(t, err)
+			victim := startChild(t, "pin-hold", path, r.String())
+			survivor := startChild(t, "pin-hold", path, r.String())
+			victim.waitLine(t, "pinned")
+			survivor.waitLine(t, "pinned")
+			b, err := reader.Borrow(context.Background(), r)
+			require.NoError(t, err)
+			done := m.closeAsync(sp, tx)
+			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+
+			stillWaiting := func(what string) {
+				t.Helper()
+				// Several liveness slices: the closer has looked at who
+				// lives by then.
+				time.Sleep(200 * time.Millisecond)
+				select {
+				case err := <-done:
+					t.Fatalf("close returned %v %s", err, what)
+				default:
+				}
+			}
+			pinsOf := func(c *child) (uint64, bool) {
+				snap, err := txn.Inspect(seg, false)
+				require.NoError(t, err)
+				for _, row := range snap.Rows {
+					if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
+						return row.Pins + uint64(row.GlobalPins), row.Alive
+					}
+				}
+				return 0, false
+			}
+			victim.kill(t)
+			stillWaiting("after one pinner died, with another process and this one pinning")
+			n, alive := pinsOf(survivor)
+			require.True(t, alive)
+			require.Equal(t, uint64(3), n, "the live child's pins are all still there")
+			n, alive = pinsOf(victim)
+			require.False(t, alive)
+			require.Equal(t, uint64(3), n, "the dead child's row is left as it was (it just no longer counts)")
+			require.NoError(t, checkBytes(b.Bytes(), 0), "this process's pinned object is intact")
+			b.Release()
+			stillWaiting("with the live child pinning")
+			survivor.kill(t)
+			require.NoError(t, recv(t, done))
+			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+		})
+	}
+}
+
+// TestKillReadersWhileClosing: readers in other processes loop on pinned
+// reads; some are killed with SIGKILL at random moments, before and during
+// the close. The close always completes, and the survivors never read
+// poison or a change. SHMLOCK_LONG=1 runs many rounds.
+func TestKillReadersWhileClosing(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
+			for round := range rounds(2, 40) {
+				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+				require.NoError(t, err)
+				r, err := tx.Alloc(pattern(0, 3000))
+				require.NoError(t, err)
+				kids := make([]*child, 4)
+				for i := range kids {
+					kids[i] = startChild(t, "reader", path, r.String())
+				}
+				for _, c := range kids {
+					c.waitLine(t, "ready")
+				}
+				order := rng.Perm(len(kids))
+				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+				kids[order[0]].kill(t) // before the close
+				done := m.closeAsync(sp, tx)
+				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+				kids[order[1]].killIfRunning(t) // during the close, or after it (and its exit)
+				require.NoError(t, recv(t, done), "round %d", round)
+				for _, i := range order[2:] {
+					kids[i].waitOK(t)
+				}
+				require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+			}
 		})
 	}
 }
