@@ -154,6 +154,25 @@ func (t *Txn) TryPin() (Pin, error) {
 	return p, nil
 }
 
+// Borrow is Space.Borrow through the owner's handle: the pins it takes on
+// this transaction (or, for a barrier-mode one, global pins) count as the
+// handle's, so that RequestCloseAndWait and Barrier.Close refuse with
+// ErrCloserPinned while the borrow is held instead of waiting for it.
+func (t *Txn) Borrow(ctx context.Context, r Ref) (*SRef, error) {
+	b, err := t.s.Borrow(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	for i := range b.pins {
+		p := &b.pins[i]
+		if p.Held() && (p.rec == t.rec || (p.bar != nil && t.barrier)) {
+			t.own.Add(1)
+			p.own = &t.own
+		}
+	}
+	return b, nil
+}
+
 // Alloc copies data into a new object of the transaction and returns its
 // Ref. ErrArenaFull, changing nothing, if it does not fit; ErrClosing or
 // ErrClosed once the close began.
@@ -209,6 +228,11 @@ func (t *Txn) publish(off uint64, kind uint64, size uint32, capacity uint64) {
 // working. A target of this transaction is returned as it is. ErrNotObject
 // for a target that is itself a cell; the target's transaction must be
 // open (ErrClosing, ErrClosed, ErrStale otherwise).
+//
+// A source that closes while this transaction is itself closing skips the
+// copy (the cell is about to end). If this transaction's close is then
+// cancelled, the cell stays bound to the closed source and Borrow of it is
+// ErrClosed.
 func (t *Txn) Link(target Ref) (Ref, error) {
 	if t.s.closed.Load() {
 		return Ref{}, ErrSpaceClosed
@@ -265,10 +289,18 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	return Ref{Txn: t.idx, Gen: t.gen, Off: uint32(off)}, nil
 }
 
-// RequestCloseAndWait closes the transaction: see Space.close. For a
-// barrier-mode transaction it is ErrWrongMode (use Barrier.Close).
-// ErrCloserPinned, changing nothing, if pins taken through this handle are
-// still held.
+// RequestCloseAndWait closes the transaction: it flips it to Closing (new
+// pins fail), sleeps until every pin of every live process is released,
+// then finalizes promotions, destroys the unpromoted objects, poisons and
+// frees the arena and marks it Closed (see Space.closeTxn). A done ctx
+// reopens the transaction and returns ctx.Err(). For a barrier-mode
+// transaction it is ErrWrongMode (use Barrier.Close).
+//
+// The closer must not hold a pin on the transaction: ErrCloserPinned,
+// changing nothing, if pins taken through this handle (Txn.TryPin,
+// Txn.Borrow) are held. Pins taken through the Space cannot be told apart
+// from other goroutines' pins: a closer holding one waits for itself until
+// ctx is done.
 func (t *Txn) RequestCloseAndWait(ctx context.Context) error {
 	if t.barrier {
 		return ErrWrongMode

@@ -184,12 +184,30 @@ func TestCloserHoldsPin(t *testing.T) {
 	for _, m := range modes {
 		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
 		require.NoError(t, err)
+		r, err := tx.Alloc([]byte("x"))
+		require.NoError(t, err)
 		p, err := tx.TryPin()
 		require.NoError(t, err)
 		require.ErrorIs(t, m.closeTx(context.Background(), sp, tx), txn.ErrCloserPinned, m.name)
 		require.True(t, tx.Open(), "nothing changed")
 		p.Release()
+		b, err := tx.Borrow(context.Background(), r)
+		require.NoError(t, err)
+		require.ErrorIs(t, m.closeTx(context.Background(), sp, tx), txn.ErrCloserPinned, m.name)
+		require.True(t, tx.Open(), "nothing changed")
+		b.Release()
+		b.Release()
+		// A pin through the handle on another (per-transaction mode)
+		// transaction is not one on this.
+		other, err := sp.Begin(txn.BeginOptions{})
+		require.NoError(t, err)
+		or, err := other.Alloc([]byte("y"))
+		require.NoError(t, err)
+		ob, err := tx.Borrow(context.Background(), or)
+		require.NoError(t, err)
 		require.NoError(t, m.closeTx(context.Background(), sp, tx), m.name)
+		ob.Release()
+		require.NoError(t, other.RequestCloseAndWait(context.Background()))
 	}
 }
 
