@@ -15,7 +15,9 @@
 // Reading takes a pin. TryPin increments the pin count, then re-checks the
 // state and backs out if the transaction began closing meanwhile (the
 // seed's try_pin); Borrow pins and resolves a Ref in one step and returns an
-// SRef, the seed's scoped read borrow, valid until its Release.
+// SRef, the seed's scoped read borrow, valid until its Release. The owner
+// reads through Txn.TryPin and Txn.Borrow, so that its close can refuse
+// (ErrCloserPinned) rather than wait for its own pins.
 //
 // Closing: RequestCloseAndWait flips the transaction to Closing (new pins
 // fail), sleeps on a futex until every pin is released, then finalizes
@@ -23,7 +25,7 @@
 // and marks the record Closed. Pins are counted per process (per Space
 // handle), so the pins of a process that died no longer count and a close
 // never waits forever on a dead reader; a transaction whose owner died is
-// closed by Space.Reclaim.
+// closed by Space.Reclaim (or shmctl reclaim; shmctl txns lists them).
 //
 // Promotions: Txn.Link stores a reference to an object of another
 // transaction in the destination transaction, as a cell (the double-dipping

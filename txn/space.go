@@ -1,7 +1,6 @@
 package txn
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -192,5 +191,3 @@ func refErr(c uint64, gen uint32) error {
 	}
 	return ErrClosed
 }
-
-var errInternal = errors.New("txn: internal inconsistency")
