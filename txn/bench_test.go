@@ -76,6 +76,7 @@ func BenchmarkPin(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("goroutines=%d/txn", n), func(b *testing.B) {
 			_, _, sp, _, r := benchTxn(b)
+			b.ReportAllocs()
 			start := time.Now()
 			inGoroutines(b, n, func() {
 				p, err := sp.TryPin(r)
