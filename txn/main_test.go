@@ -119,6 +119,11 @@ func readerHelper(args []string) int {
 		fmt.Println("error", err)
 		return 1
 	}
+	readsWord, err := sharedWord(seg, readsSlot)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
 	ctx := context.Background()
 	reads := 0
 	for {
@@ -142,6 +147,7 @@ func readerHelper(args []string) int {
 		}
 		inside.Add(^uint64(0))
 		b.Release()
+		readsWord.Add(1)
 		reads++
 		if reads == 1 {
 			fmt.Println("ready")
@@ -396,17 +402,24 @@ func recv(tb testing.TB, ch <-chan error) error {
 // insideWord is a word every process of a test shares, outside anything
 // package txn uses: owner slot insideSlot's Token. Readers count
 // themselves in it while they hold a pin.
-func insideWord(seg *shm.Segment) (*atomic.Uint64, error) {
-	slot, err := seg.Slot(insideSlot)
+func insideWord(seg *shm.Segment) (*atomic.Uint64, error) { return sharedWord(seg, insideSlot) }
+
+// sharedWord is the Token word of owner slot i.
+func sharedWord(seg *shm.Segment, i int) (*atomic.Uint64, error) {
+	slot, err := seg.Slot(i)
 	if err != nil {
 		return nil, err
 	}
 	return &slot.Token, nil
 }
 
-// insideSlot is the owner slot whose Token word insideWord is; package txn
-// claims the first free slots for its locks, and newSegment makes 8.
-const insideSlot = 6
+// The owner slots whose Token words the tests share between processes;
+// package txn claims the first free slots for its locks, and newSegment
+// makes 8.
+const (
+	readsSlot  = 5 // reads done by all readers
+	insideSlot = 6 // readers holding a pin
+)
 
 // benchAtomic is the peer of bench-pin: an atomic add and sub of a word
 // every process shares (owner slot 7's Token, unused by these tests).

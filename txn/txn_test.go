@@ -697,6 +697,62 @@ func TestPromotionReaderAcrossClose(t *testing.T) {
 	require.NoError(t, dst.RequestCloseAndWait(ctx))
 }
 
+// TestPromotionReadersAcrossProcesses: readers in other processes loop on
+// a promotion cell while its source closes (they read the original, then
+// the copy, never poison), then while the cell's own transaction closes
+// (which waits for them, and ends their loop).
+func TestPromotionReadersAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	ctx := context.Background()
+	inside, err := insideWord(seg)
+	require.NoError(t, err)
+	src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192})
+	require.NoError(t, err)
+	dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192})
+	require.NoError(t, err)
+	o, err := src.Alloc(pattern(0, 3000))
+	require.NoError(t, err)
+	cell, err := dst.Link(o)
+	require.NoError(t, err)
+	var kids []*child
+	for range 2 {
+		kids = append(kids, startChild(t, "reader", path, cell.String()))
+	}
+	for _, c := range kids {
+		c.waitLine(t, "ready")
+	}
+	require.NoError(t, src.RequestCloseAndWait(ctx))
+	assert.Equal(t, uint32(1), txnInfo(t, seg, src.Index()).Promoted)
+	// Overwrite the source's freed arena while the readers go on.
+	other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192})
+	require.NoError(t, err)
+	_, err = other.Alloc(pattern(5, 5000))
+	require.NoError(t, err)
+	// The readers go on reading through the cell: another 200 reads, and
+	// neither of them ended (both loop until the cell is closed).
+	reads, err := sharedWord(seg, readsSlot)
+	require.NoError(t, err)
+	from := reads.Load()
+	waitFor(t, func() bool {
+		for _, c := range kids {
+			select {
+			case <-c.done:
+				t.Fatalf("reader ended when the source closed: %s", c.output())
+			default:
+			}
+		}
+		return reads.Load() >= from+200
+	}, "reads of the promoted copy")
+	require.NoError(t, dst.RequestCloseAndWait(ctx))
+	require.Zero(t, inside.Load(), "readers inside their pins after the close returned")
+	for _, c := range kids {
+		c.waitOK(t)
+	}
+	require.NoError(t, other.RequestCloseAndWait(ctx))
+}
+
 func TestArenaFull(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t, layout.Options{TxnRecords: 4, TxnArenaBytes: 16 << 10})
