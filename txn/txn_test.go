@@ -1011,3 +1011,59 @@ func TestNoPinRow(t *testing.T) {
 	c := newSpace(t, seg)
 	require.Equal(t, row, c.Row())
 }
+
+// TestBarrierLeaderKilled: the process whose close holds the barrier up is
+// killed while it waits for a global pin. Pins of other barrier-mode
+// transactions work again (the dead leader's barrier is lowered), its
+// transaction is reclaimed once the pin goes, and the next barrier close
+// takes the leader lock over.
+func TestBarrierLeaderKilled(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	ctx := context.Background()
+	bystander, err := sp.Begin(txn.BeginOptions{Barrier: true})
+	require.NoError(t, err)
+	br, err := bystander.Alloc(pattern(1, 10))
+	require.NoError(t, err)
+
+	c := startChildStdin(t, "close-cpu", path, "barrier")
+	r, err := txn.ParseRef(c.waitLine(t, "ref "))
+	require.NoError(t, err)
+	p, err := sp.TryPin(r)
+	require.NoError(t, err)
+	_, err = c.stdin.Write([]byte("close\n"))
+	require.NoError(t, err)
+	waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the barrier close to start")
+	snap, err := txn.Inspect(seg, false)
+	require.NoError(t, err)
+	require.Equal(t, c.cmd.Process.Pid, int(snap.BarrierLeader&proc.MaxPID), "the child leads")
+	_, err = sp.TryPin(br)
+	require.ErrorIs(t, err, txn.ErrClosing, "the barrier is up")
+	c.kill(t)
+
+	// The first pin after the leader's death may still see its barrier
+	// (and lowers it); the next gets through.
+	bp, err := sp.TryPin(br)
+	if errors.Is(err, txn.ErrClosing) {
+		bp, err = sp.TryPin(br)
+	}
+	require.NoError(t, err)
+	bp.Release()
+	_, err = sp.TryPin(r)
+	require.ErrorIs(t, err, txn.ErrClosing, "the dead leader's batch stays closing")
+
+	done := make(chan error, 1)
+	go func() { done <- sp.Reclaim(ctx, int(r.Txn)) }()
+	p.Release()
+	require.NoError(t, recv(t, done))
+	require.Equal(t, txn.StateClosed, txnInfo(t, seg, int(r.Txn)).State)
+
+	b, err := txn.NewBarrier(sp)
+	require.NoError(t, err)
+	require.NoError(t, b.Close(ctx, bystander))
+	snap, err = txn.Inspect(seg, false)
+	require.NoError(t, err)
+	require.Zero(t, snap.BarrierLeader)
+	require.Empty(t, snap.Txns)
+}
