@@ -90,6 +90,44 @@ func BenchmarkPin(b *testing.B) {
 				b.ReportMetric(ns/atomicNs, "pin/atomic") // time of a pin+release over an atomic add+sub, same goroutine count
 			}
 		})
+		if n == 1 {
+			continue
+		}
+		// Goroutines that share a Space count their pins in one row, and
+		// so contend for its cache line like the atomic peer; with a
+		// Space each, as processes have, they do not.
+		b.Run(fmt.Sprintf("goroutines=%d/txn-space-each", n), func(b *testing.B) {
+			seg, _, _, _, r := benchTxn(b)
+			spaces := make(chan *txn.Space, n)
+			for range n {
+				spaces <- newSpace(b, seg)
+			}
+			start := time.Now()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g := range n {
+				iters := b.N / n
+				if g < b.N%n {
+					iters++
+				}
+				sp := <-spaces
+				wg.Go(func() {
+					for range iters {
+						p, err := sp.TryPin(r)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						p.Release()
+					}
+				})
+			}
+			wg.Wait()
+			ns := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+			if atomicNs > 0 {
+				b.ReportMetric(ns/atomicNs, "pin/atomic") // as above
+			}
+		})
 	}
 }
 

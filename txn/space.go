@@ -24,7 +24,10 @@ const (
 // a row of the segment's pin table: every pin taken through it is counted
 // there, so when this process dies its pins stop counting. Open it once per
 // process (or more: each handle has its own row) and Close it when done.
-// Its methods may be called from any number of goroutines.
+// Its methods may be called from any number of goroutines; goroutines that
+// pin a great deal in parallel contend for the row's cache line, and may
+// each open a Space of their own (BenchmarkPin, txn-space-each), as long
+// as the segment's rows (at most 64) last.
 type Space struct {
 	seg   *shm.Segment
 	geo   geometry

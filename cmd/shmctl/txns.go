@@ -31,6 +31,8 @@ per-transaction pins, "barrier" for the global close barrier), owner pid
 and whether that process is alive, arena size and bytes used, objects,
 promotions registered on it, and the pins each process holds on it, as
 PID:COUNT, a dead process's marked "(dead)": those no longer count.
+Readers of barrier-mode transactions take global pins, which belong to no
+one transaction: --json lists them per process (global_pins).
 
 A transaction whose owner is dead can be closed with 'shmctl reclaim'.
 
