@@ -19,3 +19,6 @@ func (s *Space) ClosersAsleep(idx int) uint32 { return s.recs[idx].Sleepers.Load
 
 // DataStart is the offset of the data area in the txn arena region.
 func (s *Space) DataStart() uint64 { return s.geo.dataStart }
+
+// ArenaBytes is t's arena in the segment (also after its close).
+func (t *Txn) ArenaBytes() []byte { return t.s.geo.region[t.start : t.start+t.size] }

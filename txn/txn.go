@@ -182,28 +182,42 @@ func (t *Txn) Alloc(data []byte) (Ref, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	off, err := t.reserve(uint64(len(data)))
+	var p Pin
+	off, err := t.reserve(&p, uint64(len(data)))
 	if err != nil {
 		return Ref{}, err
 	}
+	defer p.Release()
 	copy(t.s.geo.region[t.start+off+headerSize:], data)
 	t.publish(off, kindObject, uint32(len(data)), roundUp(uint64(len(data)), objAlign))
 	return Ref{Txn: t.idx, Gen: t.gen, Off: uint32(off)}, nil
 }
 
-// reserve finds room for an object with n bytes after its header.
-func (t *Txn) reserve(n uint64) (uint64, error) {
+// reserve finds room for an object with n bytes after its header, and pins
+// the transaction in p (a per-transaction pin whatever its mode) for the
+// caller to hold while it writes there: a close from another goroutine of
+// the owner waits for the write instead of freeing the arena under it.
+func (t *Txn) reserve(p *Pin, n uint64) (uint64, error) {
 	if t.s.closed.Load() {
 		return 0, ErrSpaceClosed
 	}
-	if err := refErr(t.rec.Ctl.Load()&^flagBarrier, t.gen); err != nil {
+	c := t.rec.Ctl.Load()
+	if err := refErr(c&^flagBarrier, t.gen); err != nil {
 		return 0, err
+	}
+	if !t.s.pinTxn(p, int(t.idx), c) {
+		if t.s.closed.Load() {
+			return 0, ErrSpaceClosed
+		}
+		return 0, ErrClosing
 	}
 	off := uint64(t.rec.Used.Load())
 	if off%objAlign != 0 || off > t.size {
+		p.Release()
 		return 0, fmt.Errorf("%w: bump pointer %d in an arena of %d bytes", ErrCorrupt, off, t.size)
 	}
 	if off+headerSize+roundUp(n, objAlign) > t.size {
+		p.Release()
 		return 0, ErrArenaFull
 	}
 	return off, nil
@@ -272,10 +286,12 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := uint64(len(data))
-	off, err := t.reserve(cellBodySize + n)
+	var self Pin
+	off, err := t.reserve(&self, cellBodySize+n)
 	if err != nil {
 		return Ref{}, err
 	}
+	defer self.Release()
 	cb := t.s.cell(t.start + off + headerSize)
 	cb.State.Store(cellOriginal)
 	cb.Next.Store(t.rec.Promos.Load())

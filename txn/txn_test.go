@@ -1067,3 +1067,59 @@ func TestBarrierLeaderKilled(t *testing.T) {
 	require.Zero(t, snap.BarrierLeader)
 	require.Empty(t, snap.Txns)
 }
+
+// TestAllocWhileClosing: the owner allocates from one goroutine while it
+// closes from another. Each Alloc either completes before the arena is
+// freed or fails with ErrClosing/ErrClosed; after the close the arena is
+// poison from end to end (nothing was written into it after the free).
+func TestAllocWhileClosing(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+			require.NoError(t, err)
+			target, err := other.Alloc(pattern(2, 8))
+			require.NoError(t, err)
+			for round := range rounds(50, 2000) {
+				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 16 << 10, Barrier: m.barrier})
+				require.NoError(t, err)
+				started := make(chan struct{})
+				errc := make(chan error, 1)
+				go func() {
+					for i := 0; ; i++ {
+						var err error
+						if i%4 == 3 {
+							_, err = tx.Link(target)
+						} else {
+							_, err = tx.Alloc(pattern(i, 24))
+						}
+						if i == 0 {
+							close(started)
+						}
+						if errors.Is(err, txn.ErrArenaFull) {
+							continue // changes nothing; go on until the close
+						}
+						if err != nil {
+							if errors.Is(err, txn.ErrClosing) || errors.Is(err, txn.ErrClosed) {
+								err = nil
+							}
+							errc <- err
+							return
+						}
+					}
+				}()
+				<-started
+				require.NoError(t, m.closeTx(context.Background(), sp, tx), "round %d", round)
+				require.NoError(t, recv(t, errc), "round %d", round)
+				for i, c := range tx.ArenaBytes() {
+					if c != txn.PoisonByte {
+						t.Fatalf("round %d: byte %d of the freed arena is %#x, not poison", round, i, c)
+					}
+				}
+			}
+			require.NoError(t, other.RequestCloseAndWait(context.Background()))
+		})
+	}
+}
