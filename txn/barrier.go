@@ -88,7 +88,7 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 		rec := s.recs[it.idx]
 		open, closing := ctlWord(stateOpen, it.gen, flagBarrier), ctlWord(stateClosing, it.gen, flagBarrier)
 		if !rec.Ctl.CompareAndSwap(open, closing) && rec.Ctl.Load() != closing {
-			err := refErr(rec.Ctl.Load()&^flagBarrier, it.gen)
+			err := ownErr(refErr(rec.Ctl.Load()&^flagBarrier, it.gen))
 			if err == nil {
 				err = ErrWrongMode
 			}

@@ -20,23 +20,43 @@ import (
 //     and mark the record Closed (which frees the arena for Begin).
 //
 // A context done during step 2 reverts the record to Open and returns
-// ctx.Err(). A record already Closing (its closer died; Reclaim) resumes
-// at step 2: every step of the end sequence may be run again.
-func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32) error {
+// ctx.Err().
+//
+// One closer runs the end sequence: the one whose CAS flipped the state.
+// Another goroutine's close of a transaction already Closing waits for that
+// close to end and then reports ErrClosed (or tries again, if it was
+// cancelled): were it to run the end sequence too, it could poison the
+// arena of the record's next use. Only resume, for Reclaim after it took
+// the ownership over from a dead owner (whose close may have died half-way),
+// runs it on a record already Closing: every step may be run again.
+func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
 	if s.closed.Load() {
 		return ErrSpaceClosed
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	rec := s.recs[idx]
 	open, closing := ctlWord(stateOpen, gen, 0), ctlWord(stateClosing, gen, 0)
-	if !rec.Ctl.CompareAndSwap(open, closing) {
-		if c := rec.Ctl.Load(); c != closing {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if rec.Ctl.CompareAndSwap(open, closing) {
+			break
+		}
+		c := rec.Ctl.Load()
+		if c == closing && resume {
+			break
+		}
+		if c != closing {
+			if c == open {
+				continue // a cancelled close reopened it meanwhile
+			}
 			if err := refErr(c, gen); err != nil {
 				return err
 			}
 			return ErrWrongMode
+		}
+		if err := s.awaitEnd(ctx, Ref{Txn: uint32(idx), Gen: gen}); err != nil {
+			return err
 		}
 	}
 	if err := s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, idx); err != nil {
@@ -213,5 +233,5 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 	if c&flagBarrier != 0 {
 		return s.closeBarrier(ctx, []closeItem{{idx: index, gen: ctlGen(c)}})
 	}
-	return s.closeTxn(ctx, index, ctlGen(c))
+	return s.closeTxn(ctx, index, ctlGen(c), true)
 }

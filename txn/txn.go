@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -203,7 +204,7 @@ func (t *Txn) reserve(p *Pin, n uint64) (uint64, error) {
 	}
 	c := t.rec.Ctl.Load()
 	if err := refErr(c&^flagBarrier, t.gen); err != nil {
-		return 0, err
+		return 0, ownErr(err)
 	}
 	if !t.s.pinTxn(p, int(t.idx), c) {
 		if t.s.closed.Load() {
@@ -324,7 +325,16 @@ func (t *Txn) RequestCloseAndWait(ctx context.Context) error {
 	if t.own.Load() != 0 {
 		return ErrCloserPinned
 	}
-	return t.s.closeTxn(ctx, int(t.idx), t.gen)
+	return ownErr(t.s.closeTxn(ctx, int(t.idx), t.gen, false))
+}
+
+// ownErr is err as the owner's handle reports it: its record reused means,
+// for the handle, that its transaction is closed.
+func ownErr(err error) error {
+	if errors.Is(err, ErrStale) {
+		return ErrClosed
+	}
+	return err
 }
 
 func (s *Space) header(off uint64) *objHeader {

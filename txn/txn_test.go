@@ -1123,3 +1123,70 @@ func TestAllocWhileClosing(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentCloses: two goroutines of the owner close one transaction
+// at once. One runs the end sequence and returns nil, the other waits for
+// it and returns ErrClosed; neither touches the record's next use, whose
+// arena (the same stretch, first fit) stays intact.
+func TestConcurrentCloses(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{TxnRecords: 2})
+			sp := newSpace(t, seg)
+			ctx := context.Background()
+			for round := range rounds(20, 500) {
+				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
+				require.NoError(t, err)
+				r, err := tx.Alloc(pattern(0, 100))
+				require.NoError(t, err)
+				p, err := sp.TryPin(r)
+				require.NoError(t, err)
+				a, b := m.closeAsync(sp, tx), m.closeAsync(sp, tx)
+				waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+				p.Release()
+				// The record's next use begins as soon as one close is done.
+				var next *txn.Txn
+				var nref txn.Ref
+				var errs []error
+				for range 2 {
+					var err error
+					select {
+					case err = <-a:
+						a = nil
+					case err = <-b:
+						b = nil
+					case <-time.After(testTimeout):
+						t.Fatal("no close returned")
+					}
+					errs = append(errs, err)
+					if next == nil && err == nil {
+						next, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+						require.NoError(t, err)
+						nref, err = next.Alloc(pattern(1, 500))
+						require.NoError(t, err)
+					}
+				}
+				var nils, closed int
+				for _, err := range errs {
+					switch {
+					case err == nil:
+						nils++
+					case errors.Is(err, txn.ErrClosed):
+						closed++
+					default:
+						t.Fatalf("round %d: close: %v", round, err)
+					}
+				}
+				require.Equal(t, 1, nils, "round %d: one close ran the end sequence: %v", round, errs)
+				require.Equal(t, 1, closed, "round %d: %v", round, errs)
+				require.NotNil(t, next)
+				sb, err := sp.Borrow(ctx, nref)
+				require.NoError(t, err, "round %d", round)
+				require.NoError(t, checkBytes(sb.Bytes(), 1), "round %d: the next use's object", round)
+				sb.Release()
+				require.NoError(t, next.RequestCloseAndWait(ctx))
+			}
+		})
+	}
+}
