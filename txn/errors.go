@@ -21,4 +21,5 @@ var (
 	ErrSpaceClosed  = errors.New("txn: space is closed")
 	ErrSyntax       = errors.New("txn: malformed reference")
 	ErrCorrupt      = errors.New("txn: transaction record corrupted")
+	ErrInvalid      = errors.New("txn: invalid argument")
 )

@@ -48,13 +48,16 @@ type Txn struct {
 // Begin starts a transaction: it takes a free record and the first free
 // stretch of arena large enough (first fit), under the allocator lock.
 // ErrNoRecord if every record is in use, ErrArenaFull if no stretch is
-// large enough; nothing changes then.
+// large enough, ErrInvalid for a negative size; nothing changes then.
 func (s *Space) Begin(opts BeginOptions) (*Txn, error) {
 	if s.closed.Load() {
 		return nil, ErrSpaceClosed
 	}
+	if opts.ArenaBytes < 0 {
+		return nil, fmt.Errorf("%w: arena of %d bytes", ErrInvalid, opts.ArenaBytes)
+	}
 	units := uint64(opts.ArenaBytes+layout.ArenaUnit-1) / layout.ArenaUnit
-	if opts.ArenaBytes < 0 || uint64(opts.ArenaBytes) > maxTxnArena {
+	if uint64(opts.ArenaBytes) > maxTxnArena {
 		return nil, fmt.Errorf("%w: arena of %d bytes", ErrArenaFull, opts.ArenaBytes)
 	}
 	if units == 0 {

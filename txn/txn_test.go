@@ -792,7 +792,7 @@ func TestArenaFull(t *testing.T) {
 	_, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1 << 20})
 	require.ErrorIs(t, err, txn.ErrArenaFull)
 	_, err = sp.Begin(txn.BeginOptions{ArenaBytes: -1})
-	require.ErrorIs(t, err, txn.ErrArenaFull)
+	require.ErrorIs(t, err, txn.ErrInvalid)
 	var more []*txn.Txn
 	for {
 		x, err := sp.Begin(txn.BeginOptions{ArenaBytes: 64})
