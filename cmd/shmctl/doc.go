@@ -14,15 +14,18 @@
 //	    print the owner slots in use: name, claims, owner and its liveness
 //	shmctl rm SEGMENT...
 //	    remove segments; files that are not segments are refused
-//	shmctl reclaim SEGMENT [--dry-run] [--json]
+//	shmctl txns SEGMENT [--all] [--json]
+//	    print the transactions: state, owner, arena use, pins per process
+//	shmctl reclaim SEGMENT [--dry-run] [--wait D] [--json]
 //	    free the owner slots whose holder died (take over, release at once)
+//	    and close the transactions whose owner died
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
 //	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token]
 //	    one cell of the peer benchmark (shared/peers/README.md): one JSON line
 //
-// info and slots open the segment read-only and change nothing in it.
+// info, slots and txns open the segment read-only and change nothing in it.
 // demo and bench start worker processes: this program again (demo through
 // the hidden demo-worker command, bench with SHMCTL_BENCH_WORKER set).
 //

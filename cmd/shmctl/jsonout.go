@@ -81,6 +81,64 @@ import (
 //	  action            string     "reclaimed" (now free), "would reclaim"
 //	                               (--dry-run) or "skipped" (the owner
 //	                               changed before the takeover)
+//	txns                array    one object per open or closing transaction
+//	                             whose owner was dead or stale, by index:
+//	  index             number     record index
+//	  generation        number     its generation
+//	  mode              string     "pins" or "barrier" (see shmctl txns)
+//	  pid               number     the dead owner's pid
+//	  start_ticks       number     its start time, clock ticks since its boot
+//	  owner_state       string     "dead" or "stale"
+//	  action            string     "reclaimed" (closed), "would reclaim"
+//	                               (--dry-run), "skipped" (closed or taken
+//	                               over by someone else meanwhile) or "timed
+//	                               out" (live readers kept their pins past
+//	                               --wait; still open)
+//
+// shmctl txns --json prints a txnsJSON:
+//
+//	path                string   resolved path of the segment file
+//	records             number   transaction records in the segment
+//	arena_bytes         number   bytes of the data area arenas are cut from
+//	free_bytes          number   of those, not in the arena of an open or
+//	                             closing transaction
+//	barrier_leader      object|null  the process whose close holds the
+//	                             global barrier up; null when it is down:
+//	  pid               number     its pid
+//	  start_ticks       number     its start time, clock ticks since boot
+//	  owner_state       string     "alive", "dead" or "stale"
+//	txns                array    one object per listed record, by index:
+//	  index             number     record index
+//	  generation        number     uses of the record so far (Ref.Gen)
+//	  state             string     "open", "closing", "closed", "free"
+//	                               (never used) or "corrupt"
+//	  mode              string     "pins" (per-transaction pins) or
+//	                               "barrier" (the global close barrier)
+//	  pid               number     owner's pid (or the reclaimer's); 0 if none
+//	  start_ticks       number     owner's start time, clock ticks since boot
+//	  owner_state       string     "alive", "dead", "stale" or "none"
+//	  arena_offset      number     byte offset of the arena in the txn arena
+//	                               table; 0 unless open or closing
+//	  arena_size        number     arena bytes; 0 unless open or closing
+//	  used              number     arena bytes allocated
+//	  objects           number     objects and promotion cells allocated
+//	  promotions        number     promotion cells registered on it (Link)
+//	  promoted          number     its objects copied out at its close
+//	  destroyed         number     its objects destroyed unpromoted at close
+//	  pins              number     per-transaction pins of live processes
+//	  pins_by_process   array      every process counting pins on it:
+//	    pid             number       its pid
+//	    start_ticks     number       its start time
+//	    owner_state     string       "alive", "dead" or "stale": a dead
+//	                                 process's pins no longer count
+//	    pins            number       pins it counts
+//	processes           array    one object per pin row in use:
+//	  row               number     pin row
+//	  pid               number     the row's process
+//	  start_ticks       number     its start time
+//	  owner_state       string     "alive", "dead" or "stale"
+//	  pins              number     per-transaction pins, all records
+//	  global_pins       number     global pins (barrier-mode transactions)
 //
 // shmctl bench prints a benchJSON on one line (writeJSONLine), with the
 // fields in this order, as the peer-benchmark contract wants:
@@ -131,6 +189,16 @@ type (
 		Path   string            `json:"path"`
 		DryRun bool              `json:"dry_run"`
 		Slots  []reclaimSlotJSON `json:"slots"`
+		Txns   []reclaimTxnJSON  `json:"txns"`
+	}
+	reclaimTxnJSON struct {
+		Index      int    `json:"index"`
+		Generation uint32 `json:"generation"`
+		Mode       string `json:"mode"`
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		Action     string `json:"action"`
 	}
 	reclaimSlotJSON struct {
 		Index         int     `json:"index"`
@@ -153,6 +221,52 @@ type (
 		NsPerOp   float64 `json:"ns_per_op"`
 		OK        bool    `json:"ok"`
 		Detail    string  `json:"detail"`
+	}
+	txnsJSON struct {
+		Path          string        `json:"path"`
+		Records       int           `json:"records"`
+		ArenaSize     uint64        `json:"arena_bytes"`
+		FreeSize      uint64        `json:"free_bytes"`
+		BarrierLeader *txnOwnerJSON `json:"barrier_leader"`
+		Txns          []txnJSON     `json:"txns"`
+		Processes     []txnProcJSON `json:"processes"`
+	}
+	txnOwnerJSON struct {
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+	}
+	txnJSON struct {
+		Index         int           `json:"index"`
+		Generation    uint32        `json:"generation"`
+		State         string        `json:"state"`
+		Mode          string        `json:"mode"`
+		PID           uint32        `json:"pid"`
+		StartTicks    uint64        `json:"start_ticks"`
+		OwnerState    string        `json:"owner_state"`
+		ArenaOffset   uint64        `json:"arena_offset"`
+		ArenaSize     uint64        `json:"arena_size"`
+		Used          uint64        `json:"used"`
+		Objects       uint32        `json:"objects"`
+		Promotions    uint32        `json:"promotions"`
+		Promoted      uint32        `json:"promoted"`
+		Destroyed     uint32        `json:"destroyed"`
+		Pins          uint64        `json:"pins"`
+		PinsByProcess []txnPinsJSON `json:"pins_by_process"`
+	}
+	txnPinsJSON struct {
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		Pins       uint32 `json:"pins"`
+	}
+	txnProcJSON struct {
+		Row        int    `json:"row"`
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		Pins       uint64 `json:"pins"`
+		GlobalPins uint32 `json:"global_pins"`
 	}
 	slotsJSON struct {
 		Path  string     `json:"path"`

@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 var helpers = map[string]func(args []string) int{
 	// shmctl ARGS...: the real program, on the process's own stdout and stderr.
 	"shmctl": func(args []string) int { return run(args, os.Stdout, os.Stderr) },
+	// txn-owner PATH pins|barrier: begin a transaction, allocate an
+	// object, print its ref and sleep until killed.
+	"txn-owner": txnOwnerHelper,
 }
 
 // result is what one run of shmctl left behind.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,13 +12,15 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/txn"
 )
 
 type reclaimOptions struct {
 	IO *IOStreams
 
 	Segment string
-	DryRun  bool // list the dead owners, change nothing
+	DryRun  bool          // list the dead owners, change nothing
+	Wait    time.Duration // how long a transaction's close may wait for live readers
 	JSON    bool
 }
 
@@ -25,13 +29,18 @@ const (
 	actionReclaimed = "reclaimed"     // taken over and released
 	actionDryRun    = "would reclaim" // --dry-run
 	actionSkipped   = "skipped"       // the owner changed before the takeover
+	actionTimedOut  = "timed out"     // a transaction's live readers kept their pins past --wait
 )
+
+// reclaimDefaultWait is how long, by default, the close of a reclaimed
+// transaction waits for the pins of live readers.
+const reclaimDefaultWait = 5 * time.Second
 
 func newCmdReclaim(ios *IOStreams, runF func(*reclaimOptions) error) *cobra.Command {
 	opts := &reclaimOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "reclaim <segment>",
-		Short: "Free the owner slots whose holder died",
+		Short: "Free the owner slots and close the transactions whose holder died",
 		Long: `Free every owner slot (spinlock) whose recorded owner is dead: a process
 that exited, a pid that now names another process, or an owner recorded
 under a previous boot. Each is taken over as a waiting lock would take it
@@ -44,11 +53,19 @@ is for a segment nobody waits on, or a caller that only ever uses TryLock.
 The data a reclaimed lock protects may be half-updated: this command cannot
 repair it.
 
+Then every transaction (package txn) whose owner is dead is closed as its
+owner would have: once the live readers' pins are released (waiting at
+most --wait; "timed out" leaves it open, to be reclaimed again), its
+promotions are finalized and its arena is freed. The pins of dead readers
+never count. In a pipe, transaction rows start with the field "txn".
+
 The segment is opened read-write. With --dry-run nothing changes.
 
 JSON fields: path, dry_run, slots [{index, name, pid, start_ticks,
-owner_state, tid, generation, new_generation, action}]; action is
-"reclaimed", "would reclaim" or "skipped" (the owner changed meanwhile).`,
+owner_state, tid, generation, new_generation, action}], txns [{index,
+generation, mode, pid, start_ticks, owner_state, action}]; action is
+"reclaimed", "would reclaim", "skipped" (the owner changed meanwhile) or,
+for a transaction, "timed out".`,
 		Example: `  shmctl reclaim jobs --dry-run
   shmctl reclaim /dev/shm/jobs --json`,
 		Args: exactArgs(1, "one segment"),
@@ -61,6 +78,7 @@ owner_state, tid, generation, new_generation, action}]; action is
 		},
 	}
 	cmd.Flags().BoolVarP(&opts.DryRun, "dry-run", "n", false, "list the dead owners without freeing anything")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", reclaimDefaultWait, "how long a transaction's close may wait for live readers' pins")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -75,22 +93,97 @@ func runReclaim(opts *reclaimOptions) error {
 	if err != nil {
 		return err
 	}
+	doc.Txns, err = reclaimTxns(seg, opts.DryRun, opts.Wait)
+	if err != nil {
+		return err
+	}
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
-	if len(doc.Slots) == 0 && opts.IO.IsStdoutTTY() {
+	tty := opts.IO.IsStdoutTTY()
+	if len(doc.Slots) == 0 && len(doc.Txns) == 0 && tty {
 		fmt.Fprintf(opts.IO.ErrOut, "no owner slot of %s has a dead owner\n", doc.Path)
 		return nil
 	}
-	t := newTablePrinter(opts.IO, "INDEX", "NAME", "PID", "STATE", "GENERATION", "NEW_GENERATION", "ACTION")
-	for _, s := range doc.Slots {
-		newGen := "-"
-		if s.NewGeneration != nil {
-			newGen = fmt.Sprint(*s.NewGeneration)
+	if len(doc.Slots) > 0 {
+		t := newTablePrinter(opts.IO, "INDEX", "NAME", "PID", "STATE", "GENERATION", "NEW_GENERATION", "ACTION")
+		for _, s := range doc.Slots {
+			newGen := "-"
+			if s.NewGeneration != nil {
+				newGen = fmt.Sprint(*s.NewGeneration)
+			}
+			t.AddRow(s.Index, s.Name, s.PID, s.OwnerState, s.Generation, newGen, s.Action)
 		}
-		t.AddRow(s.Index, s.Name, s.PID, s.OwnerState, s.Generation, newGen, s.Action)
+		if err := t.Render(); err != nil {
+			return err
+		}
+	}
+	if len(doc.Txns) == 0 {
+		return nil
+	}
+	if len(doc.Slots) > 0 && tty {
+		fmt.Fprintln(opts.IO.Out)
+	}
+	t := newTablePrinter(opts.IO, "KIND", "TXN", "GEN", "MODE", "PID", "STATE", "ACTION")
+	for _, x := range doc.Txns {
+		t.AddRow("txn", x.Index, x.Generation, x.Mode, x.PID, x.OwnerState, x.Action)
 	}
 	return t.Render()
+}
+
+// reclaimTxns closes the transactions of seg whose owner is dead (unless
+// dryRun), each waiting at most wait for the pins of live readers. A
+// segment without transaction tables has none. A handle on the
+// transactions (a pin row, the txn package's lock slots) is taken only if
+// there is something to close.
+func reclaimTxns(seg *shm.Segment, dryRun bool, wait time.Duration) ([]reclaimTxnJSON, error) {
+	out := []reclaimTxnJSON{}
+	snap, err := txn.Inspect(seg, false)
+	if errors.Is(err, txn.ErrNoSpace) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the transactions: %w", err)
+	}
+	var sp *txn.Space
+	defer func() {
+		if sp != nil {
+			_ = sp.Close()
+		}
+	}()
+	for _, ti := range snap.Txns {
+		if ti.Owner == 0 || ti.OwnerAlive {
+			continue
+		}
+		id, _ := proc.Unpack(ti.Owner)
+		x := reclaimTxnJSON{Index: ti.Index, Generation: ti.Gen, Mode: "pins", PID: id.PID, StartTicks: id.StartTicks,
+			OwnerState: ownerState(seg, ti.Owner), Action: actionDryRun}
+		if ti.Barrier {
+			x.Mode = "barrier"
+		}
+		if !dryRun {
+			if sp == nil {
+				if sp, err = txn.Open(seg); err != nil {
+					return nil, fmt.Errorf("opening the transactions: %w", err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			err := sp.Reclaim(ctx, ti.Index)
+			cancel()
+			switch {
+			case err == nil:
+				x.Action = actionReclaimed
+			case errors.Is(err, txn.ErrOwnerAlive), errors.Is(err, txn.ErrClosed):
+				x.Action = actionSkipped
+			case errors.Is(err, context.DeadlineExceeded):
+				x.Action = actionTimedOut
+			default:
+				return nil, fmt.Errorf("reclaiming transaction %d: %w", ti.Index, err)
+			}
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }
 
 // reclaimDead finds the owner slots of seg whose PID word names a dead or

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,9 +20,9 @@ func TestReclaimFlags(t *testing.T) {
 		args []string
 		want reclaimOptions
 	}{
-		{[]string{"jobs"}, reclaimOptions{Segment: "jobs"}},
-		{[]string{"/dev/shm/jobs", "--dry-run", "--json"}, reclaimOptions{Segment: "/dev/shm/jobs", DryRun: true, JSON: true}},
-		{[]string{"-n", "x"}, reclaimOptions{Segment: "x", DryRun: true}},
+		{[]string{"jobs"}, reclaimOptions{Segment: "jobs", Wait: reclaimDefaultWait}},
+		{[]string{"/dev/shm/jobs", "--dry-run", "--json"}, reclaimOptions{Segment: "/dev/shm/jobs", DryRun: true, Wait: reclaimDefaultWait, JSON: true}},
+		{[]string{"-n", "x", "--wait", "1m"}, reclaimOptions{Segment: "x", DryRun: true, Wait: time.Minute}},
 	}
 	for _, tt := range tests {
 		ios, _, _ := testIOStreams(false)
@@ -139,11 +140,11 @@ func TestReclaimJSON(t *testing.T) {
 			gen := uint64(12)
 			want.Action, want.NewGeneration = "reclaimed", &gen
 		}
-		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want}}, &doc)
+		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want}, Txns: []reclaimTxnJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"path", "dry_run", "slots"}, keys(raw))
+		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "txns"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
 		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
 			"generation", "new_generation", "action"}, keys(slot))

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/txn"
+)
+
+type txnsOptions struct {
+	IO *IOStreams
+
+	Segment string
+	All     bool // list every record, also free and closed ones
+	JSON    bool
+}
+
+func newCmdTxns(ios *IOStreams, runF func(*txnsOptions) error) *cobra.Command {
+	opts := &txnsOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "txns <segment>",
+		Short: "List the transactions, their pins and arena use",
+		Long: `List the transactions (package txn) of a segment that are open or closing:
+for each its record index, generation, state, close mode ("pins" for
+per-transaction pins, "barrier" for the global close barrier), owner pid
+and whether that process is alive, arena size and bytes used, objects,
+promotions registered on it, and the pins each process holds on it, as
+PID:COUNT, a dead process's marked "(dead)": those no longer count.
+Readers of barrier-mode transactions take global pins, which belong to no
+one transaction: --json lists them per process (global_pins).
+
+A transaction whose owner is dead can be closed with 'shmctl reclaim'.
+
+The segment is opened read-only and nothing in it changes. The words are
+read one by one while other processes may change them.
+
+JSON fields: path, records, arena_bytes, free_bytes, barrier_leader
+(null or {pid, start_ticks, owner_state}), txns [{index, generation,
+state, mode, pid, start_ticks, owner_state, arena_offset, arena_size,
+used, objects, promotions, promoted, destroyed, pins, pins_by_process
+[{pid, start_ticks, owner_state, pins}]}], processes [{row, pid,
+start_ticks, owner_state, pins, global_pins}].`,
+		Example: `  shmctl txns jobs
+  shmctl txns jobs --all --json`,
+		Args: exactArgs(1, "one segment"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segment = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return runTxns(opts)
+		},
+	}
+	cmd.Flags().BoolVarP(&opts.All, "all", "a", false, "list every record, also free and closed ones")
+	addJSONFlag(cmd, &opts.JSON)
+	return cmd
+}
+
+func runTxns(opts *txnsOptions) error {
+	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	doc, err := readTxns(seg, opts.All)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, doc)
+	}
+	t := newTablePrinter(opts.IO, "INDEX", "GEN", "STATE", "MODE", "PID", "OWNER", "ARENA", "USED", "OBJECTS", "PROMOTIONS", "PINS")
+	for _, x := range doc.Txns {
+		state := x.OwnerState
+		if state == stateNone {
+			state = "-"
+		}
+		pins := make([]string, 0, len(x.PinsByProcess))
+		for _, p := range x.PinsByProcess {
+			s := fmt.Sprintf("%d:%d", p.PID, p.Pins)
+			if p.OwnerState != stateAlive {
+				s += "(" + p.OwnerState + ")"
+			}
+			pins = append(pins, s)
+		}
+		pinCol := "-"
+		if len(pins) > 0 {
+			pinCol = strings.Join(pins, ",")
+		}
+		t.AddRow(x.Index, x.Generation, x.State, x.Mode, x.PID, state, x.ArenaSize, x.Used, x.Objects, x.Promotions, pinCol)
+	}
+	return t.Render()
+}
+
+// readTxns builds the txns document from txn.Inspect.
+func readTxns(seg *shm.Segment, all bool) (*txnsJSON, error) {
+	snap, err := txn.Inspect(seg, all)
+	if err != nil {
+		return nil, fmt.Errorf("reading the transactions: %w", err)
+	}
+	doc := &txnsJSON{
+		Path:      seg.Path(),
+		Records:   snap.Records,
+		ArenaSize: snap.DataUnits * layout.ArenaUnit,
+		FreeSize:  snap.FreeUnits * layout.ArenaUnit,
+		Txns:      []txnJSON{},
+		Processes: []txnProcJSON{},
+	}
+	if snap.BarrierLeader != 0 {
+		id, _ := proc.Unpack(snap.BarrierLeader)
+		doc.BarrierLeader = &txnOwnerJSON{PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, snap.BarrierLeader)}
+	}
+	for _, ti := range snap.Txns {
+		id, _ := proc.Unpack(ti.Owner)
+		x := txnJSON{
+			Index:         ti.Index,
+			Generation:    ti.Gen,
+			State:         ti.State.String(),
+			Mode:          "pins",
+			PID:           id.PID,
+			StartTicks:    id.StartTicks,
+			OwnerState:    ownerState(seg, ti.Owner),
+			ArenaOffset:   ti.ArenaStart,
+			ArenaSize:     ti.ArenaSize,
+			Used:          ti.Used,
+			Objects:       ti.Objects,
+			Promotions:    ti.Promotions,
+			Promoted:      ti.Promoted,
+			Destroyed:     ti.Destroyed,
+			PinsByProcess: []txnPinsJSON{},
+		}
+		if ti.Barrier {
+			x.Mode = "barrier"
+		}
+		for _, p := range ti.Pins {
+			pid, _ := proc.Unpack(p.Owner)
+			x.PinsByProcess = append(x.PinsByProcess, txnPinsJSON{PID: pid.PID, StartTicks: pid.StartTicks, OwnerState: ownerState(seg, p.Owner), Pins: p.Pins})
+			if p.Alive {
+				x.Pins += uint64(p.Pins)
+			}
+		}
+		doc.Txns = append(doc.Txns, x)
+	}
+	for _, r := range snap.Rows {
+		id, _ := proc.Unpack(r.Owner)
+		doc.Processes = append(doc.Processes, txnProcJSON{Row: r.Row, PID: id.PID, StartTicks: id.StartTicks,
+			OwnerState: ownerState(seg, r.Owner), Pins: r.Pins, GlobalPins: r.GlobalPins})
+	}
+	return doc, nil
+}

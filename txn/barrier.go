@@ -1,0 +1,121 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// Barrier closes transactions begun with BeginOptions.Barrier through a
+// global close barrier (the seed's Option B): readers of such transactions
+// take global pins (TryPin and Borrow do that by themselves), and a close
+// raises the barrier, which makes every new global pin fail, waits for the
+// global pins to drain, closes its batch of transactions one by one and
+// lowers the barrier. One close at a time holds the barrier, across
+// processes (a robust leader lock: a leader that dies is taken over).
+type Barrier struct {
+	s *Space
+}
+
+// NewBarrier returns the barrier of s's segment.
+func NewBarrier(s *Space) (*Barrier, error) {
+	if s.closed.Load() {
+		return nil, ErrSpaceClosed
+	}
+	if _, err := s.barrierLock(); err != nil {
+		return nil, err
+	}
+	return &Barrier{s: s}, nil
+}
+
+type closeItem struct {
+	idx int
+	gen uint32
+}
+
+// Close closes txs, which must be barrier-mode transactions of this
+// process (ErrWrongMode otherwise) with no pin taken through their handles
+// (ErrCloserPinned); nothing changes on those errors. The transactions are
+// the batch the leader closes under one raising of the barrier. On a done
+// context the transactions not yet closed are reopened and ctx.Err() is
+// returned. A transaction that is already closed gives ErrClosed, joined
+// with the others' errors.
+func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
+	items := make([]closeItem, 0, len(txs))
+	for _, t := range txs {
+		if t.s != b.s || !t.barrier {
+			return ErrWrongMode
+		}
+		if t.own.Load() != 0 {
+			return ErrCloserPinned
+		}
+		items = append(items, closeItem{idx: int(t.idx), gen: t.gen})
+	}
+	return b.s.closeBarrier(ctx, items)
+}
+
+// closeBarrier is the leader's work.
+func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	lock, err := s.barrierLock()
+	if err != nil {
+		return err
+	}
+	var g spinlock.Guard
+	if err := g.LockContext(ctx, lock, spinlock.NewHolder()); err != nil {
+		return err
+	}
+	defer g.Release()
+	// A leader that died left the barrier up and perhaps its batch
+	// Closing; the barrier is ours now, and its batch is closed by
+	// Reclaim (its owner is dead).
+	s.bar.Leader.Store(s.ident)
+	defer func() {
+		s.bar.Leader.Store(0)
+		wake(drain{&s.bar.Drain, &s.bar.Sleepers})
+	}()
+
+	var errs []error
+	batch := items[:0:0]
+	for _, it := range items {
+		rec := s.recs[it.idx]
+		open, closing := ctlWord(stateOpen, it.gen, flagBarrier), ctlWord(stateClosing, it.gen, flagBarrier)
+		if !rec.Ctl.CompareAndSwap(open, closing) && rec.Ctl.Load() != closing {
+			err := ownErr(refErr(rec.Ctl.Load()&^flagBarrier, it.gen))
+			if err == nil {
+				err = ErrWrongMode
+			}
+			errs = append(errs, fmt.Errorf("txn %d: %w", it.idx, err))
+			continue
+		}
+		batch = append(batch, it)
+	}
+	err = s.waitDrained(ctx, drain{&s.bar.Drain, &s.bar.Sleepers}, len(s.recs))
+	for i, it := range batch {
+		rec := s.recs[it.idx]
+		closing := ctlWord(stateClosing, it.gen, flagBarrier)
+		if err == nil {
+			// Per-transaction pins: those of Link and of other closers'
+			// promotions, never held for long.
+			err = s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, it.idx)
+		}
+		if err != nil {
+			for _, rest := range batch[i:] {
+				r := s.recs[rest.idx]
+				if r.Ctl.CompareAndSwap(ctlWord(stateClosing, rest.gen, flagBarrier), ctlWord(stateOpen, rest.gen, flagBarrier)) {
+					wake(drain{&r.Drain, &r.Sleepers})
+				}
+			}
+			return err
+		}
+		s.finish(it.idx, closing)
+	}
+	return errors.Join(errs...)
+}

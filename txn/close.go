@@ -1,0 +1,237 @@
+package txn
+
+import (
+	"context"
+	"errors"
+
+	"github.com/shmlock/shmlock/internal/futex"
+)
+
+// closeTxn is the per-transaction close (Option A), the seed's
+// request_close_and_wait followed by the end sequence:
+//
+//  1. flip Open -> Closing: from here every TryPin fails, and a TryPin
+//     that incremented before the flip but re-checks after it backs out;
+//  2. sleep on the record's Drain futex until no live process counts a
+//     pin on the record: every release while Closing bumps Drain, and a
+//     sleeper wakes at least every livenessInterval to stop counting the
+//     pins of processes that died;
+//  3. finalize promotions, destroy unpromoted objects, poison the arena,
+//     and mark the record Closed (which frees the arena for Begin).
+//
+// A context done during step 2 reverts the record to Open and returns
+// ctx.Err().
+//
+// One closer runs the end sequence: the one whose CAS flipped the state.
+// Another goroutine's close of a transaction already Closing waits for that
+// close to end and then reports ErrClosed (or tries again, if it was
+// cancelled): were it to run the end sequence too, it could poison the
+// arena of the record's next use. Only resume, for Reclaim after it took
+// the ownership over from a dead owner (whose close may have died half-way),
+// runs it on a record already Closing: every step may be run again.
+func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
+	rec := s.recs[idx]
+	open, closing := ctlWord(stateOpen, gen, 0), ctlWord(stateClosing, gen, 0)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if rec.Ctl.CompareAndSwap(open, closing) {
+			break
+		}
+		c := rec.Ctl.Load()
+		if c == closing && resume {
+			break
+		}
+		if c != closing {
+			if c == open {
+				continue // a cancelled close reopened it meanwhile
+			}
+			if err := refErr(c, gen); err != nil {
+				return err
+			}
+			return ErrWrongMode
+		}
+		if err := s.awaitEnd(ctx, Ref{Txn: uint32(idx), Gen: gen}); err != nil {
+			return err
+		}
+	}
+	if err := s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, idx); err != nil {
+		if rec.Ctl.CompareAndSwap(closing, open) {
+			wake(drain{&rec.Drain, &rec.Sleepers})
+		}
+		return err
+	}
+	s.finish(idx, closing)
+	return nil
+}
+
+// waitDrained sleeps until no live process counts a pin in column col of
+// the pin table (a record's, or the global column), or ctx is done.
+func (s *Space) waitDrained(ctx context.Context, d drain, col int) error {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(d.seq) })
+		defer stop()
+	}
+	dead := map[uint64]bool{}
+	check := false
+	for {
+		d.sleepers.Add(1)
+		seq := d.seq.Load()
+		if s.pinCount(col, dead, check) == 0 {
+			d.sleepers.Add(^uint32(0))
+			return nil
+		}
+		err := futex.Wait(d.seq, seq, livenessInterval)
+		d.sleepers.Add(^uint32(0))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Only a sleep that timed out looks at liveness: a wake means a
+		// pin was released, and pins normally are.
+		check = errors.Is(err, futex.ErrTimeout)
+	}
+}
+
+// pinCount sums column col over the pin rows of live processes. With
+// check, it asks the process table about every row that counts pins, and
+// remembers in dead the processes that died: their pins no longer count.
+// A live process's pins always count.
+func (s *Space) pinCount(col int, dead map[uint64]bool, check bool) uint64 {
+	var n uint64
+	for row := range s.geo.rows {
+		id := s.geo.rowIdent(row).Load()
+		if id == 0 || dead[id] {
+			continue
+		}
+		c := s.geo.counter(row, col).Load()
+		if c == 0 {
+			continue
+		}
+		if check && !s.seg.OwnerAlive(id) {
+			dead[id] = true
+			continue
+		}
+		n += uint64(c)
+	}
+	return n
+}
+
+// finish runs the end sequence of a drained transaction, in the seed's
+// order. closing is its Ctl word.
+func (s *Space) finish(idx int, closing uint64) {
+	rec := s.recs[idx]
+	gen := ctlGen(closing)
+	s.finalizePromotions(idx, gen)
+	start, size, ok := s.geo.arenaBounds(rec.Arena.Load())
+	if ok {
+		s.destroyUnpromoted(rec, start, size)
+		arena := s.geo.region[start : start+size]
+		for i := range arena {
+			arena[i] = poisonByte
+		}
+	}
+	rec.Ctl.CompareAndSwap(closing, ctlWord(stateClosed, gen, closing&flagBarrier))
+	wake(drain{&rec.Drain, &rec.Sleepers})
+}
+
+// finalizePromotions copies the objects of transaction idx that cells of
+// other open transactions refer to into those cells, and rebinds the
+// cells. Each destination is pinned meanwhile, so it cannot close under
+// the copy; a destination that is closing is skipped: its cells end with
+// it.
+func (s *Space) finalizePromotions(idx int, gen uint32) {
+	src := s.recs[idx]
+	for d, drec := range s.recs {
+		if d == idx || drec.Promos.Load() == 0 {
+			continue
+		}
+		c := drec.Ctl.Load()
+		if ctlState(c) != stateOpen {
+			continue
+		}
+		var p Pin
+		if !s.pinTxn(&p, d, c) {
+			continue
+		}
+		next := drec.Promos.Load()
+		// The walk is bounded by the cells the arena can hold, too, so that
+		// a corrupted list (a cycle, a wild count) cannot keep it going.
+		steps := min(uint64(drec.NPromos.Load()), uint64(drec.Used.Load())/(headerSize+cellBodySize))
+		for ; next != 0 && steps > 0; steps-- {
+			kind, room, cb, err := s.object(Ref{Txn: uint32(d), Gen: ctlGen(c), Off: next - 1})
+			if err != nil || kind != kindCell {
+				break // a corrupted list: stop rather than wander
+			}
+			next = cb.Next.Load()
+			if cb.TTxn.Load() != uint32(idx) || cb.TGen.Load() != gen || cb.State.Load() != cellOriginal {
+				continue
+			}
+			t := Ref{Txn: uint32(idx), Gen: gen, Off: cb.TOff.Load()}
+			tk, data, _, err := s.object(t)
+			if err != nil || tk != kindObject || len(data) != len(room) {
+				continue
+			}
+			copy(room, data)
+			cb.State.Store(cellPromoted)
+			start, _, _ := s.geo.arenaBounds(src.Arena.Load())
+			h := s.header(start + uint64(t.Off))
+			if w := h.Word.Load(); hdrState(w) == objLive {
+				h.Word.Store(headerWord(kindObject, objPromoted, hdrSize(w)))
+				src.Promoted.Add(1)
+			}
+		}
+		p.Release()
+	}
+}
+
+// destroyUnpromoted marks every live object of the arena destroyed (the
+// seed's destructors: here the ledger of what ended unpromoted).
+func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
+	used := min(uint64(rec.Used.Load()), size)
+	for off := uint64(0); off+headerSize <= used; {
+		h := s.header(start + off)
+		capacity := uint64(h.Cap.Load())
+		// A header that is not one, or a capacity that would lead the walk
+		// off the object grid, is a corrupted arena: stop, it is poisoned
+		// next anyway.
+		if h.Check.Load() != objMagic^uint32(off) || capacity%objAlign != 0 {
+			return
+		}
+		w := h.Word.Load()
+		if hdrKind(w) == kindObject && hdrState(w) == objLive {
+			h.Word.Store(headerWord(kindObject, objDestroyed, hdrSize(w)))
+			rec.Destroyed.Add(1)
+		}
+		off += headerSize + capacity
+	}
+}
+
+// Reclaim closes transaction index if its owner died: it takes the
+// ownership over (one CAS, so of several reclaimers one wins) and runs the
+// close, waiting for the pins of live readers like the owner would.
+// ErrOwnerAlive if the owner lives, ErrClosed if the record is not in use.
+func (s *Space) Reclaim(ctx context.Context, index int) error {
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
+	if index < 0 || index >= len(s.recs) {
+		return ErrBadRef
+	}
+	rec := s.recs[index]
+	c := rec.Ctl.Load()
+	if st := ctlState(c); st != stateOpen && st != stateClosing {
+		return ErrClosed
+	}
+	owner := rec.Owner.Load()
+	if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {
+		return ErrOwnerAlive
+	}
+	if c&flagBarrier != 0 {
+		return s.closeBarrier(ctx, []closeItem{{idx: index, gen: ctlGen(c)}})
+	}
+	return s.closeTxn(ctx, index, ctlGen(c), true)
+}

@@ -1,0 +1,43 @@
+// Package txn gives processes that share a segment transactions with arenas
+// in the segment: a transaction owns a region of the segment's txn arena,
+// its owner allocates objects (byte blobs) in it, other goroutines and
+// processes read them under pins, and the owner closes the transaction only
+// when no pin is left. It implements the PGC threading design
+// (../shared/seeds/003): per-transaction pins (Option A) and a global close
+// barrier (Option B), the close protocol, and promotions with the
+// double-dipping indirection, for processes rather than threads.
+//
+// Objects are named by Ref values (transaction index, generation, offset),
+// never by pointers, so a Ref can be passed to another process as text
+// (Ref.String, ParseRef). A Ref to a closed transaction fails cleanly with
+// ErrClosed, one to a record that was closed and reused with ErrStale.
+//
+// Reading takes a pin. TryPin increments the pin count, then re-checks the
+// state and backs out if the transaction began closing meanwhile (the
+// seed's try_pin); Borrow pins and resolves a Ref in one step and returns an
+// SRef, the seed's scoped read borrow, valid until its Release. The owner
+// reads through Txn.TryPin and Txn.Borrow, so that its close can refuse
+// (ErrCloserPinned) rather than wait for its own pins.
+//
+// Closing: RequestCloseAndWait flips the transaction to Closing (new pins
+// fail), sleeps on a futex until every pin is released, then finalizes
+// promotions, destroys the unpromoted objects, poisons and frees the arena
+// and marks the record Closed. Pins are counted per process (per Space
+// handle), so the pins of a process that died no longer count and a close
+// never waits forever on a dead reader; a transaction whose owner died is
+// closed by Space.Reclaim (or shmctl reclaim; shmctl txns lists them).
+//
+// Promotions: Txn.Link stores a reference to an object of another
+// transaction in the destination transaction, as a cell (the double-dipping
+// indirection) that reserves room for a copy. When the source closes, it
+// copies the object into the cell before its arena is freed and rebinds the
+// cell, so a reader of the cell's Ref reads the copy from then on.
+//
+//	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
+//	sp, _ := txn.Open(seg)
+//	defer sp.Close()
+//	tx, _ := sp.Begin(txn.BeginOptions{})
+//	ref, _ := tx.Alloc([]byte("hello"))
+//	// any process: sp.Borrow(ctx, ref) ... b.Bytes() ... b.Release()
+//	err := tx.RequestCloseAndWait(ctx)
+package txn

@@ -1,0 +1,24 @@
+package txn
+
+// SetPinnedHook installs f to run inside TryPin between the increment and
+// the re-check of the state (nil removes it). Tests only; not concurrent
+// with pins.
+func SetPinnedHook(f func()) { testHookPinned = f }
+
+// PoisonByte is the byte a freed arena is filled with.
+const PoisonByte = poisonByte
+
+// OwnPinCount is the pins this handle counts on record idx.
+func (s *Space) OwnPinCount(idx int) uint32 { return s.ctrs[idx].Load() }
+
+// Row is the handle's pin row.
+func (s *Space) Row() int { return s.row }
+
+// ClosersAsleep is the number of goroutines asleep on record idx's drain word.
+func (s *Space) ClosersAsleep(idx int) uint32 { return s.recs[idx].Sleepers.Load() }
+
+// DataStart is the offset of the data area in the txn arena region.
+func (s *Space) DataStart() uint64 { return s.geo.dataStart }
+
+// ArenaBytes is t's arena in the segment (also after its close).
+func (t *Txn) ArenaBytes() []byte { return t.s.geo.region[t.start : t.start+t.size] }

@@ -1,0 +1,454 @@
+package txn_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/txn"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+
+// testTimeout bounds every wait of these tests; it only turns a hang into
+// a failure.
+const testTimeout = 30 * time.Second
+
+// helpers run in child processes (testproc re-executes this binary).
+// Each prints facts on stdout, one per line.
+var helpers = map[string]func(args []string) int{
+	"reader":    readerHelper,   // PATH REF: borrow REF in a loop until it fails closed
+	"pin-hold":  pinHoldHelper,  // PATH REF: pin and sleep until killed
+	"own":       ownHelper,      // PATH: begin a txn, alloc, print it, sleep until killed
+	"close-cpu": closeCPUHelper, // PATH [barrier]: begin, print a ref, close on a stdin line, print its CPU time
+	"bench-pin": benchPinHelper, // PATH REF|atomic N: N TryPin+Release (or atomic add+sub), print the time
+}
+
+func newSegment(tb testing.TB, opts layout.Options) (*shm.Segment, string) {
+	tb.Helper()
+	if opts.Slots == 0 {
+		opts.Slots = 8
+	}
+	if opts.TxnRecords == 0 {
+		opts.TxnRecords = 8
+	}
+	if opts.TxnArenaBytes == 0 {
+		opts.TxnArenaBytes = 64 << 10
+	}
+	path := testproc.SegmentPath(tb)
+	seg, err := shm.Create(path, shm.Options{Options: opts})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = seg.Close() })
+	return seg, path
+}
+
+func newSpace(tb testing.TB, seg *shm.Segment) *txn.Space {
+	tb.Helper()
+	sp, err := txn.Open(seg)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = sp.Close() })
+	return sp
+}
+
+// pattern is the content of test object i: never the poison byte.
+func pattern(i, n int) []byte {
+	b := make([]byte, n)
+	for j := range b {
+		b[j] = byte('a' + (i+j)%26)
+	}
+	return b
+}
+
+// checkBytes reports whether b is pattern(i, len(b)).
+func checkBytes(b []byte, i int) error {
+	for j, c := range b {
+		if c == txn.PoisonByte {
+			return fmt.Errorf("byte %d is poison", j)
+		}
+		if c != byte('a'+(i+j)%26) {
+			return fmt.Errorf("byte %d: got %#x, want %#x", j, c, byte('a'+(i+j)%26))
+		}
+	}
+	return nil
+}
+
+func openHelper(path string) (*shm.Segment, *txn.Space, error) {
+	seg, err := shm.Open(path, shm.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sp, err := txn.Open(seg)
+	if err != nil {
+		_ = seg.Close()
+		return nil, nil, err
+	}
+	return seg, sp, nil
+}
+
+func readerHelper(args []string) int {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer seg.Close()
+	ref, err := txn.ParseRef(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	inside, err := insideWord(seg)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	readsWord, err := sharedWord(seg, readsSlot)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ctx := context.Background()
+	reads := 0
+	for {
+		b, err := sp.Borrow(ctx, ref)
+		if err != nil {
+			if errors.Is(err, txn.ErrClosed) || errors.Is(err, txn.ErrClosing) {
+				break
+			}
+			fmt.Println("error", err)
+			return 1
+		}
+		inside.Add(1) // counted only while the pin is held
+		// Read it twice, a scheduling point apart: a close that freed the
+		// arena under the pin would show as poison or a change.
+		for range 2 {
+			if err := checkBytes(b.Bytes(), 0); err != nil {
+				fmt.Println("error", err)
+				return 1
+			}
+			runtime.Gosched()
+		}
+		inside.Add(^uint64(0))
+		b.Release()
+		readsWord.Add(1)
+		reads++
+		if reads == 1 {
+			fmt.Println("ready")
+		}
+	}
+	if reads == 0 {
+		fmt.Println("ready")
+	}
+	fmt.Println("reads", reads)
+	if err := sp.Close(); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	return 0
+}
+
+func pinHoldHelper(args []string) int {
+	_, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ref, err := txn.ParseRef(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	for range 3 { // several pins: all must stop counting
+		if _, err := sp.TryPin(ref); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+	}
+	fmt.Println("pinned")
+	select {}
+}
+
+func ownHelper(args []string) int {
+	_, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: len(args) > 1 && args[1] == "barrier"})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ref, err := tx.Alloc(pattern(0, 100))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ref", ref)
+	select {}
+}
+
+func benchPinHelper(args []string) int {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer seg.Close()
+	defer sp.Close()
+	n, err := strconv.Atoi(args[2])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if args[1] == "atomic" {
+		return benchAtomic(seg, n)
+	}
+	ref, err := txn.ParseRef(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ready")
+	// Start together: wait for a line on stdin.
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	start := time.Now()
+	for range n {
+		p, err := sp.TryPin(ref)
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		p.Release()
+	}
+	fmt.Println("ns", time.Since(start).Nanoseconds())
+	return 0
+}
+
+// child is a running helper process.
+type child struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // startChildStdin only
+	mu    sync.Mutex
+	out   strings.Builder
+	done  chan struct{}
+	err   error
+}
+
+type childWriter struct{ c *child }
+
+func (w childWriter) Write(p []byte) (int, error) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	return w.c.out.Write(p)
+}
+
+func startChild(tb testing.TB, name string, args ...string) *child {
+	tb.Helper()
+	return startChildWith(tb, false, name, args...)
+}
+
+// startChildStdin starts a helper with a pipe to its stdin in c.stdin.
+func startChildStdin(tb testing.TB, name string, args ...string) *child {
+	tb.Helper()
+	return startChildWith(tb, true, name, args...)
+}
+
+func startChildWith(tb testing.TB, pipe bool, name string, args ...string) *child {
+	tb.Helper()
+	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
+	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	c.cmd.Stdout = childWriter{c}
+	c.cmd.Stderr = childWriter{c}
+	if pipe {
+		var err error
+		c.stdin, err = c.cmd.StdinPipe()
+		require.NoError(tb, err)
+	}
+	require.NoError(tb, c.cmd.Start())
+	go func() { c.err = c.cmd.Wait(); close(c.done) }()
+	tb.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	return c
+}
+
+func (c *child) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+// waitLine waits for a line starting with prefix and returns the rest.
+func (c *child) waitLine(tb testing.TB, prefix string) string {
+	tb.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		for _, line := range strings.Split(c.output(), "\n") {
+			if r, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(r)
+			}
+		}
+		select {
+		case <-c.done:
+			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("helper %s: no %q after %v; output:\n%s", c.name, prefix, testTimeout, c.output())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (c *child) waitOK(tb testing.TB) string {
+	tb.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(testTimeout):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		tb.Fatalf("helper %s still running after %v; output:\n%s", c.name, testTimeout, c.output())
+	}
+	require.NoError(tb, c.err, "helper %s; output:\n%s", c.name, c.output())
+	return c.output()
+}
+
+func (c *child) kill(tb testing.TB) {
+	tb.Helper()
+	require.NoError(tb, c.cmd.Process.Signal(syscall.SIGKILL))
+	<-c.done
+}
+
+// killIfRunning kills c unless it exited already.
+func (c *child) killIfRunning(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		tb.Fatalf("kill %s: %v", c.name, err)
+	}
+	<-c.done
+}
+
+// waitFor polls cond until it holds, failing after testTimeout.
+func waitFor(tb testing.TB, cond func() bool, what string) {
+	tb.Helper()
+	for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(200 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// txnInfo returns what Inspect says of record idx.
+func txnInfo(tb testing.TB, seg *shm.Segment, idx int) txn.TxnInfo {
+	tb.Helper()
+	snap, err := txn.Inspect(seg, true)
+	require.NoError(tb, err)
+	for _, ti := range snap.Txns {
+		if ti.Index == idx {
+			return ti
+		}
+	}
+	tb.Fatalf("no record %d", idx)
+	return txn.TxnInfo{}
+}
+
+// closeAsync closes tx in a goroutine; the channel gets its result.
+func closeAsync(tx *txn.Txn) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- tx.RequestCloseAndWait(context.Background()) }()
+	return ch
+}
+
+func recv(tb testing.TB, ch <-chan error) error {
+	tb.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(testTimeout):
+		tb.Fatalf("no result after %v", testTimeout)
+		return nil
+	}
+}
+
+// insideWord is a word every process of a test shares, outside anything
+// package txn uses: owner slot insideSlot's Token. Readers count
+// themselves in it while they hold a pin.
+func insideWord(seg *shm.Segment) (*atomic.Uint64, error) { return sharedWord(seg, insideSlot) }
+
+// sharedWord is the Token word of owner slot i.
+func sharedWord(seg *shm.Segment, i int) (*atomic.Uint64, error) {
+	slot, err := seg.Slot(i)
+	if err != nil {
+		return nil, err
+	}
+	return &slot.Token, nil
+}
+
+// The owner slots whose Token words the tests share between processes;
+// package txn claims the first free slots for its locks, and newSegment
+// makes 8.
+const (
+	readsSlot  = 5 // reads done by all readers
+	insideSlot = 6 // readers holding a pin
+)
+
+// benchAtomic is the peer of bench-pin: an atomic add and sub of a word
+// every process shares (owner slot 7's Token, unused by these tests).
+func benchAtomic(seg *shm.Segment, n int) int {
+	slot, err := seg.Slot(7)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	start := time.Now()
+	for range n {
+		slot.Token.Add(1)
+		slot.Token.Add(^uint64(0))
+	}
+	fmt.Println("ns", time.Since(start).Nanoseconds())
+	return 0
+}
+
+// benchCommand is a bench-pin helper command, its stdin left to the caller.
+func benchCommand(path, ref, iters string) *exec.Cmd {
+	return testproc.Command("bench-pin", path, ref, iters)
+}
+
+// rounds is n, or long with SHMLOCK_LONG=1.
+func rounds(n, long int) int {
+	if os.Getenv("SHMLOCK_LONG") == "1" {
+		return long
+	}
+	return n
+}

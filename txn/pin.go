@@ -1,0 +1,334 @@
+package txn
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/futex"
+)
+
+// testHookPinned runs between a pin's increment and its re-check of the
+// state, so a test can close the transaction right there (export_test.go).
+var testHookPinned func()
+
+// Pin keeps one transaction from being closed: while it is held, the
+// transaction's close waits, and its objects stay valid. The zero Pin holds
+// nothing. Release it as soon as the read is done; never hold one across
+// blocking I/O or a lock. A Pin must not be copied after first use (a copy
+// would release twice; it has no noCopy marker only because TryPin returns
+// it by value, which keeps the fast path free of allocations) and is used
+// by one goroutine at a time.
+type Pin struct {
+	ctr *atomic.Uint32 // the counter incremented, in this Space's pin row
+	// Exactly one of rec and bar is set: the record of a per-transaction
+	// pin, whose state says whether a closer waits and whose Drain it
+	// sleeps on, or the barrier of a global pin (its Leader, its Drain).
+	rec *record
+	bar *barrierWords
+	own *atomic.Int32 // pins of the owner's Txn handle (closer detection)
+}
+
+// Held reports whether p holds a pin.
+func (p *Pin) Held() bool { return p.ctr != nil }
+
+// Release releases the pin; a second Release does nothing. If the
+// transaction is closing (or the barrier is up, for a global pin), it wakes
+// the closer.
+func (p *Pin) Release() {
+	ctr := p.ctr
+	if ctr == nil {
+		return
+	}
+	p.ctr = nil
+	if p.own != nil {
+		p.own.Add(-1)
+	}
+	ctr.Add(^uint32(0))
+	if r := p.rec; r != nil {
+		if ctlState(r.Ctl.Load()) == stateClosing {
+			wake(drain{&r.Drain, &r.Sleepers})
+		}
+	} else if b := p.bar; b.Leader.Load() != 0 {
+		wake(drain{&b.Drain, &b.Sleepers})
+	}
+}
+
+// TryPin pins the transaction r belongs to. It fails with ErrClosing while
+// the transaction closes, ErrClosed after, ErrStale if its record has been
+// reused, ErrBadRef for a Ref that names no record, ErrSpaceClosed after
+// s.Close. A transaction begun in
+// barrier mode gets a global pin (Option B), any other a per-transaction
+// pin (Option A): the caller need not know which.
+func (s *Space) TryPin(r Ref) (Pin, error) {
+	var p Pin
+	err := s.pin(&p, r.Txn, r.Gen)
+	return p, err
+}
+
+// pin is the seed's try_pin: check, increment, re-check, back out if a
+// closer came in between. The checks compare the whole Ctl word, so the
+// generation is checked with the state.
+func (s *Space) pin(p *Pin, idx, gen uint32) error {
+	if int(idx) >= len(s.recs) {
+		return ErrBadRef
+	}
+	rec := s.recs[idx]
+	want := ctlWord(stateOpen, gen, 0)
+	if c := rec.Ctl.Load(); c != want {
+		if c == want|flagBarrier && gen != 0 {
+			return s.pinGlobal(p, rec, c)
+		}
+		return refErr(c, gen)
+	}
+	ctr := s.ctrs[idx]
+	ctr.Add(1)
+	if testHookPinned != nil {
+		testHookPinned()
+	}
+	if c := rec.Ctl.Load(); c != want || s.closed.Load() {
+		// Lost the race with Closing (or a reuse, or Space.Close): back
+		// out, and wake the closer, which may have counted this pin.
+		ctr.Add(^uint32(0))
+		if ctlState(rec.Ctl.Load()) == stateClosing {
+			wake(drain{&rec.Drain, &rec.Sleepers})
+		}
+		if s.closed.Load() {
+			return ErrSpaceClosed
+		}
+		if err := refErr(c, gen); err != nil {
+			return err
+		}
+		return ErrClosing
+	}
+	*p = Pin{ctr: ctr, rec: rec}
+	return nil
+}
+
+// pinGlobal pins a barrier-mode transaction: a global pin, which the
+// barrier's leader waits for. The transaction's state is checked after the
+// barrier's, so a leader that flipped the barrier and then the state is
+// seen either way.
+func (s *Space) pinGlobal(p *Pin, rec *record, want uint64) error {
+	if l := s.bar.Leader.Load(); l != 0 {
+		s.clearDeadLeader(l)
+		return ErrClosing
+	}
+	ctr := s.ctrs[len(s.recs)]
+	ctr.Add(1)
+	if testHookPinned != nil {
+		testHookPinned()
+	}
+	if lead, c := s.bar.Leader.Load(), rec.Ctl.Load(); lead != 0 || c != want || s.closed.Load() {
+		// Lost the race with a leader (or a close, or Space.Close): back
+		// out, and wake the leader, which may have counted this pin.
+		ctr.Add(^uint32(0))
+		if s.bar.Leader.Load() != 0 {
+			wake(drain{&s.bar.Drain, &s.bar.Sleepers})
+		}
+		if s.closed.Load() {
+			return ErrSpaceClosed
+		}
+		if err := refErr(c, ctlGen(want)); err != nil {
+			return err
+		}
+		return ErrClosing
+	}
+	*p = Pin{ctr: ctr, bar: s.bar}
+	return nil
+}
+
+// clearDeadLeader lowers a barrier whose leader died with it up.
+func (s *Space) clearDeadLeader(l uint64) {
+	if !s.seg.OwnerAlive(l) {
+		s.bar.Leader.CompareAndSwap(l, 0)
+	}
+}
+
+// pinTxn pins a transaction with a per-transaction pin whatever its mode:
+// the pins a closer takes on the destinations of its promotions, and those
+// of Link. (A global pin there could deadlock against a barrier close.)
+func (s *Space) pinTxn(p *Pin, idx int, c uint64) bool {
+	rec := s.recs[idx]
+	ctr := s.ctrs[idx]
+	ctr.Add(1)
+	if rec.Ctl.Load() != c || s.closed.Load() {
+		ctr.Add(^uint32(0))
+		if ctlState(rec.Ctl.Load()) == stateClosing {
+			wake(drain{&rec.Drain, &rec.Sleepers})
+		}
+		return false
+	}
+	*p = Pin{ctr: ctr, rec: rec}
+	return true
+}
+
+// SRef is the seed's scoped read borrow: the bytes of one object, valid
+// while the SRef holds its pins (one on the transaction the Ref names, one
+// more on the source of a promotion cell not yet promoted). Release it when
+// the read is done; a second Release does nothing. An SRef must not be
+// copied after first use.
+type SRef struct {
+	_    noCopy
+	ref  Ref
+	data []byte
+	pins [2]Pin
+}
+
+// Bytes returns the object's data. The slice aliases the segment: it is
+// valid, and its bytes do not change, until Release. Do not write to it.
+func (b *SRef) Bytes() []byte { return b.data }
+
+// Ref is the reference b was borrowed through.
+func (b *SRef) Ref() Ref { return b.ref }
+
+// Release releases the borrow's pins.
+func (b *SRef) Release() {
+	b.data = nil
+	b.pins[1].Release()
+	b.pins[0].Release()
+}
+
+// Borrow pins r's transaction and returns r's object. Through a promotion
+// cell it reads the target in its source transaction, or its copy once the
+// source has closed; when the source is closing, Borrow releases its pins
+// and waits for the close to end, so the reader sees the copy (or ErrClosed
+// if the copy was not made because the cell's own transaction is closing).
+// It fails like TryPin, with ErrBadRef if r names no object, or with
+// ctx.Err().
+func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
+	b := new(SRef)
+	b.ref = r
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.pin(&b.pins[0], r.Txn, r.Gen); err != nil {
+			return nil, err
+		}
+		kind, data, cell, err := s.object(r)
+		if err != nil {
+			b.Release()
+			return nil, err
+		}
+		if kind == kindObject {
+			b.data = data
+			return b, nil
+		}
+		if cell.State.Load() == cellPromoted {
+			b.data = data
+			return b, nil
+		}
+		t := Ref{Txn: cell.TTxn.Load(), Gen: cell.TGen.Load(), Off: cell.TOff.Load()}
+		err = s.pin(&b.pins[1], t.Txn, t.Gen)
+		if err == nil {
+			kind, tdata, _, err := s.object(t)
+			if err != nil || kind != kindObject {
+				b.Release()
+				return nil, ErrBadRef
+			}
+			b.data = tdata
+			return b, nil
+		}
+		if err == ErrBadRef {
+			b.Release()
+			return nil, ErrBadRef // a corrupted cell
+		}
+		if err != ErrClosing {
+			// The source ended: it promoted the cell before marking
+			// itself Closed, unless this cell's transaction was closing.
+			if cell.State.Load() == cellPromoted {
+				b.data = data
+				return b, nil
+			}
+			b.Release()
+			return nil, ErrClosed
+		}
+		b.Release()
+		if ctlState(s.recs[t.Txn].Ctl.Load()) != stateClosing {
+			return nil, ErrClosing // the barrier is up, for other transactions
+		}
+		if err := s.awaitEnd(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// awaitEnd sleeps until t's transaction is no longer Closing in t's
+// generation, or ctx is done.
+func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
+	rec := s.recs[t.Txn]
+	closing := ctlWord(stateClosing, t.Gen, 0)
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(&rec.Drain) })
+		defer stop()
+	}
+	for {
+		rec.Sleepers.Add(1)
+		seq := rec.Drain.Load()
+		if rec.Ctl.Load()&^flagBarrier != closing {
+			rec.Sleepers.Add(^uint32(0))
+			return nil
+		}
+		_ = futex.Wait(&rec.Drain, seq, livenessInterval)
+		rec.Sleepers.Add(^uint32(0))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// livenessInterval is the longest a closer sleeps before it checks whether
+// the processes whose pins it waits for are still alive.
+const livenessInterval = 50 * time.Millisecond
+
+// object validates r against its (pinned) transaction and returns the
+// object's data, or for a cell its copy area and body.
+func (s *Space) object(r Ref) (kind uint64, data []byte, cell *cellBody, err error) {
+	rec := s.recs[r.Txn]
+	start, size, ok := s.geo.arenaBounds(rec.Arena.Load())
+	if !ok {
+		return 0, nil, nil, ErrBadRef
+	}
+	used := uint64(rec.Used.Load())
+	off := uint64(r.Off)
+	if used > size || off%objAlign != 0 || off+headerSize > used {
+		return 0, nil, nil, ErrBadRef
+	}
+	h := s.header(start + off)
+	if h.Check.Load() != objMagic^r.Off {
+		return 0, nil, nil, ErrBadRef
+	}
+	w := h.Word.Load()
+	capacity := uint64(h.Cap.Load())
+	body := start + off + headerSize
+	if off+headerSize+capacity > used {
+		return 0, nil, nil, ErrBadRef
+	}
+	switch hdrKind(w) {
+	case kindObject:
+		n := uint64(hdrSize(w))
+		if n > capacity {
+			return 0, nil, nil, ErrBadRef
+		}
+		return kindObject, s.geo.region[body : body+n : body+n], nil, nil
+	case kindCell:
+		if capacity < cellBodySize {
+			return 0, nil, nil, ErrBadRef
+		}
+		c := s.cell(body)
+		n := uint64(c.TSize.Load())
+		if cellBodySize+n > capacity {
+			return 0, nil, nil, ErrBadRef
+		}
+		d := body + cellBodySize
+		return kindCell, s.geo.region[d : d+n : d+n], c, nil
+	}
+	return 0, nil, nil, ErrBadRef
+}
+
+// noCopy makes go vet's copylocks check report copies.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}

@@ -1,0 +1,124 @@
+package txn_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/txn"
+)
+
+// A closer waits for pins asleep on a futex; these bound what it may cost.
+const (
+	pinnedFor    = time.Second // how long the closer is kept waiting
+	maxCloserCPU = 25          // percent of the waiting time; a spinning closer uses ~100
+)
+
+// cpuTime is the user+system CPU time of this process.
+func cpuTime() (time.Duration, error) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// A closer whose transaction stays pinned for a second by another process
+// sleeps: it uses a small fraction of a core. Not a speed test: a closer
+// that sleeps uses next to nothing however slow the machine, one that
+// polls uses all the CPU it is given. Not parallel, so that it runs alone.
+func TestWaitingCloserSleeps(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, layout.Options{})
+			sp := newSpace(t, seg)
+			args := []string{path}
+			if m.barrier {
+				args = append(args, "barrier")
+			}
+			c := startChildStdin(t, "close-cpu", args...)
+			r, err := txn.ParseRef(c.waitLine(t, "ref "))
+			require.NoError(t, err)
+			p, err := sp.TryPin(r)
+			require.NoError(t, err)
+			_, err = c.stdin.Write([]byte("close\n"))
+			require.NoError(t, err)
+			waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
+			time.Sleep(pinnedFor)
+			p.Release()
+			c.waitOK(t)
+
+			var cpu, wall time.Duration
+			_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, wall, pinnedFor)
+			pct := 100 * float64(cpu) / float64(wall)
+			t.Logf("waiting closer used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
+			if pct >= maxCloserCPU {
+				t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
+			}
+		})
+	}
+}
+
+// closeCPUHelper begins a transaction (PATH [barrier]), prints a Ref,
+// waits for a line on stdin, closes it and prints the CPU time the close
+// took.
+func closeCPUHelper(args []string) int {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer seg.Close()
+	defer sp.Close()
+	barrier := len(args) > 1 && args[1] == "barrier"
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: barrier})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ref, err := tx.Alloc([]byte("x"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("ref", ref)
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	before, err := cpuTime()
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if barrier {
+		b, err := txn.NewBarrier(sp)
+		if err == nil {
+			err = b.Close(ctx, tx)
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+	} else if err := tx.RequestCloseAndWait(ctx); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	wall := time.Since(start)
+	after, err := cpuTime()
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Printf("waited cpu=%d wall=%d\n", after-before, wall)
+	return 0
+}

@@ -1,0 +1,196 @@
+package txn
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// Names of the owner slots package txn claims for its two cross-process
+// locks: the allocator lock (serializes Begin: record and arena choice) and
+// the barrier leader lock (one global close at a time).
+const (
+	allocLockName   = "shmlock.txn.alloc"
+	barrierLockName = "shmlock.txn.barrier"
+)
+
+// Space is one process's handle on the transactions of a segment. It owns
+// a row of the segment's pin table: every pin taken through it is counted
+// there, so when this process dies its pins stop counting. Open it once per
+// process (or more: each handle has its own row) and Close it when done.
+// Its methods may be called from any number of goroutines; goroutines that
+// pin a great deal in parallel contend for the row's cache line, and may
+// each open a Space of their own (BenchmarkPin, txn-space-each), as long
+// as the segment's rows (at most 64) last.
+type Space struct {
+	seg   *shm.Segment
+	geo   geometry
+	recs  []*record
+	row   int
+	ident uint64           // this process's packed identity, in the row
+	ctrs  []*atomic.Uint32 // this row's counters: nrec per-txn, then the global one
+	bar   *barrierWords
+
+	alloc *spinlock.Lock
+	me    spinlock.Identity // holder identity for the allocator and barrier locks
+
+	mu      sync.Mutex
+	barLock *spinlock.Lock // claimed on first use
+	closed  atomic.Bool
+}
+
+// Open returns a handle on the transactions of seg, which must be writable
+// and have room for a pin row (every row taken by a live process is
+// ErrNoPinRow) and two owner slots for package txn's locks.
+func Open(seg *shm.Segment) (*Space, error) {
+	if seg.ReadOnly() {
+		return nil, fmt.Errorf("txn: open: segment %s is read-only", seg.Path())
+	}
+	geo, err := geometryOf(seg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Space{seg: seg, geo: geo, ident: proc.Self().Pack(), bar: geo.barrier(), me: spinlock.NewHolder()}
+	s.recs = make([]*record, geo.nrec)
+	for i := range s.recs {
+		s.recs[i] = geo.record(i)
+	}
+	s.alloc, err = spinlock.Named(seg, allocLockName, spinlock.PIDTID)
+	if err != nil {
+		return nil, fmt.Errorf("txn: open: allocator lock: %w", err)
+	}
+	if err := s.claimRow(); err != nil {
+		s.releaseLock(allocLockName)
+		return nil, err
+	}
+	return s, nil
+}
+
+// claimRow takes a free pin row, or the row of a dead process. A dead
+// process's counters are zeroed only after the row is ours (nobody else
+// writes a row's counters but its user); until then a closer counts them
+// as pins of a live process and waits a little longer, which the wake
+// below ends.
+func (s *Space) claimRow() error {
+	for row := range s.geo.rows {
+		w := s.geo.rowIdent(row)
+		old := w.Load()
+		if old != 0 && s.seg.OwnerAlive(old) {
+			continue
+		}
+		if !w.CompareAndSwap(old, s.ident) {
+			continue
+		}
+		s.row = row
+		s.ctrs = make([]*atomic.Uint32, s.geo.nrec+1)
+		dirty := false
+		for i := range s.ctrs {
+			s.ctrs[i] = s.geo.counter(row, i)
+			if s.ctrs[i].Swap(0) != 0 {
+				dirty = true
+			}
+		}
+		if dirty {
+			s.wakeClosers()
+		}
+		return nil
+	}
+	return ErrNoPinRow
+}
+
+// wakeClosers wakes whoever waits for pins to drain anywhere.
+func (s *Space) wakeClosers() {
+	for _, r := range s.recs {
+		if ctlState(r.Ctl.Load()) == stateClosing {
+			wake(drain{&r.Drain, &r.Sleepers})
+		}
+	}
+	if s.bar.Leader.Load() != 0 {
+		wake(drain{&s.bar.Drain, &s.bar.Sleepers})
+	}
+}
+
+// wake bumps a drain word and wakes its sleepers, if any: a sleeper
+// registers before it reads the word, so one that registered after the
+// Sleepers load below reads the bumped word and does not sleep.
+func wake(d drain) {
+	d.seq.Add(1)
+	if d.sleepers.Load() != 0 {
+		_, _ = futex.WakeAll(d.seq)
+	}
+}
+
+// Close gives up the handle's pin row. ErrPinsHeld, changing nothing, if
+// pins taken through it are still held; ErrSpaceClosed the second time.
+//
+// The closed flag goes up before the counters are checked, and a pin
+// checks the flag after its increment, so that either the pin sees the
+// flag and backs out or Close sees the pin and leaves the row alone: a pin
+// is never counted in a row given up (which another process may take).
+func (s *Space) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ErrSpaceClosed
+	}
+	for _, c := range s.ctrs {
+		if c.Load() != 0 {
+			s.closed.Store(false)
+			return ErrPinsHeld
+		}
+	}
+	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
+	s.releaseLock(allocLockName)
+	s.mu.Lock()
+	if s.barLock != nil {
+		s.releaseLock(barrierLockName)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// releaseLock drops this handle's claim on the owner slot of a named lock.
+func (s *Space) releaseLock(name string) {
+	if i, err := s.seg.Lookup(layout.KindOwnerSlots, name); err == nil {
+		_ = s.seg.Release(layout.KindOwnerSlots, i)
+	}
+}
+
+// barrierLock returns the barrier leader lock, claiming it on first use.
+func (s *Space) barrierLock() (*spinlock.Lock, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.barLock == nil {
+		l, err := spinlock.Named(s.seg, barrierLockName, spinlock.PIDTID)
+		if err != nil {
+			return nil, fmt.Errorf("txn: barrier lock: %w", err)
+		}
+		s.barLock = l
+	}
+	return s.barLock, nil
+}
+
+// Records is the number of transaction records in the segment.
+func (s *Space) Records() int { return s.geo.nrec }
+
+// Segment is the segment s works on.
+func (s *Space) Segment() *shm.Segment { return s.seg }
+
+// refErr explains why ctl c does not admit a pin for generation gen.
+func refErr(c uint64, gen uint32) error {
+	switch {
+	case gen == 0:
+		return ErrBadRef
+	case ctlGen(c) != gen:
+		return ErrStale
+	case ctlState(c) == stateClosing:
+		return ErrClosing
+	case ctlState(c) == stateOpen:
+		return nil
+	}
+	return ErrClosed
+}
