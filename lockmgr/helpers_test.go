@@ -1,0 +1,3 @@
+package lockmgr_test
+
+var helpers = map[string]func(args []string) int{}
