@@ -1,7 +1,6 @@
 package lockmgr
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -74,30 +73,4 @@ func (b Backoff) jittered(n int) time.Duration {
 		d -= time.Duration(j * rand.Float64() * float64(d))
 	}
 	return d
-}
-
-// Clock is where a Manager reads the time (acquisition times, expiry) and
-// how it waits between attempts. Times in the segment are Unix nanoseconds,
-// so every process sharing a table must use the same clock: a fake clock is
-// for tests in one process.
-type Clock interface {
-	Now() time.Time
-	// Sleep waits for d on this clock, or until ctx is done.
-	Sleep(ctx context.Context, d time.Duration)
-}
-
-// SystemClock is the wall clock. A Manager on it waits between attempts on
-// the resource's futex, so a release wakes it at once; on any other Clock
-// it waits with Clock.Sleep, and only the schedule wakes it.
-type SystemClock struct{}
-
-func (SystemClock) Now() time.Time { return time.Now() }
-
-func (SystemClock) Sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

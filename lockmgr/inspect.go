@@ -83,18 +83,18 @@ func (t *table) read(e *layout.LockMgrEntry) snapshot {
 
 func expiredAt(expires uint64, now int64) bool { return expires != 0 && now >= int64(expires) }
 
-func (m *Manager) info(s snapshot, now time.Time) ResourceInfo {
+func (m *Manager) info(s snapshot, now int64) ResourceInfo {
 	ri := ResourceInfo{Resource: s.name, Mode: modeOf(s.ctl), Version: s.version, Declared: s.ctl&ctlDeclared != 0,
 		Holders: make([]HolderInfo, 0, len(s.holders))}
 	live := 0
 	for _, h := range s.holders {
 		hi := HolderInfo{Owner: h.owner, PID: pidOf(h.process), Companion: pidOf(h.companion),
-			AcquiredAt: time.Unix(0, int64(h.acquired)), State: Acquired,
+			AcquiredAt: m.clock.time(int64(h.acquired)), State: Acquired,
 			Alive: m.t.isAlive(h.process, now) || m.t.isAlive(h.companion, now)}
 		if h.expires != 0 {
-			hi.ExpiresAt = time.Unix(0, int64(h.expires))
+			hi.ExpiresAt = m.clock.time(int64(h.expires))
 		}
-		if expiredAt(h.expires, now.UnixNano()) {
+		if expiredAt(h.expires, now) {
 			hi.State = Expired
 		} else {
 			live++
@@ -148,7 +148,7 @@ func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 	}
 	if i := m.t.lookup(&res); i >= 0 {
 		if s := m.t.read(m.t.entries[i]); kindOf(s.ctl) == kindResource && s.name == resource {
-			return m.info(s, m.clock.Now()), nil
+			return m.info(s, m.clock.now()), nil
 		}
 	}
 	return ResourceInfo{Resource: resource, State: Unlocked}, nil
@@ -156,7 +156,7 @@ func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 
 // List describes every resource in the table, held or not, in table order.
 func (m *Manager) List() []ResourceInfo {
-	now := m.clock.Now()
+	now := m.clock.now()
 	var out []ResourceInfo
 	for _, e := range m.t.entries[1:] {
 		if kindOf(e.Ctl.Load()) != kindResource {
@@ -190,7 +190,7 @@ type Stats struct {
 
 // Stats sums the statistics of the table.
 func (m *Manager) Stats() Stats {
-	now := m.clock.Now().UnixNano()
+	now := m.clock.now()
 	h := m.t.head
 	st := Stats{TotalLocks: h.Grants.Load(), ExpiredLocks: uint64(h.Expired.Load()),
 		ConflictsDetected: h.Conflicts.Load(), Released: h.Releases.Load(),

@@ -29,8 +29,7 @@ type Options struct {
 // after the segment is closed.
 type Manager struct {
 	t     *table
-	clock Clock
-	sys   bool // clock is SystemClock: waits sleep on the resource's futex
+	clock clock // on SystemClock, waits sleep on the resource's futex
 	log   *slog.Logger
 	ro    bool
 }
@@ -49,18 +48,14 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 		return nil, ErrNoTable
 	}
 	t := &table{seg: seg, self: proc.Self().Pack(), entries: make([]*layout.LockMgrEntry, count),
-		n: uint64(count - 1), alive: make(map[uint64]time.Time)}
+		n: uint64(count - 1), alive: make(map[uint64]int64)}
 	for i := range t.entries {
 		if t.entries[i], err = entryAt(mem, i); err != nil {
 			return nil, err
 		}
 	}
 	t.head = t.entries[0]
-	m := &Manager{t: t, clock: opts.Clock, log: opts.Logger, ro: seg.ReadOnly()}
-	if m.clock == nil {
-		m.clock = SystemClock{}
-	}
-	_, m.sys = m.clock.(SystemClock)
+	m := &Manager{t: t, clock: newClock(opts.Clock), log: opts.Logger, ro: seg.ReadOnly()}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -142,11 +137,13 @@ type outcome struct {
 // that holds the resource already gets ErrAlreadyHeld: holds do not nest.
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode, opts AcquireOptions) (LockInfo, error) {
 	info := LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed}
-	res, own, err := m.check(resource, owner)
+	var res resKey
+	var own ownKey
+	err := m.check(&res, &own, resource, owner)
 	if err == nil && mode != Exclusive && mode != Collaborative {
 		err = fmt.Errorf("%w: %d", ErrBadMode, mode)
 	}
-	if err == nil && (opts.TTL < 0 || opts.Wait < 0 || opts.Retries < RetryForever || !opts.Backoff.valid()) {
+	if err == nil && (opts.TTL < 0 || opts.Wait < 0 || opts.Retries < RetryForever || (opts.Backoff != Backoff{} && !opts.Backoff.valid())) {
 		err = fmt.Errorf("%w: %+v", ErrBadOptions, opts)
 	}
 	if err != nil {
@@ -158,24 +155,24 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 	return m.acquire(ctx, &res, &own, mode, opts, info)
 }
 
-func (m *Manager) check(resource, owner string) (resKey, ownKey, error) {
-	res, err := resourceKey(resource)
-	if err != nil {
-		return res, ownKey{}, err
+// check fills res and own from resource and owner, which must be valid
+// names, for a change of the table.
+func (m *Manager) check(res *resKey, own *ownKey, resource, owner string) error {
+	if why := res.set(resource, MaxResourceLen); why != "" {
+		return fmt.Errorf("%w: %s", ErrBadResource, why)
 	}
-	own, err := ownerKey(owner)
-	if err != nil {
-		return res, own, err
+	if why := own.set(owner, MaxOwnerLen); why != "" {
+		return fmt.Errorf("%w: %s", ErrBadOwner, why)
 	}
 	if m.ro {
-		return res, own, ErrReadOnly
+		return ErrReadOnly
 	}
-	return res, own, nil
+	return nil
 }
 
 func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mode, opts AcquireOptions, info LockInfo) (LockInfo, error) {
 	st := Unlocked
-	start := m.clock.Now()
+	var start int64 // time of the first attempt, for opts.Wait
 	retries := opts.retries()
 	reclaimed := false
 	for attempt := 0; ; {
@@ -184,8 +181,11 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			info.State = st.to(Failed)
 			return info, err
 		}
-		now := m.clock.Now()
-		o := m.try(e, own, mode, opts.TTL, now.UnixNano(), attempt == 0)
+		now := m.clock.now()
+		if start == 0 {
+			start = now
+		}
+		o := m.try(e, own, mode, opts.TTL, now, attempt == 0)
 		var blocker string
 		if o.blocker != nil {
 			blocker = unpack(o.blocker.Owner[:])
@@ -198,9 +198,10 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		switch {
 		case o.granted:
 			info.State = st.to(Acquired)
-			info.AcquiredAt, info.Version, info.Reclaimed, info.Attempts = now, o.version, reclaimed, attempt+1
+			info.AcquiredAt = m.clock.time(now)
+			info.Version, info.Reclaimed, info.Attempts = o.version, reclaimed, attempt+1
 			if opts.TTL > 0 {
-				info.Timeout, info.ExpiresAt = opts.TTL, now.Add(opts.TTL)
+				info.Timeout, info.ExpiresAt = opts.TTL, info.AcquiredAt.Add(opts.TTL)
 			}
 			return info, nil
 		case o.already:
@@ -225,9 +226,9 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			return info, fmt.Errorf("%w after %d attempts: %w", ErrAcquisitionFailed, attempt, conflict)
 		}
 		d := opts.Backoff.jittered(attempt - 1)
-		now = m.clock.Now()
+		now = m.clock.now()
 		if opts.Wait > 0 {
-			left := start.Add(opts.Wait).Sub(now)
+			left := time.Duration(start + int64(opts.Wait) - now)
 			if left <= 0 {
 				info.State = st.to(Failed)
 				return info, fmt.Errorf("%w after %v: %w", ErrTimeout, opts.Wait, conflict)
@@ -235,7 +236,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			d = min(d, left)
 		}
 		if o.expiry != 0 {
-			d = max(min(d, time.Duration(o.expiry-now.UnixNano())), 0)
+			d = max(min(d, time.Duration(o.expiry-now)), 0)
 		}
 		st = st.to(Waiting)
 		m.wait(ctx, e, o.seq, d)
@@ -305,13 +306,12 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	}
 	ctl := e.Ctl.Load()
 	if held > 0 && (mode == Exclusive || modeOf(ctl) != mode) {
-		t := time.Unix(0, now)
 		m.t.holders(e, func(h *layout.LockMgrHolder) bool {
 			p := h.Process.Load()
 			if p == 0 {
 				return true
 			}
-			if m.t.isAlive(p, t) || m.t.isAlive(h.Companion.Load(), t) {
+			if m.t.isAlive(p, now) || m.t.isAlive(h.Companion.Load(), now) {
 				if o.blocker == nil {
 					o.blocker = h
 				}
@@ -348,7 +348,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	}
 	o.version = e.Version.Load() + 1
 	memview.StoreOwned(&e.Version, o.version)
-	for i := range own.w {
+	for i := range free.Owner {
 		memview.StoreOwned(&free.Owner[i], own.w[i])
 	}
 	var exp uint64
@@ -412,8 +412,8 @@ func ownerHash(h *layout.LockMgrHolder) uint64 {
 // wait sleeps for d or until a hold of e ends (its gate moves from seq) or
 // ctx is done.
 func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration) {
-	if !m.sys {
-		m.clock.Sleep(ctx, d)
+	if !m.clock.sys {
+		m.clock.c.Sleep(ctx, d)
 		return
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -444,8 +444,9 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 // does not exist, or that nobody holds, logs a warning and succeeds, as
 // design 004's release flow says.
 func (m *Manager) Release(resource, owner string) error {
-	res, own, err := m.check(resource, owner)
-	if err != nil {
+	var res resKey
+	var own ownKey
+	if err := m.check(&res, &own, resource, owner); err != nil {
 		return err
 	}
 	e := m.t.find(&res)
@@ -453,7 +454,7 @@ func (m *Manager) Release(resource, owner string) error {
 		m.warnUnknown(resource, owner)
 		return nil
 	}
-	now := m.clock.Now().UnixNano()
+	now := m.clock.now()
 	var mine *layout.LockMgrHolder
 	others := 0
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
@@ -506,7 +507,9 @@ func (m *Manager) warnUnknown(resource, owner string) {
 // owner does not hold it.
 func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, error) {
 	info := LockInfo{Resource: resource, Owner: owner, State: Failed}
-	res, own, err := m.check(resource, owner)
+	var res resKey
+	var own ownKey
+	err := m.check(&res, &own, resource, owner)
 	if err == nil && ttl < 0 {
 		err = fmt.Errorf("%w: ttl %v", ErrBadOptions, ttl)
 	}
@@ -517,7 +520,7 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 	if e == nil {
 		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	}
-	now := m.clock.Now()
+	now := m.clock.now()
 	var mine *layout.LockMgrHolder
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
 		if h.Process.Load() != 0 && sameOwner(h, &own) {
@@ -533,20 +536,20 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 			return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 		}
 		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
-	case mine.Expires.Load() != 0 && now.UnixNano() >= int64(mine.Expires.Load()):
-		m.endHold(e, mine, endExpired, now.UnixNano())
+	case expiredAt(mine.Expires.Load(), now):
+		m.endHold(e, mine, endExpired, now)
 		m.t.unlockEntry(e)
 		m.t.wakeAll(e)
 		return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 	}
 	var exp uint64
 	if ttl > 0 {
-		exp = uint64(now.Add(ttl).UnixNano())
-		info.Timeout, info.ExpiresAt = ttl, now.Add(ttl)
+		exp = uint64(now + int64(ttl))
+		info.Timeout, info.ExpiresAt = ttl, m.clock.time(int64(exp))
 	}
 	memview.StoreOwned(&mine.Expires, exp)
 	info.Mode = modeOf(e.Ctl.Load())
-	info.AcquiredAt = time.Unix(0, int64(mine.Acquired.Load()))
+	info.AcquiredAt = m.clock.time(int64(mine.Acquired.Load()))
 	info.Version = e.Version.Load()
 	info.State = Acquired
 	m.t.unlockEntry(e)
@@ -558,8 +561,9 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 // the companion lives. shmctl lock names the command it runs, so the lock
 // is not reclaimed while the command still runs after shmctl died.
 func (m *Manager) SetCompanion(resource, owner string, pid int) error {
-	res, own, err := m.check(resource, owner)
-	if err != nil {
+	var res resKey
+	var own ownKey
+	if err := m.check(&res, &own, resource, owner); err != nil {
 		return err
 	}
 	if pid <= 0 || pid > proc.MaxPID {

@@ -2,7 +2,6 @@ package lockmgr
 
 import (
 	"sync"
-	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
@@ -10,8 +9,10 @@ import (
 	"github.com/shmlock/shmlock/shm"
 )
 
-type resKey = key[[MaxResourceLen / 8]uint64]
-type ownKey = key[[MaxOwnerLen / 8]uint64]
+type (
+	resKey = key
+	ownKey = key
+)
 
 // table is one process's view of a segment's lock-manager table.
 type table struct {
@@ -22,7 +23,7 @@ type table struct {
 	n       uint64 // resource entries: len(entries)-1
 
 	aliveMu sync.Mutex
-	alive   map[uint64]time.Time // identities seen alive, and when
+	alive   map[uint64]int64 // identities seen alive, and when (segment time)
 }
 
 // home is the first entry a lookup of hash probes; probe k is k entries on.
@@ -40,7 +41,7 @@ func sameName(e *layout.LockMgrEntry, k *resKey) bool {
 }
 
 func sameOwner(h *layout.LockMgrHolder, k *ownKey) bool {
-	for i := range k.w {
+	for i := range h.Owner {
 		if h.Owner[i].Load() != k.w[i] {
 			return false
 		}
@@ -294,7 +295,7 @@ func (t *table) grow(k *resKey) error {
 // lives. Answers "alive" are remembered for livenessInterval: a waiter
 // retrying against a live holder would otherwise read /proc every attempt,
 // and a late "dead" only delays a reclaim.
-func (t *table) isAlive(w uint64, now time.Time) bool {
+func (t *table) isAlive(w uint64, now int64) bool {
 	if w == 0 {
 		return false
 	}
@@ -304,7 +305,7 @@ func (t *table) isAlive(w uint64, now time.Time) bool {
 	t.aliveMu.Lock()
 	seen, ok := t.alive[w]
 	t.aliveMu.Unlock()
-	if ok && now.Sub(seen) < livenessInterval && now.Sub(seen) >= 0 {
+	if ok && now-seen < int64(livenessInterval) && now >= seen {
 		return true
 	}
 	if !t.seg.OwnerAlive(w) {
