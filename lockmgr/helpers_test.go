@@ -1,3 +1,0 @@
-package lockmgr_test
-
-var helpers = map[string]func(args []string) int{}
