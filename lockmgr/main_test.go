@@ -33,11 +33,10 @@ func long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
 
 // helpers are the bodies of the helper processes (see procs_test.go).
 var helpers = map[string]func(args []string) int{
-	"counter":       counterHelper,         // PATH RESOURCE OWNER ITERS
-	"collaborate":   collaborateHelper,     // PATH RESOURCE OWNER N
-	"hold":          holdHelper,            // PATH RESOURCE OWNER MODE
-	"bench-workers": benchWorkersHelper,    // PATH SHARED INDEX ITERS
-	"bench-file":    benchFileWorkerHelper, // DIR KIND SHARED INDEX ITERS SCRATCH
+	"counter":      counterHelper,      // PATH RESOURCE OWNER MODE ITERS
+	"collaborate":  collaborateHelper,  // PATH RESOURCE OWNER N
+	"hold":         holdHelper,         // PATH RESOURCE OWNER MODE
+	"bench-worker": benchWorkersHelper, // PATH KIND SHARED INDEX ITERS DIR (bench_test.go)
 }
 
 // newManager creates a segment with a lock table of entries entries (one

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
@@ -409,6 +410,13 @@ func ownerHash(h *layout.LockMgrHolder) uint64 {
 	return k.hash
 }
 
+// How long wait watches the gate before it sleeps: loads, the last
+// waitYields of them after a yield.
+const (
+	waitSpins  = 200
+	waitYields = 20
+)
+
 // wait sleeps for d or until a hold of e ends (its gate moves from seq) or
 // ctx is done.
 func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration) {
@@ -421,6 +429,18 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	}
 	if d <= 0 {
 		return
+	}
+	// A hold of a contended resource is often short: watch the gate a
+	// little before paying for a sleep and a wake in the kernel. The spin
+	// is bounded and short next to the shortest backoff, so a waiter
+	// behind a long hold still sleeps.
+	for i := range waitSpins {
+		if e.Gate.Load() != seq {
+			return
+		}
+		if i >= waitSpins-waitYields {
+			runtime.Gosched()
+		}
 	}
 	if ctx.Done() != nil {
 		// A sleeper cannot watch a channel; cancellation wakes every

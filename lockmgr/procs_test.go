@@ -358,6 +358,3 @@ func TestDeadEntryLock(t *testing.T) {
 	_, err = m.Acquire(ctx, "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 }
-
-func benchWorkersHelper(args []string) int    { return 0 }
-func benchFileWorkerHelper(args []string) int { return 0 }
