@@ -172,7 +172,7 @@ type LockMgrEntry struct {
 type LockMgrHolder struct {
 	Process   atomic.Uint64 // packed identity of the holding process; 0: record unused
 	Companion atomic.Uint64 // packed identity of a second process whose life keeps the hold; 0 if none
-	Acquired  atomic.Uint64 // Unix nanoseconds
-	Expires   atomic.Uint64 // Unix nanoseconds; 0: never
+	Acquired  atomic.Uint64 // nanoseconds on lockmgr's clock (CLOCK_MONOTONIC, see lockmgr.Clock)
+	Expires   atomic.Uint64 // the same clock; 0: never
 	Owner     [LockMgrOwnerLen / 8]atomic.Uint64
 }

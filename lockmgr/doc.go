@@ -20,6 +20,12 @@
 // ResourceInfo report. Errors wrap sentinels that carry the design's codes
 // (see Code).
 //
+// Times in the table are CLOCK_MONOTONIC readings, which every process of
+// the boot shares and which no change of the wall clock moves, so a TTL
+// means the same to every process. A hold's liveness is its process's,
+// and, after SetCompanion, also a second process's: shmctl lock names the
+// command it runs, so its lock stays held while either lives.
+//
 // The table's capacity is fixed when the segment is created
 // (layout.Options.LockMgrEntries, one entry of which is the table's
 // header). A resource stays in the table after its last release, so that

@@ -188,8 +188,15 @@ func TestBackoffSchedule(t *testing.T) {
 	ctx := context.Background()
 	_, err := m.Acquire(ctx, "task:123", "agent-1", X, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	info, err := m.Acquire(ctx, "task:123", "agent-2", X, lockmgr.AcquireOptions{Retries: 6, Backoff: noJitter})
+	var waits []time.Duration
+	onWait := func(info lockmgr.LockInfo, d time.Duration) {
+		require.Equal(t, lockmgr.Waiting, info.State)
+		require.Equal(t, len(waits)+1, info.Attempts)
+		waits = append(waits, d)
+	}
+	info, err := m.Acquire(ctx, "task:123", "agent-2", X, lockmgr.AcquireOptions{Retries: 6, Backoff: noJitter, OnWait: onWait})
 	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
+	require.Equal(t, clk.Sleeps(), waits)
 	require.Equal(t, "LOCK_ACQUISITION_FAILED", lockmgr.Code(err))
 	require.Equal(t, lockmgr.Failed, info.State)
 	require.Equal(t, 7, info.Attempts)

@@ -87,6 +87,10 @@ type AcquireOptions struct {
 	// Backoff is the schedule between attempts; the zero value is design
 	// 004's.
 	Backoff Backoff
+	// OnWait, if set, is called before each wait between attempts, with
+	// the acquisition in state Waiting (Attempts made so far) and the
+	// longest the wait may last; for logging retries.
+	OnWait func(info LockInfo, wait time.Duration)
 }
 
 func (o AcquireOptions) retries() int {
@@ -240,6 +244,11 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			d = max(min(d, time.Duration(o.expiry-now)), 0)
 		}
 		st = st.to(Waiting)
+		if opts.OnWait != nil {
+			info.State = st
+			opts.OnWait(info, d)
+			info.State = Failed
+		}
 		m.wait(ctx, e, o.seq, d)
 		st = st.to(Unlocked)
 		if err := ctx.Err(); err != nil {

@@ -358,3 +358,31 @@ func TestDeadEntryLock(t *testing.T) {
 	_, err = m.Acquire(ctx, "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 }
+
+// A hold with a companion process stands while either process lives.
+func TestCompanionKeepsHold(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
+	holder := startChild(t, "hold", path, "job", "doomed", "exclusive")
+	holder.waitLine(t, "held ")
+	companion := startChild(t, "hold", path, "other", "companion", "exclusive")
+	companion.waitLine(t, "held ")
+	require.NoError(t, m.SetCompanion("job", "doomed", companion.pid()))
+	require.ErrorIs(t, m.SetCompanion("job", "stranger", companion.pid()), lockmgr.ErrLockNotHeld)
+
+	require.NoError(t, holder.cmd.Process.Kill())
+	holder.waitKilled(t)
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "job", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrResourceLocked, "the companion lives: the hold stands")
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Equal(t, companion.pid(), ri.Holders[0].Companion)
+	require.True(t, ri.Holders[0].Alive)
+
+	require.NoError(t, companion.cmd.Process.Kill())
+	companion.waitKilled(t)
+	info, err := m.Acquire(ctx, "job", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testTimeout})
+	require.NoError(t, err)
+	require.True(t, info.Reclaimed)
+}
