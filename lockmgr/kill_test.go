@@ -25,7 +25,7 @@ const (
 	offStop      = 448
 	offReclaims  = 512
 	offRecords   = 4096
-	recordSize   = 64
+	recordSize   = 32
 	recordTally  = 0
 	recordReclms = 8
 	maxRecords   = (scratchBytes - offRecords) / recordSize
@@ -77,6 +77,11 @@ func killWorkerHelper(args []string) int {
 		*counter++
 		*tally++
 		rounds++
+		if rounds%4 == 0 {
+			// Hold for a while now and then, so that the parent's
+			// SIGSTOP often finds a holder.
+			time.Sleep(100 * time.Microsecond)
+		}
 		marker.Store(0)
 		if err := m.Release("job", owner); err != nil {
 			return fail("release: %v", err)
