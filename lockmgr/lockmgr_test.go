@@ -422,6 +422,20 @@ func TestManyHolders(t *testing.T) {
 	}
 	_, err := m.Acquire(ctx, "shared", "one-more", C, lockmgr.AcquireOptions{})
 	require.ErrorIs(t, err, lockmgr.ErrTooManyHolders)
+	// A waiting acquisition waits for one of them to leave.
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "shared", "one-more", C, lockmgr.AcquireOptions{Wait: testTimeout})
+		done <- err
+	}()
+	require.NoError(t, m.Release("shared", owner(0)))
+	require.NoError(t, <-done)
+	require.NoError(t, m.Release("shared", "one-more"))
+	_, err = m.Acquire(ctx, "shared", owner(0), C, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "shared", "one-more", C, lockmgr.AcquireOptions{Retries: 2, Backoff: lockmgr.Backoff{Initial: time.Millisecond}})
+	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
+	require.ErrorIs(t, err, lockmgr.ErrTooManyHolders)
 	ri, err := m.Inspect("shared")
 	require.NoError(t, err)
 	require.Len(t, ri.Holders, lockmgr.MaxHolders)

@@ -200,6 +200,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			m.t.wakeAll(e)
 		}
 		reclaimed = reclaimed || o.reclaimed
+		var conflict error
 		switch {
 		case o.granted:
 			info.State = st.to(Acquired)
@@ -213,15 +214,24 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			info.State = st.to(Failed)
 			return info, fmt.Errorf("%w: %q by %q", ErrAlreadyHeld, res.s, own.s)
 		case o.needRoom:
-			if err := m.t.grow(res); err != nil {
+			err := m.t.grow(res)
+			if err == nil {
+				continue // not a retry: nothing conflicted
+			}
+			// A resource with as many holders as it may have is, for an
+			// acquisition that asked to wait, busy: any of them leaving
+			// makes room, and bumps the gate.
+			if !errors.Is(err, ErrTooManyHolders) || retries == 0 {
 				info.State = st.to(Failed)
 				return info, fmt.Errorf("%w: %q", err, res.s)
 			}
-			continue // not a retry: nothing conflicted
+			conflict = fmt.Errorf("%w: %q", err, res.s)
 		}
 		attempt++
 		info.Attempts = attempt
-		conflict := fmt.Errorf("%q is held by %q (%v)", res.s, blocker, o.blockMode)
+		if conflict == nil {
+			conflict = fmt.Errorf("%q is held by %q (%v)", res.s, blocker, o.blockMode)
+		}
 		if retries == 0 {
 			info.State = st.to(Failed)
 			return info, fmt.Errorf("%w: %w", ErrResourceLocked, conflict)
@@ -353,6 +363,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	}
 	if free == nil {
 		o.needRoom = true
+		o.seq = e.Gate.Load()
 		memview.StoreOwned32(&e.Ctl, ctl)
 		return o
 	}

@@ -79,10 +79,12 @@ var lockKinds = map[string]lockKind{
 // (the contract lets a driver create FILE.* files).
 func sidecar(path string) string { return path + ".shm" }
 
-// sidecarOptions size the segment: one owner slot, a lock-manager table of
-// one resource (and its header), no other tables.
+// sidecarOptions size the segment: one owner slot, a lock-manager table
+// with room for one resource with all the holders it may have (rw90's
+// collaborative readers; more wait for one to leave), no other tables.
 var sidecarOptions = shm.Options{Options: layout.Options{
-	Slots: 1, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 2,
+	Slots: 1, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1,
+	LockMgrEntries: 1 + lockmgr.MaxHolders/layout.LockMgrHolders,
 }}
 
 // createLock makes the sidecar segment, replacing a segment left there by
