@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
@@ -618,4 +620,54 @@ func TestStatesAndModes(t *testing.T) {
 	require.Equal(t, "INVALID_MODE", lockmgr.Code(err))
 	require.Empty(t, lockmgr.Code(errors.New("other")))
 	require.Equal(t, "lockmgr: resource is locked (RESOURCE_LOCKED)", lockmgr.ErrResourceLocked.Error())
+}
+
+// Each end of a hold wakes one sleeper: a chain of waiters with hour-long
+// backoffs all get the resource in turn, exclusive or collaborative (a
+// collaborative grant after a sleep wakes the rest, who may join).
+func TestWakeChain(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []lockmgr.Mode{X, C} {
+		m, seg := newManager(t, 4, lockmgr.Options{})
+		sleepers := sleepersOf(t, seg)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		_, err := m.Acquire(ctx, "r", "first", X, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		const waiters = 6
+		done := make(chan error, waiters)
+		for i := range waiters {
+			go func() {
+				owner := "w" + strconv.Itoa(i)
+				_, err := m.Acquire(ctx, "r", owner, mode, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
+					Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+				if err == nil {
+					err = m.Release("r", owner)
+				}
+				done <- err
+			}()
+		}
+		waitFor(t, func() bool { return sleepers() == waiters }, "every waiter to sleep")
+		require.NoError(t, m.Release("r", "first"))
+		for range waiters {
+			require.NoError(t, <-done, "mode %v", mode)
+		}
+	}
+}
+
+// sleepersOf returns a function that counts the waiters asleep on the
+// gates of seg's lock table.
+func sleepersOf(t *testing.T, seg *shm.Segment) func() uint32 {
+	t.Helper()
+	mem, err := seg.Region(layout.KindLockMgr)
+	require.NoError(t, err)
+	return func() uint32 {
+		var n uint32
+		for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
+			e, err := memview.At[layout.LockMgrEntry](mem, uint64(off))
+			require.NoError(t, err)
+			n += e.Sleepers.Load()
+		}
+		return n
+	}
 }

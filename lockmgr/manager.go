@@ -180,6 +180,14 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 	var start int64 // time of the first attempt, for opts.Wait
 	retries := opts.retries()
 	reclaimed := false
+	// A hold's end wakes one sleeper (see wakeOne): one that gives up
+	// after sleeping may have taken that wake, so it passes it on.
+	var slept *layout.LockMgrEntry
+	defer func() {
+		if slept != nil && info.State == Failed {
+			m.t.wakeOne(slept)
+		}
+	}()
 	for attempt := 0; ; {
 		e, err := m.entryFor(res)
 		if err != nil {
@@ -196,8 +204,12 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			blocker = unpack(o.blocker.Owner[:])
 		}
 		m.t.unlockEntry(e)
-		if o.woke {
+		switch {
+		case o.granted && mode == Collaborative && (o.woke || slept != nil):
+			// Whoever waited behind the holds that ended may join too.
 			m.t.wakeAll(e)
+		case o.woke && !o.granted:
+			m.t.wakeOne(e)
 		}
 		reclaimed = reclaimed || o.reclaimed
 		var conflict error
@@ -260,6 +272,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			info.State = Failed
 		}
 		m.wait(ctx, e, o.seq, d)
+		slept = e
 		st = st.to(Unlocked)
 		if err := ctx.Err(); err != nil {
 			info.State = st.to(Failed)
@@ -534,7 +547,7 @@ func (m *Manager) Release(resource, owner string) error {
 		memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
 	}
 	m.t.unlockEntry(e)
-	m.t.wakeAll(e)
+	m.t.wakeOne(e)
 	return result
 }
 
@@ -579,7 +592,7 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 	case expiredAt(mine.Expires.Load(), now):
 		m.endHold(e, mine, endExpired, now)
 		m.t.unlockEntry(e)
-		m.t.wakeAll(e)
+		m.t.wakeOne(e)
 		return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 	}
 	var exp uint64

@@ -320,6 +320,19 @@ func (t *table) isAlive(w uint64, now int64) bool {
 	return true
 }
 
+// wakeOne wakes one waiter asleep on e's gate, after a hold of e ended.
+// One is enough: if it gets the resource, nobody else could have (or, for
+// a collaborative grant, it wakes the rest); if someone else got it first,
+// that holder's end wakes the next; if it gives up, it passes the wake on.
+// Waking every sleeper would make them all fight for the entry's lock
+// word, of whom one wins (a thundering herd: with 8 processes on 2 CPUs,
+// the cost of a contended acquisition several times over).
+func (t *table) wakeOne(e *layout.LockMgrEntry) {
+	if e.Sleepers.Load() != 0 {
+		_, _ = futex.Wake(&e.Gate, 1)
+	}
+}
+
 // wakeAll wakes every waiter asleep on e's gate.
 func (t *table) wakeAll(e *layout.LockMgrEntry) {
 	if e.Sleepers.Load() != 0 {
