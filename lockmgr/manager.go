@@ -138,8 +138,15 @@ type outcome struct {
 // with backoff (woken early by any end of a hold) until granted, out of
 // retries (ErrAcquisitionFailed), out of time (ErrTimeout), or ctx is
 // cancelled (ctx.Err()). A hold whose TTL passed, or whose process died,
-// does not conflict: it is ended (Expired) and the grant proceeds. An owner
-// that holds the resource already gets ErrAlreadyHeld: holds do not nest.
+// does not conflict: it is ended (Expired) and the grant proceeds (a death
+// is noticed by the first attempt at least 50 ms after it: answers "alive"
+// are cached that long; a sleeping waiter is not woken by a death, its
+// backoff bounds the delay). A resource with
+// MaxHolders holders is busy for a waiting acquisition, and
+// ErrTooManyHolders for one that does not wait. An owner that holds the
+// resource already gets ErrAlreadyHeld: holds do not nest. The holder of a
+// grant learns of every hold granted before it from the version (the n'th
+// grant of a resource has a higher version than every earlier one).
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode, opts AcquireOptions) (LockInfo, error) {
 	info := LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed}
 	var res resKey
