@@ -491,10 +491,19 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		defer stop()
 	}
 	e.Sleepers.Add(1)
-	_ = futex.Wait(&e.Gate, seq, d)
+	end := time.Now().Add(d)
+	for {
+		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
+		// Whoever returns from the kernel clears wake-pending (see
+		// wakeOne), woken or not: the bit then never outlives a slice.
+		e.Sleepers.And(^sleepWakePending)
+		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil {
+			break
+		}
+	}
 	for {
 		n := e.Sleepers.Load()
-		if n == 0 || e.Sleepers.CompareAndSwap(n, n-1) {
+		if n&sleepCount == 0 || e.Sleepers.CompareAndSwap(n, n-1) {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package lockmgr
 
 import (
 	"sync"
+	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
@@ -320,22 +321,48 @@ func (t *table) isAlive(w uint64, now int64) bool {
 	return true
 }
 
+// Sleepers of an entry: the count of waiters registered to sleep on its
+// Gate, and a wake-pending bit, as in spinlock's owner slots. A hold's end
+// that finds sleepers and no wake pending sets the bit and wakes one; ends
+// that find it set wake nobody, for the woken one has not run yet. Without
+// the bit, with more processes than cores, nearly every release would make
+// a futex call (on a KVM guest, over a microsecond each) for a sleeper
+// that is already on its way. Every sleeper that returns from the kernel
+// clears the bit, woken or timed out, and sleeps in slices of at most
+// maxSleepSlice, so a bit left by a woken process that was then killed
+// holds up wakes for one slice at most.
+const (
+	sleepCount       uint32 = 1<<31 - 1
+	sleepWakePending uint32 = 1 << 31
+	maxSleepSlice           = 100 * time.Millisecond
+)
+
 // wakeOne wakes one waiter asleep on e's gate, after a hold of e ended.
 // One is enough: if it gets the resource, nobody else could have (or, for
 // a collaborative grant, it wakes the rest); if someone else got it first,
 // that holder's end wakes the next; if it gives up, it passes the wake on.
 // Waking every sleeper would make them all fight for the entry's lock
-// word, of whom one wins (a thundering herd: with 8 processes on 2 CPUs,
-// the cost of a contended acquisition several times over).
+// word, of whom one wins.
 func (t *table) wakeOne(e *layout.LockMgrEntry) {
-	if e.Sleepers.Load() != 0 {
-		_, _ = futex.Wake(&e.Gate, 1)
+	for {
+		s := e.Sleepers.Load()
+		if s&sleepCount == 0 || s&sleepWakePending != 0 {
+			return
+		}
+		if e.Sleepers.CompareAndSwap(s, s|sleepWakePending) {
+			break
+		}
+	}
+	if n, err := futex.Wake(&e.Gate, 1); n == 0 || err != nil {
+		// Nobody was in the kernel yet: the registered sleepers will find
+		// the gate moved. Nobody is on the way to clear the bit.
+		e.Sleepers.And(^sleepWakePending)
 	}
 }
 
 // wakeAll wakes every waiter asleep on e's gate.
 func (t *table) wakeAll(e *layout.LockMgrEntry) {
-	if e.Sleepers.Load() != 0 {
+	if e.Sleepers.Load()&sleepCount != 0 {
 		_, _ = futex.WakeAll(&e.Gate)
 	}
 }
