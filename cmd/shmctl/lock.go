@@ -109,25 +109,37 @@ func runLock(opts *lockOptions) error {
 	if err != nil {
 		return err
 	}
-	// Signals that arrive while waiting for the lock end the wait; later
-	// ones go to the command.
+	// A signal that arrives while waiting for the lock ends the wait; later
+	// ones go to the command. The watcher is gone before the command
+	// starts, so no signal is taken by both or lost between them.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var interrupted os.Signal
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watchDone)
 		select {
-		case <-sigs:
+		case interrupted = <-sigs:
 			cancel()
-		case <-ctx.Done():
+		case <-stopWatch:
 		}
 	}()
 	_, err = m.Acquire(ctx, opts.Resource, opts.Owner, mode, lockmgr.AcquireOptions{TTL: opts.TTL, Wait: opts.Wait})
+	close(stopWatch)
+	<-watchDone
+	if interrupted != nil {
+		if err == nil {
+			err = m.Release(opts.Resource, opts.Owner)
+		}
+		return errors.Join(fmt.Errorf("interrupted by %v while taking the lock; the command did not run", interrupted), err)
+	}
 	if err != nil {
 		return err
 	}
-	code, runErr := runLocked(ctx, cancel, m, opts, path, sigs)
+	code, runErr := runLocked(m, opts, path, sigs)
 	relErr := m.Release(opts.Resource, opts.Owner)
 	if runErr != nil {
 		printError(opts.IO.ErrOut, runErr)
@@ -149,7 +161,7 @@ func runLock(opts *lockOptions) error {
 // pid is recorded in the hold (SetCompanion) before it execs the command:
 // from its first instruction the command keeps the hold alive. The pid and
 // start time stay the same across exec, so the record names the command.
-func runLocked(ctx context.Context, stopWait context.CancelFunc, m *lockmgr.Manager, opts *lockOptions, path string, sigs chan os.Signal) (int, error) {
+func runLocked(m *lockmgr.Manager, opts *lockOptions, path string, sigs chan os.Signal) (int, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return exitCannotRun, err
@@ -183,8 +195,7 @@ func runLocked(ctx context.Context, stopWait context.CancelFunc, m *lockmgr.Mana
 	}
 	_ = w.Close()
 
-	stopWait() // from here on, signals are the command's
-	done := make(chan struct{})
+	done := make(chan struct{}) // from here on, signals are the command's
 	defer close(done)
 	go forward(sigs, cmd.Process, done)
 	if opts.TTL > 0 {

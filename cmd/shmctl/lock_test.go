@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -224,4 +225,66 @@ func TestLocksAndStats(t *testing.T) {
 	noTable := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: -1})
 	line := requireOneLineError(t, shmctl(t, false, "locks", noTable.Path()), exitError)
 	require.Contains(t, line, "NO_LOCK_TABLE")
+}
+
+// SIGTERM to shmctl lock goes to the command; shmctl then releases the
+// lock and exits with the command's status.
+func TestLockForwardsSignals(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--",
+		"sh", "-c", `trap 'exit 9' TERM; echo ready; while :; do sleep 0.01; done`)
+	var out lockedWriter
+	var buf strings.Builder
+	out.w = &buf
+	c.Stdout, c.Stderr = &out, &out
+	require.NoError(t, c.Start())
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	read := func() string { out.mu.Lock(); defer out.mu.Unlock(); return buf.String() }
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(read(), "ready"); time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "the command did not start; output %q", read())
+	}
+	require.NoError(t, c.Process.Signal(syscall.SIGTERM))
+	err := <-done
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "output %q", read())
+	require.Equal(t, 9, exit.ExitCode(), "output %q", read())
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Unlocked, ri.State)
+	require.EqualValues(t, 1, m.Stats().Released)
+}
+
+// A signal while shmctl lock waits for the lock ends the wait: the command
+// does not run, the holder keeps the lock.
+func TestLockInterruptedWait(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	_, err := m.Acquire(context.Background(), "job", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--wait", "1h", "--", "sh", "-c", "echo ran")
+	var out lockedWriter
+	var buf strings.Builder
+	out.w = &buf
+	c.Stdout, c.Stderr = &out, &out
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().ConflictsDetected == 0; time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "shmctl lock did not meet the conflict")
+	}
+	require.NoError(t, c.Process.Signal(syscall.SIGTERM))
+	err = c.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, exitError, exit.ExitCode())
+	out.mu.Lock()
+	got := buf.String()
+	out.mu.Unlock()
+	require.Contains(t, got, "interrupted by terminated while taking the lock")
+	require.NotContains(t, got, "ran")
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Equal(t, "holder", ri.Holders[0].Owner)
 }
