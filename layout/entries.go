@@ -136,3 +136,43 @@ func NameOf(e *DirEntry) string {
 }
 
 var _ fmt.Stringer = Kind(0)
+
+// Sizes inside a lock-manager entry.
+const (
+	LockMgrNameLen  = 40 // bytes of a resource name; shorter names are NUL-padded
+	LockMgrOwnerLen = 32 // bytes of an owner name; shorter names are NUL-padded
+	LockMgrHolders  = 2  // holder records in one entry
+)
+
+// LockMgrEntry is one 256-byte entry of the lock-manager table (design
+// 004). Package lockmgr owns the meaning of every word and documents it;
+// the layout fixes where they are so that reboot recovery (package shm)
+// can mark the recorded identities stale: Lock and every holder's Process
+// and Companion are packed identities (internal/proc).
+type LockMgrEntry struct {
+	Lock        atomic.Uint64 // packed identity of the process changing the entry; 0 if none
+	Ctl         atomic.Uint32 // entry kind, flags and lock mode
+	Gate        atomic.Uint32 // futex word, bumped whenever a hold ends
+	Sleepers    atomic.Uint32 // waiters asleep on Gate
+	Next        atomic.Uint32 // index of the next entry of this resource's holders; 0 if none
+	Version     atomic.Uint64 // fencing version of the resource
+	Hash        atomic.Uint64 // hash of Name
+	LastExpired atomic.Uint64 // hash of the owner whose hold last ended without a release
+	Grants      atomic.Uint64 // statistics, summed over the table by lockmgr.Stats
+	Releases    atomic.Uint64
+	HoldNanos   atomic.Uint64
+	Conflicts   atomic.Uint64
+	Expired     atomic.Uint32
+	Reclaimed   atomic.Uint32
+	Name        [LockMgrNameLen / 8]atomic.Uint64
+	Holders     [LockMgrHolders]LockMgrHolder
+}
+
+// LockMgrHolder is one holder of a lock-manager resource.
+type LockMgrHolder struct {
+	Process   atomic.Uint64 // packed identity of the holding process; 0: record unused
+	Companion atomic.Uint64 // packed identity of a second process whose life keeps the hold; 0 if none
+	Acquired  atomic.Uint64 // nanoseconds on lockmgr's clock (CLOCK_MONOTONIC, see lockmgr.Clock)
+	Expires   atomic.Uint64 // the same clock; 0: never
+	Owner     [LockMgrOwnerLen / 8]atomic.Uint64
+}

@@ -219,3 +219,36 @@ func checkSize(tb testing.TB, typ string, got uintptr, want int) {
 		tb.Errorf("unsafe.Sizeof(%s): got %d, want %d", typ, got, want)
 	}
 }
+
+func TestLockMgrEntryLayout(t *testing.T) {
+	t.Parallel()
+	var e layout.LockMgrEntry
+	checkSize(t, "LockMgrEntry", unsafe.Sizeof(e), layout.LockMgrEntrySize)
+	checkOffsets(t, "LockMgrEntry", []fieldOffset{
+		{"Lock", unsafe.Offsetof(e.Lock), 0},
+		{"Ctl", unsafe.Offsetof(e.Ctl), 8},
+		{"Gate", unsafe.Offsetof(e.Gate), 12},
+		{"Sleepers", unsafe.Offsetof(e.Sleepers), 16},
+		{"Next", unsafe.Offsetof(e.Next), 20},
+		{"Version", unsafe.Offsetof(e.Version), 24},
+		{"Hash", unsafe.Offsetof(e.Hash), 32},
+		{"LastExpired", unsafe.Offsetof(e.LastExpired), 40},
+		{"Grants", unsafe.Offsetof(e.Grants), 48},
+		{"Releases", unsafe.Offsetof(e.Releases), 56},
+		{"HoldNanos", unsafe.Offsetof(e.HoldNanos), 64},
+		{"Conflicts", unsafe.Offsetof(e.Conflicts), 72},
+		{"Expired", unsafe.Offsetof(e.Expired), 80},
+		{"Reclaimed", unsafe.Offsetof(e.Reclaimed), 84},
+		{"Name", unsafe.Offsetof(e.Name), 88},
+		{"Holders", unsafe.Offsetof(e.Holders), 128},
+	})
+	var h layout.LockMgrHolder
+	checkSize(t, "LockMgrHolder", unsafe.Sizeof(h), 64)
+	checkOffsets(t, "LockMgrHolder", []fieldOffset{
+		{"Process", unsafe.Offsetof(h.Process), 0},
+		{"Companion", unsafe.Offsetof(h.Companion), 8},
+		{"Acquired", unsafe.Offsetof(h.Acquired), 16},
+		{"Expires", unsafe.Offsetof(h.Expires), 24},
+		{"Owner", unsafe.Offsetof(h.Owner), 32},
+	})
+}

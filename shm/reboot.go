@@ -69,6 +69,17 @@ func (s *Segment) markStale() error {
 		}
 		staleWord(&d.Claimer)
 	}
+	for i := range s.Len(layout.KindLockMgr) {
+		e, err := entry[layout.LockMgrEntry](s, layout.KindLockMgr, i)
+		if err != nil {
+			return err
+		}
+		staleWord(&e.Lock)
+		for h := range e.Holders {
+			staleWord(&e.Holders[h].Process)
+			staleWord(&e.Holders[h].Companion)
+		}
+	}
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
@@ -520,7 +521,7 @@ func TestResolvePath(t *testing.T) {
 // the previous boot and must read as stale after the first open.
 func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	t.Parallel()
-	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1}})
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1, LockMgrEntries: 2}})
 	i, err := seg.Claim(layout.KindOwnerSlots, "held")
 	require.NoError(t, err)
 	slot, _ := seg.Slot(i)
@@ -528,6 +529,10 @@ func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	slot.PID.Store(me)
 	up, _ := seg.Upgrade(0)
 	up.Writer.Store(me)
+	lm := lockMgrEntry(t, seg, 1)
+	lm.Lock.Store(me)
+	lm.Holders[1].Process.Store(me)
+	lm.Holders[1].Companion.Store(me)
 	require.NoError(t, seg.Close())
 
 	// Pretend the owners were recorded under another boot.
@@ -548,7 +553,10 @@ func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	defer seg.Close()
 	slot, _ = seg.Slot(i)
 	up, _ = seg.Upgrade(0)
-	for name, w := range map[string]uint64{"slot owner": slot.PID.Load(), "upgrade writer": up.Writer.Load()} {
+	lm = lockMgrEntry(t, seg, 1)
+	for name, w := range map[string]uint64{"slot owner": slot.PID.Load(), "upgrade writer": up.Writer.Load(),
+		"lockmgr entry lock": lm.Lock.Load(), "lockmgr holder": lm.Holders[1].Process.Load(),
+		"lockmgr companion": lm.Holders[1].Companion.Load()} {
 		id, stale := proc.Unpack(w)
 		if !stale || id != proc.Self() {
 			t.Errorf("%s after reboot: got %v stale=%v, want %v stale", name, id, stale, proc.Self())
@@ -562,6 +570,16 @@ func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, again.Close())
 	require.Equal(t, proc.MarkStale(me), slot.PID.Load())
+}
+
+// lockMgrEntry views entry i of seg's lock-manager table.
+func lockMgrEntry(t *testing.T, seg *shm.Segment, i int) *layout.LockMgrEntry {
+	t.Helper()
+	mem, err := seg.Region(layout.KindLockMgr)
+	require.NoError(t, err)
+	e, err := memview.At[layout.LockMgrEntry](mem, uint64(i*layout.LockMgrEntrySize))
+	require.NoError(t, err)
+	return e
 }
 
 type (

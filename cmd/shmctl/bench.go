@@ -25,13 +25,13 @@ type benchOptions struct {
 	Procs    int
 	Iters    uint64 // per worker
 	Path     string // the shared file; the lock's segment goes in Path+".shm"
-	Lock     string // bench.LockSpin or bench.LockSpinToken
+	Lock     string // bench.LockSpin, bench.LockSpinToken or bench.LockMgr
 }
 
 func newCmdBench(ios *IOStreams, runF func(*benchOptions) error) *cobra.Command {
 	opts := &benchOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token]",
+		Use:   "bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|lockmgr]",
 		Short: "Run one cell of the cross-process lock benchmark",
 		Long: `Run one benchmark cell as a driver of the peer-benchmark contract
 (shared/peers/README.md), so that shmlock's spinlock can be measured beside
@@ -41,12 +41,16 @@ The driver maps FILE (64 KiB, the contract's layout), creates the lock's
 segment in FILE.shm, starts P worker processes (this program again, killed
 if the driver dies), opens the start barrier and waits. Each worker opens
 the segment and runs N iterations of the workload: uncontended (P = 1),
-counter, pingpong and pingpong_retry (P = 2); rw90 needs a shared lock and
-is not supported by the spinlock.
+counter, pingpong and pingpong_retry (P = 2); rw90 needs a shared lock:
+only lockmgr runs it.
 
 --lock spin is the spinlock in pid/tid mode, one holder per worker (peer
 "shmlock_spin"); spin-token is token mode with a fresh token for every
-acquisition (peer "shmlock_spin_token").
+acquisition (peer "shmlock_spin_token"). --lock lockmgr is one named
+resource of package lockmgr (peer "shmlock_lockmgr"): each worker, as owner
+worker-PID, acquires it exclusively (collaboratively for rw90's reads),
+waiting with retries woken by releases, and releases it; the contract
+counts each acquire+release pair as one op.
 
 Output is exactly one line of JSON: peer, workload, procs, iters, seconds,
 ops_per_sec, ns_per_op, ok, detail. Exit status 0 if the run validated, 1

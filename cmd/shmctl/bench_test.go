@@ -58,7 +58,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{append(ok, "--iters", "0"), `invalid argument "0" for "--iters" flag`},
 		{append(ok, "--iters", "many"), `invalid argument "many" for "--iters" flag`},
 		{append(ok, "--iters", "NaN"), `invalid argument "NaN" for "--iters" flag`},
-		{append(ok, "--lock", "mutex"), `--lock must be spin or spin-token, got "mutex"`},
+		{append(ok, "--lock", "mutex"), `--lock must be spin or spin-token or lockmgr, got "mutex"`},
 		{append(ok, "extra"), "bench takes no arguments, got 1 arguments"},
 	}
 	for _, tt := range tests {

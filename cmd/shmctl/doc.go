@@ -19,22 +19,32 @@
 //	shmctl reclaim SEGMENT [--dry-run] [--wait D] [--json]
 //	    free the owner slots whose holder died (take over, release at once)
 //	    and close the transactions whose owner died
+//	shmctl locks SEGMENT [--all] [--json]
+//	    print the named resource locks (package lockmgr), one row per holder
+//	shmctl stats SEGMENT [--json]
+//	    print the lock manager's statistics
+//	shmctl lock SEGMENT RESOURCE [--owner O] [--mode M] [--ttl D] [--wait D] -- CMD ARGS...
+//	    run CMD while holding the named lock; CMD's exit status is shmctl's
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
-//	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token]
+//	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|lockmgr]
 //	    one cell of the peer benchmark (shared/peers/README.md): one JSON line
 //
-// info, slots and txns open the segment read-only and change nothing in it.
-// demo and bench start worker processes: this program again (demo through
-// the hidden demo-worker command, bench with SHMCTL_BENCH_WORKER set).
+// info, slots, txns, locks and stats open the segment read-only and change
+// nothing in it. demo and bench start worker processes: this program again
+// (demo through the hidden demo-worker command, bench with
+// SHMCTL_BENCH_WORKER set); lock starts CMD through the hidden lock-exec
+// command, which execs CMD once the hold records its pid.
 //
 // Output is for people on a terminal (a header row, local times) and for
 // programs in a pipe (tab-separated rows with no header, RFC 3339 times).
 // --json prints a document whose field names are stable; jsonout.go lists
 // them. Errors are one line on stderr, "shmctl: <message>"; the exit status
 // is 0 on success, 1 on failure and 2 for a usage error (bench follows the
-// benchmark contract instead: 3 for a workload the lock does not support).
+// benchmark contract instead: 3 for a workload the lock does not support;
+// lock exits with CMD's status, 128+N if signal N killed it, 127 if it
+// could not be started).
 //
 //	$ shmctl create jobs --slots 8
 //	$ shmctl slots jobs --all --json | jq '.slots[] | select(.owner_state == "dead")'

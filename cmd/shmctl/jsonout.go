@@ -140,6 +140,49 @@ import (
 //	  pins              number     per-transaction pins, all records
 //	  global_pins       number     global pins (barrier-mode transactions)
 //
+// shmctl locks --json prints a locksJSON:
+//
+//	path                string   resolved path of the segment file
+//	declared_only       bool     only declared resources can be acquired
+//	capacity            number   resources the table can hold
+//	resources           array    one object per listed resource, in table order:
+//	  resource          string     its name
+//	  mode              string     "exclusive", "collaborative", or "-" when
+//	                               nobody holds it
+//	  state             string     "acquired" (a live hold), "expired" (every
+//	                               hold is past its TTL, none ended yet) or
+//	                               "unlocked"
+//	  version           number     the resource's version: the fencing token
+//	                               of its last grant; only grows
+//	  declared          bool       declared (lockmgr.Manager.Declare)
+//	  holders           array      one object per hold:
+//	    owner           string       the owner name given to Acquire
+//	    pid             number       the holding process
+//	    companion_pid   number       the process whose life also keeps the
+//	                                 hold (the command of shmctl lock); 0 if none
+//	    alive           bool         the holding or the companion process lives
+//	    state           string       "acquired" or "expired"
+//	    acquired        time         when the hold was granted
+//	    expires         time|null    when it expires; null if never
+//	    age_seconds     number       seconds since acquired
+//	    left_seconds    number|null  seconds until expires (negative once
+//	                                 past); null if never
+//
+// shmctl stats --json prints a statsJSON (lockmgr.Stats):
+//
+//	path                 string  resolved path of the segment file
+//	total_locks          number  holds ever granted
+//	active_locks         number  holds now live (not past their TTL)
+//	expired_locks        number  holds ended by their TTL, plus those past it
+//	                             and not yet ended
+//	conflicts_detected   number  acquisitions that met a conflict (once each)
+//	average_hold_seconds number  mean length of the released holds
+//	released             number  holds ended by a release
+//	reclaimed            number  holds ended because their processes died
+//	resources            number  resources in the table
+//	capacity             number  resources the table can hold
+//	declared_only        bool    only declared resources can be acquired
+//
 // shmctl bench prints a benchJSON on one line (writeJSONLine), with the
 // fields in this order, as the peer-benchmark contract wants:
 //
@@ -284,6 +327,44 @@ type (
 		Token      uint64 `json:"token"`
 		Recursion  uint32 `json:"recursion"`
 		Waiters    uint32 `json:"waiters"`
+	}
+	locksJSON struct {
+		Path         string     `json:"path"`
+		DeclaredOnly bool       `json:"declared_only"`
+		Capacity     int        `json:"capacity"`
+		Resources    []lockJSON `json:"resources"`
+	}
+	lockJSON struct {
+		Resource string           `json:"resource"`
+		Mode     string           `json:"mode"`
+		State    string           `json:"state"`
+		Version  uint64           `json:"version"`
+		Declared bool             `json:"declared"`
+		Holders  []lockHolderJSON `json:"holders"`
+	}
+	lockHolderJSON struct {
+		Owner        string     `json:"owner"`
+		PID          int        `json:"pid"`
+		CompanionPID int        `json:"companion_pid"`
+		Alive        bool       `json:"alive"`
+		State        string     `json:"state"`
+		Acquired     time.Time  `json:"acquired"`
+		Expires      *time.Time `json:"expires"`
+		AgeSeconds   float64    `json:"age_seconds"`
+		LeftSeconds  *float64   `json:"left_seconds"`
+	}
+	statsJSON struct {
+		Path               string  `json:"path"`
+		TotalLocks         uint64  `json:"total_locks"`
+		ActiveLocks        int     `json:"active_locks"`
+		ExpiredLocks       uint64  `json:"expired_locks"`
+		ConflictsDetected  uint64  `json:"conflicts_detected"`
+		AverageHoldSeconds float64 `json:"average_hold_seconds"`
+		Released           uint64  `json:"released"`
+		Reclaimed          uint64  `json:"reclaimed"`
+		Resources          int     `json:"resources"`
+		Capacity           int     `json:"capacity"`
+		DeclaredOnly       bool    `json:"declared_only"`
 	}
 )
 

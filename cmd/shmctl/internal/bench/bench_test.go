@@ -126,3 +126,14 @@ func TestWorkloadsInProcess(t *testing.T) {
 		assert.Contains(t, res.Detail, tt.detail, tt.workload)
 	}
 }
+
+// lockmgr's collaborative mode is the shared lock of rw90: no torn read.
+func TestDriveLockMgrRW90(t *testing.T) {
+	t.Parallel()
+	cfg := bench.Config{Workload: "rw90", Procs: 2, Iters: 3000, Path: testproc.SegmentPath(t), Lock: bench.LockMgr}
+	res, code := bench.Drive(cfg, workers(cfg, -1))
+	assert.Equal(t, bench.ExitOK, code, "%+v", res)
+	assert.True(t, res.OK)
+	assert.Contains(t, res.Detail, "torn=0")
+	assert.Equal(t, "shmlock_lockmgr", res.Peer)
+}

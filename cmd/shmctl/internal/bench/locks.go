@@ -1,13 +1,17 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
@@ -27,10 +31,11 @@ import (
 const (
 	LockSpin      = "spin"       // spinlock in pid/tid mode, one NewHolder per worker
 	LockSpinToken = "spin-token" // spinlock in token mode, one NewToken per worker
+	LockMgr       = "lockmgr"    // one lockmgr resource; exclusive, or collaborative for rw90's readers
 )
 
 // LockNames lists the --lock values.
-func LockNames() []string { return []string{LockSpin, LockSpinToken} }
+func LockNames() []string { return []string{LockSpin, LockSpinToken, LockMgr} }
 
 // lockKind says how one --lock value is set up and what the JSON calls it.
 type lockKind struct {
@@ -39,6 +44,9 @@ type lockKind struct {
 	id     func() spinlock.Identity // a worker's identity for the whole run
 	how    string                   // for detail: how each worker holds the lock
 	shared bool                     // has RLock/RUnlock, so rw90 runs
+	// open, if set, is a worker's handle on a lock other than a spinlock
+	// in owner slot 0.
+	open func(seg *shm.Segment) (sync.Locker, error)
 }
 
 // Lock errors: Locker panics on one, where the harness's drivers call
@@ -59,15 +67,24 @@ var lockKinds = map[string]lockKind{
 		id:   spinlock.NewToken,
 		how:  "one NewToken per worker, Lock.Locker",
 	},
+	LockMgr: {
+		peer:   "shmlock_lockmgr",
+		how:    "owner worker-PID, Acquire (waiting with retries) and Release of one resource",
+		shared: true,
+		open:   openMgrLocker,
+	},
 }
 
 // sidecar is the segment file that holds the lock, beside the shared file
 // (the contract lets a driver create FILE.* files).
 func sidecar(path string) string { return path + ".shm" }
 
-// sidecarOptions size the segment: one owner slot, no other tables.
+// sidecarOptions size the segment: one owner slot, a lock-manager table
+// with room for one resource with all the holders it may have (rw90's
+// collaborative readers; more wait for one to leave), no other tables.
 var sidecarOptions = shm.Options{Options: layout.Options{
-	Slots: 1, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
+	Slots: 1, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1,
+	LockMgrEntries: 1 + lockmgr.MaxHolders/layout.LockMgrHolders,
 }}
 
 // createLock makes the sidecar segment, replacing a segment left there by
@@ -85,6 +102,14 @@ func openLock(cfg Config, k lockKind) (*shm.Segment, sync.Locker, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if k.open != nil {
+		l, err := k.open(seg)
+		if err != nil {
+			_ = seg.Close()
+			return nil, nil, err
+		}
+		return seg, l, nil
+	}
 	l, err := spinlock.Open(seg, 0, k.mode)
 	if err != nil {
 		_ = seg.Close()
@@ -95,6 +120,9 @@ func openLock(cfg Config, k lockKind) (*shm.Segment, sync.Locker, error) {
 
 // detail describes the lock for the JSON's detail.
 func (k lockKind) detail() string {
+	if k.open != nil {
+		return fmt.Sprintf("shmlock %s, %s, segment FILE.shm; %s", k.peer, k.how, moduleVersion())
+	}
 	return fmt.Sprintf("shmlock spinlock, %v mode, %s, segment FILE.shm; %s", k.mode, k.how, moduleVersion())
 }
 
@@ -127,3 +155,41 @@ func moduleVersion() string {
 	}
 	return module + " " + version
 }
+
+// benchResource is the one resource the lockmgr workers share.
+const benchResource = "bench"
+
+// mgrLocker holds benchResource for one worker: exclusively for Lock,
+// collaboratively for RLock, waiting as long as it takes (woken by
+// releases). Errors panic, as Locker's do.
+type mgrLocker struct {
+	m     *lockmgr.Manager
+	owner string
+}
+
+var waitForever = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever}
+
+func openMgrLocker(seg *shm.Segment) (sync.Locker, error) {
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &mgrLocker{m: m, owner: "worker-" + strconv.Itoa(os.Getpid())}, nil
+}
+
+func (l *mgrLocker) acquire(mode lockmgr.Mode) {
+	if _, err := l.m.Acquire(context.Background(), benchResource, l.owner, mode, waitForever); err != nil {
+		panic(err)
+	}
+}
+
+func (l *mgrLocker) release() {
+	if err := l.m.Release(benchResource, l.owner); err != nil {
+		panic(err)
+	}
+}
+
+func (l *mgrLocker) Lock()    { l.acquire(lockmgr.Exclusive) }
+func (l *mgrLocker) Unlock()  { l.release() }
+func (l *mgrLocker) RLock()   { l.acquire(lockmgr.Collaborative) }
+func (l *mgrLocker) RUnlock() { l.release() }

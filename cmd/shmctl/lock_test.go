@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func lockSegment(t *testing.T) (*shm.Segment, *lockmgr.Manager) {
+	t.Helper()
+	seg := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: 8})
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	return seg, m
+}
+
+func TestLockFlags(t *testing.T) {
+	t.Parallel()
+	pid := "shmctl-" + strconv.Itoa(os.Getpid())
+	tests := []struct {
+		args []string
+		want lockOptions
+	}{
+		{[]string{"jobs", "r", "--", "true"}, lockOptions{Segment: "jobs", Resource: "r", Owner: pid, Mode: "exclusive", Command: []string{"true"}}},
+		{[]string{"jobs", "r", "--owner", "ci", "--mode", "collaborative", "--ttl", "1m", "--wait", "5s", "--", "sh", "-c", "x --y"},
+			lockOptions{Segment: "jobs", Resource: "r", Owner: "ci", Mode: "collaborative", TTL: time.Minute, Wait: 5 * time.Second,
+				Command: []string{"sh", "-c", "x --y"}}},
+	}
+	for _, tt := range tests {
+		ios, _, _ := testIOStreams(false)
+		var got *lockOptions
+		cmd := newCmdLock(ios, func(o *lockOptions) error { got = o; return nil })
+		cmd.SetArgs(tt.args)
+		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		tt.want.IO = ios
+		assert.Equal(t, &tt.want, got, "args %q", tt.args)
+	}
+	for _, args := range [][]string{
+		{"lock", "jobs", "r", "true"},  // no --
+		{"lock", "jobs", "--", "true"}, // no resource
+		{"lock", "jobs", "r", "--"},    // no command
+		{"lock", "jobs", "r", "--mode", "shared", "--", "true"},
+		{"lock", "jobs", "r", "--ttl", "-1s", "--", "true"},
+	} {
+		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
+		assert.Contains(t, line, "shmctl lock --help", "args %q", args)
+	}
+}
+
+func TestLockRunsCommand(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	out := filepath.Join(t.TempDir(), "out")
+	// The command sees the lock held, by shmctl with the command as companion.
+	script := fmt.Sprintf(`echo "$$" > %s; exit 7`, out)
+	r := shmctl(t, false, "lock", seg.Path(), "job", "--owner", "script", "--", "sh", "-c", script)
+	require.Equal(t, 7, r.code, "stderr %q", r.stderr)
+	require.Empty(t, r.stderr)
+	st := m.Stats()
+	require.EqualValues(t, 1, st.TotalLocks)
+	require.EqualValues(t, 1, st.Released)
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Unlocked, ri.State)
+	pid, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NotEmpty(t, strings.TrimSpace(string(pid)))
+
+	r = shmctl(t, false, "lock", seg.Path(), "job", "--", "true")
+	require.Equal(t, exitOK, r.code, "stderr %q", r.stderr)
+	r = shmctl(t, false, "lock", seg.Path(), "job", "--", "sh", "-c", "kill -TERM $$")
+	require.Equal(t, exitSignalled+int(syscall.SIGTERM), r.code)
+
+	line := requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--", "no-such-command-xyz"), exitCannotRun)
+	require.Contains(t, line, "no-such-command-xyz")
+	require.EqualValues(t, 3, m.Stats().TotalLocks, "a command that cannot run takes no lock")
+}
+
+func TestLockConflict(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	_, err := m.Acquire(context.Background(), "job", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	line := requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--", "true"), exitError)
+	require.Contains(t, line, "RESOURCE_LOCKED")
+	line = requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--wait", "30ms", "--", "true"), exitError)
+	require.Contains(t, line, "WAIT_TIMEOUT")
+	r := shmctl(t, false, "lock", seg.Path(), "job", "--mode", "collaborative", "--", "true")
+	require.Contains(t, r.stderr, "RESOURCE_LOCKED")
+	require.NoError(t, m.Release("job", "holder"))
+}
+
+// kill -9 of shmctl lock: the command dies with it, and the lock is
+// reclaimed, as a dead holder's, by the next acquisition.
+func TestLockKilled(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--owner", "doomed", "--ttl", "1h",
+		"--", "sh", "-c", "echo running; exec sleep 60")
+	var out lockedWriter
+	var buf strings.Builder
+	out.w = &buf
+	c.Stdout, c.Stderr = &out, &out
+	require.NoError(t, c.Start())
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	read := func() string { out.mu.Lock(); defer out.mu.Unlock(); return buf.String() }
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(read(), "running"); time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "the command did not start; output %q", read())
+	}
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Len(t, ri.Holders, 1)
+	h := ri.Holders[0]
+	require.Equal(t, c.Process.Pid, h.PID)
+	require.NotZero(t, h.Companion)
+	require.True(t, h.Alive)
+	require.False(t, h.ExpiresAt.IsZero())
+
+	require.NoError(t, c.Process.Kill())
+	<-done
+	// The command dies of Pdeathsig; until it has, the hold stands.
+	for deadline := time.Now().Add(30 * time.Second); processExists(h.Companion); time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "the command outlived shmctl")
+	}
+	// Liveness answers are cached for a moment: wait rather than try once.
+	info, err := m.Acquire(context.Background(), "job", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 30 * time.Second})
+	require.NoError(t, err)
+	require.True(t, info.Reclaimed)
+}
+
+// processExists reports whether pid names a process that is not a zombie.
+func processExists(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func TestLocksAndStats(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "db", "agent-1", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Hour})
+	require.NoError(t, err)
+	for _, o := range []string{"a", "b"} {
+		_, err = m.Acquire(ctx, "doc", o, lockmgr.Collaborative, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+	}
+	_, err = m.Acquire(ctx, "free", "x", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.NoError(t, m.Release("free", "x"))
+	_, err = m.Acquire(ctx, "db", "agent-2", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrResourceLocked)
+	pid := os.Getpid()
+
+	r := shmctl(t, false, "locks", seg.Path())
+	require.Equal(t, exitOK, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	// One row per holder; the version is the resource's (2 after two grants).
+	for _, want := range []string{"db\texclusive\tacquired\t1\tagent-1\t" + strconv.Itoa(pid) + "\talive\t",
+		"doc\tcollaborative\tacquired\t2\ta\t", "doc\tcollaborative\tacquired\t2\tb\t"} {
+		require.True(t, slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }),
+			"no line starts with %q in\n%s", want, r.stdout)
+	}
+	require.True(t, strings.HasSuffix(lines[slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "doc") })], "\t-"),
+		"a hold without TTL has no time left")
+	r = shmctl(t, false, "locks", seg.Path(), "--all")
+	require.Contains(t, r.stdout, "free\t-\tunlocked\t2\t-\t-\t-\t-\t-\n")
+
+	r = shmctl(t, false, "locks", seg.Path(), "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.ElementsMatch(t, []string{"path", "declared_only", "capacity", "resources"}, keys(doc))
+	res := doc["resources"].([]any)
+	require.Len(t, res, 2)
+	db := res[0].(map[string]any)
+	if db["resource"] != "db" {
+		db = res[1].(map[string]any)
+	}
+	require.ElementsMatch(t, []string{"resource", "mode", "state", "version", "declared", "holders"}, keys(db))
+	h := db["holders"].([]any)[0].(map[string]any)
+	require.ElementsMatch(t, []string{"owner", "pid", "companion_pid", "alive", "state", "acquired", "expires",
+		"age_seconds", "left_seconds"}, keys(h))
+	require.Equal(t, "agent-1", h["owner"])
+	require.EqualValues(t, pid, h["pid"])
+	require.Greater(t, h["left_seconds"].(float64), 3500.0)
+
+	r = shmctl(t, false, "stats", seg.Path(), "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var st statsJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Equal(t, statsJSON{Path: seg.Path(), TotalLocks: 4, ActiveLocks: 3, ConflictsDetected: 1,
+		AverageHoldSeconds: st.AverageHoldSeconds, Released: 1, Resources: 3, Capacity: 7}, st)
+	doc = nil
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.ElementsMatch(t, []string{"path", "total_locks", "active_locks", "expired_locks", "conflicts_detected",
+		"average_hold_seconds", "released", "reclaimed", "resources", "capacity", "declared_only"}, keys(doc))
+	r = shmctl(t, true, "stats", seg.Path())
+	require.Contains(t, r.stdout, "total_locks")
+
+	noTable := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: -1})
+	line := requireOneLineError(t, shmctl(t, false, "locks", noTable.Path()), exitError)
+	require.Contains(t, line, "NO_LOCK_TABLE")
+}
+
+// SIGTERM to shmctl lock goes to the command; shmctl then releases the
+// lock and exits with the command's status.
+func TestLockForwardsSignals(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--",
+		"sh", "-c", `trap 'exit 9' TERM; echo ready; while :; do sleep 0.01; done`)
+	var out lockedWriter
+	var buf strings.Builder
+	out.w = &buf
+	c.Stdout, c.Stderr = &out, &out
+	require.NoError(t, c.Start())
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	read := func() string { out.mu.Lock(); defer out.mu.Unlock(); return buf.String() }
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(read(), "ready"); time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "the command did not start; output %q", read())
+	}
+	require.NoError(t, c.Process.Signal(syscall.SIGTERM))
+	err := <-done
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "output %q", read())
+	require.Equal(t, 9, exit.ExitCode(), "output %q", read())
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Unlocked, ri.State)
+	require.EqualValues(t, 1, m.Stats().Released)
+}
+
+// A signal while shmctl lock waits for the lock ends the wait: the command
+// does not run, the holder keeps the lock.
+func TestLockInterruptedWait(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	_, err := m.Acquire(context.Background(), "job", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--wait", "1h", "--", "sh", "-c", "echo ran")
+	var out lockedWriter
+	var buf strings.Builder
+	out.w = &buf
+	c.Stdout, c.Stderr = &out, &out
+	require.NoError(t, c.Start())
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	for deadline := time.Now().Add(30 * time.Second); m.Stats().ConflictsDetected == 0; time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "shmctl lock did not meet the conflict")
+	}
+	require.NoError(t, c.Process.Signal(syscall.SIGTERM))
+	err = c.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, exitError, exit.ExitCode())
+	out.mu.Lock()
+	got := buf.String()
+	out.mu.Unlock()
+	require.Contains(t, got, "interrupted by terminated while taking the lock")
+	require.NotContains(t, got, "ran")
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Equal(t, "holder", ri.Holders[0].Owner)
+}

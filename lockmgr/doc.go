@@ -1,0 +1,43 @@
+// Package lockmgr is the lock manager of design 004: named resource locks
+// whose table lives in a shmlock segment, so every process on the machine
+// that opens the segment sees the same locks.
+//
+// A resource is a name (at most MaxResourceLen bytes); a hold is taken by
+// an owner (a name of at most MaxOwnerLen bytes, chosen by the caller, for
+// instance "agent-1") in one of two modes: Exclusive, one holder at a time,
+// or Collaborative, up to MaxHolders holders at once whose every arrival
+// and departure bumps the resource's version. A conflict fails at once with
+// ErrResourceLocked unless the caller asks for retries, which follow an
+// exponential backoff (100, 200, 400, 800, 1000 ms by default) and are
+// woken early by any release of the resource. A hold may have a TTL after
+// which it expires; a hold whose process died is ended (reclaimed) by the
+// next acquisition that conflicts with it, which learns it from
+// LockInfo.Reclaimed. The version only grows, across expiry, reclaim and
+// the recycling of table entries, so it serves as a fencing token.
+//
+// Acquisitions follow design 004's state machine (Unlocked, Waiting,
+// Acquired, Failed, Released, Expired; see State), which LockInfo and
+// ResourceInfo report. Errors wrap sentinels that carry the design's codes
+// (see Code).
+//
+// Times in the table are CLOCK_MONOTONIC readings, which every process of
+// the boot shares and which no change of the wall clock moves, so a TTL
+// means the same to every process. A hold's liveness is its process's,
+// and, after SetCompanion, also a second process's: shmctl lock names the
+// command it runs, so its lock stays held while either lives.
+//
+// The table's capacity is fixed when the segment is created
+// (layout.Options.LockMgrEntries, one entry of which is the table's
+// header). A resource stays in the table after its last release, so that
+// using it again costs one probe; when the table has no free entry, an
+// insert recycles a resource that nobody holds or declared. Lookups hash
+// the name and take no table-wide lock.
+//
+//	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
+//	m, _ := lockmgr.Open(seg, lockmgr.Options{})
+//	info, err := m.Acquire(ctx, "task:123", "agent-1", lockmgr.Exclusive,
+//		lockmgr.AcquireOptions{TTL: 30 * time.Second})
+//	if err != nil { ... }
+//	defer m.Release("task:123", "agent-1")
+//	// info.Version is this hold's fencing token.
+package lockmgr

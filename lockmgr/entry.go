@@ -1,0 +1,258 @@
+package lockmgr
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// The table. Entry 0 is the table's own header; entries 1..count-1 hold
+// resources. A resource lives in the entry its name hashes to, or in the
+// next one that was free when it was inserted (linear probing), so a lookup
+// touches one entry in the common case and takes no table-wide lock.
+//
+// Each entry (layout.LockMgrEntry) has a lock word of its own, Lock: 0 when
+// free, otherwise the packed identity (internal/proc) of the process
+// changing the entry. Every field but the futex bookkeeping (Gate reads,
+// Sleepers) changes only under it, so the fields themselves are written with
+// plain stores that the unlocking store publishes. The critical sections
+// are a few dozen instructions and never block; a process that dies inside
+// one is detected by identity and its lock taken over (see lockEntrySlow).
+// Every change is ordered so that any prefix of it is a valid entry: a holder
+// record is filled before its Process word is set and its Process word is
+// cleared before anything else, a name is written before the entry's kind
+// says it is a resource.
+//
+// Ctl of a resource entry:
+//
+//	bits 0-1  kind: kindEmpty (never used), kindResource, kindFree (recycled,
+//	          probes continue past it), kindOverflow (holds more holder
+//	          records of the resource whose chain links it through Next)
+//	bit  2    ctlDeclared: named by Declare; never recycled
+//	bits 3-4  the mode of the current holders; 0 when there are none
+//
+// Ctl of the header entry holds ctlDeclaredOnly; its Lock is the insert
+// lock, which serialises the (rare) changes of an entry's kind; its Next is
+// the longest probe distance of any resource ever inserted, which bounds
+// lookups; its Version is the highest version of any recycled resource, from
+// which a newly inserted resource starts, so a resource's version never goes
+// back even when its entry is recycled and the name comes back elsewhere;
+// its counters hold the statistics of recycled entries.
+//
+// Version: bumped by every grant and every end of a hold (release, expiry,
+// reclaim); a holder may use the version it was granted as a fencing token.
+// Gate: bumped whenever a hold ends; waiters sleep on it, registered in
+// Sleepers. LastExpired: hash of the owner whose hold last ended without a
+// release, so that owner's Release can say ErrLockTimeout.
+const (
+	kindMask     uint32 = 3
+	kindEmpty    uint32 = 0
+	kindResource uint32 = 1
+	kindFree     uint32 = 2
+	kindOverflow uint32 = 3
+
+	ctlDeclared     uint32 = 1 << 2 // resource entry: declared
+	ctlDeclaredOnly uint32 = 1 << 2 // header entry: undeclared names are refused
+	ctlModeShift           = 3
+	ctlModeMask     uint32 = 3 << ctlModeShift
+)
+
+// Limits.
+const (
+	// MaxResourceLen and MaxOwnerLen are the longest names in bytes.
+	MaxResourceLen = layout.LockMgrNameLen
+	MaxOwnerLen    = layout.LockMgrOwnerLen
+	// MaxHolders is the most holders one resource may have (collaborative
+	// mode): layout.LockMgrHolders in its entry and as many in each of up to
+	// maxOverflow overflow entries.
+	MaxHolders  = layout.LockMgrHolders * (1 + maxOverflow)
+	maxOverflow = 7
+)
+
+// Waiting for an entry lock: spin (the holder is a few instructions from
+// unlocking), yield, then sleep in growing steps, checking every
+// livenessInterval whether the holder still lives. Entry locks are held for
+// well under a microsecond, so only a descheduled, stopped or dead holder
+// gets a waiter as far as sleeping; a futex would cost every unlock a check
+// for sleepers that the fast path does not need.
+const (
+	spinLoads        = 64
+	spinYields       = 16
+	maxNap           = time.Millisecond
+	livenessInterval = 50 * time.Millisecond
+)
+
+func kindOf(ctl uint32) uint32 { return ctl & kindMask }
+func modeOf(ctl uint32) Mode   { return Mode((ctl & ctlModeMask) >> ctlModeShift) }
+
+func withMode(ctl uint32, m Mode) uint32 { return ctl&^ctlModeMask | uint32(m)<<ctlModeShift }
+
+// entryAt views entry i of a table region.
+func entryAt(mem []byte, i int) (*layout.LockMgrEntry, error) {
+	return memview.At[layout.LockMgrEntry](mem, uint64(i)*layout.LockMgrEntrySize)
+}
+
+// lockEntry takes e's lock word for this process. The exported operations
+// hold at most one entry lock at a time, plus the insert lock around it on
+// the slow paths (always insert lock first).
+func (t *table) lockEntry(e *layout.LockMgrEntry) {
+	if !e.Lock.CompareAndSwap(0, t.self) {
+		t.lockEntrySlow(e)
+	}
+}
+
+// tryLockEntry takes e's lock word only if it is free.
+func (t *table) tryLockEntry(e *layout.LockMgrEntry) bool { return e.Lock.CompareAndSwap(0, t.self) }
+
+func (t *table) unlockEntry(e *layout.LockMgrEntry) { e.Lock.Store(0) }
+
+// lockEntrySlow is kept out of lockEntry so that the fast path inlines.
+func (t *table) lockEntrySlow(e *layout.LockMgrEntry) {
+	nap := time.Microsecond
+	var checked time.Time
+	for i := 0; ; i++ {
+		w := e.Lock.Load()
+		if w == 0 {
+			if e.Lock.CompareAndSwap(0, t.self) {
+				return
+			}
+			continue
+		}
+		switch {
+		case i < spinLoads:
+			continue
+		case i < spinLoads+spinYields:
+			runtime.Gosched()
+			continue
+		}
+		if now := time.Now(); now.Sub(checked) >= livenessInterval {
+			checked = now
+			if w != t.self && !t.seg.OwnerAlive(w) && e.Lock.CompareAndSwap(w, t.self) {
+				// The dead process may have stopped between a hold's end
+				// and the wake that goes with it: wake every sleeper.
+				memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
+				t.wakeAll(e)
+				return
+			}
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, maxNap)
+	}
+}
+
+// key is a checked resource or owner name, packed into the words an entry
+// stores it in (NUL-padded, little-endian), with its hash.
+// An owner key uses the first MaxOwnerLen/8 words.
+type key struct {
+	s    string
+	w    [MaxResourceLen / 8]uint64
+	hash uint64
+}
+
+// checkName reports whether s can be a name of at most max bytes: not
+// empty, valid UTF-8, no control characters (so no NUL, which pads names in
+// the table).
+func checkName(s string, max int) string {
+	switch {
+	case s == "":
+		return "empty"
+	case len(s) > max:
+		return fmt.Sprintf("%d bytes, at most %d", len(s), max)
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if b < 0x20 || b == 0x7f {
+			return fmt.Sprintf("%q has a control character", s)
+		}
+		if b >= utf8.RuneSelf {
+			return checkUnicode(s)
+		}
+	}
+	return ""
+}
+
+func checkUnicode(s string) string {
+	if !utf8.ValidString(s) {
+		return fmt.Sprintf("%q is not valid UTF-8", s)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("%q has a control character", s)
+		}
+	}
+	return ""
+}
+
+func resourceKey(s string) (key, error) {
+	var k key
+	if why := k.set(s, MaxResourceLen); why != "" {
+		return k, fmt.Errorf("%w: %s", ErrBadResource, why)
+	}
+	return k, nil
+}
+
+func ownerKey(s string) (key, error) {
+	var k key
+	if why := k.set(s, MaxOwnerLen); why != "" {
+		return k, fmt.Errorf("%w: %s", ErrBadOwner, why)
+	}
+	return k, nil
+}
+
+// set checks s (see checkName) and packs it into k in one pass: the bytes
+// NUL-padded into little-endian words, and their hash, never 0. It
+// returns why s is not a valid name, or "".
+func (k *key) set(s string, max int) string {
+	if s == "" || len(s) > max {
+		return checkName(s, max)
+	}
+	ascii := true
+	w := &k.w
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if b < 0x20 || b == 0x7f {
+			return checkName(s, max)
+		}
+		ascii = ascii && b < utf8.RuneSelf
+		w[i>>3] |= uint64(b) << (8 * (i & 7))
+	}
+	if !ascii {
+		if why := checkUnicode(s); why != "" {
+			return why
+		}
+	}
+	// Hash the words, not the bytes: a multiply per word instead of one
+	// per byte. The constants are FNV-1a's and a 64-bit finaliser's.
+	h := uint64(14695981039346656037)
+	for i := range (len(s) + 7) >> 3 {
+		h = (h ^ w[i]) * 1099511628211
+		h ^= h >> 29
+	}
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 32
+	if h == 0 {
+		h = 1
+	}
+	k.s, k.hash = s, h
+	return ""
+}
+
+// unpack is the string stored in words w.
+func unpack(w []atomic.Uint64) string {
+	var buf [MaxResourceLen]byte
+	for i := range w {
+		binary.LittleEndian.PutUint64(buf[8*i:], w[i].Load())
+	}
+	n := 0
+	for n < 8*len(w) && buf[n] != 0 {
+		n++
+	}
+	return string(buf[:n])
+}

@@ -1,0 +1,306 @@
+package lockmgr
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// ResourceInfo describes one resource of the table, as Inspect and List
+// report it.
+type ResourceInfo struct {
+	Resource string
+	Mode     Mode  // of the current holders; 0 if none
+	State    State // Unlocked, Acquired, or Expired (every remaining hold expired)
+	Version  uint64
+	Declared bool
+	Holders  []HolderInfo
+}
+
+// HolderInfo describes one hold.
+type HolderInfo struct {
+	Owner      string
+	PID        int // the holding process
+	Companion  int // the companion process (SetCompanion); 0 if none
+	AcquiredAt time.Time
+	ExpiresAt  time.Time // zero if the hold does not expire
+	State      State     // Acquired or Expired
+	// Alive says whether the holding process or its companion lives; a
+	// dead holder's hold ends when someone conflicts with it.
+	Alive bool
+}
+
+// readers: Inspect, List and Stats take no lock (they work on a read-only
+// segment, and must not stall behind a dead process's entry lock). They
+// read an entry until its lock word was free and its version unchanged
+// around the read, at most snapshotTries times, and then report what they
+// read.
+const snapshotTries = 100
+
+type snapshot struct {
+	ctl                                    uint32
+	name                                   string
+	version                                uint64
+	holders                                []holderSnap
+	grants, releases, holdNanos, conflicts uint64
+	expired, reclaimed                     uint64
+}
+
+type holderSnap struct {
+	process, companion, acquired, expires uint64
+	owner                                 string
+}
+
+func (t *table) read(e *layout.LockMgrEntry) snapshot {
+	var s snapshot
+	for try := 0; try < snapshotTries; try++ {
+		if try > 0 {
+			runtime.Gosched()
+		}
+		l0, v0 := e.Lock.Load(), e.Version.Load()
+		s = snapshot{ctl: e.Ctl.Load(), version: v0, holders: s.holders[:0],
+			grants: e.Grants.Load(), releases: e.Releases.Load(), holdNanos: e.HoldNanos.Load(),
+			conflicts: e.Conflicts.Load(), expired: uint64(e.Expired.Load()), reclaimed: uint64(e.Reclaimed.Load())}
+		if kindOf(s.ctl) == kindResource {
+			s.name = unpack(e.Name[:])
+			t.holders(e, func(h *layout.LockMgrHolder) bool {
+				if p := h.Process.Load(); p != 0 {
+					s.holders = append(s.holders, holderSnap{process: p, companion: h.Companion.Load(),
+						acquired: h.Acquired.Load(), expires: h.Expires.Load(), owner: unpack(h.Owner[:])})
+				}
+				return true
+			})
+		}
+		if l0 == 0 && e.Lock.Load() == 0 && e.Version.Load() == v0 {
+			break
+		}
+	}
+	return s
+}
+
+func expiredAt(expires uint64, now int64) bool { return expires != 0 && now >= int64(expires) }
+
+func (m *Manager) info(s snapshot, now int64) ResourceInfo {
+	ri := ResourceInfo{Resource: s.name, Mode: modeOf(s.ctl), Version: s.version, Declared: s.ctl&ctlDeclared != 0,
+		Holders: make([]HolderInfo, 0, len(s.holders))}
+	live := 0
+	for _, h := range s.holders {
+		hi := HolderInfo{Owner: h.owner, PID: pidOf(h.process), Companion: pidOf(h.companion),
+			AcquiredAt: m.clock.time(int64(h.acquired)), State: Acquired,
+			Alive: m.t.isAlive(h.process, now) || m.t.isAlive(h.companion, now)}
+		if h.expires != 0 {
+			hi.ExpiresAt = m.clock.time(int64(h.expires))
+		}
+		if expiredAt(h.expires, now) {
+			hi.State = Expired
+		} else {
+			live++
+		}
+		ri.Holders = append(ri.Holders, hi)
+	}
+	switch {
+	case len(ri.Holders) == 0:
+		ri.State = Unlocked
+	case live == 0:
+		ri.State = Expired
+	default:
+		ri.State = Acquired
+	}
+	return ri
+}
+
+func pidOf(w uint64) int {
+	if w == 0 {
+		return 0
+	}
+	id, _ := proc.Unpack(w)
+	return int(id.PID)
+}
+
+// lookup finds resource k without locking; -1 if it is not in the table.
+func (t *table) lookup(k *resKey) int {
+	if t.n == 0 {
+		return -1
+	}
+	limit := min(uint64(t.head.Next.Load()), t.n-1)
+	for d := uint64(0); d <= limit; d++ {
+		i := t.probe(k.hash, d)
+		e := t.entries[i]
+		c := kindOf(e.Ctl.Load())
+		if c == kindEmpty {
+			return -1
+		}
+		if c == kindResource && e.Hash.Load() == k.hash && sameName(e, k) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Inspect describes resource; a resource not in the table is Unlocked.
+func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
+	res, err := resourceKey(resource)
+	if err != nil {
+		return ResourceInfo{}, err
+	}
+	if i := m.t.lookup(&res); i >= 0 {
+		if s := m.t.read(m.t.entries[i]); kindOf(s.ctl) == kindResource && s.name == resource {
+			return m.info(s, m.clock.now()), nil
+		}
+	}
+	return ResourceInfo{Resource: resource, State: Unlocked}, nil
+}
+
+// List describes every resource in the table, held or not, in table order.
+func (m *Manager) List() []ResourceInfo {
+	now := m.clock.now()
+	var out []ResourceInfo
+	for _, e := range m.t.entries[1:] {
+		if kindOf(e.Ctl.Load()) != kindResource {
+			continue
+		}
+		if s := m.t.read(e); kindOf(s.ctl) == kindResource {
+			out = append(out, m.info(s, now))
+		}
+	}
+	return out
+}
+
+// Stats are the table's statistics, over every process that used it since
+// it was created. Each entry keeps its own counters, written under its own
+// lock, and Stats sums them, so no counter is shared by the acquisitions of
+// different resources.
+type Stats struct {
+	TotalLocks  uint64 // holds ever granted
+	ActiveLocks int    // holds now, not expired
+	// ExpiredLocks counts holds that expired: those ended by their TTL and
+	// those past it that nobody has ended yet.
+	ExpiredLocks      uint64
+	ConflictsDetected uint64 // acquisitions that met a conflict (once each)
+	// AverageHoldTime is the mean length of the released holds.
+	AverageHoldTime time.Duration
+	Released        uint64 // holds ended by Release
+	Reclaimed       uint64 // holds ended because their processes died
+	Resources       int    // resources in the table
+	Capacity        int    // resources the table can hold
+}
+
+// Stats sums the statistics of the table.
+func (m *Manager) Stats() Stats {
+	now := m.clock.now()
+	h := m.t.head
+	st := Stats{TotalLocks: h.Grants.Load(), ExpiredLocks: uint64(h.Expired.Load()),
+		ConflictsDetected: h.Conflicts.Load(), Released: h.Releases.Load(),
+		Reclaimed: uint64(h.Reclaimed.Load()), Capacity: int(m.t.n)}
+	holdNanos := h.HoldNanos.Load()
+	for _, e := range m.t.entries[1:] {
+		if kindOf(e.Ctl.Load()) != kindResource {
+			continue
+		}
+		s := m.t.read(e)
+		if kindOf(s.ctl) != kindResource {
+			continue
+		}
+		st.Resources++
+		st.TotalLocks += s.grants
+		st.Released += s.releases
+		st.ConflictsDetected += s.conflicts
+		st.ExpiredLocks += s.expired
+		st.Reclaimed += s.reclaimed
+		holdNanos += s.holdNanos
+		for _, hs := range s.holders {
+			if expiredAt(hs.expires, now) {
+				st.ExpiredLocks++
+			} else {
+				st.ActiveLocks++
+			}
+		}
+	}
+	if st.Released > 0 {
+		st.AverageHoldTime = time.Duration(holdNanos / st.Released)
+	}
+	return st
+}
+
+// CheckVersion reports whether version is still resource's current
+// version: nil if so, ErrVersionConflict if any hold began or ended since.
+func (m *Manager) CheckVersion(resource string, version uint64) error {
+	res, err := resourceKey(resource)
+	if err != nil {
+		return err
+	}
+	i := m.t.lookup(&res)
+	var cur uint64
+	if i >= 0 {
+		cur = m.t.entries[i].Version.Load()
+	}
+	if i < 0 || cur != version {
+		return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, resource, cur, version)
+	}
+	return nil
+}
+
+// Declare adds resources to the table as declared: they are never
+// recycled, and while the table accepts declared resources only
+// (SetDeclaredOnly) they are the only ones that can be acquired. Every name
+// is checked before any is added.
+func (m *Manager) Declare(resources ...string) error {
+	keys := make([]resKey, len(resources))
+	for i, r := range resources {
+		k, err := resourceKey(r)
+		if err != nil {
+			return err
+		}
+		keys[i] = k
+	}
+	if m.ro {
+		return ErrReadOnly
+	}
+	for i := range keys {
+		e, err := m.t.findOrInsert(&keys[i], true)
+		if err != nil {
+			return fmt.Errorf("%w: declaring %q", err, keys[i].s)
+		}
+		e.Ctl.Store(e.Ctl.Load() | ctlDeclared)
+		m.t.unlockEntry(e)
+	}
+	return nil
+}
+
+// Undeclare makes resource an ordinary resource again; nothing if it is not
+// in the table.
+func (m *Manager) Undeclare(resource string) error {
+	k, err := resourceKey(resource)
+	if err != nil {
+		return err
+	}
+	if m.ro {
+		return ErrReadOnly
+	}
+	if e := m.t.find(&k); e != nil {
+		e.Ctl.Store(e.Ctl.Load() &^ ctlDeclared)
+		m.t.unlockEntry(e)
+	}
+	return nil
+}
+
+// SetDeclaredOnly switches the whole table (every process) into or out of
+// declared-resources mode, in which acquiring a name that was not declared
+// fails with ErrResourceNotFound.
+func (m *Manager) SetDeclaredOnly(on bool) error {
+	if m.ro {
+		return ErrReadOnly
+	}
+	if on {
+		m.t.head.Ctl.Or(ctlDeclaredOnly)
+	} else {
+		m.t.head.Ctl.And(^ctlDeclaredOnly)
+	}
+	return nil
+}
+
+// DeclaredOnly reports whether the table is in declared-resources mode.
+func (m *Manager) DeclaredOnly() bool { return m.t.head.Ctl.Load()&ctlDeclaredOnly != 0 }

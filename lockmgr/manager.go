@@ -1,0 +1,664 @@
+package lockmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Clock is the time source; nil means SystemClock.
+	Clock Clock
+	// Logger receives the warning for the release of a lock that does not
+	// exist; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager is one process's handle on the lock-manager table of a segment.
+// Every process that opens the same segment sees the same named locks.
+// A Manager may be used by any number of goroutines; it must not be used
+// after the segment is closed.
+type Manager struct {
+	t     *table
+	clock clock // on SystemClock, waits sleep on the resource's futex
+	log   *slog.Logger
+	ro    bool
+}
+
+// Open returns a Manager over seg's lock-manager table (sized at creation
+// by layout.Options.LockMgrEntries: one entry is the table's header, each
+// other holds one resource or extra holders of one). ErrNoTable if the
+// segment has none. A Manager over a read-only segment can only inspect.
+func Open(seg *shm.Segment, opts Options) (*Manager, error) {
+	mem, err := seg.Region(layout.KindLockMgr)
+	if err != nil {
+		return nil, err
+	}
+	count := seg.Len(layout.KindLockMgr)
+	if count == 0 {
+		return nil, ErrNoTable
+	}
+	t := &table{seg: seg, self: proc.Self().Pack(), entries: make([]*layout.LockMgrEntry, count),
+		n: uint64(count - 1), alive: make(map[uint64]int64)}
+	for i := range t.entries {
+		if t.entries[i], err = entryAt(mem, i); err != nil {
+			return nil, err
+		}
+	}
+	t.head = t.entries[0]
+	m := &Manager{t: t, clock: newClock(opts.Clock), log: opts.Logger, ro: seg.ReadOnly()}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	return m, nil
+}
+
+// Capacity is how many resources the table can hold at most.
+func (m *Manager) Capacity() int { return int(m.t.n) }
+
+// RetryForever, as AcquireOptions.Retries, retries until the context or
+// AcquireOptions.Wait ends the acquisition.
+const RetryForever = -1
+
+// AcquireOptions say how long a hold lasts and what to do on a conflict.
+type AcquireOptions struct {
+	// TTL is how long the hold lasts unless refreshed; 0: until released
+	// (or until its process dies).
+	TTL time.Duration
+	// Retries is how many more attempts follow a conflict, each after a
+	// backoff wait; 0 fails at once with ErrResourceLocked (unless Wait is
+	// set), RetryForever never stops. Running out gives
+	// ErrAcquisitionFailed.
+	Retries int
+	// Wait bounds the whole acquisition on the Manager's clock; when it
+	// passes, ErrTimeout. With Retries 0, a positive Wait retries until it
+	// passes. A context deadline passing first gives ErrTimeout too.
+	Wait time.Duration
+	// Backoff is the schedule between attempts; the zero value is design
+	// 004's.
+	Backoff Backoff
+	// OnWait, if set, is called before each wait between attempts, with
+	// the acquisition in state Waiting (Attempts made so far) and the
+	// longest the wait may last; for logging retries.
+	OnWait func(info LockInfo, wait time.Duration)
+}
+
+func (o AcquireOptions) retries() int {
+	if o.Retries == 0 && o.Wait > 0 {
+		return RetryForever
+	}
+	return o.Retries
+}
+
+// LockInfo describes one hold, as Acquire and Refresh return it.
+type LockInfo struct {
+	Resource   string
+	Owner      string
+	Mode       Mode
+	State      State // Acquired on success, Failed on failure
+	AcquiredAt time.Time
+	Timeout    time.Duration // the TTL; 0 if the hold does not expire
+	ExpiresAt  time.Time     // zero if the hold does not expire
+	// Version is the resource's version after this grant: it only grows
+	// (also across expiry, reclaim and recycling of the table entry), so it
+	// serves as a fencing token.
+	Version uint64
+	// Reclaimed says that a holder whose process had died was removed to
+	// grant this hold: what it protected may be half-updated.
+	Reclaimed bool
+	Attempts  int // attempts made, 1 for a grant at the first try
+}
+
+// outcome of one attempt under the entry lock.
+type outcome struct {
+	granted   bool
+	already   bool   // the owner holds the resource already
+	needRoom  bool   // compatible, but no free holder record
+	woke      bool   // a hold ended: wake the sleepers after unlocking
+	reclaimed bool   // a dead holder was removed
+	version   uint64 // after the grant
+	seq       uint32 // Gate at the conflict, for the futex wait
+	blocker   *layout.LockMgrHolder
+	blockMode Mode
+	expiry    int64 // earliest expiry of a blocking hold; 0 if none
+}
+
+// Acquire takes resource for owner in mode. On a conflict it fails at once
+// with ErrResourceLocked, or, if opts ask for retries or a wait, retries
+// with backoff (woken early by any end of a hold) until granted, out of
+// retries (ErrAcquisitionFailed), out of time (ErrTimeout), or ctx is
+// cancelled (ctx.Err()). A hold whose TTL passed, or whose process died,
+// does not conflict: it is ended (Expired) and the grant proceeds (a death
+// is noticed by the first attempt at least 50 ms after it: answers "alive"
+// are cached that long; a sleeping waiter is not woken by a death, its
+// backoff bounds the delay). A resource with
+// MaxHolders holders is busy for a waiting acquisition, and
+// ErrTooManyHolders for one that does not wait. An owner that holds the
+// resource already gets ErrAlreadyHeld: holds do not nest. The holder of a
+// grant learns of every hold granted before it from the version (the n'th
+// grant of a resource has a higher version than every earlier one).
+func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode, opts AcquireOptions) (LockInfo, error) {
+	info := LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed}
+	var res resKey
+	var own ownKey
+	err := m.check(&res, &own, resource, owner)
+	if err == nil && mode != Exclusive && mode != Collaborative {
+		err = fmt.Errorf("%w: %d", ErrBadMode, mode)
+	}
+	if err == nil && (opts.TTL < 0 || opts.Wait < 0 || opts.Retries < RetryForever || (opts.Backoff != Backoff{} && !opts.Backoff.valid())) {
+		err = fmt.Errorf("%w: %+v", ErrBadOptions, opts)
+	}
+	if err != nil {
+		return info, err
+	}
+	if err := ctx.Err(); err != nil {
+		return info, err
+	}
+	return m.acquire(ctx, &res, &own, mode, opts, info)
+}
+
+// check fills res and own from resource and owner, which must be valid
+// names, for a change of the table.
+func (m *Manager) check(res *resKey, own *ownKey, resource, owner string) error {
+	if why := res.set(resource, MaxResourceLen); why != "" {
+		return fmt.Errorf("%w: %s", ErrBadResource, why)
+	}
+	if why := own.set(owner, MaxOwnerLen); why != "" {
+		return fmt.Errorf("%w: %s", ErrBadOwner, why)
+	}
+	if m.ro {
+		return ErrReadOnly
+	}
+	return nil
+}
+
+func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mode, opts AcquireOptions, info LockInfo) (LockInfo, error) {
+	st := Unlocked
+	var start int64 // time of the first attempt, for opts.Wait
+	retries := opts.retries()
+	reclaimed := false
+	// A hold's end wakes one sleeper (see wakeOne): one that gives up
+	// after sleeping may have taken that wake, so it passes it on.
+	var slept *layout.LockMgrEntry
+	defer func() {
+		if slept != nil && info.State == Failed {
+			m.t.wakeOne(slept)
+		}
+	}()
+	for attempt := 0; ; {
+		// The clock is read before the entry is locked: the lock is held
+		// for less time, and a reading a few nanoseconds early is as good.
+		now := m.clock.now()
+		e, err := m.entryFor(res)
+		if err != nil {
+			info.State = st.to(Failed)
+			return info, err
+		}
+		if start == 0 {
+			start = now
+		}
+		o := m.try(e, own, mode, opts.TTL, now, attempt == 0)
+		var blocker string
+		if o.blocker != nil {
+			blocker = unpack(o.blocker.Owner[:])
+		}
+		m.t.unlockEntry(e)
+		switch {
+		case o.granted && mode == Collaborative && (o.woke || slept != nil):
+			// Whoever waited behind the holds that ended may join too.
+			m.t.wakeAll(e)
+		case o.woke && !o.granted:
+			m.t.wakeOne(e)
+		}
+		reclaimed = reclaimed || o.reclaimed
+		var conflict error
+		switch {
+		case o.granted:
+			info.State = st.to(Acquired)
+			info.AcquiredAt = m.clock.time(now)
+			info.Version, info.Reclaimed, info.Attempts = o.version, reclaimed, attempt+1
+			if opts.TTL > 0 {
+				info.Timeout, info.ExpiresAt = opts.TTL, info.AcquiredAt.Add(opts.TTL)
+			}
+			return info, nil
+		case o.already:
+			info.State = st.to(Failed)
+			return info, fmt.Errorf("%w: %q by %q", ErrAlreadyHeld, res.s, own.s)
+		case o.needRoom:
+			err := m.t.grow(res)
+			if err == nil {
+				continue // not a retry: nothing conflicted
+			}
+			// A resource with as many holders as it may have is, for an
+			// acquisition that asked to wait, busy: any of them leaving
+			// makes room, and bumps the gate.
+			if !errors.Is(err, ErrTooManyHolders) || retries == 0 {
+				info.State = st.to(Failed)
+				return info, fmt.Errorf("%w: %q", err, res.s)
+			}
+			conflict = fmt.Errorf("%w: %q", err, res.s)
+		}
+		attempt++
+		info.Attempts = attempt
+		if conflict == nil {
+			conflict = fmt.Errorf("%q is held by %q (%v)", res.s, blocker, o.blockMode)
+		}
+		if retries == 0 {
+			info.State = st.to(Failed)
+			return info, fmt.Errorf("%w: %w", ErrResourceLocked, conflict)
+		}
+		if retries != RetryForever && attempt > retries {
+			info.State = st.to(Failed)
+			return info, fmt.Errorf("%w after %d attempts: %w", ErrAcquisitionFailed, attempt, conflict)
+		}
+		d := opts.Backoff.jittered(attempt - 1)
+		now = m.clock.now()
+		if opts.Wait > 0 {
+			left := time.Duration(start + int64(opts.Wait) - now)
+			if left <= 0 {
+				info.State = st.to(Failed)
+				return info, fmt.Errorf("%w after %v: %w", ErrTimeout, opts.Wait, conflict)
+			}
+			d = min(d, left)
+		}
+		if o.expiry != 0 {
+			d = max(min(d, time.Duration(o.expiry-now)), 0)
+		}
+		st = st.to(Waiting)
+		if opts.OnWait != nil {
+			info.State = st
+			opts.OnWait(info, d)
+			info.State = Failed
+		}
+		m.wait(ctx, e, o.seq, d)
+		slept = e
+		st = st.to(Unlocked)
+		if err := ctx.Err(); err != nil {
+			info.State = st.to(Failed)
+			if errors.Is(err, context.DeadlineExceeded) {
+				return info, fmt.Errorf("%w: %w (%w)", ErrTimeout, err, conflict)
+			}
+			return info, err
+		}
+	}
+}
+
+// entryFor returns res's entry, locked, inserting it unless the table
+// accepts declared resources only.
+func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
+	if m.t.n != 0 && m.t.head.Ctl.Load()&ctlDeclaredOnly != 0 {
+		e := m.t.find(res)
+		if e == nil {
+			return nil, fmt.Errorf("%w: %q", ErrResourceNotFound, res.s)
+		}
+		if e.Ctl.Load()&ctlDeclared == 0 {
+			m.t.unlockEntry(e)
+			return nil, fmt.Errorf("%w: %q", ErrResourceNotFound, res.s)
+		}
+		return e, nil
+	}
+	e, err := m.t.findOrInsert(res, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot add %q", err, res.s)
+	}
+	return e, nil
+}
+
+// try is one attempt to grant own a hold of e, under e's lock. It ends the
+// holds that expired; on a conflict it also ends the holds of dead
+// processes, and grants if that removed every conflict.
+func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.Duration, now int64, first bool) outcome {
+	var o outcome
+	var free *layout.LockMgrHolder
+	held := 0
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if h.Process.Load() == 0 {
+			if free == nil {
+				free = h
+			}
+			return true
+		}
+		if exp := int64(h.Expires.Load()); exp != 0 && now >= exp {
+			m.endHold(e, h, endExpired, now)
+			o.woke = true
+			if free == nil {
+				free = h
+			}
+			return true
+		}
+		if sameOwner(h, own) {
+			o.already = true
+			return false
+		}
+		held++
+		return true
+	})
+	if o.already {
+		return o
+	}
+	ctl := e.Ctl.Load()
+	if held > 0 && (mode == Exclusive || modeOf(ctl) != mode) {
+		m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+			p := h.Process.Load()
+			if p == 0 {
+				return true
+			}
+			if m.t.isAlive(p, now) || m.t.isAlive(h.Companion.Load(), now) {
+				if o.blocker == nil {
+					o.blocker = h
+				}
+				if exp := int64(h.Expires.Load()); exp != 0 && (o.expiry == 0 || exp < o.expiry) {
+					o.expiry = exp
+				}
+				return true
+			}
+			m.endHold(e, h, endReclaimed, now)
+			o.woke, o.reclaimed = true, true
+			held--
+			if free == nil {
+				free = h
+			}
+			return true
+		})
+		if held > 0 {
+			o.blockMode = modeOf(ctl)
+			if first {
+				memview.StoreOwned(&e.Conflicts, e.Conflicts.Load()+1)
+			}
+			o.seq = e.Gate.Load()
+			return o
+		}
+		o.blocker = nil
+	}
+	if held == 0 {
+		ctl = withMode(ctl, 0)
+	}
+	if free == nil {
+		o.needRoom = true
+		o.seq = e.Gate.Load()
+		memview.StoreOwned32(&e.Ctl, ctl)
+		return o
+	}
+	o.version = e.Version.Load() + 1
+	memview.StoreOwned(&e.Version, o.version)
+	for i := range free.Owner {
+		memview.StoreOwned(&free.Owner[i], own.w[i])
+	}
+	var exp uint64
+	if ttl > 0 {
+		exp = uint64(now + int64(ttl))
+	}
+	memview.StoreOwned(&free.Companion, 0)
+	memview.StoreOwned(&free.Acquired, uint64(now))
+	memview.StoreOwned(&free.Expires, exp)
+	memview.StoreOwned(&free.Process, m.t.self)
+	memview.StoreOwned(&e.Grants, e.Grants.Load()+1)
+	if held == 0 {
+		ctl = withMode(ctl, mode)
+	}
+	memview.StoreOwned32(&e.Ctl, ctl)
+	if e.LastExpired.Load() == own.hash {
+		memview.StoreOwned(&e.LastExpired, 0)
+	}
+	o.granted = true
+	return o
+}
+
+// How a hold ends.
+type ending uint8
+
+const (
+	endReleased  ending = iota // its owner released it
+	endExpired                 // its TTL passed
+	endReclaimed               // its processes died
+)
+
+// endHold ends hold h of e. The Process word goes first, so a
+// process that dies half-way leaves the record free. Under e's lock; the
+// caller wakes the sleepers after unlocking.
+func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why ending, now int64) {
+	acquired := int64(h.Acquired.Load())
+	memview.StoreOwned(&h.Process, 0)
+	switch why {
+	case endReleased:
+		memview.StoreOwned(&e.Releases, e.Releases.Load()+1)
+		if d := now - acquired; d > 0 {
+			memview.StoreOwned(&e.HoldNanos, e.HoldNanos.Load()+uint64(d))
+		}
+	case endExpired:
+		memview.StoreOwned32(&e.Expired, e.Expired.Load()+1)
+		memview.StoreOwned(&e.LastExpired, ownerHash(h))
+	default:
+		memview.StoreOwned32(&e.Reclaimed, e.Reclaimed.Load()+1)
+		memview.StoreOwned(&e.LastExpired, ownerHash(h))
+	}
+	memview.StoreOwned(&e.Version, e.Version.Load()+1)
+	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
+}
+
+// ownerHash is the hash of h's owner, as ownerKey computes it.
+func ownerHash(h *layout.LockMgrHolder) uint64 {
+	k, _ := ownerKey(unpack(h.Owner[:]))
+	return k.hash
+}
+
+// How long wait watches the gate before it sleeps: loads, the last
+// waitYields of them after a yield.
+const (
+	waitSpins  = 200
+	waitYields = 20
+)
+
+// wait sleeps for d or until a hold of e ends (its gate moves from seq) or
+// ctx is done.
+func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration) {
+	if !m.clock.sys {
+		m.clock.c.Sleep(ctx, d)
+		return
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	if d <= 0 {
+		return
+	}
+	// A hold of a contended resource is often short: watch the gate a
+	// little before paying for a sleep and a wake in the kernel. The spin
+	// is bounded and short next to the shortest backoff, so a waiter
+	// behind a long hold still sleeps.
+	for i := range waitSpins {
+		if e.Gate.Load() != seq {
+			return
+		}
+		if i >= waitSpins-waitYields {
+			runtime.Gosched()
+		}
+	}
+	if ctx.Done() != nil {
+		// A sleeper cannot watch a channel; cancellation wakes every
+		// sleeper of the entry, and the others go back to sleep.
+		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(&e.Gate) })
+		defer stop()
+	}
+	e.Sleepers.Add(1)
+	end := time.Now().Add(d)
+	for {
+		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
+		// Whoever returns from the kernel clears wake-pending (see
+		// wakeOne), woken or not: the bit then never outlives a slice.
+		e.Sleepers.And(^sleepWakePending)
+		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil {
+			break
+		}
+	}
+	for {
+		n := e.Sleepers.Load()
+		if n&sleepCount == 0 || e.Sleepers.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// Release ends owner's hold of resource. ErrLockNotHeld if owner holds it
+// not but someone else does; ErrLockTimeout if the hold expired (or its
+// process was declared dead) before this release. Releasing a lock that
+// does not exist, or that nobody holds, logs a warning and succeeds, as
+// design 004's release flow says.
+func (m *Manager) Release(resource, owner string) error {
+	var res resKey
+	var own ownKey
+	if err := m.check(&res, &own, resource, owner); err != nil {
+		return err
+	}
+	now := m.clock.now() // before locking, as in acquire
+	e := m.t.find(&res)
+	if e == nil {
+		m.warnUnknown(resource, owner)
+		return nil
+	}
+	var mine *layout.LockMgrHolder
+	others := 0
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if h.Process.Load() != 0 {
+			if mine == nil && sameOwner(h, &own) {
+				mine = h
+			} else {
+				others++
+			}
+		}
+		return true
+	})
+	if mine == nil {
+		timedOut := e.LastExpired.Load() == own.hash
+		if timedOut {
+			memview.StoreOwned(&e.LastExpired, 0)
+		}
+		m.t.unlockEntry(e)
+		switch {
+		case timedOut:
+			return fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
+		case others > 0:
+			return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+		}
+		m.warnUnknown(resource, owner)
+		return nil
+	}
+	var result error
+	if exp := int64(mine.Expires.Load()); exp != 0 && now >= exp {
+		m.endHold(e, mine, endExpired, now)
+		memview.StoreOwned(&e.LastExpired, 0)
+		result = fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
+	} else {
+		m.endHold(e, mine, endReleased, now)
+	}
+	if others == 0 {
+		memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
+	}
+	m.t.unlockEntry(e)
+	m.t.wakeOne(e)
+	return result
+}
+
+func (m *Manager) warnUnknown(resource, owner string) {
+	m.log.Warn("lockmgr: release of a lock that does not exist", "resource", resource, "owner", owner)
+}
+
+// Refresh extends owner's live hold of resource to ttl from now (0: no
+// expiry). ErrLockTimeout if it had expired already, ErrLockNotHeld if
+// owner does not hold it.
+func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, error) {
+	info := LockInfo{Resource: resource, Owner: owner, State: Failed}
+	var res resKey
+	var own ownKey
+	err := m.check(&res, &own, resource, owner)
+	if err == nil && ttl < 0 {
+		err = fmt.Errorf("%w: ttl %v", ErrBadOptions, ttl)
+	}
+	if err != nil {
+		return info, err
+	}
+	e := m.t.find(&res)
+	if e == nil {
+		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+	}
+	now := m.clock.now()
+	var mine *layout.LockMgrHolder
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if h.Process.Load() != 0 && sameOwner(h, &own) {
+			mine = h
+		}
+		return mine == nil
+	})
+	switch {
+	case mine == nil:
+		timedOut := e.LastExpired.Load() == own.hash
+		m.t.unlockEntry(e)
+		if timedOut {
+			return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
+		}
+		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+	case expiredAt(mine.Expires.Load(), now):
+		m.endHold(e, mine, endExpired, now)
+		m.t.unlockEntry(e)
+		m.t.wakeOne(e)
+		return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
+	}
+	var exp uint64
+	if ttl > 0 {
+		exp = uint64(now + int64(ttl))
+		info.Timeout, info.ExpiresAt = ttl, m.clock.time(int64(exp))
+	}
+	memview.StoreOwned(&mine.Expires, exp)
+	info.Mode = modeOf(e.Ctl.Load())
+	info.AcquiredAt = m.clock.time(int64(mine.Acquired.Load()))
+	info.Version = e.Version.Load()
+	info.State = Acquired
+	m.t.unlockEntry(e)
+	return info, nil
+}
+
+// SetCompanion records process pid as the companion of owner's hold of
+// resource: the hold then counts as alive while either its own process or
+// the companion lives. shmctl lock names the command it runs, so the lock
+// is not reclaimed while the command still runs after shmctl died.
+func (m *Manager) SetCompanion(resource, owner string, pid int) error {
+	var res resKey
+	var own ownKey
+	if err := m.check(&res, &own, resource, owner); err != nil {
+		return err
+	}
+	if pid <= 0 || pid > proc.MaxPID {
+		return fmt.Errorf("%w: pid %d", ErrBadOptions, pid)
+	}
+	id, err := proc.Lookup(uint32(pid))
+	if err != nil {
+		return err
+	}
+	e := m.t.find(&res)
+	if e == nil {
+		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+	}
+	defer m.t.unlockEntry(e)
+	found := false
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if h.Process.Load() != 0 && sameOwner(h, &own) {
+			memview.StoreOwned(&h.Companion, id.Pack())
+			found = true
+		}
+		return !found
+	})
+	if !found {
+		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+	}
+	return nil
+}

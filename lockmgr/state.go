@@ -1,0 +1,99 @@
+package lockmgr
+
+import "fmt"
+
+// Mode is how a resource is held.
+type Mode uint8
+
+// The lock modes of design 004.
+const (
+	// Exclusive admits one holder at a time.
+	Exclusive Mode = 1 + iota
+	// Collaborative admits several holders at once; every grant and every
+	// end of a hold bumps the resource's version, so a holder can check with
+	// CheckVersion whether anyone joined or left since it read it
+	// (optimistic concurrency, last writer wins).
+	Collaborative
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Collaborative:
+		return "collaborative"
+	case 0:
+		return "none"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// ParseMode parses "exclusive" or "collaborative".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "exclusive":
+		return Exclusive, nil
+	case "collaborative":
+		return Collaborative, nil
+	}
+	return 0, fmt.Errorf("%w: %q (want exclusive or collaborative)", ErrBadMode, s)
+}
+
+// State is a state of design 004's state machine. An acquisition starts
+// Unlocked and ends Acquired or Failed, passing through Waiting between
+// attempts; a hold ends Released or Expired:
+//
+//	Unlocked -> Acquired   granted
+//	Unlocked -> Failed     conflict without retry, retries exhausted, timeout,
+//	                       cancellation, or a bad request
+//	Unlocked -> Waiting    conflict, the caller asked to retry (backoff)
+//	Waiting  -> Unlocked   the backoff passed or a release woke the waiter
+//	Acquired -> Released   Release by the holder
+//	Acquired -> Expired    the hold's TTL passed (or its process died)
+//
+// Released, Failed and Expired are final. A resource, as Inspect reports it,
+// is Unlocked with no holders, Acquired while any hold is live, and Expired
+// when every remaining hold has expired but none was cleared yet.
+type State uint8
+
+// The states of design 004.
+const (
+	Unlocked State = iota
+	Waiting
+	Acquired
+	Failed
+	Released
+	Expired
+)
+
+var stateNames = [...]string{"unlocked", "waiting", "acquired", "failed", "released", "expired"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// transitions lists the legal successors of each state.
+var transitions = [...][]State{
+	Unlocked: {Acquired, Failed, Waiting},
+	Waiting:  {Unlocked},
+	Acquired: {Released, Expired},
+}
+
+// to returns next if s may move to it. Any other move is a bug in this
+// package, reported loudly.
+func (s State) to(next State) State {
+	if int(s) < len(transitions) {
+		for _, n := range transitions[s] {
+			if n == next {
+				return next
+			}
+		}
+	}
+	panic(fmt.Sprintf("lockmgr: illegal state transition %v -> %v", s, next))
+}
+
+// Final reports whether no transition leaves s.
+func (s State) Final() bool { return s == Released || s == Failed || s == Expired }

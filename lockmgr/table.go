@@ -1,0 +1,368 @@
+package lockmgr
+
+import (
+	"sync"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+type (
+	resKey = key
+	ownKey = key
+)
+
+// table is one process's view of a segment's lock-manager table.
+type table struct {
+	seg     *shm.Segment
+	self    uint64                 // this process's packed identity
+	entries []*layout.LockMgrEntry // entries[0] is the header
+	head    *layout.LockMgrEntry
+	n       uint64 // resource entries: len(entries)-1
+
+	aliveMu sync.Mutex
+	alive   map[uint64]int64 // identities seen alive, and when (segment time)
+}
+
+// home is the first entry a lookup of hash probes; probe k is k entries on.
+func (t *table) probe(hash uint64, k uint64) int {
+	return 1 + int((hash%t.n+k)%t.n)
+}
+
+func sameName(e *layout.LockMgrEntry, k *resKey) bool {
+	for i := range k.w {
+		if e.Name[i].Load() != k.w[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameOwner(h *layout.LockMgrHolder, k *ownKey) bool {
+	for i := range h.Owner {
+		if h.Owner[i].Load() != k.w[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// find returns the entry of resource k, locked, or nil. It probes at most
+// as far as any resource was ever inserted from its home entry, and stops
+// at an entry never used (resources are inserted at the first free entry of
+// their probe sequence, and entries never become unused again).
+func (t *table) find(k *resKey) *layout.LockMgrEntry {
+	if t.n == 0 {
+		return nil
+	}
+	limit := min(uint64(t.head.Next.Load()), t.n-1)
+	for d := uint64(0); d <= limit; d++ {
+		e := t.entries[t.probe(k.hash, d)]
+		if e.Hash.Load() != k.hash {
+			if kindOf(e.Ctl.Load()) == kindEmpty {
+				return nil
+			}
+			continue
+		}
+		t.lockEntry(e)
+		if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
+			return e
+		}
+		t.unlockEntry(e)
+	}
+	return nil
+}
+
+// findOrInsert returns the entry of resource k, locked, inserting it if it
+// is not in the table.
+func (t *table) findOrInsert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
+	if e := t.find(k); e != nil {
+		return e, nil
+	}
+	return t.insert(k, declared)
+}
+
+// insert is findOrInsert's slow path. Under the insert lock no entry
+// changes its kind, so the scan for k is exact.
+func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
+	if t.n == 0 {
+		return nil, ErrTableFull
+	}
+	t.lockEntry(t.head)
+	defer t.unlockEntry(t.head)
+	free, freeAt := (*layout.LockMgrEntry)(nil), uint64(0)
+	for d := range t.n {
+		e := t.entries[t.probe(k.hash, d)]
+		c := kindOf(e.Ctl.Load())
+		if c == kindEmpty {
+			if free == nil {
+				free, freeAt = e, d
+			}
+			break
+		}
+		if c == kindFree && free == nil {
+			free, freeAt = e, d
+		}
+		if c == kindResource && e.Hash.Load() == k.hash {
+			t.lockEntry(e)
+			if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
+				return e, nil
+			}
+			t.unlockEntry(e)
+		}
+	}
+	if free != nil {
+		t.lockEntry(free)
+	} else {
+		free, freeAt = t.recycle(k.hash)
+		if free == nil {
+			return nil, ErrTableFull
+		}
+	}
+	for i := range k.w {
+		memview.StoreOwned(&free.Name[i], k.w[i])
+	}
+	memview.StoreOwned(&free.Hash, k.hash)
+	memview.StoreOwned(&free.Version, t.head.Version.Load())
+	memview.StoreOwned(&free.LastExpired, 0)
+	memview.StoreOwned32(&free.Next, 0)
+	zeroCounters(free)
+	if freeAt > uint64(t.head.Next.Load()) {
+		t.head.Next.Store(uint32(freeAt))
+	}
+	ctl := kindResource
+	if declared {
+		ctl |= ctlDeclared
+	}
+	free.Ctl.Store(ctl)
+	return free, nil
+}
+
+func zeroCounters(e *layout.LockMgrEntry) {
+	memview.StoreOwned(&e.Grants, 0)
+	memview.StoreOwned(&e.Releases, 0)
+	memview.StoreOwned(&e.HoldNanos, 0)
+	memview.StoreOwned(&e.Conflicts, 0)
+	memview.StoreOwned32(&e.Expired, 0)
+	memview.StoreOwned32(&e.Reclaimed, 0)
+}
+
+// recycle frees the first resource along hash's probe sequence that nobody
+// holds and nobody declared, for a new resource, and returns it locked with
+// its distance. Called under the insert lock when no entry is free. Its
+// statistics move to the header and its version raises the header's
+// high-water mark, so a later insert of the same name starts above it.
+func (t *table) recycle(hash uint64) (*layout.LockMgrEntry, uint64) {
+	for d := range t.n {
+		e := t.entries[t.probe(hash, d)]
+		if kindOf(e.Ctl.Load()) != kindResource || !t.tryLockEntry(e) {
+			continue
+		}
+		c := e.Ctl.Load()
+		if kindOf(c) != kindResource || c&ctlDeclared != 0 || t.holderCount(e) != 0 {
+			t.unlockEntry(e)
+			continue
+		}
+		t.retire(e)
+		return e, d
+	}
+	return nil, 0
+}
+
+// retire folds a resource entry's statistics and version into the header
+// and frees its overflow entries. Under the insert lock and e's lock.
+func (t *table) retire(e *layout.LockMgrEntry) {
+	h := t.head
+	h.Grants.Add(e.Grants.Load())
+	h.Releases.Add(e.Releases.Load())
+	h.HoldNanos.Add(e.HoldNanos.Load())
+	h.Conflicts.Add(e.Conflicts.Load())
+	h.Expired.Add(e.Expired.Load())
+	h.Reclaimed.Add(e.Reclaimed.Load())
+	if v := e.Version.Load(); v > h.Version.Load() {
+		h.Version.Store(v)
+	}
+	for i, steps := e.Next.Load(), 0; i != 0 && steps < maxOverflow; steps++ {
+		o := t.overflow(i)
+		if o == nil {
+			break
+		}
+		i = o.Next.Load()
+		o.Next.Store(0)
+		o.Ctl.Store(kindFree)
+	}
+	memview.StoreOwned32(&e.Next, 0)
+	memview.StoreOwned32(&e.Ctl, kindFree)
+}
+
+// overflow returns overflow entry i, or nil if i names none (a corrupted
+// link is treated as the end of the chain).
+func (t *table) overflow(i uint32) *layout.LockMgrEntry {
+	if i == 0 || uint64(i) > t.n {
+		return nil
+	}
+	o := t.entries[i]
+	if kindOf(o.Ctl.Load()) != kindOverflow {
+		return nil
+	}
+	return o
+}
+
+// holders calls f for each holder record of e and its overflow entries,
+// used or not, until f returns false.
+func (t *table) holders(e *layout.LockMgrEntry, f func(h *layout.LockMgrHolder) bool) {
+	for i := range e.Holders {
+		if !f(&e.Holders[i]) {
+			return
+		}
+	}
+	for i, steps := e.Next.Load(), 0; steps < maxOverflow; steps++ {
+		o := t.overflow(i)
+		if o == nil {
+			return
+		}
+		for j := range o.Holders {
+			if !f(&o.Holders[j]) {
+				return
+			}
+		}
+		i = o.Next.Load()
+	}
+}
+
+// holderCount is the number of used holder records of e.
+func (t *table) holderCount(e *layout.LockMgrEntry) int {
+	n := 0
+	t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if h.Process.Load() != 0 {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// grow links one more overflow entry to resource k's chain, unless the
+// chain already has a free record or is as long as it may be. It takes the
+// insert lock first and then the resource's entry, as insert does.
+func (t *table) grow(k *resKey) error {
+	t.lockEntry(t.head)
+	defer t.unlockEntry(t.head)
+	e := t.find(k)
+	if e == nil {
+		return nil // recycled meanwhile: the caller retries from the start
+	}
+	defer t.unlockEntry(e)
+	last, links, spare := e, 0, false
+	t.holders(e, func(h *layout.LockMgrHolder) bool {
+		spare = spare || h.Process.Load() == 0
+		return !spare
+	})
+	if spare {
+		return nil
+	}
+	for o := t.overflow(e.Next.Load()); o != nil && links < maxOverflow; o = t.overflow(o.Next.Load()) {
+		last, links = o, links+1
+	}
+	if links >= maxOverflow {
+		return ErrTooManyHolders
+	}
+	for d := range t.n {
+		o := t.entries[t.probe(k.hash, d)]
+		if c := kindOf(o.Ctl.Load()); c != kindEmpty && c != kindFree {
+			continue
+		}
+		for j := range o.Holders {
+			o.Holders[j].Process.Store(0)
+		}
+		o.Hash.Store(0)
+		o.Next.Store(0)
+		o.Ctl.Store(kindOverflow)
+		idx := uint32(t.probe(k.hash, d))
+		if last == e {
+			memview.StoreOwned32(&e.Next, idx)
+		} else {
+			last.Next.Store(idx)
+		}
+		return nil
+	}
+	return ErrTableFull
+}
+
+// isAlive reports whether the process w (a holder's Process or Companion)
+// lives. Answers "alive" are remembered for livenessInterval: a waiter
+// retrying against a live holder would otherwise read /proc every attempt,
+// and a late "dead" only delays a reclaim.
+func (t *table) isAlive(w uint64, now int64) bool {
+	if w == 0 {
+		return false
+	}
+	if w == t.self {
+		return true
+	}
+	t.aliveMu.Lock()
+	seen, ok := t.alive[w]
+	t.aliveMu.Unlock()
+	if ok && now-seen < int64(livenessInterval) && now >= seen {
+		return true
+	}
+	if !t.seg.OwnerAlive(w) {
+		return false
+	}
+	t.aliveMu.Lock()
+	if len(t.alive) > 1024 {
+		clear(t.alive)
+	}
+	t.alive[w] = now
+	t.aliveMu.Unlock()
+	return true
+}
+
+// Sleepers of an entry: the count of waiters registered to sleep on its
+// Gate, and a wake-pending bit, as in spinlock's owner slots. A hold's end
+// that finds sleepers and no wake pending sets the bit and wakes one; ends
+// that find it set wake nobody, for the woken one has not run yet. Without
+// the bit, with more processes than cores, nearly every release would make
+// a futex call (on a KVM guest, over a microsecond each) for a sleeper
+// that is already on its way. Every sleeper that returns from the kernel
+// clears the bit, woken or timed out, and sleeps in slices of at most
+// maxSleepSlice, so a bit left by a woken process that was then killed
+// holds up wakes for one slice at most.
+const (
+	sleepCount       uint32 = 1<<31 - 1
+	sleepWakePending uint32 = 1 << 31
+	maxSleepSlice           = 100 * time.Millisecond
+)
+
+// wakeOne wakes one waiter asleep on e's gate, after a hold of e ended.
+// One is enough: if it gets the resource, nobody else could have (or, for
+// a collaborative grant, it wakes the rest); if someone else got it first,
+// that holder's end wakes the next; if it gives up, it passes the wake on.
+// Waking every sleeper would make them all fight for the entry's lock
+// word, of whom one wins.
+func (t *table) wakeOne(e *layout.LockMgrEntry) {
+	for {
+		s := e.Sleepers.Load()
+		if s&sleepCount == 0 || s&sleepWakePending != 0 {
+			return
+		}
+		if e.Sleepers.CompareAndSwap(s, s|sleepWakePending) {
+			break
+		}
+	}
+	if n, err := futex.Wake(&e.Gate, 1); n == 0 || err != nil {
+		// Nobody was in the kernel yet: the registered sleepers will find
+		// the gate moved. Nobody is on the way to clear the bit.
+		e.Sleepers.And(^sleepWakePending)
+	}
+}
+
+// wakeAll wakes every waiter asleep on e's gate.
+func (t *table) wakeAll(e *layout.LockMgrEntry) {
+	if e.Sleepers.Load()&sleepCount != 0 {
+		_, _ = futex.WakeAll(&e.Gate)
+	}
+}
