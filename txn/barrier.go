@@ -87,35 +87,52 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 	for _, it := range items {
 		rec := s.recs[it.idx]
 		open, closing := ctlWord(stateOpen, it.gen, flagBarrier), ctlWord(stateClosing, it.gen, flagBarrier)
-		if !rec.Ctl.CompareAndSwap(open, closing) && rec.Ctl.Load() != closing {
-			err := ownErr(refErr(rec.Ctl.Load()&^flagBarrier, it.gen))
-			if err == nil {
-				err = ErrWrongMode
+		finishing := ctlWord(stateFinishing, it.gen, flagBarrier)
+		if !rec.Ctl.CompareAndSwap(open, closing) {
+			// Closing or Finishing: the batch of a dead leader (Reclaim),
+			// resumed from where it stopped.
+			if c := rec.Ctl.Load(); c != closing && c != finishing {
+				err := ownErr(refErr(c&^flagBarrier, it.gen))
+				if err == nil {
+					err = ErrWrongMode
+				}
+				errs = append(errs, fmt.Errorf("txn %d: %w", it.idx, err))
+				continue
 			}
-			errs = append(errs, fmt.Errorf("txn %d: %w", it.idx, err))
-			continue
 		}
 		batch = append(batch, it)
 	}
+	// A dead leader's transactions already Finishing end first: they can no
+	// longer be reopened, whatever becomes of this close.
+	closing := batch[:0]
+	for _, it := range batch {
+		finishing := ctlWord(stateFinishing, it.gen, flagBarrier)
+		if s.recs[it.idx].Ctl.Load() == finishing {
+			s.drainFinishing(it.idx)
+			s.finish(it.idx, finishing)
+			continue
+		}
+		closing = append(closing, it)
+	}
+	batch = closing
 	err = s.waitDrained(ctx, drain{&s.bar.Drain, &s.bar.Sleepers}, len(s.recs))
 	for i, it := range batch {
-		rec := s.recs[it.idx]
 		closing := ctlWord(stateClosing, it.gen, flagBarrier)
 		if err == nil {
 			// Per-transaction pins: those of Link and of other closers'
 			// promotions, never held for long.
-			err = s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, it.idx)
+			err = s.settle(ctx, it.idx, closing)
 		}
 		if err != nil {
-			for _, rest := range batch[i:] {
-				r := s.recs[rest.idx]
-				if r.Ctl.CompareAndSwap(ctlWord(stateClosing, rest.gen, flagBarrier), ctlWord(stateOpen, rest.gen, flagBarrier)) {
+			for _, undo := range batch[i:] {
+				r := s.recs[undo.idx]
+				if r.Ctl.CompareAndSwap(ctlWord(stateClosing, undo.gen, flagBarrier), ctlWord(stateOpen, undo.gen, flagBarrier)) {
 					wake(drain{&r.Drain, &r.Sleepers})
 				}
 			}
 			return err
 		}
-		s.finish(it.idx, closing)
+		s.finish(it.idx, withState(closing, stateFinishing))
 	}
 	return errors.Join(errs...)
 }

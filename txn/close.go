@@ -3,9 +3,17 @@ package txn
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/shmlock/shmlock/internal/futex"
 )
+
+// Test hooks (export_test.go), nil outside tests: testHookDrained runs in
+// settle between the count that found no pin on record idx and its flip to
+// Finishing; testHookFinishing at the start of record idx's end sequence;
+// testHookPromotePinned when a promoter has pinned destination idx, before
+// it copies.
+var testHookDrained, testHookFinishing, testHookPromotePinned func(idx int)
 
 // closeTxn is the per-transaction close (Option A), the seed's
 // request_close_and_wait followed by the end sequence:
@@ -16,25 +24,36 @@ import (
 //     pin on the record: every release while Closing bumps Drain, and a
 //     sleeper wakes at least every livenessInterval to stop counting the
 //     pins of processes that died;
-//  3. finalize promotions, destroy unpromoted objects, poison the arena,
+//  3. flip Closing -> Finishing, and wait for the promotion pins that came
+//     in between the count and the flip (see settle);
+//  4. finalize promotions, destroy unpromoted objects, poison the arena,
 //     and mark the record Closed (which frees the arena for Begin).
 //
 // A context done during step 2 reverts the record to Open and returns
-// ctx.Err().
+// ctx.Err(); from step 3 on the close no longer looks at ctx.
 //
 // One closer runs the end sequence: the one whose CAS flipped the state.
-// Another goroutine's close of a transaction already Closing waits for that
-// close to end and then reports ErrClosed (or tries again, if it was
-// cancelled): were it to run the end sequence too, it could poison the
-// arena of the record's next use. Only resume, for Reclaim after it took
-// the ownership over from a dead owner (whose close may have died half-way),
-// runs it on a record already Closing: every step may be run again.
+// Another goroutine's close of a transaction already Closing or Finishing
+// waits for that close to end and then reports ErrClosed (or tries again,
+// if it was cancelled): were it to run the end sequence too, it could
+// poison the arena of the record's next use. Only resume, for Reclaim
+// after it took the ownership over from a dead owner (whose close may have
+// died half-way), runs it on a record already Closing (from step 2) or
+// Finishing (from step 3: every step of the end sequence may be run
+// again).
 func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
 	if s.closed.Load() {
 		return ErrSpaceClosed
 	}
 	rec := s.recs[idx]
 	open, closing := ctlWord(stateOpen, gen, 0), ctlWord(stateClosing, gen, 0)
+	finishing := ctlWord(stateFinishing, gen, 0)
+	if resume && rec.Ctl.Load() == finishing {
+		// Past the point of no return: ctx no longer matters.
+		s.drainFinishing(idx)
+		s.finish(idx, finishing)
+		return nil
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -43,10 +62,10 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 			break
 		}
 		c := rec.Ctl.Load()
-		if c == closing && resume {
+		if resume && c == closing {
 			break
 		}
-		if c != closing {
+		if c != closing && c != finishing {
 			if c == open {
 				continue // a cancelled close reopened it meanwhile
 			}
@@ -59,14 +78,52 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 			return err
 		}
 	}
-	if err := s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, idx); err != nil {
+	if err := s.settle(ctx, idx, closing); err != nil {
 		if rec.Ctl.CompareAndSwap(closing, open) {
 			wake(drain{&rec.Drain, &rec.Sleepers})
 		}
 		return err
 	}
-	s.finish(idx, closing)
+	s.finish(idx, finishing)
 	return nil
+}
+
+// settle takes record idx, Closing with Ctl word closing, to Finishing:
+// it waits until no live process counts a pin on it, flips it to
+// Finishing, and waits for the pins that were taken in between. On a done
+// ctx it returns ctx.Err() with the record still Closing, for the caller
+// to reopen; ErrCorrupt if the record left Closing under it (only its
+// closer moves it).
+//
+// The pins that can appear between the count and the flip are those of
+// other closers promoting into this transaction (finalizePromotions pins
+// a Closing destination) and those of pinners that back out at once. A
+// promoter increments and then re-checks for Open or Closing; the flip
+// comes before the closer's next count: of the two, at least one sees the
+// other, so a promoter either backs out (and skips the transaction, which
+// ends with its cells) or is counted and waited for.
+func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
+	rec := s.recs[idx]
+	if err := s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, idx); err != nil {
+		return err
+	}
+	if testHookDrained != nil {
+		testHookDrained(idx)
+	}
+	if !rec.Ctl.CompareAndSwap(closing, withState(closing, stateFinishing)) {
+		return fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx)
+	}
+	s.drainFinishing(idx)
+	return nil
+}
+
+// drainFinishing waits until no live process counts a pin on record idx,
+// which is Finishing: the pins left are promoters' and pinners' about to
+// back out, which never block while they hold them, so there is no context
+// to cancel the wait with (the record could not be reopened anyway).
+func (s *Space) drainFinishing(idx int) {
+	rec := s.recs[idx]
+	_ = s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx)
 }
 
 // waitDrained sleeps until no live process counts a pin in column col of
@@ -121,10 +178,13 @@ func (s *Space) pinCount(col int, dead map[uint64]bool, check bool) uint64 {
 }
 
 // finish runs the end sequence of a drained transaction, in the seed's
-// order. closing is its Ctl word.
-func (s *Space) finish(idx int, closing uint64) {
+// order. finishing is its Ctl word (state Finishing).
+func (s *Space) finish(idx int, finishing uint64) {
 	rec := s.recs[idx]
-	gen := ctlGen(closing)
+	gen := ctlGen(finishing)
+	if testHookFinishing != nil {
+		testHookFinishing(idx)
+	}
 	s.finalizePromotions(idx, gen)
 	start, size, ok := s.geo.arenaBounds(rec.Arena.Load())
 	if ok {
@@ -134,28 +194,34 @@ func (s *Space) finish(idx int, closing uint64) {
 			arena[i] = poisonByte
 		}
 	}
-	rec.Ctl.CompareAndSwap(closing, ctlWord(stateClosed, gen, closing&flagBarrier))
+	rec.Ctl.CompareAndSwap(finishing, withState(finishing, stateClosed))
 	wake(drain{&rec.Drain, &rec.Sleepers})
 }
 
 // finalizePromotions copies the objects of transaction idx that cells of
-// other open transactions refer to into those cells, and rebinds the
-// cells. Each destination is pinned meanwhile, so it cannot close under
-// the copy; a destination that is closing is skipped: its cells end with
-// it.
+// other transactions refer to into those cells, and rebinds the cells.
+// Each destination is pinned meanwhile with a promotion pin (pinPromote),
+// so it cannot end under the copy. A destination that is Closing is
+// promoted into like an open one: its close may yet be cancelled, and its
+// cells must then hold the copies. One that is Finishing is skipped: its
+// cells end with it. The caller is itself Finishing and never waits here
+// for another closer, so two transactions that link each other's objects
+// and close together cannot deadlock: at most one of them sees the other
+// still Closing and promotes into it, and that one only holds a pin while
+// it copies.
 func (s *Space) finalizePromotions(idx int, gen uint32) {
 	src := s.recs[idx]
 	for d, drec := range s.recs {
 		if d == idx || drec.Promos.Load() == 0 {
 			continue
 		}
-		c := drec.Ctl.Load()
-		if ctlState(c) != stateOpen {
+		var p Pin
+		c, ok := s.pinPromote(&p, d)
+		if !ok {
 			continue
 		}
-		var p Pin
-		if !s.pinTxn(&p, d, c) {
-			continue
+		if testHookPromotePinned != nil {
+			testHookPromotePinned(d)
 		}
 		next := drec.Promos.Load()
 		// The walk is bounded by the cells the arena can hold, too, so that
@@ -188,6 +254,33 @@ func (s *Space) finalizePromotions(idx int, gen uint32) {
 	}
 }
 
+// pinPromote takes a promotion pin on record d: a per-transaction pin that,
+// unlike TryPin's, is taken on a Closing transaction too (the seed's
+// try_pin otherwise: increment, re-check, back out). It fails on any other
+// state, and if the record changed generation between the check and the
+// re-check. c is the Ctl word it pinned under.
+func (s *Space) pinPromote(p *Pin, d int) (c uint64, ok bool) {
+	rec := s.recs[d]
+	c = rec.Ctl.Load()
+	if st := ctlState(c); st != stateOpen && st != stateClosing {
+		return 0, false
+	}
+	ctr := s.ctrs[d]
+	ctr.Add(1)
+	now := rec.Ctl.Load()
+	if st := ctlState(now); (st != stateOpen && st != stateClosing) || now&^stateMask != c&^stateMask || s.closed.Load() {
+		// Finishing (or reused, or Space.Close): back out, and wake the
+		// closer, which may have counted this pin.
+		ctr.Add(^uint32(0))
+		if ctlEnding(rec.Ctl.Load()) {
+			wake(drain{&rec.Drain, &rec.Sleepers})
+		}
+		return 0, false
+	}
+	*p = Pin{ctr: ctr, rec: rec}
+	return c, true
+}
+
 // destroyUnpromoted marks every live object of the arena destroyed (the
 // seed's destructors: here the ledger of what ended unpromoted).
 func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
@@ -214,6 +307,11 @@ func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
 // ownership over (one CAS, so of several reclaimers one wins) and runs the
 // close, waiting for the pins of live readers like the owner would.
 // ErrOwnerAlive if the owner lives, ErrClosed if the record is not in use.
+// A close that fails (ctx done while live readers keep their pins) gives
+// the ownership back to the dead owner, so that the transaction can be
+// reclaimed again. A transaction whose closer died Finishing is finished
+// whatever ctx does (a barrier-mode one needs the barrier's leader lock
+// first, which ctx may interrupt).
 func (s *Space) Reclaim(ctx context.Context, index int) error {
 	if s.closed.Load() {
 		return ErrSpaceClosed
@@ -223,15 +321,21 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 	}
 	rec := s.recs[index]
 	c := rec.Ctl.Load()
-	if st := ctlState(c); st != stateOpen && st != stateClosing {
+	if !ctlLive(c) {
 		return ErrClosed
 	}
 	owner := rec.Owner.Load()
 	if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {
 		return ErrOwnerAlive
 	}
+	var err error
 	if c&flagBarrier != 0 {
-		return s.closeBarrier(ctx, []closeItem{{idx: index, gen: ctlGen(c)}})
+		err = s.closeBarrier(ctx, []closeItem{{idx: index, gen: ctlGen(c)}})
+	} else {
+		err = s.closeTxn(ctx, index, ctlGen(c), true)
 	}
-	return s.closeTxn(ctx, index, ctlGen(c), true)
+	if err != nil && ctlGen(rec.Ctl.Load()) == ctlGen(c) && ctlLive(rec.Ctl.Load()) {
+		rec.Owner.CompareAndSwap(s.ident, owner)
+	}
+	return err
 }

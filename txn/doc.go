@@ -20,9 +20,10 @@
 // (ErrCloserPinned) rather than wait for its own pins.
 //
 // Closing: RequestCloseAndWait flips the transaction to Closing (new pins
-// fail), sleeps on a futex until every pin is released, then finalizes
-// promotions, destroys the unpromoted objects, poisons and frees the arena
-// and marks the record Closed. Pins are counted per process (per Space
+// fail) and sleeps on a futex until every pin is released; a cancelled
+// context reopens it then. Once drained it turns Finishing, which cannot be
+// cancelled any more, finalizes promotions, destroys the unpromoted
+// objects, poisons and frees the arena and marks the record Closed. Pins are counted per process (per Space
 // handle), so the pins of a process that died no longer count and a close
 // never waits forever on a dead reader; a transaction whose owner died is
 // closed by Space.Reclaim (or shmctl reclaim; shmctl txns lists them).
@@ -31,7 +32,10 @@
 // transaction in the destination transaction, as a cell (the double-dipping
 // indirection) that reserves room for a copy. When the source closes, it
 // copies the object into the cell before its arena is freed and rebinds the
-// cell, so a reader of the cell's Ref reads the copy from then on.
+// cell, so a reader of the cell's Ref reads the copy from then on. It does
+// so while the destination is open or closing (whose close may still be
+// cancelled), and skips only a destination already finishing, whose cells
+// end with it; a promotion is never lost.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	sp, _ := txn.Open(seg)

@@ -5,6 +5,15 @@ package txn
 // with pins.
 func SetPinnedHook(f func()) { testHookPinned = f }
 
+// SetCloseHooks installs the close's test hooks (nil removes one): drained
+// runs between a closer's last count of pins and its flip to Finishing,
+// finishing at the start of the end sequence, promotePinned when a closer
+// has pinned the destination of a promotion, before it copies. Each gets
+// the record index. Tests only; not concurrent with closes.
+func SetCloseHooks(drained, finishing, promotePinned func(idx int)) {
+	testHookDrained, testHookFinishing, testHookPromotePinned = drained, finishing, promotePinned
+}
+
 // PoisonByte is the byte a freed arena is filled with.
 const PoisonByte = poisonByte
 

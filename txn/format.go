@@ -14,7 +14,8 @@ import (
 // generation, so that one load tells a pinner whether the transaction it
 // names is still open and still the same use of the record:
 //
-//	bits  0..7   state: stateFree, stateOpen, stateClosing, stateClosed
+//	bits  0..7   state: stateFree, stateOpen, stateClosing, stateFinishing,
+//	             stateClosed
 //	bit   8      flagBarrier: closed through the global barrier (Option B)
 //	bits 32..63  generation: bumped by every Begin that takes the record; never 0
 //
@@ -23,17 +24,31 @@ import (
 //	Free/Closed(g) -> Open(g+1)      Begin, under the allocator lock
 //	Open(g)        -> Closing(g)     the closer (owner or reclaimer)
 //	Closing(g)     -> Open(g)        a close cancelled by its context
-//	Closing(g)     -> Closed(g)      the end of a close, after the arena is poisoned
+//	Closing(g)     -> Finishing(g)   the closer, once it counted no pin
+//	Finishing(g)   -> Closed(g)      the end of a close, after the arena is poisoned
+//
+// Closing and Finishing both refuse new pins (ErrClosing). They differ in
+// what may still come: a Closing transaction may be reopened by its
+// closer's context, so another closer that promotes into it pins it and
+// copies (finalizePromotions); a Finishing one is past the point of no
+// return, its end sequence runs or is about to, and a promoter skips it:
+// its cells end with it. A promoter's pin taken while the record was
+// Closing may still be held when the closer flips it to Finishing (the
+// closer counted before the increment); the closer then waits for it, in
+// Finishing, without a context: promoters never block while they hold
+// their pins, so the wait is short and cannot be part of a cycle. Pins
+// never succeed on a Finishing record, so nothing else is waited for.
 //
 // A Ref carries the generation it was made under: any other generation in
 // Ctl means the record was reused (ErrStale); the same generation in state
 // Closed means the transaction ended (ErrClosed).
 const (
-	stateFree    uint64 = 0 // never used since the segment was created
-	stateOpen    uint64 = 1
-	stateClosing uint64 = 2
-	stateClosed  uint64 = 3
-	stateMask    uint64 = 0xff
+	stateFree      uint64 = 0 // never used since the segment was created
+	stateOpen      uint64 = 1
+	stateClosing   uint64 = 2
+	stateClosed    uint64 = 3
+	stateFinishing uint64 = 4 // drained; the end sequence runs and cannot be cancelled
+	stateMask      uint64 = 0xff
 
 	flagBarrier uint64 = 1 << 8
 	genShift           = 32
@@ -46,6 +61,20 @@ func ctlWord(state uint64, gen uint32, flags uint64) uint64 {
 func ctlState(c uint64) uint64 { return c & stateMask }
 func ctlGen(c uint64) uint32   { return uint32(c >> genShift) }
 
+// ctlEnding reports whether c is Closing or Finishing: new pins fail, and a
+// closer may be waiting for the pins left to be released.
+func ctlEnding(c uint64) bool {
+	st := ctlState(c)
+	return st == stateClosing || st == stateFinishing
+}
+
+// ctlLive reports whether c is a transaction in use (Open, Closing or
+// Finishing): its arena is taken.
+func ctlLive(c uint64) bool { return ctlState(c) == stateOpen || ctlEnding(c) }
+
+// withState is c with its state replaced.
+func withState(c, state uint64) uint64 { return c&^stateMask | state }
+
 // record is one 128-byte entry of the segment's txn record table
 // (layout.KindTxnRecords). Every word is reached through sync/atomic.
 // Words marked "owner" are written only by the transaction's owner (or the
@@ -55,13 +84,14 @@ type record struct {
 	Owner atomic.Uint64 // 0x08 packed identity (internal/proc) of the owner; the closer
 	// 0x10 the arena: first byte (low 32 bits, in units of layout.ArenaUnit
 	// from the start of the data area) and length in units (high 32 bits).
-	// Written by Begin before Ctl turns Open; meaningful only while Open or
-	// Closing.
+	// Written by Begin before Ctl turns Open; meaningful only while Open,
+	// Closing or Finishing.
 	Arena atomic.Uint64
 	Used  atomic.Uint32 // 0x18 owner: bytes of the arena allocated (bump pointer)
 	Objs  atomic.Uint32 // 0x1C owner: objects and cells allocated
 	// 0x20 the closer's futex word: bumped by every pin release while the
-	// transaction is Closing and at the end of a close (or its cancellation).
+	// transaction is Closing or Finishing and at the end of a close (or its
+	// cancellation).
 	Drain    atomic.Uint32
 	Sleepers atomic.Uint32 // 0x24 goroutines asleep on Drain (closer, readers waiting for the end)
 	// 0x28 head of the promotion list: offset+1, in this transaction's

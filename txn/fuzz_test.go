@@ -26,11 +26,14 @@ import (
 // table followed by the used part of the data area, and the byte.
 func FuzzCorruptSegment(f *testing.F) {
 	f.Add([]byte{})
-	f.Add([]byte{0x00, 0x00, 0x02}) // record 0's state: closing
-	f.Add([]byte{0x00, 0x14, 0xff}) // record 0's arena length
-	f.Add([]byte{0x00, 0x28, 0x41}) // record 0's promotion list head
-	f.Add([]byte{0x00, 0x88, 0x07}) // record 1's owner
-	f.Add([]byte{0x02, 0x08, 0x03}) // a header's capacity
+	f.Add([]byte{0x00, 0x00, 0x02})                   // record 0's state: closing
+	f.Add([]byte{0x00, 0x00, 0x04})                   // record 0's state: finishing
+	f.Add([]byte{0x00, 0x00, 0x05})                   // record 0's state: none
+	f.Add([]byte{0x00, 0x00, 0x04, 0x00, 0x08, 0x07}) // finishing, owner dead: Reclaim finishes it
+	f.Add([]byte{0x00, 0x14, 0xff})                   // record 0's arena length
+	f.Add([]byte{0x00, 0x28, 0x41})                   // record 0's promotion list head
+	f.Add([]byte{0x00, 0x88, 0x07})                   // record 1's owner
+	f.Add([]byte{0x02, 0x08, 0x03})                   // a header's capacity
 	f.Add([]byte{0x02, 0x0c, 0x00, 0x04, 0x00, 0x77})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		seg, _ := newSegment(t, layout.Options{Slots: 4, TxnRecords: 4, TxnArenaBytes: 16 << 10})

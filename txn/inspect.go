@@ -13,7 +13,10 @@ const (
 	StateFree    State = State(stateFree) // never used
 	StateOpen    State = State(stateOpen)
 	StateClosing State = State(stateClosing)
-	StateClosed  State = State(stateClosed)
+	// StateFinishing: drained, the end sequence runs; unlike Closing it can
+	// no longer be cancelled. Pins fail with ErrClosing as while Closing.
+	StateFinishing State = State(stateFinishing)
+	StateClosed    State = State(stateClosed)
 )
 
 func (s State) String() string {
@@ -24,6 +27,8 @@ func (s State) String() string {
 		return "open"
 	case StateClosing:
 		return "closing"
+	case StateFinishing:
+		return "finishing"
 	case StateClosed:
 		return "closed"
 	}
@@ -70,15 +75,15 @@ type Snapshot struct {
 	Records       int
 	PinRows       int
 	DataUnits     uint64 // units in the data area
-	FreeUnits     uint64 // of those, not in an arena of an open or closing transaction
+	FreeUnits     uint64 // of those, not in an arena of an open, closing or finishing transaction
 	BarrierLeader uint64 // packed identity of the process holding the barrier up; 0 if down
 	Txns          []TxnInfo
 	Rows          []RowInfo
 }
 
 // Inspect reads the transactions of seg without changing anything (seg
-// may be read-only). With all, records never used or closed are listed
-// too. The words are read one by one while others may change them, so the
+// may be read-only). It lists the records in use (open, closing or
+// finishing); with all, records never used or closed are listed too. The words are read one by one while others may change them, so the
 // snapshot is only as consistent as the moment allows.
 func Inspect(seg *shm.Segment, all bool) (*Snapshot, error) {
 	geo, err := geometryOf(seg)
@@ -106,14 +111,14 @@ func Inspect(seg *shm.Segment, all bool) (*Snapshot, error) {
 		r := geo.record(i)
 		c := r.Ctl.Load()
 		st := State(ctlState(c))
-		if !all && st != StateOpen && st != StateClosing {
+		if !all && !ctlLive(c) {
 			continue
 		}
 		ti := TxnInfo{Index: i, Gen: ctlGen(c), State: st, Barrier: c&flagBarrier != 0,
 			Owner: r.Owner.Load(), Used: uint64(r.Used.Load()), Objects: r.Objs.Load(),
 			Promotions: r.NPromos.Load(), Promoted: r.Promoted.Load(), Destroyed: r.Destroyed.Load()}
 		ti.OwnerAlive = ti.Owner != 0 && seg.OwnerAlive(ti.Owner)
-		if st == StateOpen || st == StateClosing {
+		if ctlLive(c) {
 			if start, size, ok := geo.arenaBounds(r.Arena.Load()); ok {
 				ti.ArenaStart, ti.ArenaSize = start, size
 				snap.FreeUnits -= min(snap.FreeUnits, size/layout.ArenaUnit)

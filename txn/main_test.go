@@ -39,6 +39,8 @@ var helpers = map[string]func(args []string) int{
 	"own":       ownHelper,      // PATH: begin a txn, alloc, print it, sleep until killed
 	"close-cpu": closeCPUHelper, // PATH [barrier]: begin, print a ref, close on a stdin line, print its CPU time
 	"bench-pin": benchPinHelper, // PATH REF|atomic N: N TryPin+Release (or atomic add+sub), print the time
+	// PATH [barrier]: begin, print a ref, close on a stdin line and stop Finishing, until killed
+	"die-finishing": dieFinishingHelper,
 }
 
 func newSegment(tb testing.TB, opts layout.Options) (*shm.Segment, string) {

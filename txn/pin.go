@@ -33,8 +33,8 @@ type Pin struct {
 func (p *Pin) Held() bool { return p.ctr != nil }
 
 // Release releases the pin; a second Release does nothing. If the
-// transaction is closing (or the barrier is up, for a global pin), it wakes
-// the closer.
+// transaction is closing or finishing (or the barrier is up, for a global
+// pin), it wakes the closer.
 func (p *Pin) Release() {
 	ctr := p.ctr
 	if ctr == nil {
@@ -46,7 +46,7 @@ func (p *Pin) Release() {
 	}
 	ctr.Add(^uint32(0))
 	if r := p.rec; r != nil {
-		if ctlState(r.Ctl.Load()) == stateClosing {
+		if ctlEnding(r.Ctl.Load()) {
 			wake(drain{&r.Drain, &r.Sleepers})
 		}
 	} else if b := p.bar; b.Leader.Load() != 0 {
@@ -90,7 +90,7 @@ func (s *Space) pin(p *Pin, idx, gen uint32) error {
 		// Lost the race with Closing (or a reuse, or Space.Close): back
 		// out, and wake the closer, which may have counted this pin.
 		ctr.Add(^uint32(0))
-		if ctlState(rec.Ctl.Load()) == stateClosing {
+		if ctlEnding(rec.Ctl.Load()) {
 			wake(drain{&rec.Drain, &rec.Sleepers})
 		}
 		if s.closed.Load() {
@@ -145,16 +145,17 @@ func (s *Space) clearDeadLeader(l uint64) {
 	}
 }
 
-// pinTxn pins a transaction with a per-transaction pin whatever its mode:
-// the pins a closer takes on the destinations of its promotions, and those
-// of Link. (A global pin there could deadlock against a barrier close.)
+// pinTxn pins a transaction with a per-transaction pin whatever its mode,
+// if its Ctl word is still c: the pins of Link and of Alloc on the
+// transactions they write in or read from. (A global pin there could
+// deadlock against a barrier close.) Promotions pin with pinPromote.
 func (s *Space) pinTxn(p *Pin, idx int, c uint64) bool {
 	rec := s.recs[idx]
 	ctr := s.ctrs[idx]
 	ctr.Add(1)
 	if rec.Ctl.Load() != c || s.closed.Load() {
 		ctr.Add(^uint32(0))
-		if ctlState(rec.Ctl.Load()) == stateClosing {
+		if ctlEnding(rec.Ctl.Load()) {
 			wake(drain{&rec.Drain, &rec.Sleepers})
 		}
 		return false
@@ -193,7 +194,8 @@ func (b *SRef) Release() {
 // cell it reads the target in its source transaction, or its copy once the
 // source has closed; when the source is closing, Borrow releases its pins
 // and waits for the close to end, so the reader sees the copy (or ErrClosed
-// if the copy was not made because the cell's own transaction is closing).
+// if the copy was not made because the cell's own transaction was
+// finishing then).
 // It fails like TryPin, with ErrBadRef if r names no object, or with
 // ctx.Err().
 func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
@@ -245,7 +247,7 @@ func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
 			return nil, ErrClosed
 		}
 		b.Release()
-		if ctlState(s.recs[t.Txn].Ctl.Load()) != stateClosing {
+		if !ctlEnding(s.recs[t.Txn].Ctl.Load()) {
 			return nil, ErrClosing // the barrier is up, for other transactions
 		}
 		if err := s.awaitEnd(ctx, t); err != nil {
@@ -254,11 +256,11 @@ func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
 	}
 }
 
-// awaitEnd sleeps until t's transaction is no longer Closing in t's
-// generation, or ctx is done.
+// awaitEnd sleeps until t's transaction is no longer Closing or Finishing
+// in t's generation, or ctx is done.
 func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 	rec := s.recs[t.Txn]
-	closing := ctlWord(stateClosing, t.Gen, 0)
+	closing, finishing := ctlWord(stateClosing, t.Gen, 0), ctlWord(stateFinishing, t.Gen, 0)
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(&rec.Drain) })
 		defer stop()
@@ -266,7 +268,7 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 	for {
 		rec.Sleepers.Add(1)
 		seq := rec.Drain.Load()
-		if rec.Ctl.Load()&^flagBarrier != closing {
+		if c := rec.Ctl.Load() &^ flagBarrier; c != closing && c != finishing {
 			rec.Sleepers.Add(^uint32(0))
 			return nil
 		}

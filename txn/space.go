@@ -107,7 +107,7 @@ func (s *Space) claimRow() error {
 // wakeClosers wakes whoever waits for pins to drain anywhere.
 func (s *Space) wakeClosers() {
 	for _, r := range s.recs {
-		if ctlState(r.Ctl.Load()) == stateClosing {
+		if ctlEnding(r.Ctl.Load()) {
 			wake(drain{&r.Drain, &r.Sleepers})
 		}
 	}
@@ -187,7 +187,7 @@ func refErr(c uint64, gen uint32) error {
 		return ErrBadRef
 	case ctlGen(c) != gen:
 		return ErrStale
-	case ctlState(c) == stateClosing:
+	case ctlEnding(c):
 		return ErrClosing
 	case ctlState(c) == stateOpen:
 		return nil

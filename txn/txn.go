@@ -76,14 +76,11 @@ func (s *Space) Begin(opts BeginOptions) (*Txn, error) {
 	var used []span
 	for i, r := range s.recs {
 		c := r.Ctl.Load()
-		switch ctlState(c) {
-		case stateOpen, stateClosing:
+		if ctlLive(c) {
 			a := r.Arena.Load()
 			used = append(used, span{a & 0xffff_ffff, a >> 32})
-		default:
-			if idx < 0 {
-				idx = i
-			}
+		} else if idx < 0 {
+			idx = i
 		}
 	}
 	if idx < 0 {
@@ -247,10 +244,9 @@ func (t *Txn) publish(off uint64, kind uint64, size uint32, capacity uint64) {
 // for a target that is itself a cell; the target's transaction must be
 // open (ErrClosing, ErrClosed, ErrStale otherwise).
 //
-// A source that closes while this transaction is itself closing skips the
-// copy (the cell is about to end). If this transaction's close is then
-// cancelled, the cell stays bound to the closed source and Borrow of it is
-// ErrClosed.
+// The copy is made also while this transaction is closing, since its close
+// may yet be cancelled; only once it is past that point (Finishing, see
+// StateFinishing) does the source skip the copy, the cell ending with it.
 func (t *Txn) Link(target Ref) (Ref, error) {
 	if t.s.closed.Load() {
 		return Ref{}, ErrSpaceClosed
@@ -311,10 +307,12 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 
 // RequestCloseAndWait closes the transaction: it flips it to Closing (new
 // pins fail), sleeps until every pin of every live process is released,
-// then finalizes promotions, destroys the unpromoted objects, poisons and
-// frees the arena and marks it Closed (see Space.closeTxn). A done ctx
-// reopens the transaction and returns ctx.Err(). For a barrier-mode
-// transaction it is ErrWrongMode (use Barrier.Close).
+// then turns it Finishing, finalizes promotions, destroys the unpromoted
+// objects, poisons and frees the arena and marks it Closed (see
+// Space.closeTxn). A ctx done while it waits for pins reopens the
+// transaction and returns ctx.Err(); once the pins are drained the close
+// completes whatever ctx does. For a barrier-mode transaction it is
+// ErrWrongMode (use Barrier.Close).
 //
 // The closer must not hold a pin on the transaction: ErrCloserPinned,
 // changing nothing, if pins taken through this handle (Txn.TryPin,

@@ -81,8 +81,9 @@ import (
 //	  action            string     "reclaimed" (now free), "would reclaim"
 //	                               (--dry-run) or "skipped" (the owner
 //	                               changed before the takeover)
-//	txns                array    one object per open or closing transaction
-//	                             whose owner was dead or stale, by index:
+//	txns                array    one object per open, closing or finishing
+//	                             transaction whose owner was dead or stale,
+//	                             by index:
 //	  index             number     record index
 //	  generation        number     its generation
 //	  mode              string     "pins" or "barrier" (see shmctl txns)
@@ -100,8 +101,8 @@ import (
 //	path                string   resolved path of the segment file
 //	records             number   transaction records in the segment
 //	arena_bytes         number   bytes of the data area arenas are cut from
-//	free_bytes          number   of those, not in the arena of an open or
-//	                             closing transaction
+//	free_bytes          number   of those, not in the arena of an open,
+//	                             closing or finishing transaction
 //	barrier_leader      object|null  the process whose close holds the
 //	                             global barrier up; null when it is down:
 //	  pid               number     its pid
@@ -110,16 +111,20 @@ import (
 //	txns                array    one object per listed record, by index:
 //	  index             number     record index
 //	  generation        number     uses of the record so far (Ref.Gen)
-//	  state             string     "open", "closing", "closed", "free"
-//	                               (never used) or "corrupt"
+//	  state             string     "open", "closing" (waiting for pins; may
+//	                               still be cancelled and reopen), "finishing"
+//	                               (drained, its end sequence runs; no longer
+//	                               cancellable), "closed", "free" (never
+//	                               used) or "corrupt"
 //	  mode              string     "pins" (per-transaction pins) or
 //	                               "barrier" (the global close barrier)
 //	  pid               number     owner's pid (or the reclaimer's); 0 if none
 //	  start_ticks       number     owner's start time, clock ticks since boot
 //	  owner_state       string     "alive", "dead", "stale" or "none"
 //	  arena_offset      number     byte offset of the arena in the txn arena
-//	                               table; 0 unless open or closing
-//	  arena_size        number     arena bytes; 0 unless open or closing
+//	                               table; 0 unless open, closing or finishing
+//	  arena_size        number     arena bytes; 0 unless open, closing or
+//	                               finishing
 //	  used              number     arena bytes allocated
 //	  objects           number     objects and promotion cells allocated
 //	  promotions        number     promotion cells registered on it (Link)

@@ -25,8 +25,9 @@ func newCmdTxns(ios *IOStreams, runF func(*txnsOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "txns <segment>",
 		Short: "List the transactions, their pins and arena use",
-		Long: `List the transactions (package txn) of a segment that are open or closing:
-for each its record index, generation, state, close mode ("pins" for
+		Long: `List the transactions (package txn) of a segment that are open, closing
+(waiting for pins) or finishing (drained, ending): for each its record
+index, generation, state, close mode ("pins" for
 per-transaction pins, "barrier" for the global close barrier), owner pid
 and whether that process is alive, arena size and bytes used, objects,
 promotions registered on it, and the pins each process holds on it, as
