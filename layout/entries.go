@@ -15,6 +15,7 @@ const (
 	TxnRecordSize    = 128
 	ArenaUnit        = 64
 	LockMgrEntrySize = 256
+	ReaderRecordSize = 16
 )
 
 // OwnerSlot is the unified owner of design 001: one 32-byte record that says
@@ -105,6 +106,18 @@ type UpgradeEntry struct {
 	UpgraderTID atomic.Uint64 // holder id of the upgrade holder
 	Generation  atomic.Uint64 // bumped by every exclusive release and reclaim
 	_           uint64
+}
+
+// ReaderRecord accounts the shared holds of one process (in package
+// upgrade, of one handle) on one upgrade mutex. Records of mutex i are
+// entries [i*R, (i+1)*R) of the upgrade_readers table, R being
+// Header.ReadersPerUpgrade. A record is free when Owner is 0; a process
+// takes a free one, or one whose owner died, by CAS of Owner, and only then
+// resets Count. Package upgrade owns the meaning of Count and Pad.
+type ReaderRecord struct {
+	Owner atomic.Uint64 // packed identity of the owning process; 0 if free
+	Count atomic.Uint32 // shared holds of the owner
+	Pad   atomic.Uint32
 }
 
 // CheckName reports whether name may be stored in a directory entry:

@@ -86,6 +86,7 @@ func TestKindEntrySize(t *testing.T) {
 		{layout.KindTxnRecords, "txn_records", layout.TxnRecordSize},
 		{layout.KindTxnArena, "txn_arena", layout.ArenaUnit},
 		{layout.KindLockMgr, "lockmgr", layout.LockMgrEntrySize},
+		{layout.KindUpgradeReaders, "upgrade_readers", layout.ReaderRecordSize},
 	}
 	if got, want := len(tests), layout.NumTables; got != want {
 		t.Fatalf("kinds under test: got %d, want NumTables = %d", got, want)

@@ -69,6 +69,13 @@ func (s *Segment) markStale() error {
 		}
 		staleWord(&d.Claimer)
 	}
+	for i := range s.Len(layout.KindUpgradeReaders) {
+		r, err := entry[layout.ReaderRecord](s, layout.KindUpgradeReaders, i)
+		if err != nil {
+			return err
+		}
+		staleWord(&r.Owner)
+	}
 	return nil
 }
 
