@@ -249,7 +249,7 @@ func TestClaimErrorsChangeNothing(t *testing.T) {
 		{"release unclaimed", func() error { return seg.Release(layout.KindOwnerSlots, 1) }, shm.ErrNotClaimed},
 		{"slot out of range", func() error { _, err := seg.Slot(2); return err }, shm.ErrIndex},
 		{"upgrade out of range", func() error { _, err := seg.Upgrade(1 << 20); return err }, shm.ErrIndex},
-		{"reader of upgrade out of range", func() error { _, err := seg.UpgradeReader(1, 0); return err }, shm.ErrIndex},
+		{"reader of upgrade out of range", func() error { _, err := seg.UpgradeReader(1<<20, 0); return err }, shm.ErrIndex},
 		{"reader out of range", func() error { _, err := seg.UpgradeReader(0, layout.DefaultUpgradeReaders); return err }, shm.ErrIndex},
 		{"reader negative", func() error { _, err := seg.UpgradeReader(0, -1); return err }, shm.ErrIndex},
 		{"region of unknown table", func() error { _, err := seg.Region(99); return err }, layout.ErrUnknownTable},
