@@ -114,4 +114,3 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	}
 	return rep, nil
 }
-
