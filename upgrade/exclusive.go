@@ -80,7 +80,9 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			return err
 		}
 		if slice {
-			m.releaseDeadUpgrader()
+			if _, unique := m.releaseDeadUpgrader(); unique {
+				reclaimed = true // it died holding the unique lock
+			}
 		}
 	}
 	for !m.readersZero() {

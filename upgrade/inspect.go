@@ -90,7 +90,9 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 		}
 	}
 	if o := m.e.Upgrader.Load(); o != 0 && !m.alive(o) {
-		if dryRun || m.releaseDeadUpgrader() {
+		if dryRun {
+			rep.Upgrader = o
+		} else if released, _ := m.releaseDeadUpgrader(); released {
 			rep.Upgrader = o
 		}
 	}

@@ -126,29 +126,35 @@ func (m *Mutex) clearWriteBit() {
 }
 
 // releaseDeadUpgrader is releaseDeadWriter for the upgrade holder, whose
-// stateUpgrade, statePending and stateWrite (if it had upgraded) go.
-func (m *Mutex) releaseDeadUpgrader() bool {
+// stateUpgrade, statePending and stateWrite (if it had upgraded) go. unique
+// reports that the dead one held the unique lock: the data may be
+// half-updated.
+func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
 	o := m.e.Upgrader.Load()
 	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
-		return false
+		return false, false
 	}
 	m.e.UpgraderTID.Store(m.tid)
-	m.clearUpgradeBits()
+	unique = m.clearUpgradeBits()&stateWrite != 0
 	m.releaseUpgraderWord()
 	m.repairs.Add(1)
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
-	return true
+	return true, unique
 }
 
-// clearUpgradeBits clears the upgrade holder's bits. While stateUpgrade is
-// set nobody but the Upgrader word's holder (the caller) changes the state;
-// while it is clear, stateWrite is a writer's and is left alone.
-func (m *Mutex) clearUpgradeBits() {
+// clearUpgradeBits clears the upgrade holder's bits and returns the state
+// it found. While stateUpgrade is set nobody but the Upgrader word's holder
+// (the caller) changes the state; while it is clear, stateWrite is a
+// writer's and is left alone.
+func (m *Mutex) clearUpgradeBits() uint32 {
 	for {
 		s := m.e.State.Load()
-		if s&stateUpgrade == 0 || m.e.State.CompareAndSwap(s, s&^(stateUpgrade|statePending|stateWrite)) {
-			return
+		if s&stateUpgrade == 0 {
+			return 0
+		}
+		if m.e.State.CompareAndSwap(s, s&^(stateUpgrade|statePending|stateWrite)) {
+			return s
 		}
 	}
 }
