@@ -33,4 +33,14 @@
 //		defer g.Unlock()
 //		// runs on loop's goroutine
 //	})
+//
+// Across processes, ProcessMutex gives a lock of a shared segment the same
+// API: the goroutines of one process queue FIFO, the one at the front waits
+// for the cross-process lock (a spinlock through SpinLock) until its
+// context is done, and a lock whose holder process died is taken over and
+// reported by ProcessGuard.Reclaimed.
+//
+//	lock, _ := spinlock.Named(seg, "jobs", spinlock.PIDTID)
+//	mu := coro.NewProcessMutex(coro.SpinLock(lock))
+//	g, err := mu.Lock(ctx)
 package coro

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/shmlock/shmlock/coro"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
 )
 
 func ExampleMutex() {
@@ -98,4 +101,41 @@ func ExampleLoop() {
 	// step 1
 	// step 2
 	// coro: loop is closed
+}
+
+// A lock that other processes share, waited for with a deadline: the
+// goroutines of this process queue in order, and a wait that times out
+// leaves nothing behind.
+func ExampleProcessMutex() {
+	path := fmt.Sprintf("/dev/shm/shmlock-example-coro-%d", os.Getpid())
+	seg, err := shm.Create(path, shm.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer shm.Remove(path) // runs after Close
+	defer seg.Close()
+
+	lock, err := spinlock.Named(seg, "jobs", spinlock.PIDTID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mu := coro.NewProcessMutex(coro.SpinLock(lock))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	g, err := mu.Lock(ctx)
+	if err != nil {
+		fmt.Println(err) // the deadline passed first
+		return
+	}
+	if g.Reclaimed() {
+		fmt.Println("the previous holder died: repair the jobs")
+	}
+	fmt.Println("holding jobs")
+	fmt.Println("unlock:", g.Unlock())
+	// Output:
+	// holding jobs
+	// unlock: <nil>
 }

@@ -70,6 +70,17 @@ func (l *Loop) reserve() bool {
 	return true
 }
 
+// unreserve gives back a reservation that will not be posted.
+func (l *Loop) unreserve() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reserved == 0 {
+		panic("coro: loop unreserve without a reservation")
+	}
+	l.reserved--
+	l.signal() // a closed loop may now be able to exit
+}
+
 func (l *Loop) postReserved(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -5,29 +5,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/shmlock/shmlock/coro"
+	"github.com/shmlock/shmlock/internal/testproc"
 )
 
 // leakWait bounds how long TestMain waits for goroutines to wind down.
 const leakWait = 5 * time.Second
 
 // TestMain fails the run if goroutines outlive the tests.
+// Helper processes (see process_test.go) run instead when the environment
+// names one.
 func TestMain(m *testing.M) {
 	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		if err := noLeak(before); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testproc.Main(m, helpers, func() error { return noLeak(before) })
 }
 
 func noLeak(before int) error {

@@ -88,7 +88,7 @@ type DirEntry struct {
 	State   atomic.Uint32
 	Refs    atomic.Uint32 // claims not yet released; 0 when free
 	NameLen atomic.Uint32 // 0 for an unnamed claim
-	_       uint32
+	Use     atomic.Uint32 // what the claimants use the entry as; 0 = not said (see shm.ClaimAs)
 	Claimer atomic.Uint64 // packed identity of the process that claimed it first
 	Name    [MaxNameLen]byte
 }

@@ -47,6 +47,7 @@ func TestDirEntryLayout(t *testing.T) {
 		{"State", unsafe.Offsetof(e.State), 0},
 		{"Refs", unsafe.Offsetof(e.Refs), 4},
 		{"NameLen", unsafe.Offsetof(e.NameLen), 8},
+		{"Use", unsafe.Offsetof(e.Use), 12},
 		{"Claimer", unsafe.Offsetof(e.Claimer), 16},
 		{"Name", unsafe.Offsetof(e.Name), 24},
 	})

@@ -15,6 +15,7 @@ type Claim struct {
 	Name    string // "" for an unnamed claim
 	Refs    uint32 // claims not yet released
 	Claimer uint64 // packed identity of the first claimant (internal/proc)
+	Use     uint32 // what the claimants said they use it as (ClaimAs); 0 if unsaid
 }
 
 // directoryOf maps a claimable table to its directory.
@@ -35,6 +36,16 @@ func directoryOf(k layout.Kind) (layout.Kind, error) {
 // name "", a free entry is zeroed and claimed. ErrTableFull when none is
 // free; a bad name is a layout.ErrBadName error. Nothing changes on error.
 func (s *Segment) Claim(k layout.Kind, name string) (int, error) {
+	return s.ClaimAs(k, name, 0)
+}
+
+// ClaimAs is Claim for claimants that say what they use the entry as: a
+// small number of the caller's choosing, such as a lock's mode, recorded in
+// the directory for tools (shmctl slots) and checked against later
+// claimants. Claiming a named entry recorded with another non-zero use
+// fails with ErrUseMismatch and changes nothing; use 0 matches anything,
+// and an entry first claimed with use 0 takes the first use given.
+func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	dk, err := directoryOf(k)
 	if err != nil {
 		return -1, err
@@ -62,6 +73,13 @@ func (s *Segment) Claim(k layout.Kind, name string) (int, error) {
 				free = i
 			}
 		case name != "" && layout.NameOf(e) == name:
+			switch had := e.Use.Load(); {
+			case use == 0 || had == use:
+			case had == 0:
+				e.Use.Store(use)
+			default:
+				return -1, fmt.Errorf("%w: %v %q is claimed for use %d, not %d", ErrUseMismatch, k, name, had, use)
+			}
 			e.Refs.Add(1)
 			s.regGen.Add(1)
 			return i, nil
@@ -81,6 +99,7 @@ func (s *Segment) Claim(k layout.Kind, name string) (int, error) {
 	e, _ := entry[layout.DirEntry](s, dk, free)
 	copy(e.Name[:], name)
 	e.NameLen.Store(uint32(len(name)))
+	e.Use.Store(use)
 	e.Claimer.Store(proc.Self().Pack())
 	e.Refs.Store(1)
 	testHookBeforePublish()
@@ -169,7 +188,7 @@ func (s *Segment) Claims(k layout.Kind) ([]Claim, error) {
 			if e.State.Load() != layout.DirClaimed {
 				continue
 			}
-			claims = append(claims, Claim{Index: i, Name: layout.NameOf(e), Refs: e.Refs.Load(), Claimer: e.Claimer.Load()})
+			claims = append(claims, Claim{Index: i, Name: layout.NameOf(e), Refs: e.Refs.Load(), Claimer: e.Claimer.Load(), Use: e.Use.Load()})
 		}
 		if s.regGen.Load() == gen {
 			break

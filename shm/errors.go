@@ -20,4 +20,5 @@ var (
 	ErrTableFull           = errors.New("shm: table is full")
 	ErrNotFound            = errors.New("shm: no entry by that name")
 	ErrNotClaimed          = errors.New("shm: entry is not claimed")
+	ErrUseMismatch         = errors.New("shm: entry is claimed for another use")
 )

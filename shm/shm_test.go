@@ -226,6 +226,48 @@ func TestClaimRelease(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrTableFull)
 }
 
+// A claim's use is recorded by the first claimant that says it, matched
+// against later ones, and reported by Claims.
+func TestClaimAs(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 4}})
+	for _, step := range []struct {
+		name    string
+		use     uint32
+		wantErr error
+		wantUse uint32
+	}{
+		{"a", 0, nil, 0},                // unsaid
+		{"a", 2, nil, 2},                // the first use given is taken
+		{"a", 0, nil, 2},                // 0 matches anything
+		{"a", 2, nil, 2},                // the same use
+		{"a", 1, shm.ErrUseMismatch, 2}, // another use: refused
+		{"b", 1, nil, 1},                // recorded at the claim itself
+		{"b", 3, shm.ErrUseMismatch, 1},
+	} {
+		before, err := seg.Claims(layout.KindOwnerSlots)
+		require.NoError(t, err)
+		_, err = seg.ClaimAs(layout.KindOwnerSlots, step.name, step.use)
+		if step.wantErr != nil {
+			require.ErrorIs(t, err, step.wantErr, "%+v", step)
+			after, err := seg.Claims(layout.KindOwnerSlots)
+			require.NoError(t, err)
+			require.Equal(t, before, after, "a refused claim changes nothing")
+			continue
+		}
+		require.NoError(t, err, "%+v", step)
+		i, err := seg.Lookup(layout.KindOwnerSlots, step.name)
+		require.NoError(t, err)
+		claims, err := seg.Claims(layout.KindOwnerSlots)
+		require.NoError(t, err)
+		for _, c := range claims {
+			if c.Index == i {
+				require.Equal(t, step.wantUse, c.Use, "%+v", step)
+			}
+		}
+	}
+}
+
 func TestClaimErrorsChangeNothing(t *testing.T) {
 	t.Parallel()
 	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2}})

@@ -11,4 +11,7 @@ var (
 	ErrGuardInUse  = errors.New("spinlock: guard already holds a lock")
 	ErrBadIdentity = errors.New("spinlock: identity does not fit the lock's mode")
 	ErrRecursion   = errors.New("spinlock: recursion depth limit reached")
+	// ErrModeMismatch: Named found the slot claimed for the other mode. It
+	// also matches shm.ErrUseMismatch.
+	ErrModeMismatch = errors.New("spinlock: named lock is used in the other mode")
 )

@@ -17,6 +17,18 @@ const (
 	Token
 )
 
+// ClaimUse is the number Named records in the slot directory for mode m
+// (shm.Segment.ClaimAs); 0 there means the mode was never said.
+func (m Mode) ClaimUse() uint32 { return uint32(m) + 1 }
+
+// ModeOfClaimUse is the mode a slot directory's use number records, if any.
+func ModeOfClaimUse(use uint32) (Mode, bool) {
+	if use == PIDTID.ClaimUse() || use == Token.ClaimUse() {
+		return Mode(use - 1), true
+	}
+	return 0, false
+}
+
 func (m Mode) String() string {
 	switch m {
 	case PIDTID:

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -51,6 +52,33 @@ func TestNamedAcrossProcesses(t *testing.T) {
 	require.False(t, g.Reclaimed())
 	require.EqualValues(t, 1, l.Generation(), "the other process's release")
 	require.NoError(t, g.Release())
+}
+
+// Named records the mode: naming the lock in the other mode is refused,
+// an empty name is a bad name, and Index releases the claim.
+func TestNamedModeAndIndex(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	l, err := spinlock.Named(seg, "m", spinlock.Token)
+	require.NoError(t, err)
+	_, err = spinlock.Named(seg, "m", spinlock.PIDTID)
+	require.ErrorIs(t, err, spinlock.ErrModeMismatch)
+	require.ErrorIs(t, err, shm.ErrUseMismatch)
+	_, err = spinlock.Named(seg, "", spinlock.PIDTID)
+	require.ErrorIs(t, err, layout.ErrBadName)
+
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Len(t, claims, 1, "refused calls claimed nothing")
+	mode, said := spinlock.ModeOfClaimUse(claims[0].Use)
+	require.True(t, said)
+	require.Equal(t, spinlock.Token, mode)
+	require.Equal(t, claims[0].Index, l.Index())
+	require.Equal(t, -1, spinlock.New(spinlock.NewInProcessState(), spinlock.PIDTID).Index())
+
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, l.Index()))
+	_, err = seg.Lookup(layout.KindOwnerSlots, "m")
+	require.ErrorIs(t, err, shm.ErrNotFound)
 }
 
 func namedHelper(args []string) int {

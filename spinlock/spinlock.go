@@ -1,6 +1,7 @@
 package spinlock
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -64,6 +65,7 @@ type Lock struct {
 	fword *atomic.Uint32 // the low half of Token: the futex word
 	mode  Mode
 	alive func(owner uint64) bool
+	index int // the slot's index in its segment; -1 for New
 }
 
 // New returns a lock over slot (a slot of a segment, or one made with
@@ -78,7 +80,7 @@ func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 	if mode == Token {
 		word = &slot.Token
 	}
-	return &Lock{slot: slot, word: word, fword: memview.LowHalf(&slot.Token), mode: mode, alive: proc.AlivePacked}
+	return &Lock{slot: slot, word: word, fword: memview.LowHalf(&slot.Token), mode: mode, alive: proc.AlivePacked, index: -1}
 }
 
 // NewInProcessState returns a zeroed owner slot in process memory, for a
@@ -93,18 +95,37 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	}
 	l := New(slot, mode)
 	l.alive = seg.OwnerAlive
+	l.index = index
 	return l, nil
 }
 
-// Named claims the owner slot called name in seg (see shm.Segment.Claim)
-// and returns a lock over it: every process that names it shares it.
+// Named claims the owner slot called name in seg (see shm.Segment.ClaimAs)
+// and returns a lock over it: every process that names it shares it. The
+// mode is recorded with the claim: naming a lock that others use in the
+// other mode fails with ErrModeMismatch. An empty name is a
+// layout.ErrBadName error (for a private slot, Claim one and Open it).
+// Each Named counts one reference to the slot; seg.Release(
+// layout.KindOwnerSlots, l.Index()) drops it.
 func Named(seg *shm.Segment, name string, mode Mode) (*Lock, error) {
-	i, err := seg.Claim(layout.KindOwnerSlots, name)
+	if err := layout.CheckName(name); err != nil {
+		return nil, err
+	}
+	if mode != PIDTID && mode != Token {
+		return nil, fmt.Errorf("spinlock: unknown mode %d", mode)
+	}
+	i, err := seg.ClaimAs(layout.KindOwnerSlots, name, mode.ClaimUse())
+	if errors.Is(err, shm.ErrUseMismatch) {
+		return nil, fmt.Errorf("%w: %w", ErrModeMismatch, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return Open(seg, i, mode)
 }
+
+// Index is the lock's owner slot index in its segment, or -1 for a lock
+// made with New.
+func (l *Lock) Index() int { return l.index }
 
 // Mode is the lock's mode.
 func (l *Lock) Mode() Mode { return l.mode }

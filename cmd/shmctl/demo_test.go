@@ -93,8 +93,8 @@ func TestDemoKeepAndReplace(t *testing.T) {
 	assert.Contains(t, r.stdout, "\nkept "+path+": ")
 	slots := shmctl(t, false, "slots", path)
 	require.Equal(t, exitOK, slots.code, "stderr: %s", slots.stderr)
-	// Claimed by the demo and its two workers, and free.
-	assert.Regexp(t, `(?m)^0\talpha\t3\ttoken\t0\t-\t`, slots.stdout, "the kept segment's slots")
+	// Claimed by the demo and its two workers (pid/tid, as Named recorded), and free.
+	assert.Regexp(t, `(?m)^0\talpha\t3\tpid/tid\t0\t-\t`, slots.stdout, "the kept segment's slots")
 
 	notSeg := writeFile(t, []byte("precious\n"))
 	line := requireOneLineError(t, shmctl(t, false, "demo", "--path", notSeg), exitError)

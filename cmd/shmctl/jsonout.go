@@ -48,8 +48,10 @@ import (
 //	  name              string     name it was claimed under; "" if unnamed
 //	                               or not claimed
 //	  refs              number     claims not yet released; 0 if not claimed
-//	  mode              string     "pid/tid" (pid != 0), "token" (pid == 0
-//	                               and token != 0) or "free"
+//	  mode              string     "pid/tid" or "token": the mode recorded by
+//	                               spinlock.Named, else guessed: "pid/tid"
+//	                               (pid != 0), "token" (pid == 0 and token
+//	                               != 0) or "free"
 //	  pid               number     owner's pid; 0 if none
 //	  start_ticks       number     owner's start time, clock ticks since boot
 //	  owner_state       string     "alive", "dead", "stale" (recorded under a

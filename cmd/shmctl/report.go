@@ -6,6 +6,7 @@ import (
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
 )
 
 // Owner states, as info and slots report them.
@@ -16,9 +17,10 @@ const (
 	stateNone  = "none"  // no owner recorded (printed "-" in tables)
 )
 
-// Slot modes (see layout.OwnerSlot). A pid/tid slot after its release has
-// pid 0 and a non-zero generation, so it reads as "token": the slot alone
-// cannot tell the two apart.
+// Slot modes (see layout.OwnerSlot). spinlock.Named records the mode in the
+// slot directory; for a slot claimed without it the mode is guessed from the
+// words, and a pid/tid slot after its release (pid 0, a non-zero generation)
+// then reads as "token": the slot alone cannot tell the two apart.
 const (
 	modePIDTID = "pid/tid"
 	modeToken  = "token"
@@ -111,7 +113,12 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 			Recursion:  s.RecursionCount.Load(),
 			Waiters:    s.Sleepers(),
 		}
+		mode, said := spinlock.ModeOfClaimUse(c.Use)
 		switch {
+		case said && mode == spinlock.PIDTID:
+			sj.Mode = modePIDTID
+		case said:
+			sj.Mode = modeToken
 		case pidWord != 0:
 			sj.Mode = modePIDTID
 		case sj.Token != 0:

@@ -31,8 +31,9 @@ const (
 
 // Main runs the helper named by the environment, if any, and exits with its
 // status; otherwise it runs the tests and then fails the binary if any
-// segment made by SegmentPath is still in /dev/shm.
-func Main(m *testing.M, helpers map[string]func(args []string) int) {
+// segment made by SegmentPath is still in /dev/shm, or if one of checks
+// (run after passing tests, such as a goroutine-leak check) fails.
+func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...func() error) {
 	if name := os.Getenv(envHelper); name != "" {
 		h, ok := helpers[name]
 		if !ok {
@@ -46,6 +47,15 @@ func Main(m *testing.M, helpers map[string]func(args []string) int) {
 		os.Exit(h(args))
 	}
 	code := m.Run()
+	for _, check := range checks {
+		if code != 0 {
+			break
+		}
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	if leaked, _ := filepath.Glob(filepath.Join(segDir, prefix()+"*")); len(leaked) > 0 {
 		fmt.Fprintf(os.Stderr, "testproc: tests left segments behind: %v\n", leaked)
 		for _, p := range leaked {

@@ -1,0 +1,219 @@
+package coro
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// A ProcessLock is a lock that other processes share, as one process sees
+// it: a spinlock of a segment (SpinLock), or a mode of another shmlock
+// lock. ProcessMutex calls it from one goroutine at a time, so it may keep
+// the state of the current hold.
+type ProcessLock interface {
+	// LockContext waits until the lock is held or ctx is done; then it
+	// returns ctx.Err() and the lock is as it was. reclaimed reports that
+	// the previous holder died holding the lock.
+	LockContext(ctx context.Context) (reclaimed bool, err error)
+	// TryLock locks only if that needs no waiting: ErrWouldBlock (or an
+	// error that matches it) otherwise.
+	TryLock() error
+	// Unlock releases the current hold.
+	Unlock() error
+}
+
+// A ProcessMutex gives a lock shared with other processes the awaitable,
+// cancellable API of Mutex. The goroutines of this process queue FIFO on
+// a Mutex; the one at the front waits for the cross-process lock, which
+// has no order among processes (see package spinlock). Waiting blocks a
+// goroutine (and its thread) in the kernel, never a Loop, and stops as
+// soon as the waiter's context is done, so a cancelled wait leaves no
+// goroutine behind.
+//
+// Create it with NewProcessMutex; it must not be copied after first use.
+type ProcessMutex struct {
+	_     noCopy
+	local Mutex
+	lock  ProcessLock
+	// held is the local Guard's word while a hold of the cross-process
+	// lock is current, 0 otherwise: Unlock's compare-and-swap on it is what
+	// makes a second Unlock of one hold (or of a copy) fail.
+	held atomic.Uint64
+}
+
+// NewProcessMutex returns a ProcessMutex over lock. Every goroutine of this
+// process that uses the lock should go through the one ProcessMutex.
+func NewProcessMutex(lock ProcessLock) *ProcessMutex { return &ProcessMutex{lock: lock} }
+
+// A ProcessGuard is one hold of a ProcessMutex: a small value, which any
+// one copy may Unlock once. The zero ProcessGuard holds nothing.
+type ProcessGuard struct {
+	m         *ProcessMutex
+	local     Guard
+	reclaimed bool
+}
+
+// Lock waits, FIFO among this process's goroutines, until m is held or ctx
+// is done; then it returns ctx.Err() and m is as it was. A context already
+// done fails at once.
+func (m *ProcessMutex) Lock(ctx context.Context) (ProcessGuard, error) {
+	g, err := m.local.Lock(ctx)
+	if err != nil {
+		return ProcessGuard{}, err
+	}
+	reclaimed, err := m.lock.LockContext(ctx)
+	if err != nil {
+		_ = g.Unlock()
+		return ProcessGuard{}, err
+	}
+	return m.hold(g, reclaimed), nil
+}
+
+// TryLock locks m only if nobody in this process holds or waits for it
+// and the cross-process lock is free: ErrWouldBlock otherwise.
+func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
+	g, ok := m.local.TryLock()
+	if !ok {
+		return ProcessGuard{}, ErrWouldBlock
+	}
+	if err := m.lock.TryLock(); err != nil {
+		_ = g.Unlock()
+		return ProcessGuard{}, err
+	}
+	return m.hold(g, false), nil
+}
+
+// LockOn locks m for a continuation that runs on loop l, as Mutex.LockOn
+// does: cont(g, nil) once m is held, or cont(ProcessGuard{}, ctx.Err()) if
+// ctx is done first; cont runs exactly once, on l, never inside LockOn.
+// While the cross-process lock is held elsewhere, a goroutine waits for it
+// and then posts cont to l; it ends when ctx is done. A nil l means
+// LoopFrom(ctx): ErrNoLoop if there is none; ErrLoopClosed if l is closed.
+func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGuard, error)) error {
+	if cont == nil {
+		panic("coro: LockOn with a nil continuation")
+	}
+	if l == nil {
+		if l = LoopFrom(ctx); l == nil {
+			return ErrNoLoop
+		}
+	}
+	if !l.reserve() { // for the post after a wait for another process
+		return ErrLoopClosed
+	}
+	err := m.local.LockOn(ctx, l, func(g Guard, err error) {
+		if err != nil {
+			l.unreserve()
+			cont(ProcessGuard{}, err)
+			return
+		}
+		switch err := m.lock.TryLock(); {
+		case err == nil:
+			l.unreserve()
+			cont(m.hold(g, false), nil)
+			return
+		case !errors.Is(err, ErrWouldBlock):
+			_ = g.Unlock()
+			l.unreserve()
+			cont(ProcessGuard{}, err)
+			return
+		}
+		go func() {
+			reclaimed, err := m.lock.LockContext(ctx)
+			if err != nil {
+				_ = g.Unlock() // the next waiter here need not wait for l
+				l.postReserved(func() { cont(ProcessGuard{}, err) })
+				return
+			}
+			pg := m.hold(g, reclaimed)
+			l.postReserved(func() {
+				// As with Mutex.LockOn: once cont starts with the lock, ctx no
+				// longer matters; until then, a done ctx passes the lock on.
+				if err := ctx.Err(); err != nil {
+					_ = pg.Unlock()
+					cont(ProcessGuard{}, err)
+					return
+				}
+				cont(pg, nil)
+			})
+		}()
+	})
+	if err != nil {
+		l.unreserve()
+	}
+	return err
+}
+
+func (m *ProcessMutex) hold(g Guard, reclaimed bool) ProcessGuard {
+	m.held.Store(g.word)
+	return ProcessGuard{m: m, local: g, reclaimed: reclaimed}
+}
+
+// Unlock releases the hold: first the cross-process lock, then the turn
+// of this process's next waiter. ErrNotOwner if the hold already ended.
+func (g ProcessGuard) Unlock() error {
+	m := g.m
+	if m == nil || g.local.word == 0 || !m.held.CompareAndSwap(g.local.word, 0) {
+		return ErrNotOwner
+	}
+	// The cross-process lock goes first: the next waiter of this process
+	// locks it with this process's identity, which must not find it held.
+	err := m.lock.Unlock()
+	if lerr := g.local.Unlock(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// Held reports whether g's hold is current.
+func (g ProcessGuard) Held() bool {
+	return g.m != nil && g.local.word != 0 && g.m.held.Load() == g.local.word
+}
+
+// Reclaimed reports whether the cross-process lock was taken over from a
+// holder that died: the data it protects may be half-updated.
+func (g ProcessGuard) Reclaimed() bool { return g.reclaimed }
+
+// SpinLock adapts a segment's spinlock for NewProcessMutex. In PIDTID mode
+// it locks with a holder of its own (spinlock.NewHolder), so no other code
+// of the process shares its identity and its recursion; in Token mode with
+// a fresh token for every hold.
+func SpinLock(l *spinlock.Lock) ProcessLock {
+	s := &spinHold{lock: l}
+	if l.Mode() == spinlock.PIDTID {
+		s.holder = spinlock.NewHolder()
+	}
+	return s
+}
+
+type spinHold struct {
+	lock   *spinlock.Lock
+	holder spinlock.Identity // PIDTID mode
+	g      spinlock.Guard    // the current hold
+}
+
+func (s *spinHold) identity() spinlock.Identity {
+	if s.lock.Mode() == spinlock.Token {
+		return spinlock.NewToken()
+	}
+	return s.holder
+}
+
+func (s *spinHold) LockContext(ctx context.Context) (bool, error) {
+	if err := s.g.LockContext(ctx, s.lock, s.identity()); err != nil {
+		return false, err
+	}
+	return s.g.Reclaimed(), nil
+}
+
+func (s *spinHold) TryLock() error {
+	err := s.g.TryLock(s.lock, s.identity())
+	if errors.Is(err, spinlock.ErrWouldBlock) {
+		return ErrWouldBlock
+	}
+	return err
+}
+
+func (s *spinHold) Unlock() error { return s.g.Release() }
