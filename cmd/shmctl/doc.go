@@ -5,8 +5,9 @@
 // A segment argument is a path, or a bare name such as "jobs" that means
 // /dev/shm/jobs. The commands are:
 //
-//	shmctl create SEGMENT [--slots N] [--upgrades N] [--txn-records N]
-//	                      [--txn-arena BYTES] [--lockmgr-entries N] [--group] [--json]
+//	shmctl create SEGMENT [--slots N] [--upgrades N] [--upgrade-readers N]
+//	                      [--txn-records N] [--txn-arena BYTES] [--lockmgr-entries N]
+//	                      [--group] [--json]
 //	    make a new segment (zero sizes mean the defaults, negative ones none)
 //	shmctl info SEGMENT [--json]
 //	    print the header: size, creator, boot, PID namespace and each table
@@ -19,8 +20,10 @@
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
-//	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token]
+//	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|upgrade]
 //	    one cell of the peer benchmark (shared/peers/README.md): one JSON line
+//	    (rw90 runs on the upgrade mutex, the other workloads on the spinlock,
+//	    unless --lock says otherwise)
 //
 // info and slots open the segment read-only and change nothing in it.
 // demo and bench start worker processes: this program again (demo through

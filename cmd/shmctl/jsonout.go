@@ -31,7 +31,8 @@ import (
 //	tables              array    one object per table, in layout order:
 //	  kind              string     "owner_slots", "slot_directory", "upgrades",
 //	                               "upgrade_directory", "txn_records",
-//	                               "txn_arena" or "lockmgr"
+//	                               "txn_arena", "lockmgr" or
+//	                               "upgrade_readers"
 //	  entry_size        number     bytes per entry
 //	  count             number     number of entries
 //	  offset            number     byte offset in the file
@@ -85,7 +86,8 @@ import (
 // shmctl bench prints a benchJSON on one line (writeJSONLine), with the
 // fields in this order, as the peer-benchmark contract wants:
 //
-//	peer                string   "shmlock_spin" or "shmlock_spin_token"
+//	peer                string   "shmlock_spin", "shmlock_spin_token" or
+//	                             "shmlock_upgrade"
 //	workload            string   as given
 //	procs               number   worker processes
 //	iters               number   iterations per worker

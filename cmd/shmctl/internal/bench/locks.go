@@ -10,11 +10,14 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
-// The locks shmctl bench measures, by their --lock names. Each worker holds
-// the lock through Lock.Locker with one identity for the whole run, so the
-// two differ only in the lock's mode.
+// The locks shmctl bench measures, by their --lock names. With a spinlock,
+// each worker holds the lock through Lock.Locker with one identity for the
+// whole run, so the two spinlock kinds differ only in the lock's mode; with
+// the upgrade mutex, each worker has one handle (Mutex.Locker), whose Lock
+// is the unique lock and RLock a shared hold.
 //
 // Token mode would rather have a fresh token per acquisition (design 001:
 // one logical hold per token), which means a Guard and a NewToken for each
@@ -27,10 +30,11 @@ import (
 const (
 	LockSpin      = "spin"       // spinlock in pid/tid mode, one NewHolder per worker
 	LockSpinToken = "spin-token" // spinlock in token mode, one NewToken per worker
+	LockUpgrade   = "upgrade"    // upgrade mutex, one handle per worker: Lock, and LockShared in rw90
 )
 
 // LockNames lists the --lock values.
-func LockNames() []string { return []string{LockSpin, LockSpinToken} }
+func LockNames() []string { return []string{LockSpin, LockSpinToken, LockUpgrade} }
 
 // lockKind says how one --lock value is set up and what the JSON calls it.
 type lockKind struct {
@@ -39,6 +43,7 @@ type lockKind struct {
 	id     func() spinlock.Identity // a worker's identity for the whole run
 	how    string                   // for detail: how each worker holds the lock
 	shared bool                     // has RLock/RUnlock, so rw90 runs
+	rw     bool                     // the upgrade mutex, not a spinlock
 }
 
 // Lock errors: Locker panics on one, where the harness's drivers call
@@ -59,15 +64,22 @@ var lockKinds = map[string]lockKind{
 		id:   spinlock.NewToken,
 		how:  "one NewToken per worker, Lock.Locker",
 	},
+	LockUpgrade: {
+		peer:   "shmlock_upgrade",
+		how:    "one handle per worker, Mutex.Locker (Lock/Unlock, RLock/RUnlock)",
+		shared: true,
+		rw:     true,
+	},
 }
 
 // sidecar is the segment file that holds the lock, beside the shared file
 // (the contract lets a driver create FILE.* files).
 func sidecar(path string) string { return path + ".shm" }
 
-// sidecarOptions size the segment: one owner slot, no other tables.
+// sidecarOptions size the segment: one owner slot, one upgrade mutex with a
+// reader record for every possible worker, no other tables.
 var sidecarOptions = shm.Options{Options: layout.Options{
-	Slots: 1, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
+	Slots: 1, Upgrades: 1, UpgradeReaders: MaxProcs, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
 }}
 
 // createLock makes the sidecar segment, replacing a segment left there by
@@ -79,22 +91,34 @@ func createLock(path string) (*shm.Segment, error) {
 	return shm.Create(sidecar(path), sidecarOptions)
 }
 
-// openLock is a worker's side: the segment and its handle on the lock.
-func openLock(cfg Config, k lockKind) (*shm.Segment, sync.Locker, error) {
+// openLock is a worker's side: its handle on the lock, and a func that
+// closes the handle and the segment.
+func openLock(cfg Config, k lockKind) (sync.Locker, func() error, error) {
 	seg, err := shm.Open(sidecar(cfg.Path), shm.Options{})
 	if err != nil {
 		return nil, nil, err
+	}
+	if k.rw {
+		m, err := upgrade.Open(seg, 0)
+		if err != nil {
+			_ = seg.Close()
+			return nil, nil, err
+		}
+		return m.Locker(), func() error { return errors.Join(m.Close(), seg.Close()) }, nil
 	}
 	l, err := spinlock.Open(seg, 0, k.mode)
 	if err != nil {
 		_ = seg.Close()
 		return nil, nil, err
 	}
-	return seg, l.Locker(k.id()), nil
+	return l.Locker(k.id()), seg.Close, nil
 }
 
 // detail describes the lock for the JSON's detail.
 func (k lockKind) detail() string {
+	if k.rw {
+		return fmt.Sprintf("shmlock upgrade mutex, %s, segment FILE.shm; %s", k.how, moduleVersion())
+	}
 	return fmt.Sprintf("shmlock spinlock, %v mode, %s, segment FILE.shm; %s", k.mode, k.how, moduleVersion())
 }
 
