@@ -65,9 +65,9 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 
 // Repair says what Reclaim did (or would do) to one mutex.
 type Repair struct {
-	Writer   uint64   // the dead writer released, 0 if none
-	Upgrader uint64   // the dead upgrade holder released, 0 if none
-	Readers  []uint64 // dead reader processes whose records were freed
+	Writer   uint64         // the dead writer released, 0 if none
+	Upgrader uint64         // the dead upgrade holder released, 0 if none
+	Readers  []ReaderStatus // the freed records of dead processes, as found
 }
 
 // Empty reports whether there was nothing to repair.
@@ -96,19 +96,22 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 			rep.Upgrader = o
 		}
 	}
-	for _, r := range m.readers {
+	for j, r := range m.readers {
 		o := r.Owner.Load()
 		if o == 0 || m.alive(o) {
 			continue
 		}
+		rs := ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()}
 		if dryRun {
-			rep.Readers = append(rep.Readers, o)
+			rep.Readers = append(rep.Readers, rs)
 			continue
 		}
 		if r.Owner.CompareAndSwap(o, m.pid) {
+			rs.Count = r.Count.Load() // the record is ours: its count is final
 			r.Count.Store(0)
 			r.Owner.Store(0)
-			rep.Readers = append(rep.Readers, o)
+			m.repairs.Add(1)
+			rep.Readers = append(rep.Readers, rs)
 		}
 	}
 	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {

@@ -15,8 +15,12 @@
 //	    print the owner slots in use: name, claims, owner and its liveness
 //	shmctl rm SEGMENT...
 //	    remove segments; files that are not segments are refused
+//	shmctl rwlocks SEGMENT [--all] [--json]
+//	    print the upgrade mutexes in use: how held, readers, writer, upgrade
+//	    holder, pending upgrade, sleepers and dead holders
 //	shmctl reclaim SEGMENT [--dry-run] [--json]
-//	    free the owner slots whose holder died (take over, release at once)
+//	    free the owner slots whose holder died (take over, release at once),
+//	    and what dead processes hold on upgrade mutexes
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
@@ -25,7 +29,7 @@
 //	    (rw90 runs on the upgrade mutex, the other workloads on the spinlock,
 //	    unless --lock says otherwise)
 //
-// info and slots open the segment read-only and change nothing in it.
+// info, slots and rwlocks open the segment read-only and change nothing in it.
 // demo and bench start worker processes: this program again (demo through
 // the hidden demo-worker command, bench with SHMCTL_BENCH_WORKER set).
 //
