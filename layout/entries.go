@@ -96,16 +96,17 @@ type DirEntry struct {
 // UpgradeEntry is the state of one upgradeable mutex (design 000). Package
 // upgrade owns the meaning of every word; the layout fixes where they are.
 type UpgradeEntry struct {
-	State       atomic.Uint32 // write bit 31, upgrade bit 30, pending bit 29, readers 0-28
-	SharedGate  atomic.Uint32 // futex word for shared and upgrade waiters (gate1)
-	UniqueGate  atomic.Uint32 // futex word for writers and a pending upgrade (gate2)
-	Waiters     atomic.Uint32 // processes sleeping on either gate
-	Writer      atomic.Uint64 // packed identity of the writer; 0 if none
-	WriterTID   atomic.Uint64 // holder id of the writer
-	Upgrader    atomic.Uint64 // packed identity of the upgrade holder; 0 if none
-	UpgraderTID atomic.Uint64 // holder id of the upgrade holder
-	Generation  atomic.Uint64 // bumped by every exclusive release and reclaim
-	_           uint64
+	State          atomic.Uint32 // write bit 31, upgrade bit 30, pending bit 29 (readers: in ReaderRecords)
+	SharedGate     atomic.Uint32 // futex word for shared and upgrade waiters (gate1)
+	UniqueGate     atomic.Uint32 // futex word for a writer or an upgrade draining readers (gate2)
+	Waiters        atomic.Uint32 // processes sleeping on either gate
+	Writer         atomic.Uint64 // packed identity of the writer; 0 if none
+	WriterTID      atomic.Uint64 // holder id of the writer
+	Upgrader       atomic.Uint64 // packed identity of the upgrade holder; 0 if none
+	UpgraderTID    atomic.Uint64 // holder id of the upgrade holder
+	Generation     atomic.Uint64 // bumped by every exclusive release and reclaim
+	WriterGate     atomic.Uint32 // futex word for writers waiting for Writer to be free
+	WriterSleepers atomic.Uint32 // sleepers on WriterGate, and a wake-pending bit
 }
 
 // ReaderRecord accounts the shared holds of one process (in package

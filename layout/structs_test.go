@@ -70,6 +70,8 @@ func TestUpgradeEntryLayout(t *testing.T) {
 		{"Upgrader", unsafe.Offsetof(u.Upgrader), 32},
 		{"UpgraderTID", unsafe.Offsetof(u.UpgraderTID), 40},
 		{"Generation", unsafe.Offsetof(u.Generation), 48},
+		{"WriterGate", unsafe.Offsetof(u.WriterGate), 56},
+		{"WriterSleepers", unsafe.Offsetof(u.WriterSleepers), 60},
 	})
 }
 

@@ -111,7 +111,7 @@ func (m *Mutex) UniqueToShared() error {
 		r.Count.Add(^uint32(0))
 		return ErrOverflow
 	}
-	m.reclaimed.Store(false)
+	m.setReclaimed(false)
 	if writer {
 		m.e.State.And(^stateWrite)
 		m.releaseWriterWord()

@@ -1,6 +1,10 @@
 package upgrade
 
-import "context"
+import (
+	"context"
+
+	"github.com/shmlock/shmlock/internal/memview"
+)
 
 // Lock takes the unique (write) lock, waiting for the writers' mutex, for
 // the upgrade lock to be released and for readers to drain. If the
@@ -9,10 +13,10 @@ import "context"
 func (m *Mutex) Lock() error {
 	// Fast path: nobody holds or wants anything.
 	if !m.closed.Load() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
-		m.e.WriterTID.Store(m.tid)
+		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
 		if m.e.State.CompareAndSwap(0, stateWrite) {
 			if m.readersZero() {
-				m.reclaimed.Store(false)
+				m.setReclaimed(false)
 				return nil
 			}
 		} else if m.holdsUpgrader() {
@@ -36,23 +40,9 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 	if err := m.checkFree(ctx); err != nil {
 		return err
 	}
-	reclaimed := false
-	for !m.e.Writer.CompareAndSwap(0, m.pid) {
-		if try {
-			return ErrWouldBlock
-		}
-		slice, err := m.wait(ctx, m.uniqueGate(), func() bool { return m.e.Writer.Load() == 0 })
-		if err != nil {
-			return err
-		}
-		if slice {
-			if o := m.e.Writer.Load(); o != 0 && !m.alive(o) && m.e.Writer.CompareAndSwap(o, m.pid) {
-				m.e.Generation.Add(1)
-				m.repairs.Add(1)
-				reclaimed = true // a stateWrite the dead one left is now ours
-				break
-			}
-		}
+	reclaimed, err := m.acquireWriterWord(ctx, try)
+	if err != nil {
+		return err
 	}
 	m.e.WriterTID.Store(m.tid)
 	return m.finishLock(ctx, try, reclaimed)
@@ -99,7 +89,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			m.clearDeadReaders()
 		}
 	}
-	m.reclaimed.Store(reclaimed)
+	m.setReclaimed(reclaimed)
 	return nil
 }
 
@@ -138,12 +128,11 @@ func (m *Mutex) Unlock() error {
 		}
 		return ErrNotHeld
 	}
-	m.reclaimed.Store(false)
+	m.setReclaimed(false)
 	m.e.State.And(^stateWrite) // ours: nobody else changes the word now
 	m.releaseWriterWord()
 	if m.e.Waiters.Load() != 0 {
-		m.wake(m.sharedGate())
-		m.wake(m.uniqueGate())
+		m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	}
 	return nil
 }
@@ -227,7 +216,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			m.releaseDeadWriter()
 		}
 	}
-	m.reclaimed.Store(reclaimed)
+	m.setReclaimed(reclaimed)
 	return nil
 }
 
@@ -248,7 +237,7 @@ func (m *Mutex) UnlockUpgrade() error {
 	if m.e.State.Load()&stateWrite != 0 {
 		return ErrNotHeld
 	}
-	m.reclaimed.Store(false)
+	m.setReclaimed(false)
 	m.e.State.And(^(stateUpgrade | statePending))
 	m.releaseUpgraderWord()
 	if m.e.Waiters.Load() != 0 {

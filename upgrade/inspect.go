@@ -14,7 +14,8 @@ type Status struct {
 	UpgraderTID    uint64
 	Generation     uint64
 	SharedWaiters  uint32 // sleepers on the shared gate (readers, upgrade seekers)
-	UniqueWaiters  uint32 // sleepers on the unique gate (writers, a pending upgrade)
+	UniqueWaiters  uint32 // sleepers on the unique gate (a writer or a pending upgrade draining readers)
+	WriterWaiters  uint32 // writers asleep waiting for the writers' mutex
 	Readers        []ReaderStatus
 	ReaderRecords  int // records of the mutex, used or not
 	WriteLocked    bool
@@ -47,6 +48,7 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
 		SharedWaiters: w & waitersMask, UniqueWaiters: w >> 16,
+		WriterWaiters: e.WriterSleepers.Load() & writerSleeperMask,
 		ReaderRecords: seg.ReadersPerUpgrade(),
 		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
 		Readers: []ReaderStatus{},

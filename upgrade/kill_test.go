@@ -108,7 +108,7 @@ func TestKillWriter(t *testing.T) {
 	w := open(t, seg)
 	got := make(chan error, 1)
 	go func() { got <- w.Lock() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UniqueWaiters > 0 }, "the writer to sleep")
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters > 0 }, "the writer to sleep")
 	c.kill(t)
 	require.NoError(t, <-got)
 	require.True(t, w.Reclaimed())

@@ -137,18 +137,36 @@ func (m *Mutex) claimRecord() *layout.ReaderRecord {
 			r := m.readers[j]
 			if r.Owner.Load() == 0 && r.Owner.CompareAndSwap(0, m.pid) {
 				r.Count.Store(0) // a free record's count is 0 already
+				m.markRecord(j)
 				return r
 			}
 		}
 	}
-	for _, r := range m.readers {
+	for j, r := range m.readers {
 		if o := r.Owner.Load(); o != 0 && !m.alive(o) && r.Owner.CompareAndSwap(o, m.pid) {
 			r.Count.Store(0) // the dead process's holds go with it
 			m.repairs.Add(1)
+			m.markRecord(j) // set already by the dead owner's claim
 			return r
 		}
 	}
 	return nil
+}
+
+// markRecord sets record j's bit in the mask of records in use.
+func (m *Mutex) markRecord(j int) {
+	bit := uint32(1) << (j % maskBits)
+	if mask := &m.readers[0].Pad; mask.Load()&bit == 0 {
+		mask.Or(bit)
+	}
+}
+
+// setReclaimed records whether the current hold was taken over from the
+// dead, without a locked instruction when that does not change.
+func (m *Mutex) setReclaimed(v bool) {
+	if m.reclaimed.Load() != v {
+		m.reclaimed.Store(v)
+	}
 }
 
 func (m *Mutex) holdsWriter() bool {

@@ -247,3 +247,39 @@ func TestWakeUps(t *testing.T) {
 	require.NoError(t, err)
 	checkFree(t, t, st)
 }
+
+// Writers queued behind a writer sleep on the writers' gate; every release
+// wakes one, and each takes its turn.
+func TestWriterQueue(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	rec, err := recordOf(seg)
+	require.NoError(t, err)
+	first := open(t, seg)
+	require.NoError(t, first.Lock())
+	const writers = 4
+	got := make(chan error, writers)
+	for range writers {
+		m := open(t, seg)
+		go func() {
+			if err := m.Lock(); err != nil {
+				got <- err
+				return
+			}
+			rec.write(rec[0].Load()+1, len(rec))
+			got <- m.Unlock()
+		}()
+	}
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters == writers }, "the writers to sleep")
+	require.NoError(t, first.Unlock())
+	for range writers {
+		require.NoError(t, <-got)
+	}
+	v, same := rec.read()
+	require.True(t, same)
+	require.Equal(t, uint64(writers), v)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+	require.Zero(t, st.WriterWaiters)
+}

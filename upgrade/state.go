@@ -48,15 +48,25 @@ import "time"
 // CAS of the record's owner to itself, count to 0, owner to 0, in that
 // order, so a live process can never lose its count to the cleaner.
 //
-// Sleeping: two futex gates, as the seed's two condition variables.
-// SharedGate holds readers and upgrade seekers, UniqueGate writers (for the
-// writers' mutex, for the upgrade lock to go, or for readers to drain) and
-// a pending upgrade. Waiters counts sleepers per gate (waitersShared in the
-// low half, waitersUnique in the high half). A sleeper registers, reads the
-// gate, re-checks its condition and sleeps only if the gate is unchanged; a
-// waker changes the state, and if the gate has sleepers bumps the gate and
-// wakes them all (sequentially consistent both sides: no lost wake-up).
-// Unlocks with no sleeper make no system call.
+// Sleeping: two futex gates, as the seed's two condition variables, and a
+// queue for the writers' mutex. SharedGate holds readers and upgrade
+// seekers, UniqueGate the writer that holds the writers' mutex (waiting for
+// the upgrade lock to go or for readers to drain) and a pending upgrade.
+// Waiters counts sleepers per gate (waitersShared in the low half,
+// waitersUnique in the high half). A sleeper registers, reads the gate,
+// re-checks its condition and sleeps only if the gate is unchanged; a waker
+// changes the state, and if the gate has sleepers bumps the gate and wakes
+// them all (sequentially consistent both sides: no lost wake-up). Unlocks
+// with no sleeper make no system call.
+//
+// Writers waiting for the writers' mutex (the Writer word) sleep on
+// WriterGate, counted in WriterSleepers, the same way, except that a
+// release wakes one of them, not all: only one can take the word, and
+// waking every writer at every release is a storm of system calls and
+// context switches when processes outnumber cores. The waker sets
+// writerWakePending first, and no release wakes another writer until the
+// woken one has run and cleared it (unregistering); a sleeper that times
+// out clears it too, so a woken writer that died cannot leave it set.
 //
 // Which unlock wakes whom, and why:
 //   - UnlockShared wakes UniqueGate only when it empties its record while
@@ -64,9 +74,10 @@ import "time"
 //     reader a drainer waits for. Readers of one handle share a record, so
 //     at most one wake per handle per drain (no storm of one wake per
 //     read unlock).
-//   - Unlock (writer) wakes SharedGate (readers and upgrade seekers were
-//     blocked by stateWrite) and UniqueGate (writers wait for the writers'
-//     mutex).
+//   - Every release of the Writer word wakes one sleeper on WriterGate.
+//   - Unlock (writer) wakes SharedGate: readers and upgrade seekers were
+//     blocked by stateWrite. Nobody can wait on UniqueGate then: the
+//     writer held the writers' mutex, and no upgrade can be pending.
 //   - UnlockUpgrade wakes SharedGate (upgrade seekers) and UniqueGate (a
 //     writer waits for stateUpgrade to clear). Readers were never blocked.
 //   - UniqueToUpgrade wakes SharedGate only (readers); writers still wait
@@ -96,6 +107,22 @@ const (
 	waitersUnique uint32 = 1 << 16 // one sleeper on UniqueGate
 	waitersMask          = 1<<16 - 1
 )
+
+// The WriterSleepers word: writers asleep on WriterGate, and whether one
+// has been woken and has not run yet.
+const (
+	writerWakePending uint32 = 1 << 31
+	writerSleeperMask        = writerWakePending - 1
+)
+
+// Reader records of a mutex in use, for the drain check: bit j%32 of the
+// first record's Pad word (layout.ReaderRecord leaves Pad to this package)
+// is set, for good, once record j has been claimed. A writer that waits
+// for readers to drain then reads only the records of those bits instead
+// of all of them. A record's bit is set before its first shared hold is
+// counted, and the drainer sets its state bit before it reads the mask,
+// all sequentially consistent: a drainer never misses a counting record.
+const maskBits = 32
 
 // Limits and waiting.
 const (

@@ -3,11 +3,13 @@ package upgrade
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/memview"
 )
 
 // gate is one of the two futex gates with its unit in the Waiters word.
@@ -69,14 +71,124 @@ func (m *Mutex) wake(g gate) {
 	_, _ = futex.WakeAll(g.word)
 }
 
-// readersZero reports whether no shared hold is recorded.
+// readersZero reports whether no shared hold is recorded, reading the
+// records the mask says have been in use.
 func (m *Mutex) readersZero() bool {
-	for _, r := range m.readers {
-		if r.Count.Load() != 0 {
-			return false
+	if len(m.readers) == 0 {
+		return true
+	}
+	for mask := m.readers[0].Pad.Load(); mask != 0; mask &= mask - 1 {
+		for j := bits.TrailingZeros32(mask); j < len(m.readers); j += maskBits {
+			if m.readers[j].Count.Load() != 0 {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// acquireWriterWord takes the writers' mutex (the Writer word) for the
+// handle, waiting for it unless try, or takes it over from a dead holder
+// (reclaimed: a write bit the dead one left is now the caller's).
+func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool, err error) {
+	w := &m.e.Writer
+	if w.CompareAndSwap(0, m.pid) {
+		return false, nil
+	}
+	if try {
+		return false, ErrWouldBlock
+	}
+	for i := range spinLoads + spinYields {
+		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
+			return false, nil
+		}
+		if i >= spinLoads {
+			runtime.Gosched()
+		}
+	}
+	gate := &m.e.WriterGate
+	if ctx.Done() != nil {
+		// As in wait: cancellation bumps the gate and wakes every writer.
+		stop := context.AfterFunc(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })
+		defer stop()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			m.passWriterWake() // the wake this sleeper took may have been the next writer's
+			return false, err
+		}
+		sleep := livenessInterval
+		if d, ok := ctx.Deadline(); ok {
+			sleep = min(sleep, max(time.Until(d), time.Microsecond))
+		}
+		m.e.WriterSleepers.Add(1)
+		seq := gate.Load()
+		if w.Load() == 0 {
+			m.unregisterWriter()
+			if w.CompareAndSwap(0, m.pid) {
+				return false, nil
+			}
+			continue
+		}
+		werr := futex.Wait(gate, seq, sleep)
+		m.unregisterWriter()
+		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
+			return false, nil
+		}
+		if errors.Is(werr, futex.ErrTimeout) {
+			if o := w.Load(); o != 0 && !m.alive(o) && w.CompareAndSwap(o, m.pid) {
+				m.e.Generation.Add(1)
+				m.repairs.Add(1)
+				return true, nil
+			}
+		}
+	}
+}
+
+// unregisterWriter takes one sleeper off WriterSleepers and clears the
+// wake-pending bit: if this writer was the one woken, the next release may
+// wake another; if it was not, that costs at most one early wake.
+func (m *Mutex) unregisterWriter() {
+	ws := &m.e.WriterSleepers
+	for {
+		v := ws.Load()
+		n := v & writerSleeperMask
+		if n > 0 {
+			n--
+		}
+		if ws.CompareAndSwap(v, n) {
+			return
+		}
+	}
+}
+
+// wakeWriter wakes one writer asleep on WriterGate, unless none is or a
+// woken one has not run yet. The caller has released the Writer word.
+func (m *Mutex) wakeWriter() {
+	ws := &m.e.WriterSleepers
+	for {
+		v := ws.Load()
+		if v&writerSleeperMask == 0 || v&writerWakePending != 0 {
+			return
+		}
+		if ws.CompareAndSwap(v, v|writerWakePending) {
+			break
+		}
+	}
+	m.e.WriterGate.Add(1)
+	if n, err := futex.Wake(&m.e.WriterGate, 1); n == 0 || err != nil {
+		// The registered sleepers are not in the kernel yet: they will find
+		// the gate changed. Nobody is on the way to clear the bit.
+		ws.And(^writerWakePending)
+	}
+}
+
+// passWriterWake is for a writer that gives up waiting: if the Writer word
+// is free, the wake it may have consumed goes to the next writer.
+func (m *Mutex) passWriterWake() {
+	if m.e.Writer.Load() == 0 && m.e.WriterSleepers.Load() != 0 {
+		m.wakeWriter()
+	}
 }
 
 // clearDeadReaders drops the records of dead processes: CAS the owner to
@@ -161,11 +273,14 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 
 // releaseWriterWord ends the caller's hold of the Writer word: holder id
 // first, then the generation, then the word, so anyone who sees the word
-// free sees the rest reset.
+// free sees the rest reset; then it wakes one waiting writer.
 func (m *Mutex) releaseWriterWord() {
-	m.e.WriterTID.Store(0)
+	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer store
 	m.e.Generation.Add(1)
 	m.e.Writer.Store(0)
+	if m.e.WriterSleepers.Load() != 0 {
+		m.wakeWriter()
+	}
 }
 
 func (m *Mutex) releaseUpgraderWord() {
