@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"context"
+	"time"
 
 	"github.com/shmlock/shmlock/internal/memview"
 )
@@ -51,12 +52,73 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 // finishLock is Lock once the Writer word is the caller's: set stateWrite
 // when the upgrade lock is free, then wait for readers to drain. On
 // failure it undoes both.
+//
+// Readers still holding the lock get a grace period (softDrain). Readers
+// on a CPU leave within a few loads of the drain check; if they have not,
+// one of them is probably off the CPU (processes outnumber cores), and
+// stateWrite would stop every other reader for as long as that one is.
+// So the writer clears stateWrite again and, yielding, waits for a moment
+// with no reader while readers go on; then it tries again. Once the grace
+// period is over, stateWrite stays and keeps new readers out until the
+// readers there are have left, so a stream of readers cannot starve the
+// writer.
 func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
+	var graceEnd time.Time // zero until the grace period begins
+	for {
+		if err := m.setWriteBit(ctx, try, &reclaimed); err != nil {
+			return err
+		}
+		for range spinLoads {
+			if m.readersZero() {
+				m.setReclaimed(reclaimed)
+				return nil
+			}
+			if try {
+				m.abandonWriter()
+				return ErrWouldBlock
+			}
+		}
+		now := time.Now()
+		if graceEnd.IsZero() {
+			graceEnd = now.Add(softDrain)
+		}
+		if !now.Before(graceEnd) {
+			break
+		}
+		m.clearWriteBit()
+		m.wake(m.sharedGate())
+		for !m.readersZero() && time.Now().Before(graceEnd) {
+			if err := ctx.Err(); err != nil {
+				m.releaseWriterWord()
+				m.wake(m.sharedGate())
+				return err
+			}
+			yield()
+		}
+	}
+	for !m.readersZero() {
+		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
+		if err != nil {
+			m.abandonWriter()
+			return err
+		}
+		if slice {
+			m.clearDeadReaders()
+		}
+	}
+	m.setReclaimed(reclaimed)
+	return nil
+}
+
+// setWriteBit sets stateWrite for the holder of the Writer word once the
+// upgrade lock is free (or finds it set: by itself, or by a dead writer it
+// took over), releasing a dead upgrade holder's lock if it must.
+func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) error {
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
 			if s&stateWrite != 0 || m.e.State.CompareAndSwap(s, s|stateWrite) {
-				break
+				return nil
 			}
 			continue
 		}
@@ -71,26 +133,10 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		}
 		if slice {
 			if _, unique := m.releaseDeadUpgrader(); unique {
-				reclaimed = true // it died holding the unique lock
+				*reclaimed = true // it died holding the unique lock
 			}
 		}
 	}
-	for !m.readersZero() {
-		if try {
-			m.abandonWriter()
-			return ErrWouldBlock
-		}
-		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
-		if err != nil {
-			m.abandonWriter()
-			return err
-		}
-		if slice {
-			m.clearDeadReaders()
-		}
-	}
-	m.setReclaimed(reclaimed)
-	return nil
 }
 
 // abandonWriter undoes a Lock that could not finish.

@@ -133,6 +133,7 @@ const (
 	spinLoads        = 100                   // checks before yielding
 	spinYields       = 4                     // runtime.Gosched rounds before sleeping
 	livenessInterval = 50 * time.Millisecond // longest sleep between liveness checks
+	softDrain        = time.Millisecond      // a writer's grace period for readers (finishLock)
 
 	recordsPerLine = 64 / 16 // reader records per cache line
 )

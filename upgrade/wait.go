@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
 )
@@ -40,8 +42,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 	if ctx.Done() != nil {
 		// A sleeper cannot watch a channel: cancellation wakes the gate,
 		// and the other sleepers on it sleep again.
-		stop := context.AfterFunc(ctx, func() { g.word.Add(1); _, _ = futex.WakeAll(g.word) })
-		defer stop()
+		defer onCancel(ctx, func() { g.word.Add(1); _, _ = futex.WakeAll(g.word) })()
 	}
 	sleep := livenessInterval
 	if d, ok := ctx.Deadline(); ok {
@@ -59,6 +60,30 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 		return false, cerr
 	}
 	return errors.Is(err, futex.ErrTimeout), nil
+}
+
+// yield lets other goroutines of this process run, then other processes
+// of this CPU: runtime.Gosched alone returns at once in a process whose
+// only goroutine is the caller.
+func yield() {
+	runtime.Gosched()
+	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
+
+// onCancel runs f when ctx is done, until the returned stop is called;
+// stop returns only once f has finished if it started. f touches the
+// segment's memory, which the caller may unmap right after the wait ends.
+func onCancel(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	stopF := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	return func() {
+		if !stopF() {
+			<-done
+		}
+	}
 }
 
 // wake wakes every sleeper of g, if it has any. The caller has changed the
@@ -109,8 +134,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 	gate := &m.e.WriterGate
 	if ctx.Done() != nil {
 		// As in wait: cancellation bumps the gate and wakes every writer.
-		stop := context.AfterFunc(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })
-		defer stop()
+		defer onCancel(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })()
 	}
 	for {
 		if err := ctx.Err(); err != nil {
