@@ -45,7 +45,7 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 	if err != nil {
 		return err
 	}
-	m.e.WriterTID.Store(m.tid)
+	memview.StoreOwned(&m.e.WriterTID, m.tid) // published by setWriteBit's CAS, or the Writer release
 	return m.finishLock(ctx, try, reclaimed)
 }
 
