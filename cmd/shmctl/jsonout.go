@@ -105,8 +105,11 @@ import (
 //	  reader_records    number     reader records of the mutex, used or not
 //	  shared_waiters    number     sleepers on the shared gate (readers,
 //	                               upgrade seekers)
-//	  unique_waiters    number     sleepers on the unique gate (writers, a
-//	                               pending upgrade)
+//	  unique_waiters    number     sleepers on the unique gate (a writer or
+//	                               a pending upgrade waiting for readers to
+//	                               leave, or a writer for the upgrade lock)
+//	  writer_waiters    number     writers asleep waiting for the writers'
+//	                               mutex (another writer's turn)
 //	  generation        number     bumped by every release of the writer or
 //	                               the upgrade holder, and every takeover
 //	  dead              number     writer, upgrader and reader records whose
@@ -239,6 +242,7 @@ type (
 		ReaderRecords int          `json:"reader_records"`
 		SharedWaiters uint32       `json:"shared_waiters"`
 		UniqueWaiters uint32       `json:"unique_waiters"`
+		WriterWaiters uint32       `json:"writer_waiters"`
 		Generation    uint64       `json:"generation"`
 		Dead          int          `json:"dead"`
 	}

@@ -42,7 +42,9 @@ upgrade+shared, unique, or upgraded: the upgrade holder's unique lock);
 its readers, as pid:holds for each reader record with holds or a dead
 owner; the writer (holding or waiting for the unique lock) and the upgrade
 holder, by pid; whether an upgrade is pending (new readers wait); the
-sleepers on its two gates (shared/unique); and how many of its holders
+sleepers on its gates (shared: readers and upgrade seekers, unique: a
+writer or an upgrade draining readers, writers: writers queued for the
+writers' mutex), as shared/unique/writers; and how many of its holders
 and reader records belong to dead processes, which 'shmctl reclaim'
 frees. A dead or stale process is marked "(dead)" or "(stale)", a writer
 still waiting for readers or the upgrade lock "(waiting)".
@@ -54,7 +56,8 @@ read-only and nothing in it changes.
 JSON fields: path, rwlocks [{index, name, refs, held, state, write_bit,
 upgrade_bit, pending, writer, writer_waiting, upgrader, shared_holds,
 readers [{record, pid, start_ticks, owner_state, count}], reader_records,
-shared_waiters, unique_waiters, generation, dead}]; writer and upgrader
+shared_waiters, unique_waiters, writer_waiters, generation, dead}]; writer
+and upgrader
 are {pid, start_ticks, owner_state, tid} or null.`,
 		Example: `  shmctl rwlocks jobs
   shmctl rwlocks jobs --json | jq '.rwlocks[] | select(.dead > 0)'`,
@@ -97,7 +100,7 @@ func runRWLocks(opts *rwlocksOptions) error {
 			pending = "yes"
 		}
 		t.AddRow(l.Index, l.Name, l.Refs, l.Held, readersCell(l.Readers), writer, holderCell(l.Upgrader),
-			pending, fmt.Sprintf("%d/%d", l.SharedWaiters, l.UniqueWaiters), l.Dead)
+			pending, fmt.Sprintf("%d/%d/%d", l.SharedWaiters, l.UniqueWaiters, l.WriterWaiters), l.Dead)
 	}
 	return t.Render()
 }
@@ -158,7 +161,8 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 			Writer:   holder(seg, st.Writer, st.WriterTID),
 			Upgrader: holder(seg, st.Upgrader, st.UpgraderTID),
 			Readers:  make([]readerJSON, 0, len(st.Readers)), ReaderRecords: st.ReaderRecords,
-			SharedWaiters: st.SharedWaiters, UniqueWaiters: st.UniqueWaiters, Generation: st.Generation,
+			SharedWaiters: st.SharedWaiters, UniqueWaiters: st.UniqueWaiters, WriterWaiters: st.WriterWaiters,
+			Generation: st.Generation,
 		}
 		for _, r := range st.Readers {
 			id, _ := proc.Unpack(r.Owner)
@@ -180,7 +184,7 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 		// and the readers are gone.
 		l.WriterWaiting = l.Writer != nil && l.Held != heldUnique
 		inUse := claimed || st.State != 0 || l.Writer != nil || l.Upgrader != nil || len(l.Readers) > 0 ||
-			st.SharedWaiters != 0 || st.UniqueWaiters != 0
+			st.SharedWaiters != 0 || st.UniqueWaiters != 0 || st.WriterWaiters != 0
 		if inUse || all {
 			doc.RWLocks = append(doc.RWLocks, l)
 		}

@@ -103,9 +103,9 @@ func TestRWLocksText(t *testing.T) {
 	seg, _ := rwlocksSegment(t)
 	pid := proc.Self().PID
 	inUse := fmt.Sprintf(""+
-		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0\t0\n"+
-		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0\t2\n"+
-		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0\t1\n", pid)
+		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0/0\t0\n"+
+		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0/0\t2\n"+
+		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0/0\t1\n", pid)
 
 	r := shmctl(t, false, "rwlocks", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
@@ -115,10 +115,10 @@ func TestRWLocksText(t *testing.T) {
 	r = shmctl(t, false, "rwlocks", "--all", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, fmt.Sprintf(""+
-		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0\t0\n"+
-		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0\t2\n"+
-		"2\t\t0\tfree\t-\t-\t-\tno\t0/0\t0\n"+
-		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0\t1\n", pid), r.stdout)
+		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0/0\t0\n"+
+		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0/0\t2\n"+
+		"2\t\t0\tfree\t-\t-\t-\tno\t0/0/0\t0\n"+
+		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0/0\t1\n", pid), r.stdout)
 
 	r = shmctl(t, true, "rwlocks", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
@@ -170,7 +170,7 @@ func TestRWLocksJSON(t *testing.T) {
 	l := raw["rwlocks"].([]any)[1].(map[string]any)
 	assert.ElementsMatch(t, []string{"index", "name", "refs", "held", "state", "write_bit", "upgrade_bit", "pending",
 		"writer", "writer_waiting", "upgrader", "shared_holds", "readers", "reader_records", "shared_waiters",
-		"unique_waiters", "generation", "dead"}, keys(l))
+		"unique_waiters", "writer_waiters", "generation", "dead"}, keys(l))
 	assert.ElementsMatch(t, []string{"pid", "start_ticks", "owner_state", "tid"}, keys(l["writer"].(map[string]any)))
 	assert.Nil(t, l["upgrader"])
 	assert.ElementsMatch(t, []string{"record", "pid", "start_ticks", "owner_state", "count"},
@@ -224,4 +224,36 @@ func TestRWLocksBroken(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 	assert.Empty(t, doc.RWLocks)
 	assert.NotNil(t, doc.RWLocks, "an empty array, not null")
+}
+
+// A writer queued behind another shows among the writers' sleepers.
+func TestRWLocksWriterWaiting(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
+	w1, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	w2, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	require.NoError(t, w1.Lock())
+	done := make(chan error)
+	go func() { done <- w2.Lock() }()
+	var doc rwlocksJSON
+	for {
+		res := shmctl(t, false, "rwlocks", "--json", seg.Path())
+		require.Equal(t, exitOK, res.code, "stderr: %s", res.stderr)
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
+		if doc.RWLocks[0].WriterWaiters == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	assert.Equal(t, "unique", doc.RWLocks[0].Held)
+	assert.False(t, doc.RWLocks[0].WriterWaiting, "the holder's own Writer word")
+	r := shmctl(t, false, "rwlocks", seg.Path())
+	assert.Contains(t, r.stdout, "\tno\t0/0/1\t0\n")
+	require.NoError(t, w1.Unlock())
+	require.NoError(t, <-done)
+	require.NoError(t, w2.Unlock())
+	require.NoError(t, w1.Close())
+	require.NoError(t, w2.Close())
 }
