@@ -10,9 +10,10 @@
 //     letting a writer in between;
 //   - unique (Lock): one holder and nobody else.
 //
-// A pending upgrade and a writer that has started to drain the readers
-// block new readers, so neither starves under a stream of readers.
-// Downgrades (UniqueToUpgrade, UniqueToShared) never block.
+// A pending upgrade, and a writer that has waited a moment (a millisecond)
+// for the readers to drain, block new readers, so neither starves under a
+// stream of readers. Downgrades (UniqueToUpgrade, UniqueToShared) never
+// block.
 //
 // Robustness: the writer and the upgrade holder are recorded by process
 // identity (pid and start time) and handle id, so a waiter that finds one
@@ -26,7 +27,8 @@
 // Every blocking call has a Try form (never waits) and a Context form
 // (waits until the context is done, then leaves the lock as it was). Waiters
 // spin briefly, then sleep on futexes in the entry, waking at least every
-// 50 ms to look for dead holders.
+// 50 ms to look for dead holders; a release wakes one queued writer, or
+// every waiting reader.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	m, _ := upgrade.Named(seg, "table")

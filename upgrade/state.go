@@ -27,8 +27,9 @@ import "time"
 //     word is the writers' own mutex: CAS 0 -> identity takes it, and only
 //     its holder sets stateWrite without stateUpgrade, which it does only
 //     while stateUpgrade is clear. It then waits for the reader sum to
-//     reach 0. Unlock clears stateWrite, then WriterTID, bumps Generation,
-//     and clears Writer last.
+//     reach 0 (clearing stateWrite again, for a grace period, if readers
+//     are slow to leave: see finishLock). Unlock clears stateWrite, then
+//     WriterTID, bumps Generation, and clears Writer last.
 //   - Upgrader and UpgraderTID name the upgrade holder likewise; its holder
 //     sets stateUpgrade only while stateWrite is clear, so the writer and
 //     the upgrade holder exclude each other through the state word, and
@@ -88,8 +89,9 @@ import "time"
 //     a cancelled Lock that had set stateWrite clears it and wakes both.
 //
 // Fairness: a writer that holds the writers' mutex keeps new upgrade
-// seekers out (they wait for Writer to be 0), and once it sets stateWrite
-// it keeps new readers out; a pending upgrade keeps new readers out. So
+// seekers out (they wait for Writer to be 0), and once its grace period
+// for readers (softDrain) is over, stateWrite keeps new readers out until
+// it has the lock; a pending upgrade keeps new readers out at once. So
 // readers cannot starve writers or upgraders. Among writers, and among
 // readers woken together, no order is promised.
 const (
