@@ -33,7 +33,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 			return false, nil
 		}
 		if i >= spinLoads {
-			runtime.Gosched()
+			yield()
 		}
 	}
 	if err := ctx.Err(); err != nil {
