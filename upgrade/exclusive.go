@@ -169,7 +169,7 @@ func (m *Mutex) checkFree(ctx context.Context) error {
 // it.
 func (m *Mutex) Unlock() error {
 	if !m.holdsWriter() {
-		if m.e.Writer.Load() != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+		if m.e.Writer.Load()&^writerHungry != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
 			return ErrNotOwner
 		}
 		return ErrNotHeld

@@ -22,3 +22,8 @@ const (
 	StateUpgrade = stateUpgrade
 	StatePending = statePending
 )
+
+const (
+	WriterHungry  = writerHungry
+	WriterHandoff = writerHandoff
+)

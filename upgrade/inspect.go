@@ -8,7 +8,7 @@ import "github.com/shmlock/shmlock/shm"
 type Status struct {
 	Index          int
 	State          uint32 // the raw state word
-	Writer         uint64 // packed identity holding (or waiting for) the writers' mutex; 0 if none
+	Writer         uint64 // packed identity holding (or waiting for) the writers' mutex; 0 if none (or handed to waiting writers)
 	WriterTID      uint64
 	Upgrader       uint64 // packed identity holding (or taking) the upgrade lock; 0 if none
 	UpgraderTID    uint64
@@ -44,7 +44,7 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 	w := e.Waiters.Load()
 	s := Status{
 		Index: i, State: st,
-		Writer: e.Writer.Load(), WriterTID: e.WriterTID.Load(),
+		Writer: e.Writer.Load() &^ writerHungry, WriterTID: e.WriterTID.Load(),
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
 		SharedWaiters: w & waitersMask, UniqueWaiters: w >> 16,
@@ -86,7 +86,7 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 		return Repair{}, err
 	}
 	var rep Repair
-	if o := m.e.Writer.Load(); o != 0 && !m.alive(o) {
+	if o := m.e.Writer.Load() &^ writerHungry; o != 0 && !m.alive(o) {
 		if dryRun || m.releaseDeadWriter() {
 			rep.Writer = o
 		}

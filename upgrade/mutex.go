@@ -170,7 +170,7 @@ func (m *Mutex) setReclaimed(v bool) {
 }
 
 func (m *Mutex) holdsWriter() bool {
-	return m.e.Writer.Load() == m.pid && m.e.WriterTID.Load() == m.tid
+	return m.e.Writer.Load()&^writerHungry == m.pid && m.e.WriterTID.Load() == m.tid
 }
 
 func (m *Mutex) holdsUpgrader() bool {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
@@ -282,4 +283,59 @@ func TestWriterQueue(t *testing.T) {
 	require.NoError(t, err)
 	checkFree(t, t, st)
 	require.Zero(t, st.WriterWaiters)
+}
+
+// A release handed to waiting writers that nobody takes (the hungry
+// writer died or gave up) does not wedge anyone: TryLock says it would
+// block, a waiting writer takes it, and an upgrade seeker frees it at its
+// liveness check.
+func TestStaleHandoff(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w := open(t, seg)
+
+	e.Writer.Store(upgrade.WriterHandoff)
+	require.ErrorIs(t, w.TryLock(), upgrade.ErrWouldBlock)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.Zero(t, st.Writer, "a handoff names no writer")
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed(), "a handoff is no dead holder")
+	require.NoError(t, w.Unlock())
+
+	e.Writer.Store(upgrade.WriterHandoff)
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.Zero(t, e.Writer.Load())
+	require.NoError(t, u.UnlockUpgrade())
+	st, err = upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+}
+
+// A writer that waits marks the holder's word hungry; the holder still
+// knows itself, and its release goes to the waiting writer.
+func TestHungryHandoff(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w1, w2 := open(t, seg), open(t, seg)
+	require.NoError(t, w1.Lock())
+	got := make(chan error, 1)
+	go func() { got <- w2.Lock() }()
+	waitFor(t, func() bool { return e.Writer.Load()&upgrade.WriterHungry != 0 }, "the waiting writer to mark the word")
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.Equal(t, proc.Self().Pack(), st.Writer, "Inspect shows the holder without the mark")
+	require.ErrorIs(t, w1.Lock(), upgrade.ErrHeld, "the holder still knows it holds")
+	require.NoError(t, w1.Unlock())
+	require.NoError(t, <-got)
+	require.ErrorIs(t, w1.TryLock(), upgrade.ErrWouldBlock)
+	require.NoError(t, w2.Unlock())
+	st, err = upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
 }

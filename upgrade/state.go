@@ -110,6 +110,22 @@ const (
 	waitersMask          = 1<<16 - 1
 )
 
+// Handoff to waiting writers (fairness among writers). A writer that has
+// spun a full round without getting the Writer word is hungry: it sets
+// writerHungry in the word, beside the holder's identity (packed
+// identities never use bit 62: start times would need 700 years of
+// ticks). The holder's release then stores writerHandoff instead of 0:
+// only a hungry writer (one past its first round) may take that, so the
+// releaser cannot take the lock straight back, nor can a newcomer on the
+// fast path. The mark goes with each release, so a hungry writer that
+// died marks at most one; a handoff nobody takes goes back to everyone
+// when its waiters give up (passWriterWake), when a hungry newcomer takes
+// it, or at a liveness check (releaseDeadWriter).
+const (
+	writerHungry  uint64 = 1 << 62
+	writerHandoff        = writerHungry // the Writer word of a release handed to the hungry
+)
+
 // The WriterSleepers word: writers asleep on WriterGate, and whether one
 // has been woken and has not run yet.
 const (

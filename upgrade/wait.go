@@ -131,6 +131,13 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 			runtime.Gosched()
 		}
 	}
+	// Hungry from here on: the holder's word says a writer has waited, and
+	// its release is handed to the waiting writers (writerHandoff).
+	for range spinLoads {
+		if m.claimHungry() {
+			return false, nil
+		}
+	}
 	gate := &m.e.WriterGate
 	if ctx.Done() != nil {
 		// As in wait: cancellation bumps the gate and wakes every writer.
@@ -138,7 +145,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			m.passWriterWake() // the wake this sleeper took may have been the next writer's
+			m.passWriterWake() // the wake or the handoff may have been meant for this writer
 			return false, err
 		}
 		sleep := livenessInterval
@@ -147,26 +154,43 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		}
 		m.e.WriterSleepers.Add(1)
 		seq := gate.Load()
-		if w.Load() == 0 {
+		if o := w.Load(); o == 0 || o == writerHandoff {
 			m.unregisterWriter()
-			if w.CompareAndSwap(0, m.pid) {
+			if w.CompareAndSwap(o, m.pid) {
 				return false, nil
 			}
 			continue
+		} else if o&writerHungry == 0 {
+			w.CompareAndSwap(o, o|writerHungry) // if the holder changed, the next loop marks it
 		}
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()
-		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
+		if m.claimHungry() {
 			return false, nil
 		}
 		if errors.Is(werr, futex.ErrTimeout) {
-			if o := w.Load(); o != 0 && !m.alive(o) && w.CompareAndSwap(o, m.pid) {
+			o := w.Load()
+			if id := o &^ writerHungry; id != 0 && !m.alive(id) && w.CompareAndSwap(o, m.pid) {
 				m.e.Generation.Add(1)
 				m.repairs.Add(1)
 				return true, nil
 			}
 		}
 	}
+}
+
+// claimHungry is one try of a writer that has waited: take the Writer
+// word if it is free or handed to the waiting writers, or else mark the
+// holder's word hungry, so that its release is handed over.
+func (m *Mutex) claimHungry() bool {
+	w := &m.e.Writer
+	switch o := w.Load(); {
+	case o == 0 || o == writerHandoff:
+		return w.CompareAndSwap(o, m.pid)
+	case o&writerHungry == 0:
+		w.CompareAndSwap(o, o|writerHungry)
+	}
+	return false
 }
 
 // unregisterWriter takes one sleeper off WriterSleepers and clears the
@@ -210,6 +234,9 @@ func (m *Mutex) wakeWriter() {
 // passWriterWake is for a writer that gives up waiting: if the Writer word
 // is free, the wake it may have consumed goes to the next writer.
 func (m *Mutex) passWriterWake() {
+	// A handoff goes back to everyone: other waiters may be hungry, or
+	// not yet, and a fast-path writer may take it.
+	m.e.Writer.CompareAndSwap(writerHandoff, 0)
 	if m.e.Writer.Load() == 0 && m.e.WriterSleepers.Load() != 0 {
 		m.wakeWriter()
 	}
@@ -236,7 +263,16 @@ func (m *Mutex) clearDeadReaders() {
 // so of several repairers exactly one proceeds.
 func (m *Mutex) releaseDeadWriter() bool {
 	o := m.e.Writer.Load()
-	if o == 0 || m.alive(o) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+	if o == writerHandoff {
+		// Handed to waiting writers a liveness slice ago and still not
+		// taken: they gave up or died. Free it for everyone.
+		if m.e.Writer.CompareAndSwap(o, 0) {
+			m.wake(m.sharedGate())
+			m.wakeWriter()
+		}
+		return false
+	}
+	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
 		return false
 	}
 	m.e.WriterTID.Store(m.tid)
@@ -297,11 +333,22 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 
 // releaseWriterWord ends the caller's hold of the Writer word: holder id
 // first, then the generation, then the word, so anyone who sees the word
-// free sees the rest reset; then it wakes one waiting writer.
+// free sees the rest reset; then it wakes one waiting writer. If a writer
+// has waited (writerHungry), the word goes to the waiting writers
+// (writerHandoff) rather than to whoever comes first.
 func (m *Mutex) releaseWriterWord() {
-	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer store
+	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer CAS
 	m.e.Generation.Add(1)
-	m.e.Writer.Store(0)
+	for {
+		// Waiting writers only ever add writerHungry to the word.
+		o, next := m.e.Writer.Load(), uint64(0)
+		if o&writerHungry != 0 {
+			next = writerHandoff
+		}
+		if m.e.Writer.CompareAndSwap(o, next) {
+			break
+		}
+	}
 	if m.e.WriterSleepers.Load() != 0 {
 		m.wakeWriter()
 	}
