@@ -146,7 +146,8 @@ func rwHelper(args []string) int {
 // holdHelper takes a hold and keeps it until killed. Modes: shared,
 // upgrade, unique, unique-half (Lock, then half a write), upgraded-half
 // (upgrade to unique, then half a write), pending (upgrade lock, then an
-// UpgradeToUnique that the parent's shared hold keeps waiting).
+// UpgradeToUnique that the parent's shared hold keeps waiting), queued
+// (prints "held" first, then waits in Lock behind the parent).
 func holdHelper(args []string) int {
 	seg, m, rec, err := openHelper(args[0])
 	if err != nil {
@@ -171,6 +172,11 @@ func holdHelper(args []string) int {
 				rec.write(rec[0].Load()+1, len(rec)/2)
 			}
 		}
+	case "queued":
+		// Queue behind the parent's unique lock; the parent kills this
+		// process while it waits, marked hungry.
+		fmt.Println("held")
+		err = m.Lock()
 	case "pending":
 		if err = m.LockUpgrade(); err == nil {
 			fmt.Println("upgrade held")

@@ -243,3 +243,34 @@ func TestReclaim(t *testing.T) {
 	require.True(t, rep.Empty())
 	require.NoError(t, live.UnlockShared())
 }
+
+// A writer killed while it waits in the writers' queue, having marked the
+// holder's word hungry: the holder's release is handed to nobody, and
+// still the other writers and an upgrade seeker go on.
+func TestKillQueuedWriter(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w := open(t, seg)
+	require.NoError(t, w.Lock())
+	c := startChild(t, "hold", path, "queued")
+	c.waitLine(t, "held")
+	waitFor(t, func() bool {
+		st, _ := upgrade.Inspect(seg, 0)
+		return e.Writer.Load()&upgrade.WriterHungry != 0 && st.WriterWaiters == 1
+	}, "the queued writer to mark the word and sleep")
+	c.kill(t)
+	require.NoError(t, w.Unlock())
+	require.Equal(t, upgrade.WriterHandoff, e.Writer.Load(), "handed to the dead writer")
+
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade(), "an upgrade seeker frees the handoff at its liveness check")
+	require.NoError(t, u.UnlockUpgrade())
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed())
+	require.NoError(t, w.Unlock())
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+}
