@@ -315,8 +315,9 @@ func TestStaleHandoff(t *testing.T) {
 	checkFree(t, t, st)
 }
 
-// A writer that waits marks the holder's word hungry; the holder still
-// knows itself, and its release goes to the waiting writer.
+// A writer on a CPU that has waited a round marks the holder's word
+// hungry (here the test marks it for the writer asleep in the queue); the
+// holder still knows itself, and its release goes to the waiting writer.
 func TestHungryHandoff(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
@@ -326,7 +327,13 @@ func TestHungryHandoff(t *testing.T) {
 	require.NoError(t, w1.Lock())
 	got := make(chan error, 1)
 	go func() { got <- w2.Lock() }()
-	waitFor(t, func() bool { return e.Writer.Load()&upgrade.WriterHungry != 0 }, "the waiting writer to mark the word")
+	// A sleeping writer asks for no handoff: it takes its mark off first.
+	waitFor(t, func() bool {
+		st, _ := upgrade.Inspect(seg, 0)
+		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
+	}, "the writer to sleep")
+	o := e.Writer.Load()
+	require.True(t, e.Writer.CompareAndSwap(o, o|upgrade.WriterHungry))
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
 	require.Equal(t, proc.Self().Pack(), st.Writer, "Inspect shows the holder without the mark")

@@ -117,7 +117,11 @@ const (
 // ticks). The holder's release then stores writerHandoff instead of 0:
 // only a hungry writer (one past its first round) may take that, so the
 // releaser cannot take the lock straight back, nor can a newcomer on the
-// fast path. The mark goes with each release, so a hungry writer that
+// fast path. Only a writer on a CPU (spinning) marks the word, and it
+// takes the mark off before it goes to sleep: a release handed to a
+// sleeper would leave the lock idle until the sleeper runs, a convoy when
+// processes outnumber cores. A woken writer spins, hungry, before it
+// sleeps again. The mark goes with each release, so a hungry writer that
 // died marks at most one; a handoff nobody takes goes back to everyone
 // when its waiters give up (passWriterWake), when a hungry newcomer takes
 // it, or at a liveness check (releaseDeadWriter).

@@ -85,6 +85,15 @@ var states = map[string]func(tb testing.TB, h *handles){
 		require.NoError(tb, h.b.LockUpgrade())
 		h.pending = make(chan error, 1)
 		go func() { h.pending <- h.b.UpgradeToUnique() }()
+		// If the test fails before releaseAll, the upgrade must still end
+		// before the segment is unmapped: a goroutine left waiting would
+		// write into whatever is mapped there next.
+		tb.Cleanup(func() {
+			if h.pending != nil {
+				_ = h.c.UnlockShared()
+				<-h.pending
+			}
+		})
 		waitFor(tb, func() bool {
 			st, _ := upgrade.Inspect(h.seg, 0)
 			return st.UpgradePending
@@ -210,6 +219,10 @@ func TestEveryStateEveryCall(t *testing.T) {
 					// mutex and gave it back); nothing else may.
 					before.Generation, after.Generation = 0, 0
 					before.Readers, after.Readers = nil, nil
+					// B's pending upgrade wakes every liveness interval,
+					// and is not counted while it is awake.
+					before.SharedWaiters, after.SharedWaiters = 0, 0
+					before.UniqueWaiters, after.UniqueWaiters = 0, 0
 					require.Equal(t, before, after, "a failed call changed the state")
 					require.Equal(t, state, h.describe(t))
 				} else {
@@ -229,6 +242,7 @@ func releaseAll(tb testing.TB, h *handles) {
 	if h.pending != nil {
 		require.NoError(tb, h.c.UnlockShared())
 		require.NoError(tb, <-h.pending)
+		h.pending = nil
 	}
 	for _, m := range []*upgrade.Mutex{h.a, h.b, h.c} {
 		_ = m.UniqueToUpgrade()

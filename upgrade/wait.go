@@ -160,13 +160,17 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 				return false, nil
 			}
 			continue
-		} else if o&writerHungry == 0 {
-			w.CompareAndSwap(o, o|writerHungry) // if the holder changed, the next loop marks it
+		} else if o&writerHungry != 0 {
+			// A release handed to a sleeper would leave the lock idle
+			// until it runs: only writers on a CPU ask for handoffs.
+			w.CompareAndSwap(o, o&^writerHungry)
 		}
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()
-		if m.claimHungry() {
-			return false, nil
+		for range spinLoads {
+			if m.claimHungry() {
+				return false, nil
+			}
 		}
 		if errors.Is(werr, futex.ErrTimeout) {
 			o := w.Load()
