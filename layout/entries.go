@@ -15,6 +15,7 @@ const (
 	TxnRecordSize    = 128
 	ArenaUnit        = 64
 	LockMgrEntrySize = 256
+	ReaderRecordSize = 16
 )
 
 // OwnerSlot is the unified owner of design 001: one 32-byte record that says
@@ -95,16 +96,29 @@ type DirEntry struct {
 // UpgradeEntry is the state of one upgradeable mutex (design 000). Package
 // upgrade owns the meaning of every word; the layout fixes where they are.
 type UpgradeEntry struct {
-	State       atomic.Uint32 // write bit 31, upgrade bit 30, pending bit 29, readers 0-28
-	SharedGate  atomic.Uint32 // futex word for shared and upgrade waiters (gate1)
-	UniqueGate  atomic.Uint32 // futex word for writers and a pending upgrade (gate2)
-	Waiters     atomic.Uint32 // processes sleeping on either gate
-	Writer      atomic.Uint64 // packed identity of the writer; 0 if none
-	WriterTID   atomic.Uint64 // holder id of the writer
-	Upgrader    atomic.Uint64 // packed identity of the upgrade holder; 0 if none
-	UpgraderTID atomic.Uint64 // holder id of the upgrade holder
-	Generation  atomic.Uint64 // bumped by every exclusive release and reclaim
-	_           uint64
+	State          atomic.Uint32 // write bit 31, upgrade bit 30, pending bit 29 (readers: in ReaderRecords)
+	SharedGate     atomic.Uint32 // futex word for shared and upgrade waiters (gate1)
+	UniqueGate     atomic.Uint32 // futex word for a writer or an upgrade draining readers (gate2)
+	Waiters        atomic.Uint32 // processes sleeping on either gate
+	Writer         atomic.Uint64 // packed identity of the writer; 0 if none
+	WriterTID      atomic.Uint64 // holder id of the writer
+	Upgrader       atomic.Uint64 // packed identity of the upgrade holder; 0 if none
+	UpgraderTID    atomic.Uint64 // holder id of the upgrade holder
+	Generation     atomic.Uint64 // bumped by every exclusive release and reclaim
+	WriterGate     atomic.Uint32 // futex word for writers waiting for Writer to be free
+	WriterSleepers atomic.Uint32 // sleepers on WriterGate, and a wake-pending bit
+}
+
+// ReaderRecord accounts the shared holds of one process (in package
+// upgrade, of one handle) on one upgrade mutex. Records of mutex i are
+// entries [i*R, (i+1)*R) of the upgrade_readers table, R being
+// Header.ReadersPerUpgrade. A record is free when Owner is 0; a process
+// takes a free one, or one whose owner died, by CAS of Owner, and only then
+// resets Count. Package upgrade owns the meaning of Count and Pad.
+type ReaderRecord struct {
+	Owner atomic.Uint64 // packed identity of the owning process; 0 if free
+	Count atomic.Uint32 // shared holds of the owner
+	Pad   atomic.Uint32
 }
 
 // CheckName reports whether name may be stored in a directory entry:

@@ -10,7 +10,7 @@ import (
 
 // Plan places every table of a new segment after the header.
 func ExamplePlan() {
-	h, err := layout.Plan(layout.Options{Slots: 8, Upgrades: 2, LockMgrEntries: 4})
+	h, err := layout.Plan(layout.Options{Slots: 8, Upgrades: 2, LockMgrEntries: 4, UpgradeReaders: 4})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -27,6 +27,7 @@ func ExamplePlan() {
 	// txn_records       offset 0x600 count 0
 	// txn_arena         offset 0x600 count 0
 	// lockmgr           offset 0x600 count 4
+	// upgrade_readers   offset 0xa00 count 8
 	// total size 4096
 }
 

@@ -158,12 +158,16 @@ func TestGolden(t *testing.T) {
 		{"created", le.Uint64(want[0x018:]), 1700000000_000000123},
 		{"pid_ns", le.Uint64(want[0x030:]), 4026531836},
 		{"creator", le.Uint64(want[0x038:]), 0x0000_1234_5600_0042},
-		{"table_count", uint64(le.Uint32(want[0x040:])), 7},
+		{"table_count", uint64(le.Uint32(want[0x040:])), 8},
 		{"owner_slots offset", le.Uint64(want[0x080+16:]), 0x200},
 		{"lockmgr kind", uint64(le.Uint32(want[0x140:])), 7},
 		{"lockmgr entry size", uint64(le.Uint32(want[0x144:])), 256},
 		{"lockmgr count", le.Uint64(want[0x148:]), 2},
 		{"lockmgr offset", le.Uint64(want[0x150:]), 0x580},
+		{"upgrade_readers kind", uint64(le.Uint32(want[0x160:])), 8},
+		{"upgrade_readers entry size", uint64(le.Uint32(want[0x164:])), 16},
+		{"upgrade_readers count", le.Uint64(want[0x168:]), 4},
+		{"upgrade_readers offset", le.Uint64(want[0x170:]), 0x780},
 		{"ready", uint64(le.Uint32(want[0x1C0:])), 0},
 	}
 	for _, s := range spots {

@@ -70,6 +70,8 @@ func TestUpgradeEntryLayout(t *testing.T) {
 		{"Upgrader", unsafe.Offsetof(u.Upgrader), 32},
 		{"UpgraderTID", unsafe.Offsetof(u.UpgraderTID), 40},
 		{"Generation", unsafe.Offsetof(u.Generation), 48},
+		{"WriterGate", unsafe.Offsetof(u.WriterGate), 56},
+		{"WriterSleepers", unsafe.Offsetof(u.WriterSleepers), 60},
 	})
 }
 
@@ -87,6 +89,7 @@ func TestKindEntrySize(t *testing.T) {
 		{layout.KindTxnRecords, "txn_records", layout.TxnRecordSize},
 		{layout.KindTxnArena, "txn_arena", layout.ArenaUnit},
 		{layout.KindLockMgr, "lockmgr", layout.LockMgrEntrySize},
+		{layout.KindUpgradeReaders, "upgrade_readers", layout.ReaderRecordSize},
 	}
 	if got, want := len(tests), layout.NumTables; got != want {
 		t.Fatalf("kinds under test: got %d, want NumTables = %d", got, want)

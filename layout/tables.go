@@ -17,11 +17,12 @@ const (
 	KindTxnRecords                       // transaction records (package txn)
 	KindTxnArena                         // arena space for transactions (package txn)
 	KindLockMgr                          // named-resource table (package lockmgr)
-	NumTables            = int(KindLockMgr)
+	KindUpgradeReaders                   // per-process reader records of each upgrade mutex
+	NumTables            = int(KindUpgradeReaders)
 )
 
 var kindNames = [NumTables]string{"owner_slots", "slot_directory", "upgrades",
-	"upgrade_directory", "txn_records", "txn_arena", "lockmgr"}
+	"upgrade_directory", "txn_records", "txn_arena", "lockmgr", "upgrade_readers"}
 
 func (k Kind) String() string {
 	if k >= 1 && int(k) <= NumTables {
@@ -33,7 +34,7 @@ func (k Kind) String() string {
 // Entry sizes, fixed by this format version.
 var entrySizes = [NumTables]uint32{
 	OwnerSlotSize, DirEntrySize, UpgradeEntrySize, DirEntrySize,
-	TxnRecordSize, ArenaUnit, LockMgrEntrySize,
+	TxnRecordSize, ArenaUnit, LockMgrEntrySize, ReaderRecordSize,
 }
 
 // EntrySize is the size in bytes of one entry of a table of kind k.
@@ -47,12 +48,24 @@ const (
 	MaxTxnRecords     = 1 << 20
 	MaxTxnArenaBytes  = 1 << 36
 	MaxLockMgrEntries = 1 << 20
+	MaxUpgradeReaders = 1 << 12 // reader records per upgrade mutex
+	MaxReaderRecords  = 1 << 24 // reader records in all
 	MaxTotalSize      = 1 << 40
 )
 
 var maxCounts = [NumTables]uint64{
 	MaxSlots, MaxSlots, MaxUpgrades, MaxUpgrades,
-	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries,
+	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries, MaxReaderRecords,
+}
+
+// ReadersPerUpgrade is the number of reader records of each upgrade mutex
+// (Options.UpgradeReaders); 0 when the segment has no upgrade mutexes.
+func (h *Header) ReadersPerUpgrade() int {
+	n := h.Table(KindUpgrades).Count
+	if n == 0 {
+		return 0
+	}
+	return int(h.Table(KindUpgradeReaders).Count / n)
 }
 
 // Table describes where one table lies in the segment.
@@ -81,6 +94,11 @@ type Options struct {
 	TxnRecords     int   // transaction records
 	TxnArenaBytes  int64 // arena bytes, rounded up to ArenaUnit
 	LockMgrEntries int   // named resources
+	// UpgradeReaders is the number of reader records of each upgrade
+	// mutex: how many processes (handles, in package upgrade) may hold or
+	// wait for its shared lock at once. The table has Upgrades times as
+	// many records.
+	UpgradeReaders int
 }
 
 // Defaults for Options fields left at zero by shm.Create and shmctl create.
@@ -90,6 +108,7 @@ const (
 	DefaultTxnRecords     = 16
 	DefaultTxnArenaBytes  = 256 << 10
 	DefaultLockMgrEntries = 64
+	DefaultUpgradeReaders = 32
 )
 
 // Plan lays out a segment for opts: every table cache-line aligned, one
@@ -97,9 +116,19 @@ const (
 // sizes return an ErrLimit error. The caller fills in the identity fields
 // (Created, BootID, PIDNamespace, Creator, Flags) before Encode.
 func Plan(opts Options) (Header, error) {
+	if opts.UpgradeReaders < 0 || opts.UpgradeReaders > MaxUpgradeReaders {
+		return Header{}, formatErr(ErrLimit, "upgrade_readers", "%d per mutex outside [0, %d]", opts.UpgradeReaders, MaxUpgradeReaders)
+	}
+	readers := int64(opts.UpgradeReaders)
+	if opts.Upgrades > 0 && opts.Upgrades <= MaxUpgrades {
+		readers *= int64(opts.Upgrades) // both bounded: no overflow
+	} else {
+		readers = 0 // no mutexes (or too many, rejected below): no records
+	}
 	counts := [NumTables]int64{
 		int64(opts.Slots), int64(opts.Slots), int64(opts.Upgrades), int64(opts.Upgrades),
 		int64(opts.TxnRecords), ceilDiv(opts.TxnArenaBytes, ArenaUnit), int64(opts.LockMgrEntries),
+		readers,
 	}
 	h := Header{Version: Version}
 	off := uint64(HeaderSize)
@@ -138,11 +167,15 @@ func (opts Options) WithDefaults() Options {
 	if opts.LockMgrEntries == 0 {
 		opts.LockMgrEntries = DefaultLockMgrEntries
 	}
+	if opts.UpgradeReaders == 0 {
+		opts.UpgradeReaders = DefaultUpgradeReaders
+	}
 	opts.Slots = max(opts.Slots, 0)
 	opts.Upgrades = max(opts.Upgrades, 0)
 	opts.TxnRecords = max(opts.TxnRecords, 0)
 	opts.TxnArenaBytes = max(opts.TxnArenaBytes, 0)
 	opts.LockMgrEntries = max(opts.LockMgrEntries, 0)
+	opts.UpgradeReaders = max(opts.UpgradeReaders, 0)
 	return opts
 }
 

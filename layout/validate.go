@@ -103,6 +103,11 @@ func decodeTables(header []byte, h *Header) error {
 		h.Tables[i] = t
 		prevEnd, prevKind = t.End(), field
 	}
+	// Every upgrade mutex has the same number of reader records.
+	up, rd := h.Table(KindUpgrades).Count, h.Table(KindUpgradeReaders).Count
+	if up == 0 && rd != 0 || up != 0 && (rd%up != 0 || rd/up > MaxUpgradeReaders) {
+		return formatErr(ErrMalformed, KindUpgradeReaders.String(), "%d records for %d upgrade mutexes", rd, up)
+	}
 	for i := NumTables; i < tableDescLimit; i++ {
 		if !allZero(header[OffTables+i*TableDescSize : OffTables+(i+1)*TableDescSize]) {
 			return formatErr(ErrUnknownTable, "tables", "descriptor %d is not empty", i)

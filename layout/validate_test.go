@@ -57,7 +57,7 @@ var malformed = []struct {
 
 	// Fixed fields.
 	{name: "table_count 6", corrupt: putU32(layout.OffTableCount, 6), want: layout.ErrMalformed},
-	{name: "table_count 8", corrupt: putU32(layout.OffTableCount, 8), want: layout.ErrMalformed},
+	{name: "table_count one too many", corrupt: putU32(layout.OffTableCount, uint32(layout.NumTables+1)), want: layout.ErrMalformed},
 	{name: "unknown flag bit", corrupt: putU32(layout.OffFlags, 1<<1), want: layout.ErrMalformed},
 	{name: "unknown high flag bit with a known one", corrupt: putU32(layout.OffFlags, layout.FlagGroupAccess|1<<31), want: layout.ErrMalformed},
 	{name: "reserved header byte", corrupt: func(b []byte) []byte { b[layout.OffReserved] = 1; return b }, want: layout.ErrMalformed},
@@ -84,7 +84,7 @@ var malformed = []struct {
 	{name: "count max uint64", corrupt: putDesc64(layout.KindLockMgr, layout.DescCount, math.MaxUint64), want: layout.ErrLimit},
 	{name: "misaligned offset", corrupt: addDesc64(layout.KindLockMgr, layout.DescOffset, 8), want: layout.ErrTableRange},
 	{name: "offset off by one", corrupt: addDesc64(layout.KindSlotDirectory, layout.DescOffset, 1), want: layout.ErrTableRange},
-	{name: "table past the end of the file", corrupt: putDesc64(layout.KindLockMgr, layout.DescCount, (layout.PageSize-0x580)/layout.LockMgrEntrySize+1), want: layout.ErrTableRange},
+	{name: "table past the end of the file", corrupt: putDesc64(layout.KindUpgradeReaders, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.ReaderRecordSize+2), want: layout.ErrTableRange},
 	{name: "empty table starting past the end", corrupt: func(b []byte) []byte {
 		d := desc(b, layout.KindLockMgr)
 		le.PutUint64(d[layout.DescCount:], 0)
@@ -96,6 +96,8 @@ var malformed = []struct {
 		le.PutUint64(desc(b, layout.KindLockMgr)[layout.DescOffset:], math.MaxUint64&^(layout.CacheLine-1))
 		return b
 	}, want: layout.ErrTableRange},
+	{name: "reader records not a multiple of the upgrades", corrupt: putDesc64(layout.KindUpgradeReaders, layout.DescCount, 3), want: layout.ErrMalformed},
+	{name: "reader records without upgrades", corrupt: putDesc64(layout.KindUpgrades, layout.DescCount, 0), want: layout.ErrMalformed},
 	{name: "table inside the header", corrupt: putDesc64(layout.KindOwnerSlots, layout.DescOffset, 0), want: layout.ErrTableOverlap},
 	{name: "table over the mutable line", corrupt: putDesc64(layout.KindOwnerSlots, layout.DescOffset, layout.OffMutable), want: layout.ErrTableOverlap},
 	{name: "two tables overlap", corrupt: addDesc64(layout.KindSlotDirectory, layout.DescOffset, -layout.CacheLine), want: layout.ErrTableOverlap},
@@ -151,6 +153,9 @@ func TestValidateMalformed(t *testing.T) {
 }
 
 // TestValidateAccepts covers valid headers other than the ones Plan makes.
+// lastTableOffset is where smallOpts puts its last table, upgrade_readers.
+const lastTableOffset = 0x780
+
 func TestValidateAccepts(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -167,14 +172,14 @@ func TestValidateAccepts(t *testing.T) {
 			clear(b[layout.OffOwnersBoot : layout.OffOwnersBoot+16])
 			return b
 		}},
-		{"gap between tables", addDesc64(layout.KindLockMgr, layout.DescOffset, layout.CacheLine)},
+		{"gap between tables", addDesc64(layout.KindUpgradeReaders, layout.DescOffset, layout.CacheLine)},
 		{"empty table at the end of the file", func(b []byte) []byte {
-			d := desc(b, layout.KindLockMgr)
+			d := desc(b, layout.KindUpgradeReaders)
 			le.PutUint64(d[layout.DescCount:], 0)
 			le.PutUint64(d[layout.DescOffset:], layout.PageSize)
 			return b
 		}},
-		{"table ending at the end of the file", putDesc64(layout.KindLockMgr, layout.DescCount, (layout.PageSize-0x580)/layout.LockMgrEntrySize)},
+		{"table ending at the end of the file", putDesc64(layout.KindUpgradeReaders, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.ReaderRecordSize)},
 		{"created before 1970", putU64(layout.OffCreated, 1<<63)},
 	}
 	for _, tc := range tests {

@@ -135,6 +135,16 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 		if err := s.zeroEntry(dk, i); err != nil {
 			return err
 		}
+		if k == layout.KindUpgrades {
+			// The mutex's reader records go with it: a new claimant
+			// starts with no readers.
+			n := s.header.ReadersPerUpgrade()
+			for j := range n {
+				if err := s.zeroEntry(layout.KindUpgradeReaders, i*n+j); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	s.regGen.Add(1)
 	return nil

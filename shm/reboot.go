@@ -80,6 +80,13 @@ func (s *Segment) markStale() error {
 			staleWord(&e.Holders[h].Companion)
 		}
 	}
+	for i := range s.Len(layout.KindUpgradeReaders) {
+		r, err := entry[layout.ReaderRecord](s, layout.KindUpgradeReaders, i)
+		if err != nil {
+			return err
+		}
+		staleWord(&r.Owner)
+	}
 	return nil
 }
 

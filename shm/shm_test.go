@@ -292,6 +292,9 @@ func TestClaimErrorsChangeNothing(t *testing.T) {
 		{"release unclaimed", func() error { return seg.Release(layout.KindOwnerSlots, 1) }, shm.ErrNotClaimed},
 		{"slot out of range", func() error { _, err := seg.Slot(2); return err }, shm.ErrIndex},
 		{"upgrade out of range", func() error { _, err := seg.Upgrade(1 << 20); return err }, shm.ErrIndex},
+		{"reader of upgrade out of range", func() error { _, err := seg.UpgradeReader(1<<20, 0); return err }, shm.ErrIndex},
+		{"reader out of range", func() error { _, err := seg.UpgradeReader(0, layout.DefaultUpgradeReaders); return err }, shm.ErrIndex},
+		{"reader negative", func() error { _, err := seg.UpgradeReader(0, -1); return err }, shm.ErrIndex},
 		{"region of unknown table", func() error { _, err := seg.Region(99); return err }, layout.ErrUnknownTable},
 		{"claim on read-only", func() error { _, err := ro.Claim(layout.KindOwnerSlots, "x"); return err }, shm.ErrReadOnly},
 		{"release on read-only", func() error { return ro.Release(layout.KindOwnerSlots, 0) }, shm.ErrReadOnly},
@@ -315,6 +318,8 @@ func TestUseAfterClose(t *testing.T) {
 	_, err = seg.Slot(0)
 	require.ErrorIs(t, err, shm.ErrClosed)
 	_, err = seg.Upgrade(0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+	_, err = seg.UpgradeReader(0, 0)
 	require.ErrorIs(t, err, shm.ErrClosed)
 	_, err = seg.Region(layout.KindLockMgr)
 	require.ErrorIs(t, err, shm.ErrClosed)
@@ -517,6 +522,35 @@ func TestResolvePath(t *testing.T) {
 	}
 }
 
+// Releasing the last claim of an upgrade mutex clears its reader records
+// too, and only its own.
+func TestReleaseUpgradeClearsReaders(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 1, Upgrades: 2, UpgradeReaders: 3}})
+	require.Equal(t, 3, seg.ReadersPerUpgrade())
+	require.Equal(t, 6, seg.Len(layout.KindUpgradeReaders))
+	a, err := seg.Claim(layout.KindUpgrades, "a")
+	require.NoError(t, err)
+	b, err := seg.Claim(layout.KindUpgrades, "b")
+	require.NoError(t, err)
+	for _, i := range []int{a, b} {
+		for j := range 3 {
+			r, err := seg.UpgradeReader(i, j)
+			require.NoError(t, err)
+			r.Owner.Store(uint64(10*i + j + 1))
+			r.Count.Store(7)
+		}
+	}
+	require.NoError(t, seg.Release(layout.KindUpgrades, a))
+	for j := range 3 {
+		ra, _ := seg.UpgradeReader(a, j)
+		rb, _ := seg.UpgradeReader(b, j)
+		require.Zero(t, ra.Owner.Load())
+		require.Zero(t, ra.Count.Load())
+		require.Equal(t, uint64(10*b+j+1), rb.Owner.Load())
+	}
+}
+
 // A segment in a file that survived a reboot: its recorded owners belong to
 // the previous boot and must read as stale after the first open.
 func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
@@ -533,6 +567,10 @@ func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	lm.Lock.Store(me)
 	lm.Holders[1].Process.Store(me)
 	lm.Holders[1].Companion.Store(me)
+	rec, err := seg.UpgradeReader(0, 1)
+	require.NoError(t, err)
+	rec.Owner.Store(me)
+	rec.Count.Store(3)
 	require.NoError(t, seg.Close())
 
 	// Pretend the owners were recorded under another boot.
@@ -554,9 +592,11 @@ func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	slot, _ = seg.Slot(i)
 	up, _ = seg.Upgrade(0)
 	lm = lockMgrEntry(t, seg, 1)
+	rec, _ = seg.UpgradeReader(0, 1)
+	require.Equal(t, uint32(3), rec.Count.Load(), "recovery marks owners, it does not touch counts")
 	for name, w := range map[string]uint64{"slot owner": slot.PID.Load(), "upgrade writer": up.Writer.Load(),
 		"lockmgr entry lock": lm.Lock.Load(), "lockmgr holder": lm.Holders[1].Process.Load(),
-		"lockmgr companion": lm.Holders[1].Companion.Load()} {
+		"lockmgr companion": lm.Holders[1].Companion.Load(), "reader record": rec.Owner.Load()} {
 		id, stale := proc.Unpack(w)
 		if !stale || id != proc.Self() {
 			t.Errorf("%s after reboot: got %v stale=%v, want %v stale", name, id, stale, proc.Self())

@@ -18,6 +18,23 @@ func (s *Segment) Upgrade(i int) (*layout.UpgradeEntry, error) {
 	return entry[layout.UpgradeEntry](s, layout.KindUpgrades, i)
 }
 
+// UpgradeReader returns reader record j of upgrade mutex i (j below
+// ReadersPerUpgrade). The pointer stays valid until Close.
+func (s *Segment) UpgradeReader(i, j int) (*layout.ReaderRecord, error) {
+	n := s.header.ReadersPerUpgrade()
+	if i < 0 || uint64(i) >= s.header.Table(layout.KindUpgrades).Count || j < 0 || j >= n {
+		if s.closed.Load() {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("%w: reader %d of upgrade mutex %d (%d mutexes of %d readers)",
+			ErrIndex, j, i, s.header.Table(layout.KindUpgrades).Count, n)
+	}
+	return entry[layout.ReaderRecord](s, layout.KindUpgradeReaders, i*n+j)
+}
+
+// ReadersPerUpgrade is the number of reader records of each upgrade mutex.
+func (s *Segment) ReadersPerUpgrade() int { return s.header.ReadersPerUpgrade() }
+
 // Region returns the bytes of one table, for the packages that define its
 // entries (txn, lockmgr). The slice aliases the shared mapping and is valid
 // until Close; reach shared words in it through sync/atomic only.

@@ -25,13 +25,13 @@ type benchOptions struct {
 	Procs    int
 	Iters    uint64 // per worker
 	Path     string // the shared file; the lock's segment goes in Path+".shm"
-	Lock     string // bench.LockSpin, bench.LockSpinToken or bench.LockMgr
+	Lock     string // one of bench.LockNames
 }
 
 func newCmdBench(ios *IOStreams, runF func(*benchOptions) error) *cobra.Command {
 	opts := &benchOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|lockmgr]",
+		Use:   "bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|upgrade|lockmgr]",
 		Short: "Run one cell of the cross-process lock benchmark",
 		Long: `Run one benchmark cell as a driver of the peer-benchmark contract
 (shared/peers/README.md), so that shmlock's spinlock can be measured beside
@@ -41,22 +41,27 @@ The driver maps FILE (64 KiB, the contract's layout), creates the lock's
 segment in FILE.shm, starts P worker processes (this program again, killed
 if the driver dies), opens the start barrier and waits. Each worker opens
 the segment and runs N iterations of the workload: uncontended (P = 1),
-counter, pingpong and pingpong_retry (P = 2); rw90 needs a shared lock:
-only lockmgr runs it.
+counter, pingpong and pingpong_retry (P = 2), and rw90, which needs a
+shared lock: the upgrade mutex and lockmgr have one.
 
 --lock spin is the spinlock in pid/tid mode, one holder per worker (peer
 "shmlock_spin"); spin-token is token mode with a fresh token for every
-acquisition (peer "shmlock_spin_token"). --lock lockmgr is one named
-resource of package lockmgr (peer "shmlock_lockmgr"): each worker, as owner
-worker-PID, acquires it exclusively (collaboratively for rw90's reads),
-waiting with retries woken by releases, and releases it; the contract
-counts each acquire+release pair as one op.
+acquisition (peer "shmlock_spin_token"); upgrade is the upgradeable
+reader/writer mutex, one handle per worker, Lock for the exclusive
+workloads and LockShared for rw90's reads (peer "shmlock_upgrade").
+--lock lockmgr is one named resource of package lockmgr (peer
+"shmlock_lockmgr"): each worker, as owner worker-PID, acquires it
+exclusively (collaboratively for rw90's reads), waiting with retries woken
+by releases, and releases it; the contract counts each acquire+release
+pair as one op. Without --lock, rw90 runs on the upgrade mutex and the
+rest on spin.
 
 Output is exactly one line of JSON: peer, workload, procs, iters, seconds,
 ops_per_sec, ns_per_op, ok, detail. Exit status 0 if the run validated, 1
 if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 		Example: `  shmctl bench --workload counter --procs 2 --iters 2e6 --path /dev/shm/b
-  shmctl bench --workload=uncontended --procs=1 --iters=1e7 --path=/dev/shm/b --lock=spin-token`,
+  shmctl bench --workload=uncontended --procs=1 --iters=1e7 --path=/dev/shm/b --lock=spin-token
+  shmctl bench --workload rw90 --procs 4 --iters 1e6 --path /dev/shm/b`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Workload == "" || opts.Path == "" || opts.Iters == 0 {
@@ -65,8 +70,11 @@ if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 			if opts.Procs < 1 || opts.Procs > bench.MaxProcs {
 				return newUsageError(cmd, "--procs must be 1 to %d, got %d", bench.MaxProcs, opts.Procs)
 			}
+			if !cmd.Flags().Changed("lock") && opts.Workload == "rw90" {
+				opts.Lock = bench.LockUpgrade // the only lock with shared holds
+			}
 			if !isOneOf(opts.Lock, bench.LockNames()) {
-				return newUsageError(cmd, "--lock must be %s, got %q", strings.Join(bench.LockNames(), " or "), opts.Lock)
+				return newUsageError(cmd, "--lock must be %s, got %q", orList(bench.LockNames()), opts.Lock)
 			}
 			if runF != nil {
 				return runF(opts)
@@ -79,7 +87,7 @@ if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 	f.IntVar(&opts.Procs, "procs", 0, "worker processes")
 	f.Var(itersValue{&opts.Iters}, "iters", "iterations per worker (2e6 is accepted)")
 	f.StringVar(&opts.Path, "path", "", "the shared `file` (the driver creates it, and FILE.shm)")
-	f.StringVar(&opts.Lock, "lock", bench.LockSpin, "the lock: "+strings.Join(bench.LockNames(), " or "))
+	f.StringVar(&opts.Lock, "lock", bench.LockSpin, "the lock: "+orList(bench.LockNames())+" (rw90: upgrade)")
 	return cmd
 }
 
@@ -143,6 +151,14 @@ func (v itersValue) Set(s string) error {
 }
 
 func (v itersValue) Type() string { return "count" }
+
+// orList writes "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
 
 func isOneOf(s string, set []string) bool {
 	for _, x := range set {

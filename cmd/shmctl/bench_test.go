@@ -31,6 +31,14 @@ func TestBenchFlags(t *testing.T) {
 			[]string{"--lock", "spin", "--iters", "1.5e1", "--procs", "64", "--path", "p", "--workload", "rw90"},
 			benchOptions{Workload: "rw90", Procs: 64, Iters: 15, Path: "p", Lock: "spin"},
 		},
+		{ // rw90 with no --lock runs on the upgrade mutex
+			[]string{"--workload", "rw90", "--procs", "4", "--iters", "100", "--path", "p"},
+			benchOptions{Workload: "rw90", Procs: 4, Iters: 100, Path: "p", Lock: "upgrade"},
+		},
+		{
+			[]string{"--workload", "counter", "--procs", "2", "--iters", "100", "--path", "p", "--lock", "upgrade"},
+			benchOptions{Workload: "counter", Procs: 2, Iters: 100, Path: "p", Lock: "upgrade"},
+		},
 	}
 	for _, tt := range tests {
 		ios, _, _ := testIOStreams(false)
@@ -58,7 +66,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{append(ok, "--iters", "0"), `invalid argument "0" for "--iters" flag`},
 		{append(ok, "--iters", "many"), `invalid argument "many" for "--iters" flag`},
 		{append(ok, "--iters", "NaN"), `invalid argument "NaN" for "--iters" flag`},
-		{append(ok, "--lock", "mutex"), `--lock must be spin or spin-token or lockmgr, got "mutex"`},
+		{append(ok, "--lock", "mutex"), `--lock must be spin, spin-token, upgrade or lockmgr, got "mutex"`},
 		{append(ok, "extra"), "bench takes no arguments, got 1 arguments"},
 	}
 	for _, tt := range tests {
@@ -93,8 +101,9 @@ func benchLine(tb testing.TB, out string) benchJSON {
 	return res
 }
 
-// A real run of every exclusive workload with each lock: the driver in this
-// process, its workers this test binary re-executed.
+// A real run of every workload with each lock that supports it: the
+// driver in this process, its workers this test binary re-executed. The
+// lock "" is no --lock option: rw90 then runs on the upgrade mutex.
 func TestBenchRun(t *testing.T) {
 	t.Parallel()
 	cells := []struct {
@@ -106,14 +115,28 @@ func TestBenchRun(t *testing.T) {
 		{"counter", "3", "1e3", "counter=3000 want=3000"},
 		{"pingpong", "2", "300", "turns=600 want=600"},
 		{"pingpong_retry", "2", "300", "turns=600 want=600"},
+		{"rw90", "2", "2000", "torn=0"},
+		{"rw90", "3", "2000", "torn=0"},
 	}
-	for _, lock := range []string{"spin", "spin-token"} {
-		peer := map[string]string{"spin": "shmlock_spin", "spin-token": "shmlock_spin_token"}[lock]
+	peers := map[string]string{"spin": "shmlock_spin", "spin-token": "shmlock_spin_token", "upgrade": "shmlock_upgrade"}
+	for _, lock := range []string{"spin", "spin-token", "upgrade", ""} {
 		for _, c := range cells {
+			rw90 := c.workload == "rw90"
+			if rw90 && (lock == "spin" || lock == "spin-token") || !rw90 && lock == "" {
+				continue // not run (TestBenchNotRun), or the same as spin
+			}
+			peer := peers[lock]
+			if lock == "" {
+				peer = "shmlock_upgrade"
+			}
 			t.Run(lock+"/"+c.workload+"/"+c.procs, func(t *testing.T) {
 				t.Parallel()
 				path := testproc.SegmentPath(t)
-				r := shmctl(t, false, "bench", "--workload", c.workload, "--procs", c.procs, "--iters", c.iters, "--path", path, "--lock", lock)
+				args := []string{"bench", "--workload", c.workload, "--procs", c.procs, "--iters", c.iters, "--path", path}
+				if lock != "" {
+					args = append(args, "--lock", lock)
+				}
+				r := shmctl(t, false, args...)
 				require.Equal(t, exitOK, r.code, "stdout %q, stderr %q", r.stdout, r.stderr)
 				assert.Empty(t, r.stderr)
 				res := benchLine(t, r.stdout)
@@ -139,32 +162,34 @@ func TestBenchRun(t *testing.T) {
 func TestBenchNotRun(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		workload, procs string
-		code            int
-		detail          string
+		workload, procs, lock string
+		code                  int
+		peer, detail          string
 	}{
-		{"rw90", "2", exitUnsupported, "unsupported workload"},
-		{"frobnicate", "2", exitUnsupported, "unsupported workload"},
-		{"uncontended", "2", exitUsage, "uncontended requires procs=1"},
-		{"pingpong", "3", exitUsage, "pingpong requires procs=2"},
+		{"rw90", "2", "spin", exitUnsupported, "shmlock_spin", "unsupported workload"},
+		{"rw90", "2", "spin-token", exitUnsupported, "shmlock_spin_token", "unsupported workload"},
+		{"frobnicate", "2", "spin", exitUnsupported, "shmlock_spin", "unsupported workload"},
+		{"frobnicate", "2", "upgrade", exitUnsupported, "shmlock_upgrade", "unsupported workload"},
+		{"uncontended", "2", "spin", exitUsage, "shmlock_spin", "uncontended requires procs=1"},
+		{"pingpong", "3", "upgrade", exitUsage, "shmlock_upgrade", "pingpong requires procs=2"},
 	}
 	for _, tt := range tests {
 		path := testproc.SegmentPath(t)
-		r := shmctl(t, false, "bench", "--workload", tt.workload, "--procs", tt.procs, "--iters", "2e6", "--path", path)
+		r := shmctl(t, false, "bench", "--workload", tt.workload, "--procs", tt.procs, "--iters", "2e6", "--path", path, "--lock", tt.lock)
 		assert.Equal(t, tt.code, r.code, "%s: stderr %q", tt.workload, r.stderr)
 		assert.Empty(t, r.stderr)
 		res := benchLine(t, r.stdout)
-		assert.Equal(t, benchJSON{Peer: "shmlock_spin", Workload: tt.workload, Procs: res.Procs, Iters: 2000000, Detail: tt.detail}, res)
+		assert.Equal(t, benchJSON{Peer: tt.peer, Workload: tt.workload, Procs: res.Procs, Iters: 2000000, Detail: tt.detail}, res)
 		_, err := os.Stat(path)
 		assert.ErrorIs(t, err, os.ErrNotExist)
 	}
 }
 
-// The real program in a pipe: exit status 3 for rw90 and the JSON line on
-// stdout, nothing on stderr.
+// The real program in a pipe: exit status 3 for rw90 on the spinlock and
+// the JSON line on stdout, nothing on stderr.
 func TestBenchProcessUnsupported(t *testing.T) {
 	t.Parallel()
-	cmd := testproc.Command("shmctl", "bench", "--workload", "rw90", "--procs", "4", "--iters", "10", "--path", testproc.SegmentPath(t))
+	cmd := testproc.Command("shmctl", "bench", "--workload", "rw90", "--procs", "4", "--iters", "10", "--path", testproc.SegmentPath(t), "--lock", "spin")
 	cmd.Stderr = io.Discard
 	out, err := cmd.Output()
 	require.Error(t, err)

@@ -31,7 +31,7 @@ func TestReadBrokenSegment(t *testing.T) {
 		"directory": func(t *testing.T) string { return t.TempDir() },
 	}
 	for name, file := range files {
-		for _, args := range [][]string{{"info"}, {"info", "--json"}, {"slots"}, {"slots", "--all", "--json"}} {
+		for _, args := range [][]string{{"info"}, {"info", "--json"}, {"slots"}, {"slots", "--all", "--json"}, {"rwlocks"}, {"rwlocks", "--all", "--json"}} {
 			t.Run(name+"/"+args[0]+"/"+args[len(args)-1], func(t *testing.T) {
 				t.Parallel()
 				path := file(t)

@@ -43,6 +43,7 @@ means no such table. The command fails if the segment already exists.
 	f := cmd.Flags()
 	f.IntVar(&opts.Sizes.Slots, "slots", 0, fmt.Sprintf("owner slots (spinlocks); 0 means %d", layout.DefaultSlots))
 	f.IntVar(&opts.Sizes.Upgrades, "upgrades", 0, fmt.Sprintf("upgrade mutexes; 0 means %d", layout.DefaultUpgrades))
+	f.IntVar(&opts.Sizes.UpgradeReaders, "upgrade-readers", 0, fmt.Sprintf("reader records (reading processes) per upgrade mutex; 0 means %d", layout.DefaultUpgradeReaders))
 	f.IntVar(&opts.Sizes.TxnRecords, "txn-records", 0, fmt.Sprintf("transaction records; 0 means %d", layout.DefaultTxnRecords))
 	f.Int64Var(&opts.Sizes.TxnArenaBytes, "txn-arena", 0, fmt.Sprintf("transaction arena `bytes`; 0 means %d", layout.DefaultTxnArenaBytes))
 	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))

@@ -29,6 +29,10 @@ func TestCreateFlags(t *testing.T) {
 			[]string{"/tmp/x", "--upgrades=-1", "--txn-records", "3", "--txn-arena", "4096", "--lockmgr-entries", "7", "--json"},
 			createOptions{Segment: "/tmp/x", Sizes: layout.Options{Upgrades: -1, TxnRecords: 3, TxnArenaBytes: 4096, LockMgrEntries: 7}, JSON: true},
 		},
+		{
+			[]string{"jobs", "--upgrades", "2", "--upgrade-readers", "100"},
+			createOptions{Segment: "jobs", Sizes: layout.Options{Upgrades: 2, UpgradeReaders: 100}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -47,7 +51,7 @@ func TestCreateFlags(t *testing.T) {
 // follow the 512-byte header, each on a 64-byte line, and the file is
 // rounded up to whole 4096-byte pages.
 var (
-	customSizes = []string{"--slots", "10", "--upgrades", "3", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5"}
+	customSizes = []string{"--slots", "10", "--upgrades", "3", "--upgrade-readers", "5", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5"}
 	customRows  = "" +
 		"owner_slots\t32\t10\t512\t320\t0\n" +
 		"slot_directory\t64\t10\t832\t640\t-\n" +
@@ -55,7 +59,8 @@ var (
 		"upgrade_directory\t64\t3\t1664\t192\t-\n" +
 		"txn_records\t128\t2\t1856\t256\t-\n" +
 		"txn_arena\t64\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
-		"lockmgr\t256\t5\t3136\t1280\t-\n"
+		"lockmgr\t256\t5\t3136\t1280\t-\n" +
+		"upgrade_readers\t16\t15\t4416\t240\t-\n" // 5 records for each of the 3 mutexes
 	customTotal = 8192
 )
 

@@ -5,8 +5,9 @@
 // A segment argument is a path, or a bare name such as "jobs" that means
 // /dev/shm/jobs. The commands are:
 //
-//	shmctl create SEGMENT [--slots N] [--upgrades N] [--txn-records N]
-//	                      [--txn-arena BYTES] [--lockmgr-entries N] [--group] [--json]
+//	shmctl create SEGMENT [--slots N] [--upgrades N] [--upgrade-readers N]
+//	                      [--txn-records N] [--txn-arena BYTES] [--lockmgr-entries N]
+//	                      [--group] [--json]
 //	    make a new segment (zero sizes mean the defaults, negative ones none)
 //	shmctl info SEGMENT [--json]
 //	    print the header: size, creator, boot, PID namespace and each table
@@ -14,11 +15,15 @@
 //	    print the owner slots in use: name, claims, owner and its liveness
 //	shmctl rm SEGMENT...
 //	    remove segments; files that are not segments are refused
+//	shmctl rwlocks SEGMENT [--all] [--json]
+//	    print the upgrade mutexes in use: how held, readers, writer, upgrade
+//	    holder, pending upgrade, sleepers and dead holders
 //	shmctl txns SEGMENT [--all] [--json]
 //	    print the transactions: state, owner, arena use, pins per process
 //	shmctl reclaim SEGMENT [--dry-run] [--wait D] [--json]
-//	    free the owner slots whose holder died (take over, release at once)
-//	    and close the transactions whose owner died
+//	    free the owner slots whose holder died (take over, release at once),
+//	    what dead processes hold on upgrade mutexes, and close the
+//	    transactions whose owner died
 //	shmctl locks SEGMENT [--all] [--json]
 //	    print the named resource locks (package lockmgr), one row per holder
 //	shmctl stats SEGMENT [--json]
@@ -28,12 +33,14 @@
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
-//	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|lockmgr]
+//	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|upgrade|lockmgr]
 //	    one cell of the peer benchmark (shared/peers/README.md): one JSON line
+//	    (rw90 runs on the upgrade mutex, the other workloads on the spinlock,
+//	    unless --lock says otherwise)
 //
-// info, slots, txns, locks and stats open the segment read-only and change
-// nothing in it. demo and bench start worker processes: this program again
-// (demo through the hidden demo-worker command, bench with
+// info, slots, rwlocks, txns, locks and stats open the segment read-only
+// and change nothing in it. demo and bench start worker processes: this
+// program again (demo through the hidden demo-worker command, bench with
 // SHMCTL_BENCH_WORKER set); lock starts CMD through the hidden lock-exec
 // command, which execs CMD once the hold records its pid.
 //

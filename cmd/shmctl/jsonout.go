@@ -31,7 +31,8 @@ import (
 //	tables              array    one object per table, in layout order:
 //	  kind              string     "owner_slots", "slot_directory", "upgrades",
 //	                               "upgrade_directory", "txn_records",
-//	                               "txn_arena" or "lockmgr"
+//	                               "txn_arena", "lockmgr" or
+//	                               "upgrade_readers"
 //	  entry_size        number     bytes per entry
 //	  count             number     number of entries
 //	  offset            number     byte offset in the file
@@ -60,6 +61,59 @@ import (
 //	  token             number     token (token mode) or generation (pid/tid)
 //	  recursion         number     re-entries beyond the first lock
 //	  waiters           number     waiters asleep on the slot (OwnerSlot.Sleepers)
+//
+// shmctl rwlocks --json prints a rwlocksJSON:
+//
+//	path                string   resolved path of the segment file
+//	rwlocks             array    one object per listed upgrade mutex:
+//	  index             number     index in the upgrade table
+//	  name              string     name it was claimed under; "" if unnamed
+//	                               or not claimed
+//	  refs              number     claims not yet released; 0 if not claimed
+//	  held              string     "free", "shared", "upgrade",
+//	                               "upgrade+shared", "unique" (a writer's) or
+//	                               "upgraded" (the upgrade holder's unique
+//	                               lock); "shared" also while a writer or an
+//	                               upgrade waits for the readers to leave
+//	  state             number     the raw state word (package upgrade)
+//	  write_bit         bool       the state's write bit: the unique lock is
+//	                               held, or taken once the readers leave
+//	  upgrade_bit       bool       the state's upgrade bit: the upgrade lock
+//	                               is held
+//	  pending           bool       an upgrade waits for readers to leave (new
+//	                               readers wait)
+//	  writer            object|null  the process holding or waiting for the
+//	                               unique lock (the writers' mutex); null if
+//	                               none:
+//	    pid             number       its pid
+//	    start_ticks     number       its start time, clock ticks since boot
+//	    owner_state     string       "alive", "dead" or "stale" (recorded
+//	                                 under a previous boot)
+//	    tid             number       the holding handle's id in its process
+//	  writer_waiting    bool       writer is not null and does not hold the
+//	                               unique lock yet
+//	  upgrader          object|null  the upgrade holder (or the process taking
+//	                               the upgrade lock), as writer
+//	  shared_holds      number     shared holds, the sum of the readers' counts
+//	  readers           array      the reader records in use (one per handle
+//	                               that took a shared hold):
+//	    record          number       index among the mutex's records
+//	    pid             number       owning process's pid
+//	    start_ticks     number       its start time, clock ticks since boot
+//	    owner_state     string       "alive", "dead" or "stale"
+//	    count           number       its shared holds
+//	  reader_records    number     reader records of the mutex, used or not
+//	  shared_waiters    number     sleepers on the shared gate (readers,
+//	                               upgrade seekers)
+//	  unique_waiters    number     sleepers on the unique gate (a writer or
+//	                               a pending upgrade waiting for readers to
+//	                               leave, or a writer for the upgrade lock)
+//	  writer_waiters    number     writers asleep waiting for the writers'
+//	                               mutex (another writer's turn)
+//	  generation        number     bumped by every release of the writer or
+//	                               the upgrade holder, and every takeover
+//	  dead              number     writer, upgrader and reader records whose
+//	                               process is dead or stale: what reclaim frees
 //
 // shmctl reclaim --json prints a reclaimJSON:
 //
@@ -95,6 +149,26 @@ import (
 //	                               over by someone else meanwhile) or "timed
 //	                               out" (live readers kept their pins past
 //	                               --wait; still open)
+//	rwlocks             array    one object per dead or stale holder or
+//	                             reader record of an upgrade mutex, by index
+//	                             (writer, upgrader, then readers by record):
+//	  index             number     index in the upgrade table
+//	  name              string     name it was claimed under; "" if unnamed
+//	                               or not claimed
+//	  holder            string     "writer", "upgrader" or "reader"
+//	  record            number|null  the reader record; null unless holder is
+//	                               "reader"
+//	  pid               number     the dead process's pid
+//	  start_ticks       number     its start time, clock ticks since its boot
+//	  owner_state       string     "dead" or "stale" (a previous boot)
+//	  tid               number     the dead handle's id (writer, upgrader); 0
+//	                               for a reader
+//	  count             number     the shared holds freed with a reader record
+//	                               (as found, with --dry-run); 0 otherwise
+//	  unique            bool       the upgrader held the unique lock (the data
+//	                               may be half-updated); false otherwise
+//	  action            string     as for slots: "reclaimed", "would reclaim"
+//	                               or "skipped"
 //
 // shmctl txns --json prints a txnsJSON:
 //
@@ -191,7 +265,8 @@ import (
 // shmctl bench prints a benchJSON on one line (writeJSONLine), with the
 // fields in this order, as the peer-benchmark contract wants:
 //
-//	peer                string   "shmlock_spin" or "shmlock_spin_token"
+//	peer                string   "shmlock_spin", "shmlock_spin_token" or
+//	                             "shmlock_upgrade"
 //	workload            string   as given
 //	procs               number   worker processes
 //	iters               number   iterations per worker
@@ -234,10 +309,11 @@ type (
 		Claimed   *int   `json:"claimed"`
 	}
 	reclaimJSON struct {
-		Path   string            `json:"path"`
-		DryRun bool              `json:"dry_run"`
-		Slots  []reclaimSlotJSON `json:"slots"`
-		Txns   []reclaimTxnJSON  `json:"txns"`
+		Path    string              `json:"path"`
+		DryRun  bool                `json:"dry_run"`
+		Slots   []reclaimSlotJSON   `json:"slots"`
+		Txns    []reclaimTxnJSON    `json:"txns"`
+		RWLocks []reclaimRWLockJSON `json:"rwlocks"`
 	}
 	reclaimTxnJSON struct {
 		Index      int    `json:"index"`
@@ -247,6 +323,57 @@ type (
 		StartTicks uint64 `json:"start_ticks"`
 		OwnerState string `json:"owner_state"`
 		Action     string `json:"action"`
+	}
+	reclaimRWLockJSON struct {
+		Index      int    `json:"index"`
+		Name       string `json:"name"`
+		Holder     string `json:"holder"`
+		Record     *int   `json:"record"`
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		TID        uint64 `json:"tid"`
+		Count      uint32 `json:"count"`
+		Unique     bool   `json:"unique"`
+		Action     string `json:"action"`
+	}
+	rwlocksJSON struct {
+		Path    string       `json:"path"`
+		RWLocks []rwlockJSON `json:"rwlocks"`
+	}
+	rwlockJSON struct {
+		Index         int          `json:"index"`
+		Name          string       `json:"name"`
+		Refs          uint32       `json:"refs"`
+		Held          string       `json:"held"`
+		State         uint32       `json:"state"`
+		WriteBit      bool         `json:"write_bit"`
+		UpgradeBit    bool         `json:"upgrade_bit"`
+		Pending       bool         `json:"pending"`
+		Writer        *holderJSON  `json:"writer"`
+		WriterWaiting bool         `json:"writer_waiting"`
+		Upgrader      *holderJSON  `json:"upgrader"`
+		SharedHolds   uint64       `json:"shared_holds"`
+		Readers       []readerJSON `json:"readers"`
+		ReaderRecords int          `json:"reader_records"`
+		SharedWaiters uint32       `json:"shared_waiters"`
+		UniqueWaiters uint32       `json:"unique_waiters"`
+		WriterWaiters uint32       `json:"writer_waiters"`
+		Generation    uint64       `json:"generation"`
+		Dead          int          `json:"dead"`
+	}
+	holderJSON struct {
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		TID        uint64 `json:"tid"`
+	}
+	readerJSON struct {
+		Record     int    `json:"record"`
+		PID        uint32 `json:"pid"`
+		StartTicks uint64 `json:"start_ticks"`
+		OwnerState string `json:"owner_state"`
+		Count      uint32 `json:"count"`
 	}
 	reclaimSlotJSON struct {
 		Index         int     `json:"index"`

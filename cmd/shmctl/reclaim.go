@@ -13,6 +13,7 @@ import (
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/txn"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
 type reclaimOptions struct {
@@ -40,13 +41,19 @@ func newCmdReclaim(ios *IOStreams, runF func(*reclaimOptions) error) *cobra.Comm
 	opts := &reclaimOptions{IO: ios}
 	cmd := &cobra.Command{
 		Use:   "reclaim <segment>",
-		Short: "Free the owner slots and close the transactions whose holder died",
+		Short: "Free the locks and close the transactions whose holder died",
 		Long: `Free every owner slot (spinlock) whose recorded owner is dead: a process
 that exited, a pid that now names another process, or an owner recorded
 under a previous boot. Each is taken over as a waiting lock would take it
 (the generation advances, the recursion count is reset) and released at
 once, so the slot is free. Slots with a live owner, and token-mode locks,
 which record no process, are never touched.
+
+Likewise for the upgrade mutexes (see 'shmctl rwlocks'): a dead writer's
+or upgrade holder's lock is released (a pending upgrade withdrawn, an
+upgraded holder's unique lock too), and the reader records of dead
+processes are freed with their shared holds. Live holders are never
+touched.
 
 Locks reclaim dead holders by themselves when someone waits for them; this
 is for a segment nobody waits on, or a caller that only ever uses TryLock.
@@ -61,11 +68,16 @@ never count. In a pipe, transaction rows start with the field "txn".
 
 The segment is opened read-write. With --dry-run nothing changes.
 
+The text output is the table of slots, then (after an empty line) the
+table of upgrade mutexes, then the transactions, each only if it has rows.
+
 JSON fields: path, dry_run, slots [{index, name, pid, start_ticks,
-owner_state, tid, generation, new_generation, action}], txns [{index,
-generation, mode, pid, start_ticks, owner_state, action}]; action is
-"reclaimed", "would reclaim", "skipped" (the owner changed meanwhile) or,
-for a transaction, "timed out".`,
+owner_state, tid, generation, new_generation, action}], rwlocks [{index,
+name, holder, record, pid, start_ticks, owner_state, tid, count, unique,
+action}], txns [{index, generation, mode, pid, start_ticks, owner_state,
+action}]; action is "reclaimed", "would reclaim", "skipped" (the owner
+changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
+"upgrader" or "reader".`,
 		Example: `  shmctl reclaim jobs --dry-run
   shmctl reclaim /dev/shm/jobs --json`,
 		Args: exactArgs(1, "one segment"),
@@ -101,8 +113,8 @@ func runReclaim(opts *reclaimOptions) error {
 		return writeJSON(opts.IO.Out, doc)
 	}
 	tty := opts.IO.IsStdoutTTY()
-	if len(doc.Slots) == 0 && len(doc.Txns) == 0 && tty {
-		fmt.Fprintf(opts.IO.ErrOut, "no owner slot of %s has a dead owner\n", doc.Path)
+	if len(doc.Slots) == 0 && len(doc.RWLocks) == 0 && len(doc.Txns) == 0 && tty {
+		fmt.Fprintf(opts.IO.ErrOut, "no owner slot, upgrade mutex or transaction of %s has a dead owner\n", doc.Path)
 		return nil
 	}
 	if len(doc.Slots) > 0 {
@@ -118,10 +130,29 @@ func runReclaim(opts *reclaimOptions) error {
 			return err
 		}
 	}
+	if len(doc.RWLocks) > 0 {
+		if len(doc.Slots) > 0 {
+			fmt.Fprintln(opts.IO.Out)
+		}
+		t := newTablePrinter(opts.IO, "RWLOCK", "NAME", "HOLDER", "PID", "STATE", "TID", "HOLDS", "ACTION")
+		for _, l := range doc.RWLocks {
+			who, holds := l.Holder, "-"
+			switch {
+			case l.Record != nil:
+				who, holds = fmt.Sprintf("reader %d", *l.Record), fmt.Sprint(l.Count)
+			case l.Unique:
+				who += " (unique)"
+			}
+			t.AddRow(l.Index, l.Name, who, l.PID, l.OwnerState, l.TID, holds, l.Action)
+		}
+		if err := t.Render(); err != nil {
+			return err
+		}
+	}
 	if len(doc.Txns) == 0 {
 		return nil
 	}
-	if len(doc.Slots) > 0 && tty {
+	if (len(doc.Slots) > 0 || len(doc.RWLocks) > 0) && tty {
 		fmt.Fprintln(opts.IO.Out)
 	}
 	t := newTablePrinter(opts.IO, "KIND", "TXN", "GEN", "MODE", "PID", "STATE", "ACTION")
@@ -237,7 +268,97 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 		}
 		doc.Slots = append(doc.Slots, rs)
 	}
+	rw, err := reclaimRWLocks(seg, dryRun)
+	if err != nil {
+		return nil, err
+	}
+	doc.RWLocks = rw
 	return doc, nil
+}
+
+// reclaimRWLocks finds the dead and stale holders and reader records of
+// every upgrade mutex of seg and, unless dryRun, frees them
+// (upgrade.Reclaim): the writer's or upgrade holder's lock is released,
+// a dead reader's shared holds dropped.
+func reclaimRWLocks(seg *shm.Segment, dryRun bool) ([]reclaimRWLockJSON, error) {
+	claims, err := seg.Claims(layout.KindUpgrades)
+	if err != nil {
+		return nil, fmt.Errorf("reading the upgrade directory: %w", err)
+	}
+	names := make(map[int]string, len(claims))
+	for _, c := range claims {
+		names[c.Index] = c.Name
+	}
+	rows := []reclaimRWLockJSON{}
+	for i := range seg.Len(layout.KindUpgrades) {
+		st, err := upgrade.Inspect(seg, i)
+		if err != nil {
+			return nil, err
+		}
+		row := func(who string, owner, tid uint64) reclaimRWLockJSON {
+			id, _ := proc.Unpack(owner)
+			return reclaimRWLockJSON{Index: i, Name: names[i], Holder: who, PID: id.PID, StartTicks: id.StartTicks,
+				OwnerState: ownerState(seg, owner), TID: tid, Action: actionDryRun}
+		}
+		var found []reclaimRWLockJSON
+		if st.Writer != 0 && !seg.OwnerAlive(st.Writer) {
+			found = append(found, row("writer", st.Writer, st.WriterTID))
+		}
+		if st.Upgrader != 0 && !seg.OwnerAlive(st.Upgrader) {
+			r := row("upgrader", st.Upgrader, st.UpgraderTID)
+			r.Unique = st.Unique()
+			found = append(found, r)
+		}
+		for _, rd := range st.Readers {
+			if seg.OwnerAlive(rd.Owner) {
+				continue
+			}
+			r := row("reader", rd.Owner, 0)
+			r.Record, r.Count = &rd.Record, rd.Count
+			found = append(found, r)
+		}
+		if len(found) == 0 {
+			continue
+		}
+		if !dryRun {
+			rep, err := upgrade.Reclaim(seg, i, false)
+			if err != nil {
+				return nil, fmt.Errorf("reclaiming upgrade mutex %d: %w", i, err)
+			}
+			freed := make(map[int]upgrade.ReaderStatus, len(rep.Readers))
+			for _, rd := range rep.Readers {
+				freed[rd.Record] = rd
+			}
+			for k := range found {
+				r := &found[k]
+				r.Action = actionSkipped // changed meanwhile: a waiter repaired it, say
+				id := proc.Identity{PID: r.PID, StartTicks: r.StartTicks}
+				switch r.Holder {
+				case "writer":
+					if rep.Writer != 0 && sameProcess(rep.Writer, id) {
+						r.Action = actionReclaimed
+					}
+				case "upgrader":
+					if rep.Upgrader != 0 && sameProcess(rep.Upgrader, id) {
+						r.Action = actionReclaimed
+					}
+				default:
+					if rd, ok := freed[*r.Record]; ok && sameProcess(rd.Owner, id) {
+						r.Action, r.Count = actionReclaimed, rd.Count
+					}
+				}
+			}
+		}
+		rows = append(rows, found...)
+	}
+	return rows, nil
+}
+
+// sameProcess reports whether the packed identity w names id, whether or
+// not w is marked stale.
+func sameProcess(w uint64, id proc.Identity) bool {
+	got, _ := proc.Unpack(w)
+	return got.PID == id.PID && got.StartTicks == id.StartTicks
 }
 
 // takeOverAndRelease reclaims slot i from its dead owner for a new holder

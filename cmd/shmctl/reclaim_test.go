@@ -12,6 +12,7 @@ import (
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
 func TestReclaimFlags(t *testing.T) {
@@ -98,7 +99,7 @@ func TestReclaim(t *testing.T) {
 	r = shmctl(t, false, "reclaim", seg.Path())
 	assert.Equal(t, result{code: exitOK}, r)
 	r = shmctl(t, true, "reclaim", seg.Path())
-	assert.Equal(t, result{code: exitOK, stderr: "no owner slot of " + seg.Path() + " has a dead owner\n"}, r)
+	assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex or transaction of " + seg.Path() + " has a dead owner\n"}, r)
 }
 
 func TestReclaimDryRun(t *testing.T) {
@@ -140,11 +141,12 @@ func TestReclaimJSON(t *testing.T) {
 			gen := uint64(12)
 			want.Action, want.NewGeneration = "reclaimed", &gen
 		}
-		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want}, Txns: []reclaimTxnJSON{}}, &doc)
+		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
+			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "txns"}, keys(raw))
+		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
 		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
 			"generation", "new_generation", "action"}, keys(slot))
@@ -175,4 +177,101 @@ func TestReclaimBroken(t *testing.T) {
 	notSeg := writeFile(t, []byte("not a segment\n"))
 	line := requireOneLineError(t, shmctl(t, false, "reclaim", notSeg), exitError)
 	assert.Contains(t, line, notSeg)
+}
+
+// The upgrade mutexes of rwlocksSegment: the dead writer and reader of
+// mutex 1 and the stale upgrade holder of mutex 3 are freed; mutex 0's
+// live holders are left alone.
+func TestReclaimRWLocks(t *testing.T) {
+	t.Parallel()
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
+	record := 0
+	want := []reclaimRWLockJSON{
+		{Index: 1, Holder: "writer", PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead", TID: 9},
+		{Index: 1, Holder: "reader", Record: &record, PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead", Count: 1},
+		{Index: 3, Holder: "upgrader", PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale", TID: 5, Unique: true},
+	}
+	for _, dryRun := range []bool{true, false} {
+		seg, _ := rwlocksSegment(t)
+		before := make([]upgrade.Status, 4)
+		for i := range before {
+			var err error
+			before[i], err = upgrade.Inspect(seg, i)
+			require.NoError(t, err)
+		}
+		args := []string{"reclaim", "--json", seg.Path()}
+		action := "reclaimed"
+		if dryRun {
+			args, action = append(args, "--dry-run"), "would reclaim"
+		}
+		r := shmctl(t, false, args...)
+		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+		var doc reclaimJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+		assert.Empty(t, doc.Slots)
+		for i := range want {
+			want[i].Action = action
+		}
+		assert.Equal(t, want, doc.RWLocks)
+
+		var raw map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
+		row := raw["rwlocks"].([]any)[0].(map[string]any)
+		assert.ElementsMatch(t, []string{"index", "name", "holder", "record", "pid", "start_ticks", "owner_state",
+			"tid", "count", "unique", "action"}, keys(row))
+		assert.Nil(t, row["record"], "a writer's record")
+
+		after0, err := upgrade.Inspect(seg, 0)
+		require.NoError(t, err)
+		assert.Equal(t, before[0], after0, "the live holders' mutex changed")
+		if dryRun {
+			for i := range before {
+				st, err := upgrade.Inspect(seg, i)
+				require.NoError(t, err)
+				assert.Equal(t, before[i], st, "mutex %d changed by a dry run", i)
+			}
+			continue
+		}
+		for _, i := range []int{1, 3} {
+			st, err := upgrade.Inspect(seg, i)
+			require.NoError(t, err)
+			assert.Zero(t, st.State, "mutex %d", i)
+			assert.Zero(t, st.Writer, "mutex %d", i)
+			assert.Zero(t, st.Upgrader, "mutex %d", i)
+			assert.Empty(t, st.Readers, "mutex %d", i)
+		}
+		// Usable again, with nothing left to do.
+		m, err := upgrade.Open(seg, 1)
+		require.NoError(t, err)
+		require.NoError(t, m.TryLock())
+		require.NoError(t, m.Unlock())
+		require.NoError(t, m.Close())
+		r = shmctl(t, true, "reclaim", seg.Path())
+		assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex or transaction of " + seg.Path() + " has a dead owner\n"}, r)
+	}
+}
+
+// Both tables, as text: slots first, an empty line, then the upgrade
+// mutexes.
+func TestReclaimRWLocksText(t *testing.T) {
+	t.Parallel()
+	seg, _ := rwlocksSegment(t)
+	s, err := seg.Slot(0)
+	require.NoError(t, err)
+	pid := proc.Self().PID
+	s.PID.Store(proc.Identity{PID: pid, StartTicks: proc.Self().StartTicks + 1}.Pack())
+	s.Token.Store(3)
+	r := shmctl(t, false, "reclaim", "--dry-run", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Equal(t, fmt.Sprintf(""+
+		"0\t\t%[1]d\tdead\t3\t-\twould reclaim\n"+
+		"\n"+
+		"1\t\twriter\t%[1]d\tdead\t9\t-\twould reclaim\n"+
+		"1\t\treader 0\t%[1]d\tdead\t0\t1\twould reclaim\n"+
+		"3\t\tupgrader (unique)\t%[1]d\tstale\t5\t-\twould reclaim\n", pid), r.stdout)
+
+	r = shmctl(t, true, "reclaim", "--dry-run", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stdout, "\n\nRWLOCK  NAME  HOLDER             PID")
 }

@@ -64,6 +64,17 @@ func TestDrive(t *testing.T) {
 	}
 }
 
+// rw90 across processes on the upgrade mutex: the same operations as
+// TestWorkloadsInProcess's sync.RWMutex run, no torn read.
+func TestDriveRW90Upgrade(t *testing.T) {
+	t.Parallel()
+	cfg := bench.Config{Workload: "rw90", Procs: 2, Iters: 1000, Path: testproc.SegmentPath(t), Lock: bench.LockUpgrade}
+	res, code := bench.Drive(cfg, workers(cfg, -1))
+	assert.Equal(t, bench.ExitOK, code, "%+v", res)
+	assert.True(t, res.OK)
+	assert.Contains(t, res.Detail, "reads=1825 writes=175 torn=0 record=175")
+}
+
 // A worker that dies after the start fails the run: ok false, exit 1. It
 // counts twice, as in the harness: by its exit status and by its stat slot.
 func TestDriveFailedWorker(t *testing.T) {

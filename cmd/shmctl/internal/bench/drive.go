@@ -209,11 +209,15 @@ func Work(cfg Config, me int) (err error) {
 	if err != nil {
 		return fmt.Errorf("bench worker %d: map: %w", me, err)
 	}
-	seg, l, err := openLock(cfg, kind)
+	l, closeLock, err := openLock(cfg, kind)
 	if err != nil {
 		return fmt.Errorf("bench worker %d: open lock: %w", me, err)
 	}
-	defer seg.Close()
+	defer func() {
+		if cerr := closeLock(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench worker %d: close lock: %w", me, cerr)
+		}
+	}()
 	if !attach(s) {
 		return fmt.Errorf("bench worker %d: the driver aborted the start", me)
 	}

@@ -14,11 +14,14 @@ import (
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
-// The locks shmctl bench measures, by their --lock names. Each worker holds
-// the lock through Lock.Locker with one identity for the whole run, so the
-// two differ only in the lock's mode.
+// The locks shmctl bench measures, by their --lock names. With a spinlock,
+// each worker holds the lock through Lock.Locker with one identity for the
+// whole run, so the two spinlock kinds differ only in the lock's mode; with
+// the upgrade mutex, each worker has one handle (Mutex.Locker), whose Lock
+// is the unique lock and RLock a shared hold.
 //
 // Token mode would rather have a fresh token per acquisition (design 001:
 // one logical hold per token), which means a Guard and a NewToken for each
@@ -31,11 +34,12 @@ import (
 const (
 	LockSpin      = "spin"       // spinlock in pid/tid mode, one NewHolder per worker
 	LockSpinToken = "spin-token" // spinlock in token mode, one NewToken per worker
+	LockUpgrade   = "upgrade"    // upgrade mutex, one handle per worker: Lock, and LockShared in rw90
 	LockMgr       = "lockmgr"    // one lockmgr resource; exclusive, or collaborative for rw90's readers
 )
 
 // LockNames lists the --lock values.
-func LockNames() []string { return []string{LockSpin, LockSpinToken, LockMgr} }
+func LockNames() []string { return []string{LockSpin, LockSpinToken, LockUpgrade, LockMgr} }
 
 // lockKind says how one --lock value is set up and what the JSON calls it.
 type lockKind struct {
@@ -44,9 +48,9 @@ type lockKind struct {
 	id     func() spinlock.Identity // a worker's identity for the whole run
 	how    string                   // for detail: how each worker holds the lock
 	shared bool                     // has RLock/RUnlock, so rw90 runs
-	// open, if set, is a worker's handle on a lock other than a spinlock
-	// in owner slot 0.
-	open func(seg *shm.Segment) (sync.Locker, error)
+	// open, if set, is a worker's handle on a lock other than the spinlock
+	// in owner slot 0, and what closes it.
+	open func(seg *shm.Segment) (sync.Locker, func() error, error)
 }
 
 // Lock errors: Locker panics on one, where the harness's drivers call
@@ -67,6 +71,12 @@ var lockKinds = map[string]lockKind{
 		id:   spinlock.NewToken,
 		how:  "one NewToken per worker, Lock.Locker",
 	},
+	LockUpgrade: {
+		peer:   "shmlock_upgrade",
+		how:    "one handle per worker, Mutex.Locker (Lock/Unlock, RLock/RUnlock)",
+		shared: true,
+		open:   openUpgradeLocker,
+	},
 	LockMgr: {
 		peer:   "shmlock_lockmgr",
 		how:    "owner worker-PID, Acquire (waiting with retries) and Release of one resource",
@@ -79,11 +89,12 @@ var lockKinds = map[string]lockKind{
 // (the contract lets a driver create FILE.* files).
 func sidecar(path string) string { return path + ".shm" }
 
-// sidecarOptions size the segment: one owner slot, a lock-manager table
-// with room for one resource with all the holders it may have (rw90's
-// collaborative readers; more wait for one to leave), no other tables.
+// sidecarOptions size the segment: one owner slot, one upgrade mutex with a
+// reader record for every possible worker, a lock-manager table with room
+// for one resource with all the holders it may have (rw90's collaborative
+// readers; more wait for one to leave), no transaction tables.
 var sidecarOptions = shm.Options{Options: layout.Options{
-	Slots: 1, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1,
+	Slots: 1, Upgrades: 1, UpgradeReaders: MaxProcs, TxnRecords: -1, TxnArenaBytes: -1,
 	LockMgrEntries: 1 + lockmgr.MaxHolders/layout.LockMgrHolders,
 }}
 
@@ -96,26 +107,27 @@ func createLock(path string) (*shm.Segment, error) {
 	return shm.Create(sidecar(path), sidecarOptions)
 }
 
-// openLock is a worker's side: the segment and its handle on the lock.
-func openLock(cfg Config, k lockKind) (*shm.Segment, sync.Locker, error) {
+// openLock is a worker's side: its handle on the lock, and a func that
+// closes the handle and the segment.
+func openLock(cfg Config, k lockKind) (sync.Locker, func() error, error) {
 	seg, err := shm.Open(sidecar(cfg.Path), shm.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
 	if k.open != nil {
-		l, err := k.open(seg)
+		l, closeLock, err := k.open(seg)
 		if err != nil {
 			_ = seg.Close()
 			return nil, nil, err
 		}
-		return seg, l, nil
+		return l, func() error { return errors.Join(closeLock(), seg.Close()) }, nil
 	}
 	l, err := spinlock.Open(seg, 0, k.mode)
 	if err != nil {
 		_ = seg.Close()
 		return nil, nil, err
 	}
-	return seg, l.Locker(k.id()), nil
+	return l.Locker(k.id()), seg.Close, nil
 }
 
 // detail describes the lock for the JSON's detail.
@@ -156,6 +168,16 @@ func moduleVersion() string {
 	return module + " " + version
 }
 
+// openUpgradeLocker is a worker's handle on upgrade mutex 0: Lock is the
+// unique lock, RLock a shared hold.
+func openUpgradeLocker(seg *shm.Segment) (sync.Locker, func() error, error) {
+	m, err := upgrade.Open(seg, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Locker(), m.Close, nil
+}
+
 // benchResource is the one resource the lockmgr workers share.
 const benchResource = "bench"
 
@@ -169,12 +191,13 @@ type mgrLocker struct {
 
 var waitForever = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever}
 
-func openMgrLocker(seg *shm.Segment) (sync.Locker, error) {
+func openMgrLocker(seg *shm.Segment) (sync.Locker, func() error, error) {
 	m, err := lockmgr.Open(seg, lockmgr.Options{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &mgrLocker{m: m, owner: "worker-" + strconv.Itoa(os.Getpid())}, nil
+	noClose := func() error { return nil } // a Manager holds nothing to close
+	return &mgrLocker{m: m, owner: "worker-" + strconv.Itoa(os.Getpid())}, noClose, nil
 }
 
 func (l *mgrLocker) acquire(mode lockmgr.Mode) {

@@ -1,0 +1,193 @@
+package upgrade_test
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// The benchmarks put the upgrade mutex beside sync.RWMutex, the in-process
+// reference: the same calls, the same workloads. The peers across
+// processes (pthread rwlock, Boost's upgradable mutex, fcntl, flock) are
+// measured with shmctl bench and ../shared/peers (see README.md).
+
+// benchSegment makes a segment with one upgrade mutex and room for 64
+// reader records.
+func benchSegment(b *testing.B) (*shm.Segment, string) {
+	b.Helper()
+	path := testproc.SegmentPath(b)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{
+		Slots: 1, Upgrades: 1, UpgradeReaders: 64, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 1,
+	}})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = seg.Close() })
+	return seg, path
+}
+
+func benchHandle(b *testing.B, seg *shm.Segment) *upgrade.Mutex {
+	b.Helper()
+	m, err := upgrade.Open(seg, 0)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+type paddedRW struct {
+	_  [64]byte
+	mu sync.RWMutex
+	_  [64]byte
+}
+
+// One goroutine locks and unlocks over and over: the cost of the fast
+// paths.
+func BenchmarkUncontended(b *testing.B) {
+	b.Run("upgrade/shared", func(b *testing.B) {
+		seg, _ := benchSegment(b)
+		m := benchHandle(b, seg)
+		for b.Loop() {
+			if err := m.LockShared(); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.UnlockShared(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sync.RWMutex/shared", func(b *testing.B) {
+		var rw paddedRW
+		for b.Loop() {
+			rw.mu.RLock()
+			rw.mu.RUnlock() //nolint:staticcheck // an empty critical section is the point
+		}
+	})
+	b.Run("upgrade/unique", func(b *testing.B) {
+		seg, _ := benchSegment(b)
+		m := benchHandle(b, seg)
+		for b.Loop() {
+			if err := m.Lock(); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sync.RWMutex/unique", func(b *testing.B) {
+		var rw paddedRW
+		for b.Loop() {
+			rw.mu.Lock()
+			rw.mu.Unlock() //nolint:staticcheck // an empty critical section is the point
+		}
+	})
+	b.Run("upgrade/upgrade", func(b *testing.B) {
+		seg, _ := benchSegment(b)
+		m := benchHandle(b, seg)
+		for b.Loop() {
+			if err := m.LockUpgrade(); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.UnlockUpgrade(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("upgrade/upgrade-to-unique", func(b *testing.B) {
+		seg, _ := benchSegment(b)
+		m := benchHandle(b, seg)
+		require.NoError(b, m.LockUpgrade())
+		for b.Loop() {
+			if err := m.UpgradeToUnique(); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.UniqueToUpgrade(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		require.NoError(b, m.UnlockUpgrade())
+	})
+}
+
+// rw90 is the peers' rw90 workload for one worker: iters operations, one
+// in ten (by splitmix64 from seed) a write of all eight words of the
+// record, the others a read of them. It returns the torn reads.
+func rw90(l interface {
+	Lock()
+	Unlock()
+	RLock()
+	RUnlock()
+}, rec *[8]uint64, iters int, seed uint64) (torn int) {
+	for range iters {
+		if splitmix64(&seed)%10 == 0 {
+			l.Lock()
+			v := rec[0] + 1
+			for k := range rec {
+				rec[k] = v
+			}
+			l.Unlock()
+			continue
+		}
+		l.RLock()
+		tmp := *rec
+		l.RUnlock()
+		for k := 1; k < len(tmp); k++ {
+			if tmp[k] != tmp[0] {
+				torn++
+				break
+			}
+		}
+	}
+	return torn
+}
+
+// The peers' rw90 by goroutines, each with a handle of its own (the
+// upgrade mutex) or sharing one sync.RWMutex; b.N operations in all.
+func BenchmarkRW90(b *testing.B) {
+	for _, g := range []int{2, 4, 8} {
+		b.Run("upgrade/goroutines="+strconv.Itoa(g), func(b *testing.B) {
+			seg, _ := benchSegment(b)
+			handles := make([]*upgrade.Mutex, g)
+			for i := range handles {
+				handles[i] = benchHandle(b, seg)
+			}
+			var rec [8]uint64
+			runRW90(b, g, func(i int) sync.Locker { return handles[i].Locker() }, &rec)
+		})
+		b.Run("sync.RWMutex/goroutines="+strconv.Itoa(g), func(b *testing.B) {
+			var rw paddedRW
+			var rec [8]uint64
+			runRW90(b, g, func(int) sync.Locker { return &rw.mu }, &rec)
+		})
+	}
+}
+
+func runRW90(b *testing.B, g int, lockerOf func(i int) sync.Locker, rec *[8]uint64) {
+	var torn atomic.Int64
+	var wg sync.WaitGroup
+	for i := range g {
+		n := b.N / g
+		if i < b.N%g {
+			n++
+		}
+		l := lockerOf(i).(interface {
+			Lock()
+			Unlock()
+			RLock()
+			RUnlock()
+		})
+		wg.Go(func() { torn.Add(int64(rw90(l, rec, n, uint64(i)+1))) })
+	}
+	wg.Wait()
+	if torn.Load() != 0 {
+		b.Fatalf("%d torn reads", torn.Load())
+	}
+	// ops/s: operations (reads and writes) per second, all goroutines together.
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}

@@ -1,0 +1,134 @@
+package upgrade
+
+import "context"
+
+// UpgradeToUnique turns the handle's upgrade lock into the unique lock: it
+// marks the upgrade pending, which keeps new readers out, and waits for the
+// readers there are to leave. No writer can get in between: a writer needs
+// the upgrade lock free. ErrNotHeld (ErrNotOwner) if the handle does not
+// hold the upgrade lock; ErrHeld if it holds it upgraded already, or
+// holds shared locks of its own, which it would wait for forever.
+func (m *Mutex) UpgradeToUnique() error { return m.upgradeToUnique(context.Background(), false) }
+
+// TryUpgradeToUnique upgrades only if no reader holds the lock;
+// ErrWouldBlock otherwise, still holding the upgrade lock.
+func (m *Mutex) TryUpgradeToUnique() error { return m.upgradeToUnique(context.Background(), true) }
+
+// UpgradeToUniqueContext is UpgradeToUnique, giving up when ctx is done:
+// it then returns ctx.Err(), still holds the upgrade lock, and the upgrade
+// is no longer pending.
+func (m *Mutex) UpgradeToUniqueContext(ctx context.Context) error {
+	return m.upgradeToUnique(ctx, false)
+}
+
+func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.checkUpgrader(); err != nil {
+		return err
+	}
+	if m.e.State.Load()&stateWrite != 0 || m.sharedHolds() != 0 {
+		return ErrHeld
+	}
+	// While stateUpgrade is ours nobody else changes the state word.
+	m.e.State.Or(statePending)
+	for !m.readersZero() {
+		if try {
+			m.cancelPending()
+			return ErrWouldBlock
+		}
+		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
+		if err != nil {
+			m.cancelPending()
+			return err
+		}
+		if slice {
+			m.clearDeadReaders()
+		}
+	}
+	for {
+		s := m.e.State.Load()
+		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
+			return nil
+		}
+	}
+}
+
+// cancelPending withdraws a pending upgrade: readers may come in again.
+func (m *Mutex) cancelPending() {
+	m.e.State.And(^statePending)
+	m.wake(m.sharedGate())
+}
+
+// UniqueToUpgrade turns the unique lock into the upgrade lock without
+// blocking; readers may come in again. From a unique lock taken with Lock
+// it needs the upgrade lock to be free (nobody waiting to take it either);
+// ErrWouldBlock otherwise, still holding the unique lock.
+func (m *Mutex) UniqueToUpgrade() error {
+	switch {
+	case m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite:
+		m.e.State.And(^stateWrite)
+		m.wake(m.sharedGate()) // readers; writers still wait for the upgrade lock
+		return nil
+	case m.holdsWriter():
+		if !m.e.Upgrader.CompareAndSwap(0, m.pid) {
+			return ErrWouldBlock
+		}
+		m.e.UpgraderTID.Store(m.tid)
+		// stateWrite (writer's) becomes stateUpgrade in one step, then the
+		// writers' mutex goes.
+		for {
+			s := m.e.State.Load()
+			if m.e.State.CompareAndSwap(s, s&^stateWrite|stateUpgrade) {
+				break
+			}
+		}
+		m.releaseWriterWord()
+		m.wake(m.sharedGate())
+		m.wake(m.uniqueGate())
+		return nil
+	}
+	return m.notUnique()
+}
+
+// UniqueToShared turns the unique lock (taken with Lock or by an upgrade)
+// into one shared hold without blocking. ErrTooManyReaders if the handle
+// has no reader record and none is free, still holding the unique lock.
+func (m *Mutex) UniqueToShared() error {
+	writer := m.holdsWriter()
+	upgrader := !writer && m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite
+	if !writer && !upgrader {
+		return m.notUnique()
+	}
+	r, err := m.record()
+	if err != nil {
+		return err
+	}
+	// The shared hold is counted before the exclusive one goes, so no
+	// writer can get in between.
+	if r.Count.Add(1) > MaxShared {
+		r.Count.Add(^uint32(0))
+		return ErrOverflow
+	}
+	m.setReclaimed(false)
+	if writer {
+		m.e.State.And(^stateWrite)
+		m.releaseWriterWord()
+	} else {
+		m.e.State.And(^(stateWrite | stateUpgrade | statePending))
+		m.releaseUpgraderWord()
+	}
+	m.wake(m.sharedGate())
+	m.wake(m.uniqueGate())
+	return nil
+}
+
+// notUnique is the error for a downgrade by a handle without the unique
+// lock.
+func (m *Mutex) notUnique() error {
+	if m.e.State.Load()&stateWrite != 0 {
+		return ErrNotOwner
+	}
+	return ErrNotHeld
+}

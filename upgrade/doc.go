@@ -1,0 +1,40 @@
+// Package upgrade is shmlock's upgradeable reader/writer mutex across
+// processes (design 000), robust to the death of any holder.
+//
+// A Mutex is a handle on one upgrade mutex of a segment
+// (layout.UpgradeEntry plus its reader records). It offers three modes:
+//
+//   - shared (LockShared): any number of readers at once;
+//   - upgrade (LockUpgrade): at most one holder, alongside readers; only it
+//     may turn its hold into the unique lock (UpgradeToUnique) without
+//     letting a writer in between;
+//   - unique (Lock): one holder and nobody else.
+//
+// A pending upgrade, and a writer that has waited a moment (a millisecond)
+// for the readers to drain, block new readers, so neither starves under a
+// stream of readers. Downgrades (UniqueToUpgrade, UniqueToShared) never
+// block.
+//
+// Robustness: the writer and the upgrade holder are recorded by process
+// identity (pid and start time) and handle id, so a waiter that finds one
+// dead takes the lock over (the new holder's Reclaimed reports it, like
+// EOWNERDEAD) or, if it wanted another mode, releases it. Readers are
+// counted per handle, in reader records that name their process, so the
+// share of a dead reader process is dropped; a live reader is never
+// released. Boost's interprocess_upgradable_mutex and pthread rwlocks
+// wedge forever in all these cases.
+//
+// Every blocking call has a Try form (never waits) and a Context form
+// (waits until the context is done, then leaves the lock as it was). Waiters
+// spin briefly, then sleep on futexes in the entry, waking at least every
+// 50 ms to look for dead holders; a release wakes one queued writer, or
+// every waiting reader.
+//
+//	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
+//	m, _ := upgrade.Named(seg, "table")
+//	defer m.Close()
+//	if err := m.LockUpgrade(); err != nil { ... }
+//	... read, decide to write ...
+//	err := m.WithUnique(ctx, func() error { ... write ... })
+//	m.UnlockUpgrade()
+package upgrade

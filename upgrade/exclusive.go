@@ -1,0 +1,306 @@
+package upgrade
+
+import (
+	"context"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/memview"
+)
+
+// Lock takes the unique (write) lock, waiting for the writers' mutex, for
+// the upgrade lock to be released and for readers to drain. If the
+// previous writer died, its lock is taken over and Reclaimed reports it.
+// ErrHeld if the handle holds the lock in any mode already.
+func (m *Mutex) Lock() error {
+	// Fast path: nobody holds or wants anything.
+	if !m.closed.Load() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
+		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
+		if m.e.State.CompareAndSwap(0, stateWrite) {
+			if m.readersZero() {
+				m.setReclaimed(false)
+				return nil
+			}
+		} else if m.holdsUpgrader() {
+			m.abandonWriter()
+			return ErrHeld
+		}
+		return m.finishLock(context.Background(), false, false)
+	}
+	return m.lockSlow(context.Background(), false)
+}
+
+// TryLock takes the unique lock only if that needs no waiting;
+// ErrWouldBlock otherwise. It never takes over a dead holder's lock.
+func (m *Mutex) TryLock() error { return m.lockSlow(context.Background(), true) }
+
+// LockContext is Lock, giving up when ctx is done: it then returns
+// ctx.Err() and the lock is as it was.
+func (m *Mutex) LockContext(ctx context.Context) error { return m.lockSlow(ctx, false) }
+
+func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
+	if err := m.checkFree(ctx); err != nil {
+		return err
+	}
+	reclaimed, err := m.acquireWriterWord(ctx, try)
+	if err != nil {
+		return err
+	}
+	memview.StoreOwned(&m.e.WriterTID, m.tid) // published by setWriteBit's CAS, or the Writer release
+	return m.finishLock(ctx, try, reclaimed)
+}
+
+// finishLock is Lock once the Writer word is the caller's: set stateWrite
+// when the upgrade lock is free, then wait for readers to drain. On
+// failure it undoes both.
+//
+// Readers still holding the lock get a grace period (softDrain). Readers
+// on a CPU leave within a few loads of the drain check; if they have not,
+// one of them is probably off the CPU (processes outnumber cores), and
+// stateWrite would stop every other reader for as long as that one is.
+// So the writer clears stateWrite again and, yielding, waits for a moment
+// with no reader while readers go on; then it tries again. Once the grace
+// period is over, stateWrite stays and keeps new readers out until the
+// readers there are have left, so a stream of readers cannot starve the
+// writer.
+func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
+	var graceEnd time.Time // zero until the grace period begins
+	for {
+		if err := m.setWriteBit(ctx, try, &reclaimed); err != nil {
+			return err
+		}
+		for range spinLoads {
+			if m.readersZero() {
+				m.setReclaimed(reclaimed)
+				return nil
+			}
+			if try {
+				m.abandonWriter()
+				return ErrWouldBlock
+			}
+		}
+		now := time.Now()
+		if graceEnd.IsZero() {
+			graceEnd = now.Add(softDrain)
+		}
+		if !now.Before(graceEnd) {
+			break
+		}
+		m.clearWriteBit()
+		m.wake(m.sharedGate())
+		for !m.readersZero() && time.Now().Before(graceEnd) {
+			if err := ctx.Err(); err != nil {
+				m.releaseWriterWord()
+				m.wake(m.sharedGate())
+				return err
+			}
+			yield()
+		}
+	}
+	for !m.readersZero() {
+		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
+		if err != nil {
+			m.abandonWriter()
+			return err
+		}
+		if slice {
+			m.clearDeadReaders()
+		}
+	}
+	m.setReclaimed(reclaimed)
+	return nil
+}
+
+// setWriteBit sets stateWrite for the holder of the Writer word once the
+// upgrade lock is free (or finds it set: by itself, or by a dead writer it
+// took over), releasing a dead upgrade holder's lock if it must.
+func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) error {
+	for {
+		s := m.e.State.Load()
+		if s&stateUpgrade == 0 {
+			if s&stateWrite != 0 || m.e.State.CompareAndSwap(s, s|stateWrite) {
+				return nil
+			}
+			continue
+		}
+		if try {
+			m.abandonWriter()
+			return ErrWouldBlock
+		}
+		slice, err := m.wait(ctx, m.uniqueGate(), func() bool { return m.e.State.Load()&stateUpgrade == 0 })
+		if err != nil {
+			m.abandonWriter()
+			return err
+		}
+		if slice {
+			if _, unique := m.releaseDeadUpgrader(); unique {
+				*reclaimed = true // it died holding the unique lock
+			}
+		}
+	}
+}
+
+// abandonWriter undoes a Lock that could not finish.
+func (m *Mutex) abandonWriter() {
+	m.clearWriteBit()
+	m.releaseWriterWord()
+	m.wake(m.sharedGate())
+	m.wake(m.uniqueGate())
+}
+
+// checkFree is the common entry check of Lock and LockUpgrade: a context
+// already done fails at once, and a handle that holds the lock in any mode
+// would wait for itself.
+func (m *Mutex) checkFree(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if m.holdsWriter() || m.holdsUpgrader() || m.sharedHolds() != 0 {
+		return ErrHeld
+	}
+	return nil
+}
+
+// Unlock releases the unique lock taken by Lock. ErrNotHeld if the handle
+// holds no unique lock (an upgrade holder's unique lock is left with
+// UniqueToUpgrade or UniqueToShared), ErrNotOwner if another handle holds
+// it.
+func (m *Mutex) Unlock() error {
+	if !m.holdsWriter() {
+		if m.e.Writer.Load()&^writerHungry != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+			return ErrNotOwner
+		}
+		return ErrNotHeld
+	}
+	m.setReclaimed(false)
+	m.e.State.And(^stateWrite) // ours: nobody else changes the word now
+	m.releaseWriterWord()
+	if m.e.Waiters.Load() != 0 {
+		m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
+	}
+	return nil
+}
+
+// LockUpgrade takes the upgrade lock: it waits for the upgrade lock to be
+// free and for a writer (one holding or waiting for the unique lock) to
+// finish; readers do not block it. If the previous upgrade holder died,
+// its lock is taken over (downgraded to the upgrade lock, if it had
+// upgraded) and Reclaimed reports it.
+func (m *Mutex) LockUpgrade() error { return m.lockUpgrade(context.Background(), false) }
+
+// TryLockUpgrade takes the upgrade lock only if that needs no waiting;
+// ErrWouldBlock otherwise.
+func (m *Mutex) TryLockUpgrade() error { return m.lockUpgrade(context.Background(), true) }
+
+// LockUpgradeContext is LockUpgrade, giving up when ctx is done.
+func (m *Mutex) LockUpgradeContext(ctx context.Context) error { return m.lockUpgrade(ctx, false) }
+
+func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if m.holdsWriter() || m.holdsUpgrader() {
+		return ErrHeld
+	}
+	reclaimed := false
+	for !m.e.Upgrader.CompareAndSwap(0, m.pid) {
+		if try {
+			return ErrWouldBlock
+		}
+		slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.Upgrader.Load() == 0 })
+		if err != nil {
+			return err
+		}
+		if slice {
+			if o := m.e.Upgrader.Load(); o != 0 && !m.alive(o) && m.e.Upgrader.CompareAndSwap(o, m.pid) {
+				m.e.Generation.Add(1)
+				m.repairs.Add(1)
+				reclaimed = true
+				break
+			}
+		}
+	}
+	m.e.UpgraderTID.Store(m.tid)
+	for {
+		s := m.e.State.Load()
+		if s&stateUpgrade != 0 {
+			// Left by the dead holder we took over: keep the upgrade lock,
+			// drop its pending upgrade or unique hold.
+			if m.e.State.CompareAndSwap(s, s&^(statePending|stateWrite)) {
+				if s&(statePending|stateWrite) != 0 {
+					m.wake(m.sharedGate())
+				}
+				break
+			}
+			continue
+		}
+		// A writer that holds the writers' mutex goes first (fairness: a
+		// stream of upgraders would starve it otherwise).
+		if s&stateWrite == 0 && m.e.Writer.Load() == 0 {
+			if m.e.State.CompareAndSwap(s, s|stateUpgrade) {
+				break
+			}
+			continue
+		}
+		if try {
+			m.abandonUpgrader()
+			return ErrWouldBlock
+		}
+		slice, err := m.wait(ctx, m.sharedGate(), func() bool {
+			return m.e.State.Load()&stateWrite == 0 && m.e.Writer.Load() == 0
+		})
+		if err != nil {
+			m.abandonUpgrader()
+			return err
+		}
+		if slice {
+			m.releaseDeadWriter()
+		}
+	}
+	m.setReclaimed(reclaimed)
+	return nil
+}
+
+// abandonUpgrader undoes a LockUpgrade that holds the Upgrader word but
+// not stateUpgrade.
+func (m *Mutex) abandonUpgrader() {
+	m.releaseUpgraderWord()
+	m.wake(m.sharedGate())
+}
+
+// UnlockUpgrade releases the upgrade lock. ErrNotHeld if the handle holds
+// no upgrade lock, or holds it upgraded (leave the unique lock first),
+// ErrNotOwner if another handle holds it.
+func (m *Mutex) UnlockUpgrade() error {
+	if err := m.checkUpgrader(); err != nil {
+		return err
+	}
+	if m.e.State.Load()&stateWrite != 0 {
+		return ErrNotHeld
+	}
+	m.setReclaimed(false)
+	m.e.State.And(^(stateUpgrade | statePending))
+	m.releaseUpgraderWord()
+	if m.e.Waiters.Load() != 0 {
+		m.wake(m.sharedGate())
+		m.wake(m.uniqueGate())
+	}
+	return nil
+}
+
+// checkUpgrader checks that the handle holds the upgrade lock (the
+// Upgrader word and stateUpgrade).
+func (m *Mutex) checkUpgrader() error {
+	if !m.holdsUpgrader() || m.e.State.Load()&stateUpgrade == 0 {
+		if m.e.Upgrader.Load() != 0 && m.e.State.Load()&stateUpgrade != 0 {
+			return ErrNotOwner
+		}
+		return ErrNotHeld
+	}
+	return nil
+}

@@ -1,0 +1,29 @@
+package upgrade
+
+// HolderID is the handle's holder id, as recorded in WriterTID/UpgraderTID.
+func (m *Mutex) HolderID() uint64 { return m.tid }
+
+// SharedHolds is the handle's shared hold count.
+func (m *Mutex) SharedHolds() uint32 { return m.sharedHolds() }
+
+// SetSharedHolds sets the handle's count (claiming its record), for the
+// overflow test.
+func (m *Mutex) SetSharedHolds(n uint32) error {
+	r, err := m.record()
+	if err != nil {
+		return err
+	}
+	r.Count.Store(n)
+	return nil
+}
+
+const (
+	StateWrite   = stateWrite
+	StateUpgrade = stateUpgrade
+	StatePending = statePending
+)
+
+const (
+	WriterHungry  = writerHungry
+	WriterHandoff = writerHandoff
+)

@@ -1,0 +1,94 @@
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Upgraded is the seed's scoped upgrade: the unique lock of an upgrade
+// holder, given back by Close.
+type Upgraded struct {
+	m    *Mutex
+	once sync.Once
+	err  error
+}
+
+// Upgrade upgrades the handle's upgrade lock to the unique lock (as
+// UpgradeToUniqueContext) and returns a guard whose Close downgrades it
+// back to the upgrade lock:
+//
+//	u, err := m.Upgrade(ctx)
+//	if err != nil { ... }
+//	defer u.Close()
+func (m *Mutex) Upgrade(ctx context.Context) (*Upgraded, error) {
+	if err := m.UpgradeToUniqueContext(ctx); err != nil {
+		return nil, err
+	}
+	return &Upgraded{m: m}, nil
+}
+
+// Close downgrades to the upgrade lock (UniqueToUpgrade). Later calls
+// return the first call's result and change nothing.
+func (u *Upgraded) Close() error {
+	u.once.Do(func() { u.err = u.m.UniqueToUpgrade() })
+	return u.err
+}
+
+// WithUnique runs f holding the unique lock, upgraded from the handle's
+// upgrade lock, and downgrades back to the upgrade lock when f returns or
+// panics. It returns the upgrade's error, or f's, or the downgrade's.
+func (m *Mutex) WithUnique(ctx context.Context, f func() error) (err error) {
+	u, err := m.Upgrade(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := u.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	return f()
+}
+
+// Locker adapts a handle to sync.Locker (Lock and Unlock are the unique
+// lock) with RLock and RUnlock for shared holds, like sync.RWMutex. Its
+// methods panic on an error, as sync.RWMutex does when unlocking what is
+// not locked; a dead holder's lock is taken over silently (use the handle
+// itself to learn of that).
+type Locker struct{ m *Mutex }
+
+// Locker returns the handle as a Locker.
+func (m *Mutex) Locker() *Locker { return &Locker{m} }
+
+// Lock takes the unique lock.
+func (l *Locker) Lock() { must(l.m.Lock()) }
+
+// Unlock releases the unique lock.
+func (l *Locker) Unlock() { must(l.m.Unlock()) }
+
+// RLock takes a shared hold.
+func (l *Locker) RLock() { must(l.m.LockShared()) }
+
+// RUnlock releases a shared hold.
+func (l *Locker) RUnlock() { must(l.m.UnlockShared()) }
+
+// RLocker returns a sync.Locker whose Lock and Unlock take and release a
+// shared hold, like sync.RWMutex.RLocker.
+func (l *Locker) RLocker() sync.Locker { return rlocker{l.m} }
+
+type rlocker struct{ m *Mutex }
+
+func (r rlocker) Lock()   { must(r.m.LockShared()) }
+func (r rlocker) Unlock() { must(r.m.UnlockShared()) }
+
+func must(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("upgrade: %v", err))
+	}
+}
+
+var (
+	_ sync.Locker = (*Locker)(nil)
+	_ sync.Locker = rlocker{}
+)

@@ -1,0 +1,195 @@
+package upgrade_test
+
+import (
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// record is the 64-byte record the tests protect: eight words that every
+// writer sets to one new value, so a reader that sees two different values
+// saw a write in progress (a torn read). It lives in the scratch lockmgr
+// entry; its words are atomics only so that the race detector looks at the
+// lock, not at the test.
+type record [8]*atomic.Uint64
+
+func recordOf(seg *shm.Segment) (record, error) {
+	var r record
+	mem, err := seg.Region(layout.KindLockMgr)
+	if err != nil {
+		return r, err
+	}
+	for k := range r {
+		if r[k], err = memview.Uint64(mem, uint64(8*k)); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// read returns the first word and whether all eight agree.
+func (r record) read() (uint64, bool) {
+	v := r[0].Load()
+	for k := 1; k < len(r); k++ {
+		if r[k].Load() != v {
+			return v, false
+		}
+	}
+	return v, true
+}
+
+// write stores v in the first n words.
+func (r record) write(v uint64, n int) {
+	for k := range n {
+		r[k].Store(v)
+	}
+}
+
+func splitmix64(s *uint64) uint64 {
+	*s += 0x9e3779b97f4a7c15
+	z := *s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func openHelper(path string) (*shm.Segment, *upgrade.Mutex, record, error) {
+	seg, err := shm.Open(path, shm.Options{})
+	if err != nil {
+		return nil, nil, record{}, err
+	}
+	m, err := upgrade.Open(seg, 0)
+	if err != nil {
+		return nil, nil, record{}, err
+	}
+	rec, err := recordOf(seg)
+	return seg, m, rec, err
+}
+
+// mixedOps runs iters operations of the mixed workload on m: 90% shared
+// reads, 5% Lock writes, 5% upgrades (read under the upgrade lock, upgrade,
+// write, then leave through UniqueToUpgrade or UniqueToShared). It returns
+// the number of writes and of torn reads.
+func mixedOps(m *upgrade.Mutex, rec record, iters int, seed uint64) (writes, torn uint64, err error) {
+	check := func(e error, what string) {
+		if e != nil && err == nil {
+			err = fmt.Errorf("%s: %w", what, e)
+		}
+	}
+	for i := 0; i < iters && err == nil; i++ {
+		switch r := splitmix64(&seed) % 20; {
+		case r < 18:
+			check(m.LockShared(), "LockShared")
+			if _, ok := rec.read(); !ok {
+				torn++
+			}
+			check(m.UnlockShared(), "UnlockShared")
+		case r == 18:
+			check(m.Lock(), "Lock")
+			rec.write(rec[0].Load()+1, len(rec))
+			writes++
+			check(m.Unlock(), "Unlock")
+		default:
+			check(m.LockUpgrade(), "LockUpgrade")
+			if _, ok := rec.read(); !ok {
+				torn++
+			}
+			check(m.UpgradeToUnique(), "UpgradeToUnique")
+			rec.write(rec[0].Load()+1, len(rec))
+			writes++
+			if splitmix64(&seed)%2 == 0 {
+				check(m.UniqueToUpgrade(), "UniqueToUpgrade")
+				if _, ok := rec.read(); !ok {
+					torn++
+				}
+				check(m.UnlockUpgrade(), "UnlockUpgrade")
+			} else {
+				check(m.UniqueToShared(), "UniqueToShared")
+				if _, ok := rec.read(); !ok {
+					torn++
+				}
+				check(m.UnlockShared(), "UnlockShared after UniqueToShared")
+			}
+		}
+	}
+	return writes, torn, err
+}
+
+func rwHelper(args []string) int {
+	iters, _ := strconv.Atoi(args[1])
+	seed, _ := strconv.ParseUint(args[2], 10, 64)
+	seg, m, rec, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	defer seg.Close()
+	writes, torn, err := mixedOps(m, rec, iters, seed)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	if err := m.Close(); err != nil {
+		fmt.Println("close:", err)
+		return 1
+	}
+	fmt.Printf("writes %d torn %d\n", writes, torn)
+	return 0
+}
+
+// holdHelper takes a hold and keeps it until killed. Modes: shared,
+// upgrade, unique, unique-half (Lock, then half a write), upgraded-half
+// (upgrade to unique, then half a write), pending (upgrade lock, then an
+// UpgradeToUnique that the parent's shared hold keeps waiting), queued
+// (prints "held" first, then waits in Lock behind the parent).
+func holdHelper(args []string) int {
+	seg, m, rec, err := openHelper(args[0])
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	defer seg.Close()
+	switch mode := args[1]; mode {
+	case "shared":
+		err = m.LockShared()
+	case "upgrade":
+		err = m.LockUpgrade()
+	case "unique":
+		err = m.Lock()
+	case "unique-half":
+		if err = m.Lock(); err == nil {
+			rec.write(rec[0].Load()+1, len(rec)/2)
+		}
+	case "upgraded-half":
+		if err = m.LockUpgrade(); err == nil {
+			if err = m.UpgradeToUnique(); err == nil {
+				rec.write(rec[0].Load()+1, len(rec)/2)
+			}
+		}
+	case "queued":
+		// Queue behind the parent's unique lock; the parent kills this
+		// process while it waits, marked hungry.
+		fmt.Println("held")
+		err = m.Lock()
+	case "pending":
+		if err = m.LockUpgrade(); err == nil {
+			fmt.Println("upgrade held")
+			err = m.UpgradeToUnique()
+		}
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("held")
+	time.Sleep(time.Hour)
+	return 0
+}

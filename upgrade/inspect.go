@@ -1,0 +1,123 @@
+package upgrade
+
+import "github.com/shmlock/shmlock/shm"
+
+// Status is a snapshot of one upgrade mutex, for tools (shmctl rwlocks).
+// It is read word by word without a lock, so under traffic its fields may
+// come from slightly different moments.
+type Status struct {
+	Index          int
+	State          uint32 // the raw state word
+	Writer         uint64 // packed identity holding (or waiting for) the writers' mutex; 0 if none (or handed to waiting writers)
+	WriterTID      uint64
+	Upgrader       uint64 // packed identity holding (or taking) the upgrade lock; 0 if none
+	UpgraderTID    uint64
+	Generation     uint64
+	SharedWaiters  uint32 // sleepers on the shared gate (readers, upgrade seekers)
+	UniqueWaiters  uint32 // sleepers on the unique gate (a writer or a pending upgrade draining readers)
+	WriterWaiters  uint32 // writers asleep waiting for the writers' mutex
+	Readers        []ReaderStatus
+	ReaderRecords  int // records of the mutex, used or not
+	WriteLocked    bool
+	UpgradeLocked  bool
+	UpgradePending bool
+}
+
+// ReaderStatus is one reader record in use.
+type ReaderStatus struct {
+	Record int    // index among the mutex's records
+	Owner  uint64 // packed identity of the owning process
+	Count  uint32 // its shared holds
+}
+
+// Unique reports whether the status shows the unique lock held by the
+// upgrade holder (after UpgradeToUnique) rather than by a writer.
+func (s Status) Unique() bool { return s.WriteLocked && s.UpgradeLocked }
+
+// Inspect reads upgrade mutex i of seg (which may be opened read-only).
+func Inspect(seg *shm.Segment, i int) (Status, error) {
+	e, err := seg.Upgrade(i)
+	if err != nil {
+		return Status{}, err
+	}
+	st := e.State.Load()
+	w := e.Waiters.Load()
+	s := Status{
+		Index: i, State: st,
+		Writer: e.Writer.Load() &^ writerHungry, WriterTID: e.WriterTID.Load(),
+		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
+		Generation:    e.Generation.Load(),
+		SharedWaiters: w & waitersMask, UniqueWaiters: w >> 16,
+		WriterWaiters: e.WriterSleepers.Load() & writerSleeperMask,
+		ReaderRecords: seg.ReadersPerUpgrade(),
+		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
+		Readers: []ReaderStatus{},
+	}
+	for j := range s.ReaderRecords {
+		r, err := seg.UpgradeReader(i, j)
+		if err != nil {
+			return Status{}, err
+		}
+		if o := r.Owner.Load(); o != 0 {
+			s.Readers = append(s.Readers, ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()})
+		}
+	}
+	return s, nil
+}
+
+// Repair says what Reclaim did (or would do) to one mutex.
+type Repair struct {
+	Writer   uint64         // the dead writer released, 0 if none
+	Upgrader uint64         // the dead upgrade holder released, 0 if none
+	Readers  []ReaderStatus // the freed records of dead processes, as found
+}
+
+// Empty reports whether there was nothing to repair.
+func (r Repair) Empty() bool { return r.Writer == 0 && r.Upgrader == 0 && len(r.Readers) == 0 }
+
+// Reclaim releases whatever dead processes hold on upgrade mutex i of
+// seg: a dead writer's or upgrade holder's lock, and the reader records
+// of dead processes, as waiters do by themselves. Live holders are never
+// touched. With dryRun it only reports. For repair tools (shmctl
+// reclaim) and for callers that only ever use the Try forms.
+func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
+	m, err := Open(seg, i)
+	if err != nil {
+		return Repair{}, err
+	}
+	var rep Repair
+	if o := m.e.Writer.Load() &^ writerHungry; o != 0 && !m.alive(o) {
+		if dryRun || m.releaseDeadWriter() {
+			rep.Writer = o
+		}
+	}
+	if o := m.e.Upgrader.Load(); o != 0 && !m.alive(o) {
+		if dryRun {
+			rep.Upgrader = o
+		} else if released, _ := m.releaseDeadUpgrader(); released {
+			rep.Upgrader = o
+		}
+	}
+	for j, r := range m.readers {
+		o := r.Owner.Load()
+		if o == 0 || m.alive(o) {
+			continue
+		}
+		rs := ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()}
+		if dryRun {
+			rep.Readers = append(rep.Readers, rs)
+			continue
+		}
+		if r.Owner.CompareAndSwap(o, m.pid) {
+			rs.Count = r.Count.Load() // the record is ours: its count is final
+			r.Count.Store(0)
+			r.Owner.Store(0)
+			m.repairs.Add(1)
+			rep.Readers = append(rep.Readers, rs)
+		}
+	}
+	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {
+		m.wake(m.uniqueGate())
+	}
+	return rep, nil
+}

@@ -1,0 +1,277 @@
+package upgrade_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// identityOf is the packed identity of a child, as the mutex records it.
+func identityOf(tb testing.TB, c *child) uint64 {
+	tb.Helper()
+	id, err := proc.Lookup(uint32(c.cmd.Process.Pid))
+	require.NoError(tb, err)
+	return id.Pack()
+}
+
+// holding starts a child that takes a hold in mode and waits until it has.
+func holding(tb testing.TB, path, mode string) (*child, uint64) {
+	tb.Helper()
+	c := startChild(tb, "hold", path, mode)
+	c.waitLine(tb, "held")
+	return c, identityOf(tb, c)
+}
+
+// noTraceOf checks that mutex 0 records nothing of the dead process.
+func noTraceOf(tb testing.TB, seg *shm.Segment, dead uint64) {
+	tb.Helper()
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(tb, err)
+	require.NotEqual(tb, dead, st.Writer)
+	require.NotEqual(tb, dead, st.Upgrader)
+	for _, r := range st.Readers {
+		if r.Owner == dead {
+			require.Zero(tb, r.Count, "the dead reader's record still counts")
+		}
+	}
+}
+
+// A reader killed while it holds the lock: a writer waiting for it gets
+// in, and the dead process's share is gone.
+func TestKillReader(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, id := holding(t, path, "shared")
+	w := open(t, seg)
+	got := make(chan error, 1)
+	go func() { got <- w.Lock() }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriteLocked }, "the writer to drain")
+	c.kill(t)
+	require.NoError(t, <-got)
+	require.False(t, w.Reclaimed(), "a dead reader leaves no half-done write")
+	require.Equal(t, uint64(1), w.Repairs())
+	noTraceOf(t, seg, id)
+	require.NoError(t, w.Unlock())
+	// Its record is free again.
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.Empty(t, st.Readers)
+}
+
+// A reader killed with nobody waiting: a later upgrade still completes.
+func TestKillReaderThenUpgrade(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, id := holding(t, path, "shared")
+	c.kill(t)
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.NoError(t, u.UpgradeToUnique())
+	require.NoError(t, u.UniqueToShared())
+	require.NoError(t, u.UnlockShared())
+	noTraceOf(t, seg, id)
+}
+
+// The upgrade holder killed: the next upgrade seeker takes its lock over
+// and learns of it; a writer waiting meanwhile gets in after it.
+func TestKillUpgrader(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, id := holding(t, path, "upgrade")
+	r := open(t, seg)
+	require.NoError(t, r.LockShared(), "readers share with the upgrade holder")
+	require.NoError(t, r.UnlockShared())
+	u := open(t, seg)
+	got := make(chan error, 1)
+	go func() { got <- u.LockUpgrade() }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters > 0 }, "the seeker to sleep")
+	c.kill(t)
+	require.NoError(t, <-got)
+	require.True(t, u.Reclaimed())
+	noTraceOf(t, seg, id)
+	require.NoError(t, u.UpgradeToUnique())
+	require.NoError(t, u.UniqueToUpgrade())
+	require.NoError(t, u.UnlockUpgrade())
+	require.False(t, u.Reclaimed())
+}
+
+// A writer killed half-way through a write: a waiting writer takes the
+// lock over and learns that the data may be torn.
+func TestKillWriter(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, id := holding(t, path, "unique-half")
+	w := open(t, seg)
+	got := make(chan error, 1)
+	go func() { got <- w.Lock() }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters > 0 }, "the writer to sleep")
+	c.kill(t)
+	require.NoError(t, <-got)
+	require.True(t, w.Reclaimed())
+	rec, err := recordOf(seg)
+	require.NoError(t, err)
+	_, same := rec.read()
+	require.False(t, same, "the dead writer's half write is visible to the new holder")
+	rec.write(1, len(rec)) // repaired
+	require.NoError(t, w.Unlock())
+	noTraceOf(t, seg, id)
+}
+
+// A writer killed while readers wait: they release its lock and go on.
+func TestKillWriterReadersGoOn(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, id := holding(t, path, "unique")
+	r := open(t, seg)
+	got := make(chan error, 1)
+	go func() { got <- r.LockShared() }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters > 0 }, "the reader to sleep")
+	c.kill(t)
+	require.NoError(t, <-got)
+	require.Equal(t, uint64(1), r.Repairs())
+	noTraceOf(t, seg, id)
+	require.NoError(t, r.UnlockShared())
+	w := open(t, seg)
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed(), "the reader released the dead writer's lock already")
+	require.NoError(t, w.Unlock())
+}
+
+// A process killed while its upgrade is pending: readers, kept out by the
+// pending bit, get in again, and the next upgrade seeker takes over.
+func TestKillPendingUpgrade(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	r := open(t, seg)
+	require.NoError(t, r.LockShared()) // keeps the child's upgrade pending
+	c := startChild(t, "hold", path, "pending")
+	c.waitLine(t, "upgrade held")
+	id := identityOf(t, c)
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
+	r2 := open(t, seg)
+	require.ErrorIs(t, r2.TryLockShared(), upgrade.ErrWouldBlock)
+	c.kill(t)
+	require.NoError(t, r2.LockShared(), "a waiting reader releases the dead upgrade")
+	require.Equal(t, uint64(1), r2.Repairs())
+	noTraceOf(t, seg, id)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.False(t, st.UpgradeLocked || st.UpgradePending || st.WriteLocked)
+	require.NoError(t, r2.UnlockShared())
+	require.NoError(t, r.UnlockShared())
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.NoError(t, u.UpgradeToUnique())
+	require.NoError(t, u.UniqueToShared())
+	require.NoError(t, u.UnlockShared())
+}
+
+// A process killed while pending, seen by the next upgrade seeker: it
+// takes the upgrade lock over, without the pending bit.
+func TestKillPendingUpgradeTakenOver(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	r := open(t, seg)
+	require.NoError(t, r.LockShared())
+	c := startChild(t, "hold", path, "pending")
+	c.waitLine(t, "upgrade held")
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
+	c.kill(t)
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.True(t, u.Reclaimed())
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.True(t, st.UpgradeLocked)
+	require.False(t, st.UpgradePending, "the dead one's pending upgrade is withdrawn")
+	require.NoError(t, r.UnlockShared())
+	require.NoError(t, u.UpgradeToUnique())
+	require.NoError(t, u.UniqueToUpgrade())
+	require.NoError(t, u.UnlockUpgrade())
+}
+
+// A process killed after its upgrade went through, half-way through a
+// write: a writer gets in and learns of it.
+func TestKillUpgradedWriter(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, id := holding(t, path, "upgraded-half")
+	c.kill(t)
+	w := open(t, seg)
+	require.NoError(t, w.Lock())
+	require.True(t, w.Reclaimed())
+	require.NoError(t, w.Unlock())
+	noTraceOf(t, seg, id)
+}
+
+// Reclaim frees what dead processes hold without waiting, and never what
+// live ones hold.
+func TestReclaim(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	live := open(t, seg)
+	require.NoError(t, live.LockShared())
+	cr, reader := holding(t, path, "shared")
+	cu, upgrader := holding(t, path, "upgrade")
+	cr.kill(t)
+	cu.kill(t)
+	rep, err := upgrade.Reclaim(seg, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, upgrader, rep.Upgrader)
+	require.Zero(t, rep.Writer)
+	require.Len(t, rep.Readers, 1)
+	require.Equal(t, reader, rep.Readers[0].Owner)
+	require.Equal(t, uint32(1), rep.Readers[0].Count, "the dead reader's hold")
+	dry := rep
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.True(t, st.UpgradeLocked, "a dry run changes nothing")
+	rep, err = upgrade.Reclaim(seg, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, dry, rep, "the dry run said what would be done")
+	st, err = upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.False(t, st.UpgradeLocked)
+	require.Len(t, st.Readers, 1)
+	require.Equal(t, uint32(1), st.Readers[0].Count, "the live reader keeps its hold")
+	rep, err = upgrade.Reclaim(seg, 0, false)
+	require.NoError(t, err)
+	require.True(t, rep.Empty())
+	require.NoError(t, live.UnlockShared())
+}
+
+// A writer killed while it waits in the writers' queue: the holder's
+// release goes to everyone (a sleeping writer asks for no handoff), and
+// the other writers and an upgrade seeker go on. A handoff left to a
+// writer that died is TestStaleHandoff's.
+func TestKillQueuedWriter(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w := open(t, seg)
+	require.NoError(t, w.Lock())
+	c := startChild(t, "hold", path, "queued")
+	c.waitLine(t, "held")
+	waitFor(t, func() bool {
+		st, _ := upgrade.Inspect(seg, 0)
+		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
+	}, "the queued writer to sleep, its mark off")
+	c.kill(t)
+	require.NoError(t, w.Unlock())
+	require.Zero(t, e.Writer.Load(), "released to everyone")
+
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.NoError(t, u.UnlockUpgrade())
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed())
+	require.NoError(t, w.Unlock())
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+}

@@ -1,0 +1,194 @@
+package upgrade
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// Mutex is a handle on one upgrade mutex of a segment. Make one with Open
+// or Named; any number of handles, in any processes, may share a mutex.
+//
+// A handle is one holder: its goroutines share its holds, as goroutines
+// share a sync.RWMutex (any of them may unlock what another locked), and
+// its shared holds are counted together. A handle that holds the lock in
+// one mode and asks for a conflicting one gets ErrHeld instead of a
+// deadlock; a handle that waits for a shared hold while another goroutine
+// of it holds one is not protected from a waiting writer (as with
+// sync.RWMutex, do not lock shared recursively). Use one handle per
+// goroutine that needs a hold of its own.
+//
+// The n'th exclusive release (Unlock, UnlockUpgrade after UniqueToUpgrade,
+// the downgrades) synchronizes before the acquisitions it lets in; every
+// shared release synchronizes before the next unique acquisition.
+//
+// A Mutex must be closed (Close) before its segment is.
+type Mutex struct {
+	e       *layout.UpgradeEntry
+	readers []*layout.ReaderRecord // the mutex's reader records
+	index   int
+	pid     uint64 // packed identity of this process
+	tid     uint64 // this handle's holder id
+	alive   func(owner uint64) bool
+
+	rec    atomic.Pointer[layout.ReaderRecord] // this handle's record, once claimed
+	recMu  sync.Mutex                          // serialises claiming it
+	closed atomic.Bool
+
+	reclaimed atomic.Bool   // the current writer or upgrade hold was taken from the dead
+	repairs   atomic.Uint64 // dead holders this handle took over or released
+}
+
+// Open returns a handle on upgrade mutex index of seg.
+func Open(seg *shm.Segment, index int) (*Mutex, error) {
+	e, err := seg.Upgrade(index)
+	if err != nil {
+		return nil, err
+	}
+	n := seg.ReadersPerUpgrade()
+	m := &Mutex{e: e, readers: make([]*layout.ReaderRecord, n), index: index,
+		pid: proc.Self().Pack(), tid: randomNonZero(), alive: seg.OwnerAlive}
+	for j := range n {
+		if m.readers[j], err = seg.UpgradeReader(index, j); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Named claims the upgrade mutex called name in seg (see
+// shm.Segment.Claim) and returns a handle on it.
+func Named(seg *shm.Segment, name string) (*Mutex, error) {
+	i, err := seg.Claim(layout.KindUpgrades, name)
+	if err != nil {
+		return nil, err
+	}
+	return Open(seg, i)
+}
+
+// Index is the mutex's index in the segment's upgrade table.
+func (m *Mutex) Index() int { return m.index }
+
+// Reclaimed reports whether the handle's current unique or upgrade hold was
+// taken over from a holder that died: the data may be half-updated.
+func (m *Mutex) Reclaimed() bool { return m.reclaimed.Load() }
+
+// Repairs is the number of dead holders (writers, upgrade holders, reader
+// processes) this handle has taken over or released while it waited.
+func (m *Mutex) Repairs() uint64 { return m.repairs.Load() }
+
+// Generation is bumped by every release of the writer's or the upgrade
+// holder's identity, and every takeover: a holder may keep it as a fencing
+// token.
+func (m *Mutex) Generation() uint64 { return m.e.Generation.Load() }
+
+// Close releases the handle's reader record. ErrHeld, leaving the handle
+// open, if it still holds the lock in any mode; ErrClosed the second time.
+func (m *Mutex) Close() error {
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	r := m.rec.Load()
+	if r != nil && r.Count.Load() != 0 || m.holdsWriter() || m.holdsUpgrader() {
+		return ErrHeld
+	}
+	m.closed.Store(true)
+	if r != nil {
+		r.Owner.CompareAndSwap(m.pid, 0) // count is 0: the record is free
+		m.rec.Store(nil)
+	}
+	return nil
+}
+
+// record returns the handle's reader record, claiming one the first time.
+func (m *Mutex) record() (*layout.ReaderRecord, error) {
+	if r := m.rec.Load(); r != nil {
+		return r, nil
+	}
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	if r := m.rec.Load(); r != nil {
+		return r, nil
+	}
+	r := m.claimRecord()
+	if r == nil {
+		return nil, ErrTooManyReaders
+	}
+	m.rec.Store(r)
+	return r, nil
+}
+
+// claimRecord takes a free record, or failing that one of a dead process.
+// Free records are tried one per cache line first, so that the readers of
+// different processes do not share a line while there is room.
+func (m *Mutex) claimRecord() *layout.ReaderRecord {
+	n := len(m.readers)
+	for first := range recordsPerLine {
+		for j := first; j < n; j += recordsPerLine {
+			r := m.readers[j]
+			if r.Owner.Load() == 0 && r.Owner.CompareAndSwap(0, m.pid) {
+				r.Count.Store(0) // a free record's count is 0 already
+				m.markRecord(j)
+				return r
+			}
+		}
+	}
+	for j, r := range m.readers {
+		if o := r.Owner.Load(); o != 0 && !m.alive(o) && r.Owner.CompareAndSwap(o, m.pid) {
+			r.Count.Store(0) // the dead process's holds go with it
+			m.repairs.Add(1)
+			m.markRecord(j) // set already by the dead owner's claim
+			return r
+		}
+	}
+	return nil
+}
+
+// markRecord sets record j's bit in the mask of records in use.
+func (m *Mutex) markRecord(j int) {
+	bit := uint32(1) << (j % maskBits)
+	if mask := &m.readers[0].Pad; mask.Load()&bit == 0 {
+		mask.Or(bit)
+	}
+}
+
+// setReclaimed records whether the current hold was taken over from the
+// dead, without a locked instruction when that does not change.
+func (m *Mutex) setReclaimed(v bool) {
+	if m.reclaimed.Load() != v {
+		m.reclaimed.Store(v)
+	}
+}
+
+func (m *Mutex) holdsWriter() bool {
+	return m.e.Writer.Load()&^writerHungry == m.pid && m.e.WriterTID.Load() == m.tid
+}
+
+func (m *Mutex) holdsUpgrader() bool {
+	return m.e.Upgrader.Load() == m.pid && m.e.UpgraderTID.Load() == m.tid
+}
+
+// sharedHolds is the number of shared holds of this handle.
+func (m *Mutex) sharedHolds() uint32 {
+	if r := m.rec.Load(); r != nil {
+		return r.Count.Load()
+	}
+	return 0
+}
+
+func randomNonZero() uint64 {
+	for {
+		if v := rand.Uint64(); v != 0 {
+			return v
+		}
+	}
+}

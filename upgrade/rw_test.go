@@ -1,0 +1,348 @@
+package upgrade_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// checkFree checks that nobody holds or waits for mutex 0.
+func checkFree(tb testing.TB, h interface {
+	Helper()
+}, st upgrade.Status) {
+	tb.Helper()
+	require.Zero(tb, st.State, "state word")
+	require.Zero(tb, st.Writer, "writer")
+	require.Zero(tb, st.Upgrader, "upgrader")
+	for _, r := range st.Readers {
+		require.Zero(tb, r.Count, "reader record %d of %#x", r.Record, r.Owner)
+	}
+}
+
+// Processes running the mixed workload (shared reads, writes, upgrades in
+// both exits) on one record: no read is torn, and the record counts every
+// write exactly.
+func TestMultiProcessMixed(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	procs, iters := 4, 20000
+	if long() {
+		procs, iters = 8, 200000
+	}
+	children := make([]*child, procs)
+	for i := range children {
+		children[i] = startChild(t, "rw", path, strconv.Itoa(iters), strconv.Itoa(i+1))
+	}
+	var writes uint64
+	for _, c := range children {
+		c.waitOK(t)
+		var w, torn uint64
+		_, err := fmt.Sscanf(c.waitLine(t, "writes "), "%d torn %d", &w, &torn)
+		require.NoError(t, err)
+		require.Zero(t, torn, "torn reads in %s", c.out.String())
+		writes += w
+	}
+	rec, err := recordOf(seg)
+	require.NoError(t, err)
+	v, same := rec.read()
+	require.True(t, same, "record words disagree")
+	require.Equal(t, writes, v, "record counts every write")
+	require.Positive(t, writes)
+	t.Logf("%d processes, %d writes", procs, writes)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+	require.Empty(t, st.Readers, "every helper closed its handle")
+}
+
+// Goroutines with a handle each run the mixed workload (for -race).
+func TestGoroutinesMixed(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	rec, err := recordOf(seg)
+	require.NoError(t, err)
+	workers, iters := 4, 20000
+	if long() {
+		workers, iters = 8, 100000
+	}
+	var writes, torn atomic.Uint64
+	var wg sync.WaitGroup
+	for i := range workers {
+		m := open(t, seg)
+		wg.Go(func() {
+			w, tr, err := mixedOps(m, rec, iters, uint64(i+100))
+			if err != nil {
+				t.Error(err)
+			}
+			writes.Add(w)
+			torn.Add(tr)
+		})
+	}
+	wg.Wait()
+	require.Zero(t, torn.Load())
+	v, same := rec.read()
+	require.True(t, same)
+	require.Equal(t, writes.Load(), v)
+}
+
+// With readers arriving all the time, their holds overlapping so that the
+// reader count never drops to zero by itself, a pending upgrade and a
+// writer both get through.
+func TestNoStarvation(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	var stop atomic.Bool
+	var reads atomic.Uint64
+	var wg sync.WaitGroup
+	for range 4 {
+		m := open(t, seg)
+		wg.Go(func() {
+			for !stop.Load() {
+				if err := m.LockShared(); err != nil {
+					t.Error(err)
+					return
+				}
+				reads.Add(1)
+				time.Sleep(100 * time.Microsecond) // overlap with the others
+				if err := m.UnlockShared(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	waitFor(t, func() bool { return reads.Load() > 100 }, "readers to get going")
+	up, w := open(t, seg), open(t, seg)
+	done := make(chan error, 2)
+	go func() {
+		if err := up.LockUpgrade(); err != nil {
+			done <- err
+			return
+		}
+		err := up.WithUnique(context.Background(), func() error { return nil })
+		if err == nil {
+			err = up.UnlockUpgrade()
+		}
+		done <- err
+	}()
+	go func() {
+		err := w.Lock()
+		if err == nil {
+			err = w.Unlock()
+		}
+		done <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(testTimeout):
+			stop.Store(true)
+			t.Fatal("the upgrade or the writer starved")
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+}
+
+// A cancelled Lock leaves the state as it was, whether it waited for the
+// writers' mutex, for the upgrade lock or for readers.
+func TestLockCancelled(t *testing.T) {
+	t.Parallel()
+	for _, blocker := range []string{"reader", "upgrader", "writer"} {
+		t.Run(blocker, func(t *testing.T) {
+			t.Parallel()
+			seg, _ := newSegment(t)
+			b, m := open(t, seg), open(t, seg)
+			switch blocker {
+			case "reader":
+				require.NoError(t, b.LockShared())
+			case "upgrader":
+				require.NoError(t, b.LockUpgrade())
+			case "writer":
+				require.NoError(t, b.Lock())
+			}
+			before, err := upgrade.Inspect(seg, 0)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, m.LockContext(ctx), context.DeadlineExceeded)
+			after, err := upgrade.Inspect(seg, 0)
+			require.NoError(t, err)
+			before.Generation, after.Generation = 0, 0
+			require.Equal(t, before, after)
+			// And the blocker is still served: a reader can read, and
+			// after the blocker leaves a writer gets in.
+			if blocker != "writer" {
+				r := open(t, seg)
+				require.NoError(t, r.LockShared())
+				require.NoError(t, r.UnlockShared())
+			}
+			_ = b.UnlockShared()
+			_ = b.UnlockUpgrade()
+			_ = b.Unlock()
+			require.NoError(t, m.Lock())
+			require.NoError(t, m.Unlock())
+		})
+	}
+}
+
+// A cancelled upgrade keeps the upgrade lock and withdraws the pending
+// bit, so readers get in again.
+func TestUpgradeCancelled(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	r, u := open(t, seg), open(t, seg)
+	require.NoError(t, r.LockShared())
+	require.NoError(t, u.LockUpgrade())
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- u.UpgradeToUniqueContext(ctx) }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
+	// New readers are held off while the upgrade is pending.
+	r2 := open(t, seg)
+	require.ErrorIs(t, r2.TryLockShared(), upgrade.ErrWouldBlock)
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.True(t, st.UpgradeLocked)
+	require.False(t, st.UpgradePending)
+	require.False(t, st.WriteLocked)
+	require.NoError(t, r2.TryLockShared())
+	require.NoError(t, r2.UnlockShared())
+	require.NoError(t, r.UnlockShared())
+	require.NoError(t, u.UpgradeToUnique())
+	require.NoError(t, u.UniqueToUpgrade())
+	require.NoError(t, u.UnlockUpgrade())
+}
+
+// A reader waiting for a writer sleeps and is woken by Unlock; a writer
+// waiting for readers is woken by the last UnlockShared.
+func TestWakeUps(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	w, r := open(t, seg), open(t, seg)
+	require.NoError(t, w.Lock())
+	got := make(chan error, 1)
+	go func() { got <- r.LockShared() }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters == 1 }, "the reader to sleep")
+	require.NoError(t, w.Unlock())
+	require.NoError(t, <-got)
+	go func() { got <- w.Lock() }()
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UniqueWaiters == 1 }, "the writer to sleep")
+	require.NoError(t, r.UnlockShared())
+	require.NoError(t, <-got)
+	require.NoError(t, w.UniqueToShared())
+	require.NoError(t, w.UnlockShared())
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+}
+
+// Writers queued behind a writer sleep on the writers' gate; every release
+// wakes one, and each takes its turn.
+func TestWriterQueue(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	rec, err := recordOf(seg)
+	require.NoError(t, err)
+	first := open(t, seg)
+	require.NoError(t, first.Lock())
+	const writers = 4
+	got := make(chan error, writers)
+	for range writers {
+		m := open(t, seg)
+		go func() {
+			if err := m.Lock(); err != nil {
+				got <- err
+				return
+			}
+			rec.write(rec[0].Load()+1, len(rec))
+			got <- m.Unlock()
+		}()
+	}
+	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters == writers }, "the writers to sleep")
+	require.NoError(t, first.Unlock())
+	for range writers {
+		require.NoError(t, <-got)
+	}
+	v, same := rec.read()
+	require.True(t, same)
+	require.Equal(t, uint64(writers), v)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+	require.Zero(t, st.WriterWaiters)
+}
+
+// A release handed to waiting writers that nobody takes (the hungry
+// writer died or gave up) does not wedge anyone: TryLock says it would
+// block, a waiting writer takes it, and an upgrade seeker frees it at its
+// liveness check.
+func TestStaleHandoff(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w := open(t, seg)
+
+	e.Writer.Store(upgrade.WriterHandoff)
+	require.ErrorIs(t, w.TryLock(), upgrade.ErrWouldBlock)
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.Zero(t, st.Writer, "a handoff names no writer")
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed(), "a handoff is no dead holder")
+	require.NoError(t, w.Unlock())
+
+	e.Writer.Store(upgrade.WriterHandoff)
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.Zero(t, e.Writer.Load())
+	require.NoError(t, u.UnlockUpgrade())
+	st, err = upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+}
+
+// A writer on a CPU that has waited a round marks the holder's word
+// hungry (here the test marks it for the writer asleep in the queue); the
+// holder still knows itself, and its release goes to the waiting writer.
+func TestHungryHandoff(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w1, w2 := open(t, seg), open(t, seg)
+	require.NoError(t, w1.Lock())
+	got := make(chan error, 1)
+	go func() { got <- w2.Lock() }()
+	// A sleeping writer asks for no handoff: it takes its mark off first.
+	waitFor(t, func() bool {
+		st, _ := upgrade.Inspect(seg, 0)
+		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
+	}, "the writer to sleep")
+	o := e.Writer.Load()
+	require.True(t, e.Writer.CompareAndSwap(o, o|upgrade.WriterHungry))
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	require.Equal(t, proc.Self().Pack(), st.Writer, "Inspect shows the holder without the mark")
+	require.ErrorIs(t, w1.Lock(), upgrade.ErrHeld, "the holder still knows it holds")
+	require.NoError(t, w1.Unlock())
+	require.NoError(t, <-got)
+	require.ErrorIs(t, w1.TryLock(), upgrade.ErrWouldBlock)
+	require.NoError(t, w2.Unlock())
+	st, err = upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+}

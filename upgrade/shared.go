@@ -1,0 +1,99 @@
+package upgrade
+
+import (
+	"context"
+
+	"github.com/shmlock/shmlock/layout"
+)
+
+// LockShared takes a shared hold, waiting while a writer or a pending
+// upgrade blocks readers.
+func (m *Mutex) LockShared() error {
+	// Fast path, kept small so that it inlines: the handle's record exists,
+	// and nothing blocks readers.
+	if r := m.rec.Load(); r != nil && !m.closed.Load() {
+		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
+			return nil
+		}
+		m.backOff(r)
+	}
+	return m.lockSharedSlow(context.Background(), false)
+}
+
+// TryLockShared takes a shared hold only if that needs no waiting;
+// ErrWouldBlock otherwise.
+func (m *Mutex) TryLockShared() error { return m.lockSharedSlow(context.Background(), true) }
+
+// LockSharedContext is LockShared, giving up when ctx is done: it then
+// returns ctx.Err() and holds nothing more than before.
+func (m *Mutex) LockSharedContext(ctx context.Context) error { return m.lockSharedSlow(ctx, false) }
+
+func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if m.holdsWriter() || m.holdsUpgrader() && m.e.State.Load()&stateWrite != 0 {
+		return ErrHeld // it would wait for itself
+	}
+	r, err := m.record()
+	if err != nil {
+		return err
+	}
+	for {
+		n := r.Count.Add(1)
+		if n > MaxShared {
+			m.backOff(r)
+			return ErrOverflow
+		}
+		if m.e.State.Load()&blockReaders == 0 {
+			return nil
+		}
+		m.backOff(r)
+		if try {
+			return ErrWouldBlock
+		}
+		for {
+			slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.State.Load()&blockReaders == 0 })
+			if err != nil {
+				return err
+			}
+			if !slice {
+				break
+			}
+			m.repairBlockers()
+		}
+	}
+}
+
+// backOff takes back a shared hold that was not granted (or is released):
+// if that empties the record while a writer or an upgrade drains readers,
+// this may have been the last one it waits for.
+func (m *Mutex) backOff(r *layout.ReaderRecord) {
+	if r.Count.Add(^uint32(0)) == 0 && m.e.State.Load()&blockReaders != 0 {
+		m.wake(m.uniqueGate())
+	}
+}
+
+// UnlockShared releases one shared hold of the handle; ErrNotHeld if it
+// has none.
+func (m *Mutex) UnlockShared() error {
+	r := m.rec.Load()
+	if r == nil {
+		return ErrNotHeld
+	}
+	for {
+		n := r.Count.Load()
+		if n == 0 {
+			return ErrNotHeld
+		}
+		if r.Count.CompareAndSwap(n, n-1) {
+			if n == 1 && m.e.State.Load()&blockReaders != 0 {
+				m.wake(m.uniqueGate())
+			}
+			return nil
+		}
+	}
+}

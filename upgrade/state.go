@@ -1,0 +1,161 @@
+package upgrade
+
+import "time"
+
+// The state word (layout.UpgradeEntry.State) keeps the seed's bits:
+//
+//	bit 31  stateWrite    the unique lock is held (alone: by the writer
+//	                      recorded in Writer; with stateUpgrade: by the
+//	                      upgrade holder, after UpgradeToUnique)
+//	bit 30  stateUpgrade  the upgrade lock is held by the handle recorded in
+//	                      Upgrader
+//	bit 29  statePending  the upgrade holder waits for readers to drain
+//	bits 0-28             unused, always 0 (see below)
+//
+// Deviation from the seed: readers are not counted in bits 0-28. A count in
+// the shared word cannot survive the death of a reader process (nobody
+// knows how much of it was the dead process's), so each handle counts its
+// shared holds in a reader record of its own (layout.ReaderRecord: owner
+// process, count), and the sum of the records is the reader count. The
+// records are the only truth; a second count in the state word would cost
+// every LockShared another read-modify-write of the one contended line.
+// As a bonus, readers of different processes mostly touch different cache
+// lines (records are handed out one per line first).
+//
+// Who may change what:
+//   - Writer (packed identity) and WriterTID name the writer. The Writer
+//     word is the writers' own mutex: CAS 0 -> identity takes it, and only
+//     its holder sets stateWrite without stateUpgrade, which it does only
+//     while stateUpgrade is clear. It then waits for the reader sum to
+//     reach 0 (clearing stateWrite again, for a grace period, if readers
+//     are slow to leave: see finishLock). Unlock clears stateWrite, then
+//     WriterTID, bumps Generation, and clears Writer last.
+//   - Upgrader and UpgraderTID name the upgrade holder likewise; its holder
+//     sets stateUpgrade only while stateWrite is clear, so the writer and
+//     the upgrade holder exclude each other through the state word, and
+//     while stateUpgrade is set only its holder changes the state word.
+//     UpgradeToUnique sets statePending (new readers back off), waits for
+//     the reader sum to reach 0 and turns pending into stateWrite in one
+//     CAS: no writer can slip in, since a writer needs stateUpgrade clear.
+//   - A reader adds 1 to its record and then loads the state word; if
+//     stateWrite or statePending is set it takes the 1 back and waits. All
+//     these accesses are sequentially consistent, so either the reader sees
+//     the bit or the drainer sees the count: never neither (Dekker).
+//
+// A waiter that finds a dead holder: a writer or upgrade seeker takes the
+// dead one's identity word over by CAS (one winner) and holds the lock,
+// with Reclaimed set; anyone else takes it over and releases it at once.
+// A dead reader's record is cleared by whoever waits for readers to drain:
+// CAS of the record's owner to itself, count to 0, owner to 0, in that
+// order, so a live process can never lose its count to the cleaner.
+//
+// Sleeping: two futex gates, as the seed's two condition variables, and a
+// queue for the writers' mutex. SharedGate holds readers and upgrade
+// seekers, UniqueGate the writer that holds the writers' mutex (waiting for
+// the upgrade lock to go or for readers to drain) and a pending upgrade.
+// Waiters counts sleepers per gate (waitersShared in the low half,
+// waitersUnique in the high half). A sleeper registers, reads the gate,
+// re-checks its condition and sleeps only if the gate is unchanged; a waker
+// changes the state, and if the gate has sleepers bumps the gate and wakes
+// them all (sequentially consistent both sides: no lost wake-up). Unlocks
+// with no sleeper make no system call.
+//
+// Writers waiting for the writers' mutex (the Writer word) sleep on
+// WriterGate, counted in WriterSleepers, the same way, except that a
+// release wakes one of them, not all: only one can take the word, and
+// waking every writer at every release is a storm of system calls and
+// context switches when processes outnumber cores. The waker sets
+// writerWakePending first, and no release wakes another writer until the
+// woken one has run and cleared it (unregistering); a sleeper that times
+// out clears it too, so a woken writer that died cannot leave it set.
+//
+// Which unlock wakes whom, and why:
+//   - UnlockShared wakes UniqueGate only when it empties its record while
+//     stateWrite or statePending is set: only then can it be the last
+//     reader a drainer waits for. Readers of one handle share a record, so
+//     at most one wake per handle per drain (no storm of one wake per
+//     read unlock).
+//   - Every release of the Writer word wakes one sleeper on WriterGate.
+//   - Unlock (writer) wakes SharedGate: readers and upgrade seekers were
+//     blocked by stateWrite. Nobody can wait on UniqueGate then: the
+//     writer held the writers' mutex, and no upgrade can be pending.
+//   - UnlockUpgrade wakes SharedGate (upgrade seekers) and UniqueGate (a
+//     writer waits for stateUpgrade to clear). Readers were never blocked.
+//   - UniqueToUpgrade wakes SharedGate only (readers); writers still wait
+//     for the upgrade lock.
+//   - UniqueToShared wakes both: readers, and writers and upgrade seekers
+//     now that the exclusive hold is gone.
+//   - A cancelled UpgradeToUnique clears statePending and wakes SharedGate;
+//     a cancelled Lock that had set stateWrite clears it and wakes both.
+//
+// Fairness: a writer that holds the writers' mutex keeps new upgrade
+// seekers out (they wait for Writer to be 0), and once its grace period
+// for readers (softDrain) is over, stateWrite keeps new readers out until
+// it has the lock; a pending upgrade keeps new readers out at once. So
+// readers cannot starve writers or upgraders. Among writers, and among
+// readers woken together, no order is promised.
+const (
+	stateWrite   uint32 = 1 << 31 // the unique lock is held
+	stateUpgrade uint32 = 1 << 30 // the upgrade lock is held
+	statePending uint32 = 1 << 29 // an upgrade waits for readers to drain
+
+	// blockReaders are the bits that make a new reader wait.
+	blockReaders = stateWrite | statePending
+)
+
+// The Waiters word: sleepers on each gate.
+const (
+	waitersShared uint32 = 1       // one sleeper on SharedGate
+	waitersUnique uint32 = 1 << 16 // one sleeper on UniqueGate
+	waitersMask          = 1<<16 - 1
+)
+
+// Handoff to waiting writers (fairness among writers). A writer that has
+// spun a full round without getting the Writer word is hungry: it sets
+// writerHungry in the word, beside the holder's identity (packed
+// identities never use bit 62: start times would need 700 years of
+// ticks). The holder's release then stores writerHandoff instead of 0:
+// only a hungry writer (one past its first round) may take that, so the
+// releaser cannot take the lock straight back, nor can a newcomer on the
+// fast path. Only a writer on a CPU (spinning) marks the word, and it
+// takes the mark off before it goes to sleep: a release handed to a
+// sleeper would leave the lock idle until the sleeper runs, a convoy when
+// processes outnumber cores. A woken writer spins, hungry, before it
+// sleeps again. The mark goes with each release, so a hungry writer that
+// died marks at most one; a handoff nobody takes goes back to everyone
+// when its waiters give up (passWriterWake), when a hungry newcomer takes
+// it, or at a liveness check (releaseDeadWriter).
+const (
+	writerHungry  uint64 = 1 << 62
+	writerHandoff        = writerHungry // the Writer word of a release handed to the hungry
+)
+
+// The WriterSleepers word: writers asleep on WriterGate, and whether one
+// has been woken and has not run yet.
+const (
+	writerWakePending uint32 = 1 << 31
+	writerSleeperMask        = writerWakePending - 1
+)
+
+// Reader records of a mutex in use, for the drain check: bit j%32 of the
+// first record's Pad word (layout.ReaderRecord leaves Pad to this package)
+// is set, for good, once record j has been claimed. A writer that waits
+// for readers to drain then reads only the records of those bits instead
+// of all of them. A record's bit is set before its first shared hold is
+// counted, and the drainer sets its state bit before it reads the mask,
+// all sequentially consistent: a drainer never misses a counting record.
+const maskBits = 32
+
+// Limits and waiting.
+const (
+	// MaxShared is the most shared holds one handle may have at once: the
+	// seed's 29-bit reader count, per handle.
+	MaxShared = 1<<29 - 1
+
+	spinLoads        = 100                   // checks before yielding
+	spinYields       = 4                     // runtime.Gosched rounds before sleeping
+	livenessInterval = 50 * time.Millisecond // longest sleep between liveness checks
+	softDrain        = time.Millisecond      // a writer's grace period for readers (finishLock)
+
+	recordsPerLine = 64 / 16 // reader records per cache line
+)

@@ -1,0 +1,377 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/memview"
+)
+
+// gate is one of the two futex gates with its unit in the Waiters word.
+type gate struct {
+	word *atomic.Uint32
+	unit uint32
+}
+
+func (m *Mutex) sharedGate() gate { return gate{&m.e.SharedGate, waitersShared} }
+func (m *Mutex) uniqueGate() gate { return gate{&m.e.UniqueGate, waitersUnique} }
+
+// wait returns once ready reports true (the caller then tries again, and
+// may well come back), or once a liveness slice has passed without a wake
+// (slice true: the caller should look for dead holders), or with ctx's
+// error, or ErrWouldBlock when deadline passed.
+func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool, err error) {
+	for i := range spinLoads + spinYields {
+		if ready() {
+			return false, nil
+		}
+		if i >= spinLoads {
+			yield()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if ctx.Done() != nil {
+		// A sleeper cannot watch a channel: cancellation wakes the gate,
+		// and the other sleepers on it sleep again.
+		defer onCancel(ctx, func() { g.word.Add(1); _, _ = futex.WakeAll(g.word) })()
+	}
+	sleep := livenessInterval
+	if d, ok := ctx.Deadline(); ok {
+		sleep = min(sleep, max(time.Until(d), time.Microsecond))
+	}
+	m.e.Waiters.Add(g.unit)
+	seq := g.word.Load()
+	if ready() {
+		m.e.Waiters.Add(-g.unit)
+		return false, nil
+	}
+	err = futex.Wait(g.word, seq, sleep)
+	m.e.Waiters.Add(-g.unit)
+	if cerr := ctx.Err(); cerr != nil {
+		return false, cerr
+	}
+	return errors.Is(err, futex.ErrTimeout), nil
+}
+
+// yield lets other goroutines of this process run, then other processes
+// of this CPU: runtime.Gosched alone returns at once in a process whose
+// only goroutine is the caller.
+func yield() {
+	runtime.Gosched()
+	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
+
+// onCancel runs f when ctx is done, until the returned stop is called;
+// stop returns only once f has finished if it started. f touches the
+// segment's memory, which the caller may unmap right after the wait ends.
+func onCancel(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	stopF := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	return func() {
+		if !stopF() {
+			<-done
+		}
+	}
+}
+
+// wake wakes every sleeper of g, if it has any. The caller has changed the
+// state those sleepers wait on.
+func (m *Mutex) wake(g gate) {
+	if (m.e.Waiters.Load()/g.unit)&waitersMask == 0 {
+		return
+	}
+	g.word.Add(1)
+	_, _ = futex.WakeAll(g.word)
+}
+
+// readersZero reports whether no shared hold is recorded, reading the
+// records the mask says have been in use.
+func (m *Mutex) readersZero() bool {
+	if len(m.readers) == 0 {
+		return true
+	}
+	for mask := m.readers[0].Pad.Load(); mask != 0; mask &= mask - 1 {
+		for j := bits.TrailingZeros32(mask); j < len(m.readers); j += maskBits {
+			if m.readers[j].Count.Load() != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// acquireWriterWord takes the writers' mutex (the Writer word) for the
+// handle, waiting for it unless try, or takes it over from a dead holder
+// (reclaimed: a write bit the dead one left is now the caller's).
+func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool, err error) {
+	w := &m.e.Writer
+	if w.CompareAndSwap(0, m.pid) {
+		return false, nil
+	}
+	if try {
+		return false, ErrWouldBlock
+	}
+	for i := range spinLoads + spinYields {
+		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
+			return false, nil
+		}
+		if i >= spinLoads {
+			runtime.Gosched()
+		}
+	}
+	// Hungry from here on: the holder's word says a writer has waited, and
+	// its release is handed to the waiting writers (writerHandoff).
+	for range spinLoads {
+		if m.claimHungry() {
+			return false, nil
+		}
+	}
+	gate := &m.e.WriterGate
+	if ctx.Done() != nil {
+		// As in wait: cancellation bumps the gate and wakes every writer.
+		defer onCancel(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			m.passWriterWake() // the wake or the handoff may have been meant for this writer
+			return false, err
+		}
+		sleep := livenessInterval
+		if d, ok := ctx.Deadline(); ok {
+			sleep = min(sleep, max(time.Until(d), time.Microsecond))
+		}
+		m.e.WriterSleepers.Add(1)
+		seq := gate.Load()
+		if o := w.Load(); o == 0 || o == writerHandoff {
+			m.unregisterWriter()
+			if w.CompareAndSwap(o, m.pid) {
+				return false, nil
+			}
+			continue
+		} else if o&writerHungry != 0 {
+			// A release handed to a sleeper would leave the lock idle
+			// until it runs: only writers on a CPU ask for handoffs.
+			w.CompareAndSwap(o, o&^writerHungry)
+		}
+		werr := futex.Wait(gate, seq, sleep)
+		m.unregisterWriter()
+		for range spinLoads {
+			if m.claimHungry() {
+				return false, nil
+			}
+		}
+		if errors.Is(werr, futex.ErrTimeout) {
+			o := w.Load()
+			if id := o &^ writerHungry; id != 0 && !m.alive(id) && w.CompareAndSwap(o, m.pid) {
+				m.e.Generation.Add(1)
+				m.repairs.Add(1)
+				return true, nil
+			}
+		}
+	}
+}
+
+// claimHungry is one try of a writer that has waited: take the Writer
+// word if it is free or handed to the waiting writers, or else mark the
+// holder's word hungry, so that its release is handed over.
+func (m *Mutex) claimHungry() bool {
+	w := &m.e.Writer
+	switch o := w.Load(); {
+	case o == 0 || o == writerHandoff:
+		return w.CompareAndSwap(o, m.pid)
+	case o&writerHungry == 0:
+		w.CompareAndSwap(o, o|writerHungry)
+	}
+	return false
+}
+
+// unregisterWriter takes one sleeper off WriterSleepers and clears the
+// wake-pending bit: if this writer was the one woken, the next release may
+// wake another; if it was not, that costs at most one early wake.
+func (m *Mutex) unregisterWriter() {
+	ws := &m.e.WriterSleepers
+	for {
+		v := ws.Load()
+		n := v & writerSleeperMask
+		if n > 0 {
+			n--
+		}
+		if ws.CompareAndSwap(v, n) {
+			return
+		}
+	}
+}
+
+// wakeWriter wakes one writer asleep on WriterGate, unless none is or a
+// woken one has not run yet. The caller has released the Writer word.
+func (m *Mutex) wakeWriter() {
+	ws := &m.e.WriterSleepers
+	for {
+		v := ws.Load()
+		if v&writerSleeperMask == 0 || v&writerWakePending != 0 {
+			return
+		}
+		if ws.CompareAndSwap(v, v|writerWakePending) {
+			break
+		}
+	}
+	m.e.WriterGate.Add(1)
+	if n, err := futex.Wake(&m.e.WriterGate, 1); n == 0 || err != nil {
+		// The registered sleepers are not in the kernel yet: they will find
+		// the gate changed. Nobody is on the way to clear the bit.
+		ws.And(^writerWakePending)
+	}
+}
+
+// passWriterWake is for a writer that gives up waiting: if the Writer word
+// is free, the wake it may have consumed goes to the next writer.
+func (m *Mutex) passWriterWake() {
+	// A handoff goes back to everyone: other waiters may be hungry, or
+	// not yet, and a fast-path writer may take it.
+	m.e.Writer.CompareAndSwap(writerHandoff, 0)
+	if m.e.Writer.Load() == 0 && m.e.WriterSleepers.Load() != 0 {
+		m.wakeWriter()
+	}
+}
+
+// clearDeadReaders drops the records of dead processes: CAS the owner to
+// this process first, so a live process that took the record over
+// meanwhile keeps it, then zero the count, then free the record.
+func (m *Mutex) clearDeadReaders() {
+	for _, r := range m.readers {
+		if r.Count.Load() == 0 {
+			continue
+		}
+		if o := r.Owner.Load(); o != 0 && !m.alive(o) && r.Owner.CompareAndSwap(o, m.pid) {
+			r.Count.Store(0)
+			r.Owner.Store(0)
+			m.repairs.Add(1)
+		}
+	}
+}
+
+// releaseDeadWriter releases the writer's lock if its recorded holder is
+// dead, and reports whether it did. It takes the Writer word over first,
+// so of several repairers exactly one proceeds.
+func (m *Mutex) releaseDeadWriter() bool {
+	o := m.e.Writer.Load()
+	if o == writerHandoff {
+		// Handed to waiting writers a liveness slice ago and still not
+		// taken: they gave up or died. Free it for everyone.
+		if m.e.Writer.CompareAndSwap(o, 0) {
+			m.wake(m.sharedGate())
+			m.wakeWriter()
+		}
+		return false
+	}
+	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+		return false
+	}
+	m.e.WriterTID.Store(m.tid)
+	m.clearWriteBit()
+	m.releaseWriterWord()
+	m.repairs.Add(1)
+	m.wake(m.sharedGate())
+	m.wake(m.uniqueGate())
+	return true
+}
+
+// clearWriteBit clears a writer's stateWrite. Only stateWrite without
+// stateUpgrade is the writer's; with stateUpgrade it belongs to the upgrade
+// holder, and stateWrite cannot appear without stateUpgrade while the
+// caller holds the Writer word, so a CAS of what was read is exact.
+func (m *Mutex) clearWriteBit() {
+	for {
+		s := m.e.State.Load()
+		if s&stateWrite == 0 || s&stateUpgrade != 0 || m.e.State.CompareAndSwap(s, s&^stateWrite) {
+			return
+		}
+	}
+}
+
+// releaseDeadUpgrader is releaseDeadWriter for the upgrade holder, whose
+// stateUpgrade, statePending and stateWrite (if it had upgraded) go. unique
+// reports that the dead one held the unique lock: the data may be
+// half-updated.
+func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
+	o := m.e.Upgrader.Load()
+	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
+		return false, false
+	}
+	m.e.UpgraderTID.Store(m.tid)
+	unique = m.clearUpgradeBits()&stateWrite != 0
+	m.releaseUpgraderWord()
+	m.repairs.Add(1)
+	m.wake(m.sharedGate())
+	m.wake(m.uniqueGate())
+	return true, unique
+}
+
+// clearUpgradeBits clears the upgrade holder's bits and returns the state
+// it found. While stateUpgrade is set nobody but the Upgrader word's holder
+// (the caller) changes the state; while it is clear, stateWrite is a
+// writer's and is left alone.
+func (m *Mutex) clearUpgradeBits() uint32 {
+	for {
+		s := m.e.State.Load()
+		if s&stateUpgrade == 0 {
+			return 0
+		}
+		if m.e.State.CompareAndSwap(s, s&^(stateUpgrade|statePending|stateWrite)) {
+			return s
+		}
+	}
+}
+
+// releaseWriterWord ends the caller's hold of the Writer word: holder id
+// first, then the generation, then the word, so anyone who sees the word
+// free sees the rest reset; then it wakes one waiting writer. If a writer
+// has waited (writerHungry), the word goes to the waiting writers
+// (writerHandoff) rather than to whoever comes first.
+func (m *Mutex) releaseWriterWord() {
+	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer CAS
+	m.e.Generation.Add(1)
+	for {
+		// Waiting writers only ever add writerHungry to the word.
+		o, next := m.e.Writer.Load(), uint64(0)
+		if o&writerHungry != 0 {
+			next = writerHandoff
+		}
+		if m.e.Writer.CompareAndSwap(o, next) {
+			break
+		}
+	}
+	if m.e.WriterSleepers.Load() != 0 {
+		m.wakeWriter()
+	}
+}
+
+func (m *Mutex) releaseUpgraderWord() {
+	m.e.UpgraderTID.Store(0)
+	m.e.Generation.Add(1)
+	m.e.Upgrader.Store(0)
+}
+
+// repairBlockers releases whichever dead holder the state blames for
+// blocking readers.
+func (m *Mutex) repairBlockers() {
+	s := m.e.State.Load()
+	switch {
+	case s&stateUpgrade != 0:
+		m.releaseDeadUpgrader()
+	case s&stateWrite != 0:
+		m.releaseDeadWriter()
+	}
+}
