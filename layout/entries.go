@@ -34,9 +34,9 @@ const (
 //	Pad              sleepers (bits 0-30) and      the same
 //	                 wake-pending (bit 31)
 //
-// Sleepers wait on a futex over the low 32 bits of Token, in both modes: in
-// token mode that is the lock word itself, in pid/tid mode the generation,
-// which every release changes, so a waiter never sleeps through a release
+// Sleepers wait on a futex over the low 32 bits of the lock word (Token in
+// token mode, PID in pid/tid mode, whose low bits hold the pid): nonzero
+// while held, 0 once released, so a waiter never sleeps through a release
 // it should have seen.
 //
 // Packing the start time next to the pid lets one CAS record both who holds

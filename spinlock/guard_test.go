@@ -148,8 +148,9 @@ func TestBadIdentity(t *testing.T) {
 	t.Parallel()
 	holder, token := spinlock.NewHolder(), spinlock.NewToken()
 	bad := map[spinlock.Mode][]spinlock.Identity{
-		spinlock.PIDTID: {token, {}, {PID: holder.PID}, {TID: holder.TID}, {PID: holder.PID, TID: holder.TID, Token: 1}},
-		spinlock.Token:  {holder, {}, {Token: 1 << 32}, {PID: 1, Token: token.Token}},
+		spinlock.PIDTID: {token, {}, {PID: holder.PID}, {TID: holder.TID}, {PID: holder.PID, TID: holder.TID, Token: 1},
+			{PID: 1 << 32, TID: holder.TID}}, // a PID whose low half (the futex word) is 0
+		spinlock.Token: {holder, {}, {Token: 1 << 32}, {PID: 1, Token: token.Token}},
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {

@@ -83,12 +83,15 @@ func randomNonZero() uint64 {
 	}
 }
 
-// fits reports whether id can be used with a lock of mode m.
+// fits reports whether id can be used with a lock of mode m. The lock
+// word's low half is the futex word, which must not be 0 while the lock is
+// held (see Lock): a token's low half must not be 0, nor a PID's, whose low
+// bits are the pid of a packed identity.
 func (id Identity) fits(m Mode) bool {
 	if m == Token {
-		return id.Token != 0 && uint32(id.Token) != 0 && id.PID == 0 && id.TID == 0
+		return uint32(id.Token) != 0 && id.PID == 0 && id.TID == 0
 	}
-	return id.PID != 0 && id.TID != 0 && id.Token == 0
+	return uint32(id.PID) != 0 && id.TID != 0 && id.Token == 0
 }
 
 func (id Identity) String() string {

@@ -101,16 +101,11 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	}
 }
 
-// sleepValue reads the futex word and then the owner it goes with. In
-// PIDTID mode the futex word is the generation, read first: a release
-// between the two reads changes it, and the sleep returns at once.
+// sleepValue reads the lock word: the owner, and the futex word's value
+// that goes with it (its low half).
 func (l *Lock) sleepValue() (seq uint32, owner uint64) {
-	if l.mode == Token {
-		owner = l.word.Load()
-		return uint32(owner), owner
-	}
-	seq = l.fword.Load()
-	return seq, l.word.Load()
+	owner = l.word.Load()
+	return uint32(owner), owner
 }
 
 // unregisterSleeper takes one off the sleeper count, never below zero (a

@@ -24,15 +24,21 @@ import (
 //
 // Pad counts sleepers (layout.PadSleepers) and carries a wake-pending bit
 // (layout.PadWakePending), much like sync.Mutex's mutexWoken. Sleepers
-// sleep on a futex over the low 32 bits of Token: the lock word in Token
-// mode (every acquisition takes a fresh token), the generation in PIDTID
-// mode (every release bumps it). A waiter reads that value before it
-// registers in Pad and sleeps only if it is unchanged, so:
+// sleep on a futex over the low 32 bits of the lock word, which are never
+// 0 while the lock is held (a token's low half is nonzero; a packed
+// identity's holds the pid) and 0 once it is free. A waiter reads the lock
+// word, registers in Pad and sleeps only if the low half is unchanged, so:
 //   - an unlock that finds Pad zero makes no system call;
-//   - a waiter that registers before the holder's release is seen by that
-//     release (both are sequentially consistent), and one that registers
-//     after it finds the futex word changed and does not sleep: no wake-up
-//     is ever lost;
+//   - a waiter that registers before the holder's release reads Pad is
+//     seen by that release (both are sequentially consistent), and one
+//     that registers after it finds the futex word changed (the release
+//     cleared the lock word before it read Pad) and does not sleep: no
+//     wake-up is ever lost. It has to be the lock word: the generation
+//     changes before the word is cleared, so a waiter could read the new
+//     generation and a still-held word, register after the release looked
+//     at Pad, and sleep on a free lock until its liveness check. The low
+//     half of a word that a new holder of the same process has taken again
+//     may look unchanged, but then the lock is held and sleeping is right;
 //   - a release that wakes a sleeper sets wake-pending, and releases that
 //     find it set wake nobody: the woken sleeper clears it when it runs,
 //     and then either takes the lock or sleeps against a holder whose
@@ -62,7 +68,7 @@ const (
 type Lock struct {
 	slot  *layout.OwnerSlot
 	word  *atomic.Uint64 // the lock word: slot.PID or slot.Token
-	fword *atomic.Uint32 // the low half of Token: the futex word
+	fword *atomic.Uint32 // the low half of the lock word: the futex word
 	mode  Mode
 	alive func(owner uint64) bool
 	index int // the slot's index in its segment; -1 for New
@@ -80,7 +86,7 @@ func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 	if mode == Token {
 		word = &slot.Token
 	}
-	return &Lock{slot: slot, word: word, fword: memview.LowHalf(&slot.Token), mode: mode, alive: proc.AlivePacked, index: -1}
+	return &Lock{slot: slot, word: word, fword: memview.LowHalf(word), mode: mode, alive: proc.AlivePacked, index: -1}
 }
 
 // NewInProcessState returns a zeroed owner slot in process memory, for a
