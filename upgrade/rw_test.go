@@ -346,3 +346,26 @@ func TestHungryHandoff(t *testing.T) {
 	require.NoError(t, err)
 	checkFree(t, t, st)
 }
+
+// A writer whose wait is cancelled leaves no trace: it had marked the
+// holder's word hungry (asking for the release to be handed to waiting
+// writers), and a mark left behind handed the release to nobody, so that
+// TryLock failed on a free mutex until some waiter's liveness check.
+func TestCancelledWriterLeavesNoHandoff(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	holder, waiter := open(t, seg), open(t, seg)
+	defer holder.Close()
+	defer waiter.Close()
+	for range 3 {
+		require.NoError(t, holder.Lock())
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		require.ErrorIs(t, waiter.LockContext(ctx), context.DeadlineExceeded)
+		cancel()
+		require.NoError(t, holder.Unlock())
+		require.NoError(t, waiter.TryLock(), "the mutex is free once its holder unlocked")
+		require.NoError(t, waiter.Unlock())
+		require.NoError(t, holder.TryLockUpgrade())
+		require.NoError(t, holder.UnlockUpgrade())
+	}
+}

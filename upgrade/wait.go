@@ -145,6 +145,13 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 	}
 	for {
 		if err := ctx.Err(); err != nil {
+			// Take off the hungry mark this writer may have set: left
+			// there, the holder's release would hand the lock to writers
+			// that no longer wait, and TryLock would fail until a
+			// liveness check freed it. Writers still spinning mark again.
+			if o := w.Load(); o&writerHungry != 0 && o != writerHandoff {
+				w.CompareAndSwap(o, o&^writerHungry)
+			}
 			m.passWriterWake() // the wake or the handoff may have been meant for this writer
 			return false, err
 		}

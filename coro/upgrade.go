@@ -1,0 +1,56 @@
+package coro
+
+import (
+	"context"
+	"errors"
+
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// UpgradeUnique adapts the unique (writer) lock of an upgrade mutex for
+// NewProcessMutex: Lock, TryLock and Unlock of m. UpgradeUpgradable adapts
+// its upgrade lock, the one hold that may sit beside readers and later
+// become unique. Either way m must be a handle of the ProcessMutex's own
+// (upgrade.Open or Named for it alone), since a handle is one holder and
+// the ProcessMutex decides which of this process's goroutines holds it.
+// While a goroutine holds the upgrade lock through the ProcessMutex it may
+// call m.UpgradeToUnique and m.UniqueToUpgrade; it must leave the hold in
+// the mode it took before Unlock.
+//
+// Shared holds need no adapter: a handle's shared holds are counted
+// together, so goroutines share one handle's LockSharedContext, which
+// already waits until its context is done and then leaves the mutex as it
+// was.
+func UpgradeUnique(m *upgrade.Mutex) ProcessLock {
+	return &upgradeHold{m: m, lock: m.LockContext, try: m.TryLock, unlock: m.Unlock}
+}
+
+// UpgradeUpgradable adapts the upgrade lock of m for NewProcessMutex (see
+// UpgradeUnique).
+func UpgradeUpgradable(m *upgrade.Mutex) ProcessLock {
+	return &upgradeHold{m: m, lock: m.LockUpgradeContext, try: m.TryLockUpgrade, unlock: m.UnlockUpgrade}
+}
+
+type upgradeHold struct {
+	m      *upgrade.Mutex
+	lock   func(context.Context) error
+	try    func() error
+	unlock func() error
+}
+
+func (u *upgradeHold) LockContext(ctx context.Context) (bool, error) {
+	if err := u.lock(ctx); err != nil {
+		return false, err
+	}
+	return u.m.Reclaimed(), nil
+}
+
+func (u *upgradeHold) TryLock() error {
+	err := u.try()
+	if errors.Is(err, upgrade.ErrWouldBlock) {
+		return ErrWouldBlock
+	}
+	return err
+}
+
+func (u *upgradeHold) Unlock() error { return u.unlock() }
