@@ -43,4 +43,11 @@
 //	lock, _ := spinlock.Named(seg, "jobs", spinlock.PIDTID)
 //	mu := coro.NewProcessMutex(coro.SpinLock(lock))
 //	g, err := mu.Lock(ctx)
+//
+// UpgradeUnique and UpgradeUpgradable do the same for the unique and the
+// upgrade lock of an upgrade mutex (package upgrade), whose shared holds
+// are already awaitable: LockSharedContext.
+//
+// A Loop runs on a goroutine of its own (NewLoop), or on the goroutine that
+// calls Run, for a program whose main goroutine is its event loop.
 package coro
