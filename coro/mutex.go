@@ -92,18 +92,26 @@ func (m *Mutex) TryLock() (Guard, bool) {
 // lockSlow is kept apart so that Lock stays a context check and one CAS.
 // w, if not nil, is the waiter to queue (tests read its ticket).
 func (m *Mutex) lockSlow(ctx context.Context, w *waiter) (Guard, error) {
-	if w == nil {
-		w = new(waiter) // most likely needed: the mutex was held a moment ago
+	pooled := w == nil
+	if pooled {
+		w = getWaiter() // most likely needed: the mutex was held a moment ago
+	} else {
+		w.ready = make(chan struct{}, 1)
 	}
-	w.ready = make(chan struct{})
 	m.q.mu.Lock()
 	if e, ok := m.acquireOrQueue(); ok {
 		m.q.mu.Unlock()
+		if pooled {
+			putWaiter(w)
+		}
 		return guardOf(m, e), nil
 	}
 	m.q.push(w)
 	m.q.mu.Unlock()
 	e, err := m.q.await(ctx, w, m)
+	if pooled {
+		putWaiter(w) // off the queue and granted or cancelled: nobody refers to it
+	}
 	if err != nil {
 		return Guard{}, err
 	}

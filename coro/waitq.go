@@ -45,7 +45,7 @@ type waiter struct {
 	state      atomic.Uint32
 	ticket     uint64        // position in the queue's history: 1, 2, ...; 0 if never queued
 	epoch      uint64        // the hold granted; valid from notified on
-	ready      chan struct{} // a goroutine waiter: closed on grant
+	ready      chan struct{} // a goroutine waiter: capacity 1, one send on grant
 
 	// A waiter on a loop (LockOn).
 	loop *Loop
@@ -118,7 +118,7 @@ func (q *waitq) grant(w *waiter, e uint64) {
 	if w.loop != nil {
 		w.loop.postReserved(w.resume)
 	} else {
-		close(w.ready)
+		w.ready <- struct{}{} // never blocks: one grant per queueing
 	}
 }
 
@@ -174,4 +174,23 @@ func (w *waiter) resume() {
 	w.q.mu.Lock()
 	w.q.mu.Unlock() // empty on purpose: a barrier
 	w.cont(0, w.ctx.Err())
+}
+
+// Goroutine waiters are recycled: a contended Lock would otherwise
+// allocate a waiter every time it queues. Their channels are not: a
+// channel made inside a testing/synctest bubble must not be used outside
+// it, and a pool would hand it to any goroutine.
+var waiterPool = sync.Pool{New: func() any { return new(waiter) }}
+
+func getWaiter() *waiter {
+	w := waiterPool.Get().(*waiter)
+	w.ready = make(chan struct{}, 1)
+	return w
+}
+
+// putWaiter recycles a goroutine waiter that is off the queue; its grant,
+// if any, has been sent (grant runs under q.mu, and cancel takes it).
+func putWaiter(w *waiter) {
+	*w = waiter{}
+	waiterPool.Put(w)
 }
