@@ -51,16 +51,23 @@ func processMutex(path string, mode spinlock.Mode) (*shm.Segment, *spinlock.Lock
 	}
 	l, err := spinlock.Named(seg, lockName, mode)
 	if err == nil {
-		var mem []byte
-		if mem, err = seg.Region(layout.KindLockMgr); err == nil {
-			var counter *uint64
-			if counter, err = memview.At[uint64](mem, 0); err == nil {
-				return seg, l, coro.NewProcessMutex(coro.SpinLock(l)), counter, nil
-			}
+		var counter *uint64
+		if counter, err = counterOf(seg); err == nil {
+			return seg, l, coro.NewProcessMutex(coro.SpinLock(l)), counter, nil
 		}
 	}
 	_ = seg.Close()
 	return nil, nil, nil, nil, err
+}
+
+// counterOf is the tests' plain counter: the first word of the segment's
+// lock-manager table.
+func counterOf(seg *shm.Segment) (*uint64, error) {
+	mem, err := seg.Region(layout.KindLockMgr)
+	if err != nil {
+		return nil, err
+	}
+	return memview.At[uint64](mem, 0)
 }
 
 func modeArg(s string) spinlock.Mode {
@@ -70,15 +77,37 @@ func modeArg(s string) spinlock.Mode {
 	return spinlock.PIDTID
 }
 
-// countHelper: args path mode goroutines rounds. Each goroutine increments
+// lockKindUpgrade names the upgrade mutex's unique lock in the helpers'
+// lock argument; the spinlock modes go by their names.
+const lockKindUpgrade = "upgrade"
+
+// openKind opens the segment and a ProcessMutex over the lock kind names
+// (a spinlock mode, or lockKindUpgrade), the plain counter, and what
+// closes them.
+func openKind(path, kind string) (*coro.ProcessMutex, *uint64, func(), error) {
+	if kind == lockKindUpgrade {
+		seg, h, counter, err := upgradeMutex(path)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return coro.NewProcessMutex(coro.UpgradeUnique(h)), counter, func() { _ = h.Close(); _ = seg.Close() }, nil
+	}
+	seg, _, m, counter, err := processMutex(path, modeArg(kind))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return m, counter, func() { _ = seg.Close() }, nil
+}
+
+// countHelper: args path kind goroutines rounds. Each goroutine increments
 // the plain counter rounds times under the ProcessMutex.
 func countHelper(args []string) int {
-	seg, _, m, counter, err := processMutex(args[0], modeArg(args[1]))
+	m, counter, closeAll, err := openKind(args[0], args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer seg.Close()
+	defer closeAll()
 	goroutines, _ := strconv.Atoi(args[2])
 	rounds, _ := strconv.Atoi(args[3])
 	var wg sync.WaitGroup
@@ -108,15 +137,15 @@ func countHelper(args []string) int {
 	return 0
 }
 
-// holdHelper: args path mode. Locks, says "held", and releases when its
+// holdHelper: args path kind. Locks, says "held", and releases when its
 // stdin closes.
 func holdHelper(args []string) int {
-	seg, _, m, _, err := processMutex(args[0], modeArg(args[1]))
+	m, _, closeAll, err := openKind(args[0], args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer seg.Close()
+	defer closeAll()
 	g, err := m.Lock(context.Background())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -139,9 +168,10 @@ type holder struct {
 	pid   int
 }
 
-func startHolder(t *testing.T, path string, mode spinlock.Mode) *holder {
+// startHolder starts a hold helper on the lock kind names (see openKind).
+func startHolder(t *testing.T, path, kind string) *holder {
 	t.Helper()
-	cmd := testproc.Command("hold", path, mode.String())
+	cmd := testproc.Command("hold", path, kind)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -227,7 +257,7 @@ func TestProcessMutexCounterAcrossProcesses(t *testing.T) {
 func TestProcessMutexCancelWhileAnotherProcessHolds(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
-	h := startHolder(t, path, spinlock.PIDTID)
+	h := startHolder(t, path, spinlock.PIDTID.String())
 	seg, l, m, _, err := processMutex(path, spinlock.PIDTID)
 	require.NoError(t, err)
 	defer seg.Close()
@@ -274,7 +304,7 @@ func TestProcessMutexCancelWhileAnotherProcessHolds(t *testing.T) {
 func TestProcessMutexReclaim(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
-	h := startHolder(t, path, spinlock.PIDTID)
+	h := startHolder(t, path, spinlock.PIDTID.String())
 	seg, l, m, _, err := processMutex(path, spinlock.PIDTID)
 	require.NoError(t, err)
 	defer seg.Close()
@@ -308,7 +338,7 @@ func TestProcessMutexReclaim(t *testing.T) {
 func TestProcessMutexLockOn(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
-	h := startHolder(t, path, spinlock.PIDTID)
+	h := startHolder(t, path, spinlock.PIDTID.String())
 	seg, l, m, _, err := processMutex(path, spinlock.PIDTID)
 	require.NoError(t, err)
 	defer seg.Close()

@@ -1,14 +1,9 @@
 package coro_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,17 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/coro"
-	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/testproc"
-	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
-
-func init() {
-	helpers["rwcount"] = rwCountHelper
-	helpers["rwhold"] = rwHoldHelper
-}
 
 const rwName = "coro-rw"
 
@@ -39,108 +27,14 @@ func upgradeMutex(path string) (*shm.Segment, *upgrade.Mutex, *uint64, error) {
 	}
 	m, err := upgrade.Named(seg, rwName)
 	if err == nil {
-		var mem []byte
-		if mem, err = seg.Region(layout.KindLockMgr); err == nil {
-			var counter *uint64
-			if counter, err = memview.At[uint64](mem, 0); err == nil {
-				return seg, m, counter, nil
-			}
+		var counter *uint64
+		if counter, err = counterOf(seg); err == nil {
+			return seg, m, counter, nil
 		}
 		_ = m.Close()
 	}
 	_ = seg.Close()
 	return nil, nil, nil, err
-}
-
-// rwCountHelper: args path goroutines rounds. Each goroutine increments the
-// plain counter rounds times under a ProcessMutex over the unique lock.
-func rwCountHelper(args []string) int {
-	seg, h, counter, err := upgradeMutex(args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer seg.Close()
-	defer h.Close()
-	m := coro.NewProcessMutex(coro.UpgradeUnique(h))
-	goroutines, _ := strconv.Atoi(args[1])
-	rounds, _ := strconv.Atoi(args[2])
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for range goroutines {
-		wg.Go(func() {
-			for range rounds {
-				g, err := m.Lock(context.Background())
-				if err != nil {
-					errs <- err
-					return
-				}
-				*counter++
-				if err := g.Unlock(); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
-
-// rwHoldHelper: args path. Takes the unique lock, says "held", and
-// releases when its stdin closes.
-func rwHoldHelper(args []string) int {
-	seg, h, _, err := upgradeMutex(args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer seg.Close()
-	defer h.Close()
-	if err := h.Lock(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println("held")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	if err := h.Unlock(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
-
-func startRWHolder(t *testing.T, path string) *holder {
-	t.Helper()
-	cmd := testproc.Command("rwhold", path)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	h := &holder{t: t, stdin: stdin, done: make(chan error, 1), pid: cmd.Process.Pid}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "holder: %s", stderr.String())
-	require.Equal(t, "held\n", line)
-	go func() {
-		err := cmd.Wait()
-		if err != nil {
-			err = fmt.Errorf("%w: %s", err, stderr.String())
-		}
-		h.done <- err
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = stdin.Close()
-	})
-	return h
 }
 
 // Processes each with several goroutines increment one plain counter
@@ -152,7 +46,7 @@ func TestUpgradeProcessMutexCounter(t *testing.T) {
 	var wg sync.WaitGroup
 	for range procs {
 		wg.Go(func() {
-			out, err := testproc.Command("rwcount", path, strconv.Itoa(goroutines), strconv.Itoa(rounds)).CombinedOutput()
+			out, err := testproc.Command("count", path, lockKindUpgrade, strconv.Itoa(goroutines), strconv.Itoa(rounds)).CombinedOutput()
 			if err != nil {
 				t.Errorf("helper: %v: %s", err, out)
 			}
@@ -172,7 +66,7 @@ func TestUpgradeProcessMutexCounter(t *testing.T) {
 func TestUpgradeProcessMutexCancel(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
-	other := startRWHolder(t, path)
+	other := startHolder(t, path, lockKindUpgrade)
 	seg, h, _, err := upgradeMutex(path)
 	require.NoError(t, err)
 	defer seg.Close()
@@ -199,7 +93,7 @@ func TestUpgradeProcessMutexCancel(t *testing.T) {
 func TestUpgradeProcessMutexReclaim(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
-	other := startRWHolder(t, path)
+	other := startHolder(t, path, lockKindUpgrade)
 	seg, h, _, err := upgradeMutex(path)
 	require.NoError(t, err)
 	defer seg.Close()
