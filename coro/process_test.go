@@ -310,6 +310,17 @@ func TestProcessMutexReclaim(t *testing.T) {
 	defer seg.Close()
 	before := l.Generation()
 
+	g := lockAcrossKill(t, m, h, func() bool { return l.Slot().Sleepers() == 1 })
+	require.Greater(t, l.Generation(), before)
+	require.NoError(t, g.Unlock())
+	require.False(t, g.Held())
+}
+
+// lockAcrossKill locks m on another goroutine, kills h (which holds the
+// lock) once waiting reports that the locker waits (nil: at once), and
+// returns the guard, which must hold the lock and report the reclaim.
+func lockAcrossKill(t *testing.T, m *coro.ProcessMutex, h *holder, waiting func() bool) coro.ProcessGuard {
+	t.Helper()
 	got := make(chan coro.ProcessGuard, 1)
 	go func() {
 		g, err := m.Lock(context.Background())
@@ -318,7 +329,9 @@ func TestProcessMutexReclaim(t *testing.T) {
 		}
 		got <- g
 	}()
-	waitUntil(t, func() bool { return l.Slot().Sleepers() == 1 }, "the waiter to sleep")
+	if waiting != nil {
+		waitUntil(t, waiting, "the waiter to sleep")
+	}
 	h.kill()
 	var g coro.ProcessGuard
 	select {
@@ -328,9 +341,7 @@ func TestProcessMutexReclaim(t *testing.T) {
 	}
 	require.True(t, g.Held())
 	require.True(t, g.Reclaimed())
-	require.Greater(t, l.Generation(), before)
-	require.NoError(t, g.Unlock())
-	require.False(t, g.Held())
+	return g
 }
 
 // LockOn resumes on the waiter's loop after a wait for another process,

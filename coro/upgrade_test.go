@@ -100,23 +100,7 @@ func TestUpgradeProcessMutexReclaim(t *testing.T) {
 	defer h.Close()
 	m := coro.NewProcessMutex(coro.UpgradeUnique(h))
 
-	got := make(chan coro.ProcessGuard, 1)
-	go func() {
-		g, err := m.Lock(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- g
-	}()
-	other.kill()
-	var g coro.ProcessGuard
-	select {
-	case g = <-got:
-	case <-time.After(procTimeout):
-		t.Fatal("the lock of a dead writer was not taken over")
-	}
-	require.True(t, g.Held())
-	require.True(t, g.Reclaimed())
+	g := lockAcrossKill(t, m, other, nil)
 	require.NoError(t, g.Unlock())
 }
 
