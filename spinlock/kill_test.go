@@ -85,8 +85,8 @@ func TestKillHolders(t *testing.T) {
 	checkWorkers := func() {
 		for _, w := range live {
 			select {
-			case <-w.done:
-				t.Fatalf("worker pid %d exited (%v); output:\n%s", w.pid(), w.err, w.out.String())
+			case <-w.Done():
+				t.Fatalf("worker pid %d exited (%v); output:\n%s", w.pid(), w.Err(), w.Out)
 			default:
 			}
 		}
@@ -113,7 +113,7 @@ func TestKillHolders(t *testing.T) {
 			victim = alive[rng.IntN(len(alive))]
 		}
 		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGSTOP))
-		victim.waitStopped(t)
+		victim.WaitStopped(t)
 		holds := slot.PID.Load() == victim.packed
 		if holds {
 			d := int(sc.atomic(offCounter).Load() - sumTallies())
@@ -141,7 +141,7 @@ func TestKillHolders(t *testing.T) {
 		if alive {
 			w.waitOK(t)
 		}
-		out := w.out.String()
+		out := w.Out.String()
 		if strings.Contains(out, "FAIL") {
 			t.Errorf("worker pid %d (alive to the end: %v) reported:\n%s", w.pid(), alive, out)
 		}

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 
 // testTimeout bounds every wait of these tests; it only turns a hang into
 // a failure.
-const testTimeout = 30 * time.Second
+const testTimeout = testproc.Timeout
 
 // helpers run in child processes (testproc re-executes this binary).
 // Each prints facts on stdout, one per line.
@@ -277,7 +277,6 @@ func startChildStdin(tb testing.TB, name string, args ...string) *child {
 func startChildWith(tb testing.TB, pipe bool, name string, args ...string) *child {
 	tb.Helper()
 	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
-	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	c.cmd.Stdout = childWriter{c}
 	c.cmd.Stderr = childWriter{c}
 	if pipe {
@@ -307,23 +306,20 @@ func (c *child) output() string {
 // waitLine waits for a line starting with prefix and returns the rest.
 func (c *child) waitLine(tb testing.TB, prefix string) string {
 	tb.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		for _, line := range strings.Split(c.output(), "\n") {
-			if r, ok := strings.CutPrefix(line, prefix); ok {
-				return strings.TrimSpace(r)
-			}
+	var rest string
+	waitFor(tb, func() bool {
+		var ok bool
+		if rest, ok = testproc.Line(c.output(), prefix); ok {
+			return true
 		}
 		select {
 		case <-c.done:
 			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("helper %s: no %q after %v; output:\n%s", c.name, prefix, testTimeout, c.output())
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	}, "helper %s to print %q", c.name, prefix)
+	return strings.TrimSpace(rest)
 }
 
 func (c *child) waitOK(tb testing.TB) string {
@@ -360,14 +356,7 @@ func (c *child) killIfRunning(tb testing.TB) {
 }
 
 // waitFor polls cond until it holds, failing after testTimeout.
-func waitFor(tb testing.TB, cond func() bool, what string) {
-	tb.Helper()
-	for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(200 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
+var waitFor = testproc.WaitFor
 
 // txnInfo returns what Inspect says of record idx.
 func txnInfo(tb testing.TB, seg *shm.Segment, idx int) txn.TxnInfo {

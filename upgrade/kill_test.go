@@ -5,25 +5,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
-
-// identityOf is the packed identity of a child, as the mutex records it.
-func identityOf(tb testing.TB, c *child) uint64 {
-	tb.Helper()
-	id, err := proc.Lookup(uint32(c.cmd.Process.Pid))
-	require.NoError(tb, err)
-	return id.Pack()
-}
 
 // holding starts a child that takes a hold in mode and waits until it has.
 func holding(tb testing.TB, path, mode string) (*child, uint64) {
 	tb.Helper()
 	c := startChild(tb, "hold", path, mode)
 	c.waitLine(tb, "held")
-	return c, identityOf(tb, c)
+	return c, c.Identity(tb)
 }
 
 // noTraceOf checks that mutex 0 records nothing of the dead process.
@@ -50,7 +41,7 @@ func TestKillReader(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- w.Lock() }()
 	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriteLocked }, "the writer to drain")
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, <-got)
 	require.False(t, w.Reclaimed(), "a dead reader leaves no half-done write")
 	require.Equal(t, uint64(1), w.Repairs())
@@ -67,7 +58,7 @@ func TestKillReaderThenUpgrade(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "shared")
-	c.kill(t)
+	c.Kill(t)
 	u := open(t, seg)
 	require.NoError(t, u.LockUpgrade())
 	require.NoError(t, u.UpgradeToUnique())
@@ -89,7 +80,7 @@ func TestKillUpgrader(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- u.LockUpgrade() }()
 	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters > 0 }, "the seeker to sleep")
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, <-got)
 	require.True(t, u.Reclaimed())
 	noTraceOf(t, seg, id)
@@ -109,7 +100,7 @@ func TestKillWriter(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- w.Lock() }()
 	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters > 0 }, "the writer to sleep")
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, <-got)
 	require.True(t, w.Reclaimed())
 	rec, err := recordOf(seg)
@@ -130,7 +121,7 @@ func TestKillWriterReadersGoOn(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- r.LockShared() }()
 	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters > 0 }, "the reader to sleep")
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, <-got)
 	require.Equal(t, uint64(1), r.Repairs())
 	noTraceOf(t, seg, id)
@@ -150,11 +141,11 @@ func TestKillPendingUpgrade(t *testing.T) {
 	require.NoError(t, r.LockShared()) // keeps the child's upgrade pending
 	c := startChild(t, "hold", path, "pending")
 	c.waitLine(t, "upgrade held")
-	id := identityOf(t, c)
+	id := c.Identity(t)
 	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
 	r2 := open(t, seg)
 	require.ErrorIs(t, r2.TryLockShared(), upgrade.ErrWouldBlock)
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, r2.LockShared(), "a waiting reader releases the dead upgrade")
 	require.Equal(t, uint64(1), r2.Repairs())
 	noTraceOf(t, seg, id)
@@ -180,7 +171,7 @@ func TestKillPendingUpgradeTakenOver(t *testing.T) {
 	c := startChild(t, "hold", path, "pending")
 	c.waitLine(t, "upgrade held")
 	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
-	c.kill(t)
+	c.Kill(t)
 	u := open(t, seg)
 	require.NoError(t, u.LockUpgrade())
 	require.True(t, u.Reclaimed())
@@ -200,7 +191,7 @@ func TestKillUpgradedWriter(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "upgraded-half")
-	c.kill(t)
+	c.Kill(t)
 	w := open(t, seg)
 	require.NoError(t, w.Lock())
 	require.True(t, w.Reclaimed())
@@ -217,8 +208,8 @@ func TestReclaim(t *testing.T) {
 	require.NoError(t, live.LockShared())
 	cr, reader := holding(t, path, "shared")
 	cu, upgrader := holding(t, path, "upgrade")
-	cr.kill(t)
-	cu.kill(t)
+	cr.Kill(t)
+	cu.Kill(t)
 	rep, err := upgrade.Reclaim(seg, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, upgrader, rep.Upgrader)
@@ -261,7 +252,7 @@ func TestKillQueuedWriter(t *testing.T) {
 		st, _ := upgrade.Inspect(seg, 0)
 		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
 	}, "the queued writer to sleep, its mark off")
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, w.Unlock())
 	require.Zero(t, e.Writer.Load(), "released to everyone")
 
