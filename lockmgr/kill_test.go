@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -141,11 +140,7 @@ func TestKillHolders(t *testing.T) {
 	}
 	check := func() {
 		for _, c := range live {
-			select {
-			case <-c.Done():
-				t.Fatalf("worker pid %d exited (%v); output:\n%s", c.pid(), c.Err(), c.Out)
-			default:
-			}
+			c.RequireRunning(t)
 		}
 	}
 	holder := func() int {
@@ -172,8 +167,7 @@ func TestKillHolders(t *testing.T) {
 			}
 			victim = live[pids[rng.IntN(len(pids))]]
 		}
-		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGSTOP))
-		victim.WaitStopped(t)
+		victim.Stop(t)
 		holds := holder() == victim.pid()
 		if holds {
 			d := int(sc.atomic(offCounter).Load() - sumTallies() - uint64(untallied))
@@ -183,8 +177,7 @@ func TestKillHolders(t *testing.T) {
 			untallied += d
 			due++
 		}
-		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGKILL))
-		victim.waitKilled(t)
+		victim.Kill(t)
 		delete(live, victim.pid())
 		kills++
 		start()

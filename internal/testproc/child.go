@@ -112,6 +112,24 @@ func (c *Child) Kill(tb testing.TB) {
 	c.WaitKilled(tb)
 }
 
+// Stop sends SIGSTOP and waits until the child is stopped (WaitStopped).
+func (c *Child) Stop(tb testing.TB) {
+	tb.Helper()
+	require.NoError(tb, c.Cmd.Process.Signal(syscall.SIGSTOP))
+	c.WaitStopped(tb)
+}
+
+// RequireRunning fails the test if the child has exited: for a helper
+// that runs until told to stop, an exit is a failure it found.
+func (c *Child) RequireRunning(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-c.done:
+		tb.Fatalf("helper %s (pid %d) exited (%v); output:\n%s", c.Name, c.PID(), c.err, c.Out)
+	default:
+	}
+}
+
 // KillIfRunning kills the child unless it exited already.
 func (c *Child) KillIfRunning(tb testing.TB) {
 	tb.Helper()
