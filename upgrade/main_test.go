@@ -72,3 +72,13 @@ func (c *child) waitLine(tb testing.TB, prefix string) string {
 
 // waitFor polls cond until it holds, failing the test after testTimeout.
 var waitFor = testproc.WaitFor
+
+// waitStatus waits until the status of mutex 0 satisfies cond.
+func waitStatus(tb testing.TB, seg *shm.Segment, cond func(upgrade.Status) bool, what string) {
+	tb.Helper()
+	waitFor(tb, func() bool {
+		st, err := upgrade.Inspect(seg, 0)
+		require.NoError(tb, err)
+		return cond(st)
+	}, "%s", what)
+}
