@@ -228,9 +228,7 @@ func benchPinHelper(args []string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Println("ready")
-	// Start together: wait for a line on stdin.
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	readyGo()
 	start := time.Now()
 	for range n {
 		p, err := sp.TryPin(ref)
@@ -420,8 +418,7 @@ func benchAtomic(seg *shm.Segment, n int) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Println("ready")
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	readyGo()
 	start := time.Now()
 	for range n {
 		slot.Token.Add(1)
@@ -429,6 +426,13 @@ func benchAtomic(seg *shm.Segment, n int) int {
 	}
 	fmt.Println("ns", time.Since(start).Nanoseconds())
 	return 0
+}
+
+// readyGo is the start of a bench-pin helper: it prints "ready" and waits
+// for the parent's line on stdin, so that all the helpers start together.
+func readyGo() {
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 }
 
 // benchCommand is a bench-pin helper command, its stdin left to the caller.
