@@ -2,7 +2,6 @@ package lockmgr_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"sync"
 	"testing"
@@ -26,7 +25,7 @@ const (
 )
 
 // long reports whether the long torture runs were asked for.
-func long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+var long = testproc.Long
 
 // helpers are the bodies of the helper processes (see procs_test.go).
 var helpers = map[string]func(args []string) int{

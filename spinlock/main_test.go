@@ -3,7 +3,6 @@ package spinlock_test
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -26,7 +25,7 @@ const (
 )
 
 // long reports whether the long torture runs were asked for.
-func long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+var long = testproc.Long
 
 // helpers are the bodies of the helper processes the tests start with
 // startChild (testproc re-runs this test binary). Each prints what the parent

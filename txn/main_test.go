@@ -442,7 +442,7 @@ func benchCommand(path, ref, iters string) *exec.Cmd {
 
 // rounds is n, or long with SHMLOCK_LONG=1.
 func rounds(n, long int) int {
-	if os.Getenv("SHMLOCK_LONG") == "1" {
+	if testproc.Long() {
 		return long
 	}
 	return n

@@ -1,7 +1,6 @@
 package upgrade_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,7 +17,7 @@ func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 // a failure on a slow shared machine.
 const testTimeout = testproc.Timeout
 
-func long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+var long = testproc.Long
 
 // helpers run in child processes (testproc); each uses upgrade mutex 0 of
 // the segment at args[0].

@@ -69,6 +69,10 @@ func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...fu
 	os.Exit(code)
 }
 
+// Long reports whether the long torture runs were asked for
+// (SHMLOCK_LONG=1); the default run stays short.
+func Long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+
 // Command returns a command that runs helper name with args in a new
 // process of this test binary. The child is killed if the test process dies.
 func Command(name string, args ...string) *exec.Cmd {
