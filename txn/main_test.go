@@ -91,6 +91,13 @@ func checkBytes(b []byte, i int) error {
 	return nil
 }
 
+// fail reports a helper's error in the form the tests show ("error ..."
+// on stdout) and returns its exit status.
+func fail(err error) int {
+	fmt.Println("error", err)
+	return 1
+}
+
 func openHelper(path string) (*shm.Segment, *txn.Space, error) {
 	seg, err := shm.Open(path, shm.Options{})
 	if err != nil {
@@ -107,24 +114,20 @@ func openHelper(path string) (*shm.Segment, *txn.Space, error) {
 func readerHelper(args []string) int {
 	seg, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	defer seg.Close()
 	ref, err := txn.ParseRef(args[1])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	inside, err := insideWord(seg)
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	readsWord, err := sharedWord(seg, readsSlot)
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ctx := context.Background()
 	reads := 0
@@ -134,16 +137,14 @@ func readerHelper(args []string) int {
 			if errors.Is(err, txn.ErrClosed) || errors.Is(err, txn.ErrClosing) {
 				break
 			}
-			fmt.Println("error", err)
-			return 1
+			return fail(err)
 		}
 		inside.Add(1) // counted only while the pin is held
 		// Read it twice, a scheduling point apart: a close that freed the
 		// arena under the pin would show as poison or a change.
 		for range 2 {
 			if err := checkBytes(b.Bytes(), 0); err != nil {
-				fmt.Println("error", err)
-				return 1
+				return fail(err)
 			}
 			runtime.Gosched()
 		}
@@ -160,8 +161,7 @@ func readerHelper(args []string) int {
 	}
 	fmt.Println("reads", reads)
 	if err := sp.Close(); err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	return 0
 }
@@ -169,18 +169,15 @@ func readerHelper(args []string) int {
 func pinHoldHelper(args []string) int {
 	_, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ref, err := txn.ParseRef(args[1])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	for range 3 { // several pins: all must stop counting
 		if _, err := sp.TryPin(ref); err != nil {
-			fmt.Println("error", err)
-			return 1
+			return fail(err)
 		}
 	}
 	fmt.Println("pinned")
@@ -190,18 +187,15 @@ func pinHoldHelper(args []string) int {
 func ownHelper(args []string) int {
 	_, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: len(args) > 1 && args[1] == "barrier"})
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ref, err := tx.Alloc(pattern(0, 100))
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	fmt.Println("ref", ref)
 	select {}
@@ -210,31 +204,27 @@ func ownHelper(args []string) int {
 func benchPinHelper(args []string) int {
 	seg, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	defer seg.Close()
 	defer sp.Close()
 	n, err := strconv.Atoi(args[2])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	if args[1] == "atomic" {
 		return benchAtomic(seg, n)
 	}
 	ref, err := txn.ParseRef(args[1])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	readyGo()
 	start := time.Now()
 	for range n {
 		p, err := sp.TryPin(ref)
 		if err != nil {
-			fmt.Println("error", err)
-			return 1
+			return fail(err)
 		}
 		p.Release()
 	}
@@ -415,8 +405,7 @@ const (
 func benchAtomic(seg *shm.Segment, n int) int {
 	slot, err := seg.Slot(7)
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	readyGo()
 	start := time.Now()
