@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/shmlock/shmlock/internal/proc"
 )
 
@@ -42,7 +40,9 @@ func Start(tb testing.TB, name string, args ...string) *Child {
 	tb.Helper()
 	c := &Child{Name: name, Cmd: Command(name, args...), Out: new(Output), done: make(chan struct{})}
 	c.Cmd.Stdout, c.Cmd.Stderr = c.Out, c.Out
-	require.NoError(tb, c.Cmd.Start())
+	if err := c.Cmd.Start(); err != nil {
+		tb.Fatalf("start helper %s: %v", name, err)
+	}
 	go func() { c.err = c.Cmd.Wait(); close(c.done) }()
 	tb.Cleanup(func() {
 		select {
@@ -68,7 +68,9 @@ func (c *Child) Err() error { return c.err }
 func (c *Child) Identity(tb testing.TB) uint64 {
 	tb.Helper()
 	id, err := proc.Lookup(uint32(c.PID()))
-	require.NoError(tb, err)
+	if err != nil {
+		tb.Fatalf("helper %s (pid %d): %v", c.Name, c.PID(), err)
+	}
 	return id.Pack()
 }
 
@@ -90,7 +92,9 @@ func (c *Child) Wait(tb testing.TB) error {
 // WaitOK waits for a clean exit and returns the output.
 func (c *Child) WaitOK(tb testing.TB) string {
 	tb.Helper()
-	require.NoError(tb, c.Wait(tb), "helper %s (pid %d) failed; output:\n%s", c.Name, c.PID(), c.Out)
+	if err := c.Wait(tb); err != nil {
+		tb.Fatalf("helper %s (pid %d) failed: %v; output:\n%s", c.Name, c.PID(), err, c.Out)
+	}
 	return c.Out.String()
 }
 
@@ -99,7 +103,9 @@ func (c *Child) WaitKilled(tb testing.TB) {
 	tb.Helper()
 	err := c.Wait(tb)
 	var exit *exec.ExitError
-	require.ErrorAs(tb, err, &exit, "helper %s: output:\n%s", c.Name, c.Out)
+	if !errors.As(err, &exit) {
+		tb.Fatalf("helper %s: got exit %v, want death by SIGKILL; output:\n%s", c.Name, err, c.Out)
+	}
 	if ws := exit.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		tb.Fatalf("helper %s: got exit %v, want death by SIGKILL; output:\n%s", c.Name, err, c.Out)
 	}
@@ -108,14 +114,14 @@ func (c *Child) WaitKilled(tb testing.TB) {
 // Kill sends SIGKILL and waits for the death.
 func (c *Child) Kill(tb testing.TB) {
 	tb.Helper()
-	require.NoError(tb, c.Cmd.Process.Signal(syscall.SIGKILL))
+	c.signal(tb, syscall.SIGKILL)
 	c.WaitKilled(tb)
 }
 
 // Stop sends SIGSTOP and waits until the child is stopped (WaitStopped).
 func (c *Child) Stop(tb testing.TB) {
 	tb.Helper()
-	require.NoError(tb, c.Cmd.Process.Signal(syscall.SIGSTOP))
+	c.signal(tb, syscall.SIGSTOP)
 	c.WaitStopped(tb)
 }
 
@@ -127,6 +133,13 @@ func (c *Child) RequireRunning(tb testing.TB) {
 	case <-c.done:
 		tb.Fatalf("helper %s (pid %d) exited (%v); output:\n%s", c.Name, c.PID(), c.err, c.Out)
 	default:
+	}
+}
+
+func (c *Child) signal(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
+	if err := c.Cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("helper %s (pid %d): %v: %v; output:\n%s", c.Name, c.PID(), sig, err, c.Out)
 	}
 }
 
@@ -184,14 +197,18 @@ func (c *Child) WaitStopped(tb testing.TB) {
 	dir := "/proc/" + strconv.Itoa(c.PID()) + "/task"
 	WaitFor(tb, func() bool {
 		tasks, err := os.ReadDir(dir)
-		require.NoError(tb, err)
+		if err != nil {
+			tb.Fatalf("helper %s (pid %d): %v; output:\n%s", c.Name, c.PID(), err, c.Out)
+		}
 		for _, task := range tasks {
 			b, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
 			if err != nil {
 				return false // a thread exiting as we look
 			}
 			i := bytes.LastIndexByte(b, ')')
-			require.True(tb, i > 0 && i+2 < len(b), "malformed stat %q", b)
+			if i <= 0 || i+2 >= len(b) {
+				tb.Fatalf("malformed stat %q", b)
+			}
 			switch b[i+2] {
 			case 'T', 't':
 			case 'Z', 'X':
