@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,20 +90,6 @@ func killWorkerHelper(args []string) int {
 	return 0
 }
 
-// waitStopped waits until the child is stopped (SIGSTOP took effect).
-func (c *child) waitStopped(tb testing.TB) {
-	tb.Helper()
-	waitFor(tb, func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid()))
-		if err != nil {
-			return false
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		return i > 0 && i+2 < len(s) && s[i+2] == 'T'
-	}, "the victim to stop")
-}
-
 // TestKillHolders: workers take one resource in a loop while the parent
 // kill -9s one at random moments (mostly the holder) and starts a
 // replacement. The parent freezes each victim with SIGSTOP and looks at the
@@ -155,11 +140,7 @@ func TestKillHolders(t *testing.T) {
 	}
 	check := func() {
 		for _, c := range live {
-			select {
-			case <-c.done:
-				t.Fatalf("worker pid %d exited (%v); output:\n%s", c.pid(), c.err, c.out.String())
-			default:
-			}
+			c.RequireRunning(t)
 		}
 	}
 	holder := func() int {
@@ -186,8 +167,7 @@ func TestKillHolders(t *testing.T) {
 			}
 			victim = live[pids[rng.IntN(len(pids))]]
 		}
-		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGSTOP))
-		victim.waitStopped(t)
+		victim.Stop(t)
 		holds := holder() == victim.pid()
 		if holds {
 			d := int(sc.atomic(offCounter).Load() - sumTallies() - uint64(untallied))
@@ -197,8 +177,7 @@ func TestKillHolders(t *testing.T) {
 			untallied += d
 			due++
 		}
-		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGKILL))
-		victim.waitKilled(t)
+		victim.Kill(t)
 		delete(live, victim.pid())
 		kills++
 		start()
@@ -215,7 +194,7 @@ func TestKillHolders(t *testing.T) {
 		if alive {
 			c.waitOK(t)
 		}
-		out := c.out.String()
+		out := c.Out.String()
 		require.NotContains(t, out, "FAIL", "worker pid %d", c.pid())
 		reported += strings.Count(out, "reclaimed\n")
 		if alive {

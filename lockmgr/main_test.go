@@ -1,13 +1,9 @@
 package lockmgr_test
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,12 +20,12 @@ func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 // Bounds on the waits of these tests: generous, they only turn a hang into
 // a failure on a slow shared machine.
 const (
-	testTimeout = 30 * time.Second
-	pollEvery   = 200 * time.Microsecond
+	testTimeout = testproc.Timeout
+	pollEvery   = testproc.PollEvery
 )
 
 // long reports whether the long torture runs were asked for.
-func long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+var long = testproc.Long
 
 // helpers are the bodies of the helper processes (see procs_test.go).
 var helpers = map[string]func(args []string) int{
@@ -105,110 +101,27 @@ func (c *fakeClock) Sleeps() []time.Duration {
 	return append([]time.Duration(nil), c.sleeps...)
 }
 
-// child is a running helper process; its output is collected, its exit
-// awaited by a goroutine.
+// child is a running helper (testproc.Child); cmd and the lower-case
+// methods are the names this package's tests call it by.
 type child struct {
-	name string
-	cmd  *exec.Cmd
-	out  lockedBuffer
-	done chan struct{}
-	err  error
+	*testproc.Child
+	cmd *exec.Cmd
 }
 
 func startChild(tb testing.TB, name string, args ...string) *child {
 	tb.Helper()
-	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
-	// A race-detector build sleeps a second at exit by default.
-	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	c.cmd.Stdout = &c.out
-	c.cmd.Stderr = &c.out
-	require.NoError(tb, c.cmd.Start())
-	go func() { c.err = c.cmd.Wait(); close(c.done) }()
-	tb.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	})
-	return c
+	c := testproc.Start(tb, name, args...)
+	return &child{Child: c, cmd: c.Cmd}
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-func (c *child) wait(tb testing.TB) error {
-	tb.Helper()
-	select {
-	case <-c.done:
-		return c.err
-	case <-time.After(testTimeout):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		tb.Fatalf("helper %s (pid %d) still running after %v; output:\n%s", c.name, c.pid(), testTimeout, c.out.String())
-		return nil
-	}
-}
-
-func (c *child) waitOK(tb testing.TB) string {
-	tb.Helper()
-	require.NoError(tb, c.wait(tb), "helper %s (pid %d) failed; output:\n%s", c.name, c.pid(), c.out.String())
-	return c.out.String()
-}
-
-func (c *child) waitKilled(tb testing.TB) {
-	tb.Helper()
-	err := c.wait(tb)
-	var exit *exec.ExitError
-	require.ErrorAs(tb, err, &exit, "helper %s: output:\n%s", c.name, c.out.String())
-	if ws := exit.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		tb.Fatalf("helper %s: got exit %v, want death by SIGKILL", c.name, err)
-	}
-}
-
-// waitLine waits for a line of output that starts with prefix.
+func (c *child) pid() int                    { return c.PID() }
+func (c *child) wait(tb testing.TB) error    { tb.Helper(); return c.Wait(tb) }
+func (c *child) waitOK(tb testing.TB) string { tb.Helper(); return c.WaitOK(tb) }
+func (c *child) waitKilled(tb testing.TB)    { tb.Helper(); c.WaitKilled(tb) }
 func (c *child) waitLine(tb testing.TB, prefix string) string {
 	tb.Helper()
-	var rest string
-	waitFor(tb, func() bool {
-		for line := range strings.Lines(c.out.String()) {
-			if r, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), prefix); ok {
-				rest = r
-				return true
-			}
-		}
-		select {
-		case <-c.done:
-			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.out.String())
-		default:
-		}
-		return false
-	}, "helper "+c.name+" to print "+prefix)
-	return rest
+	return c.WaitLine(tb, prefix)
 }
 
-func waitFor(tb testing.TB, cond func() bool, what string) {
-	tb.Helper()
-	for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(pollEvery) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", testTimeout, what)
-		}
-	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// waitFor polls cond until it holds, failing the test after testTimeout.
+var waitFor = testproc.WaitFor

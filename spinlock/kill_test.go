@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,11 +83,7 @@ func TestKillHolders(t *testing.T) {
 	// A worker that exits by itself has found something wrong: stop at once.
 	checkWorkers := func() {
 		for _, w := range live {
-			select {
-			case <-w.done:
-				t.Fatalf("worker pid %d exited (%v); output:\n%s", w.pid(), w.err, w.out.String())
-			default:
-			}
+			w.RequireRunning(t)
 		}
 	}
 
@@ -112,8 +107,7 @@ func TestKillHolders(t *testing.T) {
 			}
 			victim = alive[rng.IntN(len(alive))]
 		}
-		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGSTOP))
-		victim.waitStopped(t)
+		victim.Stop(t)
 		holds := slot.PID.Load() == victim.packed
 		if holds {
 			d := int(sc.atomic(offCounter).Load() - sumTallies())
@@ -123,8 +117,7 @@ func TestKillHolders(t *testing.T) {
 			untallied += d
 			due++
 		}
-		require.NoError(t, syscall.Kill(victim.pid(), syscall.SIGKILL))
-		victim.waitKilled(t)
+		victim.Kill(t)
 		delete(live, victim.packed)
 		kills++
 		start()
@@ -141,7 +134,7 @@ func TestKillHolders(t *testing.T) {
 		if alive {
 			w.waitOK(t)
 		}
-		out := w.out.String()
+		out := w.Out.String()
 		if strings.Contains(out, "FAIL") {
 			t.Errorf("worker pid %d (alive to the end: %v) reported:\n%s", w.pid(), alive, out)
 		}

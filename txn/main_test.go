@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 
 // testTimeout bounds every wait of these tests; it only turns a hang into
 // a failure.
-const testTimeout = 30 * time.Second
+const testTimeout = testproc.Timeout
 
 // helpers run in child processes (testproc re-executes this binary).
 // Each prints facts on stdout, one per line.
@@ -91,6 +91,13 @@ func checkBytes(b []byte, i int) error {
 	return nil
 }
 
+// fail reports a helper's error in the form the tests show ("error ..."
+// on stdout) and returns its exit status.
+func fail(err error) int {
+	fmt.Println("error", err)
+	return 1
+}
+
 func openHelper(path string) (*shm.Segment, *txn.Space, error) {
 	seg, err := shm.Open(path, shm.Options{})
 	if err != nil {
@@ -107,24 +114,20 @@ func openHelper(path string) (*shm.Segment, *txn.Space, error) {
 func readerHelper(args []string) int {
 	seg, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	defer seg.Close()
 	ref, err := txn.ParseRef(args[1])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	inside, err := insideWord(seg)
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	readsWord, err := sharedWord(seg, readsSlot)
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ctx := context.Background()
 	reads := 0
@@ -134,16 +137,14 @@ func readerHelper(args []string) int {
 			if errors.Is(err, txn.ErrClosed) || errors.Is(err, txn.ErrClosing) {
 				break
 			}
-			fmt.Println("error", err)
-			return 1
+			return fail(err)
 		}
 		inside.Add(1) // counted only while the pin is held
 		// Read it twice, a scheduling point apart: a close that freed the
 		// arena under the pin would show as poison or a change.
 		for range 2 {
 			if err := checkBytes(b.Bytes(), 0); err != nil {
-				fmt.Println("error", err)
-				return 1
+				return fail(err)
 			}
 			runtime.Gosched()
 		}
@@ -160,8 +161,7 @@ func readerHelper(args []string) int {
 	}
 	fmt.Println("reads", reads)
 	if err := sp.Close(); err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	return 0
 }
@@ -169,18 +169,15 @@ func readerHelper(args []string) int {
 func pinHoldHelper(args []string) int {
 	_, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ref, err := txn.ParseRef(args[1])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	for range 3 { // several pins: all must stop counting
 		if _, err := sp.TryPin(ref); err != nil {
-			fmt.Println("error", err)
-			return 1
+			return fail(err)
 		}
 	}
 	fmt.Println("pinned")
@@ -190,18 +187,15 @@ func pinHoldHelper(args []string) int {
 func ownHelper(args []string) int {
 	_, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: len(args) > 1 && args[1] == "barrier"})
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ref, err := tx.Alloc(pattern(0, 100))
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	fmt.Println("ref", ref)
 	select {}
@@ -210,33 +204,27 @@ func ownHelper(args []string) int {
 func benchPinHelper(args []string) int {
 	seg, sp, err := openHelper(args[0])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	defer seg.Close()
 	defer sp.Close()
 	n, err := strconv.Atoi(args[2])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	if args[1] == "atomic" {
 		return benchAtomic(seg, n)
 	}
 	ref, err := txn.ParseRef(args[1])
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
-	fmt.Println("ready")
-	// Start together: wait for a line on stdin.
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	readyGo()
 	start := time.Now()
 	for range n {
 		p, err := sp.TryPin(ref)
 		if err != nil {
-			fmt.Println("error", err)
-			return 1
+			return fail(err)
 		}
 		p.Release()
 	}
@@ -277,7 +265,6 @@ func startChildStdin(tb testing.TB, name string, args ...string) *child {
 func startChildWith(tb testing.TB, pipe bool, name string, args ...string) *child {
 	tb.Helper()
 	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
-	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	c.cmd.Stdout = childWriter{c}
 	c.cmd.Stderr = childWriter{c}
 	if pipe {
@@ -307,23 +294,20 @@ func (c *child) output() string {
 // waitLine waits for a line starting with prefix and returns the rest.
 func (c *child) waitLine(tb testing.TB, prefix string) string {
 	tb.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		for _, line := range strings.Split(c.output(), "\n") {
-			if r, ok := strings.CutPrefix(line, prefix); ok {
-				return strings.TrimSpace(r)
-			}
+	var rest string
+	waitFor(tb, func() bool {
+		var ok bool
+		if rest, ok = testproc.Line(c.output(), prefix); ok {
+			return true
 		}
 		select {
 		case <-c.done:
 			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("helper %s: no %q after %v; output:\n%s", c.name, prefix, testTimeout, c.output())
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	}, "helper %s to print %q", c.name, prefix)
+	return strings.TrimSpace(rest)
 }
 
 func (c *child) waitOK(tb testing.TB) string {
@@ -360,14 +344,7 @@ func (c *child) killIfRunning(tb testing.TB) {
 }
 
 // waitFor polls cond until it holds, failing after testTimeout.
-func waitFor(tb testing.TB, cond func() bool, what string) {
-	tb.Helper()
-	for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(200 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
+var waitFor = testproc.WaitFor
 
 // txnInfo returns what Inspect says of record idx.
 func txnInfo(tb testing.TB, seg *shm.Segment, idx int) txn.TxnInfo {
@@ -428,11 +405,9 @@ const (
 func benchAtomic(seg *shm.Segment, n int) int {
 	slot, err := seg.Slot(7)
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
-	fmt.Println("ready")
-	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	readyGo()
 	start := time.Now()
 	for range n {
 		slot.Token.Add(1)
@@ -442,6 +417,13 @@ func benchAtomic(seg *shm.Segment, n int) int {
 	return 0
 }
 
+// readyGo is the start of a bench-pin helper: it prints "ready" and waits
+// for the parent's line on stdin, so that all the helpers start together.
+func readyGo() {
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+}
+
 // benchCommand is a bench-pin helper command, its stdin left to the caller.
 func benchCommand(path, ref, iters string) *exec.Cmd {
 	return testproc.Command("bench-pin", path, ref, iters)
@@ -449,7 +431,7 @@ func benchCommand(path, ref, iters string) *exec.Cmd {
 
 // rounds is n, or long with SHMLOCK_LONG=1.
 func rounds(n, long int) int {
-	if os.Getenv("SHMLOCK_LONG") == "1" {
+	if testproc.Long() {
 		return long
 	}
 	return n

@@ -2,28 +2,48 @@ package upgrade_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
-
-// identityOf is the packed identity of a child, as the mutex records it.
-func identityOf(tb testing.TB, c *child) uint64 {
-	tb.Helper()
-	id, err := proc.Lookup(uint32(c.cmd.Process.Pid))
-	require.NoError(tb, err)
-	return id.Pack()
-}
 
 // holding starts a child that takes a hold in mode and waits until it has.
 func holding(tb testing.TB, path, mode string) (*child, uint64) {
 	tb.Helper()
 	c := startChild(tb, "hold", path, mode)
 	c.waitLine(tb, "held")
-	return c, identityOf(tb, c)
+	return c, c.Identity(tb)
+}
+
+// pendingUpgrade starts a child that takes the upgrade lock and asks to
+// upgrade it, and waits until the upgrade is pending (the caller's shared
+// hold keeps it so).
+func pendingUpgrade(tb testing.TB, seg *shm.Segment, path string) *child {
+	tb.Helper()
+	c := startChild(tb, "hold", path, "pending")
+	c.waitLine(tb, "upgrade held")
+	waitStatus(tb, seg, func(st upgrade.Status) bool { return st.UpgradePending }, "pending")
+	return c
+}
+
+// killWhileWaiting calls lock in a goroutine, waits until mutex 0's status
+// shows it waiting, kills the holder c and requires that lock then
+// succeeds: a dead holder never wedges a waiter.
+func killWhileWaiting(tb testing.TB, seg *shm.Segment, c *child, lock func() error, waiting func(upgrade.Status) bool, what string) {
+	tb.Helper()
+	got := make(chan error, 1)
+	go func() { got <- lock() }()
+	waitStatus(tb, seg, waiting, what)
+	c.Kill(tb)
+	select {
+	case err := <-got:
+		require.NoError(tb, err)
+	case <-time.After(testTimeout):
+		tb.Fatalf("still waiting %v after the holder died", testTimeout)
+	}
 }
 
 // noTraceOf checks that mutex 0 records nothing of the dead process.
@@ -47,11 +67,7 @@ func TestKillReader(t *testing.T) {
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "shared")
 	w := open(t, seg)
-	got := make(chan error, 1)
-	go func() { got <- w.Lock() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriteLocked }, "the writer to drain")
-	c.kill(t)
-	require.NoError(t, <-got)
+	killWhileWaiting(t, seg, c, w.Lock, func(st upgrade.Status) bool { return st.WriteLocked }, "the writer to drain")
 	require.False(t, w.Reclaimed(), "a dead reader leaves no half-done write")
 	require.Equal(t, uint64(1), w.Repairs())
 	noTraceOf(t, seg, id)
@@ -67,7 +83,7 @@ func TestKillReaderThenUpgrade(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "shared")
-	c.kill(t)
+	c.Kill(t)
 	u := open(t, seg)
 	require.NoError(t, u.LockUpgrade())
 	require.NoError(t, u.UpgradeToUnique())
@@ -86,11 +102,7 @@ func TestKillUpgrader(t *testing.T) {
 	require.NoError(t, r.LockShared(), "readers share with the upgrade holder")
 	require.NoError(t, r.UnlockShared())
 	u := open(t, seg)
-	got := make(chan error, 1)
-	go func() { got <- u.LockUpgrade() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters > 0 }, "the seeker to sleep")
-	c.kill(t)
-	require.NoError(t, <-got)
+	killWhileWaiting(t, seg, c, u.LockUpgrade, func(st upgrade.Status) bool { return st.SharedWaiters > 0 }, "the seeker to sleep")
 	require.True(t, u.Reclaimed())
 	noTraceOf(t, seg, id)
 	require.NoError(t, u.UpgradeToUnique())
@@ -106,11 +118,7 @@ func TestKillWriter(t *testing.T) {
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "unique-half")
 	w := open(t, seg)
-	got := make(chan error, 1)
-	go func() { got <- w.Lock() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters > 0 }, "the writer to sleep")
-	c.kill(t)
-	require.NoError(t, <-got)
+	killWhileWaiting(t, seg, c, w.Lock, func(st upgrade.Status) bool { return st.WriterWaiters > 0 }, "the writer to sleep")
 	require.True(t, w.Reclaimed())
 	rec, err := recordOf(seg)
 	require.NoError(t, err)
@@ -127,11 +135,7 @@ func TestKillWriterReadersGoOn(t *testing.T) {
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "unique")
 	r := open(t, seg)
-	got := make(chan error, 1)
-	go func() { got <- r.LockShared() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters > 0 }, "the reader to sleep")
-	c.kill(t)
-	require.NoError(t, <-got)
+	killWhileWaiting(t, seg, c, r.LockShared, func(st upgrade.Status) bool { return st.SharedWaiters > 0 }, "the reader to sleep")
 	require.Equal(t, uint64(1), r.Repairs())
 	noTraceOf(t, seg, id)
 	require.NoError(t, r.UnlockShared())
@@ -148,13 +152,11 @@ func TestKillPendingUpgrade(t *testing.T) {
 	seg, path := newSegment(t)
 	r := open(t, seg)
 	require.NoError(t, r.LockShared()) // keeps the child's upgrade pending
-	c := startChild(t, "hold", path, "pending")
-	c.waitLine(t, "upgrade held")
-	id := identityOf(t, c)
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
+	c := pendingUpgrade(t, seg, path)
+	id := c.Identity(t)
 	r2 := open(t, seg)
 	require.ErrorIs(t, r2.TryLockShared(), upgrade.ErrWouldBlock)
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, r2.LockShared(), "a waiting reader releases the dead upgrade")
 	require.Equal(t, uint64(1), r2.Repairs())
 	noTraceOf(t, seg, id)
@@ -177,10 +179,8 @@ func TestKillPendingUpgradeTakenOver(t *testing.T) {
 	seg, path := newSegment(t)
 	r := open(t, seg)
 	require.NoError(t, r.LockShared())
-	c := startChild(t, "hold", path, "pending")
-	c.waitLine(t, "upgrade held")
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
-	c.kill(t)
+	c := pendingUpgrade(t, seg, path)
+	c.Kill(t)
 	u := open(t, seg)
 	require.NoError(t, u.LockUpgrade())
 	require.True(t, u.Reclaimed())
@@ -200,7 +200,7 @@ func TestKillUpgradedWriter(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "upgraded-half")
-	c.kill(t)
+	c.Kill(t)
 	w := open(t, seg)
 	require.NoError(t, w.Lock())
 	require.True(t, w.Reclaimed())
@@ -217,8 +217,8 @@ func TestReclaim(t *testing.T) {
 	require.NoError(t, live.LockShared())
 	cr, reader := holding(t, path, "shared")
 	cu, upgrader := holding(t, path, "upgrade")
-	cr.kill(t)
-	cu.kill(t)
+	cr.Kill(t)
+	cu.Kill(t)
 	rep, err := upgrade.Reclaim(seg, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, upgrader, rep.Upgrader)
@@ -257,11 +257,10 @@ func TestKillQueuedWriter(t *testing.T) {
 	require.NoError(t, w.Lock())
 	c := startChild(t, "hold", path, "queued")
 	c.waitLine(t, "held")
-	waitFor(t, func() bool {
-		st, _ := upgrade.Inspect(seg, 0)
+	waitStatus(t, seg, func(st upgrade.Status) bool {
 		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
 	}, "the queued writer to sleep, its mark off")
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, w.Unlock())
 	require.Zero(t, e.Writer.Load(), "released to everyone")
 

@@ -1,15 +1,7 @@
 package upgrade_test
 
 import (
-	"bufio"
-	"bytes"
-	"os"
-	"os/exec"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,12 +15,9 @@ func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 
 // Bounds on the waits of these tests: generous, they only turn a hang into
 // a failure on a slow shared machine.
-const (
-	testTimeout = 30 * time.Second
-	pollEvery   = 500 * time.Microsecond
-)
+const testTimeout = testproc.Timeout
 
-func long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+var long = testproc.Long
 
 // helpers run in child processes (testproc); each uses upgrade mutex 0 of
 // the segment at args[0].
@@ -61,105 +50,34 @@ func open(tb testing.TB, seg *shm.Segment) *upgrade.Mutex {
 	return m
 }
 
-// child is a running helper process.
+// child is a running helper (testproc.Child); out and the lower-case
+// methods are the names this package's tests call it by.
 type child struct {
-	name string
-	cmd  *exec.Cmd
-	out  lockedBuffer
-	done chan struct{}
-	err  error
+	*testproc.Child
+	out *testproc.Output
 }
 
 func startChild(tb testing.TB, name string, args ...string) *child {
 	tb.Helper()
-	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
-	c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-	require.NoError(tb, c.cmd.Start())
-	go func() { c.err = c.cmd.Wait(); close(c.done) }()
-	tb.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	})
-	return c
+	c := testproc.Start(tb, name, args...)
+	return &child{Child: c, out: c.Out}
 }
 
-func (c *child) wait(tb testing.TB) error {
-	tb.Helper()
-	select {
-	case <-c.done:
-		return c.err
-	case <-time.After(testTimeout):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		tb.Fatalf("helper %s still running after %v; output:\n%s", c.name, testTimeout, c.out.String())
-		return nil
-	}
-}
-
-func (c *child) waitOK(tb testing.TB) string {
-	tb.Helper()
-	require.NoError(tb, c.wait(tb), "helper %s failed; output:\n%s", c.name, c.out.String())
-	return c.out.String()
-}
-
-// kill sends SIGKILL and waits for the death.
-func (c *child) kill(tb testing.TB) {
-	tb.Helper()
-	require.NoError(tb, c.cmd.Process.Signal(syscall.SIGKILL))
-	err := c.wait(tb)
-	var exit *exec.ExitError
-	require.ErrorAs(tb, err, &exit, "helper %s: output:\n%s", c.name, c.out.String())
-}
-
-// waitLine waits until the child prints a line starting with prefix.
+func (c *child) waitOK(tb testing.TB) string { tb.Helper(); return c.WaitOK(tb) }
 func (c *child) waitLine(tb testing.TB, prefix string) string {
 	tb.Helper()
-	var rest string
-	waitFor(tb, func() bool {
-		sc := bufio.NewScanner(strings.NewReader(c.out.String()))
-		for sc.Scan() {
-			if r, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-				rest = r
-				return true
-			}
-		}
-		select {
-		case <-c.done:
-			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.out.String())
-		default:
-		}
-		return false
-	}, "helper %s to print %q", c.name, prefix)
-	return rest
+	return c.WaitLine(tb, prefix)
 }
 
-func waitFor(tb testing.TB, cond func() bool, what string, args ...any) {
+// waitFor polls cond until it holds, failing the test after testTimeout.
+var waitFor = testproc.WaitFor
+
+// waitStatus waits until the status of mutex 0 satisfies cond.
+func waitStatus(tb testing.TB, seg *shm.Segment, cond func(upgrade.Status) bool, what string) {
 	tb.Helper()
-	for deadline := time.Now().Add(testTimeout); !cond(); time.Sleep(pollEvery) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for "+what, append([]any{testTimeout}, args...)...)
-		}
-	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	waitFor(tb, func() bool {
+		st, err := upgrade.Inspect(seg, 0)
+		require.NoError(tb, err)
+		return cond(st)
+	}, "%s", what)
 }

@@ -3,7 +3,8 @@
 // no segment behind.
 //
 // A package's TestMain calls Main with its helpers; a test starts one with
-// Command and reads its exit status and output:
+// Command and reads its exit status and output, or with Start, which
+// collects them for the waits of Child (for a line, an exit, a SIGSTOP):
 //
 //	func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 //	var helpers = map[string]func(args []string) int{"counter": counterHelper}
@@ -68,11 +69,18 @@ func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...fu
 	os.Exit(code)
 }
 
+// Long reports whether the long torture runs were asked for
+// (SHMLOCK_LONG=1); the default run stays short.
+func Long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
+
 // Command returns a command that runs helper name with args in a new
 // process of this test binary. The child is killed if the test process dies.
 func Command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envHelper+"="+name, envArgs+"="+strings.Join(args, argSep))
+	cmd.Env = append(os.Environ(), envHelper+"="+name, envArgs+"="+strings.Join(args, argSep),
+		// A race-detector build sleeps a second at exit by default;
+		// helpers have nothing to wait for.
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
