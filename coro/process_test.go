@@ -276,14 +276,14 @@ func TestProcessMutexCancelWhileAnotherProcessHolds(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, func() bool { return l.Slot().Sleepers() == 1 }, "the front waiter to sleep on the cross-process lock")
+	testproc.WaitFor(t, func() bool { return l.Slot().Sleepers() == 1 }, "the front waiter to sleep on the cross-process lock")
 	cancel()
 	for range waiters {
 		require.ErrorIs(t, <-errs, context.Canceled)
 	}
 	now, _ := l.Owner()
 	require.Equal(t, owner, now, "the other process still holds it")
-	waitUntil(t, func() bool { return l.Slot().Pad.Load() == 0 }, "the sleeper to unregister")
+	testproc.WaitFor(t, func() bool { return l.Slot().Pad.Load() == 0 }, "the sleeper to unregister")
 
 	expired, stop := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer stop()
@@ -330,7 +330,7 @@ func lockAcrossKill(t *testing.T, m *coro.ProcessMutex, h *holder, waiting func(
 		got <- g
 	}()
 	if waiting != nil {
-		waitUntil(t, waiting, "the waiter to sleep")
+		testproc.WaitFor(t, waiting, "the waiter to sleep")
 	}
 	h.kill()
 	var g coro.ProcessGuard
@@ -373,14 +373,14 @@ func TestProcessMutexLockOn(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, m.LockOn(ctx, loop, cont))
-	waitUntil(t, func() bool { return l.Slot().Sleepers() == 1 }, "the LockOn waiter to sleep")
+	testproc.WaitFor(t, func() bool { return l.Slot().Sleepers() == 1 }, "the LockOn waiter to sleep")
 	cancel()
 	r := <-results
 	require.ErrorIs(t, r.err, context.Canceled)
 	require.Equal(t, onLoop, r.id, "the error is delivered on the loop")
 
 	require.NoError(t, m.LockOn(context.Background(), loop, cont))
-	waitUntil(t, func() bool { return l.Slot().Sleepers() == 1 }, "the LockOn waiter to sleep")
+	testproc.WaitFor(t, func() bool { return l.Slot().Sleepers() == 1 }, "the LockOn waiter to sleep")
 	h.release()
 	r = <-results
 	require.NoError(t, r.err)
@@ -399,15 +399,4 @@ func TestProcessMutexLockOn(t *testing.T) {
 	closed.Close()
 	require.ErrorIs(t, m.LockOn(context.Background(), closed, cont), coro.ErrLoopClosed)
 	require.ErrorIs(t, m.LockOn(context.Background(), nil, cont), coro.ErrNoLoop)
-}
-
-func waitUntil(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(procTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
