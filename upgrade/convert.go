@@ -1,6 +1,10 @@
 package upgrade
 
-import "context"
+import (
+	"context"
+
+	"github.com/shmlock/shmlock/internal/memview"
+)
 
 // UpgradeToUnique turns the handle's upgrade lock into the unique lock: it
 // marks the upgrade pending, which keeps new readers out, and waits for the
@@ -75,7 +79,7 @@ func (m *Mutex) UniqueToUpgrade() error {
 		if !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 			return ErrWouldBlock
 		}
-		m.e.UpgraderTID.Store(m.tid)
+		memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
 		// writers' mutex goes.
 		for {

@@ -177,9 +177,7 @@ func (m *Mutex) Unlock() error {
 	m.setReclaimed(false)
 	m.e.State.And(^stateWrite) // ours: nobody else changes the word now
 	m.releaseWriterWord()
-	if m.e.Waiters.Load() != 0 {
-		m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
-	}
+	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	return nil
 }
 
@@ -225,7 +223,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			}
 		}
 	}
-	m.e.UpgraderTID.Store(m.tid)
+	memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS below, or the Upgrader release
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade != 0 {

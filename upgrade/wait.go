@@ -365,8 +365,10 @@ func (m *Mutex) releaseWriterWord() {
 	}
 }
 
+// releaseUpgraderWord ends the caller's hold of the Upgrader word, in the
+// order releaseWriterWord keeps.
 func (m *Mutex) releaseUpgraderWord() {
-	m.e.UpgraderTID.Store(0)
+	memview.StoreOwned(&m.e.UpgraderTID, 0) // published by the Upgrader store
 	m.e.Generation.Add(1)
 	m.e.Upgrader.Store(0)
 }
