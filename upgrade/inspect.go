@@ -21,6 +21,9 @@ type Status struct {
 	WriteLocked    bool
 	UpgradeLocked  bool
 	UpgradePending bool
+	// Handoff: the writers' mutex was released to the writers that had
+	// waited (Writer is 0 then) and none of them has taken it yet.
+	Handoff bool
 }
 
 // ReaderStatus is one reader record in use.
@@ -42,9 +45,10 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 	}
 	st := e.State.Load()
 	w := e.Waiters.Load()
+	writer := e.Writer.Load()
 	s := Status{
 		Index: i, State: st,
-		Writer: e.Writer.Load() &^ writerHungry, WriterTID: e.WriterTID.Load(),
+		Writer: writer &^ writerHungry, WriterTID: e.WriterTID.Load(), Handoff: writer == writerHandoff,
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
 		SharedWaiters: w & waitersMask, UniqueWaiters: w >> 16,
