@@ -37,19 +37,13 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	// While stateUpgrade is ours nobody else changes the state word.
 	m.e.State.Or(statePending)
-	for !m.readersZero() {
-		if try {
-			m.cancelPending()
-			return ErrWouldBlock
-		}
-		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
-		if err != nil {
-			m.cancelPending()
-			return err
-		}
-		if slice {
-			m.clearDeadReaders()
-		}
+	if try && !m.readersZero() {
+		m.cancelPending()
+		return ErrWouldBlock
+	}
+	if err := m.drainReaders(ctx); err != nil {
+		m.cancelPending()
+		return err
 	}
 	for {
 		s := m.e.State.Load()

@@ -96,17 +96,27 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			yield()
 		}
 	}
+	if err := m.drainReaders(ctx); err != nil {
+		m.abandonWriter()
+		return err
+	}
+	m.setReclaimed(reclaimed)
+	return nil
+}
+
+// drainReaders waits for every shared hold to go, clearing the records of
+// dead processes at each liveness slice. The caller has set the state bit
+// that keeps new readers out, and undoes it if this fails.
+func (m *Mutex) drainReaders(ctx context.Context) error {
 	for !m.readersZero() {
 		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
 		if err != nil {
-			m.abandonWriter()
 			return err
 		}
 		if slice {
 			m.clearDeadReaders()
 		}
 	}
-	m.setReclaimed(reclaimed)
 	return nil
 }
 
@@ -147,15 +157,23 @@ func (m *Mutex) abandonWriter() {
 	m.wake(m.uniqueGate())
 }
 
-// checkFree is the common entry check of Lock and LockUpgrade: a context
-// already done fails at once, and a handle that holds the lock in any mode
-// would wait for itself.
-func (m *Mutex) checkFree(ctx context.Context) error {
+// checkOpen is the entry check of every acquisition: a context already
+// done fails at once, and so does a closed handle.
+func (m *Mutex) checkOpen(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if m.closed.Load() {
 		return ErrClosed
+	}
+	return nil
+}
+
+// checkFree is Lock's entry check: checkOpen, and a handle that holds the
+// lock in any mode would wait for itself.
+func (m *Mutex) checkFree(ctx context.Context) error {
+	if err := m.checkOpen(ctx); err != nil {
+		return err
 	}
 	if m.holdsWriter() || m.holdsUpgrader() || m.sharedHolds() != 0 {
 		return ErrHeld
@@ -196,11 +214,8 @@ func (m *Mutex) TryLockUpgrade() error { return m.lockUpgrade(context.Background
 func (m *Mutex) LockUpgradeContext(ctx context.Context) error { return m.lockUpgrade(ctx, false) }
 
 func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
-	if err := ctx.Err(); err != nil {
+	if err := m.checkOpen(ctx); err != nil {
 		return err
-	}
-	if m.closed.Load() {
-		return ErrClosed
 	}
 	if m.holdsWriter() || m.holdsUpgrader() {
 		return ErrHeld

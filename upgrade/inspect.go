@@ -103,21 +103,12 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 		}
 	}
 	for j, r := range m.readers {
-		o := r.Owner.Load()
-		if o == 0 || m.alive(o) {
-			continue
-		}
-		rs := ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()}
 		if dryRun {
-			rep.Readers = append(rep.Readers, rs)
-			continue
-		}
-		if r.Owner.CompareAndSwap(o, m.pid) {
-			rs.Count = r.Count.Load() // the record is ours: its count is final
-			r.Count.Store(0)
-			r.Owner.Store(0)
-			m.repairs.Add(1)
-			rep.Readers = append(rep.Readers, rs)
+			if o := r.Owner.Load(); o != 0 && !m.alive(o) {
+				rep.Readers = append(rep.Readers, ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()})
+			}
+		} else if o, n, freed := m.freeDeadRecord(r); freed {
+			rep.Readers = append(rep.Readers, ReaderStatus{Record: j, Owner: o, Count: n})
 		}
 	}
 	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {

@@ -29,11 +29,8 @@ func (m *Mutex) TryLockShared() error { return m.lockSharedSlow(context.Backgrou
 func (m *Mutex) LockSharedContext(ctx context.Context) error { return m.lockSharedSlow(ctx, false) }
 
 func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
-	if err := ctx.Err(); err != nil {
+	if err := m.checkOpen(ctx); err != nil {
 		return err
-	}
-	if m.closed.Load() {
-		return ErrClosed
 	}
 	if m.holdsWriter() || m.holdsUpgrader() && m.e.State.Load()&stateWrite != 0 {
 		return ErrHeld // it would wait for itself
