@@ -29,10 +29,11 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := m.checkUpgrader(); err != nil {
+	s, err := m.checkUpgrader()
+	if err != nil {
 		return err
 	}
-	if m.e.State.Load()&stateWrite != 0 || m.sharedHolds() != 0 {
+	if s&stateWrite != 0 || m.sharedHolds() != 0 {
 		return ErrHeld
 	}
 	// While stateUpgrade is ours nobody else changes the state word.

@@ -290,10 +290,11 @@ func (m *Mutex) abandonUpgrader() {
 // no upgrade lock, or holds it upgraded (leave the unique lock first),
 // ErrNotOwner if another handle holds it.
 func (m *Mutex) UnlockUpgrade() error {
-	if err := m.checkUpgrader(); err != nil {
+	s, err := m.checkUpgrader()
+	if err != nil {
 		return err
 	}
-	if m.e.State.Load()&stateWrite != 0 {
+	if s&stateWrite != 0 {
 		return ErrNotHeld
 	}
 	m.setReclaimed(false)
@@ -307,13 +308,16 @@ func (m *Mutex) UnlockUpgrade() error {
 }
 
 // checkUpgrader checks that the handle holds the upgrade lock (the
-// Upgrader word and stateUpgrade).
-func (m *Mutex) checkUpgrader() error {
-	if !m.holdsUpgrader() || m.e.State.Load()&stateUpgrade == 0 {
-		if m.e.Upgrader.Load() != 0 && m.e.State.Load()&stateUpgrade != 0 {
-			return ErrNotOwner
+// Upgrader word and stateUpgrade) and returns the state word it read:
+// while stateUpgrade is the handle's, only the handle changes it.
+func (m *Mutex) checkUpgrader() (uint32, error) {
+	if m.holdsUpgrader() {
+		if s := m.e.State.Load(); s&stateUpgrade != 0 {
+			return s, nil
 		}
-		return ErrNotHeld
 	}
-	return nil
+	if m.e.Upgrader.Load() != 0 && m.e.State.Load()&stateUpgrade != 0 {
+		return 0, ErrNotOwner
+	}
+	return 0, ErrNotHeld
 }
