@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -530,6 +531,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	_, err := m.Acquire(ctx, "r", "a", C, lockmgr.AcquireOptions{TTL: time.Hour})
 	require.NoError(t, err)
 	before, stats := stripTimes(m.List()), m.Stats()
+	exited := exec.Command("true")
+	require.NoError(t, exited.Run())
+	gone := exited.Process.Pid // reaped: no process (until the pid is reused)
 	for _, call := range []struct {
 		err  error
 		want error
@@ -556,6 +560,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{m.Release("r\x01", "a"), lockmgr.ErrBadResource},
 		{m.Release("r", strings.Repeat("x", 100)), lockmgr.ErrBadOwner},
 		{m.SetCompanion("r", "a", -1), lockmgr.ErrBadOptions},
+		{m.SetCompanion("r", "a", 1<<22), lockmgr.ErrBadOptions},
+		{m.SetCompanion("r", "a", gone), lockmgr.ErrBadOptions},
 		{m.Declare("x", "y\x00"), lockmgr.ErrBadResource},
 		{m.Undeclare(""), lockmgr.ErrBadResource},
 		{func() error { _, err := m.Inspect(""); return err }(), lockmgr.ErrBadResource},

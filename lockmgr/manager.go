@@ -643,7 +643,7 @@ func (m *Manager) SetCompanion(resource, owner string, pid int) error {
 	}
 	id, err := proc.Lookup(uint32(pid))
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: companion: %w", ErrBadOptions, err) // no such process
 	}
 	e := m.t.find(&res)
 	if e == nil {
