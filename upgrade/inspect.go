@@ -1,6 +1,10 @@
 package upgrade
 
-import "github.com/shmlock/shmlock/shm"
+import (
+	"fmt"
+
+	"github.com/shmlock/shmlock/shm"
+)
 
 // Status is a snapshot of one upgrade mutex, for tools (shmctl rwlocks).
 // It is read word by word without a lock, so under traffic its fields may
@@ -82,10 +86,14 @@ func (r Repair) Empty() bool { return r.Writer == 0 && r.Upgrader == 0 && len(r.
 // Reclaim releases whatever dead processes hold on upgrade mutex i of
 // seg: a dead writer's or upgrade holder's lock, and the reader records
 // of dead processes, as waiters do by themselves. Live holders are never
-// touched. With dryRun it only reports. For repair tools (shmctl
-// reclaim) and for callers that only ever use the Try forms.
+// touched. With dryRun it only reports, and seg may be read-only. For
+// repair tools (shmctl reclaim) and for callers that only ever use the Try
+// forms.
 func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
-	m, err := Open(seg, i)
+	if !dryRun && seg.ReadOnly() {
+		return Repair{}, fmt.Errorf("upgrade: reclaim mutex %d: %w", i, shm.ErrReadOnly)
+	}
+	m, err := open(seg, i)
 	if err != nil {
 		return Repair{}, err
 	}

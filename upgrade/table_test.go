@@ -342,8 +342,8 @@ func TestErrorsAreDistinct(t *testing.T) {
 }
 
 // Bad input gets a typed error and changes nothing: an index out of
-// range, a segment without upgrade mutexes, a closed segment, and every
-// call on a closed handle.
+// range, a segment without upgrade mutexes, a closed or read-only segment,
+// and every call on a closed handle.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
@@ -371,6 +371,23 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrClosed)
 	_, err = upgrade.Inspect(none, 0)
 	require.ErrorIs(t, err, shm.ErrClosed)
+
+	// A read-only segment can be inspected, and reclaimed in a dry run
+	// only: a handle's first store would fault.
+	ro, err := shm.Open(seg.Path(), shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	_, err = upgrade.Open(ro, 0)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	_, err = upgrade.Named(ro, "table")
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	_, err = upgrade.Reclaim(ro, 0, false)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	rep, err := upgrade.Reclaim(ro, 0, true)
+	require.NoError(t, err)
+	require.True(t, rep.Empty())
+	_, err = upgrade.Inspect(ro, 0)
+	require.NoError(t, err)
+	require.NoError(t, ro.Close())
 
 	m := open(t, seg)
 	require.NoError(t, m.Close())
