@@ -190,20 +190,20 @@ func checkUnicode(s string) string {
 	return ""
 }
 
-func resourceKey(s string) (key, error) {
-	var k key
+// setResource sets k to resource name s; ErrBadResource if s is none.
+func (k *key) setResource(s string) error {
 	if why := k.set(s, MaxResourceLen); why != "" {
-		return k, fmt.Errorf("%w: %s", ErrBadResource, why)
+		return fmt.Errorf("%w: %s", ErrBadResource, why)
 	}
-	return k, nil
+	return nil
 }
 
-func ownerKey(s string) (key, error) {
-	var k key
+// setOwner sets k to owner name s; ErrBadOwner if s is none.
+func (k *key) setOwner(s string) error {
 	if why := k.set(s, MaxOwnerLen); why != "" {
-		return k, fmt.Errorf("%w: %s", ErrBadOwner, why)
+		return fmt.Errorf("%w: %s", ErrBadOwner, why)
 	}
-	return k, nil
+	return nil
 }
 
 // set checks s (see checkName) and packs it into k in one pass: the bytes

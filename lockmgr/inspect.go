@@ -142,8 +142,8 @@ func (t *table) lookup(k *resKey) int {
 
 // Inspect describes resource; a resource not in the table is Unlocked.
 func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
-	res, err := resourceKey(resource)
-	if err != nil {
+	var res resKey
+	if err := res.setResource(resource); err != nil {
 		return ResourceInfo{}, err
 	}
 	if i := m.t.lookup(&res); i >= 0 {
@@ -228,8 +228,8 @@ func (m *Manager) Stats() Stats {
 // CheckVersion reports whether version is still resource's current
 // version: nil if so, ErrVersionConflict if any hold began or ended since.
 func (m *Manager) CheckVersion(resource string, version uint64) error {
-	res, err := resourceKey(resource)
-	if err != nil {
+	var res resKey
+	if err := res.setResource(resource); err != nil {
 		return err
 	}
 	i := m.t.lookup(&res)
@@ -250,11 +250,9 @@ func (m *Manager) CheckVersion(resource string, version uint64) error {
 func (m *Manager) Declare(resources ...string) error {
 	keys := make([]resKey, len(resources))
 	for i, r := range resources {
-		k, err := resourceKey(r)
-		if err != nil {
+		if err := keys[i].setResource(r); err != nil {
 			return err
 		}
-		keys[i] = k
 	}
 	if m.ro {
 		return ErrReadOnly
@@ -273,8 +271,8 @@ func (m *Manager) Declare(resources ...string) error {
 // Undeclare makes resource an ordinary resource again; nothing if it is not
 // in the table.
 func (m *Manager) Undeclare(resource string) error {
-	k, err := resourceKey(resource)
-	if err != nil {
+	var k resKey
+	if err := k.setResource(resource); err != nil {
 		return err
 	}
 	if m.ro {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,15 +182,24 @@ func TestReleaseUnknownWarns(t *testing.T) {
 	require.Equal(t, 0, m.Stats().Resources, "a release must not add the resource")
 }
 
+// heldOnFakeClock returns a Manager on a fake clock (its sleeps recorded,
+// not slept) on whose resource res owner holds an exclusive hold, for the
+// tests of what a second owner meets.
+func heldOnFakeClock(t *testing.T, res, owner string) (*lockmgr.Manager, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock()
+	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	_, err := m.Acquire(context.Background(), res, owner, X, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	return m, clk
+}
+
 // The backoff schedule is design 004's, exactly, without jitter; running
 // out of retries gives ErrAcquisitionFailed after 1+Retries attempts.
 func TestBackoffSchedule(t *testing.T) {
 	t.Parallel()
-	clk := newFakeClock()
-	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	m, clk := heldOnFakeClock(t, "task:123", "agent-1")
 	ctx := context.Background()
-	_, err := m.Acquire(ctx, "task:123", "agent-1", X, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
 	var waits []time.Duration
 	onWait := func(info lockmgr.LockInfo, d time.Duration) {
 		require.Equal(t, lockmgr.Waiting, info.State)
@@ -214,13 +224,10 @@ func TestBackoffSchedule(t *testing.T) {
 
 func TestBackoffJitterBounds(t *testing.T) {
 	t.Parallel()
-	clk := newFakeClock()
-	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	m, clk := heldOnFakeClock(t, "r", "a")
 	ctx := context.Background()
-	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
 	b := lockmgr.Backoff{Jitter: 0.5}
-	_, err = m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: 20, Backoff: b})
+	_, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: 20, Backoff: b})
 	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
 	for n, d := range clk.Sleeps() {
 		full := b.Delay(n)
@@ -231,11 +238,8 @@ func TestBackoffJitterBounds(t *testing.T) {
 // Wait bounds the whole acquisition: the last sleep is cut to what is left.
 func TestWaitTimeout(t *testing.T) {
 	t.Parallel()
-	clk := newFakeClock()
-	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	m, clk := heldOnFakeClock(t, "r", "a")
 	ctx := context.Background()
-	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
 	info, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Wait: 1500 * time.Millisecond, Backoff: noJitter})
 	require.ErrorIs(t, err, lockmgr.ErrTimeout)
 	require.Equal(t, lockmgr.Failed, info.State)
@@ -247,11 +251,8 @@ func TestWaitTimeout(t *testing.T) {
 // the blocking hold's expiry.
 func TestRetryGranted(t *testing.T) {
 	t.Parallel()
-	clk := newFakeClock()
-	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	m, clk := heldOnFakeClock(t, "r", "a")
 	ctx := context.Background()
-	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
 	clk.onSleep = func() {
 		if len(clk.Sleeps()) == 3 {
 			require.NoError(t, m.Release("r", "a"))
@@ -530,6 +531,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	_, err := m.Acquire(ctx, "r", "a", C, lockmgr.AcquireOptions{TTL: time.Hour})
 	require.NoError(t, err)
 	before, stats := stripTimes(m.List()), m.Stats()
+	exited := exec.Command("true")
+	require.NoError(t, exited.Run())
+	gone := exited.Process.Pid // reaped: no process (until the pid is reused)
 	for _, call := range []struct {
 		err  error
 		want error
@@ -556,6 +560,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{m.Release("r\x01", "a"), lockmgr.ErrBadResource},
 		{m.Release("r", strings.Repeat("x", 100)), lockmgr.ErrBadOwner},
 		{m.SetCompanion("r", "a", -1), lockmgr.ErrBadOptions},
+		{m.SetCompanion("r", "a", 1<<22), lockmgr.ErrBadOptions},
+		{m.SetCompanion("r", "a", gone), lockmgr.ErrBadOptions},
 		{m.Declare("x", "y\x00"), lockmgr.ErrBadResource},
 		{m.Undeclare(""), lockmgr.ErrBadResource},
 		{func() error { _, err := m.Inspect(""); return err }(), lockmgr.ErrBadResource},

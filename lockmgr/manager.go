@@ -170,11 +170,11 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 // check fills res and own from resource and owner, which must be valid
 // names, for a change of the table.
 func (m *Manager) check(res *resKey, own *ownKey, resource, owner string) error {
-	if why := res.set(resource, MaxResourceLen); why != "" {
-		return fmt.Errorf("%w: %s", ErrBadResource, why)
+	if err := res.setResource(resource); err != nil {
+		return err
 	}
-	if why := own.set(owner, MaxOwnerLen); why != "" {
-		return fmt.Errorf("%w: %s", ErrBadOwner, why)
+	if err := own.setOwner(owner); err != nil {
+		return err
 	}
 	if m.ro {
 		return ErrReadOnly
@@ -446,9 +446,10 @@ func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why e
 	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
 }
 
-// ownerHash is the hash of h's owner, as ownerKey computes it.
+// ownerHash is the hash of h's owner, as setOwner computes it.
 func ownerHash(h *layout.LockMgrHolder) uint64 {
-	k, _ := ownerKey(unpack(h.Owner[:]))
+	var k ownKey
+	_ = k.setOwner(unpack(h.Owner[:]))
 	return k.hash
 }
 
@@ -642,7 +643,7 @@ func (m *Manager) SetCompanion(resource, owner string, pid int) error {
 	}
 	id, err := proc.Lookup(uint32(pid))
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: companion: %w", ErrBadOptions, err) // no such process
 	}
 	e := m.t.find(&res)
 	if e == nil {

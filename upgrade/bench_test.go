@@ -115,15 +115,17 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
+// rwLocker is what rw90 locks: upgrade.Locker or sync.RWMutex.
+type rwLocker interface {
+	sync.Locker
+	RLock()
+	RUnlock()
+}
+
 // rw90 is the peers' rw90 workload for one worker: iters operations, one
 // in ten (by splitmix64 from seed) a write of all eight words of the
 // record, the others a read of them. It returns the torn reads.
-func rw90(l interface {
-	Lock()
-	Unlock()
-	RLock()
-	RUnlock()
-}, rec *[8]uint64, iters int, seed uint64) (torn int) {
+func rw90(l rwLocker, rec *[8]uint64, iters int, seed uint64) (torn int) {
 	for range iters {
 		if splitmix64(&seed)%10 == 0 {
 			l.Lock()
@@ -158,17 +160,17 @@ func BenchmarkRW90(b *testing.B) {
 				handles[i] = benchHandle(b, seg)
 			}
 			var rec [8]uint64
-			runRW90(b, g, func(i int) sync.Locker { return handles[i].Locker() }, &rec)
+			runRW90(b, g, func(i int) rwLocker { return handles[i].Locker() }, &rec)
 		})
 		b.Run("sync.RWMutex/goroutines="+strconv.Itoa(g), func(b *testing.B) {
 			var rw paddedRW
 			var rec [8]uint64
-			runRW90(b, g, func(int) sync.Locker { return &rw.mu }, &rec)
+			runRW90(b, g, func(int) rwLocker { return &rw.mu }, &rec)
 		})
 	}
 }
 
-func runRW90(b *testing.B, g int, lockerOf func(i int) sync.Locker, rec *[8]uint64) {
+func runRW90(b *testing.B, g int, lockerOf func(i int) rwLocker, rec *[8]uint64) {
 	var torn atomic.Int64
 	var wg sync.WaitGroup
 	for i := range g {
@@ -176,12 +178,7 @@ func runRW90(b *testing.B, g int, lockerOf func(i int) sync.Locker, rec *[8]uint
 		if i < b.N%g {
 			n++
 		}
-		l := lockerOf(i).(interface {
-			Lock()
-			Unlock()
-			RLock()
-			RUnlock()
-		})
+		l := lockerOf(i)
 		wg.Go(func() { torn.Add(int64(rw90(l, rec, n, uint64(i)+1))) })
 	}
 	wg.Wait()

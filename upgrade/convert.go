@@ -1,6 +1,10 @@
 package upgrade
 
-import "context"
+import (
+	"context"
+
+	"github.com/shmlock/shmlock/internal/memview"
+)
 
 // UpgradeToUnique turns the handle's upgrade lock into the unique lock: it
 // marks the upgrade pending, which keeps new readers out, and waits for the
@@ -25,27 +29,22 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := m.checkUpgrader(); err != nil {
+	s, err := m.checkUpgrader()
+	if err != nil {
 		return err
 	}
-	if m.e.State.Load()&stateWrite != 0 || m.sharedHolds() != 0 {
+	if s&stateWrite != 0 || m.sharedHolds() != 0 {
 		return ErrHeld
 	}
 	// While stateUpgrade is ours nobody else changes the state word.
 	m.e.State.Or(statePending)
-	for !m.readersZero() {
-		if try {
-			m.cancelPending()
-			return ErrWouldBlock
-		}
-		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
-		if err != nil {
-			m.cancelPending()
-			return err
-		}
-		if slice {
-			m.clearDeadReaders()
-		}
+	if try && !m.readersZero() {
+		m.cancelPending()
+		return ErrWouldBlock
+	}
+	if err := m.drainReaders(ctx); err != nil {
+		m.cancelPending()
+		return err
 	}
 	for {
 		s := m.e.State.Load()
@@ -75,7 +74,7 @@ func (m *Mutex) UniqueToUpgrade() error {
 		if !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 			return ErrWouldBlock
 		}
-		m.e.UpgraderTID.Store(m.tid)
+		memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
 		// writers' mutex goes.
 		for {

@@ -96,17 +96,27 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			yield()
 		}
 	}
+	if err := m.drainReaders(ctx); err != nil {
+		m.abandonWriter()
+		return err
+	}
+	m.setReclaimed(reclaimed)
+	return nil
+}
+
+// drainReaders waits for every shared hold to go, clearing the records of
+// dead processes at each liveness slice. The caller has set the state bit
+// that keeps new readers out, and undoes it if this fails.
+func (m *Mutex) drainReaders(ctx context.Context) error {
 	for !m.readersZero() {
 		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
 		if err != nil {
-			m.abandonWriter()
 			return err
 		}
 		if slice {
 			m.clearDeadReaders()
 		}
 	}
-	m.setReclaimed(reclaimed)
 	return nil
 }
 
@@ -147,15 +157,23 @@ func (m *Mutex) abandonWriter() {
 	m.wake(m.uniqueGate())
 }
 
-// checkFree is the common entry check of Lock and LockUpgrade: a context
-// already done fails at once, and a handle that holds the lock in any mode
-// would wait for itself.
-func (m *Mutex) checkFree(ctx context.Context) error {
+// checkOpen is the entry check of every acquisition: a context already
+// done fails at once, and so does a closed handle.
+func (m *Mutex) checkOpen(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if m.closed.Load() {
 		return ErrClosed
+	}
+	return nil
+}
+
+// checkFree is Lock's entry check: checkOpen, and a handle that holds the
+// lock in any mode would wait for itself.
+func (m *Mutex) checkFree(ctx context.Context) error {
+	if err := m.checkOpen(ctx); err != nil {
+		return err
 	}
 	if m.holdsWriter() || m.holdsUpgrader() || m.sharedHolds() != 0 {
 		return ErrHeld
@@ -177,9 +195,7 @@ func (m *Mutex) Unlock() error {
 	m.setReclaimed(false)
 	m.e.State.And(^stateWrite) // ours: nobody else changes the word now
 	m.releaseWriterWord()
-	if m.e.Waiters.Load() != 0 {
-		m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
-	}
+	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	return nil
 }
 
@@ -198,11 +214,8 @@ func (m *Mutex) TryLockUpgrade() error { return m.lockUpgrade(context.Background
 func (m *Mutex) LockUpgradeContext(ctx context.Context) error { return m.lockUpgrade(ctx, false) }
 
 func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
-	if err := ctx.Err(); err != nil {
+	if err := m.checkOpen(ctx); err != nil {
 		return err
-	}
-	if m.closed.Load() {
-		return ErrClosed
 	}
 	if m.holdsWriter() || m.holdsUpgrader() {
 		return ErrHeld
@@ -225,7 +238,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			}
 		}
 	}
-	m.e.UpgraderTID.Store(m.tid)
+	memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS below, or the Upgrader release
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade != 0 {
@@ -277,10 +290,11 @@ func (m *Mutex) abandonUpgrader() {
 // no upgrade lock, or holds it upgraded (leave the unique lock first),
 // ErrNotOwner if another handle holds it.
 func (m *Mutex) UnlockUpgrade() error {
-	if err := m.checkUpgrader(); err != nil {
+	s, err := m.checkUpgrader()
+	if err != nil {
 		return err
 	}
-	if m.e.State.Load()&stateWrite != 0 {
+	if s&stateWrite != 0 {
 		return ErrNotHeld
 	}
 	m.setReclaimed(false)
@@ -294,13 +308,16 @@ func (m *Mutex) UnlockUpgrade() error {
 }
 
 // checkUpgrader checks that the handle holds the upgrade lock (the
-// Upgrader word and stateUpgrade).
-func (m *Mutex) checkUpgrader() error {
-	if !m.holdsUpgrader() || m.e.State.Load()&stateUpgrade == 0 {
-		if m.e.Upgrader.Load() != 0 && m.e.State.Load()&stateUpgrade != 0 {
-			return ErrNotOwner
+// Upgrader word and stateUpgrade) and returns the state word it read:
+// while stateUpgrade is the handle's, only the handle changes it.
+func (m *Mutex) checkUpgrader() (uint32, error) {
+	if m.holdsUpgrader() {
+		if s := m.e.State.Load(); s&stateUpgrade != 0 {
+			return s, nil
 		}
-		return ErrNotHeld
 	}
-	return nil
+	if m.e.Upgrader.Load() != 0 && m.e.State.Load()&stateUpgrade != 0 {
+		return 0, ErrNotOwner
+	}
+	return 0, ErrNotHeld
 }

@@ -1,6 +1,10 @@
 package upgrade
 
-import "github.com/shmlock/shmlock/shm"
+import (
+	"fmt"
+
+	"github.com/shmlock/shmlock/shm"
+)
 
 // Status is a snapshot of one upgrade mutex, for tools (shmctl rwlocks).
 // It is read word by word without a lock, so under traffic its fields may
@@ -21,6 +25,9 @@ type Status struct {
 	WriteLocked    bool
 	UpgradeLocked  bool
 	UpgradePending bool
+	// Handoff: the writers' mutex was released to the writers that had
+	// waited (Writer is 0 then) and none of them has taken it yet.
+	Handoff bool
 }
 
 // ReaderStatus is one reader record in use.
@@ -42,9 +49,10 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 	}
 	st := e.State.Load()
 	w := e.Waiters.Load()
+	writer := e.Writer.Load()
 	s := Status{
 		Index: i, State: st,
-		Writer: e.Writer.Load() &^ writerHungry, WriterTID: e.WriterTID.Load(),
+		Writer: writer &^ writerHungry, WriterTID: e.WriterTID.Load(), Handoff: writer == writerHandoff,
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
 		SharedWaiters: w & waitersMask, UniqueWaiters: w >> 16,
@@ -78,10 +86,14 @@ func (r Repair) Empty() bool { return r.Writer == 0 && r.Upgrader == 0 && len(r.
 // Reclaim releases whatever dead processes hold on upgrade mutex i of
 // seg: a dead writer's or upgrade holder's lock, and the reader records
 // of dead processes, as waiters do by themselves. Live holders are never
-// touched. With dryRun it only reports. For repair tools (shmctl
-// reclaim) and for callers that only ever use the Try forms.
+// touched. With dryRun it only reports, and seg may be read-only. For
+// repair tools (shmctl reclaim) and for callers that only ever use the Try
+// forms.
 func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
-	m, err := Open(seg, i)
+	if !dryRun && seg.ReadOnly() {
+		return Repair{}, fmt.Errorf("upgrade: reclaim mutex %d: %w", i, shm.ErrReadOnly)
+	}
+	m, err := open(seg, i)
 	if err != nil {
 		return Repair{}, err
 	}
@@ -99,21 +111,12 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 		}
 	}
 	for j, r := range m.readers {
-		o := r.Owner.Load()
-		if o == 0 || m.alive(o) {
-			continue
-		}
-		rs := ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()}
 		if dryRun {
-			rep.Readers = append(rep.Readers, rs)
-			continue
-		}
-		if r.Owner.CompareAndSwap(o, m.pid) {
-			rs.Count = r.Count.Load() // the record is ours: its count is final
-			r.Count.Store(0)
-			r.Owner.Store(0)
-			m.repairs.Add(1)
-			rep.Readers = append(rep.Readers, rs)
+			if o := r.Owner.Load(); o != 0 && !m.alive(o) {
+				rep.Readers = append(rep.Readers, ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()})
+			}
+		} else if o, n, freed := m.freeDeadRecord(r); freed {
+			rep.Readers = append(rep.Readers, ReaderStatus{Record: j, Owner: o, Count: n})
 		}
 	}
 	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -43,8 +44,18 @@ type Mutex struct {
 	repairs   atomic.Uint64 // dead holders this handle took over or released
 }
 
-// Open returns a handle on upgrade mutex index of seg.
+// Open returns a handle on upgrade mutex index of seg, which must be
+// writable (shm.ErrReadOnly otherwise: Inspect reads a read-only one).
 func Open(seg *shm.Segment, index int) (*Mutex, error) {
+	if seg.ReadOnly() {
+		return nil, fmt.Errorf("upgrade: open mutex %d: %w", index, shm.ErrReadOnly)
+	}
+	return open(seg, index)
+}
+
+// open is Open for a segment that may be read-only, for a handle that only
+// reads (Reclaim's dry run).
+func open(seg *shm.Segment, index int) (*Mutex, error) {
 	e, err := seg.Upgrade(index)
 	if err != nil {
 		return nil, err

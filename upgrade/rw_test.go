@@ -22,6 +22,7 @@ func checkFree(tb testing.TB, h interface {
 	tb.Helper()
 	require.Zero(tb, st.State, "state word")
 	require.Zero(tb, st.Writer, "writer")
+	require.False(tb, st.Handoff, "a handoff nobody took")
 	require.Zero(tb, st.Upgrader, "upgrader")
 	for _, r := range st.Readers {
 		require.Zero(tb, r.Count, "reader record %d of %#x", r.Record, r.Owner)
@@ -301,6 +302,7 @@ func TestStaleHandoff(t *testing.T) {
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
 	require.Zero(t, st.Writer, "a handoff names no writer")
+	require.True(t, st.Handoff)
 	require.NoError(t, w.Lock())
 	require.False(t, w.Reclaimed(), "a handoff is no dead holder")
 	require.NoError(t, w.Unlock())

@@ -9,9 +9,9 @@ import (
 // LockShared takes a shared hold, waiting while a writer or a pending
 // upgrade blocks readers.
 func (m *Mutex) LockShared() error {
-	// Fast path, kept small so that it inlines: the handle's record exists,
-	// and nothing blocks readers.
-	if r := m.rec.Load(); r != nil && !m.closed.Load() {
+	// Fast path: the handle's record exists (so it is not closed: Close
+	// drops it), and nothing blocks readers.
+	if r := m.rec.Load(); r != nil {
 		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
 			return nil
 		}
@@ -29,11 +29,8 @@ func (m *Mutex) TryLockShared() error { return m.lockSharedSlow(context.Backgrou
 func (m *Mutex) LockSharedContext(ctx context.Context) error { return m.lockSharedSlow(ctx, false) }
 
 func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
-	if err := ctx.Err(); err != nil {
+	if err := m.checkOpen(ctx); err != nil {
 		return err
-	}
-	if m.closed.Load() {
-		return ErrClosed
 	}
 	if m.holdsWriter() || m.holdsUpgrader() && m.e.State.Load()&stateWrite != 0 {
 		return ErrHeld // it would wait for itself

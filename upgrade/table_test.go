@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
@@ -337,4 +339,88 @@ func TestErrorsAreDistinct(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Bad input gets a typed error and changes nothing: an index out of
+// range, a segment without upgrade mutexes, a closed or read-only segment,
+// and every call on a closed handle.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	for _, i := range []int{-1, testOptions.Upgrades, 1 << 40} {
+		_, err := upgrade.Open(seg, i)
+		require.ErrorIs(t, err, shm.ErrIndex, "Open(%d)", i)
+		_, err = upgrade.Inspect(seg, i)
+		require.ErrorIs(t, err, shm.ErrIndex, "Inspect(%d)", i)
+		_, err = upgrade.Reclaim(seg, i, false)
+		require.ErrorIs(t, err, shm.ErrIndex, "Reclaim(%d)", i)
+	}
+	for _, name := range []string{"nul\x00name", strings.Repeat("n", layout.MaxNameLen+1)} {
+		_, err := upgrade.Named(seg, name)
+		require.ErrorIs(t, err, layout.ErrBadName, "Named(%q)", name)
+	}
+
+	opts := testOptions
+	opts.Upgrades = -1
+	none, err := shm.Create(testproc.SegmentPath(t), opts)
+	require.NoError(t, err)
+	_, err = upgrade.Open(none, 0)
+	require.ErrorIs(t, err, shm.ErrIndex, "a segment without upgrade mutexes")
+	require.NoError(t, none.Close())
+	_, err = upgrade.Open(none, 0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+	_, err = upgrade.Inspect(none, 0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+
+	// A read-only segment can be inspected, and reclaimed in a dry run
+	// only: a handle's first store would fault.
+	ro, err := shm.Open(seg.Path(), shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	_, err = upgrade.Open(ro, 0)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	_, err = upgrade.Named(ro, "table")
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	_, err = upgrade.Reclaim(ro, 0, false)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	rep, err := upgrade.Reclaim(ro, 0, true)
+	require.NoError(t, err)
+	require.True(t, rep.Empty())
+	_, err = upgrade.Inspect(ro, 0)
+	require.NoError(t, err)
+	require.NoError(t, ro.Close())
+
+	m := open(t, seg)
+	require.NoError(t, m.Close())
+	ctx := context.Background()
+	for name, call := range map[string]struct {
+		f    func() error
+		want error
+	}{
+		"Lock":                   {m.Lock, upgrade.ErrClosed},
+		"TryLock":                {m.TryLock, upgrade.ErrClosed},
+		"LockContext":            {func() error { return m.LockContext(ctx) }, upgrade.ErrClosed},
+		"LockShared":             {m.LockShared, upgrade.ErrClosed},
+		"TryLockShared":          {m.TryLockShared, upgrade.ErrClosed},
+		"LockSharedContext":      {func() error { return m.LockSharedContext(ctx) }, upgrade.ErrClosed},
+		"LockUpgrade":            {m.LockUpgrade, upgrade.ErrClosed},
+		"TryLockUpgrade":         {m.TryLockUpgrade, upgrade.ErrClosed},
+		"LockUpgradeContext":     {func() error { return m.LockUpgradeContext(ctx) }, upgrade.ErrClosed},
+		"Unlock":                 {m.Unlock, upgrade.ErrNotHeld},
+		"UnlockShared":           {m.UnlockShared, upgrade.ErrNotHeld},
+		"UnlockUpgrade":          {m.UnlockUpgrade, upgrade.ErrNotHeld},
+		"UpgradeToUnique":        {m.UpgradeToUnique, upgrade.ErrNotHeld},
+		"TryUpgradeToUnique":     {m.TryUpgradeToUnique, upgrade.ErrNotHeld},
+		"UpgradeToUniqueContext": {func() error { return m.UpgradeToUniqueContext(ctx) }, upgrade.ErrNotHeld},
+		"UniqueToUpgrade":        {m.UniqueToUpgrade, upgrade.ErrNotHeld},
+		"UniqueToShared":         {m.UniqueToShared, upgrade.ErrNotHeld},
+		"Upgrade":                {func() error { _, err := m.Upgrade(ctx); return err }, upgrade.ErrNotHeld},
+		"WithUnique":             {func() error { return m.WithUnique(ctx, func() error { return nil }) }, upgrade.ErrNotHeld},
+		"Close":                  {m.Close, upgrade.ErrClosed},
+	} {
+		require.ErrorIs(t, call.f(), call.want, name)
+	}
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(t, err)
+	checkFree(t, t, st)
+	require.Empty(t, st.Readers, "a closed handle claims no record")
 }

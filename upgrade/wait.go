@@ -12,6 +12,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
 )
 
 // gate is one of the two futex gates with its unit in the Waiters word.
@@ -253,20 +254,29 @@ func (m *Mutex) passWriterWake() {
 	}
 }
 
-// clearDeadReaders drops the records of dead processes: CAS the owner to
-// this process first, so a live process that took the record over
-// meanwhile keeps it, then zero the count, then free the record.
+// clearDeadReaders drops the records of dead processes that count holds.
 func (m *Mutex) clearDeadReaders() {
 	for _, r := range m.readers {
-		if r.Count.Load() == 0 {
-			continue
-		}
-		if o := r.Owner.Load(); o != 0 && !m.alive(o) && r.Owner.CompareAndSwap(o, m.pid) {
-			r.Count.Store(0)
-			r.Owner.Store(0)
-			m.repairs.Add(1)
+		if r.Count.Load() != 0 {
+			m.freeDeadRecord(r)
 		}
 	}
+}
+
+// freeDeadRecord frees r if its owner is dead, and returns that owner and
+// the holds it left: CAS the owner to this process first, so a live
+// process that took the record over meanwhile keeps it, then zero the
+// count, then free the record.
+func (m *Mutex) freeDeadRecord(r *layout.ReaderRecord) (owner uint64, count uint32, freed bool) {
+	o := r.Owner.Load()
+	if o == 0 || m.alive(o) || !r.Owner.CompareAndSwap(o, m.pid) {
+		return 0, 0, false
+	}
+	count = r.Count.Load() // the record is ours: its count is final
+	r.Count.Store(0)
+	r.Owner.Store(0)
+	m.repairs.Add(1)
+	return o, count, true
 }
 
 // releaseDeadWriter releases the writer's lock if its recorded holder is
@@ -365,8 +375,10 @@ func (m *Mutex) releaseWriterWord() {
 	}
 }
 
+// releaseUpgraderWord ends the caller's hold of the Upgrader word, in the
+// order releaseWriterWord keeps.
 func (m *Mutex) releaseUpgraderWord() {
-	m.e.UpgraderTID.Store(0)
+	memview.StoreOwned(&m.e.UpgraderTID, 0) // published by the Upgrader store
 	m.e.Generation.Add(1)
 	m.e.Upgrader.Store(0)
 }
