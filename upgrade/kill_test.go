@@ -272,5 +272,5 @@ func TestKillQueuedWriter(t *testing.T) {
 	require.NoError(t, w.Unlock())
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 }

@@ -16,9 +16,7 @@ import (
 )
 
 // checkFree checks that nobody holds or waits for mutex 0.
-func checkFree(tb testing.TB, h interface {
-	Helper()
-}, st upgrade.Status) {
+func checkFree(tb testing.TB, st upgrade.Status) {
 	tb.Helper()
 	require.Zero(tb, st.State, "state word")
 	require.Zero(tb, st.Writer, "writer")
@@ -61,7 +59,7 @@ func TestMultiProcessMixed(t *testing.T) {
 	t.Logf("%d processes, %d writes", procs, writes)
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 	require.Empty(t, st.Readers, "every helper closed its handle")
 }
 
@@ -247,7 +245,7 @@ func TestWakeUps(t *testing.T) {
 	require.NoError(t, w.UnlockShared())
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 }
 
 // Writers queued behind a writer sleep on the writers' gate; every release
@@ -282,7 +280,7 @@ func TestWriterQueue(t *testing.T) {
 	require.Equal(t, uint64(writers), v)
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 	require.Zero(t, st.WriterWaiters)
 }
 
@@ -314,7 +312,7 @@ func TestStaleHandoff(t *testing.T) {
 	require.NoError(t, u.UnlockUpgrade())
 	st, err = upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 }
 
 // A writer on a CPU that has waited a round marks the holder's word
@@ -346,7 +344,7 @@ func TestHungryHandoff(t *testing.T) {
 	require.NoError(t, w2.Unlock())
 	st, err = upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 }
 
 // A writer whose wait is cancelled leaves no trace: it had marked the

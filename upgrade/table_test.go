@@ -421,6 +421,6 @@ func TestBadInput(t *testing.T) {
 	}
 	st, err := upgrade.Inspect(seg, 0)
 	require.NoError(t, err)
-	checkFree(t, t, st)
+	checkFree(t, st)
 	require.Empty(t, st.Readers, "a closed handle claims no record")
 }
