@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
 )
 
@@ -35,37 +36,29 @@ func cpuTime() (time.Duration, error) {
 // that sleeps uses next to nothing however slow the machine, one that
 // polls uses all the CPU it is given. Not parallel, so that it runs alone.
 func TestWaitingCloserSleeps(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			args := []string{path}
-			if m.barrier {
-				args = append(args, "barrier")
-			}
-			c := startChildStdin(t, "close-cpu", args...)
-			r, err := txn.ParseRef(c.waitLine(t, "ref "))
-			require.NoError(t, err)
-			p, err := sp.TryPin(r)
-			require.NoError(t, err)
-			_, err = c.stdin.Write([]byte("close\n"))
-			require.NoError(t, err)
-			waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
-			time.Sleep(pinnedFor)
-			p.Release()
-			c.waitOK(t)
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		c := startChildStdin(t, "close-cpu", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		require.NoError(t, err)
+		p, err := sp.TryPin(r)
+		require.NoError(t, err)
+		_, err = c.stdin.Write([]byte("close\n"))
+		require.NoError(t, err)
+		waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
+		time.Sleep(pinnedFor)
+		p.Release()
+		c.waitOK(t)
 
-			var cpu, wall time.Duration
-			_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
-			require.NoError(t, err)
-			require.GreaterOrEqual(t, wall, pinnedFor)
-			pct := 100 * float64(cpu) / float64(wall)
-			t.Logf("waiting closer used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
-			if pct >= maxCloserCPU {
-				t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
-			}
-		})
-	}
+		var cpu, wall time.Duration
+		_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, wall, pinnedFor)
+		pct := 100 * float64(cpu) / float64(wall)
+		t.Logf("waiting closer used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
+		if pct >= maxCloserCPU {
+			t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
+		}
+	})
 }
 
 // closeCPUHelper begins a transaction (PATH [barrier]), prints a Ref,
