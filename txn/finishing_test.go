@@ -29,28 +29,23 @@ func waitState(tb testing.TB, sp *txn.Space, idx int, st txn.State) {
 // on; before, the cell stayed bound to the closed source (ErrClosed).
 func TestPromotionIntoCancelledClose(t *testing.T) {
 	t.Parallel()
+	pins, barrier := modes[0], modes[1]
 	cases := []struct {
-		name               string
-		srcBarrier, dstBar bool
+		name             string
+		srcMode, dstMode mode
 	}{
-		{"pins", false, false},
-		{"barrier-destination", false, true},
-		{"barrier-source", true, false},
+		{"pins", pins, pins},
+		{"barrier-destination", pins, barrier},
+		{"barrier-source", barrier, pins},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
 			sp := newSpace(t, seg)
-			srcMode, dstMode := modes[0], modes[0]
-			if tc.srcBarrier {
-				srcMode = modes[1]
-			}
-			if tc.dstBar {
-				dstMode = modes[1]
-			}
-			src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: tc.srcBarrier})
+			srcMode, dstMode := tc.srcMode, tc.dstMode
+			src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: srcMode.barrier})
 			require.NoError(t, err)
-			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: tc.dstBar})
+			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: dstMode.barrier})
 			require.NoError(t, err)
 			o, err := src.Alloc(pattern(1, 100))
 			require.NoError(t, err)
