@@ -44,11 +44,7 @@ func TestLockFlags(t *testing.T) {
 				Command: []string{"sh", "-c", "x --y"}}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *lockOptions
-		cmd := newCmdLock(ios, func(o *lockOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdLock, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}

@@ -26,11 +26,7 @@ func TestRWLocksFlags(t *testing.T) {
 		{[]string{"-a", "/x/y"}, rwlocksOptions{Segment: "/x/y", All: true}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *rwlocksOptions
-		cmd := newCmdRWLocks(ios, func(o *rwlocksOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdRWLocks, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}
