@@ -137,6 +137,23 @@ func BenchmarkPin(b *testing.B) {
 // one transaction, beside a bare atomic add and sub of one shared word
 // (an owner slot's Token word) from as many processes. ns/op is wall time
 // per operation of all processes together, their exits included;
+
+// BenchmarkBorrow is Borrow+Release of one object, uncontended: a pin and
+// its release plus the Ref's validation and the SRef, which Borrow
+// allocates (Borrow returns a pointer to it).
+func BenchmarkBorrow(b *testing.B) {
+	_, _, sp, _, r := benchTxn(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sr, err := sp.Borrow(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sr.Release()
+	}
+}
+
 // loop-ns/op leaves the exits out, and pin/atomic is the ratio of those.
 func BenchmarkPinProcesses(b *testing.B) {
 	for _, n := range []int{2, 4, 8} {
