@@ -235,6 +235,9 @@ func TestWrongMode(t *testing.T) {
 	b, err := txn.NewBarrier(sp)
 	require.NoError(t, err)
 	require.ErrorIs(t, b.Close(context.Background(), pt), txn.ErrWrongMode)
+	// A batch with a nil transaction or one twice is refused as a whole.
+	require.ErrorIs(t, b.Close(context.Background(), bt, bt), txn.ErrInvalid)
+	require.ErrorIs(t, b.Close(context.Background(), bt, nil), txn.ErrInvalid)
 	require.True(t, bt.Open())
 	require.True(t, pt.Open())
 	require.NoError(t, b.Close(context.Background(), bt))
