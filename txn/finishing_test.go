@@ -475,37 +475,17 @@ func TestReclaimFinishing(t *testing.T) {
 // stdin line, close, and stop at the start of the end sequence (the record
 // Finishing), printing "finishing", until killed.
 func dieFinishingHelper(args []string) int {
-	_, sp, err := openHelper(args[0])
+	_, sp, tx, m, err := beginFromArgs(args, pattern(0, 100))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	barrier := len(args) > 1 && args[1] == "barrier"
-	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: barrier})
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	ref, err := tx.Alloc(pattern(0, 100))
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("ref", ref)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	var once sync.Once
 	txn.SetCloseHooks(nil, func(int) {
 		once.Do(func() { fmt.Println("finishing") })
 		select {}
 	}, nil)
-	if barrier {
-		b, err := txn.NewBarrier(sp)
-		if err == nil {
-			err = b.Close(context.Background(), tx)
-		}
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("error", tx.RequestCloseAndWait(context.Background()))
+	fmt.Println("error", m.closeTx(context.Background(), sp, tx))
 	return 1
 }

@@ -65,25 +65,13 @@ func TestWaitingCloserSleeps(t *testing.T) {
 // waits for a line on stdin, closes it and prints the CPU time the close
 // took.
 func closeCPUHelper(args []string) int {
-	seg, sp, err := openHelper(args[0])
+	seg, sp, tx, m, err := beginFromArgs(args, []byte("x"))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
 	defer seg.Close()
 	defer sp.Close()
-	barrier := len(args) > 1 && args[1] == "barrier"
-	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: barrier})
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	ref, err := tx.Alloc([]byte("x"))
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("ref", ref)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	before, err := cpuTime()
 	if err != nil {
@@ -93,16 +81,7 @@ func closeCPUHelper(args []string) int {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if barrier {
-		b, err := txn.NewBarrier(sp)
-		if err == nil {
-			err = b.Close(ctx, tx)
-		}
-		if err != nil {
-			fmt.Println("error", err)
-			return 1
-		}
-	} else if err := tx.RequestCloseAndWait(ctx); err != nil {
+	if err := m.closeTx(ctx, sp, tx); err != nil {
 		fmt.Println("error", err)
 		return 1
 	}

@@ -3,6 +3,7 @@ package txn_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -45,6 +46,31 @@ func (m mode) ownerArgs(path string) []string {
 		return []string{path, "barrier"}
 	}
 	return []string{path}
+}
+
+// beginFromArgs starts an owner helper process given PATH [barrier]: it
+// opens a Space on PATH, begins a transaction in that mode with a 1 KiB
+// arena, allocates data in it and prints "ref REF". On an error the
+// helper exits, which closes everything.
+func beginFromArgs(args []string, data []byte) (*shm.Segment, *txn.Space, *txn.Txn, mode, error) {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		return nil, nil, nil, mode{}, err
+	}
+	m := modes[0]
+	if len(args) > 1 && args[1] == "barrier" {
+		m = modes[1]
+	}
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
+	if err != nil {
+		return nil, nil, nil, mode{}, err
+	}
+	ref, err := tx.Alloc(data)
+	if err != nil {
+		return nil, nil, nil, mode{}, err
+	}
+	fmt.Println("ref", ref)
+	return seg, sp, tx, m, nil
 }
 
 // closeTx closes tx the way its mode does.
