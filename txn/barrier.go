@@ -41,10 +41,16 @@ type closeItem struct {
 // the batch the leader closes under one raising of the barrier. On a done
 // context the transactions not yet closed are reopened and ctx.Err() is
 // returned. A transaction that is already closed gives ErrClosed, joined
-// with the others' errors.
+// with the others' errors. A nil Txn, or one given twice, is ErrInvalid,
+// and nothing changes.
 func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
 	items := make([]closeItem, 0, len(txs))
+	seen := make(map[*Txn]bool, len(txs))
 	for _, t := range txs {
+		if t == nil || seen[t] {
+			return fmt.Errorf("%w: a transaction nil or given twice in a barrier batch", ErrInvalid)
+		}
+		seen[t] = true
 		if t.s != b.s || !t.barrier {
 			return ErrWrongMode
 		}

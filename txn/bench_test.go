@@ -39,13 +39,16 @@ func benchTxn(b *testing.B) (*shm.Segment, string, *txn.Space, *txn.Txn, txn.Ref
 
 // inGoroutines runs op b.N times split over n goroutines.
 func inGoroutines(b *testing.B, n int, op func()) {
+	inGoroutinesEach(b, n, func(int) func() { return op })
+}
+
+// inGoroutinesEach runs b.N operations split over n goroutines, goroutine
+// g calling opFor(g) (called before the goroutines start).
+func inGoroutinesEach(b *testing.B, n int, opFor func(g int) func()) {
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for g := range n {
-		iters := b.N / n
-		if g < b.N%n {
-			iters++
-		}
+		iters, op := share(b.N, n, g), opFor(g)
 		wg.Go(func() {
 			for range iters {
 				op()
@@ -53,6 +56,27 @@ func inGoroutines(b *testing.B, n int, op func()) {
 		})
 	}
 	wg.Wait()
+}
+
+// share is worker g's part of total operations split over n workers.
+func share(total, n, g int) int {
+	if g < total%n {
+		return total/n + 1
+	}
+	return total / n
+}
+
+// pinRelease is the operation the txn peers time. It reports an error
+// once: the goroutines that call it are not the benchmark's own.
+func pinRelease(b *testing.B, sp *txn.Space, r txn.Ref) {
+	p, err := sp.TryPin(r)
+	if err != nil {
+		if !b.Failed() {
+			b.Error(err)
+		}
+		return
+	}
+	p.Release()
 }
 
 // BenchmarkPin compares TryPin+Release with its peers, in one run:
@@ -78,13 +102,7 @@ func BenchmarkPin(b *testing.B) {
 			_, _, sp, _, r := benchTxn(b)
 			b.ReportAllocs()
 			start := time.Now()
-			inGoroutines(b, n, func() {
-				p, err := sp.TryPin(r)
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Release()
-			})
+			inGoroutines(b, n, func() { pinRelease(b, sp, r) })
 			ns := float64(time.Since(start).Nanoseconds()) / float64(b.N)
 			if atomicNs > 0 {
 				b.ReportMetric(ns/atomicNs, "pin/atomic") // time of a pin+release over an atomic add+sub, same goroutine count
@@ -98,31 +116,15 @@ func BenchmarkPin(b *testing.B) {
 		// Space each, as processes have, they do not.
 		b.Run(fmt.Sprintf("goroutines=%d/txn-space-each", n), func(b *testing.B) {
 			seg, _, _, _, r := benchTxn(b)
-			spaces := make(chan *txn.Space, n)
-			for range n {
-				spaces <- newSpace(b, seg)
+			spaces := make([]*txn.Space, n)
+			for g := range spaces {
+				spaces[g] = newSpace(b, seg)
 			}
 			start := time.Now()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for g := range n {
-				iters := b.N / n
-				if g < b.N%n {
-					iters++
-				}
-				sp := <-spaces
-				wg.Go(func() {
-					for range iters {
-						p, err := sp.TryPin(r)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						p.Release()
-					}
-				})
-			}
-			wg.Wait()
+			inGoroutinesEach(b, n, func(g int) func() {
+				sp := spaces[g]
+				return func() { pinRelease(b, sp, r) }
+			})
 			ns := float64(time.Since(start).Nanoseconds()) / float64(b.N)
 			if atomicNs > 0 {
 				b.ReportMetric(ns/atomicNs, "pin/atomic") // as above
@@ -135,6 +137,23 @@ func BenchmarkPin(b *testing.B) {
 // one transaction, beside a bare atomic add and sub of one shared word
 // (an owner slot's Token word) from as many processes. ns/op is wall time
 // per operation of all processes together, their exits included;
+
+// BenchmarkBorrow is Borrow+Release of one object, uncontended: a pin and
+// its release plus the Ref's validation and the SRef, which Borrow
+// allocates (Borrow returns a pointer to it).
+func BenchmarkBorrow(b *testing.B) {
+	_, _, sp, _, r := benchTxn(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sr, err := sp.Borrow(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sr.Release()
+	}
+}
+
 // loop-ns/op leaves the exits out, and pin/atomic is the ratio of those.
 func BenchmarkPinProcesses(b *testing.B) {
 	for _, n := range []int{2, 4, 8} {
@@ -149,12 +168,8 @@ func BenchmarkPinProcesses(b *testing.B) {
 				var kids []*child
 				var stdins []io.WriteCloser
 				for g := range n {
-					iters := b.N / n
-					if g < b.N%n {
-						iters++
-					}
 					c := &child{name: "bench-pin", done: make(chan struct{})}
-					c.cmd = benchCommand(path, arg, strconv.Itoa(iters))
+					c.cmd = benchCommand(path, arg, strconv.Itoa(share(b.N, n, g)))
 					c.cmd.Stdout = childWriter{c}
 					c.cmd.Stderr = childWriter{c}
 					in, err := c.cmd.StdinPipe()

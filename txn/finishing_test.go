@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
 )
 
@@ -28,28 +29,23 @@ func waitState(tb testing.TB, sp *txn.Space, idx int, st txn.State) {
 // on; before, the cell stayed bound to the closed source (ErrClosed).
 func TestPromotionIntoCancelledClose(t *testing.T) {
 	t.Parallel()
+	pins, barrier := modes[0], modes[1]
 	cases := []struct {
-		name               string
-		srcBarrier, dstBar bool
+		name             string
+		srcMode, dstMode mode
 	}{
-		{"pins", false, false},
-		{"barrier-destination", false, true},
-		{"barrier-source", true, false},
+		{"pins", pins, pins},
+		{"barrier-destination", pins, barrier},
+		{"barrier-source", barrier, pins},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
 			sp := newSpace(t, seg)
-			srcMode, dstMode := modes[0], modes[0]
-			if tc.srcBarrier {
-				srcMode = modes[1]
-			}
-			if tc.dstBar {
-				dstMode = modes[1]
-			}
-			src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: tc.srcBarrier})
+			srcMode, dstMode := tc.srcMode, tc.dstMode
+			src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: srcMode.barrier})
 			require.NoError(t, err)
-			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: tc.dstBar})
+			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: dstMode.barrier})
 			require.NoError(t, err)
 			o, err := src.Alloc(pattern(1, 100))
 			require.NoError(t, err)
@@ -160,70 +156,66 @@ func TestMutualPromotionCancelled(t *testing.T) {
 // closed. Each object is promoted or destroyed, exactly once.
 func TestMutualPromotionRace(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
-			sp := newSpace(t, seg)
-			bg := context.Background()
-			promoted := 0
-			for round := range rounds(100, 2000) {
-				a, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
-				require.NoError(t, err)
-				b, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
-				require.NoError(t, err)
-				ao, err := a.Alloc(pattern(1, 30))
-				require.NoError(t, err)
-				bo, err := b.Alloc(pattern(2, 30))
-				require.NoError(t, err)
-				_, err = a.Link(bo)
-				require.NoError(t, err)
-				_, err = b.Link(ao)
-				require.NoError(t, err)
+	forModes(t, layout.Options{TxnRecords: 4}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		bg := context.Background()
+		promoted := 0
+		for round := range rounds(100, 2000) {
+			a, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
+			require.NoError(t, err)
+			b, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
+			require.NoError(t, err)
+			ao, err := a.Alloc(pattern(1, 30))
+			require.NoError(t, err)
+			bo, err := b.Alloc(pattern(2, 30))
+			require.NoError(t, err)
+			_, err = a.Link(bo)
+			require.NoError(t, err)
+			_, err = b.Link(ao)
+			require.NoError(t, err)
 
-				var ach, bch <-chan error
-				if m.barrier {
-					// One leader closes the batch: A then B.
-					br, err := txn.NewBarrier(sp)
-					require.NoError(t, err)
-					ch := make(chan error, 1)
-					go func() { ch <- br.Close(bg, a, b) }()
-					ach = ch
+			var ach, bch <-chan error
+			if m.barrier {
+				// One leader closes the batch: A then B.
+				br, err := txn.NewBarrier(sp)
+				require.NoError(t, err)
+				ch := make(chan error, 1)
+				go func() { ch <- br.Close(bg, a, b) }()
+				ach = ch
+			} else {
+				// Readers hold both back so that both closers are
+				// waiting, then let go at once.
+				pa, err := sp.TryPin(ao)
+				require.NoError(t, err)
+				pb, err := sp.TryPin(bo)
+				require.NoError(t, err)
+				ach, bch = closeAsync(a), closeAsync(b)
+				waitState(t, sp, a.Index(), txn.StateClosing)
+				waitState(t, sp, b.Index(), txn.StateClosing)
+				if round%2 == 0 {
+					pa.Release()
+					pb.Release()
 				} else {
-					// Readers hold both back so that both closers are
-					// waiting, then let go at once.
-					pa, err := sp.TryPin(ao)
-					require.NoError(t, err)
-					pb, err := sp.TryPin(bo)
-					require.NoError(t, err)
-					ach, bch = closeAsync(a), closeAsync(b)
-					waitState(t, sp, a.Index(), txn.StateClosing)
-					waitState(t, sp, b.Index(), txn.StateClosing)
-					if round%2 == 0 {
-						pa.Release()
-						pb.Release()
-					} else {
-						pb.Release()
-						pa.Release()
-					}
-				}
-				require.NoError(t, recv(t, ach), "round %d", round)
-				if bch != nil {
-					require.NoError(t, recv(t, bch), "round %d", round)
-				}
-				ta, tb := txnInfo(t, seg, a.Index()), txnInfo(t, seg, b.Index())
-				require.Equal(t, txn.StateClosed, ta.State)
-				require.Equal(t, txn.StateClosed, tb.State)
-				require.LessOrEqual(t, ta.Promoted+tb.Promoted, uint32(1), "round %d", round)
-				require.Equal(t, uint32(1), ta.Promoted+ta.Destroyed)
-				require.Equal(t, uint32(1), tb.Promoted+tb.Destroyed)
-				promoted += int(ta.Promoted + tb.Promoted)
-				for i := range 4 {
-					require.Zero(t, sp.OwnPinCount(i))
+					pb.Release()
+					pa.Release()
 				}
 			}
-			t.Logf("%d promotions", promoted)
-		})
-	}
+			require.NoError(t, recv(t, ach), "round %d", round)
+			if bch != nil {
+				require.NoError(t, recv(t, bch), "round %d", round)
+			}
+			ta, tb := txnInfo(t, seg, a.Index()), txnInfo(t, seg, b.Index())
+			require.Equal(t, txn.StateClosed, ta.State)
+			require.Equal(t, txn.StateClosed, tb.State)
+			require.LessOrEqual(t, ta.Promoted+tb.Promoted, uint32(1), "round %d", round)
+			require.Equal(t, uint32(1), ta.Promoted+ta.Destroyed)
+			require.Equal(t, uint32(1), tb.Promoted+tb.Destroyed)
+			promoted += int(ta.Promoted + tb.Promoted)
+			for i := range 4 {
+				require.Zero(t, sp.OwnPinCount(i))
+			}
+		}
+		t.Logf("%d promotions", promoted)
+	})
 }
 
 // TestPromotionPinAcrossFlip: a promoter pins the destination while it is
@@ -288,113 +280,109 @@ func TestPromotionPinAcrossFlip(t *testing.T) {
 // Finishing (its closer held at the start of the end sequence), in both
 // close modes.
 func TestFinishingStates(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
-			sp := newSpace(t, seg)
-			bg := context.Background()
-			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 2048, Barrier: m.barrier})
-			require.NoError(t, err)
-			other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 2048})
-			require.NoError(t, err)
-			obj, err := tx.Alloc(pattern(6, 50))
-			require.NoError(t, err)
-			oo, err := other.Alloc(pattern(7, 20))
-			require.NoError(t, err)
-			cell, err := other.Link(obj) // a cell of an open transaction on tx's object
-			require.NoError(t, err)
-			own, err := tx.Link(oo) // tx's cell on other's object
-			require.NoError(t, err)
+	forModes(t, layout.Options{TxnRecords: 4}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		bg := context.Background()
+		tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 2048, Barrier: m.barrier})
+		require.NoError(t, err)
+		other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 2048})
+		require.NoError(t, err)
+		obj, err := tx.Alloc(pattern(6, 50))
+		require.NoError(t, err)
+		oo, err := other.Alloc(pattern(7, 20))
+		require.NoError(t, err)
+		cell, err := other.Link(obj) // a cell of an open transaction on tx's object
+		require.NoError(t, err)
+		own, err := tx.Link(oo) // tx's cell on other's object
+		require.NoError(t, err)
 
-			finishing, goOn := make(chan struct{}), make(chan struct{})
-			txn.SetCloseHooks(nil, func(idx int) {
-				if idx == tx.Index() {
-					close(finishing)
-					<-goOn
-				}
-			}, nil)
-			defer txn.SetCloseHooks(nil, nil, nil)
-			closed := m.closeAsync(sp, tx)
-			<-finishing
+		finishing, goOn := make(chan struct{}), make(chan struct{})
+		txn.SetCloseHooks(nil, func(idx int) {
+			if idx == tx.Index() {
+				close(finishing)
+				<-goOn
+			}
+		}, nil)
+		defer txn.SetCloseHooks(nil, nil, nil)
+		closed := m.closeAsync(sp, tx)
+		<-finishing
 
-			ti := txnInfo(t, seg, tx.Index())
-			require.Equal(t, txn.StateFinishing, ti.State)
-			require.Equal(t, "finishing", ti.State.String())
-			require.NotZero(t, ti.ArenaSize, "the arena is still taken")
-			snap, err := txn.Inspect(seg, false)
-			require.NoError(t, err)
-			require.Len(t, snap.Txns, 2, "a finishing transaction is listed as in use")
-			require.False(t, tx.Open())
+		ti := txnInfo(t, seg, tx.Index())
+		require.Equal(t, txn.StateFinishing, ti.State)
+		require.Equal(t, "finishing", ti.State.String())
+		require.NotZero(t, ti.ArenaSize, "the arena is still taken")
+		snap, err := txn.Inspect(seg, false)
+		require.NoError(t, err)
+		require.Len(t, snap.Txns, 2, "a finishing transaction is listed as in use")
+		require.False(t, tx.Open())
 
-			cases := []struct {
+		cases := []struct {
+			name string
+			call func() error
+			want error
+		}{
+			{"Space.TryPin", func() error { p, err := sp.TryPin(obj); p.Release(); return err }, txn.ErrClosing},
+			{"Txn.TryPin", func() error { p, err := tx.TryPin(); p.Release(); return err }, txn.ErrClosing},
+			{"Borrow object", func() error { _, err := sp.Borrow(bg, obj); return err }, txn.ErrClosing},
+			{"Borrow own cell", func() error { _, err := sp.Borrow(bg, own); return err }, txn.ErrClosing},
+			{"Alloc", func() error { _, err := tx.Alloc([]byte("x")); return err }, txn.ErrClosing},
+			{"Link into it", func() error { _, err := tx.Link(oo); return err }, txn.ErrClosing},
+			{"Link to it", func() error { _, err := other.Link(obj); return err }, txn.ErrClosing},
+			{"Reclaim", func() error { return sp.Reclaim(bg, tx.Index()) }, txn.ErrOwnerAlive},
+		}
+		if !m.barrier {
+			// The barrier's leader lock is held by the close: a second
+			// Barrier.Close would wait for the lock itself.
+			cases = append(cases, struct {
 				name string
 				call func() error
 				want error
-			}{
-				{"Space.TryPin", func() error { p, err := sp.TryPin(obj); p.Release(); return err }, txn.ErrClosing},
-				{"Txn.TryPin", func() error { p, err := tx.TryPin(); p.Release(); return err }, txn.ErrClosing},
-				{"Borrow object", func() error { _, err := sp.Borrow(bg, obj); return err }, txn.ErrClosing},
-				{"Borrow own cell", func() error { _, err := sp.Borrow(bg, own); return err }, txn.ErrClosing},
-				{"Alloc", func() error { _, err := tx.Alloc([]byte("x")); return err }, txn.ErrClosing},
-				{"Link into it", func() error { _, err := tx.Link(oo); return err }, txn.ErrClosing},
-				{"Link to it", func() error { _, err := other.Link(obj); return err }, txn.ErrClosing},
-				{"Reclaim", func() error { return sp.Reclaim(bg, tx.Index()) }, txn.ErrOwnerAlive},
-			}
-			if !m.barrier {
-				// The barrier's leader lock is held by the close: a second
-				// Barrier.Close would wait for the lock itself.
-				cases = append(cases, struct {
-					name string
-					call func() error
-					want error
-				}{"Barrier.Close of a pins-mode txn", func() error {
-					b, err := txn.NewBarrier(sp)
-					if err != nil {
-						return err
-					}
-					return b.Close(bg, tx)
-				}, txn.ErrWrongMode})
-			}
-			for _, c := range cases {
-				require.ErrorIs(t, c.call(), c.want, c.name)
-			}
-
-			// Calls that wait for the end: a second close, and a Borrow
-			// through other's cell (its copy is made by the end sequence).
-			second := make(chan error, 1)
-			if !m.barrier {
-				go func() { second <- tx.RequestCloseAndWait(bg) }()
-			} else {
-				second <- txn.ErrClosed
-			}
-			borrowed := make(chan []byte, 1)
-			go func() {
-				b, err := sp.Borrow(bg, cell)
+			}{"Barrier.Close of a pins-mode txn", func() error {
+				b, err := txn.NewBarrier(sp)
 				if err != nil {
-					borrowed <- []byte(err.Error())
-					return
+					return err
 				}
-				borrowed <- append([]byte(nil), b.Bytes()...)
-				b.Release()
-			}()
-			waiters := uint32(2) // the second close and the Borrow
-			if m.barrier {
-				waiters = 1
+				return b.Close(bg, tx)
+			}, txn.ErrWrongMode})
+		}
+		for _, c := range cases {
+			require.ErrorIs(t, c.call(), c.want, c.name)
+		}
+
+		// Calls that wait for the end: a second close, and a Borrow
+		// through other's cell (its copy is made by the end sequence).
+		second := make(chan error, 1)
+		if !m.barrier {
+			go func() { second <- tx.RequestCloseAndWait(bg) }()
+		} else {
+			second <- txn.ErrClosed
+		}
+		borrowed := make(chan []byte, 1)
+		go func() {
+			b, err := sp.Borrow(bg, cell)
+			if err != nil {
+				borrowed <- []byte(err.Error())
+				return
 			}
-			waitFor(t, func() bool { return sp.ClosersAsleep(tx.Index()) >= waiters }, "the waiters for the end")
-			require.Equal(t, txn.StateFinishing, txnInfo(t, seg, tx.Index()).State)
-			close(goOn)
-			require.NoError(t, recv(t, closed))
-			require.ErrorIs(t, recv(t, second), txn.ErrClosed)
-			got := <-borrowed
-			require.NoError(t, checkBytes(got, 6), "Borrow through the cell reads the copy: %q", got)
-			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
-			require.NoError(t, other.RequestCloseAndWait(bg))
-			for i := range 4 {
-				require.Zero(t, sp.OwnPinCount(i))
-			}
-		})
-	}
+			borrowed <- append([]byte(nil), b.Bytes()...)
+			b.Release()
+		}()
+		waiters := uint32(2) // the second close and the Borrow
+		if m.barrier {
+			waiters = 1
+		}
+		waitFor(t, func() bool { return sp.ClosersAsleep(tx.Index()) >= waiters }, "the waiters for the end")
+		require.Equal(t, txn.StateFinishing, txnInfo(t, seg, tx.Index()).State)
+		close(goOn)
+		require.NoError(t, recv(t, closed))
+		require.ErrorIs(t, recv(t, second), txn.ErrClosed)
+		got := <-borrowed
+		require.NoError(t, checkBytes(got, 6), "Borrow through the cell reads the copy: %q", got)
+		require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+		require.NoError(t, other.RequestCloseAndWait(bg))
+		for i := range 4 {
+			require.Zero(t, sp.OwnPinCount(i))
+		}
+	})
 }
 
 // TestPromotionIntoFinishingSkipped: a source that closes while its
@@ -435,97 +423,69 @@ func TestPromotionIntoFinishingSkipped(t *testing.T) {
 // does (it cannot be reopened any more).
 func TestReclaimFinishing(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{TxnRecords: 4})
-			sp := newSpace(t, seg)
-			args := []string{path}
-			if m.barrier {
-				args = append(args, "barrier")
-			}
-			c := startChildStdin(t, "die-finishing", args...)
-			r, err := txn.ParseRef(c.waitLine(t, "ref "))
-			require.NoError(t, err)
-			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
-			require.NoError(t, err)
-			cell, err := dst.Link(r)
-			require.NoError(t, err)
-			ti := txnInfo(t, seg, int(r.Txn))
-			region, err := seg.Region(layout.KindTxnArena)
-			require.NoError(t, err)
-			arena := region[ti.ArenaStart : ti.ArenaStart+ti.ArenaSize]
+	forModes(t, layout.Options{TxnRecords: 4}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		c := startChildStdin(t, "die-finishing", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		require.NoError(t, err)
+		dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+		require.NoError(t, err)
+		cell, err := dst.Link(r)
+		require.NoError(t, err)
+		ti := txnInfo(t, seg, int(r.Txn))
+		region, err := seg.Region(layout.KindTxnArena)
+		require.NoError(t, err)
+		arena := region[ti.ArenaStart : ti.ArenaStart+ti.ArenaSize]
 
-			_, err = c.stdin.Write([]byte("close\n"))
-			require.NoError(t, err)
-			c.waitLine(t, "finishing")
+		_, err = c.stdin.Write([]byte("close\n"))
+		require.NoError(t, err)
+		c.waitLine(t, "finishing")
+		require.Equal(t, txn.StateFinishing, txnInfo(t, seg, int(r.Txn)).State)
+		c.kill(t)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // a done context does not stop a resumed end sequence
+		err = sp.Reclaim(ctx, int(r.Txn))
+		if err != nil {
+			// The barrier's leader lock is taken under ctx: the record
+			// stays Finishing and its dead owner's, for the next try.
+			require.True(t, m.barrier, "a pins-mode resume ignores ctx: %v", err)
+			require.ErrorIs(t, err, context.Canceled)
 			require.Equal(t, txn.StateFinishing, txnInfo(t, seg, int(r.Txn)).State)
-			c.kill(t)
-
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel() // a done context does not stop a resumed end sequence
-			err = sp.Reclaim(ctx, int(r.Txn))
-			if err != nil {
-				// The barrier's leader lock is taken under ctx: the record
-				// stays Finishing and its dead owner's, for the next try.
-				require.True(t, m.barrier, "a pins-mode resume ignores ctx: %v", err)
-				require.ErrorIs(t, err, context.Canceled)
-				require.Equal(t, txn.StateFinishing, txnInfo(t, seg, int(r.Txn)).State)
-				require.NoError(t, sp.Reclaim(context.Background(), int(r.Txn)))
-			}
-			ti = txnInfo(t, seg, int(r.Txn))
-			require.Equal(t, txn.StateClosed, ti.State)
-			assert.Equal(t, uint32(1), ti.Promoted)
-			for i, b := range arena {
-				require.Equal(t, byte(txn.PoisonByte), b, "byte %d of the reclaimed arena", i)
-			}
-			b, err := sp.Borrow(context.Background(), cell)
-			require.NoError(t, err)
-			require.NoError(t, checkBytes(b.Bytes(), 0))
-			b.Release()
-			require.NoError(t, dst.RequestCloseAndWait(context.Background()))
-			snap, err := txn.Inspect(seg, false)
-			require.NoError(t, err)
-			require.Empty(t, snap.Txns)
-			require.Zero(t, snap.BarrierLeader)
-		})
-	}
+			require.NoError(t, sp.Reclaim(context.Background(), int(r.Txn)))
+		}
+		ti = txnInfo(t, seg, int(r.Txn))
+		require.Equal(t, txn.StateClosed, ti.State)
+		assert.Equal(t, uint32(1), ti.Promoted)
+		for i, b := range arena {
+			require.Equal(t, byte(txn.PoisonByte), b, "byte %d of the reclaimed arena", i)
+		}
+		b, err := sp.Borrow(context.Background(), cell)
+		require.NoError(t, err)
+		require.NoError(t, checkBytes(b.Bytes(), 0))
+		b.Release()
+		require.NoError(t, dst.RequestCloseAndWait(context.Background()))
+		snap, err := txn.Inspect(seg, false)
+		require.NoError(t, err)
+		require.Empty(t, snap.Txns)
+		require.Zero(t, snap.BarrierLeader)
+	})
 }
 
 // dieFinishingHelper: PATH [barrier]: begin, alloc, print the ref; on a
 // stdin line, close, and stop at the start of the end sequence (the record
 // Finishing), printing "finishing", until killed.
 func dieFinishingHelper(args []string) int {
-	_, sp, err := openHelper(args[0])
+	_, sp, tx, m, err := beginFromArgs(args, pattern(0, 100))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	barrier := len(args) > 1 && args[1] == "barrier"
-	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: barrier})
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	ref, err := tx.Alloc(pattern(0, 100))
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("ref", ref)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	var once sync.Once
 	txn.SetCloseHooks(nil, func(int) {
 		once.Do(func() { fmt.Println("finishing") })
 		select {}
 	}, nil)
-	if barrier {
-		b, err := txn.NewBarrier(sp)
-		if err == nil {
-			err = b.Close(context.Background(), tx)
-		}
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("error", tx.RequestCloseAndWait(context.Background()))
+	fmt.Println("error", m.closeTx(context.Background(), sp, tx))
 	return 1
 }

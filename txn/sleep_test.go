@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
 )
 
@@ -35,62 +36,42 @@ func cpuTime() (time.Duration, error) {
 // that sleeps uses next to nothing however slow the machine, one that
 // polls uses all the CPU it is given. Not parallel, so that it runs alone.
 func TestWaitingCloserSleeps(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			args := []string{path}
-			if m.barrier {
-				args = append(args, "barrier")
-			}
-			c := startChildStdin(t, "close-cpu", args...)
-			r, err := txn.ParseRef(c.waitLine(t, "ref "))
-			require.NoError(t, err)
-			p, err := sp.TryPin(r)
-			require.NoError(t, err)
-			_, err = c.stdin.Write([]byte("close\n"))
-			require.NoError(t, err)
-			waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
-			time.Sleep(pinnedFor)
-			p.Release()
-			c.waitOK(t)
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		c := startChildStdin(t, "close-cpu", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		require.NoError(t, err)
+		p, err := sp.TryPin(r)
+		require.NoError(t, err)
+		_, err = c.stdin.Write([]byte("close\n"))
+		require.NoError(t, err)
+		waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
+		time.Sleep(pinnedFor)
+		p.Release()
+		c.waitOK(t)
 
-			var cpu, wall time.Duration
-			_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
-			require.NoError(t, err)
-			require.GreaterOrEqual(t, wall, pinnedFor)
-			pct := 100 * float64(cpu) / float64(wall)
-			t.Logf("waiting closer used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
-			if pct >= maxCloserCPU {
-				t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
-			}
-		})
-	}
+		var cpu, wall time.Duration
+		_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, wall, pinnedFor)
+		pct := 100 * float64(cpu) / float64(wall)
+		t.Logf("waiting closer used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
+		if pct >= maxCloserCPU {
+			t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
+		}
+	})
 }
 
 // closeCPUHelper begins a transaction (PATH [barrier]), prints a Ref,
 // waits for a line on stdin, closes it and prints the CPU time the close
 // took.
 func closeCPUHelper(args []string) int {
-	seg, sp, err := openHelper(args[0])
+	seg, sp, tx, m, err := beginFromArgs(args, []byte("x"))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
 	defer seg.Close()
 	defer sp.Close()
-	barrier := len(args) > 1 && args[1] == "barrier"
-	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: barrier})
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	ref, err := tx.Alloc([]byte("x"))
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("ref", ref)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	before, err := cpuTime()
 	if err != nil {
@@ -100,16 +81,7 @@ func closeCPUHelper(args []string) int {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if barrier {
-		b, err := txn.NewBarrier(sp)
-		if err == nil {
-			err = b.Close(ctx, tx)
-		}
-		if err != nil {
-			fmt.Println("error", err)
-			return 1
-		}
-	} else if err := tx.RequestCloseAndWait(ctx); err != nil {
+	if err := m.closeTx(ctx, sp, tx); err != nil {
 		fmt.Println("error", err)
 		return 1
 	}

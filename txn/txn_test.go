@@ -3,6 +3,7 @@ package txn_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -27,6 +28,51 @@ type mode struct {
 
 var modes = []mode{{"pins", false}, {"barrier", true}}
 
+// forModes runs f as a subtest per mode, each on a fresh segment made with
+// opts (at path) and a Space on it.
+func forModes(t *testing.T, opts layout.Options, f func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			seg, path := newSegment(t, opts)
+			f(t, m, seg, path, newSpace(t, seg))
+		})
+	}
+}
+
+// ownerArgs are the arguments of an owner helper process ("own",
+// "die-finishing", "close-cpu") that begins a transaction in m's mode.
+func (m mode) ownerArgs(path string) []string {
+	if m.barrier {
+		return []string{path, "barrier"}
+	}
+	return []string{path}
+}
+
+// beginFromArgs starts an owner helper process given PATH [barrier]: it
+// opens a Space on PATH, begins a transaction in that mode with a 1 KiB
+// arena, allocates data in it and prints "ref REF". On an error the
+// helper exits, which closes everything.
+func beginFromArgs(args []string, data []byte) (*shm.Segment, *txn.Space, *txn.Txn, mode, error) {
+	seg, sp, err := openHelper(args[0])
+	if err != nil {
+		return nil, nil, nil, mode{}, err
+	}
+	m := modes[0]
+	if len(args) > 1 && args[1] == "barrier" {
+		m = modes[1]
+	}
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
+	if err != nil {
+		return nil, nil, nil, mode{}, err
+	}
+	ref, err := tx.Alloc(data)
+	if err != nil {
+		return nil, nil, nil, mode{}, err
+	}
+	fmt.Println("ref", ref)
+	return seg, sp, tx, m, nil
+}
+
 // closeTx closes tx the way its mode does.
 func (m mode) closeTx(ctx context.Context, sp *txn.Space, tx *txn.Txn) error {
 	if !m.barrier {
@@ -47,42 +93,38 @@ func (m mode) closeAsync(sp *txn.Space, tx *txn.Txn) <-chan error {
 
 func TestAllocBorrowClose(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: m.barrier})
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: m.barrier})
+		require.NoError(t, err)
+		var refs []txn.Ref
+		for i := range 5 {
+			r, err := tx.Alloc(pattern(i, 10*i+1))
 			require.NoError(t, err)
-			var refs []txn.Ref
-			for i := range 5 {
-				r, err := tx.Alloc(pattern(i, 10*i+1))
-				require.NoError(t, err)
-				refs = append(refs, r)
-			}
-			for i, r := range refs {
-				b, err := sp.Borrow(context.Background(), r)
-				require.NoError(t, err)
-				require.NoError(t, checkBytes(b.Bytes(), i))
-				require.Len(t, b.Bytes(), 10*i+1)
-				b.Release()
-				b.Release() // idempotent
-			}
-			require.NoError(t, m.closeTx(context.Background(), sp, tx))
-			for _, r := range refs {
-				_, err := sp.Borrow(context.Background(), r)
-				require.ErrorIs(t, err, txn.ErrClosed)
-				_, err = sp.TryPin(r)
-				require.ErrorIs(t, err, txn.ErrClosed)
-			}
-			_, err = tx.Alloc([]byte("x"))
+			refs = append(refs, r)
+		}
+		for i, r := range refs {
+			b, err := sp.Borrow(context.Background(), r)
+			require.NoError(t, err)
+			require.NoError(t, checkBytes(b.Bytes(), i))
+			require.Len(t, b.Bytes(), 10*i+1)
+			b.Release()
+			b.Release() // idempotent
+		}
+		require.NoError(t, m.closeTx(context.Background(), sp, tx))
+		for _, r := range refs {
+			_, err := sp.Borrow(context.Background(), r)
 			require.ErrorIs(t, err, txn.ErrClosed)
-			ti := txnInfo(t, seg, tx.Index())
-			assert.Equal(t, txn.StateClosed, ti.State)
-			assert.Equal(t, uint32(5), ti.Destroyed)
-			// A closed transaction closes no more.
-			require.ErrorIs(t, m.closeTx(context.Background(), sp, tx), txn.ErrClosed)
-		})
-	}
+			_, err = sp.TryPin(r)
+			require.ErrorIs(t, err, txn.ErrClosed)
+		}
+		_, err = tx.Alloc([]byte("x"))
+		require.ErrorIs(t, err, txn.ErrClosed)
+		ti := txnInfo(t, seg, tx.Index())
+		assert.Equal(t, txn.StateClosed, ti.State)
+		assert.Equal(t, uint32(5), ti.Destroyed)
+		// A closed transaction closes no more.
+		require.ErrorIs(t, m.closeTx(context.Background(), sp, tx), txn.ErrClosed)
+	})
 }
 
 func TestStaleRefs(t *testing.T) {
@@ -149,32 +191,28 @@ func TestIdempotentReleaseAndPinsHeld(t *testing.T) {
 }
 
 func TestTryPinLostRace(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
-			require.NoError(t, err)
-			r, err := tx.Alloc([]byte("x"))
-			require.NoError(t, err)
-			var done <-chan error
-			hooked := 0
-			txn.SetPinnedHook(func() {
-				// The pin is counted but not checked: a closer comes in
-				// now and flips the state; it must wait for this pin.
-				hooked++
-				done = m.closeAsync(sp, tx)
-				waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "the close to start")
-			})
-			p, err := sp.TryPin(r)
-			txn.SetPinnedHook(nil)
-			require.Equal(t, 1, hooked)
-			require.ErrorIs(t, err, txn.ErrClosing)
-			require.False(t, p.Held())
-			require.NoError(t, recv(t, done), "the close completes after the back-out")
-			require.Zero(t, sp.OwnPinCount(tx.Index()))
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+		require.NoError(t, err)
+		r, err := tx.Alloc([]byte("x"))
+		require.NoError(t, err)
+		var done <-chan error
+		hooked := 0
+		txn.SetPinnedHook(func() {
+			// The pin is counted but not checked: a closer comes in
+			// now and flips the state; it must wait for this pin.
+			hooked++
+			done = m.closeAsync(sp, tx)
+			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "the close to start")
 		})
-	}
+		p, err := sp.TryPin(r)
+		txn.SetPinnedHook(nil)
+		require.Equal(t, 1, hooked)
+		require.ErrorIs(t, err, txn.ErrClosing)
+		require.False(t, p.Held())
+		require.NoError(t, recv(t, done), "the close completes after the back-out")
+		require.Zero(t, sp.OwnPinCount(tx.Index()))
+	})
 }
 
 func TestCloserHoldsPin(t *testing.T) {
@@ -223,6 +261,9 @@ func TestWrongMode(t *testing.T) {
 	b, err := txn.NewBarrier(sp)
 	require.NoError(t, err)
 	require.ErrorIs(t, b.Close(context.Background(), pt), txn.ErrWrongMode)
+	// A batch with a nil transaction or one twice is refused as a whole.
+	require.ErrorIs(t, b.Close(context.Background(), bt, bt), txn.ErrInvalid)
+	require.ErrorIs(t, b.Close(context.Background(), bt, nil), txn.ErrInvalid)
 	require.True(t, bt.Open())
 	require.True(t, pt.Open())
 	require.NoError(t, b.Close(context.Background(), bt))
@@ -231,30 +272,26 @@ func TestWrongMode(t *testing.T) {
 
 func TestCloseCancelled(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
-			require.NoError(t, err)
-			r, err := tx.Alloc([]byte("x"))
-			require.NoError(t, err)
-			p, err := sp.TryPin(r)
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			ch := make(chan error, 1)
-			go func() { ch <- m.closeTx(ctx, sp, tx) }()
-			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
-			cancel()
-			require.ErrorIs(t, recv(t, ch), context.Canceled)
-			require.True(t, tx.Open(), "a cancelled close reopens")
-			p2, err := sp.TryPin(r)
-			require.NoError(t, err)
-			p2.Release()
-			p.Release()
-			require.NoError(t, m.closeTx(context.Background(), sp, tx))
-		})
-	}
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+		require.NoError(t, err)
+		r, err := tx.Alloc([]byte("x"))
+		require.NoError(t, err)
+		p, err := sp.TryPin(r)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := make(chan error, 1)
+		go func() { ch <- m.closeTx(ctx, sp, tx) }()
+		waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+		cancel()
+		require.ErrorIs(t, recv(t, ch), context.Canceled)
+		require.True(t, tx.Open(), "a cancelled close reopens")
+		p2, err := sp.TryPin(r)
+		require.NoError(t, err)
+		p2.Release()
+		p.Release()
+		require.NoError(t, m.closeTx(context.Background(), sp, tx))
+	})
 }
 
 // TestReaderWhileClosing: a reader goroutine loops on pinned reads while
@@ -262,64 +299,60 @@ func TestCloseCancelled(t *testing.T) {
 // completes.
 func TestReaderWhileClosing(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+		require.NoError(t, err)
+		var refs []txn.Ref
+		for i := range 8 {
+			r, err := tx.Alloc(pattern(i, 500))
 			require.NoError(t, err)
-			var refs []txn.Ref
-			for i := range 8 {
-				r, err := tx.Alloc(pattern(i, 500))
-				require.NoError(t, err)
-				refs = append(refs, r)
-			}
-			const readers = 3
-			var wg sync.WaitGroup
-			started := make(chan struct{}, readers)
-			errs := make(chan error, readers)
-			for g := range readers {
-				wg.Go(func() {
-					for n := 0; ; n++ {
-						i := (n + g) % len(refs)
-						b, err := sp.Borrow(context.Background(), refs[i])
-						if errors.Is(err, txn.ErrClosing) || errors.Is(err, txn.ErrClosed) {
-							if n == 0 {
-								started <- struct{}{}
-							}
-							return
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-						// Read it twice, a little apart: it must not change.
-						if err := checkBytes(b.Bytes(), i); err != nil {
-							errs <- err
-						}
-						time.Sleep(time.Microsecond)
-						if err := checkBytes(b.Bytes(), i); err != nil {
-							errs <- err
-						}
-						b.Release()
+			refs = append(refs, r)
+		}
+		const readers = 3
+		var wg sync.WaitGroup
+		started := make(chan struct{}, readers)
+		errs := make(chan error, readers)
+		for g := range readers {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					i := (n + g) % len(refs)
+					b, err := sp.Borrow(context.Background(), refs[i])
+					if errors.Is(err, txn.ErrClosing) || errors.Is(err, txn.ErrClosed) {
 						if n == 0 {
 							started <- struct{}{}
 						}
+						return
 					}
-				})
-			}
-			for range readers {
-				<-started
-			}
-			require.NoError(t, m.closeTx(context.Background(), sp, tx))
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-			require.Zero(t, sp.OwnPinCount(tx.Index()))
-		})
-	}
+					if err != nil {
+						errs <- err
+						return
+					}
+					// Read it twice, a little apart: it must not change.
+					if err := checkBytes(b.Bytes(), i); err != nil {
+						errs <- err
+					}
+					time.Sleep(time.Microsecond)
+					if err := checkBytes(b.Bytes(), i); err != nil {
+						errs <- err
+					}
+					b.Release()
+					if n == 0 {
+						started <- struct{}{}
+					}
+				}
+			})
+		}
+		for range readers {
+			<-started
+		}
+		require.NoError(t, m.closeTx(context.Background(), sp, tx))
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		require.Zero(t, sp.OwnPinCount(tx.Index()))
+	})
 }
 
 // TestReadersAcrossProcesses: the same with readers in other processes,
@@ -327,82 +360,74 @@ func TestReaderWhileClosing(t *testing.T) {
 // close returns, the word is exactly 0.
 func TestReadersAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			inside, err := insideWord(seg)
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		inside, err := insideWord(seg)
+		require.NoError(t, err)
+		for round := range rounds(2, 20) {
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
 			require.NoError(t, err)
-			for round := range rounds(2, 20) {
-				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
-				require.NoError(t, err)
-				r, err := tx.Alloc(pattern(0, 3000))
-				require.NoError(t, err)
-				var kids []*child
-				for range 2 {
-					kids = append(kids, startChild(t, "reader", path, r.String()))
-				}
-				for _, c := range kids {
-					c.waitLine(t, "ready")
-				}
-				require.NoError(t, m.closeTx(context.Background(), sp, tx))
-				// The close returned: every pin was released, so no reader is
-				// inside, and none can enter any more.
-				require.Zero(t, inside.Load(), "round %d: readers inside their pins after the close returned", round)
-				for _, c := range kids {
-					c.waitOK(t)
-					n, err := strconv.Atoi(c.waitLine(t, "reads "))
-					require.NoError(t, err)
-					require.Positive(t, n)
-				}
-				snap, err := txn.Inspect(seg, false)
-				require.NoError(t, err)
-				require.Len(t, snap.Rows, 1, "the readers gave their rows back")
+			r, err := tx.Alloc(pattern(0, 3000))
+			require.NoError(t, err)
+			var kids []*child
+			for range 2 {
+				kids = append(kids, startChild(t, "reader", path, r.String()))
 			}
-		})
-	}
+			for _, c := range kids {
+				c.waitLine(t, "ready")
+			}
+			require.NoError(t, m.closeTx(context.Background(), sp, tx))
+			// The close returned: every pin was released, so no reader is
+			// inside, and none can enter any more.
+			require.Zero(t, inside.Load(), "round %d: readers inside their pins after the close returned", round)
+			for _, c := range kids {
+				c.waitOK(t)
+				n, err := strconv.Atoi(c.waitLine(t, "reads "))
+				require.NoError(t, err)
+				require.Positive(t, n)
+			}
+			snap, err := txn.Inspect(seg, false)
+			require.NoError(t, err)
+			require.Len(t, snap.Rows, 1, "the readers gave their rows back")
+		}
+	})
 }
 
 // TestKilledPinner: a process holding pins is killed while the owner waits
 // to close; the close completes once its pins stop counting.
 func TestKilledPinner(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
-			require.NoError(t, err)
-			r, err := tx.Alloc(pattern(0, 64))
-			require.NoError(t, err)
-			c := startChild(t, "pin-hold", path, r.String())
-			c.waitLine(t, "pinned")
-			done := m.closeAsync(sp, tx)
-			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
-			// A live pinner holds the close: nothing changes for a while.
-			time.Sleep(120 * time.Millisecond)
-			select {
-			case err := <-done:
-				t.Fatalf("close returned %v while a live process held pins", err)
-			default:
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+		require.NoError(t, err)
+		r, err := tx.Alloc(pattern(0, 64))
+		require.NoError(t, err)
+		c := startChild(t, "pin-hold", path, r.String())
+		c.waitLine(t, "pinned")
+		done := m.closeAsync(sp, tx)
+		waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+		// A live pinner holds the close: nothing changes for a while.
+		time.Sleep(120 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("close returned %v while a live process held pins", err)
+		default:
+		}
+		snap, err := txn.Inspect(seg, false)
+		require.NoError(t, err)
+		var live bool
+		for _, row := range snap.Rows {
+			if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
+				live = row.Alive && (row.Pins == 3 || row.GlobalPins == 3)
 			}
-			snap, err := txn.Inspect(seg, false)
-			require.NoError(t, err)
-			var live bool
-			for _, row := range snap.Rows {
-				if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
-					live = row.Alive && (row.Pins == 3 || row.GlobalPins == 3)
-				}
-			}
-			require.True(t, live, "the child's row shows its 3 pins: %+v", snap.Rows)
-			c.kill(t)
-			require.NoError(t, recv(t, done))
-			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
-			// Its row is taken over by the next process and zeroed.
-			sp2 := newSpace(t, seg)
-			require.Zero(t, sp2.OwnPinCount(tx.Index()))
-		})
-	}
+		}
+		require.True(t, live, "the child's row shows its 3 pins: %+v", snap.Rows)
+		c.kill(t)
+		require.NoError(t, recv(t, done))
+		require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+		// Its row is taken over by the next process and zeroed.
+		sp2 := newSpace(t, seg)
+		require.Zero(t, sp2.OwnPinCount(tx.Index()))
+	})
 }
 
 // TestKilledPinnerOthersKept: of several pinners, one is killed; only its
@@ -411,61 +436,57 @@ func TestKilledPinner(t *testing.T) {
 // the last of them goes.
 func TestKilledPinnerOthersKept(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			reader := newSpace(t, seg)
-			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
-			require.NoError(t, err)
-			r, err := tx.Alloc(pattern(0, 64))
-			require.NoError(t, err)
-			victim := startChild(t, "pin-hold", path, r.String())
-			survivor := startChild(t, "pin-hold", path, r.String())
-			victim.waitLine(t, "pinned")
-			survivor.waitLine(t, "pinned")
-			b, err := reader.Borrow(context.Background(), r)
-			require.NoError(t, err)
-			done := m.closeAsync(sp, tx)
-			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		reader := newSpace(t, seg)
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+		require.NoError(t, err)
+		r, err := tx.Alloc(pattern(0, 64))
+		require.NoError(t, err)
+		victim := startChild(t, "pin-hold", path, r.String())
+		survivor := startChild(t, "pin-hold", path, r.String())
+		victim.waitLine(t, "pinned")
+		survivor.waitLine(t, "pinned")
+		b, err := reader.Borrow(context.Background(), r)
+		require.NoError(t, err)
+		done := m.closeAsync(sp, tx)
+		waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
 
-			stillWaiting := func(what string) {
-				t.Helper()
-				// Several liveness slices: the closer has looked at who
-				// lives by then.
-				time.Sleep(200 * time.Millisecond)
-				select {
-				case err := <-done:
-					t.Fatalf("close returned %v %s", err, what)
-				default:
+		stillWaiting := func(what string) {
+			t.Helper()
+			// Several liveness slices: the closer has looked at who
+			// lives by then.
+			time.Sleep(200 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("close returned %v %s", err, what)
+			default:
+			}
+		}
+		pinsOf := func(c *child) (uint64, bool) {
+			snap, err := txn.Inspect(seg, false)
+			require.NoError(t, err)
+			for _, row := range snap.Rows {
+				if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
+					return row.Pins + uint64(row.GlobalPins), row.Alive
 				}
 			}
-			pinsOf := func(c *child) (uint64, bool) {
-				snap, err := txn.Inspect(seg, false)
-				require.NoError(t, err)
-				for _, row := range snap.Rows {
-					if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
-						return row.Pins + uint64(row.GlobalPins), row.Alive
-					}
-				}
-				return 0, false
-			}
-			victim.kill(t)
-			stillWaiting("after one pinner died, with another process and this one pinning")
-			n, alive := pinsOf(survivor)
-			require.True(t, alive)
-			require.Equal(t, uint64(3), n, "the live child's pins are all still there")
-			n, alive = pinsOf(victim)
-			require.False(t, alive)
-			require.Equal(t, uint64(3), n, "the dead child's row is left as it was (it just no longer counts)")
-			require.NoError(t, checkBytes(b.Bytes(), 0), "this process's pinned object is intact")
-			b.Release()
-			stillWaiting("with the live child pinning")
-			survivor.kill(t)
-			require.NoError(t, recv(t, done))
-			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
-		})
-	}
+			return 0, false
+		}
+		victim.kill(t)
+		stillWaiting("after one pinner died, with another process and this one pinning")
+		n, alive := pinsOf(survivor)
+		require.True(t, alive)
+		require.Equal(t, uint64(3), n, "the live child's pins are all still there")
+		n, alive = pinsOf(victim)
+		require.False(t, alive)
+		require.Equal(t, uint64(3), n, "the dead child's row is left as it was (it just no longer counts)")
+		require.NoError(t, checkBytes(b.Bytes(), 0), "this process's pinned object is intact")
+		b.Release()
+		stillWaiting("with the live child pinning")
+		survivor.kill(t)
+		require.NoError(t, recv(t, done))
+		require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+	})
 }
 
 // TestKillReadersWhileClosing: readers in other processes loop on pinned
@@ -474,37 +495,33 @@ func TestKilledPinnerOthersKept(t *testing.T) {
 // poison or a change. SHMLOCK_LONG=1 runs many rounds.
 func TestKillReadersWhileClosing(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
-			for round := range rounds(2, 40) {
-				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
-				require.NoError(t, err)
-				r, err := tx.Alloc(pattern(0, 3000))
-				require.NoError(t, err)
-				kids := make([]*child, 4)
-				for i := range kids {
-					kids[i] = startChild(t, "reader", path, r.String())
-				}
-				for _, c := range kids {
-					c.waitLine(t, "ready")
-				}
-				order := rng.Perm(len(kids))
-				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-				kids[order[0]].kill(t) // before the close
-				done := m.closeAsync(sp, tx)
-				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
-				kids[order[1]].killIfRunning(t) // during the close, or after it (and its exit)
-				require.NoError(t, recv(t, done), "round %d", round)
-				for _, i := range order[2:] {
-					kids[i].waitOK(t)
-				}
-				require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
+		for round := range rounds(2, 40) {
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192, Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(0, 3000))
+			require.NoError(t, err)
+			kids := make([]*child, 4)
+			for i := range kids {
+				kids[i] = startChild(t, "reader", path, r.String())
 			}
-		})
-	}
+			for _, c := range kids {
+				c.waitLine(t, "ready")
+			}
+			order := rng.Perm(len(kids))
+			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			kids[order[0]].kill(t) // before the close
+			done := m.closeAsync(sp, tx)
+			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+			kids[order[1]].killIfRunning(t) // during the close, or after it (and its exit)
+			require.NoError(t, recv(t, done), "round %d", round)
+			for _, i := range order[2:] {
+				kids[i].waitOK(t)
+			}
+			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
+		}
+	})
 }
 
 // TestLivePinsNeverReleased: a close waits for a live process's pins as
@@ -530,92 +547,80 @@ func TestLivePinsNeverReleased(t *testing.T) {
 // TestReclaim: a transaction whose owner died is closed by another process.
 func TestReclaim(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, path := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			args := []string{path}
-			if m.barrier {
-				args = append(args, "barrier")
-			}
-			c := startChild(t, "own", args...)
-			r, err := txn.ParseRef(c.waitLine(t, "ref "))
-			require.NoError(t, err)
-			b, err := sp.Borrow(context.Background(), r)
-			require.NoError(t, err)
-			require.NoError(t, checkBytes(b.Bytes(), 0))
-			require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrOwnerAlive)
-			c.kill(t)
-			// The reclaim waits for this process's live pin like any close.
-			done := make(chan error, 1)
-			go func() { done <- sp.Reclaim(context.Background(), int(r.Txn)) }()
-			waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "closing")
-			require.NoError(t, checkBytes(b.Bytes(), 0))
-			b.Release()
-			require.NoError(t, recv(t, done))
-			_, err = sp.Borrow(context.Background(), r)
-			require.ErrorIs(t, err, txn.ErrClosed)
-			require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrClosed)
-		})
-	}
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		c := startChild(t, "own", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		require.NoError(t, err)
+		b, err := sp.Borrow(context.Background(), r)
+		require.NoError(t, err)
+		require.NoError(t, checkBytes(b.Bytes(), 0))
+		require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrOwnerAlive)
+		c.kill(t)
+		// The reclaim waits for this process's live pin like any close.
+		done := make(chan error, 1)
+		go func() { done <- sp.Reclaim(context.Background(), int(r.Txn)) }()
+		waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "closing")
+		require.NoError(t, checkBytes(b.Bytes(), 0))
+		b.Release()
+		require.NoError(t, recv(t, done))
+		_, err = sp.Borrow(context.Background(), r)
+		require.ErrorIs(t, err, txn.ErrClosed)
+		require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrClosed)
+	})
 }
 
 func TestPromotion(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
-			sp := newSpace(t, seg)
-			ctx := context.Background()
-			src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: m.barrier})
-			require.NoError(t, err)
-			dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
-			require.NoError(t, err)
-			o1, err := src.Alloc(pattern(1, 100))
-			require.NoError(t, err)
-			o2, err := src.Alloc(pattern(2, 50)) // not linked: destroyed
-			require.NoError(t, err)
-			cell, err := dst.Link(o1)
-			require.NoError(t, err)
-			same, err := src.Link(o2)
-			require.NoError(t, err)
-			require.Equal(t, o2, same, "a link within the transaction is the ref itself")
+	forModes(t, layout.Options{TxnRecords: 4}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		ctx := context.Background()
+		src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096, Barrier: m.barrier})
+		require.NoError(t, err)
+		dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
+		require.NoError(t, err)
+		o1, err := src.Alloc(pattern(1, 100))
+		require.NoError(t, err)
+		o2, err := src.Alloc(pattern(2, 50)) // not linked: destroyed
+		require.NoError(t, err)
+		cell, err := dst.Link(o1)
+		require.NoError(t, err)
+		same, err := src.Link(o2)
+		require.NoError(t, err)
+		require.Equal(t, o2, same, "a link within the transaction is the ref itself")
 
-			b, err := sp.Borrow(ctx, cell)
-			require.NoError(t, err)
-			require.NoError(t, checkBytes(b.Bytes(), 1))
-			// The borrow through the cell pins the source: its close waits.
-			done := m.closeAsync(sp, src)
-			waitFor(t, func() bool { return txnInfo(t, seg, src.Index()).State == txn.StateClosing }, "closing")
-			require.NoError(t, checkBytes(b.Bytes(), 1))
-			b.Release()
-			require.NoError(t, recv(t, done))
-			ti := txnInfo(t, seg, src.Index())
-			assert.Equal(t, uint32(1), ti.Promoted)
-			assert.Equal(t, uint32(1), ti.Destroyed)
+		b, err := sp.Borrow(ctx, cell)
+		require.NoError(t, err)
+		require.NoError(t, checkBytes(b.Bytes(), 1))
+		// The borrow through the cell pins the source: its close waits.
+		done := m.closeAsync(sp, src)
+		waitFor(t, func() bool { return txnInfo(t, seg, src.Index()).State == txn.StateClosing }, "closing")
+		require.NoError(t, checkBytes(b.Bytes(), 1))
+		b.Release()
+		require.NoError(t, recv(t, done))
+		ti := txnInfo(t, seg, src.Index())
+		assert.Equal(t, uint32(1), ti.Promoted)
+		assert.Equal(t, uint32(1), ti.Destroyed)
 
-			// Reuse the source's arena, overwriting it.
-			other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
+		// Reuse the source's arena, overwriting it.
+		other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
+		require.NoError(t, err)
+		for range 10 {
+			_, err := other.Alloc(pattern(9, 200))
 			require.NoError(t, err)
-			for range 10 {
-				_, err := other.Alloc(pattern(9, 200))
-				require.NoError(t, err)
-			}
-			b, err = sp.Borrow(ctx, cell)
-			require.NoError(t, err, "the cell was rebound to the promoted copy")
-			require.NoError(t, checkBytes(b.Bytes(), 1))
-			require.Len(t, b.Bytes(), 100)
-			b.Release()
-			_, err = sp.Borrow(ctx, o1)
-			require.ErrorIs(t, err, txn.ErrStale, "the original is gone: its record was reused by other")
+		}
+		b, err = sp.Borrow(ctx, cell)
+		require.NoError(t, err, "the cell was rebound to the promoted copy")
+		require.NoError(t, checkBytes(b.Bytes(), 1))
+		require.Len(t, b.Bytes(), 100)
+		b.Release()
+		_, err = sp.Borrow(ctx, o1)
+		require.ErrorIs(t, err, txn.ErrStale, "the original is gone: its record was reused by other")
 
-			assert.Equal(t, uint32(1), txnInfo(t, seg, dst.Index()).Promotions)
-			require.NoError(t, dst.RequestCloseAndWait(ctx))
-			_, err = sp.Borrow(ctx, cell)
-			require.ErrorIs(t, err, txn.ErrClosed)
-			require.NoError(t, other.RequestCloseAndWait(ctx))
-		})
-	}
+		assert.Equal(t, uint32(1), txnInfo(t, seg, dst.Index()).Promotions)
+		require.NoError(t, dst.RequestCloseAndWait(ctx))
+		_, err = sp.Borrow(ctx, cell)
+		require.ErrorIs(t, err, txn.ErrClosed)
+		require.NoError(t, other.RequestCloseAndWait(ctx))
+	})
 }
 
 // TestPromotionDestinationClosedFirst: a destination that ends first
@@ -1074,54 +1079,50 @@ func TestBarrierLeaderKilled(t *testing.T) {
 // poison from end to end (nothing was written into it after the free).
 func TestAllocWhileClosing(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{})
-			sp := newSpace(t, seg)
-			other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		other, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+		require.NoError(t, err)
+		target, err := other.Alloc(pattern(2, 8))
+		require.NoError(t, err)
+		for round := range rounds(50, 2000) {
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 16 << 10, Barrier: m.barrier})
 			require.NoError(t, err)
-			target, err := other.Alloc(pattern(2, 8))
-			require.NoError(t, err)
-			for round := range rounds(50, 2000) {
-				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 16 << 10, Barrier: m.barrier})
-				require.NoError(t, err)
-				started := make(chan struct{})
-				errc := make(chan error, 1)
-				go func() {
-					for i := 0; ; i++ {
-						var err error
-						if i%4 == 3 {
-							_, err = tx.Link(target)
-						} else {
-							_, err = tx.Alloc(pattern(i, 24))
-						}
-						if i == 0 {
-							close(started)
-						}
-						if errors.Is(err, txn.ErrArenaFull) {
-							continue // changes nothing; go on until the close
-						}
-						if err != nil {
-							if errors.Is(err, txn.ErrClosing) || errors.Is(err, txn.ErrClosed) {
-								err = nil
-							}
-							errc <- err
-							return
-						}
+			started := make(chan struct{})
+			errc := make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					var err error
+					if i%4 == 3 {
+						_, err = tx.Link(target)
+					} else {
+						_, err = tx.Alloc(pattern(i, 24))
 					}
-				}()
-				<-started
-				require.NoError(t, m.closeTx(context.Background(), sp, tx), "round %d", round)
-				require.NoError(t, recv(t, errc), "round %d", round)
-				for i, c := range tx.ArenaBytes() {
-					if c != txn.PoisonByte {
-						t.Fatalf("round %d: byte %d of the freed arena is %#x, not poison", round, i, c)
+					if i == 0 {
+						close(started)
+					}
+					if errors.Is(err, txn.ErrArenaFull) {
+						continue // changes nothing; go on until the close
+					}
+					if err != nil {
+						if errors.Is(err, txn.ErrClosing) || errors.Is(err, txn.ErrClosed) {
+							err = nil
+						}
+						errc <- err
+						return
 					}
 				}
+			}()
+			<-started
+			require.NoError(t, m.closeTx(context.Background(), sp, tx), "round %d", round)
+			require.NoError(t, recv(t, errc), "round %d", round)
+			for i, c := range tx.ArenaBytes() {
+				if c != txn.PoisonByte {
+					t.Fatalf("round %d: byte %d of the freed arena is %#x, not poison", round, i, c)
+				}
 			}
-			require.NoError(t, other.RequestCloseAndWait(context.Background()))
-		})
-	}
+		}
+		require.NoError(t, other.RequestCloseAndWait(context.Background()))
+	})
 }
 
 // TestConcurrentCloses: two goroutines of the owner close one transaction
@@ -1130,63 +1131,59 @@ func TestAllocWhileClosing(t *testing.T) {
 // arena (the same stretch, first fit) stays intact.
 func TestConcurrentCloses(t *testing.T) {
 	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			seg, _ := newSegment(t, layout.Options{TxnRecords: 2})
-			sp := newSpace(t, seg)
-			ctx := context.Background()
-			for round := range rounds(20, 500) {
-				tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
-				require.NoError(t, err)
-				r, err := tx.Alloc(pattern(0, 100))
-				require.NoError(t, err)
-				p, err := sp.TryPin(r)
-				require.NoError(t, err)
-				a, b := m.closeAsync(sp, tx), m.closeAsync(sp, tx)
-				waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
-				p.Release()
-				// The record's next use begins as soon as one close is done.
-				var next *txn.Txn
-				var nref txn.Ref
-				var errs []error
-				for range 2 {
-					var err error
-					select {
-					case err = <-a:
-						a = nil
-					case err = <-b:
-						b = nil
-					case <-time.After(testTimeout):
-						t.Fatal("no close returned")
-					}
-					errs = append(errs, err)
-					if next == nil && err == nil {
-						next, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
-						require.NoError(t, err)
-						nref, err = next.Alloc(pattern(1, 500))
-						require.NoError(t, err)
-					}
+	forModes(t, layout.Options{TxnRecords: 2}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		ctx := context.Background()
+		for round := range rounds(20, 500) {
+			tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(0, 100))
+			require.NoError(t, err)
+			p, err := sp.TryPin(r)
+			require.NoError(t, err)
+			a, b := m.closeAsync(sp, tx), m.closeAsync(sp, tx)
+			waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
+			p.Release()
+			// The record's next use begins as soon as one close is done.
+			var next *txn.Txn
+			var nref txn.Ref
+			var errs []error
+			for range 2 {
+				var err error
+				select {
+				case err = <-a:
+					a = nil
+				case err = <-b:
+					b = nil
+				case <-time.After(testTimeout):
+					t.Fatal("no close returned")
 				}
-				var nils, closed int
-				for _, err := range errs {
-					switch {
-					case err == nil:
-						nils++
-					case errors.Is(err, txn.ErrClosed):
-						closed++
-					default:
-						t.Fatalf("round %d: close: %v", round, err)
-					}
+				errs = append(errs, err)
+				if next == nil && err == nil {
+					next, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+					require.NoError(t, err)
+					nref, err = next.Alloc(pattern(1, 500))
+					require.NoError(t, err)
 				}
-				require.Equal(t, 1, nils, "round %d: one close ran the end sequence: %v", round, errs)
-				require.Equal(t, 1, closed, "round %d: %v", round, errs)
-				require.NotNil(t, next)
-				sb, err := sp.Borrow(ctx, nref)
-				require.NoError(t, err, "round %d", round)
-				require.NoError(t, checkBytes(sb.Bytes(), 1), "round %d: the next use's object", round)
-				sb.Release()
-				require.NoError(t, next.RequestCloseAndWait(ctx))
 			}
-		})
-	}
+			var nils, closed int
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					nils++
+				case errors.Is(err, txn.ErrClosed):
+					closed++
+				default:
+					t.Fatalf("round %d: close: %v", round, err)
+				}
+			}
+			require.Equal(t, 1, nils, "round %d: one close ran the end sequence: %v", round, errs)
+			require.Equal(t, 1, closed, "round %d: %v", round, errs)
+			require.NotNil(t, next)
+			sb, err := sp.Borrow(ctx, nref)
+			require.NoError(t, err, "round %d", round)
+			require.NoError(t, checkBytes(sb.Bytes(), 1), "round %d: the next use's object", round)
+			sb.Release()
+			require.NoError(t, next.RequestCloseAndWait(ctx))
+		}
+	})
 }

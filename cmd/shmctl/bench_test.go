@@ -41,11 +41,7 @@ func TestBenchFlags(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *benchOptions
-		cmd := newCmdBench(ios, func(o *benchOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdBench, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}

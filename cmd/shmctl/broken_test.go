@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,9 +32,24 @@ func TestReadBrokenSegment(t *testing.T) {
 		},
 		"empty":     func(t *testing.T) string { return writeFile(t, nil) },
 		"directory": func(t *testing.T) string { return t.TempDir() },
+		"symlink": func(t *testing.T) string {
+			link := testproc.SegmentPath(t)
+			require.NoError(t, os.Symlink(newSegment(t, layout.Options{}).Path(), link))
+			return link
+		},
+		"foreign pid namespace": foreignSegment,
+	}
+	commands := [][]string{
+		{"slots"}, {"slots", "--all", "--json"}, {"rwlocks"}, {"rwlocks", "--all", "--json"},
+		{"txns"}, {"txns", "--all", "--json"}, {"locks"}, {"locks", "--json"}, {"stats"}, {"stats", "--json"},
+		{"reclaim"}, {"reclaim", "--dry-run", "--json"},
 	}
 	for name, file := range files {
-		for _, args := range [][]string{{"info"}, {"info", "--json"}, {"slots"}, {"slots", "--all", "--json"}, {"rwlocks"}, {"rwlocks", "--all", "--json"}} {
+		cmds := commands
+		if name != "foreign pid namespace" { // info reports on one: TestInfoForeignSegment
+			cmds = append(cmds, []string{"info"}, []string{"info", "--json"})
+		}
+		for _, args := range cmds {
 			t.Run(name+"/"+args[0]+"/"+args[len(args)-1], func(t *testing.T) {
 				t.Parallel()
 				path := file(t)
@@ -41,6 +59,12 @@ func TestReadBrokenSegment(t *testing.T) {
 				}
 			})
 		}
+		t.Run(name+"/lock", func(t *testing.T) {
+			t.Parallel()
+			path := file(t)
+			line := requireOneLineError(t, shmctl(t, false, "lock", path, "job", "--", "true"), exitError)
+			assert.Contains(t, line, path)
+		})
 	}
 }
 
@@ -50,4 +74,52 @@ func writeFile(tb testing.TB, b []byte) string {
 	path := testproc.SegmentPath(tb)
 	require.NoError(tb, os.WriteFile(path, b, 0o600))
 	return path
+}
+
+// foreignSegment writes a valid segment made, its header says, in another
+// PID namespace.
+func foreignSegment(t *testing.T) string {
+	whole, err := os.ReadFile(newSegment(t, layout.Options{}).Path())
+	require.NoError(t, err)
+	binary.LittleEndian.PutUint64(whole[layout.OffPIDNS:], 1)
+	binary.LittleEndian.PutUint32(whole[layout.OffChecksum:], layout.Checksum(whole))
+	return writeFile(t, whole)
+}
+
+// info is the one read command that opens a segment of another PID
+// namespace: saying so is part of its report.
+func TestInfoForeignSegment(t *testing.T) {
+	t.Parallel()
+	r := shmctl(t, false, "info", "--json", foreignSegment(t))
+	require.Zero(t, r.code, "stderr: %s", r.stderr)
+	var doc infoJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.False(t, doc.SamePIDNamespace)
+	assert.EqualValues(t, 1, doc.PIDNamespace)
+}
+
+// Commands that need a table the segment was made without say so in one
+// line (rwlocks and reclaim have nothing to list or free there instead).
+func TestMissingTable(t *testing.T) {
+	t.Parallel()
+	noLockMgr := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: -1}).Path()
+	noTxn := newSegment(t, layout.Options{Slots: 2, TxnRecords: -1}).Path()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"locks", noLockMgr}, "NO_LOCK_TABLE"},
+		{[]string{"locks", "--json", noLockMgr}, "NO_LOCK_TABLE"},
+		{[]string{"stats", noLockMgr}, "NO_LOCK_TABLE"},
+		{[]string{"stats", "--json", noLockMgr}, "NO_LOCK_TABLE"},
+		{[]string{"lock", noLockMgr, "job", "--", "true"}, "NO_LOCK_TABLE"},
+		{[]string{"txns", noTxn}, "transaction"},
+		{[]string{"txns", "--all", "--json", noTxn}, "transaction"},
+	} {
+		name := strings.NewReplacer(noLockMgr, "SEG", noTxn, "SEG").Replace(strings.Join(tc.args, " "))
+		t.Run(name, func(t *testing.T) {
+			line := requireOneLineError(t, shmctl(t, false, tc.args...), exitError)
+			assert.Contains(t, line, tc.want)
+		})
+	}
 }

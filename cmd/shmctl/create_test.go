@@ -36,13 +36,9 @@ func TestCreateFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			ios, _, _ := testIOStreams(false)
-			var got *createOptions
-			cmd := newCmdCreate(ios, func(o *createOptions) error { got = o; return nil })
-			cmd.SetArgs(tt.args)
-			require.NoError(t, cmd.Execute())
+			got, ios := parsedOptions(t, newCmdCreate, tt.args)
 			tt.want.IO = ios
-			assert.Equal(t, &tt.want, got)
+			assert.Equal(t, &tt.want, got, "args %q", tt.args)
 		})
 	}
 }

@@ -28,11 +28,7 @@ func TestDemoFlags(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *demoOptions
-		cmd := newCmdDemo(ios, func(o *demoOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdDemo, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}

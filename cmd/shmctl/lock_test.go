@@ -44,11 +44,7 @@ func TestLockFlags(t *testing.T) {
 				Command: []string{"sh", "-c", "x --y"}}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *lockOptions
-		cmd := newCmdLock(ios, func(o *lockOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdLock, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}
@@ -112,31 +108,20 @@ func TestLockConflict(t *testing.T) {
 func TestLockKilled(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)
-	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--owner", "doomed", "--ttl", "1h",
+	c := startLock(t, seg.Path(), "job", "--owner", "doomed", "--ttl", "1h",
 		"--", "sh", "-c", "echo running; exec sleep 60")
-	var out lockedWriter
-	var buf strings.Builder
-	out.w = &buf
-	c.Stdout, c.Stderr = &out, &out
-	require.NoError(t, c.Start())
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
-	t.Cleanup(func() { _ = c.Process.Kill() })
-	read := func() string { out.mu.Lock(); defer out.mu.Unlock(); return buf.String() }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(read(), "running"); time.Sleep(time.Millisecond) {
-		require.False(t, time.Now().After(deadline), "the command did not start; output %q", read())
-	}
+	c.waitOutput(t, "running")
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Len(t, ri.Holders, 1)
 	h := ri.Holders[0]
-	require.Equal(t, c.Process.Pid, h.PID)
+	require.Equal(t, c.cmd.Process.Pid, h.PID)
 	require.NotZero(t, h.Companion)
 	require.True(t, h.Alive)
 	require.False(t, h.ExpiresAt.IsZero())
 
-	require.NoError(t, c.Process.Kill())
-	<-done
+	require.NoError(t, c.cmd.Process.Kill())
+	<-c.done
 	// The command dies of Pdeathsig; until it has, the hold stands.
 	for deadline := time.Now().Add(30 * time.Second); processExists(h.Companion); time.Sleep(time.Millisecond) {
 		require.False(t, time.Now().After(deadline), "the command outlived shmctl")
@@ -232,25 +217,14 @@ func TestLocksAndStats(t *testing.T) {
 func TestLockForwardsSignals(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)
-	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--",
+	c := startLock(t, seg.Path(), "job", "--",
 		"sh", "-c", `trap 'exit 9' TERM; echo ready; while :; do sleep 0.01; done`)
-	var out lockedWriter
-	var buf strings.Builder
-	out.w = &buf
-	c.Stdout, c.Stderr = &out, &out
-	require.NoError(t, c.Start())
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
-	t.Cleanup(func() { _ = c.Process.Kill() })
-	read := func() string { out.mu.Lock(); defer out.mu.Unlock(); return buf.String() }
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(read(), "ready"); time.Sleep(time.Millisecond) {
-		require.False(t, time.Now().After(deadline), "the command did not start; output %q", read())
-	}
-	require.NoError(t, c.Process.Signal(syscall.SIGTERM))
-	err := <-done
+	c.waitOutput(t, "ready")
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	err := <-c.done
 	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "output %q", read())
-	require.Equal(t, 9, exit.ExitCode(), "output %q", read())
+	require.ErrorAs(t, err, &exit, "output %q", c.output())
+	require.Equal(t, 9, exit.ExitCode(), "output %q", c.output())
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Equal(t, lockmgr.Unlocked, ri.State)
@@ -264,27 +238,55 @@ func TestLockInterruptedWait(t *testing.T) {
 	seg, m := lockSegment(t)
 	_, err := m.Acquire(context.Background(), "job", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	c := testproc.Command("shmctl", "lock", seg.Path(), "job", "--wait", "1h", "--", "sh", "-c", "echo ran")
-	var out lockedWriter
-	var buf strings.Builder
-	out.w = &buf
-	c.Stdout, c.Stderr = &out, &out
-	require.NoError(t, c.Start())
-	t.Cleanup(func() { _ = c.Process.Kill() })
+	c := startLock(t, seg.Path(), "job", "--wait", "1h", "--", "sh", "-c", "echo ran")
 	for deadline := time.Now().Add(30 * time.Second); m.Stats().ConflictsDetected == 0; time.Sleep(time.Millisecond) {
 		require.False(t, time.Now().After(deadline), "shmctl lock did not meet the conflict")
 	}
-	require.NoError(t, c.Process.Signal(syscall.SIGTERM))
-	err = c.Wait()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	err = <-c.done
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, exitError, exit.ExitCode())
-	out.mu.Lock()
-	got := buf.String()
-	out.mu.Unlock()
+	got := c.output()
 	require.Contains(t, got, "interrupted by terminated while taking the lock")
 	require.NotContains(t, got, "ran")
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Equal(t, "holder", ri.Holders[0].Owner)
+}
+
+// lockRun is a 'shmctl lock' running in a process of its own (the test
+// binary's shmctl helper), its output collected.
+type lockRun struct {
+	cmd  *exec.Cmd
+	out  lockedWriter
+	buf  strings.Builder
+	done chan error // the result of its Wait
+}
+
+// startLock starts 'shmctl lock args...', killed at cleanup if still running.
+func startLock(tb testing.TB, args ...string) *lockRun {
+	tb.Helper()
+	r := &lockRun{cmd: testproc.Command("shmctl", append([]string{"lock"}, args...)...), done: make(chan error, 1)}
+	r.out.w = &r.buf
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	require.NoError(tb, r.cmd.Start())
+	go func() { r.done <- r.cmd.Wait() }()
+	tb.Cleanup(func() { _ = r.cmd.Process.Kill() })
+	return r
+}
+
+// output is what the process printed so far, stdout and stderr.
+func (r *lockRun) output() string {
+	r.out.mu.Lock()
+	defer r.out.mu.Unlock()
+	return r.buf.String()
+}
+
+// waitOutput waits until the output holds s: the command has started.
+func (r *lockRun) waitOutput(tb testing.TB, s string) {
+	tb.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(r.output(), s); time.Sleep(time.Millisecond) {
+		require.False(tb, time.Now().After(deadline), "the command did not start; output %q", r.output())
+	}
 }

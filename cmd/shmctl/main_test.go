@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -43,6 +44,18 @@ func shmctl(tb testing.TB, tty bool, args ...string) result {
 	ios, stdout, stderr := testIOStreams(tty)
 	code := execute(newCmdRoot(ios), args, ios)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// parsedOptions runs the command newCmd makes on args, with a runF that
+// keeps its options, and returns them and the streams given to newCmd.
+func parsedOptions[O any](tb testing.TB, newCmd func(*IOStreams, func(*O) error) *cobra.Command, args []string) (*O, *IOStreams) {
+	tb.Helper()
+	ios, _, _ := testIOStreams(false)
+	var got *O
+	cmd := newCmd(ios, func(o *O) error { got = o; return nil })
+	cmd.SetArgs(args)
+	require.NoError(tb, cmd.Execute(), "args %q", args)
+	return got, ios
 }
 
 // testIOStreams returns streams on buffers; terminal times are in UTC.

@@ -226,13 +226,9 @@ func reclaimTxns(seg *shm.Segment, dryRun bool, wait time.Duration) ([]reclaimTx
 // then only notice at its next liveness check). A count left too high by a
 // dead sleeper costs an unneeded wake-up, never correctness.
 func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
-	claims, err := seg.Claims(layout.KindOwnerSlots)
+	claims, err := claimsByIndex(seg, layout.KindOwnerSlots, "slot")
 	if err != nil {
-		return nil, fmt.Errorf("reading the slot directory: %w", err)
-	}
-	names := make(map[int]string, len(claims))
-	for _, c := range claims {
-		names[c.Index] = c.Name
+		return nil, err
 	}
 	doc := &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{}}
 	for i := range seg.Len(layout.KindOwnerSlots) {
@@ -247,7 +243,7 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 		id, _ := proc.Unpack(owner)
 		rs := reclaimSlotJSON{
 			Index:      i,
-			Name:       names[i],
+			Name:       claims[i].Name,
 			PID:        id.PID,
 			StartTicks: id.StartTicks,
 			OwnerState: ownerState(seg, owner),
@@ -281,13 +277,9 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 // (upgrade.Reclaim): the writer's or upgrade holder's lock is released,
 // a dead reader's shared holds dropped.
 func reclaimRWLocks(seg *shm.Segment, dryRun bool) ([]reclaimRWLockJSON, error) {
-	claims, err := seg.Claims(layout.KindUpgrades)
+	claims, err := claimsByIndex(seg, layout.KindUpgrades, "upgrade")
 	if err != nil {
-		return nil, fmt.Errorf("reading the upgrade directory: %w", err)
-	}
-	names := make(map[int]string, len(claims))
-	for _, c := range claims {
-		names[c.Index] = c.Name
+		return nil, err
 	}
 	rows := []reclaimRWLockJSON{}
 	for i := range seg.Len(layout.KindUpgrades) {
@@ -297,7 +289,7 @@ func reclaimRWLocks(seg *shm.Segment, dryRun bool) ([]reclaimRWLockJSON, error) 
 		}
 		row := func(who string, owner, tid uint64) reclaimRWLockJSON {
 			id, _ := proc.Unpack(owner)
-			return reclaimRWLockJSON{Index: i, Name: names[i], Holder: who, PID: id.PID, StartTicks: id.StartTicks,
+			return reclaimRWLockJSON{Index: i, Name: claims[i].Name, Holder: who, PID: id.PID, StartTicks: id.StartTicks,
 				OwnerState: ownerState(seg, owner), TID: tid, Action: actionDryRun}
 		}
 		var found []reclaimRWLockJSON

@@ -26,11 +26,7 @@ func TestReclaimFlags(t *testing.T) {
 		{[]string{"-n", "x", "--wait", "1m"}, reclaimOptions{Segment: "x", DryRun: true, Wait: time.Minute}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *reclaimOptions
-		cmd := newCmdReclaim(ios, func(o *reclaimOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdReclaim, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}

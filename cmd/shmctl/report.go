@@ -84,13 +84,9 @@ func readInfo(seg *shm.Segment) (*infoJSON, error) {
 // readSlots gathers the owner slots of seg that are in use (claimed in the
 // directory or with any non-zero field), or all of them.
 func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
-	claims, err := seg.Claims(layout.KindOwnerSlots)
+	byIndex, err := claimsByIndex(seg, layout.KindOwnerSlots, "slot")
 	if err != nil {
-		return nil, fmt.Errorf("reading the slot directory: %w", err)
-	}
-	byIndex := make(map[int]shm.Claim, len(claims))
-	for _, c := range claims {
-		byIndex[c.Index] = c
+		return nil, err
 	}
 	doc := &slotsJSON{Path: seg.Path(), Slots: []slotJSON{}}
 	for i := range seg.Len(layout.KindOwnerSlots) {
@@ -153,4 +149,18 @@ func ownerState(seg *shm.Segment, w uint64) string {
 // /proc/sys/kernel/random/boot_id.
 func formatUUID(b [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// claimsByIndex reads the directory of seg's table kind (the what
+// directory, for the error) into a map by entry index.
+func claimsByIndex(seg *shm.Segment, kind layout.Kind, what string) (map[int]shm.Claim, error) {
+	claims, err := seg.Claims(kind)
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s directory: %w", what, err)
+	}
+	byIndex := make(map[int]shm.Claim, len(claims))
+	for _, c := range claims {
+		byIndex[c.Index] = c
+	}
+	return byIndex, nil
 }

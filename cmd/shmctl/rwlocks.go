@@ -140,13 +140,9 @@ func readersCell(rs []readerJSON) string {
 // readRWLocks gathers the upgrade mutexes of seg that are in use (claimed,
 // or with any word or reader record set), or all of them.
 func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
-	claims, err := seg.Claims(layout.KindUpgrades)
+	byIndex, err := claimsByIndex(seg, layout.KindUpgrades, "upgrade")
 	if err != nil {
-		return nil, fmt.Errorf("reading the upgrade directory: %w", err)
-	}
-	byIndex := make(map[int]shm.Claim, len(claims))
-	for _, c := range claims {
-		byIndex[c.Index] = c
+		return nil, err
 	}
 	doc := &rwlocksJSON{Path: seg.Path(), RWLocks: []rwlockJSON{}}
 	for i := range seg.Len(layout.KindUpgrades) {

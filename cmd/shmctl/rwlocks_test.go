@@ -26,11 +26,7 @@ func TestRWLocksFlags(t *testing.T) {
 		{[]string{"-a", "/x/y"}, rwlocksOptions{Segment: "/x/y", All: true}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *rwlocksOptions
-		cmd := newCmdRWLocks(ios, func(o *rwlocksOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdRWLocks, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}
@@ -189,16 +185,7 @@ func TestRWLocksPending(t *testing.T) {
 	require.NoError(t, u.LockUpgrade())
 	done := make(chan error)
 	go func() { done <- u.UpgradeToUnique() }()
-	var doc rwlocksJSON
-	for {
-		res := shmctl(t, false, "rwlocks", "--json", seg.Path())
-		require.Equal(t, exitOK, res.code, "stderr: %s", res.stderr)
-		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
-		if doc.RWLocks[0].UniqueWaiters == 1 {
-			break // asleep on the unique gate
-		}
-		time.Sleep(time.Millisecond)
-	}
+	doc := waitRWLocks(t, seg.Path(), func(l rwlockJSON) bool { return l.UniqueWaiters == 1 }) // asleep on the unique gate
 	assert.True(t, doc.RWLocks[0].Pending)
 	assert.Equal(t, "upgrade+shared", doc.RWLocks[0].Held)
 	require.NoError(t, r.UnlockShared())
@@ -237,16 +224,7 @@ func TestRWLocksWriterWaiting(t *testing.T) {
 	require.NoError(t, w1.Lock())
 	done := make(chan error)
 	go func() { done <- w2.Lock() }()
-	var doc rwlocksJSON
-	for {
-		res := shmctl(t, false, "rwlocks", "--json", seg.Path())
-		require.Equal(t, exitOK, res.code, "stderr: %s", res.stderr)
-		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
-		if doc.RWLocks[0].WriterWaiters == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	doc := waitRWLocks(t, seg.Path(), func(l rwlockJSON) bool { return l.WriterWaiters == 1 })
 	assert.Equal(t, "unique", doc.RWLocks[0].Held)
 	assert.False(t, doc.RWLocks[0].WriterWaiting, "the holder's own Writer word")
 	r := shmctl(t, false, "rwlocks", seg.Path())
@@ -256,4 +234,21 @@ func TestRWLocksWriterWaiting(t *testing.T) {
 	require.NoError(t, w2.Unlock())
 	require.NoError(t, w1.Close())
 	require.NoError(t, w2.Close())
+}
+
+// waitRWLocks runs 'shmctl rwlocks --json' on path until done holds for
+// the first mutex listed, and returns that document.
+func waitRWLocks(tb testing.TB, path string, done func(rwlockJSON) bool) rwlocksJSON {
+	tb.Helper()
+	for {
+		var doc rwlocksJSON
+		res := shmctl(tb, false, "rwlocks", "--json", path)
+		require.Equal(tb, exitOK, res.code, "stderr: %s", res.stderr)
+		require.NoError(tb, json.Unmarshal([]byte(res.stdout), &doc))
+		require.NotEmpty(tb, doc.RWLocks)
+		if done(doc.RWLocks[0]) {
+			return doc
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -24,11 +24,7 @@ func TestSlotsFlags(t *testing.T) {
 		{[]string{"-a", "/x/y"}, slotsOptions{Segment: "/x/y", All: true}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *slotsOptions
-		cmd := newCmdSlots(ios, func(o *slotsOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdSlots, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}

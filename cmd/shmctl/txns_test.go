@@ -29,11 +29,7 @@ func TestTxnsFlags(t *testing.T) {
 		{[]string{"-a", "/x/y"}, txnsOptions{Segment: "/x/y", All: true}},
 	}
 	for _, tt := range tests {
-		ios, _, _ := testIOStreams(false)
-		var got *txnsOptions
-		cmd := newCmdTxns(ios, func(o *txnsOptions) error { got = o; return nil })
-		cmd.SetArgs(tt.args)
-		require.NoError(t, cmd.Execute(), "args %q", tt.args)
+		got, ios := parsedOptions(t, newCmdTxns, tt.args)
 		tt.want.IO = ios
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}

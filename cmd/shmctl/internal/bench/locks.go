@@ -44,12 +44,11 @@ func LockNames() []string { return []string{LockSpin, LockSpinToken, LockUpgrade
 // lockKind says how one --lock value is set up and what the JSON calls it.
 type lockKind struct {
 	peer   string // the JSON's peer
-	mode   spinlock.Mode
-	id     func() spinlock.Identity // a worker's identity for the whole run
-	how    string                   // for detail: how each worker holds the lock
-	shared bool                     // has RLock/RUnlock, so rw90 runs
-	// open, if set, is a worker's handle on a lock other than the spinlock
-	// in owner slot 0, and what closes it.
+	lock   string // for detail: which lock
+	how    string // for detail: how each worker holds the lock
+	shared bool   // has RLock/RUnlock, so rw90 runs
+	// open is a worker's handle on the lock in the sidecar segment, and
+	// what closes the handle (not the segment).
 	open func(seg *shm.Segment) (sync.Locker, func() error, error)
 }
 
@@ -61,24 +60,26 @@ type lockKind struct {
 var lockKinds = map[string]lockKind{
 	LockSpin: {
 		peer: "shmlock_spin",
-		mode: spinlock.PIDTID,
-		id:   spinlock.NewHolder,
+		lock: spinLockName(spinlock.PIDTID),
 		how:  "one NewHolder per worker, Lock.Locker",
+		open: spinLocker(spinlock.PIDTID, spinlock.NewHolder),
 	},
 	LockSpinToken: {
 		peer: "shmlock_spin_token",
-		mode: spinlock.Token,
-		id:   spinlock.NewToken,
+		lock: spinLockName(spinlock.Token),
 		how:  "one NewToken per worker, Lock.Locker",
+		open: spinLocker(spinlock.Token, spinlock.NewToken),
 	},
 	LockUpgrade: {
 		peer:   "shmlock_upgrade",
+		lock:   "shmlock_upgrade",
 		how:    "one handle per worker, Mutex.Locker (Lock/Unlock, RLock/RUnlock)",
 		shared: true,
 		open:   openUpgradeLocker,
 	},
 	LockMgr: {
 		peer:   "shmlock_lockmgr",
+		lock:   "shmlock_lockmgr",
 		how:    "owner worker-PID, Acquire (waiting with retries) and Release of one resource",
 		shared: true,
 		open:   openMgrLocker,
@@ -114,28 +115,35 @@ func openLock(cfg Config, k lockKind) (sync.Locker, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if k.open != nil {
-		l, closeLock, err := k.open(seg)
-		if err != nil {
-			_ = seg.Close()
-			return nil, nil, err
-		}
-		return l, func() error { return errors.Join(closeLock(), seg.Close()) }, nil
-	}
-	l, err := spinlock.Open(seg, 0, k.mode)
+	l, closeLock, err := k.open(seg)
 	if err != nil {
 		_ = seg.Close()
 		return nil, nil, err
 	}
-	return l.Locker(k.id()), seg.Close, nil
+	return l, func() error { return errors.Join(closeLock(), seg.Close()) }, nil
 }
+
+// spinLocker opens the spinlock in owner slot 0 in mode m, held by each
+// worker with one identity from id for the whole run.
+func spinLocker(m spinlock.Mode, id func() spinlock.Identity) func(*shm.Segment) (sync.Locker, func() error, error) {
+	return func(seg *shm.Segment) (sync.Locker, func() error, error) {
+		l, err := spinlock.Open(seg, 0, m)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l.Locker(id()), noClose, nil
+	}
+}
+
+// noClose closes a handle that holds nothing to close (a spinlock.Lock, a
+// lockmgr.Manager).
+func noClose() error { return nil }
+
+func spinLockName(m spinlock.Mode) string { return fmt.Sprintf("spinlock, %v mode", m) }
 
 // detail describes the lock for the JSON's detail.
 func (k lockKind) detail() string {
-	if k.open != nil {
-		return fmt.Sprintf("shmlock %s, %s, segment FILE.shm; %s", k.peer, k.how, moduleVersion())
-	}
-	return fmt.Sprintf("shmlock spinlock, %v mode, %s, segment FILE.shm; %s", k.mode, k.how, moduleVersion())
+	return fmt.Sprintf("shmlock %s, %s, segment FILE.shm; %s", k.lock, k.how, moduleVersion())
 }
 
 // moduleVersion names the shmlock build: module path and version, and the
@@ -196,7 +204,6 @@ func openMgrLocker(seg *shm.Segment) (sync.Locker, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	noClose := func() error { return nil } // a Manager holds nothing to close
 	return &mgrLocker{m: m, owner: "worker-" + strconv.Itoa(os.Getpid())}, noClose, nil
 }
 
