@@ -30,7 +30,7 @@ means no such table. The command fails if the segment already exists.
 
 ` + infoJSONHelp,
 		Example: `  shmctl create jobs
-  shmctl create /dev/shm/jobs --slots 256 --upgrades 0 --group`,
+  shmctl create /dev/shm/jobs --slots 256 --upgrades -1 --group`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
