@@ -92,6 +92,8 @@ import (
 //	    tid             number       the holding handle's id in its process
 //	  writer_waiting    bool       writer is not null and does not hold the
 //	                               unique lock yet
+//	  handoff           bool       the writers' mutex was handed to the
+//	                               waiting writers and none has taken it yet
 //	  upgrader          object|null  the upgrade holder (or the process taking
 //	                               the upgrade lock), as writer
 //	  shared_holds      number     shared holds, the sum of the readers' counts
@@ -352,6 +354,7 @@ type (
 		Pending       bool         `json:"pending"`
 		Writer        *holderJSON  `json:"writer"`
 		WriterWaiting bool         `json:"writer_waiting"`
+		Handoff       bool         `json:"handoff"`
 		Upgrader      *holderJSON  `json:"upgrader"`
 		SharedHolds   uint64       `json:"shared_holds"`
 		Readers       []readerJSON `json:"readers"`

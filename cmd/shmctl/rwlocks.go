@@ -54,7 +54,7 @@ fields may come from slightly different moments. The segment is opened
 read-only and nothing in it changes.
 
 JSON fields: path, rwlocks [{index, name, refs, held, state, write_bit,
-upgrade_bit, pending, writer, writer_waiting, upgrader, shared_holds,
+upgrade_bit, pending, writer, writer_waiting, handoff, upgrader, shared_holds,
 readers [{record, pid, start_ticks, owner_state, count}], reader_records,
 shared_waiters, unique_waiters, writer_waiters, generation, dead}]; writer
 and upgrader
@@ -158,7 +158,7 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 			Upgrader: holder(seg, st.Upgrader, st.UpgraderTID),
 			Readers:  make([]readerJSON, 0, len(st.Readers)), ReaderRecords: st.ReaderRecords,
 			SharedWaiters: st.SharedWaiters, UniqueWaiters: st.UniqueWaiters, WriterWaiters: st.WriterWaiters,
-			Generation: st.Generation,
+			Generation: st.Generation, Handoff: st.Handoff,
 		}
 		for _, r := range st.Readers {
 			id, _ := proc.Unpack(r.Owner)

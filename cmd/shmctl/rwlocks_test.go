@@ -165,7 +165,7 @@ func TestRWLocksJSON(t *testing.T) {
 	assert.ElementsMatch(t, []string{"path", "rwlocks"}, keys(raw))
 	l := raw["rwlocks"].([]any)[1].(map[string]any)
 	assert.ElementsMatch(t, []string{"index", "name", "refs", "held", "state", "write_bit", "upgrade_bit", "pending",
-		"writer", "writer_waiting", "upgrader", "shared_holds", "readers", "reader_records", "shared_waiters",
+		"writer", "writer_waiting", "handoff", "upgrader", "shared_holds", "readers", "reader_records", "shared_waiters",
 		"unique_waiters", "writer_waiters", "generation", "dead"}, keys(l))
 	assert.ElementsMatch(t, []string{"pid", "start_ticks", "owner_state", "tid"}, keys(l["writer"].(map[string]any)))
 	assert.Nil(t, l["upgrader"])
