@@ -167,10 +167,11 @@ func (s *Space) pinTxn(p *Pin, idx int, c uint64) bool {
 // SRef is the seed's scoped read borrow: the bytes of one object, valid
 // while the SRef holds its pins (one on the transaction the Ref names, one
 // more on the source of a promotion cell not yet promoted). Release it when
-// the read is done; a second Release does nothing. An SRef must not be
-// copied after first use.
+// the read is done; a second Release does nothing. Like a Pin, an SRef
+// must not be copied after first use (a copy would release twice); it has
+// no noCopy marker only because Borrow returns it by value, which keeps
+// borrowing free of allocations.
 type SRef struct {
-	_    noCopy
 	ref  Ref
 	data []byte
 	pins [2]Pin
@@ -198,28 +199,34 @@ func (b *SRef) Release() {
 // finishing then).
 // It fails like TryPin, with ErrBadRef if r names no object, or with
 // ctx.Err().
-func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
-	b := new(SRef)
+func (s *Space) Borrow(ctx context.Context, r Ref) (SRef, error) {
+	var b SRef
+	err := s.borrow(ctx, r, &b)
+	return b, err
+}
+
+// borrow is Borrow into b, which holds nothing when it fails.
+func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 	b.ref = r
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		if err := s.pin(&b.pins[0], r.Txn, r.Gen); err != nil {
-			return nil, err
+			return err
 		}
 		kind, data, cell, err := s.object(r)
 		if err != nil {
 			b.Release()
-			return nil, err
+			return err
 		}
 		if kind == kindObject {
 			b.data = data
-			return b, nil
+			return nil
 		}
 		if cell.State.Load() == cellPromoted {
 			b.data = data
-			return b, nil
+			return nil
 		}
 		t := Ref{Txn: cell.TTxn.Load(), Gen: cell.TGen.Load(), Off: cell.TOff.Load()}
 		err = s.pin(&b.pins[1], t.Txn, t.Gen)
@@ -227,31 +234,31 @@ func (s *Space) Borrow(ctx context.Context, r Ref) (*SRef, error) {
 			kind, tdata, _, err := s.object(t)
 			if err != nil || kind != kindObject {
 				b.Release()
-				return nil, ErrBadRef
+				return ErrBadRef
 			}
 			b.data = tdata
-			return b, nil
+			return nil
 		}
 		if err == ErrBadRef {
 			b.Release()
-			return nil, ErrBadRef // a corrupted cell
+			return ErrBadRef // a corrupted cell
 		}
 		if err != ErrClosing {
 			// The source ended: it promoted the cell before marking
 			// itself Closed, unless this cell's transaction was closing.
 			if cell.State.Load() == cellPromoted {
 				b.data = data
-				return b, nil
+				return nil
 			}
 			b.Release()
-			return nil, ErrClosed
+			return ErrClosed
 		}
 		b.Release()
 		if !ctlEnding(s.recs[t.Txn].Ctl.Load()) {
-			return nil, ErrClosing // the barrier is up, for other transactions
+			return ErrClosing // the barrier is up, for other transactions
 		}
 		if err := s.awaitEnd(ctx, t); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -328,9 +335,3 @@ func (s *Space) object(r Ref) (kind uint64, data []byte, cell *cellBody, err err
 	}
 	return 0, nil, nil, ErrBadRef
 }
-
-// noCopy makes go vet's copylocks check report copies.
-type noCopy struct{}
-
-func (*noCopy) Lock()   {}
-func (*noCopy) Unlock() {}

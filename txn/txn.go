@@ -159,10 +159,10 @@ func (t *Txn) TryPin() (Pin, error) {
 // this transaction (or, for a barrier-mode one, global pins) count as the
 // handle's, so that RequestCloseAndWait and Barrier.Close refuse with
 // ErrCloserPinned while the borrow is held instead of waiting for it.
-func (t *Txn) Borrow(ctx context.Context, r Ref) (*SRef, error) {
-	b, err := t.s.Borrow(ctx, r)
-	if err != nil {
-		return nil, err
+func (t *Txn) Borrow(ctx context.Context, r Ref) (SRef, error) {
+	var b SRef
+	if err := t.s.borrow(ctx, r, &b); err != nil {
+		return b, err
 	}
 	for i := range b.pins {
 		p := &b.pins[i]

@@ -1187,3 +1187,35 @@ func TestConcurrentCloses(t *testing.T) {
 		}
 	})
 }
+
+// TestReadsAllocateNothing: pinning and borrowing, through the Space and
+// through the owner's handle, directly and through a promotion cell, keep
+// the garbage collector out of the read path.
+func TestReadsAllocateNothing(t *testing.T) {
+	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
+		ctx := context.Background()
+		tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+		require.NoError(t, err)
+		obj, err := tx.Alloc([]byte("object"))
+		require.NoError(t, err)
+		cell, err := tx.Link(obj)
+		require.NoError(t, err)
+		reads := []struct {
+			name string
+			read func() error
+		}{
+			{"Space.TryPin", func() error { p, err := sp.TryPin(obj); p.Release(); return err }},
+			{"Txn.TryPin", func() error { p, err := tx.TryPin(); p.Release(); return err }},
+			{"Space.Borrow", func() error { b, err := sp.Borrow(ctx, obj); b.Release(); return err }},
+			{"Space.Borrow cell", func() error { b, err := sp.Borrow(ctx, cell); b.Release(); return err }},
+			{"Txn.Borrow", func() error { b, err := tx.Borrow(ctx, obj); b.Release(); return err }},
+		}
+		for _, r := range reads {
+			var err error
+			allocs := testing.AllocsPerRun(100, func() { err = r.read() })
+			require.NoError(t, err, r.name)
+			assert.Zero(t, allocs, "%s allocates", r.name)
+		}
+		require.NoError(t, m.closeTx(ctx, sp, tx))
+	})
+}
