@@ -246,9 +246,18 @@ func (k *key) set(s string, max int) string {
 
 // unpack is the string stored in words w.
 func unpack(w []atomic.Uint64) string {
+	var words [MaxResourceLen / 8]uint64
+	for i := range w {
+		words[i] = w[i].Load()
+	}
+	return unpackWords(words[:len(w)])
+}
+
+// unpackWords is the string stored in words w, read already.
+func unpackWords(w []uint64) string {
 	var buf [MaxResourceLen]byte
 	for i := range w {
-		binary.LittleEndian.PutUint64(buf[8*i:], w[i].Load())
+		binary.LittleEndian.PutUint64(buf[8*i:], w[i])
 	}
 	n := 0
 	for n < 8*len(w) && buf[n] != 0 {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -707,4 +708,65 @@ func TestStaleWakePending(t *testing.T) {
 	}
 	require.NoError(t, m.Release("r", "a"))
 	require.NoError(t, <-done)
+}
+
+// instantClock is a Clock whose Sleep advances it instead of waiting, and
+// which, unlike fakeClock, records nothing: it allocates nothing, so the
+// allocations of an acquisition on it are the acquisition's own.
+type instantClock struct{ ns atomic.Int64 }
+
+func (c *instantClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func (c *instantClock) Sleep(_ context.Context, d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestRetriesAllocateNothing: a failing acquisition builds its error once,
+// when it returns it, so an attempt that only leads to a retry allocates
+// nothing, whatever the conflict: a run out of 40 retries allocates as much
+// as a run out of one. Not parallel: AllocsPerRun counts the allocations
+// of the whole process.
+func TestRetriesAllocateNothing(t *testing.T) {
+	if testproc.Race {
+		t.Skip("the race detector's allocations make the counts vary")
+	}
+	for _, tc := range []struct {
+		name    string
+		mode    lockmgr.Mode
+		holders int // collaborative holders taken first; 0: one exclusive holder
+		wantErr error
+	}{
+		{"exclusive holder", X, 0, nil},
+		{"collaborative against exclusive", C, 0, nil},
+		{"too many holders", C, lockmgr.MaxHolders, lockmgr.ErrTooManyHolders},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &instantClock{}
+			clk.ns.Store(1_700_000_000 * int64(time.Second))
+			m, _ := newManager(t, 64, lockmgr.Options{Clock: clk})
+			ctx := context.Background()
+			if tc.holders == 0 {
+				_, err := m.Acquire(ctx, "r", "holder", X, lockmgr.AcquireOptions{})
+				require.NoError(t, err)
+			}
+			for i := range tc.holders {
+				_, err := m.Acquire(ctx, "r", "holder-"+strconv.Itoa(i), C, lockmgr.AcquireOptions{})
+				require.NoError(t, err)
+			}
+			allocs := func(retries int) float64 {
+				var err error
+				var info lockmgr.LockInfo
+				n := testing.AllocsPerRun(20, func() {
+					info, err = m.Acquire(ctx, "r", "waiter", tc.mode, lockmgr.AcquireOptions{Retries: retries, Backoff: noJitter})
+				})
+				require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
+				if tc.wantErr != nil {
+					require.ErrorIs(t, err, tc.wantErr)
+				} else {
+					require.ErrorContains(t, err, `"r" is held by "holder"`)
+				}
+				require.Equal(t, retries+1, info.Attempts)
+				return n
+			}
+			require.Equal(t, allocs(1), allocs(40), "allocations grow with the retries")
+		})
+	}
 }

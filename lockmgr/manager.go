@@ -128,9 +128,30 @@ type outcome struct {
 	reclaimed bool   // a dead holder was removed
 	version   uint64 // after the grant
 	seq       uint32 // Gate at the conflict, for the futex wait
-	blocker   *layout.LockMgrHolder
+	blocked   bool   // a live hold conflicts: blocker and blockMode say whose
+	blocker   ownerWords
 	blockMode Mode
 	expiry    int64 // earliest expiry of a blocking hold; 0 if none
+}
+
+// ownerWords is an owner name as the table stores it, copied out of a
+// holder record under the entry's lock.
+type ownerWords [MaxOwnerLen / 8]uint64
+
+// conflict is what an attempt met, kept as data: the error describing it
+// is built only when the acquisition returns it, so an attempt that only
+// leads to a retry allocates nothing.
+type conflict struct {
+	err   error // the table's refusal (ErrTooManyHolders); nil: a hold is in the way
+	owner ownerWords
+	mode  Mode
+}
+
+func (c *conflict) error(res *resKey) error {
+	if c.err != nil {
+		return fmt.Errorf("%w: %q", c.err, res.s)
+	}
+	return fmt.Errorf("%q is held by %q (%v)", res.s, unpackWords(c.owner[:]), c.mode)
 }
 
 // Acquire takes resource for owner in mode. On a conflict it fails at once
@@ -208,10 +229,6 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			start = now
 		}
 		o := m.try(e, own, mode, opts.TTL, now, attempt == 0)
-		var blocker string
-		if o.blocker != nil {
-			blocker = unpack(o.blocker.Owner[:])
-		}
 		m.t.unlockEntry(e)
 		switch {
 		case o.granted && mode == Collaborative && (o.woke || slept != nil):
@@ -221,7 +238,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			m.t.wakeOne(e)
 		}
 		reclaimed = reclaimed || o.reclaimed
-		var conflict error
+		met := conflict{owner: o.blocker, mode: o.blockMode}
 		switch {
 		case o.granted:
 			info.State = st.to(Acquired)
@@ -246,20 +263,17 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 				info.State = st.to(Failed)
 				return info, fmt.Errorf("%w: %q", err, res.s)
 			}
-			conflict = fmt.Errorf("%w: %q", err, res.s)
+			met.err = err
 		}
 		attempt++
 		info.Attempts = attempt
-		if conflict == nil {
-			conflict = fmt.Errorf("%q is held by %q (%v)", res.s, blocker, o.blockMode)
-		}
 		if retries == 0 {
 			info.State = st.to(Failed)
-			return info, fmt.Errorf("%w: %w", ErrResourceLocked, conflict)
+			return info, fmt.Errorf("%w: %w", ErrResourceLocked, met.error(res))
 		}
 		if retries != RetryForever && attempt > retries {
 			info.State = st.to(Failed)
-			return info, fmt.Errorf("%w after %d attempts: %w", ErrAcquisitionFailed, attempt, conflict)
+			return info, fmt.Errorf("%w after %d attempts: %w", ErrAcquisitionFailed, attempt, met.error(res))
 		}
 		d := opts.Backoff.jittered(attempt - 1)
 		now = m.clock.now()
@@ -267,7 +281,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			left := time.Duration(start + int64(opts.Wait) - now)
 			if left <= 0 {
 				info.State = st.to(Failed)
-				return info, fmt.Errorf("%w after %v: %w", ErrTimeout, opts.Wait, conflict)
+				return info, fmt.Errorf("%w after %v: %w", ErrTimeout, opts.Wait, met.error(res))
 			}
 			d = min(d, left)
 		}
@@ -286,7 +300,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		if err := ctx.Err(); err != nil {
 			info.State = st.to(Failed)
 			if errors.Is(err, context.DeadlineExceeded) {
-				return info, fmt.Errorf("%w: %w (%w)", ErrTimeout, err, conflict)
+				return info, fmt.Errorf("%w: %w (%w)", ErrTimeout, err, met.error(res))
 			}
 			return info, err
 		}
@@ -354,8 +368,11 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 				return true
 			}
 			if m.t.isAlive(p, now) || m.t.isAlive(h.Companion.Load(), now) {
-				if o.blocker == nil {
-					o.blocker = h
+				if !o.blocked {
+					o.blocked = true
+					for i := range h.Owner {
+						o.blocker[i] = h.Owner[i].Load()
+					}
 				}
 				if exp := int64(h.Expires.Load()); exp != 0 && (o.expiry == 0 || exp < o.expiry) {
 					o.expiry = exp
@@ -378,7 +395,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			o.seq = e.Gate.Load()
 			return o
 		}
-		o.blocker = nil
+		o.blocked, o.blocker = false, ownerWords{}
 	}
 	if held == 0 {
 		ctl = withMode(ctl, 0)
