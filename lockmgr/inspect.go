@@ -120,33 +120,13 @@ func pidOf(w uint64) int {
 	return int(id.PID)
 }
 
-// lookup finds resource k without locking; -1 if it is not in the table.
-func (t *table) lookup(k *resKey) int {
-	if t.n == 0 {
-		return -1
-	}
-	limit := min(uint64(t.head.Next.Load()), t.n-1)
-	for d := uint64(0); d <= limit; d++ {
-		i := t.probe(k.hash, d)
-		e := t.entries[i]
-		c := kindOf(e.Ctl.Load())
-		if c == kindEmpty {
-			return -1
-		}
-		if c == kindResource && e.Hash.Load() == k.hash && sameName(e, k) {
-			return i
-		}
-	}
-	return -1
-}
-
 // Inspect describes resource; a resource not in the table is Unlocked.
 func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
 		return ResourceInfo{}, err
 	}
-	if i := m.t.lookup(&res); i >= 0 {
+	if i := m.t.search(&res, false); i >= 0 {
 		if s := m.t.read(m.t.entries[i]); kindOf(s.ctl) == kindResource && s.name == resource {
 			return m.info(s, m.clock.now()), nil
 		}
@@ -232,7 +212,7 @@ func (m *Manager) CheckVersion(resource string, version uint64) error {
 	if err := res.setResource(resource); err != nil {
 		return err
 	}
-	i := m.t.lookup(&res)
+	i := m.t.search(&res, false)
 	var cur uint64
 	if i >= 0 {
 		cur = m.t.entries[i].Version.Load()

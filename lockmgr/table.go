@@ -50,30 +50,47 @@ func sameOwner(h *layout.LockMgrHolder, k *ownKey) bool {
 	return true
 }
 
-// find returns the entry of resource k, locked, or nil. It probes at most
-// as far as any resource was ever inserted from its home entry, and stops
-// at an entry never used (resources are inserted at the first free entry of
-// their probe sequence, and entries never become unused again).
+// find returns the entry of resource k, locked, or nil.
 func (t *table) find(k *resKey) *layout.LockMgrEntry {
+	if i := t.search(k, true); i >= 0 {
+		return t.entries[i]
+	}
+	return nil
+}
+
+// search returns the index of resource k's entry, or -1: with lock, the
+// entry is returned locked and its name checked under the lock; without,
+// nothing is locked (for the readers, which must not stall behind a dead
+// process's entry lock) and the answer may be stale by the time it is
+// used. It probes at most as far as any resource was ever inserted from
+// its home entry, and stops at an entry never used (resources are inserted
+// at the first free entry of their probe sequence, and entries never
+// become unused again).
+func (t *table) search(k *resKey, lock bool) int {
 	if t.n == 0 {
-		return nil
+		return -1
 	}
 	limit := min(uint64(t.head.Next.Load()), t.n-1)
 	for d := uint64(0); d <= limit; d++ {
-		e := t.entries[t.probe(k.hash, d)]
+		i := t.probe(k.hash, d)
+		e := t.entries[i]
 		if e.Hash.Load() != k.hash {
 			if kindOf(e.Ctl.Load()) == kindEmpty {
-				return nil
+				return -1
 			}
 			continue
 		}
-		t.lockEntry(e)
-		if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
-			return e
+		if lock {
+			t.lockEntry(e)
 		}
-		t.unlockEntry(e)
+		if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
+			return i
+		}
+		if lock {
+			t.unlockEntry(e)
+		}
 	}
-	return nil
+	return -1
 }
 
 // findOrInsert returns the entry of resource k, locked, inserting it if it
