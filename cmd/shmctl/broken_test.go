@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,8 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/txn"
 )
 
 // Read commands on files that are not whole segments fail with one line
@@ -98,28 +101,56 @@ func TestInfoForeignSegment(t *testing.T) {
 	assert.EqualValues(t, 1, doc.PIDNamespace)
 }
 
-// Commands that need a table the segment was made without say so in one
-// line (rwlocks and reclaim have nothing to list or free there instead).
+// Every command that lists or uses one table fails the same way on a
+// segment made without it: one line naming the table and the create flag
+// that gives a segment one, exit status exitError; the lock-manager
+// commands with lockmgr's code. (info and reclaim take any segment.)
 func TestMissingTable(t *testing.T) {
 	t.Parallel()
-	noLockMgr := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: -1}).Path()
-	noTxn := newSegment(t, layout.Options{Slots: 2, TxnRecords: -1}).Path()
+	noSlots := newSegment(t, layout.Options{Slots: -1}).Path()
+	noUpgrades := newSegment(t, layout.Options{Upgrades: -1}).Path()
+	noLockMgrSeg := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: -1})
+	noTxnSeg := newSegment(t, layout.Options{Slots: 2, TxnRecords: -1})
+	noLockMgr, noTxn := noLockMgrSeg.Path(), noTxnSeg.Path()
+	noArena := newSegment(t, layout.Options{Slots: 2, TxnArenaBytes: -1}).Path()
+	// The packages' own errors stay in the chain.
+	require.ErrorIs(t, needTables(noLockMgrSeg, layout.KindLockMgr), lockmgr.ErrNoTable)
+	require.ErrorIs(t, needTables(noTxnSeg, layout.KindTxnArena, layout.KindTxnRecords), txn.ErrNoSpace)
+	require.NoError(t, needTables(noTxnSeg, layout.KindOwnerSlots, layout.KindLockMgr))
+	const (
+		slotTable    = "has no owner-slot table: 'shmctl create --slots N'"
+		upgradeTable = "has no upgrade-mutex table: 'shmctl create --upgrades N'"
+		lockTable    = "has no lock-manager table: 'shmctl create --lockmgr-entries N'"
+		txnTable     = "has no transaction-record table: 'shmctl create --txn-records N'"
+		arenaTable   = "has no transaction arena: 'shmctl create --txn-arena N'"
+	)
 	for _, tc := range []struct {
-		args []string
-		want string
+		args []string // SEG stands for seg
+		seg  string
+		want []string
 	}{
-		{[]string{"locks", noLockMgr}, "NO_LOCK_TABLE"},
-		{[]string{"locks", "--json", noLockMgr}, "NO_LOCK_TABLE"},
-		{[]string{"stats", noLockMgr}, "NO_LOCK_TABLE"},
-		{[]string{"stats", "--json", noLockMgr}, "NO_LOCK_TABLE"},
-		{[]string{"lock", noLockMgr, "job", "--", "true"}, "NO_LOCK_TABLE"},
-		{[]string{"txns", noTxn}, "transaction"},
-		{[]string{"txns", "--all", "--json", noTxn}, "transaction"},
+		{[]string{"slots", "SEG"}, noSlots, []string{slotTable}},
+		{[]string{"slots", "--all", "--json", "SEG"}, noSlots, []string{slotTable}},
+		{[]string{"rwlocks", "SEG"}, noUpgrades, []string{upgradeTable}},
+		{[]string{"rwlocks", "--all", "--json", "SEG"}, noUpgrades, []string{upgradeTable}},
+		{[]string{"locks", "SEG"}, noLockMgr, []string{lockTable, "NO_LOCK_TABLE"}},
+		{[]string{"locks", "--json", "SEG"}, noLockMgr, []string{lockTable, "NO_LOCK_TABLE"}},
+		{[]string{"stats", "SEG"}, noLockMgr, []string{lockTable, "NO_LOCK_TABLE"}},
+		{[]string{"stats", "--json", "SEG"}, noLockMgr, []string{lockTable, "NO_LOCK_TABLE"}},
+		{[]string{"lock", "SEG", "job", "--", "true"}, noLockMgr, []string{lockTable, "NO_LOCK_TABLE"}},
+		{[]string{"txns", "SEG"}, noTxn, []string{txnTable, "transaction"}},
+		{[]string{"txns", "--all", "--json", "SEG"}, noTxn, []string{txnTable, "transaction"}},
+		{[]string{"txns", "--json", "SEG"}, noArena, []string{arenaTable}},
 	} {
-		name := strings.NewReplacer(noLockMgr, "SEG", noTxn, "SEG").Replace(strings.Join(tc.args, " "))
+		name := strings.Join(tc.args, " ")
+		args := slices.Clone(tc.args)
+		args[slices.Index(args, "SEG")] = tc.seg
 		t.Run(name, func(t *testing.T) {
-			line := requireOneLineError(t, shmctl(t, false, tc.args...), exitError)
-			assert.Contains(t, line, tc.want)
+			line := requireOneLineError(t, shmctl(t, false, args...), exitError)
+			assert.True(t, strings.HasPrefix(line, "shmctl: "+tc.seg+" has no "), "%q does not name the segment first", line)
+			for _, w := range tc.want {
+				assert.Contains(t, line, w)
+			}
 		})
 	}
 }

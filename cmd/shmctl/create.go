@@ -26,7 +26,9 @@ func newCmdCreate(ios *IOStreams, runF func(*createOptions) error) *cobra.Comman
 		Long: `Create a new segment and print what info would print about it.
 
 A size of 0 (the default) means the library default; a negative size
-means no such table. The command fails if the segment already exists.
+means no such table, and the commands that read or use that table (slots,
+rwlocks, txns, locks, stats, lock) then fail on the segment, naming it and
+its flag. The command fails if the segment already exists.
 
 ` + infoJSONHelp,
 		Example: `  shmctl create jobs

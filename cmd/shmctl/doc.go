@@ -39,7 +39,10 @@
 //	    unless --lock says otherwise)
 //
 // info, slots, rwlocks, txns, locks and stats open the segment read-only
-// and change nothing in it. demo and bench start worker processes: this
+// and change nothing in it. slots, rwlocks, txns, locks, stats and lock
+// fail (status 1) on a segment created without the table they read or use,
+// naming it and the create flag that sizes it; info and reclaim take any
+// segment. demo and bench start worker processes: this
 // program again (demo through the hidden demo-worker command, bench with
 // SHMCTL_BENCH_WORKER set); lock starts CMD through the hidden lock-exec
 // command, which execs CMD once the hold records its pid.

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/lockmgr"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // Exit statuses of shmctl lock besides the command's own.
@@ -100,15 +99,11 @@ func runLock(opts *lockOptions) error {
 		printError(opts.IO.ErrOut, err)
 		return exitStatus(exitCannotRun)
 	}
-	seg, err := shm.Open(opts.Segment, shm.Options{})
+	seg, m, err := openLockTable(opts.Segment, false)
 	if err != nil {
 		return err
 	}
 	defer seg.Close()
-	m, err := lockmgr.Open(seg, lockmgr.Options{})
-	if err != nil {
-		return err
-	}
 	// A signal that arrives while waiting for the lock ends the wait; later
 	// ones go to the command. The watcher is gone before the command
 	// starts, so no signal is taken by both or lost between them.

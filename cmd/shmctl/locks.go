@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -55,8 +56,10 @@ state, acquired, expires, age_seconds, left_seconds}]}].`,
 }
 
 // openLockTable opens the segment read-only and its lock table.
-func openLockTable(path string) (*shm.Segment, *lockmgr.Manager, error) {
-	seg, err := shm.Open(path, shm.Options{ReadOnly: true})
+// openLockTable opens segment path, read-only or not, and a Manager over
+// its lock-manager table; the caller closes the segment.
+func openLockTable(path string, readOnly bool) (*shm.Segment, *lockmgr.Manager, error) {
+	seg, err := openWithTables(path, readOnly, layout.KindLockMgr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -69,7 +72,7 @@ func openLockTable(path string) (*shm.Segment, *lockmgr.Manager, error) {
 }
 
 func runLocks(opts *locksOptions) error {
-	seg, m, err := openLockTable(opts.Segment)
+	seg, m, err := openLockTable(opts.Segment, true)
 	if err != nil {
 		return err
 	}

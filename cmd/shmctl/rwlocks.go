@@ -77,7 +77,7 @@ are {pid, start_ticks, owner_state, tid} or null.`,
 
 func runRWLocks(opts *rwlocksOptions) error {
 	// As slots: pids of another PID namespace would be judged wrongly.
-	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true})
+	seg, err := openWithTables(opts.Segment, true, layout.KindUpgrades)
 	if err != nil {
 		return err
 	}

@@ -203,8 +203,9 @@ func TestRWLocksBroken(t *testing.T) {
 		line := requireOneLineError(t, shmctl(t, false, append(args, notSeg)...), exitError)
 		assert.Contains(t, line, notSeg)
 	}
-	// A segment with no upgrade table lists nothing.
-	seg := newSegment(t, layout.Options{Upgrades: -1})
+	// None in use lists nothing (a segment with no upgrade table is
+	// TestMissingTable's).
+	seg := newSegment(t, layout.Options{Upgrades: 2})
 	res := shmctl(t, false, "rwlocks", "--json", seg.Path())
 	require.Equal(t, exitOK, res.code, "stderr: %s", res.stderr)
 	var doc rwlocksJSON

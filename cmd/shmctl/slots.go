@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/layout"
 )
 
 type slotsOptions struct {
@@ -53,7 +53,7 @@ the table shows "-".`,
 func runSlots(opts *slotsOptions) error {
 	// Unlike info, refuse a segment of another PID namespace: its pids
 	// name other processes here, so alive/dead would be wrong.
-	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true})
+	seg, err := openWithTables(opts.Segment, true, layout.KindOwnerSlots)
 	if err != nil {
 		return err
 	}

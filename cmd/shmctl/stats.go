@@ -45,7 +45,7 @@ capacity, declared_only.`,
 }
 
 func runStats(opts *statsOptions) error {
-	seg, m, err := openLockTable(opts.Segment)
+	seg, m, err := openLockTable(opts.Segment, true)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ start_ticks, owner_state, pins, global_pins}].`,
 }
 
 func runTxns(opts *txnsOptions) error {
-	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true})
+	seg, err := openWithTables(opts.Segment, true, layout.KindTxnRecords, layout.KindTxnArena)
 	if err != nil {
 		return err
 	}
