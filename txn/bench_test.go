@@ -3,7 +3,6 @@ package txn_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
@@ -165,30 +165,21 @@ func BenchmarkPinProcesses(b *testing.B) {
 				if kind == "atomic" {
 					arg = "atomic"
 				}
-				var kids []*child
-				var stdins []io.WriteCloser
+				var kids []*testproc.Child
 				for g := range n {
-					c := &child{name: "bench-pin", done: make(chan struct{})}
-					c.cmd = benchCommand(path, arg, strconv.Itoa(share(b.N, n, g)))
-					c.cmd.Stdout = childWriter{c}
-					c.cmd.Stderr = childWriter{c}
-					in, err := c.cmd.StdinPipe()
-					require.NoError(b, err)
-					require.NoError(b, c.cmd.Start())
-					go func() { c.err = c.cmd.Wait(); close(c.done) }()
-					kids, stdins = append(kids, c), append(stdins, in)
+					kids = append(kids, testproc.StartWithStdin(b, "bench-pin", path, arg, strconv.Itoa(share(b.N, n, g))))
 				}
 				for _, c := range kids {
-					c.waitLine(b, "ready")
+					c.WaitLine(b, "ready")
 				}
 				b.ResetTimer()
-				for _, in := range stdins {
-					_, _ = in.Write([]byte("go\n"))
+				for _, c := range kids {
+					c.Send(b, "go")
 				}
 				var slowest int64
 				for _, c := range kids {
-					c.waitOK(b)
-					ns, err := strconv.ParseInt(c.waitLine(b, "ns "), 10, 64)
+					c.WaitOK(b)
+					ns, err := strconv.ParseInt(c.WaitLine(b, "ns "), 10, 64)
 					require.NoError(b, err)
 					slowest = max(slowest, ns)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
@@ -424,8 +425,8 @@ func TestPromotionIntoFinishingSkipped(t *testing.T) {
 func TestReclaimFinishing(t *testing.T) {
 	t.Parallel()
 	forModes(t, layout.Options{TxnRecords: 4}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
-		c := startChildStdin(t, "die-finishing", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		c := testproc.StartWithStdin(t, "die-finishing", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
 		require.NoError(t, err)
 		dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
 		require.NoError(t, err)
@@ -436,11 +437,10 @@ func TestReclaimFinishing(t *testing.T) {
 		require.NoError(t, err)
 		arena := region[ti.ArenaStart : ti.ArenaStart+ti.ArenaSize]
 
-		_, err = c.stdin.Write([]byte("close\n"))
-		require.NoError(t, err)
-		c.waitLine(t, "finishing")
+		c.Send(t, "close")
+		c.WaitLine(t, "finishing")
 		require.Equal(t, txn.StateFinishing, txnInfo(t, seg, int(r.Txn)).State)
-		c.kill(t)
+		c.Kill(t)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // a done context does not stop a resumed end sequence

@@ -5,15 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -232,117 +227,6 @@ func benchPinHelper(args []string) int {
 	return 0
 }
 
-// child is a running helper process.
-type child struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser // startChildStdin only
-	mu    sync.Mutex
-	out   strings.Builder
-	done  chan struct{}
-	err   error
-}
-
-type childWriter struct{ c *child }
-
-func (w childWriter) Write(p []byte) (int, error) {
-	w.c.mu.Lock()
-	defer w.c.mu.Unlock()
-	return w.c.out.Write(p)
-}
-
-func startChild(tb testing.TB, name string, args ...string) *child {
-	tb.Helper()
-	return startChildWith(tb, false, name, args...)
-}
-
-// startChildStdin starts a helper with a pipe to its stdin in c.stdin.
-func startChildStdin(tb testing.TB, name string, args ...string) *child {
-	tb.Helper()
-	return startChildWith(tb, true, name, args...)
-}
-
-func startChildWith(tb testing.TB, pipe bool, name string, args ...string) *child {
-	tb.Helper()
-	c := &child{name: name, cmd: testproc.Command(name, args...), done: make(chan struct{})}
-	c.cmd.Stdout = childWriter{c}
-	c.cmd.Stderr = childWriter{c}
-	if pipe {
-		var err error
-		c.stdin, err = c.cmd.StdinPipe()
-		require.NoError(tb, err)
-	}
-	require.NoError(tb, c.cmd.Start())
-	go func() { c.err = c.cmd.Wait(); close(c.done) }()
-	tb.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	})
-	return c
-}
-
-func (c *child) output() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.out.String()
-}
-
-// waitLine waits for a line starting with prefix and returns the rest.
-func (c *child) waitLine(tb testing.TB, prefix string) string {
-	tb.Helper()
-	var rest string
-	waitFor(tb, func() bool {
-		var ok bool
-		if rest, ok = testproc.Line(c.output(), prefix); ok {
-			return true
-		}
-		select {
-		case <-c.done:
-			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.name, c.err, prefix, c.output())
-		default:
-		}
-		return false
-	}, "helper %s to print %q", c.name, prefix)
-	return strings.TrimSpace(rest)
-}
-
-func (c *child) waitOK(tb testing.TB) string {
-	tb.Helper()
-	select {
-	case <-c.done:
-	case <-time.After(testTimeout):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		tb.Fatalf("helper %s still running after %v; output:\n%s", c.name, testTimeout, c.output())
-	}
-	require.NoError(tb, c.err, "helper %s; output:\n%s", c.name, c.output())
-	return c.output()
-}
-
-func (c *child) kill(tb testing.TB) {
-	tb.Helper()
-	require.NoError(tb, c.cmd.Process.Signal(syscall.SIGKILL))
-	<-c.done
-}
-
-// killIfRunning kills c unless it exited already.
-func (c *child) killIfRunning(tb testing.TB) {
-	tb.Helper()
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		tb.Fatalf("kill %s: %v", c.name, err)
-	}
-	<-c.done
-}
-
 // waitFor polls cond until it holds, failing after testTimeout.
 var waitFor = testproc.WaitFor
 
@@ -422,11 +306,6 @@ func benchAtomic(seg *shm.Segment, n int) int {
 func readyGo() {
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-}
-
-// benchCommand is a bench-pin helper command, its stdin left to the caller.
-func benchCommand(path, ref, iters string) *exec.Cmd {
-	return testproc.Command("bench-pin", path, ref, iters)
 }
 
 // rounds is n, or long with SHMLOCK_LONG=1.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
@@ -22,35 +23,25 @@ const (
 	maxCloserCPU = 25          // percent of the waiting time; a spinning closer uses ~100
 )
 
-// cpuTime is the user+system CPU time of this process.
-func cpuTime() (time.Duration, error) {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0, err
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
-}
-
 // A closer whose transaction stays pinned for a second by another process
 // sleeps: it uses a small fraction of a core. Not a speed test: a closer
 // that sleeps uses next to nothing however slow the machine, one that
 // polls uses all the CPU it is given. Not parallel, so that it runs alone.
 func TestWaitingCloserSleeps(t *testing.T) {
 	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
-		c := startChildStdin(t, "close-cpu", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		c := testproc.StartWithStdin(t, "close-cpu", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
 		require.NoError(t, err)
 		p, err := sp.TryPin(r)
 		require.NoError(t, err)
-		_, err = c.stdin.Write([]byte("close\n"))
-		require.NoError(t, err)
+		c.Send(t, "close")
 		waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
 		time.Sleep(pinnedFor)
 		p.Release()
-		c.waitOK(t)
+		c.WaitOK(t)
 
 		var cpu, wall time.Duration
-		_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
+		_, err = fmt.Sscanf(c.WaitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, wall, pinnedFor)
 		pct := 100 * float64(cpu) / float64(wall)
@@ -73,7 +64,7 @@ func closeCPUHelper(args []string) int {
 	defer seg.Close()
 	defer sp.Close()
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	before, err := cpuTime()
+	before, err := testproc.CPUTime(unix.RUSAGE_SELF)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -86,7 +77,7 @@ func closeCPUHelper(args []string) int {
 		return 1
 	}
 	wall := time.Since(start)
-	after, err := cpuTime()
+	after, err := testproc.CPUTime(unix.RUSAGE_SELF)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
@@ -368,20 +369,20 @@ func TestReadersAcrossProcesses(t *testing.T) {
 			require.NoError(t, err)
 			r, err := tx.Alloc(pattern(0, 3000))
 			require.NoError(t, err)
-			var kids []*child
+			var kids []*testproc.Child
 			for range 2 {
-				kids = append(kids, startChild(t, "reader", path, r.String()))
+				kids = append(kids, testproc.Start(t, "reader", path, r.String()))
 			}
 			for _, c := range kids {
-				c.waitLine(t, "ready")
+				c.WaitLine(t, "ready")
 			}
 			require.NoError(t, m.closeTx(context.Background(), sp, tx))
 			// The close returned: every pin was released, so no reader is
 			// inside, and none can enter any more.
 			require.Zero(t, inside.Load(), "round %d: readers inside their pins after the close returned", round)
 			for _, c := range kids {
-				c.waitOK(t)
-				n, err := strconv.Atoi(c.waitLine(t, "reads "))
+				c.WaitOK(t)
+				n, err := strconv.Atoi(c.WaitLine(t, "reads "))
 				require.NoError(t, err)
 				require.Positive(t, n)
 			}
@@ -401,8 +402,8 @@ func TestKilledPinner(t *testing.T) {
 		require.NoError(t, err)
 		r, err := tx.Alloc(pattern(0, 64))
 		require.NoError(t, err)
-		c := startChild(t, "pin-hold", path, r.String())
-		c.waitLine(t, "pinned")
+		c := testproc.Start(t, "pin-hold", path, r.String())
+		c.WaitLine(t, "pinned")
 		done := m.closeAsync(sp, tx)
 		waitFor(t, func() bool { return txnInfo(t, seg, tx.Index()).State == txn.StateClosing }, "closing")
 		// A live pinner holds the close: nothing changes for a while.
@@ -416,12 +417,12 @@ func TestKilledPinner(t *testing.T) {
 		require.NoError(t, err)
 		var live bool
 		for _, row := range snap.Rows {
-			if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
+			if int(row.Owner&proc.MaxPID) == c.PID() {
 				live = row.Alive && (row.Pins == 3 || row.GlobalPins == 3)
 			}
 		}
 		require.True(t, live, "the child's row shows its 3 pins: %+v", snap.Rows)
-		c.kill(t)
+		c.Kill(t)
 		require.NoError(t, recv(t, done))
 		require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
 		// Its row is taken over by the next process and zeroed.
@@ -442,10 +443,10 @@ func TestKilledPinnerOthersKept(t *testing.T) {
 		require.NoError(t, err)
 		r, err := tx.Alloc(pattern(0, 64))
 		require.NoError(t, err)
-		victim := startChild(t, "pin-hold", path, r.String())
-		survivor := startChild(t, "pin-hold", path, r.String())
-		victim.waitLine(t, "pinned")
-		survivor.waitLine(t, "pinned")
+		victim := testproc.Start(t, "pin-hold", path, r.String())
+		survivor := testproc.Start(t, "pin-hold", path, r.String())
+		victim.WaitLine(t, "pinned")
+		survivor.WaitLine(t, "pinned")
 		b, err := reader.Borrow(context.Background(), r)
 		require.NoError(t, err)
 		done := m.closeAsync(sp, tx)
@@ -462,17 +463,17 @@ func TestKilledPinnerOthersKept(t *testing.T) {
 			default:
 			}
 		}
-		pinsOf := func(c *child) (uint64, bool) {
+		pinsOf := func(c *testproc.Child) (uint64, bool) {
 			snap, err := txn.Inspect(seg, false)
 			require.NoError(t, err)
 			for _, row := range snap.Rows {
-				if int(row.Owner&proc.MaxPID) == c.cmd.Process.Pid {
+				if int(row.Owner&proc.MaxPID) == c.PID() {
 					return row.Pins + uint64(row.GlobalPins), row.Alive
 				}
 			}
 			return 0, false
 		}
-		victim.kill(t)
+		victim.Kill(t)
 		stillWaiting("after one pinner died, with another process and this one pinning")
 		n, alive := pinsOf(survivor)
 		require.True(t, alive)
@@ -483,7 +484,7 @@ func TestKilledPinnerOthersKept(t *testing.T) {
 		require.NoError(t, checkBytes(b.Bytes(), 0), "this process's pinned object is intact")
 		b.Release()
 		stillWaiting("with the live child pinning")
-		survivor.kill(t)
+		survivor.Kill(t)
 		require.NoError(t, recv(t, done))
 		require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
 	})
@@ -502,22 +503,22 @@ func TestKillReadersWhileClosing(t *testing.T) {
 			require.NoError(t, err)
 			r, err := tx.Alloc(pattern(0, 3000))
 			require.NoError(t, err)
-			kids := make([]*child, 4)
+			kids := make([]*testproc.Child, 4)
 			for i := range kids {
-				kids[i] = startChild(t, "reader", path, r.String())
+				kids[i] = testproc.Start(t, "reader", path, r.String())
 			}
 			for _, c := range kids {
-				c.waitLine(t, "ready")
+				c.WaitLine(t, "ready")
 			}
 			order := rng.Perm(len(kids))
 			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-			kids[order[0]].kill(t) // before the close
+			kids[order[0]].Kill(t) // before the close
 			done := m.closeAsync(sp, tx)
 			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
-			kids[order[1]].killIfRunning(t) // during the close, or after it (and its exit)
+			kids[order[1]].KillIfRunning(t) // during the close, or after it (and its exit)
 			require.NoError(t, recv(t, done), "round %d", round)
 			for _, i := range order[2:] {
-				kids[i].waitOK(t)
+				kids[i].WaitOK(t)
 			}
 			require.Equal(t, txn.StateClosed, txnInfo(t, seg, tx.Index()).State)
 		}
@@ -534,13 +535,13 @@ func TestLivePinsNeverReleased(t *testing.T) {
 	require.NoError(t, err)
 	r, err := tx.Alloc(pattern(0, 64))
 	require.NoError(t, err)
-	c := startChild(t, "pin-hold", path, r.String())
-	c.waitLine(t, "pinned")
+	c := testproc.Start(t, "pin-hold", path, r.String())
+	c.WaitLine(t, "pinned")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond) // several liveness slices
 	defer cancel()
 	require.ErrorIs(t, tx.RequestCloseAndWait(ctx), context.DeadlineExceeded)
 	require.True(t, tx.Open())
-	c.kill(t)
+	c.Kill(t)
 	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
 }
 
@@ -548,14 +549,14 @@ func TestLivePinsNeverReleased(t *testing.T) {
 func TestReclaim(t *testing.T) {
 	t.Parallel()
 	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
-		c := startChild(t, "own", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.waitLine(t, "ref "))
+		c := testproc.Start(t, "own", m.ownerArgs(path)...)
+		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
 		require.NoError(t, err)
 		b, err := sp.Borrow(context.Background(), r)
 		require.NoError(t, err)
 		require.NoError(t, checkBytes(b.Bytes(), 0))
 		require.ErrorIs(t, sp.Reclaim(context.Background(), int(r.Txn)), txn.ErrOwnerAlive)
-		c.kill(t)
+		c.Kill(t)
 		// The reclaim waits for this process's live pin like any close.
 		done := make(chan error, 1)
 		go func() { done <- sp.Reclaim(context.Background(), int(r.Txn)) }()
@@ -721,12 +722,12 @@ func TestPromotionReadersAcrossProcesses(t *testing.T) {
 	require.NoError(t, err)
 	cell, err := dst.Link(o)
 	require.NoError(t, err)
-	var kids []*child
+	var kids []*testproc.Child
 	for range 2 {
-		kids = append(kids, startChild(t, "reader", path, cell.String()))
+		kids = append(kids, testproc.Start(t, "reader", path, cell.String()))
 	}
 	for _, c := range kids {
-		c.waitLine(t, "ready")
+		c.WaitLine(t, "ready")
 	}
 	require.NoError(t, src.RequestCloseAndWait(ctx))
 	assert.Equal(t, uint32(1), txnInfo(t, seg, src.Index()).Promoted)
@@ -743,8 +744,8 @@ func TestPromotionReadersAcrossProcesses(t *testing.T) {
 	waitFor(t, func() bool {
 		for _, c := range kids {
 			select {
-			case <-c.done:
-				t.Fatalf("reader ended when the source closed: %s", c.output())
+			case <-c.Done():
+				t.Fatalf("reader ended when the source closed: %s", c.Out.String())
 			default:
 			}
 		}
@@ -753,7 +754,7 @@ func TestPromotionReadersAcrossProcesses(t *testing.T) {
 	require.NoError(t, dst.RequestCloseAndWait(ctx))
 	require.Zero(t, inside.Load(), "readers inside their pins after the close returned")
 	for _, c := range kids {
-		c.waitOK(t)
+		c.WaitOK(t)
 	}
 	require.NoError(t, other.RequestCloseAndWait(ctx))
 }
@@ -1032,20 +1033,19 @@ func TestBarrierLeaderKilled(t *testing.T) {
 	br, err := bystander.Alloc(pattern(1, 10))
 	require.NoError(t, err)
 
-	c := startChildStdin(t, "close-cpu", path, "barrier")
-	r, err := txn.ParseRef(c.waitLine(t, "ref "))
+	c := testproc.StartWithStdin(t, "close-cpu", path, "barrier")
+	r, err := txn.ParseRef(c.WaitLine(t, "ref "))
 	require.NoError(t, err)
 	p, err := sp.TryPin(r)
 	require.NoError(t, err)
-	_, err = c.stdin.Write([]byte("close\n"))
-	require.NoError(t, err)
+	c.Send(t, "close")
 	waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the barrier close to start")
 	snap, err := txn.Inspect(seg, false)
 	require.NoError(t, err)
-	require.Equal(t, c.cmd.Process.Pid, int(snap.BarrierLeader&proc.MaxPID), "the child leads")
+	require.Equal(t, c.PID(), int(snap.BarrierLeader&proc.MaxPID), "the child leads")
 	_, err = sp.TryPin(br)
 	require.ErrorIs(t, err, txn.ErrClosing, "the barrier is up")
-	c.kill(t)
+	c.Kill(t)
 
 	// The first pin after the leader's death may still see its barrier
 	// (and lowers it); the next gets through.

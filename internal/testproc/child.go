@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -28,18 +29,39 @@ const (
 // sent to it at any time until Done is closed. It is killed when the test
 // ends, if it still runs.
 type Child struct {
-	Name string
-	Cmd  *exec.Cmd
-	Out  *Output
-	done chan struct{}
-	err  error // the exit status, once done is closed
+	Name  string
+	Cmd   *exec.Cmd
+	Out   *Output
+	stdin io.WriteCloser // StartWithStdin only
+	done  chan struct{}
+	err   error // the exit status, once done is closed
 }
 
-// Start starts helper name with args (see Command).
+// Start starts helper name with args (see Command). The helper's stdin is
+// empty.
 func Start(tb testing.TB, name string, args ...string) *Child {
+	tb.Helper()
+	return start(tb, false, name, args)
+}
+
+// StartWithStdin is Start with a pipe to the helper's stdin, for a helper
+// that waits for the test's word (a line it reads) before a step: Send
+// writes the lines.
+func StartWithStdin(tb testing.TB, name string, args ...string) *Child {
+	tb.Helper()
+	return start(tb, true, name, args)
+}
+
+func start(tb testing.TB, pipe bool, name string, args []string) *Child {
 	tb.Helper()
 	c := &Child{Name: name, Cmd: Command(name, args...), Out: new(Output), done: make(chan struct{})}
 	c.Cmd.Stdout, c.Cmd.Stderr = c.Out, c.Out
+	if pipe {
+		var err error
+		if c.stdin, err = c.Cmd.StdinPipe(); err != nil {
+			tb.Fatalf("helper %s: stdin: %v", name, err)
+		}
+	}
 	if err := c.Cmd.Start(); err != nil {
 		tb.Fatalf("start helper %s: %v", name, err)
 	}
@@ -53,6 +75,17 @@ func Start(tb testing.TB, name string, args ...string) *Child {
 		}
 	})
 	return c
+}
+
+// Send writes line and a newline to the child's stdin (StartWithStdin).
+func (c *Child) Send(tb testing.TB, line string) {
+	tb.Helper()
+	if c.stdin == nil {
+		tb.Fatalf("helper %s: Send needs StartWithStdin", c.Name)
+	}
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		tb.Fatalf("helper %s (pid %d): sending %q: %v; output:\n%s", c.Name, c.PID(), line, err, c.Out)
+	}
 }
 
 // PID is the child's process id.
