@@ -110,18 +110,17 @@ func TestLockKilled(t *testing.T) {
 	seg, m := lockSegment(t)
 	c := startLock(t, seg.Path(), "job", "--owner", "doomed", "--ttl", "1h",
 		"--", "sh", "-c", "echo running; exec sleep 60")
-	c.waitOutput(t, "running")
+	c.WaitLine(t, "running")
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Len(t, ri.Holders, 1)
 	h := ri.Holders[0]
-	require.Equal(t, c.cmd.Process.Pid, h.PID)
+	require.Equal(t, c.PID(), h.PID)
 	require.NotZero(t, h.Companion)
 	require.True(t, h.Alive)
 	require.False(t, h.ExpiresAt.IsZero())
 
-	require.NoError(t, c.cmd.Process.Kill())
-	<-c.done
+	c.Kill(t)
 	// The command dies of Pdeathsig; until it has, the hold stands.
 	for deadline := time.Now().Add(30 * time.Second); processExists(h.Companion); time.Sleep(time.Millisecond) {
 		require.False(t, time.Now().After(deadline), "the command outlived shmctl")
@@ -219,12 +218,12 @@ func TestLockForwardsSignals(t *testing.T) {
 	seg, m := lockSegment(t)
 	c := startLock(t, seg.Path(), "job", "--",
 		"sh", "-c", `trap 'exit 9' TERM; echo ready; while :; do sleep 0.01; done`)
-	c.waitOutput(t, "ready")
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	err := <-c.done
+	c.WaitLine(t, "ready")
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	err := c.Wait(t)
 	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "output %q", c.output())
-	require.Equal(t, 9, exit.ExitCode(), "output %q", c.output())
+	require.ErrorAs(t, err, &exit, "output %q", c.Out.String())
+	require.Equal(t, 9, exit.ExitCode(), "output %q", c.Out.String())
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Equal(t, lockmgr.Unlocked, ri.State)
@@ -242,12 +241,12 @@ func TestLockInterruptedWait(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); m.Stats().ConflictsDetected == 0; time.Sleep(time.Millisecond) {
 		require.False(t, time.Now().After(deadline), "shmctl lock did not meet the conflict")
 	}
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	err = <-c.done
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	err = c.Wait(t)
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, exitError, exit.ExitCode())
-	got := c.output()
+	got := c.Out.String()
 	require.Contains(t, got, "interrupted by terminated while taking the lock")
 	require.NotContains(t, got, "ran")
 	ri, err := m.Inspect("job")
@@ -255,38 +254,9 @@ func TestLockInterruptedWait(t *testing.T) {
 	require.Equal(t, "holder", ri.Holders[0].Owner)
 }
 
-// lockRun is a 'shmctl lock' running in a process of its own (the test
-// binary's shmctl helper), its output collected.
-type lockRun struct {
-	cmd  *exec.Cmd
-	out  lockedWriter
-	buf  strings.Builder
-	done chan error // the result of its Wait
-}
-
-// startLock starts 'shmctl lock args...', killed at cleanup if still running.
-func startLock(tb testing.TB, args ...string) *lockRun {
+// startLock starts 'shmctl lock args...' in a process of its own (the
+// test binary's shmctl helper), killed at cleanup if still running.
+func startLock(tb testing.TB, args ...string) *testproc.Child {
 	tb.Helper()
-	r := &lockRun{cmd: testproc.Command("shmctl", append([]string{"lock"}, args...)...), done: make(chan error, 1)}
-	r.out.w = &r.buf
-	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
-	require.NoError(tb, r.cmd.Start())
-	go func() { r.done <- r.cmd.Wait() }()
-	tb.Cleanup(func() { _ = r.cmd.Process.Kill() })
-	return r
-}
-
-// output is what the process printed so far, stdout and stderr.
-func (r *lockRun) output() string {
-	r.out.mu.Lock()
-	defer r.out.mu.Unlock()
-	return r.buf.String()
-}
-
-// waitOutput waits until the output holds s: the command has started.
-func (r *lockRun) waitOutput(tb testing.TB, s string) {
-	tb.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(r.output(), s); time.Sleep(time.Millisecond) {
-		require.False(tb, time.Now().After(deadline), "the command did not start; output %q", r.output())
-	}
+	return testproc.Start(tb, "shmctl", append([]string{"lock"}, args...)...)
 }
