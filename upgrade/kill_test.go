@@ -49,8 +49,7 @@ func killWhileWaiting(tb testing.TB, seg *shm.Segment, c *child, lock func() err
 // noTraceOf checks that mutex 0 records nothing of the dead process.
 func noTraceOf(tb testing.TB, seg *shm.Segment, dead uint64) {
 	tb.Helper()
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(tb, err)
+	st := status(tb, seg)
 	require.NotEqual(tb, dead, st.Writer)
 	require.NotEqual(tb, dead, st.Upgrader)
 	for _, r := range st.Readers {
@@ -73,8 +72,7 @@ func TestKillReader(t *testing.T) {
 	noTraceOf(t, seg, id)
 	require.NoError(t, w.Unlock())
 	// Its record is free again.
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.Empty(t, st.Readers)
 }
 
@@ -160,8 +158,7 @@ func TestKillPendingUpgrade(t *testing.T) {
 	require.NoError(t, r2.LockShared(), "a waiting reader releases the dead upgrade")
 	require.Equal(t, uint64(1), r2.Repairs())
 	noTraceOf(t, seg, id)
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.False(t, st.UpgradeLocked || st.UpgradePending || st.WriteLocked)
 	require.NoError(t, r2.UnlockShared())
 	require.NoError(t, r.UnlockShared())
@@ -184,8 +181,7 @@ func TestKillPendingUpgradeTakenOver(t *testing.T) {
 	u := open(t, seg)
 	require.NoError(t, u.LockUpgrade())
 	require.True(t, u.Reclaimed())
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.True(t, st.UpgradeLocked)
 	require.False(t, st.UpgradePending, "the dead one's pending upgrade is withdrawn")
 	require.NoError(t, r.UnlockShared())
@@ -227,14 +223,12 @@ func TestReclaim(t *testing.T) {
 	require.Equal(t, reader, rep.Readers[0].Owner)
 	require.Equal(t, uint32(1), rep.Readers[0].Count, "the dead reader's hold")
 	dry := rep
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.True(t, st.UpgradeLocked, "a dry run changes nothing")
 	rep, err = upgrade.Reclaim(seg, 0, false)
 	require.NoError(t, err)
 	require.Equal(t, dry, rep, "the dry run said what would be done")
-	st, err = upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st = status(t, seg)
 	require.False(t, st.UpgradeLocked)
 	require.Len(t, st.Readers, 1)
 	require.Equal(t, uint32(1), st.Readers[0].Count, "the live reader keeps its hold")
@@ -270,7 +264,6 @@ func TestKillQueuedWriter(t *testing.T) {
 	require.NoError(t, w.Lock())
 	require.False(t, w.Reclaimed())
 	require.NoError(t, w.Unlock())
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	checkFree(t, st)
 }

@@ -72,12 +72,16 @@ func (c *child) waitLine(tb testing.TB, prefix string) string {
 // waitFor polls cond until it holds, failing the test after testTimeout.
 var waitFor = testproc.WaitFor
 
+// status is the status of mutex 0.
+func status(tb testing.TB, seg *shm.Segment) upgrade.Status {
+	tb.Helper()
+	st, err := upgrade.Inspect(seg, 0)
+	require.NoError(tb, err)
+	return st
+}
+
 // waitStatus waits until the status of mutex 0 satisfies cond.
 func waitStatus(tb testing.TB, seg *shm.Segment, cond func(upgrade.Status) bool, what string) {
 	tb.Helper()
-	waitFor(tb, func() bool {
-		st, err := upgrade.Inspect(seg, 0)
-		require.NoError(tb, err)
-		return cond(st)
-	}, "%s", what)
+	waitFor(tb, func() bool { return cond(status(tb, seg)) }, "%s", what)
 }

@@ -57,8 +57,7 @@ func TestMultiProcessMixed(t *testing.T) {
 	require.Equal(t, writes, v, "record counts every write")
 	require.Positive(t, writes)
 	t.Logf("%d processes, %d writes", procs, writes)
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	checkFree(t, st)
 	require.Empty(t, st.Readers, "every helper closed its handle")
 }
@@ -170,13 +169,11 @@ func TestLockCancelled(t *testing.T) {
 			case "writer":
 				require.NoError(t, b.Lock())
 			}
-			before, err := upgrade.Inspect(seg, 0)
-			require.NoError(t, err)
+			before := status(t, seg)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
 			require.ErrorIs(t, m.LockContext(ctx), context.DeadlineExceeded)
-			after, err := upgrade.Inspect(seg, 0)
-			require.NoError(t, err)
+			after := status(t, seg)
 			before.Generation, after.Generation = 0, 0
 			require.Equal(t, before, after)
 			// And the blocker is still served: a reader can read, and
@@ -206,14 +203,13 @@ func TestUpgradeCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- u.UpgradeToUniqueContext(ctx) }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UpgradePending }, "pending")
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending }, "pending")
 	// New readers are held off while the upgrade is pending.
 	r2 := open(t, seg)
 	require.ErrorIs(t, r2.TryLockShared(), upgrade.ErrWouldBlock)
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.True(t, st.UpgradeLocked)
 	require.False(t, st.UpgradePending)
 	require.False(t, st.WriteLocked)
@@ -234,17 +230,16 @@ func TestWakeUps(t *testing.T) {
 	require.NoError(t, w.Lock())
 	got := make(chan error, 1)
 	go func() { got <- r.LockShared() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.SharedWaiters == 1 }, "the reader to sleep")
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.SharedWaiters == 1 }, "the reader to sleep")
 	require.NoError(t, w.Unlock())
 	require.NoError(t, <-got)
 	go func() { got <- w.Lock() }()
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.UniqueWaiters == 1 }, "the writer to sleep")
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UniqueWaiters == 1 }, "the writer to sleep")
 	require.NoError(t, r.UnlockShared())
 	require.NoError(t, <-got)
 	require.NoError(t, w.UniqueToShared())
 	require.NoError(t, w.UnlockShared())
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	checkFree(t, st)
 }
 
@@ -270,7 +265,7 @@ func TestWriterQueue(t *testing.T) {
 			got <- m.Unlock()
 		}()
 	}
-	waitFor(t, func() bool { st, _ := upgrade.Inspect(seg, 0); return st.WriterWaiters == writers }, "the writers to sleep")
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.WriterWaiters == writers }, "the writers to sleep")
 	require.NoError(t, first.Unlock())
 	for range writers {
 		require.NoError(t, <-got)
@@ -278,8 +273,7 @@ func TestWriterQueue(t *testing.T) {
 	v, same := rec.read()
 	require.True(t, same)
 	require.Equal(t, uint64(writers), v)
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	checkFree(t, st)
 	require.Zero(t, st.WriterWaiters)
 }
@@ -297,8 +291,7 @@ func TestStaleHandoff(t *testing.T) {
 
 	e.Writer.Store(upgrade.WriterHandoff)
 	require.ErrorIs(t, w.TryLock(), upgrade.ErrWouldBlock)
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.Zero(t, st.Writer, "a handoff names no writer")
 	require.True(t, st.Handoff)
 	require.NoError(t, w.Lock())
@@ -310,8 +303,7 @@ func TestStaleHandoff(t *testing.T) {
 	require.NoError(t, u.LockUpgrade())
 	require.Zero(t, e.Writer.Load())
 	require.NoError(t, u.UnlockUpgrade())
-	st, err = upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st = status(t, seg)
 	checkFree(t, st)
 }
 
@@ -328,22 +320,19 @@ func TestHungryHandoff(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- w2.Lock() }()
 	// A sleeping writer asks for no handoff: it takes its mark off first.
-	waitFor(t, func() bool {
-		st, _ := upgrade.Inspect(seg, 0)
+	waitStatus(t, seg, func(st upgrade.Status) bool {
 		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
 	}, "the writer to sleep")
 	o := e.Writer.Load()
 	require.True(t, e.Writer.CompareAndSwap(o, o|upgrade.WriterHungry))
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.Equal(t, proc.Self().Pack(), st.Writer, "Inspect shows the holder without the mark")
 	require.ErrorIs(t, w1.Lock(), upgrade.ErrHeld, "the holder still knows it holds")
 	require.NoError(t, w1.Unlock())
 	require.NoError(t, <-got)
 	require.ErrorIs(t, w1.TryLock(), upgrade.ErrWouldBlock)
 	require.NoError(t, w2.Unlock())
-	st, err = upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st = status(t, seg)
 	checkFree(t, st)
 }
 

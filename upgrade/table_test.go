@@ -26,8 +26,7 @@ type handles struct {
 // the table writes it: "free", or holds such as "A:S B:U+W".
 func (h *handles) describe(tb testing.TB) string {
 	tb.Helper()
-	st, err := upgrade.Inspect(h.seg, 0)
-	require.NoError(tb, err)
+	st := status(tb, h.seg)
 	who := func(tid uint64) string {
 		switch tid {
 		case h.a.HolderID():
@@ -96,10 +95,7 @@ var states = map[string]func(tb testing.TB, h *handles){
 				<-h.pending
 			}
 		})
-		waitFor(tb, func() bool {
-			st, _ := upgrade.Inspect(h.seg, 0)
-			return st.UpgradePending
-		}, "the upgrade to be pending")
+		waitStatus(tb, h.seg, func(st upgrade.Status) bool { return st.UpgradePending }, "the upgrade to be pending")
 	},
 }
 
@@ -209,14 +205,12 @@ func TestEveryStateEveryCall(t *testing.T) {
 				h := &handles{seg: seg, a: open(t, seg), b: open(t, seg), c: open(t, seg)}
 				states[state](t, h)
 				require.Equal(t, state, h.describe(t), "setting up")
-				before, err := upgrade.Inspect(seg, 0)
-				require.NoError(t, err)
+				before := status(t, seg)
 
-				err = calls[call](h.a)
+				err := calls[call](h.a)
 				if want.err != nil {
 					require.ErrorIs(t, err, want.err)
-					after, err := upgrade.Inspect(seg, 0)
-					require.NoError(t, err)
+					after := status(t, seg)
 					// The generation may move (a Try that got the writers'
 					// mutex and gave it back); nothing else may.
 					before.Generation, after.Generation = 0, 0
@@ -272,8 +266,7 @@ func TestContextAlreadyDone(t *testing.T) {
 	require.ErrorIs(t, m.LockContext(ctx), context.Canceled)
 	require.NoError(t, m.LockUpgrade())
 	require.ErrorIs(t, m.UpgradeToUniqueContext(ctx), context.Canceled)
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	require.True(t, st.UpgradeLocked)
 	require.False(t, st.UpgradePending || st.WriteLocked)
 	require.NoError(t, m.UnlockUpgrade())
@@ -385,8 +378,7 @@ func TestBadInput(t *testing.T) {
 	rep, err := upgrade.Reclaim(ro, 0, true)
 	require.NoError(t, err)
 	require.True(t, rep.Empty())
-	_, err = upgrade.Inspect(ro, 0)
-	require.NoError(t, err)
+	_ = status(t, ro)
 	require.NoError(t, ro.Close())
 
 	m := open(t, seg)
@@ -419,8 +411,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		require.ErrorIs(t, call.f(), call.want, name)
 	}
-	st, err := upgrade.Inspect(seg, 0)
-	require.NoError(t, err)
+	st := status(t, seg)
 	checkFree(t, st)
 	require.Empty(t, st.Readers, "a closed handle claims no record")
 }
