@@ -53,7 +53,7 @@ type Identity struct {
 // process and its pid's next user) never match. Recursion is keyed on the
 // holder: goroutines that share one Identity count as one owner.
 func NewHolder() Identity {
-	return Identity{PID: proc.Self().Pack(), TID: randomNonZero()}
+	return Identity{PID: proc.Self().Pack(), TID: proc.HolderID()}
 }
 
 // ThreadHolder returns a holder tied to the calling OS thread: its TID
@@ -61,7 +61,7 @@ func NewHolder() Identity {
 // random bits above. Use it only from a goroutine that called
 // runtime.LockOSThread, or the thread it names means nothing.
 func ThreadHolder() Identity {
-	return Identity{PID: proc.Self().Pack(), TID: proc.ThreadID()&0xffff_ffff | randomNonZero()<<32}
+	return Identity{PID: proc.Self().Pack(), TID: proc.ThreadID()&0xffff_ffff | proc.HolderID()<<32}
 }
 
 // NewToken returns a fresh token for one acquisition of a Token lock.
@@ -71,14 +71,6 @@ func NewToken() Identity {
 	for {
 		if t := rand.Uint64(); uint32(t) != 0 {
 			return Identity{Token: t}
-		}
-	}
-}
-
-func randomNonZero() uint64 {
-	for {
-		if v := rand.Uint64(); v != 0 {
-			return v
 		}
 	}
 }

@@ -2,7 +2,6 @@ package upgrade
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -62,7 +61,7 @@ func open(seg *shm.Segment, index int) (*Mutex, error) {
 	}
 	n := seg.ReadersPerUpgrade()
 	m := &Mutex{e: e, readers: make([]*layout.ReaderRecord, n), index: index,
-		pid: proc.Self().Pack(), tid: randomNonZero(), alive: seg.OwnerAlive}
+		pid: proc.Self().Pack(), tid: proc.HolderID(), alive: seg.OwnerAlive}
 	for j := range n {
 		if m.readers[j], err = seg.UpgradeReader(index, j); err != nil {
 			return nil, err
@@ -194,12 +193,4 @@ func (m *Mutex) sharedHolds() uint32 {
 		return r.Count.Load()
 	}
 	return 0
-}
-
-func randomNonZero() uint64 {
-	for {
-		if v := rand.Uint64(); v != 0 {
-			return v
-		}
-	}
 }

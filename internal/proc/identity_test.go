@@ -132,3 +132,15 @@ func ExampleAlivePacked() {
 	// false
 	// false
 }
+
+// Holder ids are never 0 (which means no holder) and do not repeat.
+func TestHolderID(t *testing.T) {
+	seen := make(map[uint64]bool)
+	for range 1000 {
+		id := proc.HolderID()
+		if id == 0 || seen[id] {
+			t.Fatalf("HolderID returned %#x: zero or a repeat", id)
+		}
+		seen[id] = true
+	}
+}
