@@ -720,7 +720,8 @@ func (c *instantClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 func (c *instantClock) Sleep(_ context.Context, d time.Duration) { c.ns.Add(int64(d)) }
 
 // TestRetriesAllocateNothing: a failing acquisition builds its error once,
-// when it returns it, so an attempt that only leads to a retry allocates
+// when it returns it, and registers its context's cancellation once, at
+// its first sleep, so an attempt that only leads to a retry allocates
 // nothing, whatever the conflict: a run out of 40 retries allocates as much
 // as a run out of one. Not parallel: AllocsPerRun counts the allocations
 // of the whole process.
@@ -733,16 +734,31 @@ func TestRetriesAllocateNothing(t *testing.T) {
 		mode    lockmgr.Mode
 		holders int // collaborative holders taken first; 0: one exclusive holder
 		wantErr error
+		// system: on SystemClock, sleeping on the futex for a microsecond
+		// with a context that can be cancelled; otherwise on a clock that
+		// only counts the sleeps.
+		system bool
 	}{
-		{"exclusive holder", X, 0, nil},
-		{"collaborative against exclusive", C, 0, nil},
-		{"too many holders", C, lockmgr.MaxHolders, lockmgr.ErrTooManyHolders},
+		{"exclusive holder", X, 0, nil, false},
+		{"collaborative against exclusive", C, 0, nil, false},
+		{"too many holders", C, lockmgr.MaxHolders, lockmgr.ErrTooManyHolders, false},
+		{"futex sleeps, cancellable context", X, 0, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := &instantClock{}
-			clk.ns.Store(1_700_000_000 * int64(time.Second))
-			m, _ := newManager(t, 64, lockmgr.Options{Clock: clk})
+			var opts lockmgr.Options
+			backoff := noJitter
 			ctx := context.Background()
+			if tc.system {
+				backoff = lockmgr.Backoff{Initial: time.Microsecond, Max: time.Microsecond, Jitter: -1}
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			} else {
+				clk := &instantClock{}
+				clk.ns.Store(1_700_000_000 * int64(time.Second))
+				opts.Clock = clk
+			}
+			m, _ := newManager(t, 64, opts)
 			if tc.holders == 0 {
 				_, err := m.Acquire(ctx, "r", "holder", X, lockmgr.AcquireOptions{})
 				require.NoError(t, err)
@@ -755,7 +771,7 @@ func TestRetriesAllocateNothing(t *testing.T) {
 				var err error
 				var info lockmgr.LockInfo
 				n := testing.AllocsPerRun(20, func() {
-					info, err = m.Acquire(ctx, "r", "waiter", tc.mode, lockmgr.AcquireOptions{Retries: retries, Backoff: noJitter})
+					info, err = m.Acquire(ctx, "r", "waiter", tc.mode, lockmgr.AcquireOptions{Retries: retries, Backoff: backoff})
 				})
 				require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
 				if tc.wantErr != nil {

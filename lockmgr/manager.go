@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
@@ -211,7 +212,9 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 	// A hold's end wakes one sleeper (see wakeOne): one that gives up
 	// after sleeping may have taken that wake, so it passes it on.
 	var slept *layout.LockMgrEntry
+	var cancel cancelWake
 	defer func() {
+		cancel.stop()
 		if slept != nil && info.State == Failed {
 			m.t.wakeOne(slept)
 		}
@@ -294,7 +297,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			opts.OnWait(info, d)
 			info.State = Failed
 		}
-		m.wait(ctx, e, o.seq, d)
+		m.wait(ctx, e, o.seq, d, &cancel)
 		slept = e
 		st = st.to(Unlocked)
 		if err := ctx.Err(); err != nil {
@@ -477,9 +480,37 @@ const (
 	waitYields = 20
 )
 
+// cancelWake wakes the sleepers of the entry an acquisition sleeps on when
+// its context ends: a sleeper cannot watch a channel. The others woken go
+// back to sleep. One registration serves every wait of the acquisition, so
+// a retry loop allocates only at its first wait.
+type cancelWake struct {
+	on     *atomic.Pointer[layout.LockMgrEntry] // the entry slept on; nil before the first wait
+	cancel func() bool                          // ends the registration
+}
+
+// watch registers ctx (at the first call) and makes e the entry its end
+// wakes.
+func (c *cancelWake) watch(ctx context.Context, e *layout.LockMgrEntry) {
+	if c.on != nil {
+		c.on.Store(e)
+		return
+	}
+	on := new(atomic.Pointer[layout.LockMgrEntry])
+	on.Store(e) // before AfterFunc, which runs at once if ctx is done already
+	c.on, c.cancel = on, context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(&on.Load().Gate) })
+}
+
+// stop ends the registration, if any.
+func (c *cancelWake) stop() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
 // wait sleeps for d or until a hold of e ends (its gate moves from seq) or
-// ctx is done.
-func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration) {
+// ctx is done (through cancel).
+func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration, cancel *cancelWake) {
 	if !m.clock.sys {
 		m.clock.c.Sleep(ctx, d)
 		return
@@ -503,10 +534,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		}
 	}
 	if ctx.Done() != nil {
-		// A sleeper cannot watch a channel; cancellation wakes every
-		// sleeper of the entry, and the others go back to sleep.
-		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(&e.Gate) })
-		defer stop()
+		cancel.watch(ctx, e)
 	}
 	e.Sleepers.Add(1)
 	end := time.Now().Add(d)
