@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
@@ -393,11 +394,11 @@ func BenchmarkBlockedWaiterCPU(b *testing.B) {
 			go func() {
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread() // or the thread would exit with the goroutine
-				c0, err := cpuTime(unix.RUSAGE_THREAD)
+				c0, err := testproc.CPUTime(unix.RUSAGE_THREAD)
 				start := time.Now()
 				waiter.Lock()
 				w := time.Since(start)
-				c1, err2 := cpuTime(unix.RUSAGE_THREAD)
+				c1, err2 := testproc.CPUTime(unix.RUSAGE_THREAD)
 				waiter.Unlock()
 				if err == nil {
 					err = err2

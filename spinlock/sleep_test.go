@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -16,16 +17,6 @@ const (
 	blockedFor   = time.Second // how long the waiter is kept blocked
 	maxWaiterCPU = 25          // percent of the blocked time; a spinning waiter uses ~100
 )
-
-// cpuTime is the user+system CPU time of this process (unix.RUSAGE_SELF) or
-// of the calling thread (unix.RUSAGE_THREAD).
-func cpuTime(who int) (time.Duration, error) {
-	var ru unix.Rusage
-	if err := unix.Getrusage(who, &ru); err != nil {
-		return 0, err
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
-}
 
 // A process blocked on a held lock for a second sleeps: it uses a small
 // fraction of a core. This is not a speed test: a waiter that sleeps uses
@@ -60,7 +51,7 @@ func waitCPUHelper(args []string) int {
 		return fail("%v", err)
 	}
 	defer seg.Close()
-	before, err := cpuTime(unix.RUSAGE_SELF)
+	before, err := testproc.CPUTime(unix.RUSAGE_SELF)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -70,7 +61,7 @@ func waitCPUHelper(args []string) int {
 		return fail("lock: %v", err)
 	}
 	wall := time.Since(start)
-	after, err := cpuTime(unix.RUSAGE_SELF)
+	after, err := testproc.CPUTime(unix.RUSAGE_SELF)
 	if err != nil {
 		return fail("%v", err)
 	}
