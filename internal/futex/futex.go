@@ -43,6 +43,13 @@ func Wake(addr *atomic.Uint32, n int) (int, error) {
 	return wake(addr, min(n, maxWake))
 }
 
+// Yield gives this thread's CPU to another runnable thread, of any
+// process, if the CPU has one (sched_yield(2)), and returns at once if not.
+// It is for waiters that have spun on a word for a while and want to let
+// the holder run, and see the word once more, before they sleep on it.
+// Unlike runtime.Gosched it yields the OS thread, not only the goroutine.
+func Yield() { yield() }
+
 // WakeAll wakes every waiter sleeping on addr and returns how many it woke.
 func WakeAll(addr *atomic.Uint32) (int, error) {
 	return Wake(addr, maxWake)

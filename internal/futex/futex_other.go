@@ -4,6 +4,7 @@ package futex
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -15,3 +16,5 @@ func wait(*atomic.Uint32, uint32, time.Duration) error {
 func wake(*atomic.Uint32, int) (int, error) {
 	return 0, fmt.Errorf("futex: wake: %w", ErrUnsupported)
 }
+
+func yield() { runtime.Gosched() }
