@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/layout"
@@ -68,7 +66,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 // only goroutine is the caller.
 func yield() {
 	runtime.Gosched()
-	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	futex.Yield()
 }
 
 // onCancel runs f when ctx is done, until the returned stop is called;
