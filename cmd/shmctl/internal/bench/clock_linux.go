@@ -9,7 +9,3 @@ func nowNs() uint64 {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
 }
-
-// schedYield gives the CPU to another runnable thread of any process, as
-// the harness's spin-waits do after SpinBeforeYield loads.
-func schedYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

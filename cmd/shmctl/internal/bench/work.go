@@ -3,6 +3,8 @@ package bench
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/shmlock/shmlock/internal/futex"
 )
 
 // RWLocker adds shared locking; a lock needs it for rw90.
@@ -12,9 +14,10 @@ type RWLocker interface {
 	RUnlock()
 }
 
-// yield is what the spin-waits call after SpinBeforeYield loads; tests that
-// run workers as goroutines replace it with runtime.Gosched.
-var yield = schedYield
+// yield is what the spin-waits call after SpinBeforeYield loads: a
+// sched_yield, as in the harness; tests that run workers as goroutines
+// replace it with runtime.Gosched.
+var yield = futex.Yield
 
 // splitmix64 is the rw90 workload's PRNG, the same in every harness so that
 // every peer runs the same sequence of operations.
