@@ -192,15 +192,15 @@ func BenchmarkCrossProcess(b *testing.B) {
 		// The helpers do the b.N operations between them, so the loop is
 		// theirs: b.Loop cannot drive work in other processes.
 		half := b.N / 2
-		children := []*child{
-			startChild(b, "counter", path, spinlock.PIDTID.String(), strconv.Itoa(half)),
-			startChild(b, "counter", path, spinlock.PIDTID.String(), strconv.Itoa(b.N-half)),
+		children := []*testproc.Child{
+			testproc.Start(b, "counter", path, spinlock.PIDTID.String(), strconv.Itoa(half)),
+			testproc.Start(b, "counter", path, spinlock.PIDTID.String(), strconv.Itoa(b.N-half)),
 		}
 		waitFor(b, func() bool { return sc.atomic(offReady).Load() == 2 }, "helpers to be ready")
 		b.ResetTimer()
 		sc.atomic(offGo).Store(1)
 		for _, c := range children {
-			c.waitOK(b)
+			c.WaitOK(b)
 		}
 		b.StopTimer()
 		require.EqualValues(b, b.N, sc.atomic(offCounter).Load())
@@ -241,12 +241,12 @@ func BenchmarkCrossProcess(b *testing.B) {
 		sc, err := scratchOf(seg)
 		require.NoError(b, err)
 		p := newPingPong(b, seg, sc)
-		c := startChild(b, "bench-pingpong", path)
+		c := testproc.Start(b, "bench-pingpong", path)
 		for b.Loop() {
 			p.serve(b)
 		}
 		p.stop(b)
-		c.waitOK(b)
+		c.WaitOK(b)
 		// ns/handoff: time for a held lock to pass to a waiter in the other process and back, per pass.
 		b.ReportMetric(nsPerOp(b)/2, "ns/handoff")
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -40,14 +41,14 @@ func TestCounterAcrossProcesses(t *testing.T) {
 			l, err := spinlock.Open(seg, 0, mode)
 			require.NoError(t, err)
 
-			children := make([]*child, procs)
+			children := make([]*testproc.Child, procs)
 			for i := range children {
-				children[i] = startChild(t, "counter", path, mode.String(), strconv.Itoa(iters))
+				children[i] = testproc.Start(t, "counter", path, mode.String(), strconv.Itoa(iters))
 			}
 			waitFor(t, func() bool { return sc.atomic(offReady).Load() == uint64(procs) }, "%d helpers to be ready", procs)
 			sc.atomic(offGo).Store(1)
 			for _, c := range children {
-				c.waitOK(t)
+				c.WaitOK(t)
 			}
 
 			want := uint64(procs * iters)
@@ -154,9 +155,9 @@ func TestTokenHandoffAcrossProcesses(t *testing.T) {
 
 	var tok uint64
 	for i := range chain {
-		c := startChild(t, "handoff", path, strconv.FormatUint(tok, 10))
-		out := c.waitOK(t)
-		next, err := strconv.ParseUint(strings.TrimSpace(c.waitLine(t, "token ")), 10, 64)
+		c := testproc.Start(t, "handoff", path, strconv.FormatUint(tok, 10))
+		out := c.WaitOK(t)
+		next, err := strconv.ParseUint(strings.TrimSpace(c.WaitLine(t, "token ")), 10, 64)
 		require.NoError(t, err, "helper %d output:\n%s", i, out)
 		require.NotEqual(t, tok, next, "each process must lock with a new token")
 		if got := sc.atomic(offToken).Load(); got != next {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -57,15 +58,15 @@ func TestKillHolders(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	type worker struct {
-		*child
+		*testproc.Child
 		packed uint64
 	}
 	var all []*worker            // every worker ever started, dead or alive
 	live := map[uint64]*worker{} // by packed identity
 	start := func() {
 		rec := len(all)
-		c := startChild(t, "kill-worker", path, strconv.Itoa(rec), strconv.FormatUint(rng.Uint64(), 10))
-		w := &worker{child: c, packed: c.identity(t)}
+		c := testproc.Start(t, "kill-worker", path, strconv.Itoa(rec), strconv.FormatUint(rng.Uint64(), 10))
+		w := &worker{Child: c, packed: c.Identity(t)}
 		all = append(all, w)
 		live[w.packed] = w
 	}
@@ -123,7 +124,7 @@ func TestKillHolders(t *testing.T) {
 		start()
 		if holds {
 			waitFor(t, func() bool { checkWorkers(); return sc.atomic(offReclaims).Load() >= uint64(due) },
-				"reclaim %d (victim pid %d)", due, victim.pid())
+				"reclaim %d (victim pid %d)", due, victim.PID())
 		}
 	}
 
@@ -132,20 +133,20 @@ func TestKillHolders(t *testing.T) {
 	for _, w := range all {
 		_, alive := live[w.packed]
 		if alive {
-			w.waitOK(t)
+			w.WaitOK(t)
 		}
 		out := w.Out.String()
 		if strings.Contains(out, "FAIL") {
-			t.Errorf("worker pid %d (alive to the end: %v) reported:\n%s", w.pid(), alive, out)
+			t.Errorf("worker pid %d (alive to the end: %v) reported:\n%s", w.PID(), alive, out)
 		}
 		reported += strings.Count(out, "reclaimed\n")
 		if alive {
 			var rounds, reclaims uint64
-			_, err := fmt.Sscanf(w.waitLine(t, "done "), "rounds=%d reclaims=%d", &rounds, &reclaims)
+			_, err := fmt.Sscanf(w.WaitLine(t, "done "), "rounds=%d reclaims=%d", &rounds, &reclaims)
 			require.NoError(t, err)
 			rec := recordOff(indexOf(all, w))
-			require.Equal(t, rounds, sc.atomic(rec+recordTally).Load(), "worker pid %d: rounds and tally", w.pid())
-			require.Equal(t, reclaims, sc.atomic(rec+recordReclaims).Load(), "worker pid %d: reclaims printed and recorded", w.pid())
+			require.Equal(t, rounds, sc.atomic(rec+recordTally).Load(), "worker pid %d: rounds and tally", w.PID())
+			require.Equal(t, reclaims, sc.atomic(rec+recordReclaims).Load(), "worker pid %d: reclaims printed and recorded", w.PID())
 		}
 	}
 	if t.Failed() {

@@ -3,7 +3,6 @@ package spinlock_test
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -71,28 +70,6 @@ func openLock(path string, mode spinlock.Mode) (*shm.Segment, *spinlock.Lock, sc
 		return nil, nil, scratch{}, err
 	}
 	return seg, l, sc, nil
-}
-
-// child is a running helper (testproc.Child); cmd and the lower-case
-// methods are the names this package's tests call it by.
-type child struct {
-	*testproc.Child
-	cmd *exec.Cmd
-}
-
-func startChild(tb testing.TB, name string, args ...string) *child {
-	tb.Helper()
-	c := testproc.Start(tb, name, args...)
-	return &child{Child: c, cmd: c.Cmd}
-}
-
-func (c *child) pid() int                      { return c.PID() }
-func (c *child) identity(tb testing.TB) uint64 { tb.Helper(); return c.Identity(tb) }
-func (c *child) waitOK(tb testing.TB) string   { tb.Helper(); return c.WaitOK(tb) }
-func (c *child) waitKilled(tb testing.TB)      { tb.Helper(); c.WaitKilled(tb) }
-func (c *child) waitLine(tb testing.TB, prefix string) string {
-	tb.Helper()
-	return c.WaitLine(tb, prefix)
 }
 
 // waitFor polls cond until it holds, failing the test after testTimeout.

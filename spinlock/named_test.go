@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
@@ -26,11 +27,11 @@ func TestNamedAcrossProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.NotSame(t, l.Slot(), other.Slot())
 
-	c := startChild(t, "named", path, "x")
+	c := testproc.Start(t, "named", path, "x")
 	var pid, tid uint64
-	_, err = fmt.Sscanf(c.waitLine(t, "held "), "%x %x", &pid, &tid)
+	_, err = fmt.Sscanf(c.WaitLine(t, "held "), "%x %x", &pid, &tid)
 	require.NoError(t, err)
-	require.Equal(t, c.identity(t), pid)
+	require.Equal(t, c.Identity(t), pid)
 	owner, held := l.Owner()
 	require.True(t, held, "the other process's hold is visible here")
 	require.Equal(t, spinlock.Identity{PID: pid, TID: tid}, owner)
@@ -46,7 +47,7 @@ func TestNamedAcrossProcesses(t *testing.T) {
 	require.Same(t, slot, l.Slot())
 
 	sc.atomic(offStop).Store(1)
-	c.waitOK(t)
+	c.WaitOK(t)
 	g, err := l.Lock(spinlock.NewHolder())
 	require.NoError(t, err)
 	require.False(t, g.Reclaimed())

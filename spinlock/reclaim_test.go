@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -51,26 +52,26 @@ func TestSleepingWaiterReclaimsFromKilledHolder(t *testing.T) {
 			seg, path := newSegment(t)
 			l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
 			require.NoError(t, err)
-			holder := startChild(t, "hold", path, "3")
-			holder.waitLine(t, "held")
+			holder := testproc.Start(t, "hold", path, "3")
+			holder.WaitLine(t, "held")
 			owner, held := l.Owner()
 			require.True(t, held)
-			require.Equal(t, holder.identity(t), owner.PID)
+			require.Equal(t, holder.Identity(t), owner.PID)
 			require.EqualValues(t, 2, l.Slot().RecursionCount.Load())
 			gen0 := l.Generation()
 
 			me := spinlock.NewHolder()
 			var got <-chan *spinlock.Guard
-			var other *child
+			var other *testproc.Child
 			if waiter == "goroutine" {
 				got = lockInBackground(t, l, me)
 			} else {
-				other = startChild(t, "wait-lock", path)
+				other = testproc.Start(t, "wait-lock", path)
 			}
 			waitFor(t, func() bool { return l.Slot().Pad.Load() >= 1 }, "the waiter to sleep")
 
-			require.NoError(t, holder.cmd.Process.Kill())
-			holder.waitKilled(t)
+			require.NoError(t, holder.Cmd.Process.Kill())
+			holder.WaitKilled(t)
 
 			if waiter == "goroutine" {
 				select {
@@ -83,8 +84,8 @@ func TestSleepingWaiterReclaimsFromKilledHolder(t *testing.T) {
 					t.Fatalf("waiter did not get the lock of a dead holder within %v", reclaimBound)
 				}
 			} else {
-				other.waitOK(t)
-				require.Equal(t, fmt.Sprintf("reclaimed=true gen=%d", gen0+1), other.waitLine(t, "acquired "))
+				other.WaitOK(t)
+				require.Equal(t, fmt.Sprintf("reclaimed=true gen=%d", gen0+1), other.WaitLine(t, "acquired "))
 			}
 			require.Equal(t, slotState{Token: gen0 + 2}, stateOf(l.Slot()), "free after one reclaim and one release")
 		})
@@ -99,8 +100,8 @@ func TestDeadHolderIsReclaimedOnce(t *testing.T) {
 	seg, path := newSegment(t)
 	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
 	require.NoError(t, err)
-	holder := startChild(t, "hold", path, "1")
-	holder.waitLine(t, "held")
+	holder := testproc.Start(t, "hold", path, "1")
+	holder.WaitLine(t, "held")
 	gen0 := l.Generation()
 
 	results := make(chan lockResult, goroutines)
@@ -117,13 +118,13 @@ func TestDeadHolderIsReclaimedOnce(t *testing.T) {
 			results <- r
 		}()
 	}
-	waiters := make([]*child, processes)
+	waiters := make([]*testproc.Child, processes)
 	for i := range waiters {
-		waiters[i] = startChild(t, "wait-lock", path)
+		waiters[i] = testproc.Start(t, "wait-lock", path)
 	}
 	waitFor(t, func() bool { return l.Slot().Pad.Load() == goroutines+processes }, "all waiters to sleep")
-	require.NoError(t, holder.cmd.Process.Kill())
-	holder.waitKilled(t)
+	require.NoError(t, holder.Cmd.Process.Kill())
+	holder.WaitKilled(t)
 
 	reclaims := 0
 	for range goroutines {
@@ -134,10 +135,10 @@ func TestDeadHolderIsReclaimedOnce(t *testing.T) {
 		}
 	}
 	for _, c := range waiters {
-		c.waitOK(t)
+		c.WaitOK(t)
 		var reclaimed bool
 		var gen uint64
-		_, err := fmt.Sscanf(c.waitLine(t, "acquired "), "reclaimed=%t gen=%d", &reclaimed, &gen)
+		_, err := fmt.Sscanf(c.WaitLine(t, "acquired "), "reclaimed=%t gen=%d", &reclaimed, &gen)
 		require.NoError(t, err)
 		if reclaimed {
 			reclaims++

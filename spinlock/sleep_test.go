@@ -28,14 +28,14 @@ func TestBlockedWaiterSleeps(t *testing.T) {
 	require.NoError(t, err)
 	g, err := l.Lock(spinlock.NewHolder())
 	require.NoError(t, err)
-	c := startChild(t, "wait-cpu", path)
+	c := testproc.Start(t, "wait-cpu", path)
 	waitFor(t, func() bool { return l.Slot().Pad.Load() == 1 }, "the waiter to sleep")
 	time.Sleep(blockedFor)
 	require.NoError(t, g.Release())
-	c.waitOK(t)
+	c.WaitOK(t)
 
 	var cpu, wall time.Duration
-	_, err = fmt.Sscanf(c.waitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
+	_, err = fmt.Sscanf(c.WaitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, wall, blockedFor)
 	pct := 100 * float64(cpu) / float64(wall)
