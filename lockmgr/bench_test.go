@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
 )
 
@@ -144,13 +145,13 @@ func runProcs(b *testing.B, kind string, shared bool, p int) float64 {
 	if kind != "lockmgr" {
 		dir = tempDir(b)
 	}
-	var children []*child
+	var children []*testproc.Child
 	for i := range p {
 		n := b.N / p
 		if i < b.N%p {
 			n++
 		}
-		children = append(children, startChild(b, "bench-worker", path, kind, strconv.FormatBool(shared),
+		children = append(children, testproc.Start(b, "bench-worker", path, kind, strconv.FormatBool(shared),
 			strconv.Itoa(i), strconv.Itoa(n), dir))
 	}
 	waitFor(b, func() bool { return sc.atomic(offReady).Load() == uint64(p) }, "workers to be ready")
@@ -158,7 +159,7 @@ func runProcs(b *testing.B, kind string, shared bool, p int) float64 {
 	start := time.Now()
 	sc.atomic(offGo).Store(1)
 	for _, c := range children {
-		c.waitOK(b)
+		c.WaitOK(b)
 	}
 	b.StopTimer()
 	var end time.Duration

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
 )
 
@@ -120,13 +121,13 @@ func TestKillHolders(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	var all []*child
-	live := map[int]*child{} // by pid
+	var all []*testproc.Child
+	live := map[int]*testproc.Child{} // by pid
 	start := func() {
-		c := startChild(t, "kill-worker", path, strconv.Itoa(len(all)))
-		c.waitLine(t, "ready")
+		c := testproc.Start(t, "kill-worker", path, strconv.Itoa(len(all)))
+		c.WaitLine(t, "ready")
 		all = append(all, c)
-		live[c.pid()] = c
+		live[c.PID()] = c
 	}
 	for range workers {
 		start()
@@ -168,7 +169,7 @@ func TestKillHolders(t *testing.T) {
 			victim = live[pids[rng.IntN(len(pids))]]
 		}
 		victim.Stop(t)
-		holds := holder() == victim.pid()
+		holds := holder() == victim.PID()
 		if holds {
 			d := int(sc.atomic(offCounter).Load() - sumTallies() - uint64(untallied))
 			if d != 0 && d != 1 {
@@ -178,30 +179,30 @@ func TestKillHolders(t *testing.T) {
 			due++
 		}
 		victim.Kill(t)
-		delete(live, victim.pid())
+		delete(live, victim.PID())
 		kills++
 		start()
 		if holds {
 			waitFor(t, func() bool { check(); return sc.atomic(offReclaims).Load() >= uint64(due) },
-				fmt.Sprintf("reclaim %d (victim pid %d)", due, victim.pid()))
+				fmt.Sprintf("reclaim %d (victim pid %d)", due, victim.PID()))
 		}
 	}
 
 	sc.atomic(offStop).Store(1)
 	reported := 0
 	for i, c := range all {
-		alive := live[c.pid()] == c
+		alive := live[c.PID()] == c
 		if alive {
-			c.waitOK(t)
+			c.WaitOK(t)
 		}
 		out := c.Out.String()
-		require.NotContains(t, out, "FAIL", "worker pid %d", c.pid())
+		require.NotContains(t, out, "FAIL", "worker pid %d", c.PID())
 		reported += strings.Count(out, "reclaimed\n")
 		if alive {
 			var rounds, reclaims uint64
-			_, err := fmt.Sscanf(c.waitLine(t, "done "), "rounds=%d reclaims=%d", &rounds, &reclaims)
+			_, err := fmt.Sscanf(c.WaitLine(t, "done "), "rounds=%d reclaims=%d", &rounds, &reclaims)
 			require.NoError(t, err)
-			require.Equal(t, rounds, sc.atomic(recordOff(i)+recordTally).Load(), "worker pid %d: rounds and tally", c.pid())
+			require.Equal(t, rounds, sc.atomic(recordOff(i)+recordTally).Load(), "worker pid %d: rounds and tally", c.PID())
 		}
 	}
 	var recorded uint64

@@ -2,7 +2,6 @@ package lockmgr_test
 
 import (
 	"context"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -99,28 +98,6 @@ func (c *fakeClock) Sleeps() []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]time.Duration(nil), c.sleeps...)
-}
-
-// child is a running helper (testproc.Child); cmd and the lower-case
-// methods are the names this package's tests call it by.
-type child struct {
-	*testproc.Child
-	cmd *exec.Cmd
-}
-
-func startChild(tb testing.TB, name string, args ...string) *child {
-	tb.Helper()
-	c := testproc.Start(tb, name, args...)
-	return &child{Child: c, cmd: c.Cmd}
-}
-
-func (c *child) pid() int                    { return c.PID() }
-func (c *child) wait(tb testing.TB) error    { tb.Helper(); return c.Wait(tb) }
-func (c *child) waitOK(tb testing.TB) string { tb.Helper(); return c.WaitOK(tb) }
-func (c *child) waitKilled(tb testing.TB)    { tb.Helper(); c.WaitKilled(tb) }
-func (c *child) waitLine(tb testing.TB, prefix string) string {
-	tb.Helper()
-	return c.WaitLine(tb, prefix)
 }
 
 // waitFor polls cond until it holds, failing the test after testTimeout.

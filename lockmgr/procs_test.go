@@ -13,6 +13,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
@@ -207,7 +208,7 @@ func holdHelper(args []string) int {
 	return fail("not killed")
 }
 
-func startAll(t *testing.T, sc scratch, children []*child) {
+func startAll(t *testing.T, sc scratch, children []*testproc.Child) {
 	t.Helper()
 	waitFor(t, func() bool { return sc.atomic(offReady).Load() == uint64(len(children)) }, "helpers to be ready")
 	sc.atomic(offGo).Store(1)
@@ -227,13 +228,13 @@ func TestContentionAcrossProcesses(t *testing.T) {
 	sc, err := scratchOf(seg)
 	require.NoError(t, err)
 	modes := []string{"exclusive", "exclusive", "exclusive", "collaborative", "collaborative"}
-	var children []*child
+	var children []*testproc.Child
 	for i, mode := range modes {
-		children = append(children, startChild(t, "counter", path, "job", "worker-"+strconv.Itoa(i), mode, strconv.Itoa(iters)))
+		children = append(children, testproc.Start(t, "counter", path, "job", "worker-"+strconv.Itoa(i), mode, strconv.Itoa(iters)))
 	}
 	startAll(t, sc, children)
 	for _, c := range children {
-		require.Contains(t, c.waitOK(t), "reclaimed 0")
+		require.Contains(t, c.WaitOK(t), "reclaimed 0")
 	}
 	require.EqualValues(t, 3*iters, *sc.plain(offCounter))
 	st := m.Stats()
@@ -253,16 +254,16 @@ func TestCollaborativeAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
-	var children []*child
+	var children []*testproc.Child
 	for i := range n {
-		children = append(children, startChild(t, "collaborate", path, "doc", "editor-"+strconv.Itoa(i), strconv.Itoa(n)))
+		children = append(children, testproc.Start(t, "collaborate", path, "doc", "editor-"+strconv.Itoa(i), strconv.Itoa(n)))
 	}
 	versions := map[string]bool{}
 	for _, c := range children {
-		versions[c.waitLine(t, "version ")] = true
+		versions[c.WaitLine(t, "version ")] = true
 	}
 	for _, c := range children {
-		c.waitOK(t)
+		c.WaitOK(t)
 	}
 	require.Len(t, versions, n, "each grant got its own version")
 	st := m.Stats()
@@ -277,22 +278,22 @@ func TestKillHolder(t *testing.T) {
 	m, seg, path := newManagerAt(t, 8, lockmgr.Options{})
 	sc, err := scratchOf(seg)
 	require.NoError(t, err)
-	holder := startChild(t, "hold", path, "job", "doomed", "exclusive")
-	v, err := strconv.ParseUint(holder.waitLine(t, "held "), 10, 64)
+	holder := testproc.Start(t, "hold", path, "job", "doomed", "exclusive")
+	v, err := strconv.ParseUint(holder.WaitLine(t, "held "), 10, 64)
 	require.NoError(t, err)
 	*sc.plain(offLastVersion) = v
-	waiter := startChild(t, "counter", path, "job", "survivor", "exclusive", "5")
-	startAll(t, sc, []*child{waiter})
+	waiter := testproc.Start(t, "counter", path, "job", "survivor", "exclusive", "5")
+	startAll(t, sc, []*testproc.Child{waiter})
 	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 1 }, "the waiter to meet the conflict")
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Equal(t, lockmgr.Acquired, ri.State)
-	require.Equal(t, holder.pid(), ri.Holders[0].PID)
+	require.Equal(t, holder.PID(), ri.Holders[0].PID)
 	require.True(t, ri.Holders[0].Alive)
 
-	require.NoError(t, holder.cmd.Process.Kill())
-	holder.waitKilled(t)
-	require.Contains(t, waiter.waitOK(t), "reclaimed 1")
+	require.NoError(t, holder.Cmd.Process.Kill())
+	holder.WaitKilled(t)
+	require.Contains(t, waiter.WaitOK(t), "reclaimed 1")
 	require.EqualValues(t, 6, *sc.plain(offCounter), "one increment by the dead holder, five by the waiter")
 	st := m.Stats()
 	require.EqualValues(t, 1, st.Reclaimed)
@@ -310,12 +311,12 @@ func TestKillHolder(t *testing.T) {
 func TestReclaimOnConflict(t *testing.T) {
 	t.Parallel()
 	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
-	holder := startChild(t, "hold", path, "job", "doomed", "collaborative")
-	holder.waitLine(t, "held ")
+	holder := testproc.Start(t, "hold", path, "job", "doomed", "collaborative")
+	holder.WaitLine(t, "held ")
 	_, err := m.Acquire(context.Background(), "job", "other", lockmgr.Collaborative, lockmgr.AcquireOptions{})
 	require.NoError(t, err, "collaborative holders coexist, dead or alive")
-	require.NoError(t, holder.cmd.Process.Kill())
-	holder.waitKilled(t)
+	require.NoError(t, holder.Cmd.Process.Kill())
+	holder.WaitKilled(t)
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
 	require.Len(t, ri.Holders, 2)
@@ -341,13 +342,13 @@ func TestDeadEntryLock(t *testing.T) {
 	ctx := context.Background()
 	_, err := m.Acquire(ctx, "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	c := startChild(t, "hold", path, "other", "x", "exclusive")
-	c.waitLine(t, "FAIL") // the table is full: it exits at once
-	_ = c.wait(t)
+	c := testproc.Start(t, "hold", path, "other", "x", "exclusive")
+	c.WaitLine(t, "FAIL") // the table is full: it exits at once
+	_ = c.Wait(t)
 	id, err := proc.Lookup(uint32(os.Getpid()))
 	require.NoError(t, err)
 	dead := id
-	dead.PID = uint32(c.pid())
+	dead.PID = uint32(c.PID())
 	mem, err := seg.Region(layout.KindLockMgr)
 	require.NoError(t, err)
 	e, err := memview.At[layout.LockMgrEntry](mem, layout.LockMgrEntrySize)
@@ -363,25 +364,25 @@ func TestDeadEntryLock(t *testing.T) {
 func TestCompanionKeepsHold(t *testing.T) {
 	t.Parallel()
 	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
-	holder := startChild(t, "hold", path, "job", "doomed", "exclusive")
-	holder.waitLine(t, "held ")
-	companion := startChild(t, "hold", path, "other", "companion", "exclusive")
-	companion.waitLine(t, "held ")
-	require.NoError(t, m.SetCompanion("job", "doomed", companion.pid()))
-	require.ErrorIs(t, m.SetCompanion("job", "stranger", companion.pid()), lockmgr.ErrLockNotHeld)
+	holder := testproc.Start(t, "hold", path, "job", "doomed", "exclusive")
+	holder.WaitLine(t, "held ")
+	companion := testproc.Start(t, "hold", path, "other", "companion", "exclusive")
+	companion.WaitLine(t, "held ")
+	require.NoError(t, m.SetCompanion("job", "doomed", companion.PID()))
+	require.ErrorIs(t, m.SetCompanion("job", "stranger", companion.PID()), lockmgr.ErrLockNotHeld)
 
-	require.NoError(t, holder.cmd.Process.Kill())
-	holder.waitKilled(t)
+	require.NoError(t, holder.Cmd.Process.Kill())
+	holder.WaitKilled(t)
 	ctx := context.Background()
 	_, err := m.Acquire(ctx, "job", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.ErrorIs(t, err, lockmgr.ErrResourceLocked, "the companion lives: the hold stands")
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
-	require.Equal(t, companion.pid(), ri.Holders[0].Companion)
+	require.Equal(t, companion.PID(), ri.Holders[0].Companion)
 	require.True(t, ri.Holders[0].Alive)
 
-	require.NoError(t, companion.cmd.Process.Kill())
-	companion.waitKilled(t)
+	require.NoError(t, companion.Cmd.Process.Kill())
+	companion.WaitKilled(t)
 	info, err := m.Acquire(ctx, "job", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testTimeout})
 	require.NoError(t, err)
 	require.True(t, info.Reclaimed)

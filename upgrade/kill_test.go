@@ -6,25 +6,26 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
 // holding starts a child that takes a hold in mode and waits until it has.
-func holding(tb testing.TB, path, mode string) (*child, uint64) {
+func holding(tb testing.TB, path, mode string) (*testproc.Child, uint64) {
 	tb.Helper()
-	c := startChild(tb, "hold", path, mode)
-	c.waitLine(tb, "held")
+	c := testproc.Start(tb, "hold", path, mode)
+	c.WaitLine(tb, "held")
 	return c, c.Identity(tb)
 }
 
 // pendingUpgrade starts a child that takes the upgrade lock and asks to
 // upgrade it, and waits until the upgrade is pending (the caller's shared
 // hold keeps it so).
-func pendingUpgrade(tb testing.TB, seg *shm.Segment, path string) *child {
+func pendingUpgrade(tb testing.TB, seg *shm.Segment, path string) *testproc.Child {
 	tb.Helper()
-	c := startChild(tb, "hold", path, "pending")
-	c.waitLine(tb, "upgrade held")
+	c := testproc.Start(tb, "hold", path, "pending")
+	c.WaitLine(tb, "upgrade held")
 	waitStatus(tb, seg, func(st upgrade.Status) bool { return st.UpgradePending }, "pending")
 	return c
 }
@@ -32,7 +33,7 @@ func pendingUpgrade(tb testing.TB, seg *shm.Segment, path string) *child {
 // killWhileWaiting calls lock in a goroutine, waits until mutex 0's status
 // shows it waiting, kills the holder c and requires that lock then
 // succeeds: a dead holder never wedges a waiter.
-func killWhileWaiting(tb testing.TB, seg *shm.Segment, c *child, lock func() error, waiting func(upgrade.Status) bool, what string) {
+func killWhileWaiting(tb testing.TB, seg *shm.Segment, c *testproc.Child, lock func() error, waiting func(upgrade.Status) bool, what string) {
 	tb.Helper()
 	got := make(chan error, 1)
 	go func() { got <- lock() }()
@@ -249,8 +250,8 @@ func TestKillQueuedWriter(t *testing.T) {
 	require.NoError(t, err)
 	w := open(t, seg)
 	require.NoError(t, w.Lock())
-	c := startChild(t, "hold", path, "queued")
-	c.waitLine(t, "held")
+	c := testproc.Start(t, "hold", path, "queued")
+	c.WaitLine(t, "held")
 	waitStatus(t, seg, func(st upgrade.Status) bool {
 		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
 	}, "the queued writer to sleep, its mark off")

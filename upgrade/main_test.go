@@ -50,25 +50,6 @@ func open(tb testing.TB, seg *shm.Segment) *upgrade.Mutex {
 	return m
 }
 
-// child is a running helper (testproc.Child); out and the lower-case
-// methods are the names this package's tests call it by.
-type child struct {
-	*testproc.Child
-	out *testproc.Output
-}
-
-func startChild(tb testing.TB, name string, args ...string) *child {
-	tb.Helper()
-	c := testproc.Start(tb, name, args...)
-	return &child{Child: c, out: c.Out}
-}
-
-func (c *child) waitOK(tb testing.TB) string { tb.Helper(); return c.WaitOK(tb) }
-func (c *child) waitLine(tb testing.TB, prefix string) string {
-	tb.Helper()
-	return c.WaitLine(tb, prefix)
-}
-
 // waitFor polls cond until it holds, failing the test after testTimeout.
 var waitFor = testproc.WaitFor
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
@@ -37,17 +38,17 @@ func TestMultiProcessMixed(t *testing.T) {
 	if long() {
 		procs, iters = 8, 200000
 	}
-	children := make([]*child, procs)
+	children := make([]*testproc.Child, procs)
 	for i := range children {
-		children[i] = startChild(t, "rw", path, strconv.Itoa(iters), strconv.Itoa(i+1))
+		children[i] = testproc.Start(t, "rw", path, strconv.Itoa(iters), strconv.Itoa(i+1))
 	}
 	var writes uint64
 	for _, c := range children {
-		c.waitOK(t)
+		c.WaitOK(t)
 		var w, torn uint64
-		_, err := fmt.Sscanf(c.waitLine(t, "writes "), "%d torn %d", &w, &torn)
+		_, err := fmt.Sscanf(c.WaitLine(t, "writes "), "%d torn %d", &w, &torn)
 		require.NoError(t, err)
-		require.Zero(t, torn, "torn reads in %s", c.out.String())
+		require.Zero(t, torn, "torn reads in %s", c.Out.String())
 		writes += w
 	}
 	rec, err := recordOf(seg)
