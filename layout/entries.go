@@ -50,11 +50,17 @@ type OwnerSlot struct {
 	Pad            atomic.Uint32
 }
 
-// The Pad word of an owner slot: how many waiters are asleep, and whether a
-// release has woken one that has not run yet (further releases need not wake
-// another until it has).
+// The Pad word of an owner slot: how many waiters are asleep (bits 0-23),
+// how many wakes in a row found none of them in the kernel (bits 24-30),
+// and whether a release has woken one that has not run yet (bit 31:
+// further releases need not wake another until it has). A registered
+// sleeper that runs resets the futile-wake count; a long run of futile
+// wakes means the registered sleepers died (package spinlock drops their
+// count then).
 const (
-	PadSleepers    uint32 = 1<<31 - 1
+	PadSleepers    uint32 = 1<<24 - 1
+	PadFutileShift        = 24
+	PadFutileWakes uint32 = 0x7f << PadFutileShift
 	PadWakePending uint32 = 1 << 31
 )
 

@@ -50,7 +50,8 @@ import (
 //     passes the wake on if the lock is free.
 //
 // A sleeper killed while registered leaves the count one too high; that
-// costs later unlocks a futex wake with nobody to wake, never correctness.
+// costs later unlocks a futex wake with nobody to wake, never correctness,
+// and only until a run of such futile wakes drops the count (futileWake).
 // One killed between being woken and clearing wake-pending leaves the bit
 // set until another sleeper's periodic liveness check clears it.
 //
@@ -237,8 +238,32 @@ func (l *Lock) wakeOne() {
 		}
 	}
 	if n, err := futex.Wake(l.fword, 1); n == 0 || err != nil {
-		// The registered sleepers are not in the kernel yet; they will find
-		// the futex word changed. Nobody is on the way to clear the bit.
-		pad.And(^layout.PadWakePending)
+		// The registered sleepers are not in the kernel yet (they will find
+		// the futex word changed), or they are dead. Nobody is on the way
+		// to clear the bit.
+		l.futileWake()
+	}
+}
+
+// futileWake clears wake-pending after a wake that found nobody in the
+// kernel, and counts it (layout.PadFutileWakes). A live registered sleeper
+// reaches its futex call, or unregisters, within microseconds, and
+// unregistering resets the count; so a run of futile wakes as long as the
+// count holds, with no sleeper running in between, means the registered
+// sleepers were killed, and their count is dropped. Without that, every
+// later unlock of the lock would make a futex system call for nobody. If a
+// live sleeper was in fact only slow to reach the kernel, it is not lost:
+// it sleeps at most until its next liveness check, and registers again.
+func (l *Lock) futileWake() {
+	pad := &l.slot.Pad
+	for {
+		p := pad.Load()
+		next := p&^layout.PadWakePending + 1<<layout.PadFutileShift
+		if p&layout.PadSleepers == 0 || next&layout.PadFutileWakes == layout.PadFutileWakes {
+			next = 0
+		}
+		if pad.CompareAndSwap(p, next) {
+			return
+		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/spinlock"
 )
@@ -25,7 +27,10 @@ func TestWakeWithNobodyAsleepClearsPending(t *testing.T) {
 			require.NoError(t, err)
 			l.Slot().Pad.Store(1) // a registered sleeper that was killed
 			require.NoError(t, g.Release())
-			require.Equal(t, uint32(1), l.Slot().Pad.Load(), "count kept, wake-pending cleared")
+			pad := l.Slot().Pad.Load()
+			require.Equal(t, uint32(1), pad&layout.PadSleepers, "count kept")
+			require.Zero(t, pad&layout.PadWakePending, "wake-pending cleared")
+			require.Equal(t, uint32(1), (pad&layout.PadFutileWakes)>>layout.PadFutileShift, "one futile wake counted")
 
 			// And a real sleeper is still woken by the next release.
 			g, err = l.Lock(holderFor(mode))
@@ -119,4 +124,38 @@ func TestWakeStormWithCancellations(t *testing.T) {
 			require.False(t, held)
 		})
 	}
+}
+
+// A waiter killed while it sleeps leaves its registration in Pad, and every
+// release that finds a registered sleeper makes a futex system call. Those
+// wakes find nobody; after a run of them (no live sleeper registering in
+// between) the release drops the stale count, so the lock does not pay a
+// system call on every unlock for good.
+func TestKilledSleeperRegistrationExpires(t *testing.T) {
+	seg, path := newSegment(t)
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	me := spinlock.NewHolder()
+	var g spinlock.Guard
+	for attempt := 0; ; attempt++ {
+		require.NoError(t, g.Lock(l, me))
+		c := testproc.Start(t, "wait-lock", path)
+		waitFor(t, func() bool { return l.Slot().Sleepers() == 1 }, "the waiter registers as a sleeper")
+		c.Kill(t)
+		if l.Slot().Sleepers() == 1 {
+			break // killed while registered
+		}
+		// Killed in the instant between two sleeps (every liveness
+		// interval): nothing stale to test this time.
+		require.Less(t, attempt, 3, "the waiter was never killed while registered")
+		require.NoError(t, g.Release())
+	}
+	limit := int(layout.PadFutileWakes >> layout.PadFutileShift)
+	for i := 0; l.Slot().Sleepers() != 0; i++ {
+		require.LessOrEqual(t, i, limit, "the dead sleeper's registration outlived %d futile wakes", i)
+		require.NoError(t, g.Release())
+		require.NoError(t, g.Lock(l, me))
+	}
+	require.NoError(t, g.Release())
+	assert.Zero(t, l.Slot().Pad.Load(), "Pad after the repair")
 }
