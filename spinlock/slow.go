@@ -23,12 +23,13 @@ import (
 // end up handing the lock back and forth at every acquisition, each handoff
 // a cache-line transfer. One yield, after which the lock is often free,
 // keeps most waiters from sleeping at all: counter throughput with 2
-// processes went from 0.55-0.66x pthread's non-robust mutex to 1.19-1.26x
-// (4 processes: 0.98x to 1.29x; 8: 1.59x to 1.67x), side by side in one
-// run. More yields, or fewer loads, win more there but slow pingpong_retry,
-// whose turn passes when a waiter's loads catch the holder's brief release
-// or when its sleep makes the holder stop for the wake: with 300 loads and
-// one yield it stays at pthread's robust mutex's rate (0.89-1.04x), with
+// processes went from 0.55-0.66x the best non-robust peer to 1.12-1.26x
+// (4 processes: about 1.0x to 1.3-1.4x; 8: 1.5x to 1.6x), side by side in
+// one run. More yields, or fewer loads, win more there but slow
+// pingpong_retry, whose turn passes when a waiter's loads catch the
+// holder's brief release or when its sleep makes the holder stop for the
+// wake: with 300 loads and one yield it stays near pthread's robust
+// mutex's rate (0.77-1.04x, against 0.93-1.15x without the yield); with
 // 200 loads it fell to 0.71x and with 3 yields to 0.79x.
 const (
 	spinLoads        = 300                   // loads of the lock word before yielding
