@@ -131,3 +131,30 @@ func TestKilledSleeperRegistrationExpires(t *testing.T) {
 	require.NoError(t, m.Release("r", "a"))
 	assert.Zero(t, e.Sleepers.Load(), "Sleepers after the repair")
 }
+
+// A collaborative grant after a sleep wakes every other sleeper
+// (wakeAll); when that finds nobody in the kernel, it counts as a futile
+// wake too, or a stale registration would cost every such grant a system
+// call for good.
+func TestWakeAllCountsFutileWake(t *testing.T) {
+	t.Parallel()
+	m, seg := newManager(t, 2, lockmgr.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	e := onlyEntry(t, seg)
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "r", "b", lockmgr.Collaborative, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
+			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+		done <- err
+	}()
+	waitFor(t, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 }, "the waiter to sleep")
+	e.Sleepers.Add(1) // a killed waiter's registration beside it
+	require.NoError(t, m.Release("r", "a"))
+	require.NoError(t, <-done)
+	assert.Equal(t, uint32(1|1<<lockmgr.SleepFutileShift), e.Sleepers.Load(),
+		"the stale registration kept, the grant's wake of the others counted futile")
+	require.NoError(t, m.Release("r", "b"))
+}
