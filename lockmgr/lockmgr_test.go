@@ -673,7 +673,7 @@ func sleepersOf(t *testing.T, seg *shm.Segment) func() uint32 {
 		for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
 			e, err := memview.At[layout.LockMgrEntry](mem, uint64(off))
 			require.NoError(t, err)
-			n += e.Sleepers.Load() &^ (1 << 31) // without wake-pending
+			n += e.Sleepers.Load() & lockmgr.SleepCount // without wake-pending and futile wakes
 		}
 		return n
 	}

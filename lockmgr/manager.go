@@ -536,20 +536,32 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	if ctx.Done() != nil {
 		cancel.watch(ctx, e)
 	}
-	e.Sleepers.Add(1)
 	end := time.Now().Add(d)
 	for {
+		// Registered for one slice at a time: a registration dropped as
+		// stale (see futileWake) costs a live sleeper one slice at most.
+		e.Sleepers.Add(1)
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
-		// Whoever returns from the kernel clears wake-pending (see
-		// wakeOne), woken or not: the bit then never outlives a slice.
-		e.Sleepers.And(^sleepWakePending)
+		unregisterSleeper(e)
 		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil {
-			break
+			return
 		}
 	}
+}
+
+// unregisterSleeper takes one off e's sleeper count, never below zero (a
+// stale count may have been dropped meanwhile), and clears wake-pending
+// and the futile-wake count: whoever returns from the kernel, woken or
+// not, clears the bit, which then never outlives a slice, and shows that
+// registered sleepers are alive (see Sleepers in table.go).
+func unregisterSleeper(e *layout.LockMgrEntry) {
 	for {
-		n := e.Sleepers.Load()
-		if n&sleepCount == 0 || e.Sleepers.CompareAndSwap(n, n-1) {
+		s := e.Sleepers.Load()
+		n := s & sleepCount
+		if n > 0 {
+			n--
+		}
+		if e.Sleepers.CompareAndSwap(s, n) {
 			return
 		}
 	}

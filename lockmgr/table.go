@@ -339,17 +339,34 @@ func (t *table) isAlive(w uint64, now int64) bool {
 }
 
 // Sleepers of an entry: the count of waiters registered to sleep on its
-// Gate, and a wake-pending bit, as in spinlock's owner slots. A hold's end
-// that finds sleepers and no wake pending sets the bit and wakes one; ends
-// that find it set wake nobody, for the woken one has not run yet. Without
-// the bit, with more processes than cores, nearly every release would make
-// a futex call (on a KVM guest, over a microsecond each) for a sleeper
-// that is already on its way. Every sleeper that returns from the kernel
-// clears the bit, woken or timed out, and sleeps in slices of at most
-// maxSleepSlice, so a bit left by a woken process that was then killed
-// holds up wakes for one slice at most.
+// Gate (bits 0-23), how many wakes in a row found none of them in the
+// kernel (bits 24-30), and a wake-pending bit (bit 31), as in spinlock's
+// owner slots (layout.PadSleepers etc.). A hold's end that finds sleepers
+// and no wake pending sets the bit and wakes one; ends that find it set
+// wake nobody, for the woken one has not run yet. Without the bit, with
+// more processes than cores, nearly every release would make a futex call
+// (on a KVM guest, over a microsecond each) for a sleeper that is already
+// on its way. Every sleeper that returns from the kernel clears the bit,
+// woken or timed out, and sleeps in slices of at most maxSleepSlice, so a
+// bit left by a woken process that was then killed holds up wakes for one
+// slice at most.
+//
+// A waiter killed while registered leaves the count one too high, and
+// every later end of a hold would make a futex call for nobody. So a wake
+// that finds nobody in the kernel counts itself in sleepFutile, and every
+// sleeper that returns from the kernel resets that count: a live sleeper
+// reaches its futex call within microseconds of registering, so
+// sleepFutileMax such wakes in a row, with no sleeper running in between,
+// mean the registered ones are dead, and the wake that makes the run that
+// long drops the count (futileWake). A live sleeper that was only slow to
+// reach the kernel loses no more than one slice: it registers again for
+// each one, and sees the gate moved when its slice ends. Invariant: the
+// futile count is 0 whenever the sleeper count is.
 const (
-	sleepCount       uint32 = 1<<31 - 1
+	sleepCount       uint32 = 1<<24 - 1
+	sleepFutileShift        = 24
+	sleepFutile      uint32 = 0x7f << sleepFutileShift
+	sleepFutileMax          = sleepFutile >> sleepFutileShift
 	sleepWakePending uint32 = 1 << 31
 	maxSleepSlice           = 100 * time.Millisecond
 )
@@ -371,15 +388,40 @@ func (t *table) wakeOne(e *layout.LockMgrEntry) {
 		}
 	}
 	if n, err := futex.Wake(&e.Gate, 1); n == 0 || err != nil {
-		// Nobody was in the kernel yet: the registered sleepers will find
-		// the gate moved. Nobody is on the way to clear the bit.
-		e.Sleepers.And(^sleepWakePending)
+		// Nobody was in the kernel yet (the registered sleepers will find
+		// the gate moved), or the registered ones are dead. Nobody is on
+		// the way to clear the bit.
+		futileWake(e, sleepWakePending)
 	}
 }
 
 // wakeAll wakes every waiter asleep on e's gate.
 func (t *table) wakeAll(e *layout.LockMgrEntry) {
-	if e.Sleepers.Load()&sleepCount != 0 {
-		_, _ = futex.WakeAll(&e.Gate)
+	if e.Sleepers.Load()&sleepCount == 0 {
+		return
+	}
+	if n, err := futex.WakeAll(&e.Gate); n == 0 || err != nil {
+		// A wake-pending bit is another waker's, whose woken sleeper
+		// clears it: leave it.
+		futileWake(e, 0)
+	}
+}
+
+// futileWake counts a wake that found nobody in the kernel (sleepFutile),
+// clearing the bits in clear too, and drops the sleeper count at the
+// sleepFutileMax-th such wake in a row (see Sleepers above).
+func futileWake(e *layout.LockMgrEntry, clear uint32) {
+	for {
+		s := e.Sleepers.Load()
+		next := s&^clear + 1<<sleepFutileShift
+		switch {
+		case s&sleepCount == 0:
+			next = s &^ (clear | sleepFutile)
+		case next&sleepFutile == sleepFutile:
+			next = s &^ (clear | sleepFutile | sleepCount)
+		}
+		if e.Sleepers.CompareAndSwap(s, next) {
+			return
+		}
 	}
 }

@@ -42,7 +42,7 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 		m.cancelPending()
 		return ErrWouldBlock
 	}
-	if err := m.drainReaders(ctx); err != nil {
+	if err := m.drainReaders(ctx, uniqueUpgrader); err != nil {
 		m.cancelPending()
 		return err
 	}

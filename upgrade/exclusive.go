@@ -96,7 +96,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			yield()
 		}
 	}
-	if err := m.drainReaders(ctx); err != nil {
+	if err := m.drainReaders(ctx, uniqueWriter); err != nil {
 		m.abandonWriter()
 		return err
 	}
@@ -106,10 +106,11 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 
 // drainReaders waits for every shared hold to go, clearing the records of
 // dead processes at each liveness slice. The caller has set the state bit
-// that keeps new readers out, and undoes it if this fails.
-func (m *Mutex) drainReaders(ctx context.Context) error {
+// that keeps new readers out, and undoes it if this fails; role is the
+// lock it holds (uniqueWriter or uniqueUpgrader).
+func (m *Mutex) drainReaders(ctx context.Context, role uint32) error {
 	for !m.readersZero() {
-		slice, err := m.wait(ctx, m.uniqueGate(), m.readersZero)
+		slice, err := m.wait(ctx, m.uniqueGateAs(role), m.readersZero)
 		if err != nil {
 			return err
 		}
@@ -136,7 +137,7 @@ func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) erro
 			m.abandonWriter()
 			return ErrWouldBlock
 		}
-		slice, err := m.wait(ctx, m.uniqueGate(), func() bool { return m.e.State.Load()&stateUpgrade == 0 })
+		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), func() bool { return m.e.State.Load()&stateUpgrade == 0 })
 		if err != nil {
 			m.abandonWriter()
 			return err
@@ -231,6 +232,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		}
 		if slice {
 			if o := m.e.Upgrader.Load(); o != 0 && !m.alive(o) && m.e.Upgrader.CompareAndSwap(o, m.pid) {
+				m.e.Waiters.And(^uniqueUpgrader) // the dead holder's, if it slept
 				m.e.Generation.Add(1)
 				m.repairs.Add(1)
 				reclaimed = true

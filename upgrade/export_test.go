@@ -27,3 +27,22 @@ const (
 	WriterHungry  = writerHungry
 	WriterHandoff = writerHandoff
 )
+
+// The Waiters word (state.go).
+const (
+	WaitersSharedMask = waitersSharedMask
+	UniqueWriter      = uniqueWriter
+	UniqueUpgrader    = uniqueUpgrader
+	SharedFutileShift = sharedFutileShift
+	SharedFutile      = sharedFutile
+	SharedFutileMax   = sharedFutileMax
+)
+
+// The WriterSleepers word (state.go).
+const (
+	WriterSleeperMask = writerSleeperMask
+	WriterFutileShift = writerFutileShift
+	WriterFutile      = writerFutile
+	WriterFutileMax   = writerFutileMax
+	WriterWakePending = writerWakePending
+)

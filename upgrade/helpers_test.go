@@ -147,7 +147,8 @@ func rwHelper(args []string) int {
 // upgrade, unique, unique-half (Lock, then half a write), upgraded-half
 // (upgrade to unique, then half a write), pending (upgrade lock, then an
 // UpgradeToUnique that the parent's shared hold keeps waiting), queued
-// (prints "held" first, then waits in Lock behind the parent).
+// (prints "held" first, then waits in Lock behind the parent),
+// queued-shared (likewise, waiting in LockShared).
 func holdHelper(args []string) int {
 	seg, m, rec, err := openHelper(args[0])
 	if err != nil {
@@ -177,6 +178,9 @@ func holdHelper(args []string) int {
 		// process while it waits, marked hungry.
 		fmt.Println("held")
 		err = m.Lock()
+	case "queued-shared":
+		fmt.Println("held")
+		err = m.LockShared()
 	case "pending":
 		if err = m.LockUpgrade(); err == nil {
 			fmt.Println("upgrade held")

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/shmlock/shmlock/shm"
 )
@@ -18,7 +19,7 @@ type Status struct {
 	UpgraderTID    uint64
 	Generation     uint64
 	SharedWaiters  uint32 // sleepers on the shared gate (readers, upgrade seekers)
-	UniqueWaiters  uint32 // sleepers on the unique gate (a writer or a pending upgrade draining readers)
+	UniqueWaiters  uint32 // sleepers on the unique gate (a writer or a pending upgrade draining readers): 0 to 2
 	WriterWaiters  uint32 // writers asleep waiting for the writers' mutex
 	Readers        []ReaderStatus
 	ReaderRecords  int // records of the mutex, used or not
@@ -55,7 +56,7 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 		Writer: writer &^ writerHungry, WriterTID: e.WriterTID.Load(), Handoff: writer == writerHandoff,
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
-		SharedWaiters: w & waitersMask, UniqueWaiters: w >> 16,
+		SharedWaiters: w & waitersSharedMask, UniqueWaiters: uint32(bits.OnesCount32(w & waitersUnique)),
 		WriterWaiters: e.WriterSleepers.Load() & writerSleeperMask,
 		ReaderRecords: seg.ReadersPerUpgrade(),
 		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,

@@ -53,12 +53,12 @@ import "time"
 // queue for the writers' mutex. SharedGate holds readers and upgrade
 // seekers, UniqueGate the writer that holds the writers' mutex (waiting for
 // the upgrade lock to go or for readers to drain) and a pending upgrade.
-// Waiters counts sleepers per gate (waitersShared in the low half,
-// waitersUnique in the high half). A sleeper registers, reads the gate,
-// re-checks its condition and sleeps only if the gate is unchanged; a waker
-// changes the state, and if the gate has sleepers bumps the gate and wakes
-// them all (sequentially consistent both sides: no lost wake-up). Unlocks
-// with no sleeper make no system call.
+// Waiters records the sleepers of each gate (see its constants below). A
+// sleeper registers, reads the gate, re-checks its condition and sleeps
+// only if the gate is unchanged; a waker changes the state, and if the
+// gate has sleepers bumps the gate and wakes them all (sequentially
+// consistent both sides: no lost wake-up). Unlocks with no sleeper make no
+// system call.
 //
 // Writers waiting for the writers' mutex (the Writer word) sleep on
 // WriterGate, counted in WriterSleepers, the same way, except that a
@@ -103,11 +103,52 @@ const (
 	blockReaders = stateWrite | statePending
 )
 
-// The Waiters word: sleepers on each gate.
+// The Waiters word:
+//
+//	bits 0-15   waitersShared  sleepers on SharedGate (readers, upgrade
+//	                           seekers: any number)
+//	bit  16     uniqueWriter   the Writer word's holder sleeps on UniqueGate
+//	bit  17     uniqueUpgrader the upgrade holder sleeps on UniqueGate
+//	bits 24-30  sharedFutile   wakes of SharedGate in a row that found
+//	                           nobody in the kernel
+//	other bits                 0
+//
+// A sleeper killed while registered must not leave its registration for
+// good: every later wake of its gate would make a futex system call
+// (~1.4 us on a KVM guest) for nobody.
+//
+// UniqueGate has at most two sleepers, each holding a lock that only one
+// may hold: the Writer word's holder (waiting for the upgrade lock to go,
+// or for readers to drain) and the upgrade holder (draining readers for
+// UpgradeToUnique). So each has a flag, not a count, and only the holder
+// sets or clears its own; a dead holder's flag is cleared by whoever takes
+// its lock over (by CAS of the identity word, so exactly one), before
+// anyone else can hold that lock and set the flag again. A stale flag thus
+// lives exactly as long as the dead process's hold, which must be taken
+// over anyway. (Two goroutines of one handle that upgrade at once share
+// its flag: the first to wake clears it, and the other may sleep until its
+// liveness slice.)
+//
+// SharedGate's sleepers are anonymous, so a stale count is found out as in
+// spinlock (layout.PadFutileWakes): a wake that finds nobody in the kernel
+// counts itself in sharedFutile, and every shared sleeper that runs resets
+// that count when it unregisters. A live sleeper reaches its futex call
+// (or unregisters) within microseconds of registering, so sharedFutileMax
+// such wakes in a row, with no shared sleeper running in between, mean the
+// registered ones are dead, and the wake that makes the run that long
+// drops the count (sharedFutileWake). A live sleeper that was only slow to
+// reach the kernel sleeps at most its liveness slice and registers again;
+// unregistering never takes the count below zero. Invariant: sharedFutile
+// is 0 whenever the shared count is.
 const (
-	waitersShared uint32 = 1       // one sleeper on SharedGate
-	waitersUnique uint32 = 1 << 16 // one sleeper on UniqueGate
-	waitersMask          = 1<<16 - 1
+	waitersShared     uint32 = 1 // one sleeper on SharedGate
+	waitersSharedMask uint32 = 1<<16 - 1
+	uniqueWriter      uint32 = 1 << 16
+	uniqueUpgrader    uint32 = 1 << 17
+	waitersUnique            = uniqueWriter | uniqueUpgrader
+	sharedFutileShift        = 24
+	sharedFutile      uint32 = 0x7f << sharedFutileShift
+	sharedFutileMax          = sharedFutile >> sharedFutileShift
 )
 
 // Handoff to waiting writers (fairness among writers). A writer that has
@@ -130,11 +171,20 @@ const (
 	writerHandoff        = writerHungry // the Writer word of a release handed to the hungry
 )
 
-// The WriterSleepers word: writers asleep on WriterGate, and whether one
-// has been woken and has not run yet.
+// The WriterSleepers word: how many writers are asleep on WriterGate
+// (bits 0-23), how many wakes in a row found none of them in the kernel
+// (bits 24-30), and whether one has been woken and has not run yet (bit
+// 31). Every writer that returns from the kernel clears the futile-wake
+// count and wake-pending as it unregisters; the writerFutileMax-th futile
+// wake in a row drops the count of writers killed while they slept, as for
+// SharedGate above (futileWriterWake). Invariant: the futile-wake count is
+// 0 whenever the sleeper count is.
 const (
+	writerSleeperMask uint32 = 1<<24 - 1
+	writerFutileShift        = 24
+	writerFutile      uint32 = 0x7f << writerFutileShift
+	writerFutileMax          = writerFutile >> writerFutileShift
 	writerWakePending uint32 = 1 << 31
-	writerSleeperMask        = writerWakePending - 1
 )
 
 // Reader records of a mutex in use, for the drain check: bit j%32 of the

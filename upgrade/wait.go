@@ -13,14 +13,27 @@ import (
 	"github.com/shmlock/shmlock/layout"
 )
 
-// gate is one of the two futex gates with its unit in the Waiters word.
+// gate is one of the two futex gates with its bits in the Waiters word:
+// a sleeper's registration (waitersShared, a count, or its flag on the
+// unique gate), and for a waker, all the gate's sleepers.
 type gate struct {
 	word *atomic.Uint32
-	unit uint32
+	unit uint32 // a sleeper's registration
+	all  uint32 // the bits of every sleeper of the gate
 }
 
-func (m *Mutex) sharedGate() gate { return gate{&m.e.SharedGate, waitersShared} }
-func (m *Mutex) uniqueGate() gate { return gate{&m.e.UniqueGate, waitersUnique} }
+func (m *Mutex) sharedGate() gate {
+	return gate{&m.e.SharedGate, waitersShared, waitersSharedMask}
+}
+
+// uniqueGate is UniqueGate for a waker; uniqueGateAs for a sleeper that
+// holds the writers' mutex (uniqueWriter) or the upgrade lock
+// (uniqueUpgrader).
+func (m *Mutex) uniqueGate() gate { return m.uniqueGateAs(0) }
+
+func (m *Mutex) uniqueGateAs(role uint32) gate {
+	return gate{&m.e.UniqueGate, role, waitersUnique}
+}
 
 // wait returns once ready reports true (the caller then tries again, and
 // may well come back), or once a liveness slice has passed without a wake
@@ -47,14 +60,14 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 	if d, ok := ctx.Deadline(); ok {
 		sleep = min(sleep, max(time.Until(d), time.Microsecond))
 	}
-	m.e.Waiters.Add(g.unit)
+	m.register(g)
 	seq := g.word.Load()
 	if ready() {
-		m.e.Waiters.Add(-g.unit)
+		m.unregister(g)
 		return false, nil
 	}
 	err = futex.Wait(g.word, seq, sleep)
-	m.e.Waiters.Add(-g.unit)
+	m.unregister(g)
 	if cerr := ctx.Err(); cerr != nil {
 		return false, cerr
 	}
@@ -85,14 +98,67 @@ func onCancel(ctx context.Context, f func()) (stop func()) {
 	}
 }
 
+// register records a sleeper of g in the Waiters word: one more on the
+// shared gate, or the caller's flag on the unique gate.
+func (m *Mutex) register(g gate) {
+	if g.unit == waitersShared {
+		m.e.Waiters.Add(waitersShared)
+	} else {
+		m.e.Waiters.Or(g.unit)
+	}
+}
+
+// unregister undoes register. On the shared gate it takes one off the
+// count, never below zero (a stale count may have been dropped meanwhile),
+// and resets sharedFutile: a shared sleeper ran.
+func (m *Mutex) unregister(g gate) {
+	w := &m.e.Waiters
+	if g.unit != waitersShared {
+		w.And(^g.unit)
+		return
+	}
+	for {
+		v := w.Load()
+		n := v & waitersSharedMask
+		if n > 0 {
+			n--
+		}
+		if w.CompareAndSwap(v, v&^(waitersSharedMask|sharedFutile)|n) {
+			return
+		}
+	}
+}
+
 // wake wakes every sleeper of g, if it has any. The caller has changed the
 // state those sleepers wait on.
 func (m *Mutex) wake(g gate) {
-	if (m.e.Waiters.Load()/g.unit)&waitersMask == 0 {
+	if m.e.Waiters.Load()&g.all == 0 {
 		return
 	}
 	g.word.Add(1)
-	_, _ = futex.WakeAll(g.word)
+	if n, err := futex.WakeAll(g.word); (n == 0 || err != nil) && g.all == waitersSharedMask {
+		m.sharedFutileWake()
+	}
+}
+
+// sharedFutileWake counts a wake of SharedGate that found nobody in the
+// kernel, and drops the shared count at the sharedFutileMax-th such wake in
+// a row (see the Waiters word in state.go).
+func (m *Mutex) sharedFutileWake() {
+	w := &m.e.Waiters
+	for {
+		v := w.Load()
+		next := v + 1<<sharedFutileShift
+		switch {
+		case v&waitersSharedMask == 0:
+			next = v &^ sharedFutile
+		case next&sharedFutile == sharedFutile:
+			next = v &^ (sharedFutile | waitersSharedMask)
+		}
+		if w.CompareAndSwap(v, next) {
+			return
+		}
+	}
 }
 
 // readersZero reports whether no shared hold is recorded, reading the
@@ -181,6 +247,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		if errors.Is(werr, futex.ErrTimeout) {
 			o := w.Load()
 			if id := o &^ writerHungry; id != 0 && !m.alive(id) && w.CompareAndSwap(o, m.pid) {
+				m.e.Waiters.And(^uniqueWriter) // the dead holder's, if it slept
 				m.e.Generation.Add(1)
 				m.repairs.Add(1)
 				return true, nil
@@ -235,9 +302,28 @@ func (m *Mutex) wakeWriter() {
 	}
 	m.e.WriterGate.Add(1)
 	if n, err := futex.Wake(&m.e.WriterGate, 1); n == 0 || err != nil {
-		// The registered sleepers are not in the kernel yet: they will find
-		// the gate changed. Nobody is on the way to clear the bit.
-		ws.And(^writerWakePending)
+		// The registered sleepers are not in the kernel yet (they will find
+		// the gate changed), or they are dead. Nobody is on the way to
+		// clear the bit.
+		m.futileWriterWake()
+	}
+}
+
+// futileWriterWake clears writerWakePending after a wake that found nobody
+// in the kernel, and counts it; the writerFutileMax-th such wake in a row
+// drops the count of writers killed while they slept (see the
+// WriterSleepers word in state.go).
+func (m *Mutex) futileWriterWake() {
+	ws := &m.e.WriterSleepers
+	for {
+		v := ws.Load()
+		next := v&^writerWakePending + 1<<writerFutileShift
+		if v&writerSleeperMask == 0 || next&writerFutile == writerFutile {
+			next = 0
+		}
+		if ws.CompareAndSwap(v, next) {
+			return
+		}
 	}
 }
 
@@ -294,6 +380,7 @@ func (m *Mutex) releaseDeadWriter() bool {
 	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
 		return false
 	}
+	m.e.Waiters.And(^uniqueWriter) // the dead holder's, if it slept
 	m.e.WriterTID.Store(m.tid)
 	m.clearWriteBit()
 	m.releaseWriterWord()
@@ -325,6 +412,7 @@ func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
 	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
 		return false, false
 	}
+	m.e.Waiters.And(^uniqueUpgrader) // the dead holder's, if it slept
 	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
 	m.releaseUpgraderWord()

@@ -1,0 +1,173 @@
+package upgrade_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// The sleeper words as a writer's Unlock finds and leaves them, with
+// registered sleepers that are not in the kernel (killed waiters'
+// registrations): Unlock wakes SharedGate and one writer on WriterGate.
+func TestFutileWakeBits(t *testing.T) {
+	t.Parallel()
+	shared := func(n uint32) uint32 { return n << upgrade.SharedFutileShift }
+	writer := func(n uint32) uint32 { return n << upgrade.WriterFutileShift }
+	for _, tc := range []struct {
+		name                 string
+		waiters, sleepers    uint32 // before Unlock
+		wantWait, wantSleeps uint32 // after
+	}{
+		{"nobody registered: nothing counted", 0, 0, 0, 0},
+		{"the first futile wake of each gate is counted, the counts kept",
+			1, 1, 1 | shared(1), 1 | writer(1)},
+		{"and the next", 2 | shared(1), 2 | writer(1), 2 | shared(2), 2 | writer(2)},
+		{"the longest run drops the counts",
+			3 | shared(upgrade.SharedFutileMax-1), 3 | writer(upgrade.WriterFutileMax-1), 0, 0},
+		{"a unique flag is neither counted nor dropped",
+			upgrade.UniqueUpgrader | 1 | shared(upgrade.SharedFutileMax-1), 0, upgrade.UniqueUpgrader, 0},
+		{"a writer wake pending is another release's: no wake, nothing counted",
+			0, 1 | writer(5) | upgrade.WriterWakePending, 0, 1 | writer(5) | upgrade.WriterWakePending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			seg, _ := newSegment(t)
+			e, err := seg.Upgrade(0)
+			require.NoError(t, err)
+			w := open(t, seg)
+			require.NoError(t, w.Lock())
+			e.Waiters.Store(tc.waiters)
+			e.WriterSleepers.Store(tc.sleepers)
+			require.NoError(t, w.Unlock())
+			assert.Equal(t, tc.wantWait, e.Waiters.Load(), "Waiters %#x after Unlock", tc.waiters)
+			assert.Equal(t, tc.wantSleeps, e.WriterSleepers.Load(), "WriterSleepers %#x after Unlock", tc.sleepers)
+		})
+	}
+}
+
+// A live shared sleeper that runs resets the futile-wake count, and so
+// does a writer that slept: a run of futile wakes is only as long as no
+// sleeper runs.
+func TestSleepersResetFutileWakes(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	w := open(t, seg)
+	require.NoError(t, w.Lock())
+
+	r := open(t, seg)
+	got := make(chan error, 1)
+	go func() { got <- r.LockShared() }()
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.SharedWaiters == 1 }, "the reader to sleep")
+	e.Waiters.Add((upgrade.SharedFutileMax - 1) << upgrade.SharedFutileShift) // one futile wake from the limit
+	require.NoError(t, w.Unlock())
+	require.NoError(t, <-got)
+	assert.Zero(t, e.Waiters.Load(), "the woken reader took its registration and the futile count off")
+	require.NoError(t, r.UnlockShared())
+
+	require.NoError(t, w.Lock())
+	w2 := open(t, seg)
+	go func() { got <- w2.Lock() }()
+	waitStatus(t, seg, func(st upgrade.Status) bool {
+		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
+	}, "the writer to sleep, its mark off")
+	e.WriterSleepers.Add((upgrade.WriterFutileMax - 1) << upgrade.WriterFutileShift)
+	require.NoError(t, w.Unlock())
+	require.NoError(t, <-got)
+	assert.Zero(t, e.WriterSleepers.Load(), "the woken writer took its registration and the futile count off")
+	require.NoError(t, w2.Unlock())
+	checkFree(t, status(t, seg))
+}
+
+// A reader or a writer killed while it sleeps (in LockShared on the shared
+// gate, in Lock on the writers' gate) leaves its registration, and every
+// Unlock that finds a registered sleeper makes a futex system call. Those
+// wakes find nobody; after a run of them (no live sleeper running in
+// between) Unlock drops the stale count, so the mutex does not pay a
+// system call at every Unlock for good.
+func TestKilledSleeperRegistrationExpires(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string // of the hold helper
+		count func(upgrade.Status) uint32
+		limit uint32
+	}{
+		{"queued-shared", func(st upgrade.Status) uint32 { return st.SharedWaiters }, upgrade.SharedFutileMax},
+		{"queued", func(st upgrade.Status) uint32 { return st.WriterWaiters }, upgrade.WriterFutileMax},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			seg, path := newSegment(t)
+			e, err := seg.Upgrade(0)
+			require.NoError(t, err)
+			w := open(t, seg)
+			count := func() uint32 { return tc.count(status(t, seg)) }
+			for attempt := 0; ; attempt++ {
+				require.NoError(t, w.Lock())
+				c := testproc.Start(t, "hold", path, tc.mode)
+				c.WaitLine(t, "held")
+				waitFor(t, func() bool { return count() == 1 && e.Writer.Load()&upgrade.WriterHungry == 0 },
+					"the waiter registers as a sleeper, its mark off")
+				c.Kill(t)
+				if count() == 1 {
+					break // killed while registered
+				}
+				// Killed in the instant between two sleeps (every liveness
+				// interval): nothing stale to test this time.
+				require.Less(t, attempt, 3, "the waiter was never killed while registered")
+				require.NoError(t, w.Unlock())
+			}
+			for i := 0; count() != 0; i++ {
+				require.LessOrEqual(t, i, int(tc.limit), "the dead sleeper's registration outlived %d futile wakes", i)
+				require.NoError(t, w.Unlock())
+				require.NoError(t, w.Lock())
+			}
+			require.NoError(t, w.Unlock())
+			assert.Zero(t, e.Waiters.Load(), "Waiters after the repair")
+			assert.Zero(t, e.WriterSleepers.Load(), "WriterSleepers after the repair")
+			checkFree(t, status(t, seg))
+		})
+	}
+}
+
+// A holder killed while it sleeps on the unique gate (a writer draining
+// readers, an upgrade holder draining them for UpgradeToUnique) leaves its
+// flag in Waiters; whoever takes its lock over clears it, so the flag does
+// not outlive the dead process's hold.
+func TestKilledUniqueSleeperFlagGoes(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string // of the hold helper
+		flag     uint32
+		takeOver func(m *upgrade.Mutex) error
+		release  func(m *upgrade.Mutex) error
+	}{
+		{"unique", upgrade.UniqueWriter, (*upgrade.Mutex).Lock, (*upgrade.Mutex).Unlock},
+		{"pending", upgrade.UniqueUpgrader, (*upgrade.Mutex).LockUpgrade, (*upgrade.Mutex).UnlockUpgrade},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			seg, path := newSegment(t)
+			e, err := seg.Upgrade(0)
+			require.NoError(t, err)
+			r := open(t, seg)
+			require.NoError(t, r.LockShared()) // keeps the helper draining
+			c := testproc.Start(t, "hold", path, tc.mode)
+			waitStatus(t, seg, func(st upgrade.Status) bool { return st.UniqueWaiters == 1 }, "the helper to sleep on the unique gate")
+			c.Kill(t)
+			// Its flag stays set as long as it is registered: it sleeps
+			// on, slice after slice, with no reader draining.
+			require.Equal(t, tc.flag, e.Waiters.Load()&(upgrade.UniqueWriter|upgrade.UniqueUpgrader), "the dead holder's flag")
+			require.NoError(t, r.UnlockShared())
+			m := open(t, seg)
+			require.NoError(t, tc.takeOver(m))
+			require.True(t, m.Reclaimed(), "the dead holder's lock was taken over")
+			assert.Zero(t, e.Waiters.Load(), "Waiters after the takeover")
+			require.NoError(t, tc.release(m))
+			checkFree(t, status(t, seg))
+		})
+	}
+}
