@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/lockmgr"
 )
@@ -261,6 +262,20 @@ func newCmdLockExec(ios *IOStreams) *cobra.Command {
 				return exitStatus(exitCannotRun)
 			}
 			_ = ready.Close()
+			// Pdeathsig, which shmctl lock asked for when it started this
+			// process, is a setting of the thread it was set on, this
+			// process's first. Go may run this goroutine on another
+			// thread, and an exec from a thread that is not the first
+			// keeps only the calling thread's setting: none, so the
+			// command would outlive a killed shmctl lock and keep its
+			// hold. Set it again on the thread that execs. (Should
+			// shmctl lock die before this, the first thread's setting
+			// kills the whole process.)
+			runtime.LockOSThread()
+			if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+				printError(ios.ErrOut, fmt.Errorf("prctl PR_SET_PDEATHSIG: %w", err))
+				return exitStatus(exitCannotRun)
+			}
 			err := syscall.Exec(args[0], args[1:], os.Environ())
 			printError(ios.ErrOut, fmt.Errorf("exec %s: %w", args[0], err))
 			return exitStatus(exitCannotRun)
