@@ -1,0 +1,44 @@
+#!/bin/bash
+# peers-ab.sh: run peer-benchmark drivers side by side, alternating them in
+# every round, and print each one's median and its ratio to the first.
+#
+# peers/run.sh runs one driver's cells after another's; on a shared, noisy
+# machine a quiet or busy minute then lands on one driver only. Alternating
+# within each round spreads the noise over all of them.
+#
+# usage: [ROUNDS=6] [P=2] [ITERS=2e7] [WL=counter] scripts/peers-ab.sh NAME=CMD ...
+#   NAME=CMD   a label and a driver command line (the driver contract of
+#              ../shared/peers/README.md), which may start with VAR=value
+#              environment settings, e.g.
+#   scripts/peers-ab.sh "pthread=../shared/peers/bin/c_pthread_mutex_nonrobust" \
+#                       "shmlock=./shmctl bench --lock spin"
+# The drivers get --workload WL --procs P --iters ITERS --path /dev/shm/ab-PID.
+set -euo pipefail
+ROUNDS=${ROUNDS:-6}; P=${P:-2}; ITERS=${ITERS:-2e7}; WL=${WL:-counter}
+[ $# -gt 0 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+out=$(mktemp)
+trap 'rm -f "$out" /dev/shm/ab-$$*' EXIT
+for _ in $(seq "$ROUNDS"); do
+    for spec in "$@"; do
+        name=${spec%%=*}; cmd=${spec#*=}
+        # shellcheck disable=SC2086 # cmd is a command line on purpose
+        v=$(env $cmd --workload "$WL" --procs "$P" --iters "$ITERS" --path /dev/shm/ab-$$ 2>&1 |
+            sed -nE 's/.*"ops_per_sec":([0-9.e+]+).*/\1/p' || true)
+        echo "$name ${v:-nan}" >> "$out"
+    done
+done
+python3 - "$out" "$@" <<'PY'
+import math, statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+names = [a.split('=')[0] for a in sys.argv[2:]]
+runs = {n: [float(v) for k, v in rows if k == n and not math.isnan(float(v))] for n in names}
+base = statistics.median(runs[names[0]]) if runs[names[0]] else float('nan')
+for n in names:
+    xs = runs[n]
+    if not xs:
+        print(f"{n:12s} no result (did the driver fail?)")
+        continue
+    m = statistics.median(xs)
+    print(f"{n:12s} median {m/1e6:9.3f}M ops/s  {m/base:5.2f}x {names[0]}  runs " +
+          " ".join(f"{x/1e6:.3f}" for x in xs))
+PY
