@@ -11,6 +11,9 @@ var (
 	ErrGuardInUse  = errors.New("spinlock: guard already holds a lock")
 	ErrBadIdentity = errors.New("spinlock: identity does not fit the lock's mode")
 	ErrRecursion   = errors.New("spinlock: recursion depth limit reached")
+	// ErrBadMode: Open or Named was given a Mode that is neither PIDTID
+	// nor Token.
+	ErrBadMode = errors.New("spinlock: unknown mode")
 	// ErrModeMismatch: Named found the slot claimed for the other mode. It
 	// also matches shm.ErrUseMismatch.
 	ErrModeMismatch = errors.New("spinlock: named lock is used in the other mode")

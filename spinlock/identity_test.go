@@ -58,4 +58,10 @@ func TestOpenErrors(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrIndex)
 	_, err = spinlock.Named(seg, strings.Repeat("x", layout.MaxNameLen+1), spinlock.PIDTID)
 	require.ErrorIs(t, err, layout.ErrBadName)
+	_, err = spinlock.Open(seg, 0, spinlock.Mode(7))
+	require.ErrorIs(t, err, spinlock.ErrBadMode)
+	_, err = spinlock.Named(seg, "x", spinlock.Mode(7))
+	require.ErrorIs(t, err, spinlock.ErrBadMode)
+	_, err = seg.Lookup(layout.KindOwnerSlots, "x")
+	require.ErrorIs(t, err, shm.ErrNotFound, "a Named with a bad mode claims nothing")
 }

@@ -96,6 +96,9 @@ func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
 
 // Open returns a lock over owner slot index of seg.
 func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
+	if mode != PIDTID && mode != Token {
+		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
+	}
 	slot, err := seg.Slot(index)
 	if err != nil {
 		return nil, err
@@ -118,7 +121,7 @@ func Named(seg *shm.Segment, name string, mode Mode) (*Lock, error) {
 		return nil, err
 	}
 	if mode != PIDTID && mode != Token {
-		return nil, fmt.Errorf("spinlock: unknown mode %d", mode)
+		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
 	}
 	i, err := seg.ClaimAs(layout.KindOwnerSlots, name, mode.ClaimUse())
 	if errors.Is(err, shm.ErrUseMismatch) {
