@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
-	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/internal/sleepers"
 )
 
 // Waiting: spin on the lock word for a while (the holder of a short
@@ -109,9 +109,9 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 			}
 			continue
 		}
-		l.slot.Pad.Add(1)
+		sleepers.Register(&l.slot.Pad)
 		err := futex.Wait(l.fword, seq, sleep)
-		l.unregisterSleeper()
+		sleepers.Unregister(&l.slot.Pad)
 		if l.word.Load() == 0 && l.tryAcquire(id) {
 			return outcome{}, nil
 		}
@@ -126,24 +126,6 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 func (l *Lock) sleepValue() (seq uint32, owner uint64) {
 	owner = l.word.Load()
 	return uint32(owner), owner
-}
-
-// unregisterSleeper takes one off the sleeper count, never below zero (a
-// repair may have reset it), and clears wake-pending: if this waiter was
-// the one woken, the next release may wake another; if it was not, that
-// costs at most one early wake.
-func (l *Lock) unregisterSleeper() {
-	pad := &l.slot.Pad
-	for {
-		p := pad.Load()
-		n := p & layout.PadSleepers
-		if n > 0 {
-			n--
-		}
-		if pad.CompareAndSwap(p, n) {
-			return
-		}
-	}
 }
 
 // passWake is for a waiter that gives up: it may have consumed a wake

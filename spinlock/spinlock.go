@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -22,8 +22,8 @@ import (
 // 0 to the lock word, so anyone who sees the word free sees the rest reset,
 // and a stale TID can never sit beside a new owner's PID.
 //
-// Pad counts sleepers (layout.PadSleepers) and carries a wake-pending bit
-// (layout.PadWakePending), much like sync.Mutex's mutexWoken. Sleepers
+// Pad is an internal/sleepers word: it counts sleepers and carries a
+// wake-pending bit, much like sync.Mutex's mutexWoken. Sleepers
 // sleep on a futex over the low 32 bits of the lock word, which are never
 // 0 while the lock is held (a token's low half is nonzero; a packed
 // identity's holds the pid) and 0 once it is free. A waiter reads the lock
@@ -51,7 +51,8 @@ import (
 //
 // A sleeper killed while registered leaves the count one too high; that
 // costs later unlocks a futex wake with nobody to wake, never correctness,
-// and only until a run of such futile wakes drops the count (futileWake).
+// and only until a run of such futile wakes drops the count (see
+// internal/sleepers).
 // One killed between being woken and clearing wake-pending leaves the bit
 // set until another sleeper's periodic liveness check clears it.
 //
@@ -228,45 +229,5 @@ func (l *Lock) release(id Identity) error {
 }
 
 // wakeOne wakes one sleeper unless none is registered or a woken one has
-// not run yet.
-func (l *Lock) wakeOne() {
-	pad := &l.slot.Pad
-	for {
-		p := pad.Load()
-		if p&layout.PadSleepers == 0 || p&layout.PadWakePending != 0 {
-			return
-		}
-		if pad.CompareAndSwap(p, p|layout.PadWakePending) {
-			break
-		}
-	}
-	if n, err := futex.Wake(l.fword, 1); n == 0 || err != nil {
-		// The registered sleepers are not in the kernel yet (they will find
-		// the futex word changed), or they are dead. Nobody is on the way
-		// to clear the bit.
-		l.futileWake()
-	}
-}
-
-// futileWake clears wake-pending after a wake that found nobody in the
-// kernel, and counts it (layout.PadFutileWakes). A live registered sleeper
-// reaches its futex call, or unregisters, within microseconds, and
-// unregistering resets the count; so a run of futile wakes as long as the
-// count holds, with no sleeper running in between, means the registered
-// sleepers were killed, and their count is dropped. Without that, every
-// later unlock of the lock would make a futex system call for nobody. If a
-// live sleeper was in fact only slow to reach the kernel, it is not lost:
-// it sleeps at most until its next liveness check, and registers again.
-func (l *Lock) futileWake() {
-	pad := &l.slot.Pad
-	for {
-		p := pad.Load()
-		next := p&^layout.PadWakePending + 1<<layout.PadFutileShift
-		if p&layout.PadSleepers == 0 || next&layout.PadFutileWakes == layout.PadFutileWakes {
-			next = 0
-		}
-		if pad.CompareAndSwap(p, next) {
-			return
-		}
-	}
-}
+// not run yet (internal/sleepers: Pad is a sleepers word).
+func (l *Lock) wakeOne() { sleepers.WakeOne(&l.slot.Pad, l.fword) }

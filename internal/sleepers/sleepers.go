@@ -1,0 +1,89 @@
+package sleepers
+
+import (
+	"sync/atomic"
+
+	"github.com/shmlock/shmlock/internal/futex"
+)
+
+// The bits of a sleepers word (see the package documentation).
+const (
+	CountMask   uint32 = 1<<24 - 1
+	FutileShift        = 24
+	FutileMask  uint32 = 0x7f << FutileShift
+	FutileMax          = FutileMask >> FutileShift
+	WakePending uint32 = 1 << 31
+)
+
+// Count is the number of registered sleepers in word value v.
+func Count(v uint32) uint32 { return v & CountMask }
+
+// Register records one more sleeper in w.
+func Register(w *atomic.Uint32) { w.Add(1) }
+
+// Unregister takes one sleeper off w, never below zero (a stale count may
+// have been dropped meanwhile), and clears wake-pending and the futile
+// count: whoever returns from the kernel, woken or not, clears the bit,
+// and shows that registered sleepers are alive.
+func Unregister(w *atomic.Uint32) {
+	for {
+		v := w.Load()
+		n := v & CountMask
+		if n > 0 {
+			n--
+		}
+		if w.CompareAndSwap(v, n) {
+			return
+		}
+	}
+}
+
+// WakeOne wakes one sleeper on gate unless w has none registered or a
+// woken one has not run yet.
+func WakeOne(w, gate *atomic.Uint32) {
+	for {
+		v := w.Load()
+		if v&CountMask == 0 || v&WakePending != 0 {
+			return
+		}
+		if w.CompareAndSwap(v, v|WakePending) {
+			break
+		}
+	}
+	if n, err := futex.Wake(gate, 1); n == 0 || err != nil {
+		// The registered sleepers are not in the kernel yet (they will find
+		// the gate changed), or they are dead. Nobody is on the way to
+		// clear the bit.
+		futile(w, WakePending)
+	}
+}
+
+// WakeAll wakes every sleeper on gate if w has any registered. It leaves
+// wake-pending alone: that bit belongs to a WakeOne whose woken sleeper
+// clears it.
+func WakeAll(w, gate *atomic.Uint32) {
+	if w.Load()&CountMask == 0 {
+		return
+	}
+	if n, err := futex.WakeAll(gate); n == 0 || err != nil {
+		futile(w, 0)
+	}
+}
+
+// futile counts a wake that found nobody in the kernel, clearing the bits
+// in clear too, and drops the count at the FutileMax-th such wake in a row.
+func futile(w *atomic.Uint32, clear uint32) {
+	for {
+		v := w.Load()
+		next := v&^clear + 1<<FutileShift
+		switch {
+		case v&CountMask == 0:
+			next = v &^ (clear | FutileMask)
+		case next&FutileMask == FutileMask:
+			next = v &^ (clear | FutileMask | CountMask)
+		}
+		if w.CompareAndSwap(v, next) {
+			return
+		}
+	}
+}

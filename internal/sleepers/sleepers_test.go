@@ -1,0 +1,101 @@
+package sleepers_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// The owner slot's Pad word is a sleepers word: the format and this
+// package must agree on its bits.
+func TestPadIsASleepersWord(t *testing.T) {
+	require.Equal(t, sleepers.CountMask, layout.PadSleepers)
+	require.Equal(t, sleepers.FutileMask, layout.PadFutileWakes)
+	require.Equal(t, sleepers.FutileShift, layout.PadFutileShift)
+	require.Equal(t, sleepers.WakePending, layout.PadWakePending)
+}
+
+func futiles(v uint32) uint32 { return (v & sleepers.FutileMask) >> sleepers.FutileShift }
+
+// Wakes with nobody in the kernel, from a given word: what each leaves.
+func TestWakeWithNobodyAsleep(t *testing.T) {
+	stale := uint32(2) // two registered sleepers that never reach the kernel
+	near := stale | (sleepers.FutileMax-1)<<sleepers.FutileShift
+	tests := []struct {
+		name       string
+		word       uint32
+		wake       func(w, gate *atomic.Uint32)
+		want       uint32
+		wantReason string
+	}{
+		{"WakeOne, none registered", 0, sleepers.WakeOne, 0, "no call, nothing changes"},
+		{"WakeOne, pending", stale | sleepers.WakePending, sleepers.WakeOne, stale | sleepers.WakePending, "a woken sleeper is on its way: no call"},
+		{"WakeOne counts a futile wake", stale, sleepers.WakeOne, stale | 1<<sleepers.FutileShift, "pending cleared, one futile wake"},
+		{"WakeOne drops a stale count", near, sleepers.WakeOne, 0, "the FutileMax-th futile wake drops the count"},
+		{"WakeAll counts a futile wake", stale, sleepers.WakeAll, stale | 1<<sleepers.FutileShift, "one futile wake"},
+		{"WakeAll keeps pending", stale | sleepers.WakePending, sleepers.WakeAll, stale | sleepers.WakePending | 1<<sleepers.FutileShift, "pending is WakeOne's"},
+		{"WakeAll drops a stale count", near, sleepers.WakeAll, 0, "the FutileMax-th futile wake drops the count"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w, gate atomic.Uint32
+			w.Store(tt.word)
+			tt.wake(&w, &gate)
+			require.Equal(t, tt.want, w.Load(), tt.wantReason)
+		})
+	}
+}
+
+// Unregister takes one off, never below zero, and clears pending and the
+// futile count.
+func TestUnregister(t *testing.T) {
+	var w atomic.Uint32
+	sleepers.Unregister(&w)
+	require.Zero(t, w.Load(), "never below zero")
+	sleepers.Register(&w)
+	sleepers.Register(&w)
+	w.Or(sleepers.WakePending | 5<<sleepers.FutileShift)
+	sleepers.Unregister(&w)
+	require.Equal(t, uint32(1), w.Load())
+	require.Equal(t, uint32(1), sleepers.Count(w.Load()))
+}
+
+// A real sleeper is woken, the woken one clears pending and the futile
+// count, and a run of futile wakes shorter than FutileMax keeps the count.
+func TestWakeOneWakesASleeper(t *testing.T) {
+	var w, gate atomic.Uint32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sleepers.Register(&w)
+		seq := gate.Load()
+		for gate.Load() == seq {
+			_ = futex.Wait(&gate, seq, time.Second)
+		}
+		sleepers.Unregister(&w)
+	}()
+	// Wait until the sleeper is in the kernel: a wake then finds it.
+	for sleepers.Count(w.Load()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	w.Add(3 << sleepers.FutileShift) // futile wakes before it slept
+	for {
+		gate.Add(1)
+		sleepers.WakeOne(&w, &gate)
+		select {
+		case <-done:
+			require.Zero(t, w.Load(), "the woken sleeper cleared pending and the futile count")
+			return
+		case <-time.After(10 * time.Millisecond):
+			// It had not reached the kernel: the wake was futile, and the
+			// sleeper sees the gate moved when its futex call starts.
+			require.Less(t, futiles(w.Load()), sleepers.FutileMax)
+		}
+	}
+}
