@@ -46,11 +46,11 @@ type Space struct {
 }
 
 // Open returns a handle on the transactions of seg, which must be writable
-// and have room for a pin row (every row taken by a live process is
-// ErrNoPinRow) and two owner slots for package txn's locks.
+// (else shm.ErrReadOnly) and have room for a pin row (every row taken by a
+// live process is ErrNoPinRow) and two owner slots for package txn's locks.
 func Open(seg *shm.Segment) (*Space, error) {
 	if seg.ReadOnly() {
-		return nil, fmt.Errorf("txn: open: segment %s is read-only", seg.Path())
+		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrReadOnly)
 	}
 	geo, err := geometryOf(seg)
 	if err != nil {

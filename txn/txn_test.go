@@ -915,7 +915,7 @@ func TestOpenErrors(t *testing.T) {
 	require.NoError(t, err)
 	defer ro.Close()
 	_, err = txn.Open(ro)
-	require.Error(t, err)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
 	sp, err := txn.Open(seg2)
 	require.NoError(t, err)
 	require.NoError(t, sp.Close())
