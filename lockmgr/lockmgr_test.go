@@ -786,3 +786,26 @@ func TestRetriesAllocateNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestUncontendedAllocatesNothing: an acquisition that nobody contends, a
+// refresh and a release allocate nothing (the fast path of every hold).
+// Not parallel: AllocsPerRun counts the allocations of the whole process.
+func TestUncontendedAllocatesNothing(t *testing.T) {
+	if testproc.Race {
+		t.Skip("the race detector's allocations make the counts vary")
+	}
+	m, _ := newManager(t, 64, lockmgr.Options{})
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		var errs [3]error
+		n := testing.AllocsPerRun(100, func() {
+			_, errs[0] = m.Acquire(ctx, "r", "o", X, lockmgr.AcquireOptions{TTL: ttl})
+			_, errs[1] = m.Refresh("r", "o", ttl)
+			errs[2] = m.Release("r", "o")
+		})
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		require.Zero(t, n, "TTL %v", ttl)
+	}
+}
