@@ -295,8 +295,7 @@ func TestAcquireContext(t *testing.T) {
 	cctx, ccancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := m.Acquire(cctx, "r", "c", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+		_, err := m.Acquire(cctx, "r", "c", X, untilWoken)
 		done <- err
 	}()
 	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 2 }, "the waiter to meet the conflict")
@@ -323,8 +322,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		info, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+		info, err := m.Acquire(ctx, "r", "b", X, untilWoken)
 		done <- result{info, err}
 	}()
 	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 1 }, "the waiter to meet the conflict")
@@ -646,8 +644,7 @@ func TestWakeChain(t *testing.T) {
 		for i := range waiters {
 			go func() {
 				owner := "w" + strconv.Itoa(i)
-				_, err := m.Acquire(ctx, "r", owner, mode, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-					Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+				_, err := m.Acquire(ctx, "r", owner, mode, untilWoken)
 				if err == nil {
 					err = m.Release("r", owner)
 				}
@@ -689,14 +686,8 @@ func TestStaleWakePending(t *testing.T) {
 	defer cancel()
 	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		_, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
-		done <- err
-	}()
 	sleepers := sleepersOf(t, seg)
-	waitFor(t, func() bool { return sleepers() == 1 }, "the waiter to sleep")
+	done := acquireAsleep(t, ctx, m, "b", X, func() bool { return sleepers() == 1 })
 	mem, err := seg.Region(layout.KindLockMgr)
 	require.NoError(t, err)
 	for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
