@@ -73,6 +73,22 @@ func pattern(i, n int) []byte {
 	return b
 }
 
+// linked begins a source and a destination transaction in sp, allocates
+// pattern(i, n) in the source and links it from the destination: the
+// object and its promotion cell.
+func linked(t *testing.T, sp *txn.Space, srcOpts, dstOpts txn.BeginOptions, i, n int) (src, dst *txn.Txn, obj, cell txn.Ref) {
+	t.Helper()
+	src, err := sp.Begin(srcOpts)
+	require.NoError(t, err)
+	dst, err = sp.Begin(dstOpts)
+	require.NoError(t, err)
+	obj, err = src.Alloc(pattern(i, n))
+	require.NoError(t, err)
+	cell, err = dst.Link(obj)
+	require.NoError(t, err)
+	return src, dst, obj, cell
+}
+
 // checkBytes reports whether b is pattern(i, len(b)).
 func checkBytes(b []byte, i int) error {
 	for j, c := range b {
