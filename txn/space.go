@@ -38,7 +38,6 @@ type Space struct {
 	bar   *barrierWords
 
 	alloc *spinlock.Lock
-	me    spinlock.Identity // holder identity for the allocator and barrier locks
 
 	mu      sync.Mutex
 	barLock *spinlock.Lock // claimed on first use
@@ -56,7 +55,7 @@ func Open(seg *shm.Segment) (*Space, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Space{seg: seg, geo: geo, ident: proc.Self().Pack(), bar: geo.barrier(), me: spinlock.NewHolder()}
+	s := &Space{seg: seg, geo: geo, ident: proc.Self().Pack(), bar: geo.barrier()}
 	s.recs = make([]*record, geo.nrec)
 	for i := range s.recs {
 		s.recs[i] = geo.record(i)
