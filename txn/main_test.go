@@ -17,6 +17,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/txn"
 )
 
@@ -36,6 +37,7 @@ var helpers = map[string]func(args []string) int{
 	"bench-pin": benchPinHelper, // PATH REF|atomic N: N TryPin+Release (or atomic add+sub), print the time
 	// PATH [barrier]: begin, print a ref, close on a stdin line and stop Finishing, until killed
 	"die-finishing": dieFinishingHelper,
+	"alloc-hold":    allocHoldHelper, // PATH: hold the allocator lock until killed
 }
 
 func newSegment(tb testing.TB, opts layout.Options) (*shm.Segment, string) {
@@ -192,6 +194,23 @@ func pinHoldHelper(args []string) int {
 		}
 	}
 	fmt.Println("pinned")
+	select {}
+}
+
+func allocHoldHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	l, err := spinlock.Named(seg, txn.AllocLockName, spinlock.PIDTID)
+	if err != nil {
+		return fail(err)
+	}
+	var g spinlock.Guard
+	if err := g.Lock(l, spinlock.NewHolder()); err != nil {
+		return fail(err)
+	}
+	fmt.Println("locked")
 	select {}
 }
 

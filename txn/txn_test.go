@@ -980,6 +980,34 @@ func TestUseAfterSpaceClose(t *testing.T) {
 	require.ErrorIs(t, sp2.Reclaim(ctx, tx.Index()), txn.ErrOwnerAlive)
 }
 
+// TestAllocatorHolderKilled: a process killed while it holds the allocator
+// lock (in Begin) does not wedge Begin: the lock is taken over, and a
+// transaction begins.
+func TestAllocatorHolderKilled(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	c := testproc.Start(t, "alloc-hold", path)
+	c.WaitLine(t, "locked")
+	begun := make(chan error, 1)
+	var tx *txn.Txn
+	go func() {
+		var err error
+		tx, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+		begun <- err
+	}()
+	select {
+	case err := <-begun:
+		t.Fatalf("Begin returned (%v) while the allocator lock was held", err)
+	default:
+	}
+	c.Kill(t)
+	require.NoError(t, recv(t, begun))
+	_, err := tx.Alloc([]byte("after the reclaim"))
+	require.NoError(t, err)
+	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+}
+
 // TestNoPinRow: every pin row taken by a live handle is ErrNoPinRow; a
 // handle that closes gives its row to the next.
 func TestNoPinRow(t *testing.T) {
