@@ -694,7 +694,7 @@ func TestStaleWakePending(t *testing.T) {
 		e, err := memview.At[layout.LockMgrEntry](mem, uint64(off))
 		require.NoError(t, err)
 		if e.Sleepers.Load() != 0 {
-			e.Sleepers.Or(1 << 31)
+			e.Sleepers.Or(lockmgr.SleepWakePending)
 		}
 	}
 	require.NoError(t, m.Release("r", "a"))
