@@ -228,11 +228,18 @@ func (k *key) set(s string, max int) string {
 			return why
 		}
 	}
-	// Hash the words, not the bytes: a multiply per word instead of one
-	// per byte. The constants are FNV-1a's and a 64-bit finaliser's.
+	k.s, k.hash = s, hashWords(w[:(len(s)+7)>>3])
+	return ""
+}
+
+// hashWords is the hash of a name packed into words w (without the words
+// of NULs after it), never 0. It hashes the words, not the bytes: a
+// multiply per word instead of one per byte. The constants are FNV-1a's
+// and a 64-bit finaliser's.
+func hashWords(w []uint64) uint64 {
 	h := uint64(14695981039346656037)
-	for i := range (len(s) + 7) >> 3 {
-		h = (h ^ w[i]) * 1099511628211
+	for _, x := range w {
+		h = (h ^ x) * 1099511628211
 		h ^= h >> 29
 	}
 	h *= 0xbf58476d1ce4e5b9
@@ -240,8 +247,7 @@ func (k *key) set(s string, max int) string {
 	if h == 0 {
 		h = 1
 	}
-	k.s, k.hash = s, h
-	return ""
+	return h
 }
 
 // unpack is the string stored in words w.

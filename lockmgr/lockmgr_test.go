@@ -295,8 +295,7 @@ func TestAcquireContext(t *testing.T) {
 	cctx, ccancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := m.Acquire(cctx, "r", "c", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+		_, err := m.Acquire(cctx, "r", "c", X, untilWoken)
 		done <- err
 	}()
 	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 2 }, "the waiter to meet the conflict")
@@ -323,8 +322,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		info, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+		info, err := m.Acquire(ctx, "r", "b", X, untilWoken)
 		done <- result{info, err}
 	}()
 	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 1 }, "the waiter to meet the conflict")
@@ -646,8 +644,7 @@ func TestWakeChain(t *testing.T) {
 		for i := range waiters {
 			go func() {
 				owner := "w" + strconv.Itoa(i)
-				_, err := m.Acquire(ctx, "r", owner, mode, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-					Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+				_, err := m.Acquire(ctx, "r", owner, mode, untilWoken)
 				if err == nil {
 					err = m.Release("r", owner)
 				}
@@ -689,21 +686,15 @@ func TestStaleWakePending(t *testing.T) {
 	defer cancel()
 	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		_, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
-		done <- err
-	}()
 	sleepers := sleepersOf(t, seg)
-	waitFor(t, func() bool { return sleepers() == 1 }, "the waiter to sleep")
+	done := acquireAsleep(t, ctx, m, "b", X, func() bool { return sleepers() == 1 })
 	mem, err := seg.Region(layout.KindLockMgr)
 	require.NoError(t, err)
 	for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
 		e, err := memview.At[layout.LockMgrEntry](mem, uint64(off))
 		require.NoError(t, err)
 		if e.Sleepers.Load() != 0 {
-			e.Sleepers.Or(1 << 31)
+			e.Sleepers.Or(lockmgr.SleepWakePending)
 		}
 	}
 	require.NoError(t, m.Release("r", "a"))
@@ -784,5 +775,28 @@ func TestRetriesAllocateNothing(t *testing.T) {
 			}
 			require.Equal(t, allocs(1), allocs(40), "allocations grow with the retries")
 		})
+	}
+}
+
+// TestUncontendedAllocatesNothing: an acquisition that nobody contends, a
+// refresh and a release allocate nothing (the fast path of every hold).
+// Not parallel: AllocsPerRun counts the allocations of the whole process.
+func TestUncontendedAllocatesNothing(t *testing.T) {
+	if testproc.Race {
+		t.Skip("the race detector's allocations make the counts vary")
+	}
+	m, _ := newManager(t, 64, lockmgr.Options{})
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		var errs [3]error
+		n := testing.AllocsPerRun(100, func() {
+			_, errs[0] = m.Acquire(ctx, "r", "o", X, lockmgr.AcquireOptions{TTL: ttl})
+			_, errs[1] = m.Refresh("r", "o", ttl)
+			errs[2] = m.Release("r", "o")
+		})
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		require.Zero(t, n, "TTL %v", ttl)
 	}
 }

@@ -466,11 +466,19 @@ func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why e
 	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
 }
 
-// ownerHash is the hash of h's owner, as setOwner computes it.
+// ownerHash is the hash of h's owner, as setOwner computes it, from the
+// stored words: under the entry lock, without building the string. (A
+// name has no NUL, so its words end at the first word of NULs.)
 func ownerHash(h *layout.LockMgrHolder) uint64 {
-	var k ownKey
-	_ = k.setOwner(unpack(h.Owner[:]))
-	return k.hash
+	var w [MaxOwnerLen / 8]uint64
+	n := 0
+	for n < len(w) {
+		if w[n] = h.Owner[n].Load(); w[n] == 0 {
+			break
+		}
+		n++
+	}
+	return hashWords(w[:n])
 }
 
 // How long wait watches the gate before it sleeps: loads, the last

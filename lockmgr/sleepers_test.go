@@ -25,9 +25,26 @@ func waitHelper(args []string) int {
 	}
 	defer seg.Close()
 	fmt.Println("waiting")
-	_, err = m.Acquire(context.Background(), args[1], args[2], lockmgr.Exclusive, lockmgr.AcquireOptions{
-		Retries: lockmgr.RetryForever, Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+	_, err = m.Acquire(context.Background(), args[1], args[2], lockmgr.Exclusive, untilWoken)
 	return fail("acquired (%v), not killed", err)
+}
+
+// untilWoken are the options of an acquisition that retries until granted,
+// asleep between attempts (an hour's backoff) until a hold's end wakes it.
+var untilWoken = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
+	Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}}
+
+// acquireAsleep starts owner's acquisition of "r" in mode (untilWoken) and
+// returns, once asleep reports it asleep, the channel of its result.
+func acquireAsleep(t *testing.T, ctx context.Context, m *lockmgr.Manager, owner string, mode lockmgr.Mode, asleep func() bool) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "r", owner, mode, untilWoken)
+		done <- err
+	}()
+	waitFor(t, asleep, "the waiter to sleep")
+	return done
 }
 
 // onlyEntry returns the one resource entry of a table of two entries.
@@ -81,13 +98,7 @@ func TestSleeperResetsFutileWakes(t *testing.T) {
 	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	e := onlyEntry(t, seg)
-	done := make(chan error, 1)
-	go func() {
-		_, err := m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
-		done <- err
-	}()
-	waitFor(t, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 }, "the waiter to sleep")
+	done := acquireAsleep(t, ctx, m, "b", X, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 })
 	e.Sleepers.Add((lockmgr.SleepFutileMax - 1) << lockmgr.SleepFutileShift) // one futile wake from the limit
 	require.NoError(t, m.Release("r", "a"))
 	require.NoError(t, <-done)
@@ -144,13 +155,7 @@ func TestWakeAllCountsFutileWake(t *testing.T) {
 	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	e := onlyEntry(t, seg)
-	done := make(chan error, 1)
-	go func() {
-		_, err := m.Acquire(ctx, "r", "b", lockmgr.Collaborative, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
-			Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
-		done <- err
-	}()
-	waitFor(t, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 }, "the waiter to sleep")
+	done := acquireAsleep(t, ctx, m, "b", C, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 })
 	e.Sleepers.Add(1) // a killed waiter's registration beside it
 	require.NoError(t, m.Release("r", "a"))
 	require.NoError(t, <-done)

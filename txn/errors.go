@@ -15,7 +15,6 @@ var (
 	ErrPinsHeld     = errors.New("txn: pins still held")
 	ErrWrongMode    = errors.New("txn: wrong close mode for this transaction")
 	ErrOwnerAlive   = errors.New("txn: the owner is alive")
-	ErrNotOwner     = errors.New("txn: not the transaction's owner")
 	ErrNoSpace      = errors.New("txn: segment has no room for transactions")
 	ErrNoPinRow     = errors.New("txn: every pin row is taken by a live process")
 	ErrSpaceClosed  = errors.New("txn: space is closed")

@@ -31,3 +31,6 @@ func (s *Space) DataStart() uint64 { return s.geo.dataStart }
 
 // ArenaBytes is t's arena in the segment (also after its close).
 func (t *Txn) ArenaBytes() []byte { return t.s.geo.region[t.start : t.start+t.size] }
+
+// AllocLockName is the name of the allocator lock's owner slot.
+const AllocLockName = allocLockName

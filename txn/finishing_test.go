@@ -392,14 +392,7 @@ func TestFinishingStates(t *testing.T) {
 func TestPromotionIntoFinishingSkipped(t *testing.T) {
 	seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
 	sp := newSpace(t, seg)
-	src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
-	require.NoError(t, err)
-	dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
-	require.NoError(t, err)
-	o, err := src.Alloc(pattern(3, 20))
-	require.NoError(t, err)
-	_, err = dst.Link(o)
-	require.NoError(t, err)
+	src, dst, _, _ := linked(t, sp, txn.BeginOptions{ArenaBytes: 1024}, txn.BeginOptions{ArenaBytes: 1024}, 3, 20)
 	finishing, goOn := make(chan struct{}), make(chan struct{})
 	txn.SetCloseHooks(nil, func(idx int) {
 		if idx == dst.Index() {

@@ -17,6 +17,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/txn"
 )
 
@@ -36,6 +37,7 @@ var helpers = map[string]func(args []string) int{
 	"bench-pin": benchPinHelper, // PATH REF|atomic N: N TryPin+Release (or atomic add+sub), print the time
 	// PATH [barrier]: begin, print a ref, close on a stdin line and stop Finishing, until killed
 	"die-finishing": dieFinishingHelper,
+	"alloc-hold":    allocHoldHelper, // PATH: hold the allocator lock until killed
 }
 
 func newSegment(tb testing.TB, opts layout.Options) (*shm.Segment, string) {
@@ -71,6 +73,22 @@ func pattern(i, n int) []byte {
 		b[j] = byte('a' + (i+j)%26)
 	}
 	return b
+}
+
+// linked begins a source and a destination transaction in sp, allocates
+// pattern(i, n) in the source and links it from the destination: the
+// object and its promotion cell.
+func linked(t *testing.T, sp *txn.Space, srcOpts, dstOpts txn.BeginOptions, i, n int) (src, dst *txn.Txn, obj, cell txn.Ref) {
+	t.Helper()
+	src, err := sp.Begin(srcOpts)
+	require.NoError(t, err)
+	dst, err = sp.Begin(dstOpts)
+	require.NoError(t, err)
+	obj, err = src.Alloc(pattern(i, n))
+	require.NoError(t, err)
+	cell, err = dst.Link(obj)
+	require.NoError(t, err)
+	return src, dst, obj, cell
 }
 
 // checkBytes reports whether b is pattern(i, len(b)).
@@ -176,6 +194,23 @@ func pinHoldHelper(args []string) int {
 		}
 	}
 	fmt.Println("pinned")
+	select {}
+}
+
+func allocHoldHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	l, err := spinlock.Named(seg, txn.AllocLockName, spinlock.PIDTID)
+	if err != nil {
+		return fail(err)
+	}
+	var g spinlock.Guard
+	if err := g.Lock(l, spinlock.NewHolder()); err != nil {
+		return fail(err)
+	}
+	fmt.Println("locked")
 	select {}
 }
 

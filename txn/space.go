@@ -38,7 +38,6 @@ type Space struct {
 	bar   *barrierWords
 
 	alloc *spinlock.Lock
-	me    spinlock.Identity // holder identity for the allocator and barrier locks
 
 	mu      sync.Mutex
 	barLock *spinlock.Lock // claimed on first use
@@ -46,17 +45,17 @@ type Space struct {
 }
 
 // Open returns a handle on the transactions of seg, which must be writable
-// and have room for a pin row (every row taken by a live process is
-// ErrNoPinRow) and two owner slots for package txn's locks.
+// (else shm.ErrReadOnly) and have room for a pin row (every row taken by a
+// live process is ErrNoPinRow) and two owner slots for package txn's locks.
 func Open(seg *shm.Segment) (*Space, error) {
 	if seg.ReadOnly() {
-		return nil, fmt.Errorf("txn: open: segment %s is read-only", seg.Path())
+		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrReadOnly)
 	}
 	geo, err := geometryOf(seg)
 	if err != nil {
 		return nil, err
 	}
-	s := &Space{seg: seg, geo: geo, ident: proc.Self().Pack(), bar: geo.barrier(), me: spinlock.NewHolder()}
+	s := &Space{seg: seg, geo: geo, ident: proc.Self().Pack(), bar: geo.barrier()}
 	s.recs = make([]*record, geo.nrec)
 	for i := range s.recs {
 		s.recs[i] = geo.record(i)

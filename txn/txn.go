@@ -63,6 +63,8 @@ func (s *Space) Begin(opts BeginOptions) (*Txn, error) {
 	if units == 0 {
 		units = max(1, s.geo.units/uint64(s.geo.nrec))
 	}
+	// A holder per call: goroutines sharing one would count as one
+	// recursive owner, and all enter.
 	var g spinlock.Guard
 	if err := g.Lock(s.alloc, spinlock.NewHolder()); err != nil {
 		return nil, fmt.Errorf("txn: begin: allocator lock: %w", err)

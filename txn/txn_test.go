@@ -631,14 +631,7 @@ func TestPromotionDestinationClosedFirst(t *testing.T) {
 	seg, _ := newSegment(t, layout.Options{})
 	sp := newSpace(t, seg)
 	ctx := context.Background()
-	src, err := sp.Begin(txn.BeginOptions{})
-	require.NoError(t, err)
-	dst, err := sp.Begin(txn.BeginOptions{})
-	require.NoError(t, err)
-	o, err := src.Alloc(pattern(0, 10))
-	require.NoError(t, err)
-	_, err = dst.Link(o)
-	require.NoError(t, err)
+	src, dst, _, _ := linked(t, sp, txn.BeginOptions{}, txn.BeginOptions{}, 0, 10)
 	require.NoError(t, dst.RequestCloseAndWait(ctx))
 	require.NoError(t, src.RequestCloseAndWait(ctx))
 	ti := txnInfo(t, seg, src.Index())
@@ -654,14 +647,7 @@ func TestPromotionReaderAcrossClose(t *testing.T) {
 	seg, _ := newSegment(t, layout.Options{})
 	sp := newSpace(t, seg)
 	ctx := context.Background()
-	src, err := sp.Begin(txn.BeginOptions{})
-	require.NoError(t, err)
-	dst, err := sp.Begin(txn.BeginOptions{})
-	require.NoError(t, err)
-	o, err := src.Alloc(pattern(3, 700))
-	require.NoError(t, err)
-	cell, err := dst.Link(o)
-	require.NoError(t, err)
+	src, dst, _, cell := linked(t, sp, txn.BeginOptions{}, txn.BeginOptions{}, 3, 700)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -714,14 +700,7 @@ func TestPromotionReadersAcrossProcesses(t *testing.T) {
 	ctx := context.Background()
 	inside, err := insideWord(seg)
 	require.NoError(t, err)
-	src, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192})
-	require.NoError(t, err)
-	dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 8192})
-	require.NoError(t, err)
-	o, err := src.Alloc(pattern(0, 3000))
-	require.NoError(t, err)
-	cell, err := dst.Link(o)
-	require.NoError(t, err)
+	src, dst, _, cell := linked(t, sp, txn.BeginOptions{ArenaBytes: 8192}, txn.BeginOptions{ArenaBytes: 8192}, 0, 3000)
 	var kids []*testproc.Child
 	for range 2 {
 		kids = append(kids, testproc.Start(t, "reader", path, cell.String()))
@@ -915,7 +894,7 @@ func TestOpenErrors(t *testing.T) {
 	require.NoError(t, err)
 	defer ro.Close()
 	_, err = txn.Open(ro)
-	require.Error(t, err)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
 	sp, err := txn.Open(seg2)
 	require.NoError(t, err)
 	require.NoError(t, sp.Close())
@@ -999,6 +978,34 @@ func TestUseAfterSpaceClose(t *testing.T) {
 	require.Equal(t, "x", string(b.Bytes()))
 	b.Release()
 	require.ErrorIs(t, sp2.Reclaim(ctx, tx.Index()), txn.ErrOwnerAlive)
+}
+
+// TestAllocatorHolderKilled: a process killed while it holds the allocator
+// lock (in Begin) does not wedge Begin: the lock is taken over, and a
+// transaction begins.
+func TestAllocatorHolderKilled(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t, layout.Options{})
+	sp := newSpace(t, seg)
+	c := testproc.Start(t, "alloc-hold", path)
+	c.WaitLine(t, "locked")
+	begun := make(chan error, 1)
+	var tx *txn.Txn
+	go func() {
+		var err error
+		tx, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+		begun <- err
+	}()
+	select {
+	case err := <-begun:
+		t.Fatalf("Begin returned (%v) while the allocator lock was held", err)
+	default:
+	}
+	c.Kill(t)
+	require.NoError(t, recv(t, begun))
+	_, err := tx.Alloc([]byte("after the reclaim"))
+	require.NoError(t, err)
+	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
 }
 
 // TestNoPinRow: every pin row taken by a live handle is ErrNoPinRow; a
