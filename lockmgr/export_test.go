@@ -1,10 +1,12 @@
 package lockmgr
 
+import "github.com/shmlock/shmlock/internal/sleepers"
+
 // The Sleepers word of an entry (table.go).
 const (
-	SleepCount       = sleepCount
-	SleepFutileShift = sleepFutileShift
-	SleepFutile      = sleepFutile
-	SleepFutileMax   = sleepFutileMax
-	SleepWakePending = sleepWakePending
+	SleepCount       = sleepers.CountMask
+	SleepFutileShift = sleepers.FutileShift
+	SleepFutile      = sleepers.FutileMask
+	SleepFutileMax   = sleepers.FutileMax
+	SleepWakePending = sleepers.WakePending
 )

@@ -12,6 +12,7 @@ import (
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -547,29 +548,11 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	end := time.Now().Add(d)
 	for {
 		// Registered for one slice at a time: a registration dropped as
-		// stale (see futileWake) costs a live sleeper one slice at most.
-		e.Sleepers.Add(1)
+		// stale (internal/sleepers) costs a live sleeper one slice at most.
+		sleepers.Register(&e.Sleepers)
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
-		unregisterSleeper(e)
+		sleepers.Unregister(&e.Sleepers)
 		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// unregisterSleeper takes one off e's sleeper count, never below zero (a
-// stale count may have been dropped meanwhile), and clears wake-pending
-// and the futile-wake count: whoever returns from the kernel, woken or
-// not, clears the bit, which then never outlives a slice, and shows that
-// registered sleepers are alive (see Sleepers in table.go).
-func unregisterSleeper(e *layout.LockMgrEntry) {
-	for {
-		s := e.Sleepers.Load()
-		n := s & sleepCount
-		if n > 0 {
-			n--
-		}
-		if e.Sleepers.CompareAndSwap(s, n) {
 			return
 		}
 	}

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -338,38 +338,15 @@ func (t *table) isAlive(w uint64, now int64) bool {
 	return true
 }
 
-// Sleepers of an entry: the count of waiters registered to sleep on its
-// Gate (bits 0-23), how many wakes in a row found none of them in the
-// kernel (bits 24-30), and a wake-pending bit (bit 31), as in spinlock's
-// owner slots (layout.PadSleepers etc.). A hold's end that finds sleepers
-// and no wake pending sets the bit and wakes one; ends that find it set
-// wake nobody, for the woken one has not run yet. Without the bit, with
-// more processes than cores, nearly every release would make a futex call
-// (on a KVM guest, over a microsecond each) for a sleeper that is already
-// on its way. Every sleeper that returns from the kernel clears the bit,
-// woken or timed out, and sleeps in slices of at most maxSleepSlice, so a
-// bit left by a woken process that was then killed holds up wakes for one
-// slice at most.
-//
-// A waiter killed while registered leaves the count one too high, and
-// every later end of a hold would make a futex call for nobody. So a wake
-// that finds nobody in the kernel counts itself in sleepFutile, and every
-// sleeper that returns from the kernel resets that count: a live sleeper
-// reaches its futex call within microseconds of registering, so
-// sleepFutileMax such wakes in a row, with no sleeper running in between,
-// mean the registered ones are dead, and the wake that makes the run that
-// long drops the count (futileWake). A live sleeper that was only slow to
-// reach the kernel loses no more than one slice: it registers again for
-// each one, and sees the gate moved when its slice ends. Invariant: the
-// futile count is 0 whenever the sleeper count is.
-const (
-	sleepCount       uint32 = 1<<24 - 1
-	sleepFutileShift        = 24
-	sleepFutile      uint32 = 0x7f << sleepFutileShift
-	sleepFutileMax          = sleepFutile >> sleepFutileShift
-	sleepWakePending uint32 = 1 << 31
-	maxSleepSlice           = 100 * time.Millisecond
-)
+// Sleepers of an entry is an internal/sleepers word over its Gate: the
+// count of waiters registered to sleep there, a wake-pending bit and the
+// futile-wake count that drops the registrations of killed waiters. A
+// hold's end wakes one sleeper (wakeOne) or, after a collaborative grant,
+// all (wakeAll). Sleepers sleep in slices of at most maxSleepSlice and
+// register again for each, so a wake-pending bit left by a woken process
+// that was then killed, or a live sleeper's registration dropped as stale,
+// holds it up for one slice at most.
+const maxSleepSlice = 100 * time.Millisecond
 
 // wakeOne wakes one waiter asleep on e's gate, after a hold of e ended.
 // One is enough: if it gets the resource, nobody else could have (or, for
@@ -377,51 +354,7 @@ const (
 // that holder's end wakes the next; if it gives up, it passes the wake on.
 // Waking every sleeper would make them all fight for the entry's lock
 // word, of whom one wins.
-func (t *table) wakeOne(e *layout.LockMgrEntry) {
-	for {
-		s := e.Sleepers.Load()
-		if s&sleepCount == 0 || s&sleepWakePending != 0 {
-			return
-		}
-		if e.Sleepers.CompareAndSwap(s, s|sleepWakePending) {
-			break
-		}
-	}
-	if n, err := futex.Wake(&e.Gate, 1); n == 0 || err != nil {
-		// Nobody was in the kernel yet (the registered sleepers will find
-		// the gate moved), or the registered ones are dead. Nobody is on
-		// the way to clear the bit.
-		futileWake(e, sleepWakePending)
-	}
-}
+func (t *table) wakeOne(e *layout.LockMgrEntry) { sleepers.WakeOne(&e.Sleepers, &e.Gate) }
 
 // wakeAll wakes every waiter asleep on e's gate.
-func (t *table) wakeAll(e *layout.LockMgrEntry) {
-	if e.Sleepers.Load()&sleepCount == 0 {
-		return
-	}
-	if n, err := futex.WakeAll(&e.Gate); n == 0 || err != nil {
-		// A wake-pending bit is another waker's, whose woken sleeper
-		// clears it: leave it.
-		futileWake(e, 0)
-	}
-}
-
-// futileWake counts a wake that found nobody in the kernel (sleepFutile),
-// clearing the bits in clear too, and drops the sleeper count at the
-// sleepFutileMax-th such wake in a row (see Sleepers above).
-func futileWake(e *layout.LockMgrEntry, clear uint32) {
-	for {
-		s := e.Sleepers.Load()
-		next := s&^clear + 1<<sleepFutileShift
-		switch {
-		case s&sleepCount == 0:
-			next = s &^ (clear | sleepFutile)
-		case next&sleepFutile == sleepFutile:
-			next = s &^ (clear | sleepFutile | sleepCount)
-		}
-		if e.Sleepers.CompareAndSwap(s, next) {
-			return
-		}
-	}
-}
+func (t *table) wakeAll(e *layout.LockMgrEntry) { sleepers.WakeAll(&e.Sleepers, &e.Gate) }
