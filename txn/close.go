@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/sleepers"
 )
 
 // Test hooks (export_test.go), nil outside tests: testHookDrained runs in
@@ -136,14 +137,14 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int) error {
 	dead := map[uint64]bool{}
 	check := false
 	for {
-		d.sleepers.Add(1)
+		sleepers.Register(d.sleepers)
 		seq := d.seq.Load()
 		if s.pinCount(col, dead, check) == 0 {
-			d.sleepers.Add(^uint32(0))
+			sleepers.Unregister(d.sleepers)
 			return nil
 		}
 		err := futex.Wait(d.seq, seq, livenessInterval)
-		d.sleepers.Add(^uint32(0))
+		sleepers.Unregister(d.sleepers)
 		if err := ctx.Err(); err != nil {
 			return err
 		}

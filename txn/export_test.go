@@ -1,5 +1,7 @@
 package txn
 
+import "github.com/shmlock/shmlock/internal/sleepers"
+
 // SetPinnedHook installs f to run inside TryPin between the increment and
 // the re-check of the state (nil removes it). Tests only; not concurrent
 // with pins.
@@ -24,7 +26,7 @@ func (s *Space) OwnPinCount(idx int) uint32 { return s.ctrs[idx].Load() }
 func (s *Space) Row() int { return s.row }
 
 // ClosersAsleep is the number of goroutines asleep on record idx's drain word.
-func (s *Space) ClosersAsleep(idx int) uint32 { return s.recs[idx].Sleepers.Load() }
+func (s *Space) ClosersAsleep(idx int) uint32 { return sleepers.Count(s.recs[idx].Sleepers.Load()) }
 
 // DataStart is the offset of the data area in the txn arena region.
 func (s *Space) DataStart() uint64 { return s.geo.dataStart }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/sleepers"
 )
 
 // testHookPinned runs between a pin's increment and its re-check of the
@@ -273,14 +274,14 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 		defer stop()
 	}
 	for {
-		rec.Sleepers.Add(1)
+		sleepers.Register(&rec.Sleepers)
 		seq := rec.Drain.Load()
 		if c := rec.Ctl.Load() &^ flagBarrier; c != closing && c != finishing {
-			rec.Sleepers.Add(^uint32(0))
+			sleepers.Unregister(&rec.Sleepers)
 			return nil
 		}
 		_ = futex.Wait(&rec.Drain, seq, livenessInterval)
-		rec.Sleepers.Add(^uint32(0))
+		sleepers.Unregister(&rec.Sleepers)
 		if err := ctx.Err(); err != nil {
 			return err
 		}

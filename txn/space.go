@@ -5,8 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
@@ -116,13 +116,13 @@ func (s *Space) wakeClosers() {
 }
 
 // wake bumps a drain word and wakes its sleepers, if any: a sleeper
-// registers before it reads the word, so one that registered after the
-// Sleepers load below reads the bumped word and does not sleep.
+// registers before it reads the word, so one that registered after
+// sleepers.WakeAll looked reads the bumped word and does not sleep. The
+// Sleepers words are internal/sleepers words, so the registration of a
+// sleeper killed while asleep does not cost every later wake a system call.
 func wake(d drain) {
 	d.seq.Add(1)
-	if d.sleepers.Load() != 0 {
-		_, _ = futex.WakeAll(d.seq)
-	}
+	sleepers.WakeAll(d.sleepers, d.seq)
 }
 
 // Close gives up the handle's pin row. ErrPinsHeld, changing nothing, if
