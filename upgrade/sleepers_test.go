@@ -15,8 +15,7 @@ import (
 // registrations): Unlock wakes SharedGate and one writer on WriterGate.
 func TestFutileWakeBits(t *testing.T) {
 	t.Parallel()
-	shared := func(n uint32) uint32 { return n << upgrade.SharedFutileShift }
-	writer := func(n uint32) uint32 { return n << upgrade.WriterFutileShift }
+	futile := func(n uint32) uint32 { return n << upgrade.FutileShift }
 	for _, tc := range []struct {
 		name                 string
 		waiters, sleepers    uint32 // before Unlock
@@ -24,14 +23,14 @@ func TestFutileWakeBits(t *testing.T) {
 	}{
 		{"nobody registered: nothing counted", 0, 0, 0, 0},
 		{"the first futile wake of each gate is counted, the counts kept",
-			1, 1, 1 | shared(1), 1 | writer(1)},
-		{"and the next", 2 | shared(1), 2 | writer(1), 2 | shared(2), 2 | writer(2)},
+			1, 1, 1 | futile(1), 1 | futile(1)},
+		{"and the next", 2 | futile(1), 2 | futile(1), 2 | futile(2), 2 | futile(2)},
 		{"the longest run drops the counts",
-			3 | shared(upgrade.SharedFutileMax-1), 3 | writer(upgrade.WriterFutileMax-1), 0, 0},
+			3 | futile(upgrade.FutileMax-1), 3 | futile(upgrade.FutileMax-1), 0, 0},
 		{"a unique flag is neither counted nor dropped",
-			upgrade.UniqueUpgrader | 1 | shared(upgrade.SharedFutileMax-1), 0, upgrade.UniqueUpgrader, 0},
+			upgrade.UniqueUpgrader | 1 | futile(upgrade.FutileMax-1), 0, upgrade.UniqueUpgrader, 0},
 		{"a writer wake pending is another release's: no wake, nothing counted",
-			0, 1 | writer(5) | upgrade.WriterWakePending, 0, 1 | writer(5) | upgrade.WriterWakePending},
+			0, 1 | futile(5) | upgrade.WriterWakePending, 0, 1 | futile(5) | upgrade.WriterWakePending},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -64,7 +63,7 @@ func TestSleepersResetFutileWakes(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- r.LockShared() }()
 	waitStatus(t, seg, func(st upgrade.Status) bool { return st.SharedWaiters == 1 }, "the reader to sleep")
-	e.Waiters.Add((upgrade.SharedFutileMax - 1) << upgrade.SharedFutileShift) // one futile wake from the limit
+	e.Waiters.Add((upgrade.FutileMax - 1) << upgrade.FutileShift) // one futile wake from the limit
 	require.NoError(t, w.Unlock())
 	require.NoError(t, <-got)
 	assert.Zero(t, e.Waiters.Load(), "the woken reader took its registration and the futile count off")
@@ -76,7 +75,7 @@ func TestSleepersResetFutileWakes(t *testing.T) {
 	waitStatus(t, seg, func(st upgrade.Status) bool {
 		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
 	}, "the writer to sleep, its mark off")
-	e.WriterSleepers.Add((upgrade.WriterFutileMax - 1) << upgrade.WriterFutileShift)
+	e.WriterSleepers.Add((upgrade.FutileMax - 1) << upgrade.FutileShift)
 	require.NoError(t, w.Unlock())
 	require.NoError(t, <-got)
 	assert.Zero(t, e.WriterSleepers.Load(), "the woken writer took its registration and the futile count off")
@@ -96,8 +95,8 @@ func TestKilledSleeperRegistrationExpires(t *testing.T) {
 		count func(upgrade.Status) uint32
 		limit uint32
 	}{
-		{"queued-shared", func(st upgrade.Status) uint32 { return st.SharedWaiters }, upgrade.SharedFutileMax},
-		{"queued", func(st upgrade.Status) uint32 { return st.WriterWaiters }, upgrade.WriterFutileMax},
+		{"queued-shared", func(st upgrade.Status) uint32 { return st.SharedWaiters }, upgrade.FutileMax},
+		{"queued", func(st upgrade.Status) uint32 { return st.WriterWaiters }, upgrade.FutileMax},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
