@@ -35,8 +35,7 @@ func TestFutileWakeBits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			seg, _ := newSegment(t)
-			e, err := seg.Upgrade(0)
-			require.NoError(t, err)
+			e := entry(t, seg)
 			w := open(t, seg)
 			require.NoError(t, w.Lock())
 			e.Waiters.Store(tc.waiters)
@@ -54,8 +53,7 @@ func TestFutileWakeBits(t *testing.T) {
 func TestSleepersResetFutileWakes(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
-	e, err := seg.Upgrade(0)
-	require.NoError(t, err)
+	e := entry(t, seg)
 	w := open(t, seg)
 	require.NoError(t, w.Lock())
 
@@ -72,9 +70,7 @@ func TestSleepersResetFutileWakes(t *testing.T) {
 	require.NoError(t, w.Lock())
 	w2 := open(t, seg)
 	go func() { got <- w2.Lock() }()
-	waitStatus(t, seg, func(st upgrade.Status) bool {
-		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
-	}, "the writer to sleep, its mark off")
+	waitWriterAsleep(t, seg)
 	e.WriterSleepers.Add((upgrade.FutileMax - 1) << upgrade.FutileShift)
 	require.NoError(t, w.Unlock())
 	require.NoError(t, <-got)
@@ -101,8 +97,7 @@ func TestKilledSleeperRegistrationExpires(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
 			seg, path := newSegment(t)
-			e, err := seg.Upgrade(0)
-			require.NoError(t, err)
+			e := entry(t, seg)
 			w := open(t, seg)
 			count := func() uint32 { return tc.count(status(t, seg)) }
 			for attempt := 0; ; attempt++ {
@@ -150,8 +145,7 @@ func TestKilledUniqueSleeperFlagGoes(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
 			seg, path := newSegment(t)
-			e, err := seg.Upgrade(0)
-			require.NoError(t, err)
+			e := entry(t, seg)
 			r := open(t, seg)
 			require.NoError(t, r.LockShared()) // keeps the helper draining
 			c := testproc.Start(t, "hold", path, tc.mode)
