@@ -122,12 +122,12 @@ const (
 // or for readers to drain) and the upgrade holder (draining readers for
 // UpgradeToUnique). So each has a flag, not a count, and only the holder
 // sets or clears its own; a dead holder's flag is cleared by whoever takes
-// its lock over (by CAS of the identity word, so exactly one), before
-// anyone else can hold that lock and set the flag again. A stale flag thus
-// lives exactly as long as the dead process's hold, which must be taken
-// over anyway. (Two goroutines of one handle that upgrade at once share
-// its flag: the first to wake clears it, and the other may sleep until its
-// liveness slice.)
+// its lock over (by CAS of the identity word, so exactly one:
+// takeOverWriter, takeOverUpgrader), before anyone else can hold that lock
+// and set the flag again. A stale flag thus lives exactly as long as the
+// dead process's hold, which must be taken over anyway. (Two goroutines
+// of one handle that upgrade at once share its flag: the first to wake
+// clears it, and the other may sleep until its liveness slice.)
 //
 // SharedGate's sleepers are anonymous, so a stale count is found out as in
 // spinlock (layout.PadFutileWakes): a wake that finds nobody in the kernel

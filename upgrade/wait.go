@@ -250,11 +250,8 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 			}
 		}
 		if errors.Is(werr, futex.ErrTimeout) {
-			o := w.Load()
-			if id := o &^ writerHungry; id != 0 && !m.alive(id) && w.CompareAndSwap(o, m.pid) {
-				m.e.Waiters.And(^uniqueWriter) // the dead holder's, if it slept
+			if m.takeOverWriter(w.Load()) {
 				m.e.Generation.Add(1)
-				m.repairs.Add(1)
 				return true, nil
 			}
 		}
@@ -355,16 +352,37 @@ func (m *Mutex) releaseDeadWriter() bool {
 		}
 		return false
 	}
-	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+	if !m.takeOverWriter(o) {
 		return false
 	}
-	m.e.Waiters.And(^uniqueWriter) // the dead holder's, if it slept
 	m.e.WriterTID.Store(m.tid)
 	m.clearWriteBit()
 	m.releaseWriterWord()
-	m.repairs.Add(1)
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
+	return true
+}
+
+// takeOverWriter takes the Writer word o (read by the caller) over if its
+// holder is dead: by CAS, so of several repairers exactly one succeeds,
+// and that one clears the dead holder's flag on UniqueGate (if it slept
+// there) before anyone can hold the word again and set it.
+func (m *Mutex) takeOverWriter(o uint64) bool {
+	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+		return false
+	}
+	m.e.Waiters.And(^uniqueWriter)
+	m.repairs.Add(1)
+	return true
+}
+
+// takeOverUpgrader is takeOverWriter for the Upgrader word.
+func (m *Mutex) takeOverUpgrader(o uint64) bool {
+	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
+		return false
+	}
+	m.e.Waiters.And(^uniqueUpgrader)
+	m.repairs.Add(1)
 	return true
 }
 
@@ -386,15 +404,12 @@ func (m *Mutex) clearWriteBit() {
 // reports that the dead one held the unique lock: the data may be
 // half-updated.
 func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
-	o := m.e.Upgrader.Load()
-	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
+	if !m.takeOverUpgrader(m.e.Upgrader.Load()) {
 		return false, false
 	}
-	m.e.Waiters.And(^uniqueUpgrader) // the dead holder's, if it slept
 	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
 	m.releaseUpgraderWord()
-	m.repairs.Add(1)
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
 	return true, unique
