@@ -409,4 +409,7 @@ func TestProcessMutexLockOn(t *testing.T) {
 	closed.Close()
 	require.ErrorIs(t, m.LockOn(context.Background(), closed, cont), coro.ErrLoopClosed)
 	require.ErrorIs(t, m.LockOn(context.Background(), nil, cont), coro.ErrNoLoop)
+	require.ErrorIs(t, m.LockOn(context.Background(), loop, nil), coro.ErrNoCont)
+	_, held := l.Owner()
+	require.False(t, held, "a refused LockOn changes nothing")
 }
