@@ -9,7 +9,8 @@ import "context"
 // Unlock g (it may do so later, from anywhere).
 //
 // A nil l means LoopFrom(ctx); ErrNoLoop if ctx carries none. ErrLoopClosed
-// if l is closed. On an error cont never runs and m is untouched.
+// if l is closed, ErrNoCont if cont is nil. On an error cont never runs and
+// m is untouched.
 //
 // Waiting and cancellation are those of Lock: FIFO with the goroutine
 // waiters; a waiter cancelled while waiting leaves the queue; one that
@@ -22,7 +23,7 @@ func (m *Mutex) LockOn(ctx context.Context, l *Loop, cont func(Guard, error)) er
 
 func (m *Mutex) lockOn(ctx context.Context, l *Loop, w *waiter, cont func(Guard, error)) error {
 	if cont == nil {
-		panic("coro: LockOn with a nil continuation")
+		return ErrNoCont
 	}
 	if l == nil {
 		if l = LoopFrom(ctx); l == nil {

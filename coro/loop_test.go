@@ -140,6 +140,10 @@ func TestLockOnLoopChoice(t *testing.T) {
 	if coro.LoopFrom(ctx) != l || coro.LoopFrom(context.Background()) != nil {
 		t.Fatal("LoopFrom does not return the loop WithLoop stored")
 	}
+	if err := m.LockOn(ctx, l, nil); !errors.Is(err, coro.ErrNoCont) {
+		t.Fatalf("LockOn without a continuation: got %v, want ErrNoCont", err)
+	}
+	mustFree(t, &m)
 	r := <-lockOnAsync(t, &m, ctx, nil) // resumes on LoopFrom(ctx)
 	unlock(t, r.g)
 	closeLoop(t, l)

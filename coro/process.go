@@ -90,10 +90,11 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 // ctx is done first; cont runs exactly once, on l, never inside LockOn.
 // While the cross-process lock is held elsewhere, a goroutine waits for it
 // and then posts cont to l; it ends when ctx is done. A nil l means
-// LoopFrom(ctx): ErrNoLoop if there is none; ErrLoopClosed if l is closed.
+// LoopFrom(ctx): ErrNoLoop if there is none; ErrLoopClosed if l is closed;
+// ErrNoCont if cont is nil.
 func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGuard, error)) error {
 	if cont == nil {
-		panic("coro: LockOn with a nil continuation")
+		return ErrNoCont
 	}
 	if l == nil {
 		if l = LoopFrom(ctx); l == nil {

@@ -60,6 +60,33 @@ func processMutex(path string, mode spinlock.Mode) (*shm.Segment, *spinlock.Lock
 	return nil, nil, nil, nil, err
 }
 
+// openSpin is processMutex for a test: it fails the test on error and
+// closes the segment at its end.
+func openSpin(t *testing.T, path string, mode spinlock.Mode) (*spinlock.Lock, *coro.ProcessMutex, *uint64) {
+	t.Helper()
+	seg, l, m, counter, err := processMutex(path, mode)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	return l, m, counter
+}
+
+// runCount runs procs count helpers over the lock kind names (see
+// openKind), each with goroutines goroutines incrementing the plain
+// counter rounds times, and waits for them.
+func runCount(t *testing.T, path, kind string, procs, goroutines, rounds int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range procs {
+		wg.Go(func() {
+			out, err := testproc.Command("count", path, kind, strconv.Itoa(goroutines), strconv.Itoa(rounds)).CombinedOutput()
+			if err != nil {
+				t.Errorf("count helper: %v: %s", err, out)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // counterOf is the tests' plain counter: the first word of the segment's
 // lock-manager table.
 func counterOf(seg *shm.Segment) (*uint64, error) {
@@ -229,19 +256,8 @@ func TestProcessMutexCounterAcrossProcesses(t *testing.T) {
 			t.Parallel()
 			path := newProcessSegment(t)
 			const processes, goroutines, rounds = 3, 4, 500
-			var wg sync.WaitGroup
-			for range processes {
-				wg.Go(func() {
-					out, err := testproc.Command("count", path, mode.String(), strconv.Itoa(goroutines), strconv.Itoa(rounds)).CombinedOutput()
-					if err != nil {
-						t.Errorf("count helper: %v: %s", err, out)
-					}
-				})
-			}
-			seg, l, _, counter, err := processMutex(path, mode)
-			require.NoError(t, err)
-			defer seg.Close()
-			wg.Wait()
+			runCount(t, path, mode.String(), processes, goroutines, rounds)
+			l, _, counter := openSpin(t, path, mode)
 			require.Equal(t, uint64(processes*goroutines*rounds), *counter)
 			_, held := l.Owner()
 			require.False(t, held)
@@ -258,13 +274,11 @@ func TestProcessMutexCancelWhileAnotherProcessHolds(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
 	h := startHolder(t, path, spinlock.PIDTID.String())
-	seg, l, m, _, err := processMutex(path, spinlock.PIDTID)
-	require.NoError(t, err)
-	defer seg.Close()
+	l, m, _ := openSpin(t, path, spinlock.PIDTID)
 	owner, held := l.Owner()
 	require.True(t, held)
 
-	_, err = m.TryLock()
+	_, err := m.TryLock()
 	require.ErrorIs(t, err, coro.ErrWouldBlock)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -305,9 +319,7 @@ func TestProcessMutexReclaim(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
 	h := startHolder(t, path, spinlock.PIDTID.String())
-	seg, l, m, _, err := processMutex(path, spinlock.PIDTID)
-	require.NoError(t, err)
-	defer seg.Close()
+	l, m, _ := openSpin(t, path, spinlock.PIDTID)
 	before := l.Generation()
 
 	g := lockAcrossKill(t, m, h, func() bool { return l.Slot().Sleepers() == 1 })
@@ -350,9 +362,7 @@ func TestProcessMutexLockOn(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
 	h := startHolder(t, path, spinlock.PIDTID.String())
-	seg, l, m, _, err := processMutex(path, spinlock.PIDTID)
-	require.NoError(t, err)
-	defer seg.Close()
+	l, m, _ := openSpin(t, path, spinlock.PIDTID)
 
 	loop := coro.NewLoop()
 	defer func() {
@@ -399,4 +409,7 @@ func TestProcessMutexLockOn(t *testing.T) {
 	closed.Close()
 	require.ErrorIs(t, m.LockOn(context.Background(), closed, cont), coro.ErrLoopClosed)
 	require.ErrorIs(t, m.LockOn(context.Background(), nil, cont), coro.ErrNoLoop)
+	require.ErrorIs(t, m.LockOn(context.Background(), loop, nil), coro.ErrNoCont)
+	_, held := l.Owner()
+	require.False(t, held, "a refused LockOn changes nothing")
 }

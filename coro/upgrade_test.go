@@ -3,15 +3,12 @@ package coro_test
 import (
 	"context"
 	"errors"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/coro"
-	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
@@ -43,20 +40,8 @@ func TestUpgradeProcessMutexCounter(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
 	const procs, goroutines, rounds = 3, 4, 2000
-	var wg sync.WaitGroup
-	for range procs {
-		wg.Go(func() {
-			out, err := testproc.Command("count", path, lockKindUpgrade, strconv.Itoa(goroutines), strconv.Itoa(rounds)).CombinedOutput()
-			if err != nil {
-				t.Errorf("helper: %v: %s", err, out)
-			}
-		})
-	}
-	wg.Wait()
-	seg, h, counter, err := upgradeMutex(path)
-	require.NoError(t, err)
-	defer seg.Close()
-	defer h.Close()
+	runCount(t, path, lockKindUpgrade, procs, goroutines, rounds)
+	_, _, counter := openUpgrade(t, path)
 	require.EqualValues(t, procs*goroutines*rounds, *counter)
 }
 
@@ -67,15 +52,12 @@ func TestUpgradeProcessMutexCancel(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
 	other := startHolder(t, path, lockKindUpgrade)
-	seg, h, _, err := upgradeMutex(path)
-	require.NoError(t, err)
-	defer seg.Close()
-	defer h.Close()
+	_, h, _ := openUpgrade(t, path)
 	m := coro.NewProcessMutex(coro.UpgradeUnique(h))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err = m.Lock(ctx)
+	_, err := m.Lock(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	_, err = m.TryLock()
 	require.ErrorIs(t, err, coro.ErrWouldBlock, "the other process still holds it")
@@ -94,14 +76,21 @@ func TestUpgradeProcessMutexReclaim(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
 	other := startHolder(t, path, lockKindUpgrade)
-	seg, h, _, err := upgradeMutex(path)
-	require.NoError(t, err)
-	defer seg.Close()
-	defer h.Close()
+	_, h, _ := openUpgrade(t, path)
 	m := coro.NewProcessMutex(coro.UpgradeUnique(h))
 
 	g := lockAcrossKill(t, m, other, nil)
 	require.NoError(t, g.Unlock())
+}
+
+// openUpgrade is upgradeMutex for a test: it fails the test on error and
+// closes the handle and the segment at its end.
+func openUpgrade(t *testing.T, path string) (*shm.Segment, *upgrade.Mutex, *uint64) {
+	t.Helper()
+	seg, h, counter, err := upgradeMutex(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close(); _ = seg.Close() })
+	return seg, h, counter
 }
 
 // The upgrade lock through a ProcessMutex sits beside readers of other
@@ -110,10 +99,7 @@ func TestUpgradeProcessMutexReclaim(t *testing.T) {
 func TestUpgradeProcessMutexUpgradable(t *testing.T) {
 	t.Parallel()
 	path := newProcessSegment(t)
-	seg, h, _, err := upgradeMutex(path)
-	require.NoError(t, err)
-	defer seg.Close()
-	defer h.Close()
+	seg, h, _ := openUpgrade(t, path)
 	reader, err := upgrade.Named(seg, rwName)
 	require.NoError(t, err)
 	defer reader.Close()

@@ -11,4 +11,5 @@ var (
 	ErrOverflow       = errors.New("upgrade: too many shared holds by one handle")
 	ErrTooManyReaders = errors.New("upgrade: every reader record of the mutex is in use")
 	ErrClosed         = errors.New("upgrade: handle is closed")
+	ErrNoFunc         = errors.New("upgrade: WithUnique without a function")
 )

@@ -231,10 +231,8 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			return err
 		}
 		if slice {
-			if o := m.e.Upgrader.Load(); o != 0 && !m.alive(o) && m.e.Upgrader.CompareAndSwap(o, m.pid) {
-				m.e.Waiters.And(^uniqueUpgrader) // the dead holder's, if it slept
+			if m.takeOverUpgrader(m.e.Upgrader.Load()) {
 				m.e.Generation.Add(1)
-				m.repairs.Add(1)
 				reclaimed = true
 				break
 			}

@@ -28,21 +28,11 @@ const (
 	WriterHandoff = writerHandoff
 )
 
-// The Waiters word (state.go).
+// The sleeper words, Waiters and WriterSleepers (state.go).
 const (
-	WaitersSharedMask = waitersSharedMask
 	UniqueWriter      = uniqueWriter
 	UniqueUpgrader    = uniqueUpgrader
-	SharedFutileShift = sharedFutileShift
-	SharedFutile      = sharedFutile
-	SharedFutileMax   = sharedFutileMax
-)
-
-// The WriterSleepers word (state.go).
-const (
-	WriterSleeperMask = writerSleeperMask
-	WriterFutileShift = writerFutileShift
-	WriterFutile      = writerFutile
-	WriterFutileMax   = writerFutileMax
+	FutileShift       = futileShift
+	FutileMax         = futileMax
 	WriterWakePending = writerWakePending
 )

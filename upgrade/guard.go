@@ -37,8 +37,12 @@ func (u *Upgraded) Close() error {
 
 // WithUnique runs f holding the unique lock, upgraded from the handle's
 // upgrade lock, and downgrades back to the upgrade lock when f returns or
-// panics. It returns the upgrade's error, or f's, or the downgrade's.
+// panics. It returns the upgrade's error, or f's, or the downgrade's;
+// ErrNoFunc, changing nothing, if f is nil.
 func (m *Mutex) WithUnique(ctx context.Context, f func() error) (err error) {
+	if f == nil {
+		return ErrNoFunc
+	}
 	u, err := m.Upgrade(ctx)
 	if err != nil {
 		return err

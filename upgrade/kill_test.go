@@ -246,15 +246,12 @@ func TestReclaim(t *testing.T) {
 func TestKillQueuedWriter(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
-	e, err := seg.Upgrade(0)
-	require.NoError(t, err)
+	e := entry(t, seg)
 	w := open(t, seg)
 	require.NoError(t, w.Lock())
 	c := testproc.Start(t, "hold", path, "queued")
 	c.WaitLine(t, "held")
-	waitStatus(t, seg, func(st upgrade.Status) bool {
-		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
-	}, "the queued writer to sleep, its mark off")
+	waitWriterAsleep(t, seg)
 	c.Kill(t)
 	require.NoError(t, w.Unlock())
 	require.Zero(t, e.Writer.Load(), "released to everyone")

@@ -61,6 +61,24 @@ func status(tb testing.TB, seg *shm.Segment) upgrade.Status {
 	return st
 }
 
+// entry is mutex 0's entry in seg, for tests that read or set its words.
+func entry(tb testing.TB, seg *shm.Segment) *layout.UpgradeEntry {
+	tb.Helper()
+	e, err := seg.Upgrade(0)
+	require.NoError(tb, err)
+	return e
+}
+
+// waitWriterAsleep waits until one writer sleeps in mutex 0's writers'
+// queue, its hungry mark off (a sleeping writer asks for no handoff).
+func waitWriterAsleep(tb testing.TB, seg *shm.Segment) {
+	tb.Helper()
+	e := entry(tb, seg)
+	waitStatus(tb, seg, func(st upgrade.Status) bool {
+		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
+	}, "a writer to sleep in the queue, its mark off")
+}
+
 // waitStatus waits until the status of mutex 0 satisfies cond.
 func waitStatus(tb testing.TB, seg *shm.Segment, cond func(upgrade.Status) bool, what string) {
 	tb.Helper()

@@ -286,8 +286,7 @@ func TestWriterQueue(t *testing.T) {
 func TestStaleHandoff(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
-	e, err := seg.Upgrade(0)
-	require.NoError(t, err)
+	e := entry(t, seg)
 	w := open(t, seg)
 
 	e.Writer.Store(upgrade.WriterHandoff)
@@ -314,16 +313,13 @@ func TestStaleHandoff(t *testing.T) {
 func TestHungryHandoff(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
-	e, err := seg.Upgrade(0)
-	require.NoError(t, err)
+	e := entry(t, seg)
 	w1, w2 := open(t, seg), open(t, seg)
 	require.NoError(t, w1.Lock())
 	got := make(chan error, 1)
 	go func() { got <- w2.Lock() }()
 	// A sleeping writer asks for no handoff: it takes its mark off first.
-	waitStatus(t, seg, func(st upgrade.Status) bool {
-		return st.WriterWaiters == 1 && e.Writer.Load()&upgrade.WriterHungry == 0
-	}, "the writer to sleep")
+	waitWriterAsleep(t, seg)
 	o := e.Writer.Load()
 	require.True(t, e.Writer.CompareAndSwap(o, o|upgrade.WriterHungry))
 	st := status(t, seg)

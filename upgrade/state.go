@@ -109,7 +109,7 @@ const (
 //	                           seekers: any number)
 //	bit  16     uniqueWriter   the Writer word's holder sleeps on UniqueGate
 //	bit  17     uniqueUpgrader the upgrade holder sleeps on UniqueGate
-//	bits 24-30  sharedFutile   wakes of SharedGate in a row that found
+//	bits 24-30  futileWakes    wakes of SharedGate in a row that found
 //	                           nobody in the kernel
 //	other bits                 0
 //
@@ -122,33 +122,38 @@ const (
 // or for readers to drain) and the upgrade holder (draining readers for
 // UpgradeToUnique). So each has a flag, not a count, and only the holder
 // sets or clears its own; a dead holder's flag is cleared by whoever takes
-// its lock over (by CAS of the identity word, so exactly one), before
-// anyone else can hold that lock and set the flag again. A stale flag thus
-// lives exactly as long as the dead process's hold, which must be taken
-// over anyway. (Two goroutines of one handle that upgrade at once share
-// its flag: the first to wake clears it, and the other may sleep until its
-// liveness slice.)
+// its lock over (by CAS of the identity word, so exactly one:
+// takeOverWriter, takeOverUpgrader), before anyone else can hold that lock
+// and set the flag again. A stale flag thus lives exactly as long as the
+// dead process's hold, which must be taken over anyway. (Two goroutines
+// of one handle that upgrade at once share its flag: the first to wake
+// clears it, and the other may sleep until its liveness slice.)
 //
 // SharedGate's sleepers are anonymous, so a stale count is found out as in
 // spinlock (layout.PadFutileWakes): a wake that finds nobody in the kernel
-// counts itself in sharedFutile, and every shared sleeper that runs resets
+// counts itself in futileWakes, and every shared sleeper that runs resets
 // that count when it unregisters. A live sleeper reaches its futex call
-// (or unregisters) within microseconds of registering, so sharedFutileMax
-// such wakes in a row, with no shared sleeper running in between, mean the
+// (or unregisters) within microseconds of registering, so futileMax such
+// wakes in a row, with no shared sleeper running in between, mean the
 // registered ones are dead, and the wake that makes the run that long
-// drops the count (sharedFutileWake). A live sleeper that was only slow to
-// reach the kernel sleeps at most its liveness slice and registers again;
-// unregistering never takes the count below zero. Invariant: sharedFutile
-// is 0 whenever the shared count is.
+// drops the count (futileWake). A live sleeper that was only slow to reach
+// the kernel sleeps at most its liveness slice and registers again;
+// unregistering never takes the count below zero (unregisterSleeper).
+// Invariant: futileWakes is 0 whenever the shared count is.
 const (
 	waitersShared     uint32 = 1 // one sleeper on SharedGate
 	waitersSharedMask uint32 = 1<<16 - 1
 	uniqueWriter      uint32 = 1 << 16
 	uniqueUpgrader    uint32 = 1 << 17
 	waitersUnique            = uniqueWriter | uniqueUpgrader
-	sharedFutileShift        = 24
-	sharedFutile      uint32 = 0x7f << sharedFutileShift
-	sharedFutileMax          = sharedFutile >> sharedFutileShift
+)
+
+// The futile-wake count of both sleeper words (Waiters for SharedGate,
+// WriterSleepers): bits 24-30.
+const (
+	futileShift        = 24
+	futileWakes uint32 = 0x7f << futileShift
+	futileMax          = futileWakes >> futileShift
 )
 
 // Handoff to waiting writers (fairness among writers). A writer that has
@@ -175,15 +180,12 @@ const (
 // (bits 0-23), how many wakes in a row found none of them in the kernel
 // (bits 24-30), and whether one has been woken and has not run yet (bit
 // 31). Every writer that returns from the kernel clears the futile-wake
-// count and wake-pending as it unregisters; the writerFutileMax-th futile
-// wake in a row drops the count of writers killed while they slept, as for
-// SharedGate above (futileWriterWake). Invariant: the futile-wake count is
-// 0 whenever the sleeper count is.
+// count and wake-pending as it unregisters; the futileMax-th futile wake
+// in a row drops the count of writers killed while they slept, as for
+// SharedGate above (futileWake). Invariant: the futile-wake count is 0
+// whenever the sleeper count is.
 const (
 	writerSleeperMask uint32 = 1<<24 - 1
-	writerFutileShift        = 24
-	writerFutile      uint32 = 0x7f << writerFutileShift
-	writerFutileMax          = writerFutile >> writerFutileShift
 	writerWakePending uint32 = 1 << 31
 )
 

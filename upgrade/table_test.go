@@ -324,7 +324,7 @@ func TestTooManyReaders(t *testing.T) {
 func TestErrorsAreDistinct(t *testing.T) {
 	t.Parallel()
 	errs := []error{upgrade.ErrNotHeld, upgrade.ErrNotOwner, upgrade.ErrWouldBlock, upgrade.ErrHeld,
-		upgrade.ErrOverflow, upgrade.ErrTooManyReaders, upgrade.ErrClosed}
+		upgrade.ErrOverflow, upgrade.ErrTooManyReaders, upgrade.ErrClosed, upgrade.ErrNoFunc}
 	for i, a := range errs {
 		for j, b := range errs {
 			if i != j && errors.Is(a, b) {
@@ -335,8 +335,9 @@ func TestErrorsAreDistinct(t *testing.T) {
 }
 
 // Bad input gets a typed error and changes nothing: an index out of
-// range, a segment without upgrade mutexes, a closed or read-only segment,
-// and every call on a closed handle.
+// range, a bad name, a nil function for WithUnique, a segment without
+// upgrade mutexes, a closed or read-only segment, and every call on a
+// closed handle.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
@@ -352,6 +353,13 @@ func TestBadInput(t *testing.T) {
 		_, err := upgrade.Named(seg, name)
 		require.ErrorIs(t, err, layout.ErrBadName, "Named(%q)", name)
 	}
+
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	require.ErrorIs(t, u.WithUnique(context.Background(), nil), upgrade.ErrNoFunc)
+	st := status(t, seg)
+	require.True(t, st.UpgradeLocked && !st.WriteLocked && !st.UpgradePending, "WithUnique(nil) leaves the upgrade lock as it was")
+	require.NoError(t, u.UnlockUpgrade())
 
 	opts := testOptions
 	opts.Upgrades = -1
@@ -411,7 +419,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		require.ErrorIs(t, call.f(), call.want, name)
 	}
-	st := status(t, seg)
+	st = status(t, seg)
 	checkFree(t, st)
 	require.Empty(t, st.Readers, "a closed handle claims no record")
 }

@@ -109,21 +109,26 @@ func (m *Mutex) register(g gate) {
 }
 
 // unregister undoes register. On the shared gate it takes one off the
-// count, never below zero (a stale count may have been dropped meanwhile),
-// and resets sharedFutile: a shared sleeper ran.
+// count and resets the futile-wake count: a shared sleeper ran.
 func (m *Mutex) unregister(g gate) {
-	w := &m.e.Waiters
 	if g.unit != waitersShared {
-		w.And(^g.unit)
+		m.e.Waiters.And(^g.unit)
 		return
 	}
+	unregisterSleeper(&m.e.Waiters, waitersSharedMask, futileWakes)
+}
+
+// unregisterSleeper takes one sleeper off the count bits of a sleeper word
+// (Waiters' shared count, WriterSleepers), never below zero (a stale count
+// may have been dropped meanwhile), and clears the bits in clear.
+func unregisterSleeper(w *atomic.Uint32, count, clear uint32) {
 	for {
 		v := w.Load()
-		n := v & waitersSharedMask
+		n := v & count
 		if n > 0 {
 			n--
 		}
-		if w.CompareAndSwap(v, v&^(waitersSharedMask|sharedFutile)|n) {
+		if w.CompareAndSwap(v, v&^(count|clear)|n) {
 			return
 		}
 	}
@@ -137,23 +142,23 @@ func (m *Mutex) wake(g gate) {
 	}
 	g.word.Add(1)
 	if n, err := futex.WakeAll(g.word); (n == 0 || err != nil) && g.all == waitersSharedMask {
-		m.sharedFutileWake()
+		futileWake(&m.e.Waiters, waitersSharedMask, 0)
 	}
 }
 
-// sharedFutileWake counts a wake of SharedGate that found nobody in the
-// kernel, and drops the shared count at the sharedFutileMax-th such wake in
-// a row (see the Waiters word in state.go).
-func (m *Mutex) sharedFutileWake() {
-	w := &m.e.Waiters
+// futileWake counts a wake that found nobody in the kernel in the
+// futile-wake count of a sleeper word (Waiters for SharedGate,
+// WriterSleepers), clearing the bits in clear too, and drops the count
+// bits at the futileMax-th such wake in a row (see the words in state.go).
+func futileWake(w *atomic.Uint32, count, clear uint32) {
 	for {
 		v := w.Load()
-		next := v + 1<<sharedFutileShift
+		next := v&^clear + 1<<futileShift
 		switch {
-		case v&waitersSharedMask == 0:
-			next = v &^ sharedFutile
-		case next&sharedFutile == sharedFutile:
-			next = v &^ (sharedFutile | waitersSharedMask)
+		case v&count == 0:
+			next = v &^ (clear | futileWakes)
+		case next&futileWakes == futileWakes:
+			next = v &^ (clear | futileWakes | count)
 		}
 		if w.CompareAndSwap(v, next) {
 			return
@@ -245,11 +250,8 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 			}
 		}
 		if errors.Is(werr, futex.ErrTimeout) {
-			o := w.Load()
-			if id := o &^ writerHungry; id != 0 && !m.alive(id) && w.CompareAndSwap(o, m.pid) {
-				m.e.Waiters.And(^uniqueWriter) // the dead holder's, if it slept
+			if m.takeOverWriter(w.Load()) {
 				m.e.Generation.Add(1)
-				m.repairs.Add(1)
 				return true, nil
 			}
 		}
@@ -271,20 +273,11 @@ func (m *Mutex) claimHungry() bool {
 }
 
 // unregisterWriter takes one sleeper off WriterSleepers and clears the
-// wake-pending bit: if this writer was the one woken, the next release may
-// wake another; if it was not, that costs at most one early wake.
+// futile-wake count and the wake-pending bit: if this writer was the one
+// woken, the next release may wake another; if it was not, that costs at
+// most one early wake.
 func (m *Mutex) unregisterWriter() {
-	ws := &m.e.WriterSleepers
-	for {
-		v := ws.Load()
-		n := v & writerSleeperMask
-		if n > 0 {
-			n--
-		}
-		if ws.CompareAndSwap(v, n) {
-			return
-		}
-	}
+	unregisterSleeper(&m.e.WriterSleepers, writerSleeperMask, futileWakes|writerWakePending)
 }
 
 // wakeWriter wakes one writer asleep on WriterGate, unless none is or a
@@ -305,25 +298,7 @@ func (m *Mutex) wakeWriter() {
 		// The registered sleepers are not in the kernel yet (they will find
 		// the gate changed), or they are dead. Nobody is on the way to
 		// clear the bit.
-		m.futileWriterWake()
-	}
-}
-
-// futileWriterWake clears writerWakePending after a wake that found nobody
-// in the kernel, and counts it; the writerFutileMax-th such wake in a row
-// drops the count of writers killed while they slept (see the
-// WriterSleepers word in state.go).
-func (m *Mutex) futileWriterWake() {
-	ws := &m.e.WriterSleepers
-	for {
-		v := ws.Load()
-		next := v&^writerWakePending + 1<<writerFutileShift
-		if v&writerSleeperMask == 0 || next&writerFutile == writerFutile {
-			next = 0
-		}
-		if ws.CompareAndSwap(v, next) {
-			return
-		}
+		futileWake(&m.e.WriterSleepers, writerSleeperMask, writerWakePending)
 	}
 }
 
@@ -377,16 +352,37 @@ func (m *Mutex) releaseDeadWriter() bool {
 		}
 		return false
 	}
-	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+	if !m.takeOverWriter(o) {
 		return false
 	}
-	m.e.Waiters.And(^uniqueWriter) // the dead holder's, if it slept
 	m.e.WriterTID.Store(m.tid)
 	m.clearWriteBit()
 	m.releaseWriterWord()
-	m.repairs.Add(1)
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
+	return true
+}
+
+// takeOverWriter takes the Writer word o (read by the caller) over if its
+// holder is dead: by CAS, so of several repairers exactly one succeeds,
+// and that one clears the dead holder's flag on UniqueGate (if it slept
+// there) before anyone can hold the word again and set it.
+func (m *Mutex) takeOverWriter(o uint64) bool {
+	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+		return false
+	}
+	m.e.Waiters.And(^uniqueWriter)
+	m.repairs.Add(1)
+	return true
+}
+
+// takeOverUpgrader is takeOverWriter for the Upgrader word.
+func (m *Mutex) takeOverUpgrader(o uint64) bool {
+	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
+		return false
+	}
+	m.e.Waiters.And(^uniqueUpgrader)
+	m.repairs.Add(1)
 	return true
 }
 
@@ -408,15 +404,12 @@ func (m *Mutex) clearWriteBit() {
 // reports that the dead one held the unique lock: the data may be
 // half-updated.
 func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
-	o := m.e.Upgrader.Load()
-	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
+	if !m.takeOverUpgrader(m.e.Upgrader.Load()) {
 		return false, false
 	}
-	m.e.Waiters.And(^uniqueUpgrader) // the dead holder's, if it slept
 	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
 	m.releaseUpgraderWord()
-	m.repairs.Add(1)
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
 	return true, unique
