@@ -1,5 +1,7 @@
 package upgrade
 
+import "github.com/shmlock/shmlock/internal/sleepers"
+
 // HolderID is the handle's holder id, as recorded in WriterTID/UpgraderTID.
 func (m *Mutex) HolderID() uint64 { return m.tid }
 
@@ -34,5 +36,5 @@ const (
 	UniqueUpgrader    = uniqueUpgrader
 	FutileShift       = futileShift
 	FutileMax         = futileMax
-	WriterWakePending = writerWakePending
+	WriterWakePending = sleepers.WakePending
 )

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -57,7 +58,7 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
 		SharedWaiters: w & waitersSharedMask, UniqueWaiters: uint32(bits.OnesCount32(w & waitersUnique)),
-		WriterWaiters: e.WriterSleepers.Load() & writerSleeperMask,
+		WriterWaiters: sleepers.Count(e.WriterSleepers.Load()),
 		ReaderRecords: seg.ReadersPerUpgrade(),
 		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
 		Readers: []ReaderStatus{},

@@ -176,18 +176,10 @@ const (
 	writerHandoff        = writerHungry // the Writer word of a release handed to the hungry
 )
 
-// The WriterSleepers word: how many writers are asleep on WriterGate
-// (bits 0-23), how many wakes in a row found none of them in the kernel
-// (bits 24-30), and whether one has been woken and has not run yet (bit
-// 31). Every writer that returns from the kernel clears the futile-wake
-// count and wake-pending as it unregisters; the futileMax-th futile wake
-// in a row drops the count of writers killed while they slept, as for
-// SharedGate above (futileWake). Invariant: the futile-wake count is 0
-// whenever the sleeper count is.
-const (
-	writerSleeperMask uint32 = 1<<24 - 1
-	writerWakePending uint32 = 1 << 31
-)
+// The WriterSleepers word is an internal/sleepers word over WriterGate:
+// the writers asleep there, a wake-pending bit (see the handoff above) and
+// the futile-wake count that drops the registrations of writers killed
+// while they slept.
 
 // Reader records of a mutex in use, for the drain check: bit j%32 of the
 // first record's Pad word (layout.ReaderRecord leaves Pad to this package)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
 )
 
@@ -119,8 +120,9 @@ func (m *Mutex) unregister(g gate) {
 }
 
 // unregisterSleeper takes one sleeper off the count bits of a sleeper word
-// (Waiters' shared count, WriterSleepers), never below zero (a stale count
-// may have been dropped meanwhile), and clears the bits in clear.
+// (Waiters' shared count; WriterSleepers is an internal/sleepers word),
+// never below zero (a stale count may have been dropped meanwhile), and
+// clears the bits in clear.
 func unregisterSleeper(w *atomic.Uint32, count, clear uint32) {
 	for {
 		v := w.Load()
@@ -147,8 +149,8 @@ func (m *Mutex) wake(g gate) {
 }
 
 // futileWake counts a wake that found nobody in the kernel in the
-// futile-wake count of a sleeper word (Waiters for SharedGate,
-// WriterSleepers), clearing the bits in clear too, and drops the count
+// futile-wake count of a sleeper word (Waiters for SharedGate, whose count
+// shares the word with the unique gate's flags), clearing the bits in clear too, and drops the count
 // bits at the futileMax-th such wake in a row (see the words in state.go).
 func futileWake(w *atomic.Uint32, count, clear uint32) {
 	for {
@@ -229,7 +231,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		if d, ok := ctx.Deadline(); ok {
 			sleep = min(sleep, max(time.Until(d), time.Microsecond))
 		}
-		m.e.WriterSleepers.Add(1)
+		sleepers.Register(&m.e.WriterSleepers)
 		seq := gate.Load()
 		if o := w.Load(); o == 0 || o == writerHandoff {
 			m.unregisterWriter()
@@ -272,34 +274,19 @@ func (m *Mutex) claimHungry() bool {
 	return false
 }
 
-// unregisterWriter takes one sleeper off WriterSleepers and clears the
-// futile-wake count and the wake-pending bit: if this writer was the one
-// woken, the next release may wake another; if it was not, that costs at
-// most one early wake.
-func (m *Mutex) unregisterWriter() {
-	unregisterSleeper(&m.e.WriterSleepers, writerSleeperMask, futileWakes|writerWakePending)
-}
+// unregisterWriter takes one sleeper off WriterSleepers (an
+// internal/sleepers word) and clears the futile-wake count and the
+// wake-pending bit: if this writer was the one woken, the next release may
+// wake another; if it was not, that costs at most one early wake.
+func (m *Mutex) unregisterWriter() { sleepers.Unregister(&m.e.WriterSleepers) }
 
 // wakeWriter wakes one writer asleep on WriterGate, unless none is or a
-// woken one has not run yet. The caller has released the Writer word.
+// woken one has not run yet. The caller has released the Writer word. The
+// gate moves first, so a writer between its registration and its futex
+// call does not sleep.
 func (m *Mutex) wakeWriter() {
-	ws := &m.e.WriterSleepers
-	for {
-		v := ws.Load()
-		if v&writerSleeperMask == 0 || v&writerWakePending != 0 {
-			return
-		}
-		if ws.CompareAndSwap(v, v|writerWakePending) {
-			break
-		}
-	}
 	m.e.WriterGate.Add(1)
-	if n, err := futex.Wake(&m.e.WriterGate, 1); n == 0 || err != nil {
-		// The registered sleepers are not in the kernel yet (they will find
-		// the gate changed), or they are dead. Nobody is on the way to
-		// clear the bit.
-		futileWake(&m.e.WriterSleepers, writerSleeperMask, writerWakePending)
-	}
+	sleepers.WakeOne(&m.e.WriterSleepers, &m.e.WriterGate)
 }
 
 // passWriterWake is for a writer that gives up waiting: if the Writer word
