@@ -150,8 +150,9 @@ func (m *Mutex) wake(g gate) {
 
 // futileWake counts a wake that found nobody in the kernel in the
 // futile-wake count of a sleeper word (Waiters for SharedGate, whose count
-// shares the word with the unique gate's flags), clearing the bits in clear too, and drops the count
-// bits at the futileMax-th such wake in a row (see the words in state.go).
+// shares the word with the unique gate's flags), clearing the bits in
+// clear too, and drops the count bits at the futileMax-th such wake in a
+// row (see the words in state.go).
 func futileWake(w *atomic.Uint32, count, clear uint32) {
 	for {
 		v := w.Load()
