@@ -138,21 +138,21 @@ func TestRWLocksJSON(t *testing.T) {
 	want := []rwlockJSON{
 		{
 			Index: 0, Name: "jobs", Refs: 1, Held: "upgrade+shared", State: testStateUpgrade, UpgradeBit: true,
-			Upgrader:      &holderJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", TID: doc.RWLocks[0].Upgrader.TID},
+			Upgrader:      &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, TID: doc.RWLocks[0].Upgrader.TID},
 			SharedHolds:   2,
-			Readers:       []readerJSON{{Record: 0, PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", Count: 2}},
+			Readers:       []readerJSON{{Record: 0, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Count: 2}},
 			ReaderRecords: 4, Generation: gen0,
 		},
 		{
 			Index: 1, Held: "shared", State: testStateWrite, WriteBit: true,
-			Writer:        &holderJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead", TID: 9},
+			Writer:        &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, TID: 9},
 			WriterWaiting: true, SharedHolds: 1,
-			Readers:       []readerJSON{{Record: 0, PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead", Count: 1}},
+			Readers:       []readerJSON{{Record: 0, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, Count: 1}},
 			ReaderRecords: 4, Dead: 2,
 		},
 		{
 			Index: 3, Held: "upgraded", State: testStateUpgrade | testStateWrite, WriteBit: true, UpgradeBit: true,
-			Upgrader: &holderJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale", TID: 5},
+			Upgrader: &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}, TID: 5},
 			Readers:  []readerJSON{}, ReaderRecords: 4, Dead: 1,
 		},
 	}
