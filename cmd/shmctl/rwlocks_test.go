@@ -176,11 +176,7 @@ func TestRWLocksJSON(t *testing.T) {
 // A pending upgrade and sleepers show, with a real waiter.
 func TestRWLocksPending(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
-	u, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
-	r, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
+	seg, u, r := twoHandles(t)
 	require.NoError(t, r.LockShared())
 	require.NoError(t, u.LockUpgrade())
 	done := make(chan error)
@@ -217,11 +213,7 @@ func TestRWLocksBroken(t *testing.T) {
 // A writer queued behind another shows among the writers' sleepers.
 func TestRWLocksWriterWaiting(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
-	w1, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
-	w2, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
+	seg, w1, w2 := twoHandles(t)
 	require.NoError(t, w1.Lock())
 	done := make(chan error)
 	go func() { done <- w2.Lock() }()
@@ -235,6 +227,18 @@ func TestRWLocksWriterWaiting(t *testing.T) {
 	require.NoError(t, w2.Unlock())
 	require.NoError(t, w1.Close())
 	require.NoError(t, w2.Close())
+}
+
+// twoHandles makes a segment of one upgrade mutex and opens two handles
+// on it, which the test closes.
+func twoHandles(t *testing.T) (*shm.Segment, *upgrade.Mutex, *upgrade.Mutex) {
+	t.Helper()
+	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
+	a, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	b, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	return seg, a, b
 }
 
 // waitRWLocks runs 'shmctl rwlocks --json' on path until done holds for
