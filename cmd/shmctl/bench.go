@@ -45,8 +45,8 @@ counter, pingpong and pingpong_retry (P = 2), and rw90, which needs a
 shared lock: the upgrade mutex and lockmgr have one.
 
 --lock spin is the spinlock in pid/tid mode, one holder per worker (peer
-"shmlock_spin"); spin-token is token mode with a fresh token for every
-acquisition (peer "shmlock_spin_token"); upgrade is the upgradeable
+"shmlock_spin"); spin-token is token mode, one token per worker for the
+whole run (peer "shmlock_spin_token"); upgrade is the upgradeable
 reader/writer mutex, one handle per worker, Lock for the exclusive
 workloads and LockShared for rw90's reads (peer "shmlock_upgrade").
 --lock lockmgr is one named resource of package lockmgr (peer

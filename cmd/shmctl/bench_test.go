@@ -194,3 +194,39 @@ func TestBenchProcessUnsupported(t *testing.T) {
 	assert.False(t, res.OK)
 	assert.Equal(t, "unsupported workload", res.Detail)
 }
+
+// A FILE the driver cannot create, or a FILE.shm that is not a segment,
+// fails the run as the contract wants: one JSON line with ok false and the
+// cause, exit status 1, nothing on stderr; the non-segment is left alone.
+func TestBenchBadPath(t *testing.T) {
+	t.Parallel()
+	notSegPath := testproc.SegmentPath(t)
+	notSeg := sidecarOf(t, notSegPath)
+	for _, tt := range []struct {
+		path, detail string
+	}{
+		{"/nonexistent/dir/file", "map: open /nonexistent/dir/file: no such file or directory"},
+		{t.TempDir(), "map: open "},
+		{notSegPath, "setup: shm: remove " + notSeg + ": layout: not a shmlock segment"},
+	} {
+		r := shmctl(t, false, "bench", "--workload", "counter", "--procs", "2", "--iters", "10", "--path", tt.path)
+		assert.Equal(t, exitError, r.code, "%s: stderr %q", tt.path, r.stderr)
+		assert.Empty(t, r.stderr)
+		res := benchLine(t, r.stdout)
+		assert.False(t, res.OK, tt.path)
+		assert.True(t, strings.HasPrefix(res.Detail, tt.detail), "%s: detail %q", tt.path, res.Detail)
+	}
+	b, err := os.ReadFile(notSeg)
+	require.NoError(t, err)
+	assert.Equal(t, "precious\n", string(b))
+}
+
+// sidecarOf writes a file that is not a segment at path's FILE.shm, removed
+// at the end of the test, and returns its path.
+func sidecarOf(t *testing.T, path string) string {
+	t.Helper()
+	side := path + ".shm"
+	require.NoError(t, os.WriteFile(side, []byte("precious\n"), 0o600))
+	t.Cleanup(func() { _ = os.Remove(side) })
+	return side
+}

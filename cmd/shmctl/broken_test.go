@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -152,5 +153,85 @@ func TestMissingTable(t *testing.T) {
 				assert.Contains(t, line, w)
 			}
 		})
+	}
+}
+
+// Commands that create or remove a segment refuse a file that is not one
+// (no magic, not a regular file, a symbolic link) with one line and exit
+// status 1, and leave it as it was.
+func TestWriteCommandsRefuseNonSegment(t *testing.T) {
+	t.Parallel()
+	files := map[string]func(t *testing.T) string{
+		"garbage": func(t *testing.T) string {
+			return writeFile(t, bytes.Repeat([]byte("garbage!"), layout.PageSize/8))
+		},
+		"empty":     func(t *testing.T) string { return writeFile(t, nil) },
+		"directory": func(t *testing.T) string { return t.TempDir() },
+		"symlink": func(t *testing.T) string {
+			link := testproc.SegmentPath(t)
+			require.NoError(t, os.Symlink(newSegment(t, layout.Options{}).Path(), link))
+			return link
+		},
+	}
+	commands := [][]string{
+		{"rm", "PATH"}, {"create", "PATH"}, {"create", "--json", "PATH"},
+		{"demo", "--workers", "2", "--duration", "200ms", "--path", "PATH"},
+	}
+	for name, file := range files {
+		for _, args := range commands {
+			t.Run(name+"/"+args[0]+"/"+args[len(args)-2], func(t *testing.T) {
+				t.Parallel()
+				path := file(t)
+				before := fileState(t, path)
+				args := slices.Clone(args)
+				args[len(args)-1] = path
+				line := requireOneLineError(t, shmctl(t, false, args...), exitError)
+				assert.Contains(t, line, path)
+				assert.Equal(t, before, fileState(t, path), "%s changed", path)
+			})
+		}
+	}
+}
+
+// fileState is what a path is: a symbolic link's target, a directory, or
+// a file's bytes.
+func fileState(t *testing.T, path string) string {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	require.NoError(t, err)
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(path)
+		require.NoError(t, err)
+		return "symlink to " + target
+	case fi.IsDir():
+		return "directory"
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return "file " + string(b)
+}
+
+// A segment name that cannot name a file (shm.ErrBadPath) is one line and
+// exit status 1 for every command that takes a segment, and creates nothing.
+func TestBadSegmentName(t *testing.T) {
+	t.Parallel()
+	commands := [][]string{
+		{"info", "SEG"}, {"info", "--json", "SEG"}, {"slots", "SEG"}, {"rwlocks", "SEG"}, {"txns", "SEG"},
+		{"locks", "SEG"}, {"stats", "SEG"}, {"reclaim", "SEG"}, {"reclaim", "--dry-run", "--json", "SEG"},
+		{"rm", "SEG"}, {"create", "SEG"}, {"lock", "SEG", "job", "--", "true"},
+		{"demo", "--path", "SEG"},
+	}
+	for _, name := range []string{"", "..", "dir/", "a\x00b"} {
+		for _, args := range commands {
+			args := slices.Clone(args)
+			args[slices.Index(args, "SEG")] = name
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				t.Parallel()
+				line := requireOneLineError(t, shmctl(t, false, args...), exitError)
+				assert.Contains(t, line, "shm: bad segment path: ")
+				assert.Contains(t, line, fmt.Sprintf("%q", name))
+			})
+		}
 	}
 }

@@ -162,7 +162,6 @@ func (d *demo) run() error {
 	o.printf("%s finds the holder dead and takes the lock over. At the end each\n", victimSlot)
 	o.printf("counter must equal the sum of the workers' tallies.\n\n")
 
-	start := time.Now()
 	for i := range d.opts.Workers {
 		w, err := d.startWorker(i)
 		if err != nil {
@@ -171,6 +170,21 @@ func (d *demo) run() error {
 		d.workers = append(d.workers, w)
 		o.printf("started worker %d (pid %d)\n", w.index, w.pid)
 	}
+	// The clock starts once every worker has claimed the locks and loops,
+	// so each one takes part from the first half on, however slowly the
+	// machine started them, and the slot table shows every claim.
+	for _, w := range d.workers {
+		ready := d.words.workers[w.index].ready
+		if err := d.waitFor("worker "+strconv.Itoa(w.index)+" to start", func() bool {
+			return ready.Load() != 0 || isClosed(w.done)
+		}); err != nil {
+			return err
+		}
+		if ready.Load() == 0 {
+			return fmt.Errorf("demo: worker %d exited before it started (%v)", w.index, w.err)
+		}
+	}
+	start := time.Now()
 	time.Sleep(time.Until(start.Add(d.opts.Duration / 2)))
 
 	victim := d.workers[len(d.workers)-1]

@@ -16,7 +16,7 @@ import (
 //	line 0           control: stop (u32)
 //	line 1+s         lock s: counter (u64), last holder's pid (u64)
 //	line 1+S+w       worker w: hold (u32), holding (u32), reclaims (u32),
-//	                 then one tally (u64) per lock
+//	                 ready (u32), then one tally (u64) per lock
 //
 // The counter, the last holder and the tallies are PLAIN words, changed
 // only under lock s with a plain load and store: if the lock ever let two
@@ -58,6 +58,7 @@ type demoWorkerWords struct {
 	hold     *atomic.Uint32 // set by the demo: lock the victim slot and keep it
 	holding  *atomic.Uint32 // set by the worker once it holds it
 	reclaims *atomic.Uint32 // locks this worker took over from a dead holder
+	ready    *atomic.Uint32 // set by the worker once it has claimed every lock
 	tally    []*uint64      // plain, per lock: increments this worker made
 }
 
@@ -88,7 +89,7 @@ func demoWordsOf(seg *shm.Segment) (*demoWords, error) {
 	}
 	for w := range demoMaxWorkers {
 		line := (1 + len(demoSlots) + w) * demoLine
-		ww := demoWorkerWords{hold: u32(line), holding: u32(line + 4), reclaims: u32(line + 8)}
+		ww := demoWorkerWords{hold: u32(line), holding: u32(line + 4), reclaims: u32(line + 8), ready: u32(line + 12)}
 		for s := range demoSlots {
 			ww.tally = append(ww.tally, u64(line+16+8*s))
 		}

@@ -76,6 +76,7 @@ func runDemoWorker(opts *demoWorkerOptions) error {
 		}
 		w.locks = append(w.locks, l)
 	}
+	w.mine.ready.Store(1)
 	for words.stop.Load() == 0 {
 		if w.mine.hold.Load() != 0 {
 			return w.holdUntilKilled()

@@ -321,23 +321,19 @@ type (
 		Index      int    `json:"index"`
 		Generation uint32 `json:"generation"`
 		Mode       string `json:"mode"`
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-		Action     string `json:"action"`
+		ownerJSON
+		Action string `json:"action"`
 	}
 	reclaimRWLockJSON struct {
-		Index      int    `json:"index"`
-		Name       string `json:"name"`
-		Holder     string `json:"holder"`
-		Record     *int   `json:"record"`
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-		TID        uint64 `json:"tid"`
-		Count      uint32 `json:"count"`
-		Unique     bool   `json:"unique"`
-		Action     string `json:"action"`
+		Index  int    `json:"index"`
+		Name   string `json:"name"`
+		Holder string `json:"holder"`
+		Record *int   `json:"record"`
+		ownerJSON
+		TID    uint64 `json:"tid"`
+		Count  uint32 `json:"count"`
+		Unique bool   `json:"unique"`
+		Action string `json:"action"`
 	}
 	rwlocksJSON struct {
 		Path    string       `json:"path"`
@@ -365,25 +361,26 @@ type (
 		Generation    uint64       `json:"generation"`
 		Dead          int          `json:"dead"`
 	}
-	holderJSON struct {
+	// ownerJSON is a process recorded as an owner: its pid and start time
+	// (proc.Identity) and owner_state, one of the state* constants.
+	ownerJSON struct {
 		PID        uint32 `json:"pid"`
 		StartTicks uint64 `json:"start_ticks"`
 		OwnerState string `json:"owner_state"`
-		TID        uint64 `json:"tid"`
+	}
+	holderJSON struct {
+		ownerJSON
+		TID uint64 `json:"tid"`
 	}
 	readerJSON struct {
-		Record     int    `json:"record"`
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-		Count      uint32 `json:"count"`
+		Record int `json:"record"`
+		ownerJSON
+		Count uint32 `json:"count"`
 	}
 	reclaimSlotJSON struct {
-		Index         int     `json:"index"`
-		Name          string  `json:"name"`
-		PID           uint32  `json:"pid"`
-		StartTicks    uint64  `json:"start_ticks"`
-		OwnerState    string  `json:"owner_state"`
+		Index int    `json:"index"`
+		Name  string `json:"name"`
+		ownerJSON
 		TID           uint64  `json:"tid"`
 		Generation    uint64  `json:"generation"`
 		NewGeneration *uint64 `json:"new_generation"`
@@ -405,23 +402,16 @@ type (
 		Records       int           `json:"records"`
 		ArenaSize     uint64        `json:"arena_bytes"`
 		FreeSize      uint64        `json:"free_bytes"`
-		BarrierLeader *txnOwnerJSON `json:"barrier_leader"`
+		BarrierLeader *ownerJSON    `json:"barrier_leader"`
 		Txns          []txnJSON     `json:"txns"`
 		Processes     []txnProcJSON `json:"processes"`
 	}
-	txnOwnerJSON struct {
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-	}
 	txnJSON struct {
-		Index         int           `json:"index"`
-		Generation    uint32        `json:"generation"`
-		State         string        `json:"state"`
-		Mode          string        `json:"mode"`
-		PID           uint32        `json:"pid"`
-		StartTicks    uint64        `json:"start_ticks"`
-		OwnerState    string        `json:"owner_state"`
+		Index      int    `json:"index"`
+		Generation uint32 `json:"generation"`
+		State      string `json:"state"`
+		Mode       string `json:"mode"`
+		ownerJSON
 		ArenaOffset   uint64        `json:"arena_offset"`
 		ArenaSize     uint64        `json:"arena_size"`
 		Used          uint64        `json:"used"`
@@ -433,16 +423,12 @@ type (
 		PinsByProcess []txnPinsJSON `json:"pins_by_process"`
 	}
 	txnPinsJSON struct {
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-		Pins       uint32 `json:"pins"`
+		ownerJSON
+		Pins uint32 `json:"pins"`
 	}
 	txnProcJSON struct {
-		Row        int    `json:"row"`
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
+		Row int `json:"row"`
+		ownerJSON
 		Pins       uint64 `json:"pins"`
 		GlobalPins uint32 `json:"global_pins"`
 	}
@@ -451,17 +437,15 @@ type (
 		Slots []slotJSON `json:"slots"`
 	}
 	slotJSON struct {
-		Index      int    `json:"index"`
-		Name       string `json:"name"`
-		Refs       uint32 `json:"refs"`
-		Mode       string `json:"mode"`
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-		TID        uint64 `json:"tid"`
-		Token      uint64 `json:"token"`
-		Recursion  uint32 `json:"recursion"`
-		Waiters    uint32 `json:"waiters"`
+		Index int    `json:"index"`
+		Name  string `json:"name"`
+		Refs  uint32 `json:"refs"`
+		Mode  string `json:"mode"`
+		ownerJSON
+		TID       uint64 `json:"tid"`
+		Token     uint64 `json:"token"`
+		Recursion uint32 `json:"recursion"`
+		Waiters   uint32 `json:"waiters"`
 	}
 	locksJSON struct {
 		Path         string     `json:"path"`

@@ -55,7 +55,6 @@ state, acquired, expires, age_seconds, left_seconds}]}].`,
 	return cmd
 }
 
-// openLockTable opens the segment read-only and its lock table.
 // openLockTable opens segment path, read-only or not, and a Manager over
 // its lock-manager table; the caller closes the segment.
 func openLockTable(path string, readOnly bool) (*shm.Segment, *lockmgr.Manager, error) {

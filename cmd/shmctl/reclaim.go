@@ -186,9 +186,8 @@ func reclaimTxns(seg *shm.Segment, dryRun bool, wait time.Duration) ([]reclaimTx
 		if ti.Owner == 0 || ti.OwnerAlive {
 			continue
 		}
-		id, _ := proc.Unpack(ti.Owner)
-		x := reclaimTxnJSON{Index: ti.Index, Generation: ti.Gen, Mode: "pins", PID: id.PID, StartTicks: id.StartTicks,
-			OwnerState: ownerState(seg, ti.Owner), Action: actionDryRun}
+		x := reclaimTxnJSON{Index: ti.Index, Generation: ti.Gen, Mode: "pins", ownerJSON: ownerOf(seg, ti.Owner),
+			Action: actionDryRun}
 		if ti.Barrier {
 			x.Mode = "barrier"
 		}
@@ -240,13 +239,10 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 		if owner == 0 || seg.OwnerAlive(owner) {
 			continue
 		}
-		id, _ := proc.Unpack(owner)
 		rs := reclaimSlotJSON{
 			Index:      i,
 			Name:       claims[i].Name,
-			PID:        id.PID,
-			StartTicks: id.StartTicks,
-			OwnerState: ownerState(seg, owner),
+			ownerJSON:  ownerOf(seg, owner),
 			TID:        slot.TID.Load(),
 			Generation: slot.Token.Load(),
 			Action:     actionDryRun,
@@ -288,9 +284,8 @@ func reclaimRWLocks(seg *shm.Segment, dryRun bool) ([]reclaimRWLockJSON, error) 
 			return nil, err
 		}
 		row := func(who string, owner, tid uint64) reclaimRWLockJSON {
-			id, _ := proc.Unpack(owner)
-			return reclaimRWLockJSON{Index: i, Name: claims[i].Name, Holder: who, PID: id.PID, StartTicks: id.StartTicks,
-				OwnerState: ownerState(seg, owner), TID: tid, Action: actionDryRun}
+			return reclaimRWLockJSON{Index: i, Name: claims[i].Name, Holder: who, ownerJSON: ownerOf(seg, owner),
+				TID: tid, Action: actionDryRun}
 		}
 		var found []reclaimRWLockJSON
 		if st.Writer != 0 && !seg.OwnerAlive(st.Writer) {

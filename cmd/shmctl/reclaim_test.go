@@ -133,8 +133,9 @@ func TestReclaimJSON(t *testing.T) {
 
 		var doc reclaimJSON
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-		want := reclaimSlotJSON{Index: 1, Name: "dead", PID: self.PID, StartTicks: self.StartTicks + 1,
-			OwnerState: "dead", TID: 7, Generation: 10, Action: "would reclaim"}
+		want := reclaimSlotJSON{Index: 1, Name: "dead",
+			ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"},
+			TID:       7, Generation: 10, Action: "would reclaim"}
 		if !dryRun {
 			gen := uint64(12)
 			want.Action, want.NewGeneration = "reclaimed", &gen
@@ -186,9 +187,9 @@ func TestReclaimRWLocks(t *testing.T) {
 	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
 	record := 0
 	want := []reclaimRWLockJSON{
-		{Index: 1, Holder: "writer", PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead", TID: 9},
-		{Index: 1, Holder: "reader", Record: &record, PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead", Count: 1},
-		{Index: 3, Holder: "upgrader", PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale", TID: 5, Unique: true},
+		{Index: 1, Holder: "writer", ownerJSON: ownerJSON{PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead"}, TID: 9},
+		{Index: 1, Holder: "reader", Record: &record, ownerJSON: ownerJSON{PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead"}, Count: 1},
+		{Index: 3, Holder: "upgrader", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}, TID: 5, Unique: true},
 	}
 	for _, dryRun := range []bool{true, false} {
 		seg, _ := rwlocksSegment(t)

@@ -95,19 +95,16 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 			return nil, err
 		}
 		pidWord := s.PID.Load()
-		id, _ := proc.Unpack(pidWord)
 		c, claimed := byIndex[i]
 		sj := slotJSON{
-			Index:      i,
-			Name:       c.Name,
-			Refs:       c.Refs,
-			PID:        id.PID,
-			StartTicks: id.StartTicks,
-			OwnerState: ownerState(seg, pidWord),
-			TID:        s.TID.Load(),
-			Token:      s.Token.Load(),
-			Recursion:  s.RecursionCount.Load(),
-			Waiters:    s.Sleepers(),
+			Index:     i,
+			Name:      c.Name,
+			Refs:      c.Refs,
+			ownerJSON: ownerOf(seg, pidWord),
+			TID:       s.TID.Load(),
+			Token:     s.Token.Load(),
+			Recursion: s.RecursionCount.Load(),
+			Waiters:   s.Sleepers(),
 		}
 		mode, said := spinlock.ModeOfClaimUse(c.Use)
 		switch {
@@ -128,6 +125,12 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 		}
 	}
 	return doc, nil
+}
+
+// ownerOf is the packed identity w as the JSON documents show an owner.
+func ownerOf(seg *shm.Segment, w uint64) ownerJSON {
+	id, _ := proc.Unpack(w)
+	return ownerJSON{PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, w)}
 }
 
 // ownerState says whether the packed identity w names a live process. An

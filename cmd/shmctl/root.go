@@ -16,6 +16,11 @@ func newCmdRoot(ios *IOStreams) *cobra.Command {
 /dev/shm, that hold cross-process locks. A segment argument is a path or a
 bare name ("jobs" means /dev/shm/jobs).
 
+Errors are one line on stderr. The exit status is 0 on success, 1 on
+failure, 2 for bad usage; bench exits 3 for a workload its lock does not
+support, and lock with its command's status (128+N if signal N killed it,
+127 if it could not be started).
+
 New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		// Errors and usage are reported by execute, one line each.
 		SilenceErrors: true,

@@ -150,3 +150,30 @@ func TestFaultIsOneLine(t *testing.T) {
 	line := requireOneLineError(t, result{code: code, stdout: stdout.String(), stderr: stderr.String()}, exitError)
 	assert.True(t, strings.HasPrefix(line, "shmctl: memory fault at 0x"), "line %q", line)
 }
+
+// Every command meets an unknown flag or a flag value it cannot parse
+// with one line naming it and its help, and exit status exitUsage.
+func TestBadFlagEveryCommand(t *testing.T) {
+	t.Parallel()
+	ios, _, _ := testIOStreams(false)
+	var names []string
+	for _, c := range newCmdRoot(ios).Commands() {
+		if !c.Hidden && c.Name() != "help" && c.Name() != "completion" {
+			names = append(names, c.Name())
+		}
+	}
+	require.Subset(t, names, []string{"create", "info", "slots", "rwlocks", "txns", "locks", "stats", "lock", "reclaim", "rm", "demo", "bench"})
+	for _, name := range names {
+		line := requireOneLineError(t, shmctl(t, false, name, "--bogus", "x"), exitUsage)
+		assert.Equal(t, "shmctl: unknown flag: --bogus (see 'shmctl "+name+" --help')", line)
+	}
+	for _, args := range [][]string{
+		{"create", "x", "--upgrades", "some"}, {"lock", "x", "job", "--wait", "soon", "--", "true"},
+		{"lock", "x", "job", "--ttl", "-1s", "--", "true"}, {"demo", "--workers", "many"},
+		{"bench", "--procs", "two", "--workload", "counter", "--iters", "10", "--path", "x"},
+		{"slots", "x", "--all=maybe"}, {"info", "x", "--json=2"},
+	} {
+		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
+		assert.True(t, strings.HasSuffix(line, "(see 'shmctl "+args[0]+" --help')"), "args %q: %q", args, line)
+	}
+}

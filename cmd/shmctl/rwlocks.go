@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
@@ -161,8 +160,7 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 			Generation: st.Generation, Handoff: st.Handoff,
 		}
 		for _, r := range st.Readers {
-			id, _ := proc.Unpack(r.Owner)
-			rj := readerJSON{Record: r.Record, PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, r.Owner), Count: r.Count}
+			rj := readerJSON{Record: r.Record, ownerJSON: ownerOf(seg, r.Owner), Count: r.Count}
 			l.SharedHolds += uint64(r.Count)
 			if rj.OwnerState != stateAlive {
 				l.Dead++
@@ -211,6 +209,5 @@ func holder(seg *shm.Segment, packed, tid uint64) *holderJSON {
 	if packed == 0 {
 		return nil
 	}
-	id, _ := proc.Unpack(packed)
-	return &holderJSON{PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, packed), TID: tid}
+	return &holderJSON{ownerJSON: ownerOf(seg, packed), TID: tid}
 }

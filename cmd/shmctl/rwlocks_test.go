@@ -138,21 +138,21 @@ func TestRWLocksJSON(t *testing.T) {
 	want := []rwlockJSON{
 		{
 			Index: 0, Name: "jobs", Refs: 1, Held: "upgrade+shared", State: testStateUpgrade, UpgradeBit: true,
-			Upgrader:      &holderJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", TID: doc.RWLocks[0].Upgrader.TID},
+			Upgrader:      &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, TID: doc.RWLocks[0].Upgrader.TID},
 			SharedHolds:   2,
-			Readers:       []readerJSON{{Record: 0, PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", Count: 2}},
+			Readers:       []readerJSON{{Record: 0, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Count: 2}},
 			ReaderRecords: 4, Generation: gen0,
 		},
 		{
 			Index: 1, Held: "shared", State: testStateWrite, WriteBit: true,
-			Writer:        &holderJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead", TID: 9},
+			Writer:        &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, TID: 9},
 			WriterWaiting: true, SharedHolds: 1,
-			Readers:       []readerJSON{{Record: 0, PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead", Count: 1}},
+			Readers:       []readerJSON{{Record: 0, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, Count: 1}},
 			ReaderRecords: 4, Dead: 2,
 		},
 		{
 			Index: 3, Held: "upgraded", State: testStateUpgrade | testStateWrite, WriteBit: true, UpgradeBit: true,
-			Upgrader: &holderJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale", TID: 5},
+			Upgrader: &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}, TID: 5},
 			Readers:  []readerJSON{}, ReaderRecords: 4, Dead: 1,
 		},
 	}
@@ -176,11 +176,7 @@ func TestRWLocksJSON(t *testing.T) {
 // A pending upgrade and sleepers show, with a real waiter.
 func TestRWLocksPending(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
-	u, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
-	r, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
+	seg, u, r := twoHandles(t)
 	require.NoError(t, r.LockShared())
 	require.NoError(t, u.LockUpgrade())
 	done := make(chan error)
@@ -217,11 +213,7 @@ func TestRWLocksBroken(t *testing.T) {
 // A writer queued behind another shows among the writers' sleepers.
 func TestRWLocksWriterWaiting(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
-	w1, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
-	w2, err := upgrade.Open(seg, 0)
-	require.NoError(t, err)
+	seg, w1, w2 := twoHandles(t)
 	require.NoError(t, w1.Lock())
 	done := make(chan error)
 	go func() { done <- w2.Lock() }()
@@ -235,6 +227,18 @@ func TestRWLocksWriterWaiting(t *testing.T) {
 	require.NoError(t, w2.Unlock())
 	require.NoError(t, w1.Close())
 	require.NoError(t, w2.Close())
+}
+
+// twoHandles makes a segment of one upgrade mutex and opens two handles
+// on it, which the test closes.
+func twoHandles(t *testing.T) (*shm.Segment, *upgrade.Mutex, *upgrade.Mutex) {
+	t.Helper()
+	seg := newSegment(t, layout.Options{Upgrades: 1, UpgradeReaders: 4})
+	a, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	b, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	return seg, a, b
 }
 
 // waitRWLocks runs 'shmctl rwlocks --json' on path until done holds for

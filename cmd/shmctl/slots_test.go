@@ -108,10 +108,10 @@ func TestSlotsJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	assert.Equal(t, seg.Path(), doc.Path)
 	want := []slotJSON{
-		{Index: 0, Name: "jobs", Refs: 1, Mode: "pid/tid", PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", TID: 7, Token: 42, Recursion: 2, Waiters: 1},
-		{Index: 1, Refs: 1, Mode: "pid/tid", PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead", TID: 9},
-		{Index: 2, Mode: "token", OwnerState: "none", Token: 5},
-		{Index: 3, Mode: "pid/tid", PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"},
+		{Index: 0, Name: "jobs", Refs: 1, Mode: "pid/tid", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, TID: 7, Token: 42, Recursion: 2, Waiters: 1},
+		{Index: 1, Refs: 1, Mode: "pid/tid", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, TID: 9},
+		{Index: 2, Mode: "token", ownerJSON: ownerJSON{OwnerState: "none"}, Token: 5},
+		{Index: 3, Mode: "pid/tid", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}},
 	}
 	assert.Equal(t, want, doc.Slots)
 

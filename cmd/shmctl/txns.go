@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
@@ -113,19 +112,16 @@ func readTxns(seg *shm.Segment, all bool) (*txnsJSON, error) {
 		Processes: []txnProcJSON{},
 	}
 	if snap.BarrierLeader != 0 {
-		id, _ := proc.Unpack(snap.BarrierLeader)
-		doc.BarrierLeader = &txnOwnerJSON{PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, snap.BarrierLeader)}
+		leader := ownerOf(seg, snap.BarrierLeader)
+		doc.BarrierLeader = &leader
 	}
 	for _, ti := range snap.Txns {
-		id, _ := proc.Unpack(ti.Owner)
 		x := txnJSON{
 			Index:         ti.Index,
 			Generation:    ti.Gen,
 			State:         ti.State.String(),
 			Mode:          "pins",
-			PID:           id.PID,
-			StartTicks:    id.StartTicks,
-			OwnerState:    ownerState(seg, ti.Owner),
+			ownerJSON:     ownerOf(seg, ti.Owner),
 			ArenaOffset:   ti.ArenaStart,
 			ArenaSize:     ti.ArenaSize,
 			Used:          ti.Used,
@@ -139,8 +135,7 @@ func readTxns(seg *shm.Segment, all bool) (*txnsJSON, error) {
 			x.Mode = "barrier"
 		}
 		for _, p := range ti.Pins {
-			pid, _ := proc.Unpack(p.Owner)
-			x.PinsByProcess = append(x.PinsByProcess, txnPinsJSON{PID: pid.PID, StartTicks: pid.StartTicks, OwnerState: ownerState(seg, p.Owner), Pins: p.Pins})
+			x.PinsByProcess = append(x.PinsByProcess, txnPinsJSON{ownerJSON: ownerOf(seg, p.Owner), Pins: p.Pins})
 			if p.Alive {
 				x.Pins += uint64(p.Pins)
 			}
@@ -148,9 +143,8 @@ func readTxns(seg *shm.Segment, all bool) (*txnsJSON, error) {
 		doc.Txns = append(doc.Txns, x)
 	}
 	for _, r := range snap.Rows {
-		id, _ := proc.Unpack(r.Owner)
-		doc.Processes = append(doc.Processes, txnProcJSON{Row: r.Row, PID: id.PID, StartTicks: id.StartTicks,
-			OwnerState: ownerState(seg, r.Owner), Pins: r.Pins, GlobalPins: r.GlobalPins})
+		doc.Processes = append(doc.Processes, txnProcJSON{Row: r.Row, ownerJSON: ownerOf(seg, r.Owner),
+			Pins: r.Pins, GlobalPins: r.GlobalPins})
 	}
 	return doc, nil
 }

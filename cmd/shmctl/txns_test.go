@@ -107,16 +107,17 @@ func TestTxnsJSON(t *testing.T) {
 	assert.Nil(t, doc.BarrierLeader)
 	assert.Equal(t, doc.ArenaSize-3072, doc.FreeSize, "two arenas in use")
 	require.Len(t, doc.Txns, 2)
-	mine := []txnPinsJSON{{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", Pins: 2}}
-	want0 := txnJSON{Index: 0, Generation: 1, State: "open", Mode: "pins", PID: self.PID, StartTicks: self.StartTicks,
-		OwnerState: "alive", ArenaOffset: doc.Txns[0].ArenaOffset, ArenaSize: 1024, Used: 96, Objects: 2,
+	mine := []txnPinsJSON{{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Pins: 2}}
+	want0 := txnJSON{Index: 0, Generation: 1, State: "open", Mode: "pins",
+		ownerJSON:   ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"},
+		ArenaOffset: doc.Txns[0].ArenaOffset, ArenaSize: 1024, Used: 96, Objects: 2,
 		Pins: 2, PinsByProcess: mine}
 	assert.Equal(t, want0, doc.Txns[0])
 	assert.Equal(t, "barrier", doc.Txns[1].Mode)
 	assert.Equal(t, uint32(1), doc.Txns[1].Promotions)
 	assert.Empty(t, doc.Txns[1].PinsByProcess)
 	require.Len(t, doc.Processes, 1)
-	assert.Equal(t, txnProcJSON{Row: doc.Processes[0].Row, PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive", Pins: 2}, doc.Processes[0])
+	assert.Equal(t, txnProcJSON{Row: doc.Processes[0].Row, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Pins: 2}, doc.Processes[0])
 
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
@@ -221,10 +222,12 @@ func TestReclaimTxns(t *testing.T) {
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal(out, &doc))
 	require.Len(t, doc.Txns, 2)
-	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: 1, Mode: "pins", PID: uint32(pid1),
-		StartTicks: doc.Txns[0].StartTicks, OwnerState: "dead", Action: "timed out"}, doc.Txns[0])
-	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: 1, Mode: "barrier", PID: uint32(pid2),
-		StartTicks: doc.Txns[1].StartTicks, OwnerState: "dead", Action: "reclaimed"}, doc.Txns[1])
+	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: 1, Mode: "pins",
+		ownerJSON: ownerJSON{PID: uint32(pid1), StartTicks: doc.Txns[0].StartTicks, OwnerState: "dead"},
+		Action:    "timed out"}, doc.Txns[0])
+	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: 1, Mode: "barrier",
+		ownerJSON: ownerJSON{PID: uint32(pid2), StartTicks: doc.Txns[1].StartTicks, OwnerState: "dead"},
+		Action:    "reclaimed"}, doc.Txns[1])
 	assert.Equal(t, "orphan", string(b.Bytes()), "the pinned object is intact")
 	_, err = sp.TryPin(br)
 	require.ErrorIs(t, err, txn.ErrClosed)

@@ -64,15 +64,27 @@ func TestDrive(t *testing.T) {
 	}
 }
 
-// rw90 across processes on the upgrade mutex: the same operations as
-// TestWorkloadsInProcess's sync.RWMutex run, no torn read.
-func TestDriveRW90Upgrade(t *testing.T) {
+// rw90 across processes on the locks that share: no torn read. On the
+// upgrade mutex, the same operations as TestWorkloadsInProcess's
+// sync.RWMutex run; lockmgr's collaborative mode is the shared lock.
+func TestDriveRW90(t *testing.T) {
 	t.Parallel()
-	cfg := bench.Config{Workload: "rw90", Procs: 2, Iters: 1000, Path: testproc.SegmentPath(t), Lock: bench.LockUpgrade}
-	res, code := bench.Drive(cfg, workers(cfg, -1))
-	assert.Equal(t, bench.ExitOK, code, "%+v", res)
-	assert.True(t, res.OK)
-	assert.Contains(t, res.Detail, "reads=1825 writes=175 torn=0 record=175")
+	for _, tt := range []struct {
+		lock   string
+		iters  uint64
+		peer   string
+		detail string
+	}{
+		{bench.LockUpgrade, 1000, "shmlock_upgrade", "reads=1825 writes=175 torn=0 record=175"},
+		{bench.LockMgr, 3000, "shmlock_lockmgr", "torn=0"},
+	} {
+		cfg := bench.Config{Workload: "rw90", Procs: 2, Iters: tt.iters, Path: testproc.SegmentPath(t), Lock: tt.lock}
+		res, code := bench.Drive(cfg, workers(cfg, -1))
+		assert.Equal(t, bench.ExitOK, code, "%s: %+v", tt.lock, res)
+		assert.True(t, res.OK, tt.lock)
+		assert.Contains(t, res.Detail, tt.detail, tt.lock)
+		assert.Equal(t, tt.peer, res.Peer, tt.lock)
+	}
 }
 
 // A worker that dies after the start fails the run: ok false, exit 1. It
@@ -136,15 +148,4 @@ func TestWorkloadsInProcess(t *testing.T) {
 		assert.True(t, res.OK, tt.workload)
 		assert.Contains(t, res.Detail, tt.detail, tt.workload)
 	}
-}
-
-// lockmgr's collaborative mode is the shared lock of rw90: no torn read.
-func TestDriveLockMgrRW90(t *testing.T) {
-	t.Parallel()
-	cfg := bench.Config{Workload: "rw90", Procs: 2, Iters: 3000, Path: testproc.SegmentPath(t), Lock: bench.LockMgr}
-	res, code := bench.Drive(cfg, workers(cfg, -1))
-	assert.Equal(t, bench.ExitOK, code, "%+v", res)
-	assert.True(t, res.OK)
-	assert.Contains(t, res.Detail, "torn=0")
-	assert.Equal(t, "shmlock_lockmgr", res.Peer)
 }
