@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/peerwork"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -115,40 +116,6 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
-// rwLocker is what rw90 locks: upgrade.Locker or sync.RWMutex.
-type rwLocker interface {
-	sync.Locker
-	RLock()
-	RUnlock()
-}
-
-// rw90 is the peers' rw90 workload for one worker: iters operations, one
-// in ten (by splitmix64 from seed) a write of all eight words of the
-// record, the others a read of them. It returns the torn reads.
-func rw90(l rwLocker, rec *[8]uint64, iters int, seed uint64) (torn int) {
-	for range iters {
-		if splitmix64(&seed)%10 == 0 {
-			l.Lock()
-			v := rec[0] + 1
-			for k := range rec {
-				rec[k] = v
-			}
-			l.Unlock()
-			continue
-		}
-		l.RLock()
-		tmp := *rec
-		l.RUnlock()
-		for k := 1; k < len(tmp); k++ {
-			if tmp[k] != tmp[0] {
-				torn++
-				break
-			}
-		}
-	}
-	return torn
-}
-
 // The peers' rw90 by goroutines, each with a handle of its own (the
 // upgrade mutex) or sharing one sync.RWMutex; b.N operations in all.
 func BenchmarkRW90(b *testing.B) {
@@ -160,18 +127,18 @@ func BenchmarkRW90(b *testing.B) {
 				handles[i] = benchHandle(b, seg)
 			}
 			var rec [8]uint64
-			runRW90(b, g, func(i int) rwLocker { return handles[i].Locker() }, &rec)
+			runRW90(b, g, func(i int) peerwork.RWLocker { return handles[i].Locker() }, &rec)
 		})
 		b.Run("sync.RWMutex/goroutines="+strconv.Itoa(g), func(b *testing.B) {
 			var rw paddedRW
 			var rec [8]uint64
-			runRW90(b, g, func(int) rwLocker { return &rw.mu }, &rec)
+			runRW90(b, g, func(int) peerwork.RWLocker { return &rw.mu }, &rec)
 		})
 	}
 }
 
-func runRW90(b *testing.B, g int, lockerOf func(i int) rwLocker, rec *[8]uint64) {
-	var torn atomic.Int64
+func runRW90(b *testing.B, g int, lockerOf func(i int) peerwork.RWLocker, rec *[8]uint64) {
+	var torn atomic.Uint64
 	var wg sync.WaitGroup
 	for i := range g {
 		n := b.N / g
@@ -179,7 +146,10 @@ func runRW90(b *testing.B, g int, lockerOf func(i int) rwLocker, rec *[8]uint64)
 			n++
 		}
 		l := lockerOf(i)
-		wg.Go(func() { torn.Add(int64(rw90(l, rec, n, uint64(i)+1))) })
+		wg.Go(func() {
+			_, _, t := peerwork.RW90(l, rec, uint64(n), uint64(i)+1)
+			torn.Add(t)
+		})
 	}
 	wg.Wait()
 	if torn.Load() != 0 {

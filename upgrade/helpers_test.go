@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/peerwork"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
@@ -51,14 +52,6 @@ func (r record) write(v uint64, n int) {
 	}
 }
 
-func splitmix64(s *uint64) uint64 {
-	*s += 0x9e3779b97f4a7c15
-	z := *s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
 func openHelper(path string) (*shm.Segment, *upgrade.Mutex, record, error) {
 	seg, err := shm.Open(path, shm.Options{})
 	if err != nil {
@@ -83,7 +76,7 @@ func mixedOps(m *upgrade.Mutex, rec record, iters int, seed uint64) (writes, tor
 		}
 	}
 	for i := 0; i < iters && err == nil; i++ {
-		switch r := splitmix64(&seed) % 20; {
+		switch r := peerwork.SplitMix64(&seed) % 20; {
 		case r < 18:
 			check(m.LockShared(), "LockShared")
 			if _, ok := rec.read(); !ok {
@@ -103,7 +96,7 @@ func mixedOps(m *upgrade.Mutex, rec record, iters int, seed uint64) (writes, tor
 			check(m.UpgradeToUnique(), "UpgradeToUnique")
 			rec.write(rec[0].Load()+1, len(rec))
 			writes++
-			if splitmix64(&seed)%2 == 0 {
+			if peerwork.SplitMix64(&seed)%2 == 0 {
 				check(m.UniqueToUpgrade(), "UniqueToUpgrade")
 				if _, ok := rec.read(); !ok {
 					torn++

@@ -5,10 +5,12 @@ import (
 	"sync"
 
 	"github.com/edsrzf/mmap-go"
+
+	"github.com/shmlock/shmlock/internal/peerwork"
 )
 
 // Splitmix64 is the rw90 PRNG.
-var Splitmix64 = splitmix64
+var Splitmix64 = peerwork.SplitMix64
 
 func init() {
 	// Workers that are goroutines must yield to the Go scheduler.

@@ -5,29 +5,16 @@ import (
 	"sync/atomic"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/peerwork"
 )
 
 // RWLocker adds shared locking; a lock needs it for rw90.
-type RWLocker interface {
-	sync.Locker
-	RLock()
-	RUnlock()
-}
+type RWLocker = peerwork.RWLocker
 
 // yield is what the spin-waits call after SpinBeforeYield loads: a
 // sched_yield, as in the harness; tests that run workers as goroutines
 // replace it with runtime.Gosched.
 var yield = futex.Yield
-
-// splitmix64 is the rw90 workload's PRNG, the same in every harness so that
-// every peer runs the same sequence of operations.
-func splitmix64(s *uint64) uint64 {
-	*s += 0x9e3779b97f4a7c15
-	z := *s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
 
 // work runs worker me's loop of cfg.Workload and fills its stat slot. The
 // loops are peers/harness/harness.go's, statement for statement.
@@ -82,31 +69,7 @@ func work(s *shared, cfg Config, me int, l sync.Locker) {
 			l.Unlock()
 		}
 	case "rw90":
-		rl := l.(RWLocker)
-		rec := s.record
-		seed := uint64(me) + 1
-		for i := uint64(0); i < n; i++ {
-			if splitmix64(&seed)%10 == 0 {
-				l.Lock()
-				v := rec[0] + 1
-				for k := range rec {
-					rec[k] = v
-				}
-				l.Unlock()
-				writes++
-			} else {
-				rl.RLock()
-				tmp := *rec
-				rl.RUnlock()
-				reads++
-				for k := 1; k < 8; k++ {
-					if tmp[k] != tmp[0] {
-						torn++
-						break
-					}
-				}
-			}
-		}
+		reads, writes, torn = peerwork.RW90(l.(RWLocker), s.record, n, uint64(me)+1)
 	}
 	st.EndNs = nowNs()
 	st.Reads, st.Writes, st.Torn, st.Errors, st.Retries = reads, writes, torn, errors, retries
