@@ -1,12 +1,10 @@
 package spinlock_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/spinlock"
@@ -29,17 +27,12 @@ func TestBlockedWaiterSleeps(t *testing.T) {
 	g, err := l.Lock(spinlock.NewHolder())
 	require.NoError(t, err)
 	c := testproc.Start(t, "wait-cpu", path)
-	waitFor(t, func() bool { return l.Slot().Pad.Load() == 1 }, "the waiter to sleep")
+	waitFor(t, func() bool { return l.Slot().Sleepers() == 1 }, "the waiter to sleep")
 	time.Sleep(blockedFor)
 	require.NoError(t, g.Release())
 	c.WaitOK(t)
 
-	var cpu, wall time.Duration
-	_, err = fmt.Sscanf(c.WaitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, wall, blockedFor)
-	pct := 100 * float64(cpu) / float64(wall)
-	t.Logf("blocked waiter used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
+	pct := testproc.WaitedShare(t, c, "blocked waiter", blockedFor)
 	if pct >= maxWaiterCPU {
 		t.Fatalf("blocked waiter used %.1f%% of a core, want < %d%%: it spins instead of sleeping", pct, maxWaiterCPU)
 	}
@@ -51,23 +44,19 @@ func waitCPUHelper(args []string) int {
 		return fail("%v", err)
 	}
 	defer seg.Close()
-	before, err := testproc.CPUTime(unix.RUSAGE_SELF)
+	w, err := testproc.StartWaiting()
 	if err != nil {
 		return fail("%v", err)
 	}
-	start := time.Now()
 	var g spinlock.Guard
 	if err := g.TryLockFor(l, spinlock.NewHolder(), testTimeout); err != nil {
 		return fail("lock: %v", err)
 	}
-	wall := time.Since(start)
-	after, err := testproc.CPUTime(unix.RUSAGE_SELF)
-	if err != nil {
+	if err := w.Report(); err != nil {
 		return fail("%v", err)
 	}
 	if err := g.Release(); err != nil {
 		return fail("release: %v", err)
 	}
-	fmt.Printf("waited cpu=%d wall=%d\n", after-before, wall)
 	return 0
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
@@ -40,12 +39,7 @@ func TestWaitingCloserSleeps(t *testing.T) {
 		p.Release()
 		c.WaitOK(t)
 
-		var cpu, wall time.Duration
-		_, err = fmt.Sscanf(c.WaitLine(t, "waited "), "cpu=%d wall=%d", &cpu, &wall)
-		require.NoError(t, err)
-		require.GreaterOrEqual(t, wall, pinnedFor)
-		pct := 100 * float64(cpu) / float64(wall)
-		t.Logf("waiting closer used %v of CPU in %v: %.2f%% of a core", cpu, wall, pct)
+		pct := testproc.WaitedShare(t, c, "waiting closer", pinnedFor)
 		if pct >= maxCloserCPU {
 			t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
 		}
@@ -64,24 +58,20 @@ func closeCPUHelper(args []string) int {
 	defer seg.Close()
 	defer sp.Close()
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	before, err := testproc.CPUTime(unix.RUSAGE_SELF)
+	w, err := testproc.StartWaiting()
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if err := m.closeTx(ctx, sp, tx); err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	wall := time.Since(start)
-	after, err := testproc.CPUTime(unix.RUSAGE_SELF)
-	if err != nil {
+	if err := w.Report(); err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	fmt.Printf("waited cpu=%d wall=%d\n", after-before, wall)
 	return 0
 }

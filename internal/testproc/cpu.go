@@ -1,6 +1,8 @@
 package testproc
 
 import (
+	"fmt"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,4 +18,46 @@ func CPUTime(who int) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// Waiting measures, in a helper, the CPU time and the wall time of a wait;
+// Report prints them on the line that WaitedShare reads in the test.
+type Waiting struct {
+	cpu   time.Duration
+	start time.Time
+}
+
+// StartWaiting starts measuring a wait of this process.
+func StartWaiting() (Waiting, error) {
+	cpu, err := CPUTime(unix.RUSAGE_SELF)
+	return Waiting{cpu: cpu, start: time.Now()}, err
+}
+
+// Report prints the wait's CPU and wall time so far as a "waited" line.
+func (w Waiting) Report() error {
+	wall := time.Since(w.start)
+	cpu, err := CPUTime(unix.RUSAGE_SELF)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("waited cpu=%d wall=%d\n", cpu-w.cpu, wall)
+	return nil
+}
+
+// WaitedShare reads the "waited" line of helper c (Waiting.Report) and
+// returns the share of a core, in percent, that c used while it waited,
+// logging it as what. It fails the test if c waited less than atLeast (the
+// wait it was given did not happen).
+func WaitedShare(tb testing.TB, c *Child, what string, atLeast time.Duration) float64 {
+	tb.Helper()
+	var cpu, wall time.Duration
+	if _, err := fmt.Sscanf(c.WaitLine(tb, "waited "), "cpu=%d wall=%d", &cpu, &wall); err != nil {
+		tb.Fatalf("helper %s: bad waited line: %v", c.Name, err)
+	}
+	if wall < atLeast {
+		tb.Fatalf("helper %s: waited %v, want at least %v", c.Name, wall, atLeast)
+	}
+	pct := 100 * float64(cpu) / float64(wall)
+	tb.Logf("%s used %v of CPU in %v: %.2f%% of a core", what, cpu, wall, pct)
+	return pct
 }
