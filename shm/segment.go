@@ -240,16 +240,28 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 	}
 }
 
-// Close unmaps the segment and closes its file. It is safe to call twice;
-// the second call returns ErrClosed.
+// Close detaches the process from the segment and closes its file. It is
+// safe to call twice; the second call returns ErrClosed.
+//
+// The locks of packages spinlock, upgrade, lockmgr and txn opened on the
+// segment return ErrClosed from then on. Close does not unmap: it replaces
+// the mapping by private zero-filled memory (internal/memview.Quarantine),
+// so that a pointer into the segment kept past Close, such as a table
+// entry from Slot or a lock used by a goroutine that races with Close,
+// neither faults nor touches the shared file. Locks this process still
+// holds stay held in the file until the process exits or another process
+// reclaims them: release them before Close.
 func (s *Segment) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	errUnmap := s.mem.Unmap()
+	errUnmap := memview.Quarantine(s.mem, !s.readOnly)
 	errClose := s.file.Close()
 	return errors.Join(errUnmap, errClose)
 }
+
+// Closed reports whether Close has been called.
+func (s *Segment) Closed() bool { return s.closed.Load() }
 
 // Remove deletes the segment file at path after checking that it is a
 // shmlock segment (not a symlink, a regular file, with the magic). Processes

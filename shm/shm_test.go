@@ -330,6 +330,57 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrClosed)
 }
 
+// A pointer into a segment kept past Close neither faults nor reaches the
+// file: Close swaps the mapping for private zero pages.
+func TestPointerPastCloseIsHarmless(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	slot, err := seg.Slot(0)
+	require.NoError(t, err)
+	slot.Token.Store(42)
+	require.NoError(t, seg.Close())
+	require.True(t, seg.Closed())
+
+	require.Zero(t, slot.Token.Load(), "after Close the old address reads private zero pages")
+	slot.Token.Store(7) // must not fault, must not reach the file
+	require.NotContains(t, mappings(t), path, "the file is no longer mapped")
+
+	again, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer again.Close()
+	s, err := again.Slot(0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(42), s.Token.Load(), "the file kept what was written before Close")
+}
+
+// Quarantined ranges merge, so a process that opens and closes many
+// segments does not run out of mappings (vm.max_map_count).
+func TestCloseDoesNotPileUpMappings(t *testing.T) {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	const cycles = 200
+	before := strings.Count(mappings(t), "\n")
+	for range cycles {
+		s, err := shm.Open(path, shm.Options{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+	}
+	grown := strings.Count(mappings(t), "\n") - before
+	t.Logf("mappings grew by %d", grown)
+	require.Less(t, grown, cycles/4, "mappings grew by %d over %d open/close cycles", grown, cycles)
+}
+
+func mappings(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	return string(b)
+}
+
 func TestOpenOrCreate(t *testing.T) {
 	t.Parallel()
 	path := testproc.SegmentPath(t)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Guard is one hold of a lock. The zero Guard holds nothing; its Lock
@@ -76,6 +78,9 @@ func (g *Guard) Adopt(l *Lock, id Identity) error {
 	}
 	if !id.fits(l.mode) {
 		return ErrBadIdentity
+	}
+	if l.closed() {
+		return shm.ErrClosed
 	}
 	if !l.heldBy(id) {
 		return ErrNotOwner

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Waiting: spin on the lock word for a while (the holder of a short
@@ -68,6 +69,9 @@ func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try
 	if err := ctx.Err(); err != nil {
 		return outcome{}, err
 	}
+	if l.closed() {
+		return outcome{}, shm.ErrClosed
+	}
 	if l.tryAcquire(id) {
 		return outcome{}, nil
 	}
@@ -106,6 +110,11 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 		defer stop()
 	}
 	for {
+		if l.closed() {
+			// A sleeper that was in the kernel when the segment closed: its
+			// registration stays counted in the file, like a killed one's.
+			return outcome{}, shm.ErrClosed
+		}
 		if err := ctx.Err(); err != nil {
 			l.passWake()
 			return outcome{}, err
@@ -178,6 +187,9 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 func (l *Lock) Reclaim(id Identity) (*Guard, error) {
 	if !id.fits(l.mode) {
 		return nil, ErrBadIdentity
+	}
+	if l.closed() {
+		return nil, shm.ErrClosed
 	}
 	if !l.reclaim(id, l.word.Load()) {
 		return nil, ErrWouldBlock

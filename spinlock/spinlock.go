@@ -73,8 +73,18 @@ type Lock struct {
 	fword *atomic.Uint32 // the low half of the lock word: the futex word
 	mode  Mode
 	alive func(owner uint64) bool
-	index int // the slot's index in its segment; -1 for New
+	index int          // the slot's index in its segment; -1 for New
+	seg   *shm.Segment // the segment of Open and Named, whose Close ends the lock; noSegment for New
 }
+
+// noSegment stands for the segment of a lock made with New: it is never
+// closed, and sparing closed a nil test keeps the fast path short.
+var noSegment shm.Segment
+
+// closed reports whether the lock's segment has been closed: from then on
+// the slot's address holds private zero pages (shm.Segment.Close), and
+// every operation fails with shm.ErrClosed instead of locking nothing.
+func (l *Lock) closed() bool { return l.seg.Closed() }
 
 // New returns a lock over slot (a slot of a segment, or one made with
 // NewInProcessState). Owners are checked for liveness with the process
@@ -88,7 +98,7 @@ func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 	if mode == Token {
 		word = &slot.Token
 	}
-	return &Lock{slot: slot, word: word, fword: memview.LowHalf(word), mode: mode, alive: proc.AlivePacked, index: -1}
+	return &Lock{slot: slot, word: word, fword: memview.LowHalf(word), mode: mode, alive: proc.AlivePacked, index: -1, seg: &noSegment}
 }
 
 // NewInProcessState returns a zeroed owner slot in process memory, for a
@@ -107,6 +117,7 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	l := New(slot, mode)
 	l.alive = seg.OwnerAlive
 	l.index = index
+	l.seg = seg
 	return l, nil
 }
 
@@ -144,7 +155,8 @@ func (l *Lock) Mode() Mode { return l.mode }
 // Slot is the owner slot the lock works on.
 func (l *Lock) Slot() *layout.OwnerSlot { return l.slot }
 
-// Owner returns the current holder, or false if the lock is free.
+// Owner returns the current holder, or false if the lock is free (or its
+// segment is closed).
 func (l *Lock) Owner() (Identity, bool) {
 	if l.mode == Token {
 		t := l.slot.Token.Load()
@@ -171,8 +183,12 @@ func (l *Lock) lockWord(id Identity) uint64 {
 	return id.PID
 }
 
-// tryAcquire is the fast path: one CAS of the free lock word.
+// tryAcquire is the fast path: one CAS of the free lock word. It fails
+// once the segment is closed; acquire then says why.
 func (l *Lock) tryAcquire(id Identity) bool {
+	if l.closed() {
+		return false
+	}
 	if l.word.CompareAndSwap(0, l.lockWord(id)) {
 		if l.mode == PIDTID {
 			memview.StoreOwned(&l.slot.TID, id.TID)
@@ -205,6 +221,9 @@ func (l *Lock) Unlock(id Identity) error {
 // fields are written with StoreOwned: the lock word's atomic store that
 // follows publishes them.
 func (l *Lock) release(id Identity) error {
+	if l.closed() {
+		return shm.ErrClosed
+	}
 	if l.mode == Token {
 		if !l.slot.Token.CompareAndSwap(id.Token, 0) {
 			return ErrNotOwner

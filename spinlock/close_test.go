@@ -1,0 +1,114 @@
+package spinlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// Once its segment is closed a lock fails every operation with
+// shm.ErrClosed and changes nothing in the file: the slot a guard held
+// before Close is still held there (Close does not release), and another
+// process (here another Open of the file) sees exactly that.
+func TestUseAfterClose(t *testing.T) {
+	t.Parallel()
+	ops := []struct {
+		name string
+		op   func(l *spinlock.Lock, id spinlock.Identity) error
+	}{
+		{"Lock", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.Lock(id); return err }},
+		{"TryLock", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.TryLock(id); return err }},
+		{"TryLockFor", func(l *spinlock.Lock, id spinlock.Identity) error {
+			_, err := l.TryLockFor(id, time.Second)
+			return err
+		}},
+		{"LockContext", func(l *spinlock.Lock, id spinlock.Identity) error {
+			_, err := l.LockContext(context.Background(), id)
+			return err
+		}},
+		{"Unlock", func(l *spinlock.Lock, id spinlock.Identity) error { return l.Unlock(id) }},
+		{"Adopt", func(l *spinlock.Lock, id spinlock.Identity) error { var g spinlock.Guard; return g.Adopt(l, id) }},
+		{"Reclaim", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.Reclaim(id); return err }},
+	}
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			path := newSegmentPath(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			l, err := spinlock.Open(seg, 0, mode)
+			require.NoError(t, err)
+			id := holderFor(mode)
+			g, err := l.Lock(id)
+			require.NoError(t, err)
+			require.NoError(t, seg.Close())
+
+			for _, o := range ops {
+				require.ErrorIs(t, o.op(l, id), shm.ErrClosed, o.name)
+				require.ErrorIs(t, o.op(l, holderFor(mode)), shm.ErrClosed, o.name+" by another holder")
+			}
+			require.ErrorIs(t, g.Release(), shm.ErrClosed)
+			_, held := l.Owner()
+			require.False(t, held, "a closed lock reports no owner")
+
+			other := openPath(t, path, mode)
+			owner, held := other.Owner()
+			require.True(t, held, "Close does not release")
+			require.Equal(t, id, owner)
+			require.NoError(t, other.Unlock(id), "the hold can still be released through an open handle")
+		})
+	}
+}
+
+// A goroutine asleep in Lock when its segment closes returns ErrClosed at
+// its next liveness check, instead of taking the private pages that Close
+// left at the slot's address for a free lock.
+func TestCloseEndsAWait(t *testing.T) {
+	t.Parallel()
+	path := newSegmentPath(t)
+	holderSide := openPath(t, path, spinlock.PIDTID)
+	g, err := holderSide.Lock(spinlock.NewHolder())
+	require.NoError(t, err)
+
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := l.Lock(spinlock.NewHolder()); done <- err }()
+	waitFor(t, func() bool { return holderSide.Slot().Sleepers() == 1 }, "the waiter to sleep")
+	require.NoError(t, seg.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, shm.ErrClosed)
+	case <-time.After(testTimeout):
+		t.Fatal("the waiter did not return after Close")
+	}
+	require.NoError(t, g.Release())
+	g, err = holderSide.TryLock(spinlock.NewHolder())
+	require.NoError(t, err, "the lock is free in the file")
+	require.NoError(t, g.Release())
+}
+
+// newSegmentPath creates a segment for one test and closes this handle on
+// it: the tests open their own.
+func newSegmentPath(t *testing.T) string {
+	_, path := newSegment(t)
+	return path
+}
+
+// openPath opens the segment at path again, for the lock over slot 0.
+func openPath(t *testing.T, path string, mode spinlock.Mode) *spinlock.Lock {
+	t.Helper()
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	l, err := spinlock.Open(seg, 0, mode)
+	require.NoError(t, err)
+	return l
+}
