@@ -12,28 +12,34 @@ import (
 )
 
 // Named resource locks shared by every process that opens the segment.
-// The README's "Named resource locks" section shows this code.
+// The README's "Named resource locks" section is quickStart.
 func Example() {
 	path := fmt.Sprintf("/dev/shm/lockmgr-example-%d", os.Getpid())
-	seg, err := shm.Create(path, shm.Options{}) // a lock table of 64 entries
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
 	defer shm.Remove(path)
-	defer seg.Close()
+	if err := quickStart(context.Background(), path); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// acquired version 1
+	// true RESOURCE_LOCKED
+	// 1 grant, 1 conflict
+}
 
+func quickStart(ctx context.Context, path string) error {
+	seg, err := shm.OpenOrCreate(path, shm.Options{}) // a lock table of 64 entries
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
 	m, err := lockmgr.Open(seg, lockmgr.Options{})
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	ctx := context.Background()
+
 	info, err := m.Acquire(ctx, "task:123", "agent-1", lockmgr.Exclusive,
 		lockmgr.AcquireOptions{TTL: 30 * time.Second})
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
 	fmt.Println(info.State, "version", info.Version) // the version is a fencing token
 
@@ -43,14 +49,10 @@ func Example() {
 	fmt.Println(errors.Is(err, lockmgr.ErrResourceLocked), lockmgr.Code(err))
 
 	if err := m.Release("task:123", "agent-1"); err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
 	fmt.Println(m.Stats().TotalLocks, "grant,", m.Stats().ConflictsDetected, "conflict")
-	// Output:
-	// acquired version 1
-	// true RESOURCE_LOCKED
-	// 1 grant, 1 conflict
+	return nil
 }
 
 // Collaborative holders share a resource; each checks before it writes

@@ -61,39 +61,44 @@ func ExampleGuard_handoff() {
 }
 
 // Processes that name the same lock in a segment share it; if a holder
-// dies, the next one to lock is told to repair what it protects.
+// dies, the next one to lock is told to repair what it protects. The
+// README's "Go quick start" is quickStart.
 func ExampleNamed() {
 	path := fmt.Sprintf("/dev/shm/shmlock-example-%d", os.Getpid())
-	seg, err := shm.Create(path, shm.Options{})
-	if err != nil {
+	defer shm.Remove(path)
+	if err := quickStart(path); err != nil {
 		fmt.Println(err)
-		return
 	}
-	defer shm.Remove(path) // runs after Close
+	// Output:
+	// holding queue, generation 0
+}
+
+func quickStart(path string) error {
+	// Every process runs this; exactly one creates the segment, the others open it.
+	seg, err := shm.OpenOrCreate(path, shm.Options{}) // a bare name means /dev/shm/NAME; mode 0600
+	if err != nil {
+		return err
+	}
 	defer seg.Close()
 
+	// Unrelated processes that name one lock share it.
 	lock, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	g, err := lock.Lock(spinlock.NewHolder())
+	me := spinlock.NewHolder() // who holds it: this process and a holder id
+	g, err := lock.Lock(me)    // or TryLock, TryLockFor(d), LockContext(ctx)
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
+	defer g.Release() // before seg.Close: a lock still held at Close stays held
 	if g.Reclaimed() {
+		// The previous holder died holding the lock (kill -9, a crash): the
+		// lock is ours, and the data it protects may be half-updated.
 		fmt.Println("the previous holder died: repair the queue")
 	}
 	fmt.Println("holding queue, generation", lock.Generation())
-	if err := g.Release(); err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("released, generation", lock.Generation())
-	// Output:
-	// holding queue, generation 0
-	// released, generation 1
+	return nil
 }
 
 // A Lock serves as a sync.Locker for one holder.

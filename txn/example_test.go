@@ -21,50 +21,52 @@ func exampleSegment(name string) (*shm.Segment, func()) {
 	return seg, func() { _ = seg.Close(); _ = shm.Remove(path) }
 }
 
-// The README's "Transactions" section is this example.
+// The owner of a transaction allocates an object in its arena, a reader
+// borrows it under a pin, and the close waits for the pin. The README's
+// "Transactions" section is quickStart.
 func Example() {
 	seg, done := exampleSegment("basic")
 	defer done()
-	ctx := context.Background()
+	if err := quickStart(context.Background(), seg); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// hello
+	// after the close: true
+}
 
+func quickStart(ctx context.Context, seg *shm.Segment) error {
 	sp, err := txn.Open(seg) // one per process: its pins are counted in its own row
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
 	defer sp.Close()
 
-	// The owner begins a transaction and allocates objects in its arena.
 	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 4096})
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	ref, err := tx.Alloc([]byte("hello"))
+	ref, err := tx.Alloc([]byte("hello")) // a Ref is (record, generation, offset), never a pointer
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	// A Ref is a plain value: ref.String() can go to another process,
-	// which reads the object under a pin with sp.Borrow(ctx, ref).
-	b, err := sp.Borrow(ctx, ref)
+
+	// Any process, given ref (ref.String() and txn.ParseRef carry it as text):
+	b, err := sp.Borrow(ctx, ref) // pins the transaction; ErrClosing, ErrClosed, ErrStale once it ends
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	fmt.Printf("%s\n", b.Bytes())
+	fmt.Printf("%s\n", b.Bytes()) // valid and unchanging until Release
 	b.Release()
 
-	// The close waits until no process holds a pin, then frees the arena.
+	// The owner: new pins fail from here; sleeps on a futex until the last pin is released,
+	// then finalizes promotions, destroys the rest, poisons and frees the arena.
 	if err := tx.RequestCloseAndWait(ctx); err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
 	_, err = sp.Borrow(ctx, ref)
-	fmt.Println(errors.Is(err, txn.ErrClosed))
-	// Output:
-	// hello
-	// true
+	fmt.Println("after the close:", errors.Is(err, txn.ErrClosed))
+	return nil
 }
 
 // A reference stored across transactions (Link) is promoted when its
