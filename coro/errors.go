@@ -10,4 +10,10 @@ var (
 	ErrNoLoop      = errors.New("coro: no loop to resume on")
 	ErrNoCont      = errors.New("coro: LockOn without a continuation")
 	ErrWouldBlock  = errors.New("coro: lock is held")
+	// ErrNoLock is what every locking method of a ProcessMutex made over
+	// no lock returns (NewProcessMutex(nil), the zero ProcessMutex, or an
+	// adapter of a nil lock: SpinLock(nil), UpgradeUnique(nil),
+	// UpgradeUpgradable(nil)), and what such an adapter's own methods
+	// return. Nothing is locked or queued.
+	ErrNoLock = errors.New("coro: no lock to wait for (nil)")
 )

@@ -90,3 +90,7 @@ func Queued(m *Mutex) uint64 {
 	defer m.q.mu.Unlock()
 	return m.q.tickets
 }
+
+// ProcessLocal is m's in-process Mutex, for tests that check that a
+// refused call left it free.
+func ProcessLocal(m *ProcessMutex) *Mutex { return &m.local }

@@ -45,7 +45,21 @@ type ProcessMutex struct {
 
 // NewProcessMutex returns a ProcessMutex over lock. Every goroutine of this
 // process that uses the lock should go through the one ProcessMutex.
-func NewProcessMutex(lock ProcessLock) *ProcessMutex { return &ProcessMutex{lock: lock} }
+//
+// A nil lock, or an adapter of a nil lock (SpinLock(nil),
+// UpgradeUnique(nil), UpgradeUpgradable(nil)), gives a ProcessMutex whose
+// every locking method fails with ErrNoLock and changes nothing, as does
+// the zero ProcessMutex.
+func NewProcessMutex(lock ProcessLock) *ProcessMutex {
+	if a, ok := lock.(adapter); ok && a.adaptsNil() {
+		lock = nil // so that one comparison serves every method
+	}
+	return &ProcessMutex{lock: lock}
+}
+
+// adapter is implemented by this package's ProcessLocks, which are never
+// nil themselves but may adapt a nil lock.
+type adapter interface{ adaptsNil() bool }
 
 // A ProcessGuard is one hold of a ProcessMutex: a small value, which any
 // one copy may Unlock once. The zero ProcessGuard holds nothing.
@@ -57,8 +71,11 @@ type ProcessGuard struct {
 
 // Lock waits, FIFO among this process's goroutines, until m is held or ctx
 // is done; then it returns ctx.Err() and m is as it was. A context already
-// done fails at once.
+// done fails at once. ErrNoLock if m has no lock (see NewProcessMutex).
 func (m *ProcessMutex) Lock(ctx context.Context) (ProcessGuard, error) {
+	if m.lock == nil {
+		return ProcessGuard{}, ErrNoLock
+	}
 	g, err := m.local.Lock(ctx)
 	if err != nil {
 		return ProcessGuard{}, err
@@ -72,8 +89,12 @@ func (m *ProcessMutex) Lock(ctx context.Context) (ProcessGuard, error) {
 }
 
 // TryLock locks m only if nobody in this process holds or waits for it
-// and the cross-process lock is free: ErrWouldBlock otherwise.
+// and the cross-process lock is free: ErrWouldBlock otherwise. ErrNoLock if
+// m has no lock.
 func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
+	if m.lock == nil {
+		return ProcessGuard{}, ErrNoLock
+	}
 	g, ok := m.local.TryLock()
 	if !ok {
 		return ProcessGuard{}, ErrWouldBlock
@@ -91,8 +112,12 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 // While the cross-process lock is held elsewhere, a goroutine waits for it
 // and then posts cont to l; it ends when ctx is done. A nil l means
 // LoopFrom(ctx): ErrNoLoop if there is none; ErrLoopClosed if l is closed;
-// ErrNoCont if cont is nil.
+// ErrNoCont if cont is nil; ErrNoLock if m has no lock. On an error cont
+// never runs and m is untouched.
 func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGuard, error)) error {
+	if m.lock == nil {
+		return ErrNoLock
+	}
 	if cont == nil {
 		return ErrNoCont
 	}
@@ -180,10 +205,11 @@ func (g ProcessGuard) Reclaimed() bool { return g.reclaimed }
 // SpinLock adapts a segment's spinlock for NewProcessMutex. In PIDTID mode
 // it locks with a holder of its own (spinlock.NewHolder), so no other code
 // of the process shares its identity and its recursion; in Token mode with
-// a fresh token for every hold.
+// a fresh token for every hold. A nil l gives an adapter whose methods
+// fail with ErrNoLock.
 func SpinLock(l *spinlock.Lock) ProcessLock {
 	s := &spinHold{lock: l}
-	if l.Mode() == spinlock.PIDTID {
+	if l != nil && l.Mode() == spinlock.PIDTID {
 		s.holder = spinlock.NewHolder()
 	}
 	return s
@@ -202,7 +228,12 @@ func (s *spinHold) identity() spinlock.Identity {
 	return s.holder
 }
 
+func (s *spinHold) adaptsNil() bool { return s.lock == nil }
+
 func (s *spinHold) LockContext(ctx context.Context) (bool, error) {
+	if s.lock == nil {
+		return false, ErrNoLock
+	}
 	if err := s.g.LockContext(ctx, s.lock, s.identity()); err != nil {
 		return false, err
 	}
@@ -210,6 +241,9 @@ func (s *spinHold) LockContext(ctx context.Context) (bool, error) {
 }
 
 func (s *spinHold) TryLock() error {
+	if s.lock == nil {
+		return ErrNoLock
+	}
 	err := s.g.TryLock(s.lock, s.identity())
 	if errors.Is(err, spinlock.ErrWouldBlock) {
 		return ErrWouldBlock
@@ -217,4 +251,9 @@ func (s *spinHold) TryLock() error {
 	return err
 }
 
-func (s *spinHold) Unlock() error { return s.g.Release() }
+func (s *spinHold) Unlock() error {
+	if s.lock == nil {
+		return ErrNoLock
+	}
+	return s.g.Release()
+}

@@ -21,16 +21,26 @@ import (
 // together, so goroutines share one handle's LockSharedContext, which
 // already waits until its context is done and then leaves the mutex as it
 // was.
+//
+// A nil m gives an adapter whose methods fail with ErrNoLock.
 func UpgradeUnique(m *upgrade.Mutex) ProcessLock {
+	if m == nil {
+		return &upgradeHold{}
+	}
 	return &upgradeHold{m: m, lock: m.LockContext, try: m.TryLock, unlock: m.Unlock}
 }
 
 // UpgradeUpgradable adapts the upgrade lock of m for NewProcessMutex (see
 // UpgradeUnique).
 func UpgradeUpgradable(m *upgrade.Mutex) ProcessLock {
+	if m == nil {
+		return &upgradeHold{}
+	}
 	return &upgradeHold{m: m, lock: m.LockUpgradeContext, try: m.TryLockUpgrade, unlock: m.UnlockUpgrade}
 }
 
+// upgradeHold is one mode of m; with a nil m (and no functions), every
+// method fails with ErrNoLock.
 type upgradeHold struct {
 	m      *upgrade.Mutex
 	lock   func(context.Context) error
@@ -38,7 +48,12 @@ type upgradeHold struct {
 	unlock func() error
 }
 
+func (u *upgradeHold) adaptsNil() bool { return u.m == nil }
+
 func (u *upgradeHold) LockContext(ctx context.Context) (bool, error) {
+	if u.m == nil {
+		return false, ErrNoLock
+	}
 	if err := u.lock(ctx); err != nil {
 		return false, err
 	}
@@ -46,6 +61,9 @@ func (u *upgradeHold) LockContext(ctx context.Context) (bool, error) {
 }
 
 func (u *upgradeHold) TryLock() error {
+	if u.m == nil {
+		return ErrNoLock
+	}
 	err := u.try()
 	if errors.Is(err, upgrade.ErrWouldBlock) {
 		return ErrWouldBlock
@@ -53,4 +71,9 @@ func (u *upgradeHold) TryLock() error {
 	return err
 }
 
-func (u *upgradeHold) Unlock() error { return u.unlock() }
+func (u *upgradeHold) Unlock() error {
+	if u.m == nil {
+		return ErrNoLock
+	}
+	return u.unlock()
+}

@@ -32,6 +32,7 @@ var helpers = map[string]func(args []string) int{
 	"collaborate":  collaborateHelper,  // PATH RESOURCE OWNER N
 	"hold":         holdHelper,         // PATH RESOURCE OWNER MODE
 	"wait":         waitHelper,         // PATH RESOURCE OWNER (sleepers_test.go)
+	"wait-cpu":     waitCPUHelper,      // PATH MODE (sleep_test.go)
 	"kill-worker":  killWorkerHelper,   // PATH RECORD (kill_test.go)
 	"bench-worker": benchWorkersHelper, // PATH KIND SHARED INDEX ITERS DIR (bench_test.go)
 }

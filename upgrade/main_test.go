@@ -22,8 +22,9 @@ var long = testproc.Long
 // helpers run in child processes (testproc); each uses upgrade mutex 0 of
 // the segment at args[0].
 var helpers = map[string]func(args []string) int{
-	"rw":   rwHelper,   // PATH ITERS SEED: the mixed workload, prints "writes N torn T"
-	"hold": holdHelper, // PATH MODE: take a hold in MODE, print "held", sleep until killed
+	"rw":       rwHelper,      // PATH ITERS SEED: the mixed workload, prints "writes N torn T"
+	"hold":     holdHelper,    // PATH MODE: take a hold in MODE, print "held", sleep until killed
+	"wait-cpu": waitCPUHelper, // PATH CASE: block as blockedWaits[CASE] says, print the CPU the wait took (sleep_test.go)
 }
 
 // testOptions size a test segment: two upgrade mutexes with 8 reader
