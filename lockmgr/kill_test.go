@@ -93,15 +93,8 @@ func killWorkerHelper(args []string) int {
 
 // TestKillHolders: workers take one resource in a loop while the parent
 // kill -9s one at random moments (mostly the holder) and starts a
-// replacement. The parent freezes each victim with SIGSTOP and looks at the
-// table before it sends SIGKILL, so the accounting is exact:
-//
-//   - the victim holds the lock iff Inspect shows its pid as the holder,
-//     and then exactly one reclaim is due;
-//   - while it holds the lock nobody else is inside, so counter - tallies
-//     is 0 or 1 (it stopped between the two increments) at that moment;
-//   - the parent waits until the due reclaim is recorded before it stops
-//     the next victim, so no reclaim goes unrecorded.
+// replacement; see testproc.Torture for why the accounting is exact. The
+// victim holds the lock iff Inspect shows its pid as the holder.
 //
 // At the end the counter equals the tallies plus the untallied increments,
 // every reclaim was reported once by a worker and counted once by the
@@ -119,79 +112,38 @@ func TestKillHolders(t *testing.T) {
 	require.NoError(t, err)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
 
-	var all []*testproc.Child
-	live := map[int]*testproc.Child{} // by pid
-	start := func() {
-		c := testproc.Start(t, "kill-worker", path, strconv.Itoa(len(all)))
-		c.WaitLine(t, "ready")
-		all = append(all, c)
-		live[c.PID()] = c
-	}
-	for range workers {
-		start()
-	}
+	started := 0
 	sumTallies := func() uint64 {
 		var s uint64
-		for i := range all {
+		for i := range started {
 			s += sc.atomic(recordOff(i) + recordTally).Load()
 		}
 		return s
 	}
-	check := func() {
-		for _, c := range live {
-			c.RequireRunning(t)
-		}
-	}
-	holder := func() int {
-		ri, err := m.Inspect("job")
-		require.NoError(t, err)
-		if len(ri.Holders) == 0 {
-			return 0
-		}
-		return ri.Holders[0].PID
-	}
-
-	var kills, due, untallied int
-	for kills < wantKills || due < wantDue {
-		if kills == maxKills {
-			t.Fatalf("only %d of %d kills hit a holder", due, kills)
-		}
-		time.Sleep(time.Duration(2000+rng.IntN(20000)) * time.Microsecond)
-		check()
-		victim := live[holder()]
-		if victim == nil || rng.IntN(3) == 0 {
-			var pids []int
-			for pid := range live {
-				pids = append(pids, pid)
-			}
-			victim = live[pids[rng.IntN(len(pids))]]
-		}
-		victim.Stop(t)
-		holds := holder() == victim.PID()
-		if holds {
-			d := int(sc.atomic(offCounter).Load() - sumTallies() - uint64(untallied))
-			if d != 0 && d != 1 {
-				t.Fatalf("victim stopped holding the lock: counter - tallies - untallied = %d, want 0 or 1", d)
-			}
-			untallied += d
-			due++
-		}
-		victim.Kill(t)
-		delete(live, victim.PID())
-		kills++
-		start()
-		if holds {
-			waitFor(t, func() bool { check(); return sc.atomic(offReclaims).Load() >= uint64(due) },
-				fmt.Sprintf("reclaim %d (victim pid %d)", due, victim.PID()))
-		}
-	}
+	res := testproc.Torture{
+		Workers: workers, Kills: wantKills, HolderKills: wantDue, MaxKills: maxKills,
+		Rng: rand.New(rand.NewPCG(seed, 0)),
+		Start: func() *testproc.Child {
+			c := testproc.Start(t, "kill-worker", path, strconv.Itoa(started))
+			started++
+			c.WaitLine(t, "ready")
+			return c
+		},
+		Holds: func(c *testproc.Child) bool {
+			ri, err := m.Inspect("job")
+			require.NoError(t, err)
+			return len(ri.Holders) > 0 && ri.Holders[0].PID == c.PID()
+		},
+		Uncounted: func() uint64 { return sc.atomic(offCounter).Load() - sumTallies() },
+		Reclaims:  func() uint64 { return sc.atomic(offReclaims).Load() },
+	}.Run(t)
+	all, kills, due, untallied := res.All, res.Kills, res.HolderKills, res.Untallied
 
 	sc.atomic(offStop).Store(1)
 	reported := 0
 	for i, c := range all {
-		alive := live[c.PID()] == c
+		alive := res.Alive(c)
 		if alive {
 			c.WaitOK(t)
 		}
@@ -216,7 +168,7 @@ func TestKillHolders(t *testing.T) {
 	require.EqualValues(t, due, recorded, "reclaims recorded per worker")
 	require.Equal(t, due, reported, "reclaims printed")
 	require.EqualValues(t, due, st.Reclaimed, "reclaims counted by the table")
-	require.Equal(t, tallies+uint64(untallied), counter)
+	require.Equal(t, tallies+untallied, counter)
 	require.Zero(t, st.ActiveLocks)
 	info, err := m.Acquire(context.Background(), "job", "last", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)

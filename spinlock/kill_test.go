@@ -18,21 +18,9 @@ import (
 
 // TestKillHolders is the robustness test: worker processes take a PIDTID
 // lock in a loop while the parent kill -9s one of them at random moments
-// (mostly the one holding the lock) and starts a replacement.
-//
-// The accounting is exact because the parent freezes each victim with
-// SIGSTOP and looks at the segment before it sends SIGKILL. A stopped
-// process changes nothing, and while it holds the lock nobody else may, so:
-//
-//   - the victim holds the lock iff the slot's PID word is its identity, and
-//     then exactly one reclaim is due (a victim stopped just after its release
-//     does not hold it and is owed nothing);
-//   - if it holds the lock, counter - sum(tallies) is 0 or 1 at that moment:
-//     1 when it was stopped between incrementing the counter and its tally;
-//     the parent adds that to the increments made by victims and never tallied;
-//   - the parent waits until the due reclaim has been recorded before it
-//     stops the next victim, so a victim is never a reclaimer that has not yet
-//     recorded its reclaim, and every reclaim is counted once.
+// (mostly the one holding the lock) and starts a replacement; see
+// testproc.Torture for why the accounting is exact. The victim holds the
+// lock iff the slot's PID word is its identity.
 //
 // The workers check each acquisition themselves: the marker word must be 0
 // (else two owners), and the generation must be exactly the one the last
@@ -57,81 +45,31 @@ func TestKillHolders(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	type worker struct {
-		*testproc.Child
-		packed uint64
-	}
-	var all []*worker            // every worker ever started, dead or alive
-	live := map[uint64]*worker{} // by packed identity
-	start := func() {
-		rec := len(all)
-		c := testproc.Start(t, "kill-worker", path, strconv.Itoa(rec), strconv.FormatUint(rng.Uint64(), 10))
-		w := &worker{Child: c, packed: c.Identity(t)}
-		all = append(all, w)
-		live[w.packed] = w
-	}
-	for range workers {
-		start()
-	}
+	packed := map[*testproc.Child]uint64{} // each worker's identity, as the slot records it
 	sumTallies := func() uint64 {
 		var sum uint64
-		for i := range all {
+		for i := range len(packed) {
 			sum += sc.atomic(recordOff(i) + recordTally).Load()
 		}
 		return sum
 	}
-
-	// A worker that exits by itself has found something wrong: stop at once.
-	checkWorkers := func() {
-		for _, w := range live {
-			w.RequireRunning(t)
-		}
-	}
-
-	var kills, due, untallied int
-	for kills < wantKills || due < wantDue {
-		if kills == maxKills {
-			t.Fatalf("only %d of %d kills hit a holder", due, kills)
-		}
-		time.Sleep(time.Duration(2000+rng.IntN(20000)) * time.Microsecond)
-		checkWorkers()
-
-		// Two times in three aim at the holder; the third kills anyone, which
-		// may be a sleeping waiter or one that is just acquiring.
-		victim := live[slot.PID.Load()]
-		if victim == nil || rng.IntN(3) == 0 {
-			var alive []*worker
-			for _, w := range all {
-				if live[w.packed] == w {
-					alive = append(alive, w)
-				}
-			}
-			victim = alive[rng.IntN(len(alive))]
-		}
-		victim.Stop(t)
-		holds := slot.PID.Load() == victim.packed
-		if holds {
-			d := int(sc.atomic(offCounter).Load() - sumTallies())
-			if d != 0 && d != 1 {
-				t.Fatalf("victim stopped holding the lock: counter - tallies = %d, want 0 or 1", d)
-			}
-			untallied += d
-			due++
-		}
-		victim.Kill(t)
-		delete(live, victim.packed)
-		kills++
-		start()
-		if holds {
-			waitFor(t, func() bool { checkWorkers(); return sc.atomic(offReclaims).Load() >= uint64(due) },
-				"reclaim %d (victim pid %d)", due, victim.PID())
-		}
-	}
+	res := testproc.Torture{
+		Workers: workers, Kills: wantKills, HolderKills: wantDue, MaxKills: maxKills, Rng: rng,
+		Start: func() *testproc.Child {
+			c := testproc.Start(t, "kill-worker", path, strconv.Itoa(len(packed)), strconv.FormatUint(rng.Uint64(), 10))
+			packed[c] = c.Identity(t)
+			return c
+		},
+		Holds:     func(c *testproc.Child) bool { return slot.PID.Load() == packed[c] },
+		Uncounted: func() uint64 { return sc.atomic(offCounter).Load() - sumTallies() },
+		Reclaims:  func() uint64 { return sc.atomic(offReclaims).Load() },
+	}.Run(t)
+	all, kills, due, untallied := res.All, res.Kills, res.HolderKills, res.Untallied
 
 	sc.atomic(offStop).Store(1)
 	var reported int
-	for _, w := range all {
-		_, alive := live[w.packed]
+	for i, w := range all {
+		alive := res.Alive(w)
 		if alive {
 			w.WaitOK(t)
 		}
@@ -144,7 +82,7 @@ func TestKillHolders(t *testing.T) {
 			var rounds, reclaims uint64
 			_, err := fmt.Sscanf(w.WaitLine(t, "done "), "rounds=%d reclaims=%d", &rounds, &reclaims)
 			require.NoError(t, err)
-			rec := recordOff(indexOf(all, w))
+			rec := recordOff(i)
 			require.Equal(t, rounds, sc.atomic(rec+recordTally).Load(), "worker pid %d: rounds and tally", w.PID())
 			require.Equal(t, reclaims, sc.atomic(rec+recordReclaims).Load(), "worker pid %d: reclaims printed and recorded", w.PID())
 		}
@@ -161,7 +99,7 @@ func TestKillHolders(t *testing.T) {
 	counter := sc.atomic(offCounter).Load()
 	gen := l.Generation()
 	t.Logf("%d kills, %d of them holding the lock; %d increments (%d by victims killed before their tally), generation %d, %d sleepers left registered by victims",
-		kills, due, counter, untallied, gen, slot.Pad.Load())
+		kills, due, counter, untallied, gen, slot.Sleepers())
 
 	if got := sc.atomic(offReclaims).Load(); got != uint64(due) {
 		t.Errorf("reclaims: got %d, want one per kill of a holder, %d", got, due)
@@ -188,15 +126,6 @@ func TestKillHolders(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, g.Reclaimed())
 	require.NoError(t, g.Release())
-}
-
-func indexOf[T comparable](s []T, v T) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }
 
 // killWorkerHelper is one worker of TestKillHolders. It loops until the stop
