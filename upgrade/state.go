@@ -105,10 +105,13 @@ const (
 
 // The Waiters word:
 //
-//	bits 0-15   waitersShared  sleepers on SharedGate (readers, upgrade
-//	                           seekers: any number)
-//	bit  16     uniqueWriter   the Writer word's holder sleeps on UniqueGate
-//	bit  17     uniqueUpgrader the upgrade holder sleeps on UniqueGate
+//	bits 0-21   waitersShared  sleepers on SharedGate (readers, upgrade
+//	                           seekers: any number; each is a goroutine
+//	                           blocked in a futex call, holding an OS
+//	                           thread, and Go allows 10000 threads a
+//	                           process, so 4M is out of reach)
+//	bit  22     uniqueWriter   the Writer word's holder sleeps on UniqueGate
+//	bit  23     uniqueUpgrader the upgrade holder sleeps on UniqueGate
 //	bits 24-30  futileWakes    wakes of SharedGate in a row that found
 //	                           nobody in the kernel
 //	other bits                 0
@@ -142,9 +145,9 @@ const (
 // Invariant: futileWakes is 0 whenever the shared count is.
 const (
 	waitersShared     uint32 = 1 // one sleeper on SharedGate
-	waitersSharedMask uint32 = 1<<16 - 1
-	uniqueWriter      uint32 = 1 << 16
-	uniqueUpgrader    uint32 = 1 << 17
+	waitersSharedMask uint32 = 1<<22 - 1
+	uniqueWriter      uint32 = 1 << 22
+	uniqueUpgrader    uint32 = 1 << 23
 	waitersUnique            = uniqueWriter | uniqueUpgrader
 )
 
