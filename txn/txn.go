@@ -336,9 +336,9 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 //
 // A close asleep when the segment is closed returns shm.ErrClosed at its
 // next liveness check. It cannot reopen the transaction then (the file is
-// no longer mapped): the transaction stays Closing in the file, owned by
-// this process, until this process exits and another process's
-// Space.Reclaim finishes the close.
+// no longer mapped): the transaction stays Closing (or Finishing) in the
+// file, owned by this process, until this process exits and another
+// process's Space.Reclaim finishes the close.
 func (t *Txn) RequestCloseAndWait(ctx context.Context) error {
 	if t.barrier {
 		return ErrWrongMode
