@@ -21,8 +21,8 @@ type Barrier struct {
 
 // NewBarrier returns the barrier of s's segment.
 func NewBarrier(s *Space) (*Barrier, error) {
-	if s.closed.Load() {
-		return nil, ErrSpaceClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if _, err := s.barrierLock(); err != nil {
 		return nil, err
@@ -43,6 +43,12 @@ type closeItem struct {
 // returned. A transaction that is already closed gives ErrClosed, joined
 // with the others' errors. A nil Txn, or one given twice, is ErrInvalid,
 // and nothing changes.
+//
+// A Close in progress when the segment is closed returns shm.ErrClosed at
+// its next wake, and leaves in the file what it had done: the barrier up
+// and the leader lock held by this process, its batch Closing or
+// Finishing, until this process exits (the next leader then takes the
+// barrier over, and Reclaim finishes the batch).
 func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
 	items := make([]closeItem, 0, len(txs))
 	seen := make(map[*Txn]bool, len(txs))
@@ -64,8 +70,8 @@ func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
 
 // closeBarrier is the leader's work.
 func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
-	if s.closed.Load() {
-		return ErrSpaceClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -114,8 +120,12 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 	for _, it := range batch {
 		finishing := ctlWord(stateFinishing, it.gen, flagBarrier)
 		if s.recs[it.idx].Ctl.Load() == finishing {
-			s.drainFinishing(it.idx)
-			s.finish(it.idx, finishing)
+			if err := s.drainFinishing(it.idx); err != nil {
+				return err
+			}
+			if err := s.finish(it.idx, finishing); err != nil {
+				return err
+			}
 			continue
 		}
 		closing = append(closing, it)
@@ -138,7 +148,9 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 			}
 			return err
 		}
-		s.finish(it.idx, withState(closing, stateFinishing))
+		if err := s.finish(it.idx, withState(closing, stateFinishing)); err != nil {
+			return err
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Test hooks (export_test.go), nil outside tests: testHookDrained runs in
@@ -42,18 +43,25 @@ var testHookDrained, testHookFinishing, testHookPromotePinned func(idx int)
 // died half-way), runs it on a record already Closing (from step 2) or
 // Finishing (from step 3: every step of the end sequence may be run
 // again).
+//
+// The segment's Close ends a close with shm.ErrClosed wherever it is: at
+// the next wake of a wait, or at the end of the end sequence, whose last
+// writes went to private pages. The record stays Closing or Finishing in
+// the file, with this process as its owner, until this process exits;
+// Reclaim (resume) then finishes it from there.
 func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
-	if s.closed.Load() {
-		return ErrSpaceClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	rec := s.recs[idx]
 	open, closing := ctlWord(stateOpen, gen, 0), ctlWord(stateClosing, gen, 0)
 	finishing := ctlWord(stateFinishing, gen, 0)
 	if resume && rec.Ctl.Load() == finishing {
 		// Past the point of no return: ctx no longer matters.
-		s.drainFinishing(idx)
-		s.finish(idx, finishing)
-		return nil
+		if err := s.drainFinishing(idx); err != nil {
+			return err
+		}
+		return s.finish(idx, finishing)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -70,6 +78,9 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 			if c == open {
 				continue // a cancelled close reopened it meanwhile
 			}
+			if s.seg.Closed() {
+				return shm.ErrClosed // c is a word of the private pages
+			}
 			if err := refErr(c, gen); err != nil {
 				return err
 			}
@@ -85,8 +96,7 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 		}
 		return err
 	}
-	s.finish(idx, finishing)
-	return nil
+	return s.finish(idx, finishing)
 }
 
 // settle takes record idx, Closing with Ctl word closing, to Finishing:
@@ -94,7 +104,7 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 // Finishing, and waits for the pins that were taken in between. On a done
 // ctx it returns ctx.Err() with the record still Closing, for the caller
 // to reopen; ErrCorrupt if the record left Closing under it (only its
-// closer moves it).
+// closer moves it); shm.ErrClosed once the segment is closed.
 //
 // The pins that can appear between the count and the flip are those of
 // other closers promoting into this transaction (finalizePromotions pins
@@ -112,23 +122,28 @@ func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
 		testHookDrained(idx)
 	}
 	if !rec.Ctl.CompareAndSwap(closing, withState(closing, stateFinishing)) {
+		if s.seg.Closed() {
+			return shm.ErrClosed
+		}
 		return fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx)
 	}
-	s.drainFinishing(idx)
-	return nil
+	return s.drainFinishing(idx)
 }
 
 // drainFinishing waits until no live process counts a pin on record idx,
 // which is Finishing: the pins left are promoters' and pinners' about to
 // back out, which never block while they hold them, so there is no context
-// to cancel the wait with (the record could not be reopened anyway).
-func (s *Space) drainFinishing(idx int) {
+// to cancel the wait with (the record could not be reopened anyway). Only
+// the segment's Close ends the wait early (shm.ErrClosed).
+func (s *Space) drainFinishing(idx int) error {
 	rec := s.recs[idx]
-	_ = s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx)
+	return s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx)
 }
 
 // waitDrained sleeps until no live process counts a pin in column col of
-// the pin table (a record's, or the global column), or ctx is done.
+// the pin table (a record's, or the global column), or ctx is done, or the
+// segment is closed (shm.ErrClosed; sleeps are bounded by
+// livenessInterval).
 func (s *Space) waitDrained(ctx context.Context, d drain, col int) error {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(d.seq) })
@@ -137,10 +152,18 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int) error {
 	dead := map[uint64]bool{}
 	check := false
 	for {
+		if s.seg.Closed() {
+			return shm.ErrClosed
+		}
 		sleepers.Register(d.sleepers)
 		seq := d.seq.Load()
 		if s.pinCount(col, dead, check) == 0 {
 			sleepers.Unregister(d.sleepers)
+			if s.seg.Closed() {
+				// The count may have read the private pages, whose zeros
+				// pass for drained.
+				return shm.ErrClosed
+			}
 			return nil
 		}
 		err := futex.Wait(d.seq, seq, livenessInterval)
@@ -179,8 +202,10 @@ func (s *Space) pinCount(col int, dead map[uint64]bool, check bool) uint64 {
 }
 
 // finish runs the end sequence of a drained transaction, in the seed's
-// order. finishing is its Ctl word (state Finishing).
-func (s *Space) finish(idx int, finishing uint64) {
+// order. finishing is its Ctl word (state Finishing). shm.ErrClosed if the
+// segment was closed before the last step reached the file: the record
+// then stays Finishing there.
+func (s *Space) finish(idx int, finishing uint64) error {
 	rec := s.recs[idx]
 	gen := ctlGen(finishing)
 	if testHookFinishing != nil {
@@ -195,8 +220,13 @@ func (s *Space) finish(idx int, finishing uint64) {
 			arena[i] = poisonByte
 		}
 	}
-	rec.Ctl.CompareAndSwap(finishing, withState(finishing, stateClosed))
+	// Only the closer moves a Finishing record, so this CAS fails only on
+	// a closed segment's private pages (or a corrupted record).
+	if !rec.Ctl.CompareAndSwap(finishing, withState(finishing, stateClosed)) && s.seg.Closed() {
+		return shm.ErrClosed
+	}
 	wake(drain{&rec.Drain, &rec.Sleepers})
+	return nil
 }
 
 // finalizePromotions copies the objects of transaction idx that cells of
@@ -314,8 +344,8 @@ func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
 // whatever ctx does (a barrier-mode one needs the barrier's leader lock
 // first, which ctx may interrupt).
 func (s *Space) Reclaim(ctx context.Context, index int) error {
-	if s.closed.Load() {
-		return ErrSpaceClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	if index < 0 || index >= len(s.recs) {
 		return ErrBadRef
@@ -323,6 +353,9 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 	rec := s.recs[index]
 	c := rec.Ctl.Load()
 	if !ctlLive(c) {
+		if s.seg.Closed() {
+			return shm.ErrClosed
+		}
 		return ErrClosed
 	}
 	owner := rec.Owner.Load()

@@ -37,6 +37,19 @@
 // cancelled), and skips only a destination already finishing, whose cells
 // end with it; a promotion is never lost.
 //
+// After the segment's Close (shm.Segment.Close) every operation of a
+// Space, Txn or Barrier opened on it, and Inspect, returns shm.ErrClosed
+// and changes nothing in the file, including one asleep at the time (at
+// its next liveness check, within 50 ms); accessors without an error
+// result read zeros (Txn.Open is false, Txn.Used 0). What the process had
+// in the file at Close stays there until it exits: its pins keep
+// counting (Pin.Release no longer reaches the file), its pin row stays
+// taken, a close it had begun stays Closing or Finishing, and a lock an
+// operation held at that moment (Begin's allocator lock, a barrier close's
+// leader lock) stays held, so other processes' Begin or Barrier.Close wait
+// for this process's exit. Release pins, let operations return and Close
+// the Space before the segment.
+//
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	sp, _ := txn.Open(seg)
 //	defer sp.Close()

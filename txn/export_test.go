@@ -36,3 +36,7 @@ func (t *Txn) ArenaBytes() []byte { return t.s.geo.region[t.start : t.start+t.si
 
 // AllocLockName is the name of the allocator lock's owner slot.
 const AllocLockName = allocLockName
+
+// LeadersAsleep is the number of barrier leaders asleep on the barrier's
+// drain word.
+func (s *Space) LeadersAsleep() uint32 { return sleepers.Count(s.bar.Sleepers.Load()) }

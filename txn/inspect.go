@@ -83,8 +83,11 @@ type Snapshot struct {
 
 // Inspect reads the transactions of seg without changing anything (seg
 // may be read-only). It lists the records in use (open, closing or
-// finishing); with all, records never used or closed are listed too. The words are read one by one while others may change them, so the
-// snapshot is only as consistent as the moment allows.
+// finishing); with all, records never used or closed are listed too. The
+// words are read one by one while others may change them, so the snapshot
+// is only as consistent as the moment allows. shm.ErrClosed once seg is
+// closed, also when it closes while Inspect reads (the words read then
+// are the zeros of private pages, not the file's).
 func Inspect(seg *shm.Segment, all bool) (*Snapshot, error) {
 	geo, err := geometryOf(seg)
 	if err != nil {
@@ -133,6 +136,9 @@ func Inspect(seg *shm.Segment, all bool) (*Snapshot, error) {
 			}
 		}
 		snap.Txns = append(snap.Txns, ti)
+	}
+	if seg.Closed() {
+		return nil, shm.ErrClosed
 	}
 	return snap, nil
 }

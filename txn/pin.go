@@ -7,6 +7,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // testHookPinned runs between a pin's increment and its re-check of the
@@ -35,7 +36,10 @@ func (p *Pin) Held() bool { return p.ctr != nil }
 
 // Release releases the pin; a second Release does nothing. If the
 // transaction is closing or finishing (or the barrier is up, for a global
-// pin), it wakes the closer.
+// pin), it wakes the closer. After the segment's Close, Release can no
+// longer reach the file: the pin stays counted there, and holds up the
+// transaction's close, until this process exits. Release pins before
+// closing the segment.
 func (p *Pin) Release() {
 	ctr := p.ctr
 	if ctr == nil {
@@ -58,7 +62,7 @@ func (p *Pin) Release() {
 // TryPin pins the transaction r belongs to. It fails with ErrClosing while
 // the transaction closes, ErrClosed after, ErrStale if its record has been
 // reused, ErrBadRef for a Ref that names no record, ErrSpaceClosed after
-// s.Close. A transaction begun in
+// s.Close, shm.ErrClosed after the segment's Close. A transaction begun in
 // barrier mode gets a global pin (Option B), any other a per-transaction
 // pin (Option A): the caller need not know which.
 func (s *Space) TryPin(r Ref) (Pin, error) {
@@ -80,6 +84,9 @@ func (s *Space) pin(p *Pin, idx, gen uint32) error {
 		if c == want|flagBarrier && gen != 0 {
 			return s.pinGlobal(p, rec, c)
 		}
+		if err := s.usable(); err != nil {
+			return err // a closed segment reads a zero Ctl
+		}
 		return refErr(c, gen)
 	}
 	ctr := s.ctrs[idx]
@@ -87,15 +94,20 @@ func (s *Space) pin(p *Pin, idx, gen uint32) error {
 	if testHookPinned != nil {
 		testHookPinned()
 	}
-	if c := rec.Ctl.Load(); c != want || s.closed.Load() {
-		// Lost the race with Closing (or a reuse, or Space.Close): back
-		// out, and wake the closer, which may have counted this pin.
+	// The segment's closed flag is the fast path's one added load: a
+	// closed segment's Ctl reads zero and fails the first check, unless
+	// this process wrote there after Close (an operation that raced with
+	// it), and a pin must not succeed on those private pages either.
+	if c := rec.Ctl.Load(); c != want || s.closed.Load() || s.seg.Closed() {
+		// Lost the race with Closing (or a reuse, or Space.Close, or the
+		// segment's Close): back out, and wake the closer, which may have
+		// counted this pin.
 		ctr.Add(^uint32(0))
 		if ctlEnding(rec.Ctl.Load()) {
 			wake(drain{&rec.Drain, &rec.Sleepers})
 		}
-		if s.closed.Load() {
-			return ErrSpaceClosed
+		if err := s.usable(); err != nil {
+			return err
 		}
 		if err := refErr(c, gen); err != nil {
 			return err
@@ -112,6 +124,9 @@ func (s *Space) pin(p *Pin, idx, gen uint32) error {
 // seen either way.
 func (s *Space) pinGlobal(p *Pin, rec *record, want uint64) error {
 	if l := s.bar.Leader.Load(); l != 0 {
+		if err := s.usable(); err != nil {
+			return err
+		}
 		s.clearDeadLeader(l)
 		return ErrClosing
 	}
@@ -120,15 +135,16 @@ func (s *Space) pinGlobal(p *Pin, rec *record, want uint64) error {
 	if testHookPinned != nil {
 		testHookPinned()
 	}
-	if lead, c := s.bar.Leader.Load(), rec.Ctl.Load(); lead != 0 || c != want || s.closed.Load() {
-		// Lost the race with a leader (or a close, or Space.Close): back
-		// out, and wake the leader, which may have counted this pin.
+	if lead, c := s.bar.Leader.Load(), rec.Ctl.Load(); lead != 0 || c != want || s.closed.Load() || s.seg.Closed() {
+		// Lost the race with a leader (or a close, or Space.Close, or the
+		// segment's Close): back out, and wake the leader, which may have
+		// counted this pin.
 		ctr.Add(^uint32(0))
 		if s.bar.Leader.Load() != 0 {
 			wake(drain{&s.bar.Drain, &s.bar.Sleepers})
 		}
-		if s.closed.Load() {
-			return ErrSpaceClosed
+		if err := s.usable(); err != nil {
+			return err
 		}
 		if err := refErr(c, ctlGen(want)); err != nil {
 			return err
@@ -179,13 +195,15 @@ type SRef struct {
 }
 
 // Bytes returns the object's data. The slice aliases the segment: it is
-// valid, and its bytes do not change, until Release. Do not write to it.
+// valid, and its bytes do not change, until Release or the segment's Close
+// (after which it reads zeros). Do not write to it.
 func (b *SRef) Bytes() []byte { return b.data }
 
 // Ref is the reference b was borrowed through.
 func (b *SRef) Ref() Ref { return b.ref }
 
-// Release releases the borrow's pins.
+// Release releases the borrow's pins (see Pin.Release for what it cannot
+// do after the segment's Close).
 func (b *SRef) Release() {
 	b.data = nil
 	b.pins[1].Release()
@@ -199,7 +217,8 @@ func (b *SRef) Release() {
 // if the copy was not made because the cell's own transaction was
 // finishing then).
 // It fails like TryPin, with ErrBadRef if r names no object, or with
-// ctx.Err().
+// ctx.Err(). A Borrow asleep waiting for a close when the segment is
+// closed returns shm.ErrClosed at its next liveness check.
 func (s *Space) Borrow(ctx context.Context, r Ref) (SRef, error) {
 	var b SRef
 	err := s.borrow(ctx, r, &b)
@@ -244,6 +263,10 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 			b.Release()
 			return ErrBadRef // a corrupted cell
 		}
+		if err == shm.ErrClosed || err == ErrSpaceClosed {
+			b.Release()
+			return err // not the source's end: this side's
+		}
 		if err != ErrClosing {
 			// The source ended: it promoted the cell before marking
 			// itself Closed, unless this cell's transaction was closing.
@@ -265,7 +288,8 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 }
 
 // awaitEnd sleeps until t's transaction is no longer Closing or Finishing
-// in t's generation, or ctx is done.
+// in t's generation, or ctx is done, or the segment is closed
+// (shm.ErrClosed; sleeps are bounded by livenessInterval).
 func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 	rec := s.recs[t.Txn]
 	closing, finishing := ctlWord(stateClosing, t.Gen, 0), ctlWord(stateFinishing, t.Gen, 0)
@@ -274,6 +298,11 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 		defer stop()
 	}
 	for {
+		if s.seg.Closed() {
+			// Asleep when the segment closed: the registration stays
+			// counted in the file, like a killed sleeper's.
+			return shm.ErrClosed
+		}
 		sleepers.Register(&rec.Sleepers)
 		seq := rec.Drain.Load()
 		if c := rec.Ctl.Load() &^ flagBarrier; c != closing && c != finishing {

@@ -48,6 +48,9 @@ type Space struct {
 // (else shm.ErrReadOnly) and have room for a pin row (every row taken by a
 // live process is ErrNoPinRow) and two owner slots for package txn's locks.
 func Open(seg *shm.Segment) (*Space, error) {
+	if seg.Closed() {
+		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrClosed)
+	}
 	if seg.ReadOnly() {
 		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrReadOnly)
 	}
@@ -128,6 +131,12 @@ func wake(d drain) {
 // Close gives up the handle's pin row. ErrPinsHeld, changing nothing, if
 // pins taken through it are still held; ErrSpaceClosed the second time.
 //
+// After the segment's Close, Close closes the handle but can no longer
+// give up its row, nor drop its claims on the owner slots of package txn's
+// locks: it returns shm.ErrClosed, and the row stays taken in the file
+// (with whatever pins it counted) until this process exits. Close the
+// Space before the segment.
+//
 // The closed flag goes up before the counters are checked, and a pin
 // checks the flag after its increment, so that either the pin sees the
 // flag and backs out or Close sees the pin and leaves the row alone: a pin
@@ -135,6 +144,9 @@ func wake(d drain) {
 func (s *Space) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrSpaceClosed
+	}
+	if s.seg.Closed() {
+		return fmt.Errorf("txn: close: pin row %d stays taken until this process exits: %w", s.row, shm.ErrClosed)
 	}
 	for _, c := range s.ctrs {
 		if c.Load() != 0 {
@@ -171,6 +183,22 @@ func (s *Space) barrierLock() (*spinlock.Lock, error) {
 		s.barLock = l
 	}
 	return s.barLock, nil
+}
+
+// usable is the check at the start of every operation of s: shm.ErrClosed
+// once the segment is closed (its tables then read private zero pages, see
+// shm.Segment.Close, and an operation would work on memory no other
+// process sees), ErrSpaceClosed once s is. Paths that read a word whose
+// value makes no sense check the segment again before they explain it: a
+// word read as zero may be a word of a segment closed meanwhile.
+func (s *Space) usable() error {
+	if s.seg.Closed() {
+		return shm.ErrClosed
+	}
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
+	return nil
 }
 
 // Records is the number of transaction records in the segment.

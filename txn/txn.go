@@ -11,6 +11,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -50,8 +51,8 @@ type Txn struct {
 // ErrNoRecord if every record is in use, ErrArenaFull if no stretch is
 // large enough, ErrInvalid for a negative size; nothing changes then.
 func (s *Space) Begin(opts BeginOptions) (*Txn, error) {
-	if s.closed.Load() {
-		return nil, ErrSpaceClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if opts.ArenaBytes < 0 {
 		return nil, fmt.Errorf("%w: arena of %d bytes", ErrInvalid, opts.ArenaBytes)
@@ -138,10 +139,12 @@ func (t *Txn) Barrier() bool { return t.barrier }
 // ArenaSize is the size of the transaction's arena in bytes.
 func (t *Txn) ArenaSize() int { return int(t.size) }
 
-// Used is the number of arena bytes allocated.
+// Used is the number of arena bytes allocated (0 once the segment is
+// closed: its tables then read zeros).
 func (t *Txn) Used() int { return int(t.rec.Used.Load()) }
 
-// Open reports whether the transaction is still open.
+// Open reports whether the transaction is still open (false once the
+// segment is closed, whatever the file says).
 func (t *Txn) Open() bool { return refErr(t.rec.Ctl.Load()&^flagBarrier, t.gen) == nil }
 
 // TryPin pins the transaction through its owner's handle. The owner's
@@ -201,16 +204,19 @@ func (t *Txn) Alloc(data []byte) (Ref, error) {
 // caller to hold while it writes there: a close from another goroutine of
 // the owner waits for the write instead of freeing the arena under it.
 func (t *Txn) reserve(p *Pin, n uint64) (uint64, error) {
-	if t.s.closed.Load() {
-		return 0, ErrSpaceClosed
+	if err := t.s.usable(); err != nil {
+		return 0, err
 	}
 	c := t.rec.Ctl.Load()
 	if err := refErr(c&^flagBarrier, t.gen); err != nil {
+		if t.s.seg.Closed() {
+			return 0, shm.ErrClosed
+		}
 		return 0, ownErr(err)
 	}
 	if !t.s.pinTxn(p, int(t.idx), c) {
-		if t.s.closed.Load() {
-			return 0, ErrSpaceClosed
+		if err := t.s.usable(); err != nil {
+			return 0, err
 		}
 		return 0, ErrClosing
 	}
@@ -250,8 +256,8 @@ func (t *Txn) publish(off uint64, kind uint64, size uint32, capacity uint64) {
 // may yet be cancelled; only once it is past that point (Finishing, see
 // StateFinishing) does the source skip the copy, the cell ending with it.
 func (t *Txn) Link(target Ref) (Ref, error) {
-	if t.s.closed.Load() {
-		return Ref{}, ErrSpaceClosed
+	if err := t.s.usable(); err != nil {
+		return Ref{}, err
 	}
 	if target.Txn == t.idx && target.Gen == t.gen {
 		var p Pin
@@ -272,9 +278,15 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	var p Pin
 	c := t.s.recs[target.Txn].Ctl.Load()
 	if err := refErr(c&^flagBarrier, target.Gen); err != nil {
+		if t.s.seg.Closed() {
+			return Ref{}, shm.ErrClosed
+		}
 		return Ref{}, err
 	}
 	if !t.s.pinTxn(&p, int(target.Txn), c) {
+		if err := t.s.usable(); err != nil {
+			return Ref{}, err
+		}
 		return Ref{}, ErrClosing
 	}
 	defer p.Release()
@@ -321,6 +333,12 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 // Txn.Borrow) are held. Pins taken through the Space cannot be told apart
 // from other goroutines' pins: a closer holding one waits for itself until
 // ctx is done.
+//
+// A close asleep when the segment is closed returns shm.ErrClosed at its
+// next liveness check. It cannot reopen the transaction then (the file is
+// no longer mapped): the transaction stays Closing (or Finishing) in the
+// file, owned by this process, until this process exits and another
+// process's Space.Reclaim finishes the close.
 func (t *Txn) RequestCloseAndWait(ctx context.Context) error {
 	if t.barrier {
 		return ErrWrongMode

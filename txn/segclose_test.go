@@ -1,0 +1,256 @@
+package txn_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/txn"
+)
+
+// Once its segment is closed, every operation of a Space, Txn or Barrier
+// opened on it, and Inspect and Open of the segment, fail with
+// shm.ErrClosed and change nothing in the file, byte for byte; what the
+// process had there at Close (a pin, its pin row, open transactions)
+// stays, as another handle on the file sees. Closing the Space afterwards
+// says that it could not give its row up; the operations still fail with
+// shm.ErrClosed.
+func TestUseAfterSegmentClose(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			other, path := newSegment(t, layout.Options{})
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			sp, err := txn.Open(seg)
+			require.NoError(t, err)
+			opts := txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier}
+			src, dst, obj, cell := linked(t, sp, opts, opts, 1, 40)
+			b, err := txn.NewBarrier(sp)
+			require.NoError(t, err)
+			p, err := sp.TryPin(obj) // held across Close
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			ops := []struct {
+				name string
+				op   func() error
+			}{
+				{"Open", func() error { _, err := txn.Open(seg); return err }},
+				{"Inspect", func() error { _, err := txn.Inspect(seg, true); return err }},
+				{"Begin", func() error { _, err := sp.Begin(opts); return err }},
+				{"Space.TryPin", func() error { _, err := sp.TryPin(obj); return err }},
+				{"Space.TryPin of a cell", func() error { _, err := sp.TryPin(cell); return err }},
+				{"Space.Borrow", func() error { _, err := sp.Borrow(ctx, obj); return err }},
+				{"Space.Borrow of a cell", func() error { _, err := sp.Borrow(ctx, cell); return err }},
+				{"Txn.TryPin", func() error { _, err := src.TryPin(); return err }},
+				{"Txn.Borrow", func() error { _, err := dst.Borrow(ctx, cell); return err }},
+				{"Alloc", func() error { _, err := src.Alloc([]byte("more")); return err }},
+				{"Link", func() error { _, err := dst.Link(obj); return err }},
+				{"Link of its own object", func() error { _, err := src.Link(obj); return err }},
+				{"close", func() error {
+					if m.barrier {
+						return b.Close(ctx, src)
+					}
+					return src.RequestCloseAndWait(ctx)
+				}},
+				{"NewBarrier", func() error { _, err := txn.NewBarrier(sp); return err }},
+				{"Reclaim", func() error { return sp.Reclaim(ctx, src.Index()) }},
+				{"Reclaim of a free record", func() error { return sp.Reclaim(ctx, sp.Records()-1) }},
+			}
+
+			before, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, seg.Close())
+			for _, o := range ops {
+				require.ErrorIs(t, o.op(), shm.ErrClosed, o.name)
+			}
+			p.Release() // does not fault, and cannot reach the file
+			require.False(t, src.Open(), "a closed segment's transaction reports closed")
+			require.Zero(t, src.Used(), "and nothing used")
+			require.ErrorIs(t, sp.Close(), shm.ErrClosed, "the Space cannot give its row up any more")
+			require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
+			for _, o := range ops {
+				require.ErrorIs(t, o.op(), shm.ErrClosed, o.name+" after Space.Close")
+			}
+			after, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(before, after), "the file changed after Close")
+
+			ti := txnInfo(t, other, src.Index())
+			require.Equal(t, txn.StateOpen, ti.State, "Close does not close transactions")
+			require.True(t, ti.OwnerAlive)
+			snap, err := txn.Inspect(other, false)
+			require.NoError(t, err)
+			require.Len(t, snap.Rows, 1, "the closed Space's row stays taken")
+			row := snap.Rows[0]
+			require.Equal(t, proc.Self().Pack(), row.Owner)
+			require.True(t, row.Alive)
+			if m.barrier {
+				require.Equal(t, uint32(1), row.GlobalPins, "the pin held at Close still counts")
+			} else {
+				require.Equal(t, uint64(1), row.Pins, "the pin held at Close still counts")
+			}
+		})
+	}
+}
+
+// A Space and its segment can be closed in either order. Space first is
+// the clean order: its row is given up. Segment first, the Space's Close
+// reports that the row stays taken in the file (until this process
+// exits). Either way a second Space.Close is ErrSpaceClosed, and the
+// operations fail with shm.ErrClosed.
+func TestSpaceAndSegmentCloseOrder(t *testing.T) {
+	t.Parallel()
+	for _, spaceFirst := range []bool{true, false} {
+		name := map[bool]string{true: "space first", false: "segment first"}[spaceFirst]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			other, path := newSegment(t, layout.Options{})
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			sp, err := txn.Open(seg)
+			require.NoError(t, err)
+			if spaceFirst {
+				require.NoError(t, sp.Close())
+				require.NoError(t, seg.Close())
+			} else {
+				require.NoError(t, seg.Close())
+				require.ErrorIs(t, sp.Close(), shm.ErrClosed)
+			}
+			require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
+			_, err = sp.Begin(txn.BeginOptions{})
+			require.ErrorIs(t, err, shm.ErrClosed)
+			snap, err := txn.Inspect(other, false)
+			require.NoError(t, err)
+			if spaceFirst {
+				require.Empty(t, snap.Rows, "the row was given up")
+			} else {
+				require.Len(t, snap.Rows, 1, "the row stays taken while this process lives")
+			}
+		})
+	}
+}
+
+// A goroutine asleep in a wait of a Space whose segment closes returns
+// shm.ErrClosed at its next liveness check, instead of taking the private
+// zero pages that Close left at the tables' addresses for a drained
+// transaction; the file keeps what was there. The pins the waits wait for
+// are held through another handle on the same file (another Open, as
+// another process would).
+func TestSegmentCloseEndsAWait(t *testing.T) {
+	t.Parallel()
+	type wait struct {
+		results []<-chan error
+		asleep  func() bool      // every waiter sleeps
+		after   func(*testing.T) // checks the file through the other handle, once the waits returned
+	}
+	bg := context.Background()
+	cases := []struct {
+		name  string
+		start func(t *testing.T, sp, osp *txn.Space, other *shm.Segment) wait
+	}{
+		{"RequestCloseAndWait, and a second closer awaiting its end", func(t *testing.T, sp, osp *txn.Space, other *shm.Segment) wait {
+			tx, err := sp.Begin(txn.BeginOptions{})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(2, 30))
+			require.NoError(t, err)
+			p, err := osp.TryPin(r)
+			require.NoError(t, err)
+			return wait{
+				results: []<-chan error{closeAsync(tx), closeAsync(tx)},
+				asleep:  func() bool { return osp.ClosersAsleep(tx.Index()) == 2 },
+				after: func(t *testing.T) {
+					p.Release()
+					ti := txnInfo(t, other, tx.Index())
+					require.Equal(t, txn.StateClosing, ti.State, "the close stays where Close found it")
+					require.Equal(t, proc.Self().Pack(), ti.Owner)
+					require.Zero(t, ti.Destroyed, "nothing was destroyed")
+					_, err := osp.TryPin(r)
+					require.ErrorIs(t, err, txn.ErrClosing)
+				},
+			}
+		}},
+		{"Barrier.Close", func(t *testing.T, sp, osp *txn.Space, other *shm.Segment) wait {
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: true})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(3, 30))
+			require.NoError(t, err)
+			p, err := osp.TryPin(r)
+			require.NoError(t, err)
+			b, err := txn.NewBarrier(sp)
+			require.NoError(t, err)
+			ch := make(chan error, 1)
+			go func() { ch <- b.Close(bg, tx) }()
+			return wait{
+				results: []<-chan error{ch},
+				asleep:  func() bool { return osp.LeadersAsleep() == 1 },
+				after: func(t *testing.T) {
+					p.Release()
+					snap, err := txn.Inspect(other, false)
+					require.NoError(t, err)
+					require.Equal(t, proc.Self().Pack(), snap.BarrierLeader, "the barrier stays up")
+					ti := txnInfo(t, other, tx.Index())
+					require.Equal(t, txn.StateClosing, ti.State)
+					require.Zero(t, ti.Destroyed)
+				},
+			}
+		}},
+		{"Borrow of a cell whose source closes", func(t *testing.T, sp, osp *txn.Space, other *shm.Segment) wait {
+			src, err := osp.Begin(txn.BeginOptions{})
+			require.NoError(t, err)
+			dst, err := osp.Begin(txn.BeginOptions{})
+			require.NoError(t, err)
+			obj, err := src.Alloc(pattern(4, 30))
+			require.NoError(t, err)
+			cell, err := dst.Link(obj)
+			require.NoError(t, err)
+			p, err := osp.TryPin(obj)
+			require.NoError(t, err)
+			closed := closeAsync(src)
+			waitFor(t, func() bool { return osp.ClosersAsleep(src.Index()) == 1 }, "the source's closer to sleep")
+			ch := make(chan error, 1)
+			go func() { b, err := sp.Borrow(bg, cell); b.Release(); ch <- err }()
+			return wait{
+				results: []<-chan error{ch},
+				asleep:  func() bool { return osp.ClosersAsleep(src.Index()) == 2 },
+				after: func(t *testing.T) {
+					p.Release()
+					require.NoError(t, recv(t, closed), "the other handle's close ends as usual")
+					b, err := osp.Borrow(bg, cell)
+					require.NoError(t, err)
+					require.NoError(t, checkBytes(b.Bytes(), 4), "the cell holds the copy")
+					b.Release()
+					require.NoError(t, dst.RequestCloseAndWait(bg))
+				},
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			other, path := newSegment(t, layout.Options{})
+			osp := newSpace(t, other)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			sp, err := txn.Open(seg)
+			require.NoError(t, err)
+			w := c.start(t, sp, osp, other)
+			waitFor(t, w.asleep, "the waiters to sleep")
+			require.NoError(t, seg.Close())
+			for _, ch := range w.results {
+				require.ErrorIs(t, recv(t, ch), shm.ErrClosed)
+			}
+			w.after(t)
+			require.ErrorIs(t, sp.Close(), shm.ErrClosed)
+		})
+	}
+}
