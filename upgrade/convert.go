@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // UpgradeToUnique turns the handle's upgrade lock into the unique lock: it
@@ -49,6 +50,9 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	for {
 		s := m.e.State.Load()
 		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
+			if m.segClosed() {
+				return shm.ErrClosed // upgraded on the private pages Close left
+			}
 			return nil
 		}
 	}
@@ -65,6 +69,9 @@ func (m *Mutex) cancelPending() {
 // it needs the upgrade lock to be free (nobody waiting to take it either);
 // ErrWouldBlock otherwise, still holding the unique lock.
 func (m *Mutex) UniqueToUpgrade() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	switch {
 	case m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite:
 		m.e.State.And(^stateWrite)
@@ -95,6 +102,9 @@ func (m *Mutex) UniqueToUpgrade() error {
 // into one shared hold without blocking. ErrTooManyReaders if the handle
 // has no reader record and none is free, still holding the unique lock.
 func (m *Mutex) UniqueToShared() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	writer := m.holdsWriter()
 	upgrader := !writer && m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite
 	if !writer && !upgrader {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Lock takes the unique (write) lock, waiting for the writers' mutex, for
@@ -13,7 +14,7 @@ import (
 // ErrHeld if the handle holds the lock in any mode already.
 func (m *Mutex) Lock() error {
 	// Fast path: nobody holds or wants anything.
-	if !m.closed.Load() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
+	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
 		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
 		if m.e.State.CompareAndSwap(0, stateWrite) {
 			if m.readersZero() {
@@ -70,8 +71,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		}
 		for range spinLoads {
 			if m.readersZero() {
-				m.setReclaimed(reclaimed)
-				return nil
+				return m.granted(reclaimed)
 			}
 			if try {
 				m.abandonWriter()
@@ -99,6 +99,17 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 	if err := m.drainReaders(ctx, uniqueWriter); err != nil {
 		m.abandonWriter()
 		return err
+	}
+	return m.granted(reclaimed)
+}
+
+// granted ends an acquisition of the unique or upgrade lock that waited:
+// unless the segment was closed meanwhile (the lock was then taken on the
+// private pages Close left, which no other process sees), it records
+// whether the hold was taken from the dead.
+func (m *Mutex) granted(reclaimed bool) error {
+	if m.segClosed() {
+		return shm.ErrClosed
 	}
 	m.setReclaimed(reclaimed)
 	return nil
@@ -159,10 +170,13 @@ func (m *Mutex) abandonWriter() {
 }
 
 // checkOpen is the entry check of every acquisition: a context already
-// done fails at once, and so does a closed handle.
+// done fails at once, and so does a closed segment or handle.
 func (m *Mutex) checkOpen(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if m.segClosed() {
+		return shm.ErrClosed
 	}
 	if m.closed.Load() {
 		return ErrClosed
@@ -187,6 +201,9 @@ func (m *Mutex) checkFree(ctx context.Context) error {
 // UniqueToUpgrade or UniqueToShared), ErrNotOwner if another handle holds
 // it.
 func (m *Mutex) Unlock() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	if !m.holdsWriter() {
 		if m.e.Writer.Load()&^writerHungry != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
 			return ErrNotOwner
@@ -275,8 +292,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			m.releaseDeadWriter()
 		}
 	}
-	m.setReclaimed(reclaimed)
-	return nil
+	return m.granted(reclaimed)
 }
 
 // abandonUpgrader undoes a LockUpgrade that holds the Upgrader word but
@@ -311,6 +327,9 @@ func (m *Mutex) UnlockUpgrade() error {
 // Upgrader word and stateUpgrade) and returns the state word it read:
 // while stateUpgrade is the handle's, only the handle changes it.
 func (m *Mutex) checkUpgrader() (uint32, error) {
+	if m.segClosed() {
+		return 0, shm.ErrClosed
+	}
 	if m.holdsUpgrader() {
 		if s := m.e.State.Load(); s&stateUpgrade != 0 {
 			return s, nil

@@ -4,14 +4,15 @@ import (
 	"context"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // LockShared takes a shared hold, waiting while a writer or a pending
 // upgrade blocks readers.
 func (m *Mutex) LockShared() error {
 	// Fast path: the handle's record exists (so it is not closed: Close
-	// drops it), and nothing blocks readers.
-	if r := m.rec.Load(); r != nil {
+	// drops it), its segment is open, and nothing blocks readers.
+	if r := m.rec.Load(); r != nil && !m.segClosed() {
 		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
 			return nil
 		}
@@ -46,6 +47,9 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			return ErrOverflow
 		}
 		if m.e.State.Load()&blockReaders == 0 {
+			if m.segClosed() {
+				return shm.ErrClosed // counted on the private pages Close left
+			}
 			return nil
 		}
 		m.backOff(r)
@@ -77,6 +81,9 @@ func (m *Mutex) backOff(r *layout.ReaderRecord) {
 // UnlockShared releases one shared hold of the handle; ErrNotHeld if it
 // has none.
 func (m *Mutex) UnlockShared() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	r := m.rec.Load()
 	if r == nil {
 		return ErrNotHeld

@@ -12,6 +12,7 @@ import (
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // gate is one of the two futex gates with its bits in the Waiters word:
@@ -39,11 +40,16 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 // wait returns once ready reports true (the caller then tries again, and
 // may well come back), or once a liveness slice has passed without a wake
 // (slice true: the caller should look for dead holders), or with ctx's
-// error, or ErrWouldBlock when deadline passed.
+// error, or with shm.ErrClosed once the segment is closed: at the latest
+// one liveness slice after Close, since the sleep of a waiter that was in
+// the kernel then ends only at a wake or its timeout. Its registration
+// stays counted in the file, like a killed sleeper's, and goes the same
+// way (futileWake). (ready reads the private zero pages after Close, which
+// look free, so a true answer is believed only while the segment is open.)
 func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool, err error) {
 	for i := range spinLoads + spinYields {
 		if ready() {
-			return false, nil
+			return false, m.openErr()
 		}
 		if i >= spinLoads {
 			yield()
@@ -61,18 +67,32 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 	if d, ok := ctx.Deadline(); ok {
 		sleep = min(sleep, max(time.Until(d), time.Microsecond))
 	}
+	if m.segClosed() {
+		return false, shm.ErrClosed
+	}
 	m.register(g)
 	seq := g.word.Load()
 	if ready() {
 		m.unregister(g)
-		return false, nil
+		return false, m.openErr()
 	}
 	err = futex.Wait(g.word, seq, sleep)
 	m.unregister(g)
+	if m.segClosed() {
+		return false, shm.ErrClosed
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return false, cerr
 	}
 	return errors.Is(err, futex.ErrTimeout), nil
+}
+
+// openErr is shm.ErrClosed once the segment is closed, nil before.
+func (m *Mutex) openErr() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
+	return nil
 }
 
 // yield lets other goroutines of this process run, then other processes
@@ -217,6 +237,10 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		defer onCancel(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })()
 	}
 	for {
+		if m.segClosed() {
+			// Woken (or timed out) after Close: see wait.
+			return false, shm.ErrClosed
+		}
 		if err := ctx.Err(); err != nil {
 			// Take off the hungry mark this writer may have set: left
 			// there, the holder's release would hand the lock to writers

@@ -1,0 +1,261 @@
+package upgrade_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// closeOps are every operation of a handle, for TestUseAfterClose.
+var closeOps = []struct {
+	name string
+	op   func(m *upgrade.Mutex) error
+}{
+	{"Lock", (*upgrade.Mutex).Lock},
+	{"TryLock", (*upgrade.Mutex).TryLock},
+	{"LockContext", func(m *upgrade.Mutex) error { return m.LockContext(context.Background()) }},
+	{"Unlock", (*upgrade.Mutex).Unlock},
+	{"LockUpgrade", (*upgrade.Mutex).LockUpgrade},
+	{"TryLockUpgrade", (*upgrade.Mutex).TryLockUpgrade},
+	{"LockUpgradeContext", func(m *upgrade.Mutex) error { return m.LockUpgradeContext(context.Background()) }},
+	{"UnlockUpgrade", (*upgrade.Mutex).UnlockUpgrade},
+	{"LockShared", (*upgrade.Mutex).LockShared},
+	{"TryLockShared", (*upgrade.Mutex).TryLockShared},
+	{"LockSharedContext", func(m *upgrade.Mutex) error { return m.LockSharedContext(context.Background()) }},
+	{"UnlockShared", (*upgrade.Mutex).UnlockShared},
+	{"UpgradeToUnique", (*upgrade.Mutex).UpgradeToUnique},
+	{"TryUpgradeToUnique", (*upgrade.Mutex).TryUpgradeToUnique},
+	{"UpgradeToUniqueContext", func(m *upgrade.Mutex) error { return m.UpgradeToUniqueContext(context.Background()) }},
+	{"UniqueToUpgrade", (*upgrade.Mutex).UniqueToUpgrade},
+	{"UniqueToShared", (*upgrade.Mutex).UniqueToShared},
+	{"Upgrade", func(m *upgrade.Mutex) error { _, err := m.Upgrade(context.Background()); return err }},
+	{"WithUnique", func(m *upgrade.Mutex) error {
+		return m.WithUnique(context.Background(), func() error { return errors.New("ran on a closed segment") })
+	}},
+}
+
+// Once its segment is closed a handle fails every operation with
+// shm.ErrClosed, whatever it held, and changes nothing in the file: the
+// mutex, as another mapping of the same file shows it, is exactly as it
+// was at Close (Close releases nothing).
+func TestUseAfterClose(t *testing.T) {
+	t.Parallel()
+	holds := []struct {
+		name string
+		take func(m *upgrade.Mutex) error
+	}{
+		{"nothing", func(*upgrade.Mutex) error { return nil }},
+		{"shared", func(m *upgrade.Mutex) error {
+			if err := m.LockShared(); err != nil {
+				return err
+			}
+			return m.LockShared()
+		}},
+		{"unique", (*upgrade.Mutex).Lock},
+		{"upgrade", (*upgrade.Mutex).LockUpgrade},
+		{"upgraded", func(m *upgrade.Mutex) error {
+			if err := m.LockUpgrade(); err != nil {
+				return err
+			}
+			return m.UpgradeToUnique()
+		}},
+		{"shared-and-upgrade", func(m *upgrade.Mutex) error {
+			if err := m.LockShared(); err != nil {
+				return err
+			}
+			return m.LockUpgrade()
+		}},
+	}
+	for _, h := range holds {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			require.NoError(t, h.take(m))
+			before := status(t, observer)
+			require.NoError(t, seg.Close())
+
+			for _, o := range closeOps {
+				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
+			}
+			require.Panics(t, func() { m.Locker().Lock() }, "Locker panics on the error, as documented")
+			require.Panics(t, func() { m.Locker().RLocker().Unlock() })
+			require.Zero(t, m.Generation(), "a closed segment reports no generation")
+			_, err = upgrade.Inspect(seg, 0)
+			require.ErrorIs(t, err, shm.ErrClosed)
+			for _, dry := range []bool{true, false} {
+				_, err = upgrade.Reclaim(seg, 0, dry)
+				require.ErrorIs(t, err, shm.ErrClosed)
+			}
+			require.Equal(t, before, status(t, observer), "the file is as it was at Close")
+
+			// The handle closes after its segment; a reader record it
+			// claimed stays claimed, and Close says so.
+			err = m.Close()
+			if h.name == "shared" || h.name == "shared-and-upgrade" {
+				require.ErrorIs(t, err, shm.ErrClosed)
+			} else {
+				require.NoError(t, err)
+			}
+			require.ErrorIs(t, m.Close(), upgrade.ErrClosed)
+			require.ErrorIs(t, m.Lock(), shm.ErrClosed)
+			require.Equal(t, before, status(t, observer))
+		})
+	}
+}
+
+// A handle and its segment close in either order, and a handle closed
+// first gives its reader record back.
+func TestCloseOrder(t *testing.T) {
+	t.Parallel()
+	self := proc.Self().Pack()
+	for _, tc := range []struct {
+		name        string
+		handleFirst bool
+		shared      bool // the handle took (and released) a shared hold: it has a record
+	}{
+		{"handle-then-segment", true, false},
+		{"handle-then-segment/record", true, true},
+		{"segment-then-handle", false, false},
+		{"segment-then-handle/record", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			if tc.shared {
+				require.NoError(t, m.LockShared())
+				require.NoError(t, m.UnlockShared())
+			}
+			if tc.handleFirst {
+				require.NoError(t, m.Close())
+				require.NoError(t, seg.Close())
+				require.Empty(t, status(t, observer).Readers, "the record was given back")
+			} else {
+				require.NoError(t, seg.Close())
+				err := m.Close()
+				if tc.shared {
+					require.ErrorIs(t, err, shm.ErrClosed, "the record could not be given back")
+					require.Equal(t, []upgrade.ReaderStatus{{Record: 0, Owner: self, Count: 0}}, status(t, observer).Readers,
+						"the record stays claimed until the process exits")
+				} else {
+					require.NoError(t, err)
+				}
+			}
+			require.ErrorIs(t, m.Close(), upgrade.ErrClosed)
+			require.ErrorIs(t, seg.Close(), shm.ErrClosed)
+			for _, o := range closeOps {
+				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
+			}
+			checkFree(t, status(t, observer))
+		})
+	}
+}
+
+// A goroutine waiting for the lock when its segment closes returns
+// shm.ErrClosed at its next wake, instead of taking the lock on the
+// private pages Close left (which look free). A waiter that held nothing
+// in the file while it waited leaves the mutex as it was, but for its
+// sleeper registration, which stays counted like a killed sleeper's; one
+// that held part of the lock while it waited for the rest leaves that
+// part held by this process (see the package doc).
+func TestCloseEndsAWait(t *testing.T) {
+	t.Parallel()
+	self := proc.Self().Pack()
+	for _, tc := range []struct {
+		name    string
+		block   func(tb testing.TB, other *upgrade.Mutex) // takes what the waiter waits for
+		wait    func(m *upgrade.Mutex) error
+		waiting func(st upgrade.Status, writerWord uint64) bool
+		// after checks the file once the waiter returned, with the other
+		// handle still holding.
+		after func(tb testing.TB, st upgrade.Status, m *upgrade.Mutex)
+	}{
+		{
+			name:    "reader-behind-writer",
+			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			wait:    (*upgrade.Mutex).LockShared,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
+			after: func(tb testing.TB, st upgrade.Status, _ *upgrade.Mutex) {
+				require.Equal(tb, upgrade.StateWrite, st.State)
+				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
+				for _, r := range st.Readers {
+					require.Zero(tb, r.Count, "the waiter took its count back before it slept")
+				}
+			},
+		},
+		{
+			name:    "upgrader-behind-upgrader",
+			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
+			wait:    (*upgrade.Mutex).LockUpgrade,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
+			after: func(tb testing.TB, st upgrade.Status, _ *upgrade.Mutex) {
+				require.Equal(tb, upgrade.StateUpgrade, st.State)
+				require.NotEqual(tb, uint64(0), st.UpgraderTID)
+			},
+		},
+		{
+			name:    "writer-in-queue",
+			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			wait:    (*upgrade.Mutex).Lock,
+			waiting: func(st upgrade.Status, w uint64) bool { return st.WriterWaiters == 1 && w&upgrade.WriterHungry == 0 },
+			after: func(tb testing.TB, st upgrade.Status, _ *upgrade.Mutex) {
+				require.Equal(tb, upgrade.StateWrite, st.State)
+				require.Equal(tb, uint32(1), st.WriterWaiters, "the registration stays")
+			},
+		},
+		{
+			// The limit of what Close can do: the waiter holds the
+			// writers' mutex while it waits for the upgrade holder.
+			name:    "writer-behind-upgrader",
+			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
+			wait:    (*upgrade.Mutex).Lock,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 },
+			after: func(tb testing.TB, st upgrade.Status, m *upgrade.Mutex) {
+				require.Equal(tb, upgrade.StateUpgrade, st.State)
+				require.Equal(tb, self, st.Writer, "the writers' mutex stays this process's")
+				require.Equal(tb, m.HolderID(), st.WriterTID)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			other := open(t, observer)
+			tc.block(t, other)
+
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- tc.wait(m) }()
+			e := entry(t, observer)
+			waitStatus(t, observer, func(st upgrade.Status) bool { return tc.waiting(st, e.Writer.Load()) }, "the waiter to sleep")
+			require.NoError(t, seg.Close())
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, shm.ErrClosed)
+			case <-time.After(testTimeout):
+				t.Fatal("the waiter did not return after Close")
+			}
+			tc.after(t, status(t, observer), m)
+			if err := m.Close(); err != nil {
+				require.ErrorIs(t, err, shm.ErrClosed, "a reader record stays claimed")
+			}
+		})
+	}
+}
