@@ -93,6 +93,10 @@ func TestUseAfterClose(t *testing.T) {
 			require.Zero(t, m.Generation(), "a closed segment reports no generation")
 			_, err = upgrade.Inspect(seg, 0)
 			require.ErrorIs(t, err, shm.ErrClosed)
+			_, err = upgrade.Open(seg, 0)
+			require.ErrorIs(t, err, shm.ErrClosed)
+			_, err = upgrade.Named(seg, "mutex")
+			require.ErrorIs(t, err, shm.ErrClosed)
 			for _, dry := range []bool{true, false} {
 				_, err = upgrade.Reclaim(seg, 0, dry)
 				require.ErrorIs(t, err, shm.ErrClosed)
@@ -112,6 +116,27 @@ func TestUseAfterClose(t *testing.T) {
 			require.Equal(t, before, status(t, observer))
 		})
 	}
+}
+
+// The guard of Upgrade cannot downgrade after Close: it says so, every
+// time, and the unique hold stays in the file.
+func TestUpgradedAfterClose(t *testing.T) {
+	t.Parallel()
+	observer, path := newSegment(t)
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	m, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	require.NoError(t, m.LockUpgrade())
+	u, err := m.Upgrade(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	require.ErrorIs(t, u.Close(), shm.ErrClosed)
+	require.ErrorIs(t, u.Close(), shm.ErrClosed, "later calls return the first result")
+	st := status(t, observer)
+	require.True(t, st.Unique(), "the upgraded hold stays in the file")
+	require.Equal(t, m.HolderID(), st.UpgraderTID)
+	require.NoError(t, m.Close())
 }
 
 // A handle and its segment close in either order, and a handle closed
