@@ -5,12 +5,15 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -191,4 +194,62 @@ func TestCloseDuringClockSleep(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ri.Holders, 1)
 	require.Equal(t, "holder", ri.Holders[0].Owner)
+}
+
+// A goroutine waiting for an entry lock, held by a live process that does
+// not let go (stopped, say), when the segment closes finds the lock free
+// (the entry reads as zeros then) and would carry on over a table of
+// zeros: it fails with shm.ErrClosed instead of reporting on, or granting
+// in, a table nobody else sees.
+func TestCloseEndsAnEntryLockWait(t *testing.T) {
+	t.Parallel()
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		op   func(m *lockmgr.Manager) error
+	}{
+		{"Acquire", func(m *lockmgr.Manager) error {
+			_, err := m.Acquire(context.Background(), "r", "other", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			return err
+		}},
+		{"Release", func(m *lockmgr.Manager) error { return m.Release("r", "holder") }},
+		{"Refresh", func(m *lockmgr.Manager) error { _, err := m.Refresh("r", "holder", time.Minute); return err }},
+		{"SetCompanion", func(m *lockmgr.Manager) error { return m.SetCompanion("r", "holder", os.Getpid()) }},
+		{"Undeclare", func(m *lockmgr.Manager) error { return m.Undeclare("r") }},
+	} {
+		// One at a time: the wait is recognised in any goroutine's stack.
+		t.Run(tc.name, func(t *testing.T) {
+			observer, obsSeg, path := newManagerAt(t, 2, lockmgr.Options{})
+			_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			require.NoError(t, err)
+			before, err := observer.Inspect("r")
+			require.NoError(t, err)
+			e := onlyEntry(t, obsSeg)
+			e.Lock.Store(parent.Pack()) // a live process holds the entry and does not let go
+
+			m, seg := openAgain(t, path, lockmgr.Options{})
+			done := make(chan error, 1)
+			go func() { done <- tc.op(m) }()
+			waitFor(t, func() bool { return inLockEntrySlow() }, "the operation to wait for the entry lock")
+			require.NoError(t, seg.Close())
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, shm.ErrClosed)
+			case <-time.After(testTimeout):
+				t.Fatal("the operation did not return after Close")
+			}
+			require.Equal(t, parent.Pack(), e.Lock.Load())
+			e.Lock.Store(0)
+			after, err := observer.Inspect("r")
+			require.NoError(t, err)
+			require.Equal(t, before, after, "the table is as it was")
+		})
+	}
+}
+
+// inLockEntrySlow reports whether a goroutine waits in lockEntrySlow.
+func inLockEntrySlow() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "lockmgr.(*table).lockEntrySlow")
 }

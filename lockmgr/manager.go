@@ -72,8 +72,8 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 // table's addresses hold private zero pages (shm.Segment.Close), in which
 // a lock would be granted that no other process sees, so every operation
 // fails with shm.ErrClosed instead. Operations check it on entry, and
-// again before they return, for a Close that happened while they waited
-// (between attempts, or for an entry lock).
+// again where a Close that happened while they waited (between attempts,
+// or for an entry lock: see table.closed) would lead them.
 func (m *Manager) closed() bool { return m.t.seg.Closed() }
 
 // Capacity is how many resources the table can hold at most.
@@ -198,11 +198,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 	if err := ctx.Err(); err != nil {
 		return info, err
 	}
-	if info, err = m.acquire(ctx, &res, &own, mode, opts, info); m.closed() {
-		// Whatever was granted was granted on the private pages Close left.
-		return LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed, Attempts: info.Attempts}, shm.ErrClosed
-	}
-	return info, err
+	return m.acquire(ctx, &res, &own, mode, opts, info)
 }
 
 // check fills res and own from resource and owner, which must be valid
@@ -353,6 +349,9 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 	if m.t.n != 0 && m.t.head.Ctl.Load()&ctlDeclaredOnly != 0 {
 		e := m.t.find(res)
 		if e == nil {
+			if m.closed() {
+				return nil, shm.ErrClosed // see table.closed
+			}
 			return nil, fmt.Errorf("%w: %q", ErrResourceNotFound, res.s)
 		}
 		if e.Ctl.Load()&ctlDeclared == 0 {
@@ -608,13 +607,12 @@ func (m *Manager) Release(resource, owner string) error {
 	if err := m.check(&res, &own, resource, owner); err != nil {
 		return err
 	}
-	return m.closedErr(m.release(&res, &own, resource, owner))
-}
-
-func (m *Manager) release(res *resKey, own *ownKey, resource, owner string) error {
 	now := m.clock.now() // before locking, as in acquire
-	e := m.t.find(res)
+	e := m.t.find(&res)
 	if e == nil {
+		if m.closed() {
+			return shm.ErrClosed // see table.closed
+		}
 		m.warnUnknown(resource, owner)
 		return nil
 	}
@@ -622,7 +620,7 @@ func (m *Manager) release(res *resKey, own *ownKey, resource, owner string) erro
 	others := 0
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
 		if h.Process.Load() != 0 {
-			if mine == nil && sameOwner(h, own) {
+			if mine == nil && sameOwner(h, &own) {
 				mine = h
 			} else {
 				others++
@@ -637,6 +635,8 @@ func (m *Manager) release(res *resKey, own *ownKey, resource, owner string) erro
 		}
 		m.t.unlockEntry(e)
 		switch {
+		case m.closed():
+			return shm.ErrClosed // see table.closed
 		case timedOut:
 			return fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 		case others > 0:
@@ -662,9 +662,6 @@ func (m *Manager) release(res *resKey, own *ownKey, resource, owner string) erro
 }
 
 func (m *Manager) warnUnknown(resource, owner string) {
-	if m.closed() {
-		return // the table read was of the private pages Close left
-	}
 	m.log.Warn("lockmgr: release of a lock that does not exist", "resource", resource, "owner", owner)
 }
 

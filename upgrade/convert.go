@@ -39,18 +39,22 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	// While stateUpgrade is ours nobody else changes the state word.
 	m.e.State.Or(statePending)
-	if try && !m.readersZero() {
-		m.cancelPending()
-		return ErrWouldBlock
-	}
-	if err := m.drainReaders(ctx, uniqueUpgrader); err != nil {
-		m.cancelPending()
-		return err
+	waited := false
+	if !m.readersZero() {
+		if try {
+			m.cancelPending()
+			return ErrWouldBlock
+		}
+		if err := m.drainReaders(ctx, uniqueUpgrader); err != nil {
+			m.cancelPending()
+			return err
+		}
+		waited = true
 	}
 	for {
 		s := m.e.State.Load()
 		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
-			if m.segClosed() {
+			if waited && m.segClosed() {
 				return shm.ErrClosed // upgraded on the private pages Close left
 			}
 			return nil
