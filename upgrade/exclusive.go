@@ -65,13 +65,14 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 // writer.
 func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 	var graceEnd time.Time // zero until the grace period begins
+	waited := false
 	for {
-		if err := m.setWriteBit(ctx, try, &reclaimed); err != nil {
+		if err := m.setWriteBit(ctx, try, &reclaimed, &waited); err != nil {
 			return err
 		}
 		for range spinLoads {
 			if m.readersZero() {
-				return m.granted(reclaimed)
+				return m.granted(reclaimed, waited)
 			}
 			if try {
 				m.abandonWriter()
@@ -87,6 +88,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		}
 		m.clearWriteBit()
 		m.wake(m.sharedGate())
+		waited = true
 		for !m.readersZero() && time.Now().Before(graceEnd) {
 			if err := ctx.Err(); err != nil {
 				m.releaseWriterWord()
@@ -100,15 +102,17 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		m.abandonWriter()
 		return err
 	}
-	return m.granted(reclaimed)
+	return m.granted(reclaimed, true)
 }
 
-// granted ends an acquisition of the unique or upgrade lock that waited:
-// unless the segment was closed meanwhile (the lock was then taken on the
-// private pages Close left, which no other process sees), it records
-// whether the hold was taken from the dead.
-func (m *Mutex) granted(reclaimed bool) error {
-	if m.segClosed() {
+// granted ends an acquisition of the unique or upgrade lock: it records
+// whether the hold was taken from the dead. One that waited checks the
+// segment once more: wait checked it last before the lock was taken, and
+// a lock taken on the private pages Close left is one no other process
+// sees. (One that did not wait is as exposed as the fast path, which
+// checks once before it begins.)
+func (m *Mutex) granted(reclaimed, waited bool) error {
+	if waited && m.segClosed() {
 		return shm.ErrClosed
 	}
 	m.setReclaimed(reclaimed)
@@ -135,7 +139,7 @@ func (m *Mutex) drainReaders(ctx context.Context, role uint32) error {
 // setWriteBit sets stateWrite for the holder of the Writer word once the
 // upgrade lock is free (or finds it set: by itself, or by a dead writer it
 // took over), releasing a dead upgrade holder's lock if it must.
-func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) error {
+func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bool) error {
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
@@ -148,6 +152,7 @@ func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) erro
 			m.abandonWriter()
 			return ErrWouldBlock
 		}
+		*waited = true
 		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), func() bool { return m.e.State.Load()&stateUpgrade == 0 })
 		if err != nil {
 			m.abandonWriter()
@@ -238,11 +243,12 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	if m.holdsWriter() || m.holdsUpgrader() {
 		return ErrHeld
 	}
-	reclaimed := false
+	reclaimed, waited := false, false
 	for !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 		if try {
 			return ErrWouldBlock
 		}
+		waited = true
 		slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
 			return err
@@ -281,6 +287,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			m.abandonUpgrader()
 			return ErrWouldBlock
 		}
+		waited = true
 		slice, err := m.wait(ctx, m.sharedGate(), func() bool {
 			return m.e.State.Load()&stateWrite == 0 && m.e.Writer.Load() == 0
 		})
@@ -292,7 +299,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			m.releaseDeadWriter()
 		}
 	}
-	return m.granted(reclaimed)
+	return m.granted(reclaimed, waited)
 }
 
 // abandonUpgrader undoes a LockUpgrade that holds the Upgrader word but

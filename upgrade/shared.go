@@ -40,6 +40,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 	if err != nil {
 		return err
 	}
+	waited := false
 	for {
 		n := r.Count.Add(1)
 		if n > MaxShared {
@@ -47,8 +48,8 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			return ErrOverflow
 		}
 		if m.e.State.Load()&blockReaders == 0 {
-			if m.segClosed() {
-				return shm.ErrClosed // counted on the private pages Close left
+			if waited && m.segClosed() {
+				return shm.ErrClosed // counted on the private pages Close left: see granted
 			}
 			return nil
 		}
@@ -56,6 +57,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 		if try {
 			return ErrWouldBlock
 		}
+		waited = true
 		for {
 			slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.State.Load()&blockReaders == 0 })
 			if err != nil {

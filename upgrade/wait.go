@@ -237,10 +237,6 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		defer onCancel(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })()
 	}
 	for {
-		if m.segClosed() {
-			// Woken (or timed out) after Close: see wait.
-			return false, shm.ErrClosed
-		}
 		if err := ctx.Err(); err != nil {
 			// Take off the hungry mark this writer may have set: left
 			// there, the holder's release would hand the lock to writers
@@ -271,6 +267,11 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		}
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()
+		if m.segClosed() {
+			// Woken (or timed out) after Close: the word there now is a
+			// zero of the private pages Close left. See wait.
+			return false, shm.ErrClosed
+		}
 		for range spinLoads {
 			if m.claimHungry() {
 				return false, nil
