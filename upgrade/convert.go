@@ -39,7 +39,6 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	// While stateUpgrade is ours nobody else changes the state word.
 	m.e.State.Or(statePending)
-	waited := false
 	if !m.readersZero() {
 		if try {
 			m.cancelPending()
@@ -49,14 +48,14 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 			m.cancelPending()
 			return err
 		}
-		waited = true
+		if m.segClosed() {
+			m.cancelPending() // see writerGranted
+			return shm.ErrClosed
+		}
 	}
 	for {
 		s := m.e.State.Load()
 		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
-			if waited && m.segClosed() {
-				return shm.ErrClosed // upgraded on the private pages Close left
-			}
 			return nil
 		}
 	}

@@ -72,7 +72,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		}
 		for range spinLoads {
 			if m.readersZero() {
-				return m.granted(reclaimed, waited)
+				return m.writerGranted(reclaimed, waited)
 			}
 			if try {
 				m.abandonWriter()
@@ -102,17 +102,20 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		m.abandonWriter()
 		return err
 	}
-	return m.granted(reclaimed, true)
+	return m.writerGranted(reclaimed, true)
 }
 
-// granted ends an acquisition of the unique or upgrade lock: it records
+// writerGranted ends an acquisition of the unique lock by Lock: it records
 // whether the hold was taken from the dead. One that waited checks the
-// segment once more: wait checked it last before the lock was taken, and
-// a lock taken on the private pages Close left is one no other process
-// sees. (One that did not wait is as exposed as the fast path, which
+// segment once more, and gives the lock back if it was closed: wait
+// checked it last before the lock was taken, and a lock taken on the
+// private pages Close left is one no other process sees. (The lock given
+// back is on those pages too, unless Close has not yet replaced the
+// mapping. One that did not wait is as exposed as the fast path, which
 // checks once before it begins.)
-func (m *Mutex) granted(reclaimed, waited bool) error {
+func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 	if waited && m.segClosed() {
+		m.abandonWriter()
 		return shm.ErrClosed
 	}
 	m.setReclaimed(reclaimed)
@@ -299,7 +302,16 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			m.releaseDeadWriter()
 		}
 	}
-	return m.granted(reclaimed, waited)
+	if waited && m.segClosed() {
+		// As in writerGranted.
+		m.clearUpgradeBits()
+		m.releaseUpgraderWord()
+		m.wake(m.sharedGate())
+		m.wake(m.uniqueGate())
+		return shm.ErrClosed
+	}
+	m.setReclaimed(reclaimed)
+	return nil
 }
 
 // abandonUpgrader undoes a LockUpgrade that holds the Upgrader word but

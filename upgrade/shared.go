@@ -49,7 +49,8 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 		}
 		if m.e.State.Load()&blockReaders == 0 {
 			if waited && m.segClosed() {
-				return shm.ErrClosed // counted on the private pages Close left: see granted
+				m.backOff(r) // see writerGranted
+				return shm.ErrClosed
 			}
 			return nil
 		}
