@@ -194,27 +194,30 @@ func TestCloseOrder(t *testing.T) {
 // shm.ErrClosed at its next wake, instead of taking the lock on the
 // private pages Close left (which look free). A waiter that held nothing
 // in the file while it waited leaves the mutex as it was, but for its
-// sleeper registration, which stays counted like a killed sleeper's; one
-// that held part of the lock while it waited for the rest leaves that
-// part held by this process (see the package doc).
+// sleeper registration, which stays counted like a killed sleeper's. One
+// that held part of the lock while it waited for the rest (the writers'
+// mutex, the Upgrader word, a pending upgrade) gives it back before Close
+// detaches: Close waits for it (closeWatch), and the mutex is exactly as
+// it was before the wait, but for the generation its release bumped.
 func TestCloseEndsAWait(t *testing.T) {
 	t.Parallel()
-	self := proc.Self().Pack()
 	for _, tc := range []struct {
 		name    string
-		block   func(tb testing.TB, other *upgrade.Mutex) // takes what the waiter waits for
+		block   func(tb testing.TB, other, m *upgrade.Mutex) // takes what the waiter waits for
 		wait    func(m *upgrade.Mutex) error
 		waiting func(st upgrade.Status, writerWord uint64) bool
-		// after checks the file once the waiter returned, with the other
-		// handle still holding.
-		after func(tb testing.TB, st upgrade.Status, m *upgrade.Mutex)
+		// watched: the waiter held part of the lock; otherwise after
+		// checks the file once the waiter returned, with the other handle
+		// still holding.
+		watched bool
+		after   func(tb testing.TB, st upgrade.Status)
 	}{
 		{
 			name:    "reader-behind-writer",
-			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
 			wait:    (*upgrade.Mutex).LockShared,
 			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
-			after: func(tb testing.TB, st upgrade.Status, _ *upgrade.Mutex) {
+			after: func(tb testing.TB, st upgrade.Status) {
 				require.Equal(tb, upgrade.StateWrite, st.State)
 				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
 				for _, r := range st.Readers {
@@ -224,48 +227,72 @@ func TestCloseEndsAWait(t *testing.T) {
 		},
 		{
 			name:    "upgrader-behind-upgrader",
-			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
 			wait:    (*upgrade.Mutex).LockUpgrade,
 			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
-			after: func(tb testing.TB, st upgrade.Status, _ *upgrade.Mutex) {
+			after: func(tb testing.TB, st upgrade.Status) {
 				require.Equal(tb, upgrade.StateUpgrade, st.State)
-				require.NotEqual(tb, uint64(0), st.UpgraderTID)
+				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
 			},
 		},
 		{
 			name:    "writer-in-queue",
-			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
 			wait:    (*upgrade.Mutex).Lock,
 			waiting: func(st upgrade.Status, w uint64) bool { return st.WriterWaiters == 1 && w&upgrade.WriterHungry == 0 },
-			after: func(tb testing.TB, st upgrade.Status, _ *upgrade.Mutex) {
+			after: func(tb testing.TB, st upgrade.Status) {
 				require.Equal(tb, upgrade.StateWrite, st.State)
 				require.Equal(tb, uint32(1), st.WriterWaiters, "the registration stays")
 			},
 		},
 		{
-			// The limit of what Close can do: the waiter holds the
-			// writers' mutex while it waits for the upgrade holder.
+			// Holds the writers' mutex while it waits for the upgrade holder.
 			name:    "writer-behind-upgrader",
-			block:   func(tb testing.TB, o *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
 			wait:    (*upgrade.Mutex).Lock,
 			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 },
-			after: func(tb testing.TB, st upgrade.Status, m *upgrade.Mutex) {
-				require.Equal(tb, upgrade.StateUpgrade, st.State)
-				require.Equal(tb, self, st.Writer, "the writers' mutex stays this process's")
-				require.Equal(tb, m.HolderID(), st.WriterTID)
+			watched: true,
+		},
+		{
+			// Holds the writers' mutex and stateWrite while readers drain.
+			name:    "writer-behind-reader",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.LockShared()) },
+			wait:    (*upgrade.Mutex).Lock,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 && st.WriteLocked },
+			watched: true,
+		},
+		{
+			// Holds the Upgrader word while it waits for the writer.
+			name:    "upgrader-behind-writer",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			wait:    (*upgrade.Mutex).LockUpgrade,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 && st.Upgrader != 0 },
+			watched: true,
+		},
+		{
+			// Holds the upgrade lock (its own, before the wait: it stays)
+			// and statePending while readers drain.
+			name: "pending-upgrade",
+			block: func(tb testing.TB, o, m *upgrade.Mutex) {
+				require.NoError(tb, o.LockShared())
+				require.NoError(tb, m.LockUpgrade())
 			},
+			wait:    (*upgrade.Mutex).UpgradeToUnique,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 && st.UpgradePending },
+			watched: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			observer, path := newSegment(t)
 			other := open(t, observer)
-			tc.block(t, other)
-
 			seg, err := shm.Open(path, shm.Options{})
 			require.NoError(t, err)
 			m, err := upgrade.Open(seg, 0)
 			require.NoError(t, err)
+			tc.block(t, other, m)
+			before := status(t, observer)
+
 			done := make(chan error, 1)
 			go func() { done <- tc.wait(m) }()
 			e := entry(t, observer)
@@ -277,7 +304,14 @@ func TestCloseEndsAWait(t *testing.T) {
 			case <-time.After(testTimeout):
 				t.Fatal("the waiter did not return after Close")
 			}
-			tc.after(t, status(t, observer), m)
+			st := status(t, observer)
+			if tc.watched {
+				require.GreaterOrEqual(t, st.Generation, before.Generation)
+				st.Generation = before.Generation
+				require.Equal(t, before, st, "the waiter gave back what it held")
+			} else {
+				tc.after(t, st)
+			}
 			if err := m.Close(); err != nil {
 				require.ErrorIs(t, err, shm.ErrClosed, "a reader record stays claimed")
 			}

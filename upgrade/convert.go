@@ -44,14 +44,17 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 			m.cancelPending()
 			return ErrWouldBlock
 		}
-		if err := m.drainReaders(ctx, uniqueUpgrader); err != nil {
+		var w closeWatch
+		err := m.drainReaders(ctx, uniqueUpgrader, &w)
+		if err == nil && m.segClosed() {
+			err = shm.ErrClosed // see writerGranted
+		}
+		if err != nil {
 			m.cancelPending()
+			w.done()
 			return err
 		}
-		if m.segClosed() {
-			m.cancelPending() // see writerGranted
-			return shm.ErrClosed
-		}
+		defer w.done() // after the CAS below
 	}
 	for {
 		s := m.e.State.Load()

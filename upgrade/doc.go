@@ -34,13 +34,13 @@
 // segment is closed every operation of its handles, and Inspect and
 // Reclaim, return shm.ErrClosed and change nothing in the segment's file,
 // and a goroutine waiting for the lock returns shm.ErrClosed at its next
-// wake (within a liveness slice). Holds taken before stay held in the
-// file until this process exits; so does what a waiter held for itself
-// while it waited for the rest (Lock holds the writers' mutex, and maybe
-// the unique bit, while it waits for the upgrade holder or the readers;
-// LockUpgrade holds the upgrade holder's word while it waits for a
-// writer; UpgradeToUnique leaves the upgrade pending): Close cannot give
-// back what a goroutine it does not wait for holds.
+// wake (within a liveness slice). A waiter that holds part of the lock
+// while it waits for the rest (Lock holds the writers' mutex while it
+// waits for the upgrade holder or for readers, LockUpgrade the upgrade
+// holder's word while it waits for a writer, UpgradeToUnique a pending
+// upgrade) is woken by Close, which waits for it to give that part back
+// (shm.Segment.OnClose). Holds taken before Close stay held in the file
+// until this process exits: release them first.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	m, _ := upgrade.Named(seg, "table")

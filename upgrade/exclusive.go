@@ -64,10 +64,17 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 // readers there are have left, so a stream of readers cannot starve the
 // writer.
 func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
+	var w closeWatch
+	err := m.finishLockWatched(ctx, try, reclaimed, &w)
+	w.done()
+	return err
+}
+
+func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed bool, w *closeWatch) error {
 	var graceEnd time.Time // zero until the grace period begins
 	waited := false
 	for {
-		if err := m.setWriteBit(ctx, try, &reclaimed, &waited); err != nil {
+		if err := m.setWriteBit(ctx, try, &reclaimed, &waited, w); err != nil {
 			return err
 		}
 		for range spinLoads {
@@ -98,7 +105,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			yield()
 		}
 	}
-	if err := m.drainReaders(ctx, uniqueWriter); err != nil {
+	if err := m.drainReaders(ctx, uniqueWriter, w); err != nil {
 		m.abandonWriter()
 		return err
 	}
@@ -126,9 +133,9 @@ func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 // dead processes at each liveness slice. The caller has set the state bit
 // that keeps new readers out, and undoes it if this fails; role is the
 // lock it holds (uniqueWriter or uniqueUpgrader).
-func (m *Mutex) drainReaders(ctx context.Context, role uint32) error {
+func (m *Mutex) drainReaders(ctx context.Context, role uint32, w *closeWatch) error {
 	for !m.readersZero() {
-		slice, err := m.wait(ctx, m.uniqueGateAs(role), m.readersZero)
+		slice, err := m.wait(ctx, m.uniqueGateAs(role), w, m.readersZero)
 		if err != nil {
 			return err
 		}
@@ -142,7 +149,7 @@ func (m *Mutex) drainReaders(ctx context.Context, role uint32) error {
 // setWriteBit sets stateWrite for the holder of the Writer word once the
 // upgrade lock is free (or finds it set: by itself, or by a dead writer it
 // took over), releasing a dead upgrade holder's lock if it must.
-func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bool) error {
+func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bool, w *closeWatch) error {
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
@@ -156,7 +163,7 @@ func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bo
 			return ErrWouldBlock
 		}
 		*waited = true
-		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), func() bool { return m.e.State.Load()&stateUpgrade == 0 })
+		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), w, func() bool { return m.e.State.Load()&stateUpgrade == 0 })
 		if err != nil {
 			m.abandonWriter()
 			return err
@@ -247,12 +254,13 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		return ErrHeld
 	}
 	reclaimed, waited := false, false
+	var w closeWatch // for the second loop, which holds the Upgrader word
 	for !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 		if try {
 			return ErrWouldBlock
 		}
 		waited = true
-		slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.Upgrader.Load() == 0 })
+		slice, err := m.wait(ctx, m.sharedGate(), nil, func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
 			return err
 		}
@@ -291,11 +299,12 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			return ErrWouldBlock
 		}
 		waited = true
-		slice, err := m.wait(ctx, m.sharedGate(), func() bool {
+		slice, err := m.wait(ctx, m.sharedGate(), &w, func() bool {
 			return m.e.State.Load()&stateWrite == 0 && m.e.Writer.Load() == 0
 		})
 		if err != nil {
 			m.abandonUpgrader()
+			w.done()
 			return err
 		}
 		if slice {
@@ -308,8 +317,10 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		m.releaseUpgraderWord()
 		m.wake(m.sharedGate())
 		m.wake(m.uniqueGate())
+		w.done()
 		return shm.ErrClosed
 	}
+	w.done()
 	m.setReclaimed(reclaimed)
 	return nil
 }

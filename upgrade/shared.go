@@ -60,7 +60,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 		}
 		waited = true
 		for {
-			slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.State.Load()&blockReaders == 0 })
+			slice, err := m.wait(ctx, m.sharedGate(), nil, func() bool { return m.e.State.Load()&blockReaders == 0 })
 			if err != nil {
 				return err
 			}

@@ -46,7 +46,10 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 // stays counted in the file, like a killed sleeper's, and goes the same
 // way (futileWake). (ready reads the private zero pages after Close, which
 // look free, so a true answer is believed only while the segment is open.)
-func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool, err error) {
+//
+// w, if not nil, is the caller's closeWatch: it holds part of the lock
+// while it sleeps, and registers before its first sleep.
+func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, ready func() bool) (slice bool, err error) {
 	for i := range spinLoads + spinYields {
 		if ready() {
 			return false, m.openErr()
@@ -70,9 +73,12 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 	if m.segClosed() {
 		return false, shm.ErrClosed
 	}
+	if err := m.watch(w); err != nil {
+		return false, err
+	}
 	m.register(g)
 	seq := g.word.Load()
-	if ready() {
+	if ready() || m.segClosed() { // after seq: see closeWatch
 		m.unregister(g)
 		return false, m.openErr()
 	}
