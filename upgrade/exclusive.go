@@ -115,11 +115,11 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed bool, w *c
 // writerGranted ends an acquisition of the unique lock by Lock: it records
 // whether the hold was taken from the dead. One that waited checks the
 // segment once more, and gives the lock back if it was closed: wait
-// checked it last before the lock was taken, and a lock taken on the
-// private pages Close left is one no other process sees. (The lock given
-// back is on those pages too, unless Close has not yet replaced the
-// mapping. One that did not wait is as exposed as the fast path, which
-// checks once before it begins.)
+// checked it last before the lock was taken, and the caller returns
+// before it can use the lock. If the acquisition slept, its closeWatch
+// keeps Close from replacing the mapping until then, so what it gives
+// back reaches the file. (One that did not wait is as exposed to a
+// racing Close as the fast path, which checks once before it begins.)
 func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 	if waited && m.segClosed() {
 		m.abandonWriter()

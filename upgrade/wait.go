@@ -40,12 +40,14 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 // wait returns once ready reports true (the caller then tries again, and
 // may well come back), or once a liveness slice has passed without a wake
 // (slice true: the caller should look for dead holders), or with ctx's
-// error, or with shm.ErrClosed once the segment is closed: at the latest
+// error, or with shm.ErrClosed once the segment is closed: at once if the
+// caller registered a closeWatch (Close wakes it), otherwise at the latest
 // one liveness slice after Close, since the sleep of a waiter that was in
-// the kernel then ends only at a wake or its timeout. Its registration
-// stays counted in the file, like a killed sleeper's, and goes the same
-// way (futileWake). (ready reads the private zero pages after Close, which
-// look free, so a true answer is believed only while the segment is open.)
+// the kernel then ends only at a wake or its timeout; its registration
+// then stays counted in the file, like a killed sleeper's, and goes the
+// same way (futileWake). (ready reads the private zero pages after Close,
+// which look free, so a true answer is believed only while the segment is
+// open.)
 //
 // w, if not nil, is the caller's closeWatch: it holds part of the lock
 // while it sleeps, and registers before its first sleep.
