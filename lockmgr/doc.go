@@ -33,6 +33,15 @@
 // insert recycles a resource that nobody holds or declared. Lookups hash
 // the name and take no table-wide lock.
 //
+// Once the segment is closed (shm.Segment.Close), every method of its
+// Managers that reads or changes the table returns shm.ErrClosed (List,
+// Stats and DeclaredOnly report an empty table) and changes nothing in the
+// segment's file; an acquisition waiting between attempts returns
+// shm.ErrClosed at its next wake (within maxSleepSlice, 100 ms). Holds
+// taken before stay in the table until their TTL passes, their owner
+// releases them through another Manager, or their process dies: release
+// them before Close.
+//
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	m, _ := lockmgr.Open(seg, lockmgr.Options{})
 //	info, err := m.Acquire(ctx, "task:123", "agent-1", lockmgr.Exclusive,

@@ -113,6 +113,15 @@ func (t *table) tryLockEntry(e *layout.LockMgrEntry) bool { return e.Lock.Compar
 
 func (t *table) unlockEntry(e *layout.LockMgrEntry) { e.Lock.Store(0) }
 
+// closed reports whether the segment has been closed. The operations check
+// it on entry; a goroutine that waits for an entry lock (lockEntrySlow)
+// when the segment closes then finds the lock free (the entry reads as
+// the zeros Close left), and carries on over a table of zeros, in which no
+// resource is found. So the paths of a resource not found, and insert,
+// check it again, and the operation fails with shm.ErrClosed instead of
+// reporting on, or granting in, a table nobody else sees.
+func (t *table) closed() bool { return t.seg.Closed() }
+
 // lockEntrySlow is kept out of lockEntry so that the fast path inlines.
 func (t *table) lockEntrySlow(e *layout.LockMgrEntry) {
 	nap := time.Microsecond

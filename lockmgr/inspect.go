@@ -7,6 +7,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // ResourceInfo describes one resource of the table, as Inspect and List
@@ -121,21 +122,33 @@ func pidOf(w uint64) int {
 }
 
 // Inspect describes resource; a resource not in the table is Unlocked.
+// shm.ErrClosed once the segment is closed.
 func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
 		return ResourceInfo{}, err
 	}
+	if m.closed() {
+		return ResourceInfo{}, shm.ErrClosed
+	}
+	ri := ResourceInfo{Resource: resource, State: Unlocked}
 	if i := m.t.search(&res, false); i >= 0 {
 		if s := m.t.read(m.t.entries[i]); kindOf(s.ctl) == kindResource && s.name == resource {
-			return m.info(s, m.clock.now()), nil
+			ri = m.info(s, m.clock.now())
 		}
 	}
-	return ResourceInfo{Resource: resource, State: Unlocked}, nil
+	if m.closed() {
+		return ResourceInfo{}, shm.ErrClosed // closed while read: part of it was zeros
+	}
+	return ri, nil
 }
 
-// List describes every resource in the table, held or not, in table order.
+// List describes every resource in the table, held or not, in table order;
+// none once the segment is closed.
 func (m *Manager) List() []ResourceInfo {
+	if m.closed() {
+		return nil
+	}
 	now := m.clock.now()
 	var out []ResourceInfo
 	for _, e := range m.t.entries[1:] {
@@ -145,6 +158,9 @@ func (m *Manager) List() []ResourceInfo {
 		if s := m.t.read(e); kindOf(s.ctl) == kindResource {
 			out = append(out, m.info(s, now))
 		}
+	}
+	if m.closed() {
+		return nil // closed while read: part of it was zeros
 	}
 	return out
 }
@@ -168,8 +184,12 @@ type Stats struct {
 	Capacity        int    // resources the table can hold
 }
 
-// Stats sums the statistics of the table.
+// Stats sums the statistics of the table; all zero once the segment is
+// closed.
 func (m *Manager) Stats() Stats {
+	if m.closed() {
+		return Stats{}
+	}
 	now := m.clock.now()
 	h := m.t.head
 	st := Stats{TotalLocks: h.Grants.Load(), ExpiredLocks: uint64(h.Expired.Load()),
@@ -202,20 +222,30 @@ func (m *Manager) Stats() Stats {
 	if st.Released > 0 {
 		st.AverageHoldTime = time.Duration(holdNanos / st.Released)
 	}
+	if m.closed() {
+		return Stats{} // closed while read: part of it was zeros
+	}
 	return st
 }
 
 // CheckVersion reports whether version is still resource's current
-// version: nil if so, ErrVersionConflict if any hold began or ended since.
+// version: nil if so, ErrVersionConflict if any hold began or ended since;
+// shm.ErrClosed once the segment is closed.
 func (m *Manager) CheckVersion(resource string, version uint64) error {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
 		return err
 	}
+	if m.closed() {
+		return shm.ErrClosed
+	}
 	i := m.t.search(&res, false)
 	var cur uint64
 	if i >= 0 {
 		cur = m.t.entries[i].Version.Load()
+	}
+	if m.closed() {
+		return shm.ErrClosed // closed while read: the version read may be a zero
 	}
 	if i < 0 || cur != version {
 		return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, resource, cur, version)
@@ -234,18 +264,18 @@ func (m *Manager) Declare(resources ...string) error {
 			return err
 		}
 	}
-	if m.ro {
-		return ErrReadOnly
+	if err := m.writable(); err != nil {
+		return err
 	}
 	for i := range keys {
 		e, err := m.t.findOrInsert(&keys[i], true)
 		if err != nil {
-			return fmt.Errorf("%w: declaring %q", err, keys[i].s)
+			return m.closedErr(fmt.Errorf("%w: declaring %q", err, keys[i].s))
 		}
 		e.Ctl.Store(e.Ctl.Load() | ctlDeclared)
 		m.t.unlockEntry(e)
 	}
-	return nil
+	return m.closedErr(nil)
 }
 
 // Undeclare makes resource an ordinary resource again; nothing if it is not
@@ -255,22 +285,22 @@ func (m *Manager) Undeclare(resource string) error {
 	if err := k.setResource(resource); err != nil {
 		return err
 	}
-	if m.ro {
-		return ErrReadOnly
+	if err := m.writable(); err != nil {
+		return err
 	}
 	if e := m.t.find(&k); e != nil {
 		e.Ctl.Store(e.Ctl.Load() &^ ctlDeclared)
 		m.t.unlockEntry(e)
 	}
-	return nil
+	return m.closedErr(nil)
 }
 
 // SetDeclaredOnly switches the whole table (every process) into or out of
 // declared-resources mode, in which acquiring a name that was not declared
 // fails with ErrResourceNotFound.
 func (m *Manager) SetDeclaredOnly(on bool) error {
-	if m.ro {
-		return ErrReadOnly
+	if err := m.writable(); err != nil {
+		return err
 	}
 	if on {
 		m.t.head.Ctl.Or(ctlDeclaredOnly)
@@ -280,5 +310,8 @@ func (m *Manager) SetDeclaredOnly(on bool) error {
 	return nil
 }
 
-// DeclaredOnly reports whether the table is in declared-resources mode.
-func (m *Manager) DeclaredOnly() bool { return m.t.head.Ctl.Load()&ctlDeclaredOnly != 0 }
+// DeclaredOnly reports whether the table is in declared-resources mode;
+// false once the segment is closed.
+func (m *Manager) DeclaredOnly() bool {
+	return !m.closed() && m.t.head.Ctl.Load()&ctlDeclaredOnly != 0
+}

@@ -28,8 +28,11 @@ type Options struct {
 
 // Manager is one process's handle on the lock-manager table of a segment.
 // Every process that opens the same segment sees the same named locks.
-// A Manager may be used by any number of goroutines; it must not be used
-// after the segment is closed.
+// A Manager may be used by any number of goroutines. Once the segment is
+// closed, every method that reads or changes the table returns
+// shm.ErrClosed (List, Stats and DeclaredOnly, which return no error,
+// report an empty table) and changes nothing in the segment's file; holds
+// taken before stay in the table until they expire or their process dies.
 type Manager struct {
 	t     *table
 	clock clock // on SystemClock, waits sleep on the resource's futex
@@ -64,6 +67,14 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 	}
 	return m, nil
 }
+
+// closed reports whether the segment has been closed: from then on the
+// table's addresses hold private zero pages (shm.Segment.Close), in which
+// a lock would be granted that no other process sees, so every operation
+// fails with shm.ErrClosed instead. Operations check it on entry, and
+// again where a Close that happened while they waited (between attempts,
+// or for an entry lock: see table.closed) would lead them.
+func (m *Manager) closed() bool { return m.t.seg.Closed() }
 
 // Capacity is how many resources the table can hold at most.
 func (m *Manager) Capacity() int { return int(m.t.n) }
@@ -191,7 +202,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 }
 
 // check fills res and own from resource and owner, which must be valid
-// names, for a change of the table.
+// names, for a change of the table, which must be open and writable.
 func (m *Manager) check(res *resKey, own *ownKey, resource, owner string) error {
 	if err := res.setResource(resource); err != nil {
 		return err
@@ -199,10 +210,27 @@ func (m *Manager) check(res *resKey, own *ownKey, resource, owner string) error 
 	if err := own.setOwner(owner); err != nil {
 		return err
 	}
+	return m.writable()
+}
+
+// writable is nil if the table may be changed.
+func (m *Manager) writable() error {
+	if m.closed() {
+		return shm.ErrClosed
+	}
 	if m.ro {
 		return ErrReadOnly
 	}
 	return nil
+}
+
+// closedErr is err, or shm.ErrClosed if the segment was closed meanwhile:
+// the end check of the operations that may wait (see closed).
+func (m *Manager) closedErr(err error) error {
+	if m.closed() {
+		return shm.ErrClosed
+	}
+	return err
 }
 
 func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mode, opts AcquireOptions, info LockInfo) (LockInfo, error) {
@@ -301,6 +329,10 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		m.wait(ctx, e, o.seq, d, &cancel)
 		slept = e
 		st = st.to(Unlocked)
+		if m.closed() {
+			info.State = st.to(Failed)
+			return info, shm.ErrClosed
+		}
 		if err := ctx.Err(); err != nil {
 			info.State = st.to(Failed)
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -317,6 +349,9 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 	if m.t.n != 0 && m.t.head.Ctl.Load()&ctlDeclaredOnly != 0 {
 		e := m.t.find(res)
 		if e == nil {
+			if m.closed() {
+				return nil, shm.ErrClosed // see table.closed
+			}
 			return nil, fmt.Errorf("%w: %q", ErrResourceNotFound, res.s)
 		}
 		if e.Ctl.Load()&ctlDeclared == 0 {
@@ -518,7 +553,10 @@ func (c *cancelWake) stop() {
 }
 
 // wait sleeps for d or until a hold of e ends (its gate moves from seq) or
-// ctx is done (through cancel).
+// ctx is done (through cancel), or, once the segment is closed, until its
+// current sleep slice ends: a sleeper in the kernel at Close is woken only
+// by a release in another process or its timeout. Its registration then
+// stays in the file, like a killed sleeper's, and is dropped the same way.
 func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration, cancel *cancelWake) {
 	if !m.clock.sys {
 		m.clock.c.Sleep(ctx, d)
@@ -552,7 +590,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		sleepers.Register(&e.Sleepers)
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
 		sleepers.Unregister(&e.Sleepers)
-		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil {
+		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil || m.closed() {
 			return
 		}
 	}
@@ -572,6 +610,9 @@ func (m *Manager) Release(resource, owner string) error {
 	now := m.clock.now() // before locking, as in acquire
 	e := m.t.find(&res)
 	if e == nil {
+		if m.closed() {
+			return shm.ErrClosed // see table.closed
+		}
 		m.warnUnknown(resource, owner)
 		return nil
 	}
@@ -594,6 +635,8 @@ func (m *Manager) Release(resource, owner string) error {
 		}
 		m.t.unlockEntry(e)
 		switch {
+		case m.closed():
+			return shm.ErrClosed // see table.closed
 		case timedOut:
 			return fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 		case others > 0:
@@ -636,14 +679,22 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 	if err != nil {
 		return info, err
 	}
-	e := m.t.find(&res)
+	if got, err := m.refresh(&res, &own, ttl, info); !m.closed() {
+		return got, err
+	}
+	return info, shm.ErrClosed
+}
+
+func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info LockInfo) (LockInfo, error) {
+	resource, owner := res.s, own.s
+	e := m.t.find(res)
 	if e == nil {
 		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	}
 	now := m.clock.now()
 	var mine *layout.LockMgrHolder
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
-		if h.Process.Load() != 0 && sameOwner(h, &own) {
+		if h.Process.Load() != 0 && sameOwner(h, own) {
 			mine = h
 		}
 		return mine == nil
@@ -693,15 +744,20 @@ func (m *Manager) SetCompanion(resource, owner string, pid int) error {
 	if err != nil {
 		return fmt.Errorf("%w: companion: %w", ErrBadOptions, err) // no such process
 	}
-	e := m.t.find(&res)
+	return m.closedErr(m.setCompanion(&res, &own, id.Pack()))
+}
+
+func (m *Manager) setCompanion(res *resKey, own *ownKey, id uint64) error {
+	resource, owner := res.s, own.s
+	e := m.t.find(res)
 	if e == nil {
 		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	}
 	defer m.t.unlockEntry(e)
 	found := false
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
-		if h.Process.Load() != 0 && sameOwner(h, &own) {
-			memview.StoreOwned(&h.Companion, id.Pack())
+		if h.Process.Load() != 0 && sameOwner(h, own) {
+			memview.StoreOwned(&h.Companion, id)
 			found = true
 		}
 		return !found

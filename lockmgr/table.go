@@ -110,6 +110,9 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 	}
 	t.lockEntry(t.head)
 	defer t.unlockEntry(t.head)
+	if t.closed() {
+		return nil, shm.ErrClosed
+	}
 	free, freeAt := (*layout.LockMgrEntry)(nil), uint64(0)
 	for d := range t.n {
 		e := t.entries[t.probe(k.hash, d)]

@@ -59,6 +59,7 @@ type Segment struct {
 	readOnly bool
 	creator  bool
 	closed   atomic.Bool
+	onClose  closeHooks // see OnClose
 
 	registryMu sync.Mutex     // serialises this process's directory changes
 	registry   *atomic.Uint64 // the cross-process directory lock word
@@ -250,11 +251,13 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 // entry from Slot or a lock used by a goroutine that races with Close,
 // neither faults nor touches the shared file. Locks this process still
 // holds stay held in the file until the process exits or another process
-// reclaims them: release them before Close.
+// reclaims them: release them before Close. Before it replaces the mapping
+// Close runs the functions of OnClose and waits for them.
 func (s *Segment) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	s.onClose.run()
 	errUnmap := memview.Quarantine(s.mem, !s.readOnly)
 	errClose := s.file.Close()
 	return errors.Join(errUnmap, errClose)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // UpgradeToUnique turns the handle's upgrade lock into the unique lock: it
@@ -38,13 +39,22 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	// While stateUpgrade is ours nobody else changes the state word.
 	m.e.State.Or(statePending)
-	if try && !m.readersZero() {
-		m.cancelPending()
-		return ErrWouldBlock
-	}
-	if err := m.drainReaders(ctx, uniqueUpgrader); err != nil {
-		m.cancelPending()
-		return err
+	if !m.readersZero() {
+		if try {
+			m.cancelPending()
+			return ErrWouldBlock
+		}
+		var w closeWatch
+		err := m.drainReaders(ctx, uniqueUpgrader, &w)
+		if err == nil && m.segClosed() {
+			err = shm.ErrClosed // see writerGranted
+		}
+		if err != nil {
+			m.cancelPending()
+			w.done()
+			return err
+		}
+		defer w.done() // after the CAS below
 	}
 	for {
 		s := m.e.State.Load()
@@ -65,6 +75,9 @@ func (m *Mutex) cancelPending() {
 // it needs the upgrade lock to be free (nobody waiting to take it either);
 // ErrWouldBlock otherwise, still holding the unique lock.
 func (m *Mutex) UniqueToUpgrade() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	switch {
 	case m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite:
 		m.e.State.And(^stateWrite)
@@ -95,6 +108,9 @@ func (m *Mutex) UniqueToUpgrade() error {
 // into one shared hold without blocking. ErrTooManyReaders if the handle
 // has no reader record and none is free, still holding the unique lock.
 func (m *Mutex) UniqueToShared() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	writer := m.holdsWriter()
 	upgrader := !writer && m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite
 	if !writer && !upgrader {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Lock takes the unique (write) lock, waiting for the writers' mutex, for
@@ -13,7 +14,7 @@ import (
 // ErrHeld if the handle holds the lock in any mode already.
 func (m *Mutex) Lock() error {
 	// Fast path: nobody holds or wants anything.
-	if !m.closed.Load() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
+	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
 		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
 		if m.e.State.CompareAndSwap(0, stateWrite) {
 			if m.readersZero() {
@@ -63,15 +64,22 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 // readers there are have left, so a stream of readers cannot starve the
 // writer.
 func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
+	var w closeWatch
+	err := m.finishLockWatched(ctx, try, reclaimed, &w)
+	w.done()
+	return err
+}
+
+func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed bool, w *closeWatch) error {
 	var graceEnd time.Time // zero until the grace period begins
+	waited := false
 	for {
-		if err := m.setWriteBit(ctx, try, &reclaimed); err != nil {
+		if err := m.setWriteBit(ctx, try, &reclaimed, &waited, w); err != nil {
 			return err
 		}
 		for range spinLoads {
 			if m.readersZero() {
-				m.setReclaimed(reclaimed)
-				return nil
+				return m.writerGranted(reclaimed, waited)
 			}
 			if try {
 				m.abandonWriter()
@@ -87,6 +95,7 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 		}
 		m.clearWriteBit()
 		m.wake(m.sharedGate())
+		waited = true
 		for !m.readersZero() && time.Now().Before(graceEnd) {
 			if err := ctx.Err(); err != nil {
 				m.releaseWriterWord()
@@ -96,9 +105,25 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 			yield()
 		}
 	}
-	if err := m.drainReaders(ctx, uniqueWriter); err != nil {
+	if err := m.drainReaders(ctx, uniqueWriter, w); err != nil {
 		m.abandonWriter()
 		return err
+	}
+	return m.writerGranted(reclaimed, true)
+}
+
+// writerGranted ends an acquisition of the unique lock by Lock: it records
+// whether the hold was taken from the dead. One that waited checks the
+// segment once more, and gives the lock back if it was closed: wait
+// checked it last before the lock was taken, and the caller returns
+// before it can use the lock. If the acquisition slept, its closeWatch
+// keeps Close from replacing the mapping until then, so what it gives
+// back reaches the file. (One that did not wait is as exposed to a
+// racing Close as the fast path, which checks once before it begins.)
+func (m *Mutex) writerGranted(reclaimed, waited bool) error {
+	if waited && m.segClosed() {
+		m.abandonWriter()
+		return shm.ErrClosed
 	}
 	m.setReclaimed(reclaimed)
 	return nil
@@ -108,9 +133,9 @@ func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
 // dead processes at each liveness slice. The caller has set the state bit
 // that keeps new readers out, and undoes it if this fails; role is the
 // lock it holds (uniqueWriter or uniqueUpgrader).
-func (m *Mutex) drainReaders(ctx context.Context, role uint32) error {
+func (m *Mutex) drainReaders(ctx context.Context, role uint32, w *closeWatch) error {
 	for !m.readersZero() {
-		slice, err := m.wait(ctx, m.uniqueGateAs(role), m.readersZero)
+		slice, err := m.wait(ctx, m.uniqueGateAs(role), w, m.readersZero)
 		if err != nil {
 			return err
 		}
@@ -124,7 +149,7 @@ func (m *Mutex) drainReaders(ctx context.Context, role uint32) error {
 // setWriteBit sets stateWrite for the holder of the Writer word once the
 // upgrade lock is free (or finds it set: by itself, or by a dead writer it
 // took over), releasing a dead upgrade holder's lock if it must.
-func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) error {
+func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bool, w *closeWatch) error {
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
@@ -137,7 +162,8 @@ func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed *bool) erro
 			m.abandonWriter()
 			return ErrWouldBlock
 		}
-		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), func() bool { return m.e.State.Load()&stateUpgrade == 0 })
+		*waited = true
+		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), w, func() bool { return m.e.State.Load()&stateUpgrade == 0 })
 		if err != nil {
 			m.abandonWriter()
 			return err
@@ -159,10 +185,13 @@ func (m *Mutex) abandonWriter() {
 }
 
 // checkOpen is the entry check of every acquisition: a context already
-// done fails at once, and so does a closed handle.
+// done fails at once, and so does a closed segment or handle.
 func (m *Mutex) checkOpen(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if m.segClosed() {
+		return shm.ErrClosed
 	}
 	if m.closed.Load() {
 		return ErrClosed
@@ -187,6 +216,9 @@ func (m *Mutex) checkFree(ctx context.Context) error {
 // UniqueToUpgrade or UniqueToShared), ErrNotOwner if another handle holds
 // it.
 func (m *Mutex) Unlock() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	if !m.holdsWriter() {
 		if m.e.Writer.Load()&^writerHungry != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
 			return ErrNotOwner
@@ -221,12 +253,14 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	if m.holdsWriter() || m.holdsUpgrader() {
 		return ErrHeld
 	}
-	reclaimed := false
+	reclaimed, waited := false, false
+	var w closeWatch // for the second loop, which holds the Upgrader word
 	for !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 		if try {
 			return ErrWouldBlock
 		}
-		slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.Upgrader.Load() == 0 })
+		waited = true
+		slice, err := m.wait(ctx, m.sharedGate(), nil, func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
 			return err
 		}
@@ -264,17 +298,29 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			m.abandonUpgrader()
 			return ErrWouldBlock
 		}
-		slice, err := m.wait(ctx, m.sharedGate(), func() bool {
+		waited = true
+		slice, err := m.wait(ctx, m.sharedGate(), &w, func() bool {
 			return m.e.State.Load()&stateWrite == 0 && m.e.Writer.Load() == 0
 		})
 		if err != nil {
 			m.abandonUpgrader()
+			w.done()
 			return err
 		}
 		if slice {
 			m.releaseDeadWriter()
 		}
 	}
+	if waited && m.segClosed() {
+		// As in writerGranted.
+		m.clearUpgradeBits()
+		m.releaseUpgraderWord()
+		m.wake(m.sharedGate())
+		m.wake(m.uniqueGate())
+		w.done()
+		return shm.ErrClosed
+	}
+	w.done()
 	m.setReclaimed(reclaimed)
 	return nil
 }
@@ -311,6 +357,9 @@ func (m *Mutex) UnlockUpgrade() error {
 // Upgrader word and stateUpgrade) and returns the state word it read:
 // while stateUpgrade is the handle's, only the handle changes it.
 func (m *Mutex) checkUpgrader() (uint32, error) {
+	if m.segClosed() {
+		return 0, shm.ErrClosed
+	}
 	if m.holdsUpgrader() {
 		if s := m.e.State.Load(); s&stateUpgrade != 0 {
 			return s, nil

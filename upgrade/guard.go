@@ -58,8 +58,9 @@ func (m *Mutex) WithUnique(ctx context.Context, f func() error) (err error) {
 // Locker adapts a handle to sync.Locker (Lock and Unlock are the unique
 // lock) with RLock and RUnlock for shared holds, like sync.RWMutex. Its
 // methods panic on an error, as sync.RWMutex does when unlocking what is
-// not locked; a dead holder's lock is taken over silently (use the handle
-// itself to learn of that).
+// not locked, and so on any use after the segment's Close (shm.ErrClosed);
+// a dead holder's lock is taken over silently (use the handle itself to
+// learn of that).
 type Locker struct{ m *Mutex }
 
 // Locker returns the handle as a Locker.

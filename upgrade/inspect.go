@@ -43,7 +43,8 @@ type ReaderStatus struct {
 // upgrade holder (after UpgradeToUnique) rather than by a writer.
 func (s Status) Unique() bool { return s.WriteLocked && s.UpgradeLocked }
 
-// Inspect reads upgrade mutex i of seg (which may be opened read-only).
+// Inspect reads upgrade mutex i of seg (which may be opened read-only);
+// shm.ErrClosed once seg is closed.
 func Inspect(seg *shm.Segment, i int) (Status, error) {
 	e, err := seg.Upgrade(i)
 	if err != nil {
@@ -72,6 +73,9 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 			s.Readers = append(s.Readers, ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()})
 		}
 	}
+	if seg.Closed() {
+		return Status{}, shm.ErrClosed // closed while read: part of it was zeros
+	}
 	return s, nil
 }
 
@@ -90,7 +94,7 @@ func (r Repair) Empty() bool { return r.Writer == 0 && r.Upgrader == 0 && len(r.
 // of dead processes, as waiters do by themselves. Live holders are never
 // touched. With dryRun it only reports, and seg may be read-only. For
 // repair tools (shmctl reclaim) and for callers that only ever use the Try
-// forms.
+// forms. shm.ErrClosed once seg is closed.
 func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	if !dryRun && seg.ReadOnly() {
 		return Repair{}, fmt.Errorf("upgrade: reclaim mutex %d: %w", i, shm.ErrReadOnly)
@@ -123,6 +127,9 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	}
 	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {
 		m.wake(m.uniqueGate())
+	}
+	if seg.Closed() {
+		return Repair{}, shm.ErrClosed // closed meanwhile: what was read may be zeros
 	}
 	return rep, nil
 }

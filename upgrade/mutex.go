@@ -26,10 +26,15 @@ import (
 // the downgrades) synchronizes before the acquisitions it lets in; every
 // shared release synchronizes before the next unique acquisition.
 //
-// A Mutex must be closed (Close) before its segment is.
+// A Mutex should be closed (Close) before its segment is: Close gives its
+// reader record back, which it cannot do once the segment is closed. After
+// the segment's Close every operation returns shm.ErrClosed and changes
+// nothing in the segment's file (see shm.Segment.Close); holds the handle
+// had then stay held in the file until this process exits.
 type Mutex struct {
 	e       *layout.UpgradeEntry
 	readers []*layout.ReaderRecord // the mutex's reader records
+	seg     *shm.Segment           // whose Close ends the handle
 	index   int
 	pid     uint64 // packed identity of this process
 	tid     uint64 // this handle's holder id
@@ -60,7 +65,7 @@ func open(seg *shm.Segment, index int) (*Mutex, error) {
 		return nil, err
 	}
 	n := seg.ReadersPerUpgrade()
-	m := &Mutex{e: e, readers: make([]*layout.ReaderRecord, n), index: index,
+	m := &Mutex{e: e, readers: make([]*layout.ReaderRecord, n), seg: seg, index: index,
 		pid: proc.Self().Pack(), tid: proc.HolderID(), alive: seg.OwnerAlive}
 	for j := range n {
 		if m.readers[j], err = seg.UpgradeReader(index, j); err != nil {
@@ -93,16 +98,43 @@ func (m *Mutex) Repairs() uint64 { return m.repairs.Load() }
 
 // Generation is bumped by every release of the writer's or the upgrade
 // holder's identity, and every takeover: a holder may keep it as a fencing
-// token.
-func (m *Mutex) Generation() uint64 { return m.e.Generation.Load() }
+// token. It is 0 once the segment is closed.
+func (m *Mutex) Generation() uint64 {
+	if m.segClosed() {
+		return 0
+	}
+	return m.e.Generation.Load()
+}
+
+// segClosed reports whether the handle's segment has been closed: from
+// then on the entry's address holds private zero pages (shm.Segment.Close),
+// on which a lock would be taken that no other process sees, so every
+// operation fails with shm.ErrClosed instead.
+func (m *Mutex) segClosed() bool { return m.seg.Closed() }
+
+// errRecordKept is Close's error after the segment's Close: the handle is
+// closed, but its reader record could not be given back.
+var errRecordKept = fmt.Errorf("upgrade: the handle's reader record stays claimed until this process exits: %w", shm.ErrClosed)
 
 // Close releases the handle's reader record. ErrHeld, leaving the handle
 // open, if it still holds the lock in any mode; ErrClosed the second time.
+//
+// Close after the segment's Close closes the handle all the same. If the
+// handle had claimed a reader record (it took a shared hold), that record
+// can no longer be given back, and stays claimed in the file until this
+// process exits: Close then returns an error that wraps shm.ErrClosed.
 func (m *Mutex) Close() error {
 	m.recMu.Lock()
 	defer m.recMu.Unlock()
 	if m.closed.Load() {
 		return ErrClosed
+	}
+	if m.segClosed() {
+		m.closed.Store(true)
+		if m.rec.Swap(nil) != nil {
+			return errRecordKept
+		}
+		return nil
 	}
 	r := m.rec.Load()
 	if r != nil && r.Count.Load() != 0 || m.holdsWriter() || m.holdsUpgrader() {
@@ -125,6 +157,9 @@ func (m *Mutex) record() (*layout.ReaderRecord, error) {
 	defer m.recMu.Unlock()
 	if m.closed.Load() {
 		return nil, ErrClosed
+	}
+	if m.segClosed() {
+		return nil, shm.ErrClosed
 	}
 	if r := m.rec.Load(); r != nil {
 		return r, nil

@@ -4,14 +4,15 @@ import (
 	"context"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // LockShared takes a shared hold, waiting while a writer or a pending
 // upgrade blocks readers.
 func (m *Mutex) LockShared() error {
 	// Fast path: the handle's record exists (so it is not closed: Close
-	// drops it), and nothing blocks readers.
-	if r := m.rec.Load(); r != nil {
+	// drops it), its segment is open, and nothing blocks readers.
+	if r := m.rec.Load(); r != nil && !m.segClosed() {
 		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
 			return nil
 		}
@@ -39,6 +40,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 	if err != nil {
 		return err
 	}
+	waited := false
 	for {
 		n := r.Count.Add(1)
 		if n > MaxShared {
@@ -46,14 +48,19 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			return ErrOverflow
 		}
 		if m.e.State.Load()&blockReaders == 0 {
+			if waited && m.segClosed() {
+				m.backOff(r) // see writerGranted
+				return shm.ErrClosed
+			}
 			return nil
 		}
 		m.backOff(r)
 		if try {
 			return ErrWouldBlock
 		}
+		waited = true
 		for {
-			slice, err := m.wait(ctx, m.sharedGate(), func() bool { return m.e.State.Load()&blockReaders == 0 })
+			slice, err := m.wait(ctx, m.sharedGate(), nil, func() bool { return m.e.State.Load()&blockReaders == 0 })
 			if err != nil {
 				return err
 			}
@@ -77,6 +84,9 @@ func (m *Mutex) backOff(r *layout.ReaderRecord) {
 // UnlockShared releases one shared hold of the handle; ErrNotHeld if it
 // has none.
 func (m *Mutex) UnlockShared() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
 	r := m.rec.Load()
 	if r == nil {
 		return ErrNotHeld

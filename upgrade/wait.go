@@ -12,6 +12,7 @@ import (
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // gate is one of the two futex gates with its bits in the Waiters word:
@@ -39,11 +40,21 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 // wait returns once ready reports true (the caller then tries again, and
 // may well come back), or once a liveness slice has passed without a wake
 // (slice true: the caller should look for dead holders), or with ctx's
-// error, or ErrWouldBlock when deadline passed.
-func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool, err error) {
+// error, or with shm.ErrClosed once the segment is closed: at once if the
+// caller registered a closeWatch (Close wakes it), otherwise at the latest
+// one liveness slice after Close, since the sleep of a waiter that was in
+// the kernel then ends only at a wake or its timeout; its registration
+// then stays counted in the file, like a killed sleeper's, and goes the
+// same way (futileWake). (ready reads the private zero pages after Close,
+// which look free, so a true answer is believed only while the segment is
+// open.)
+//
+// w, if not nil, is the caller's closeWatch: it holds part of the lock
+// while it sleeps, and registers before its first sleep.
+func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, ready func() bool) (slice bool, err error) {
 	for i := range spinLoads + spinYields {
 		if ready() {
-			return false, nil
+			return false, m.openErr()
 		}
 		if i >= spinLoads {
 			yield()
@@ -61,18 +72,35 @@ func (m *Mutex) wait(ctx context.Context, g gate, ready func() bool) (slice bool
 	if d, ok := ctx.Deadline(); ok {
 		sleep = min(sleep, max(time.Until(d), time.Microsecond))
 	}
+	if m.segClosed() {
+		return false, shm.ErrClosed
+	}
+	if err := m.watch(w); err != nil {
+		return false, err
+	}
 	m.register(g)
 	seq := g.word.Load()
-	if ready() {
+	if ready() || m.segClosed() { // after seq: see closeWatch
 		m.unregister(g)
-		return false, nil
+		return false, m.openErr()
 	}
 	err = futex.Wait(g.word, seq, sleep)
 	m.unregister(g)
+	if m.segClosed() {
+		return false, shm.ErrClosed
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return false, cerr
 	}
 	return errors.Is(err, futex.ErrTimeout), nil
+}
+
+// openErr is shm.ErrClosed once the segment is closed, nil before.
+func (m *Mutex) openErr() error {
+	if m.segClosed() {
+		return shm.ErrClosed
+	}
+	return nil
 }
 
 // yield lets other goroutines of this process run, then other processes
@@ -247,6 +275,11 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		}
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()
+		if m.segClosed() {
+			// Woken (or timed out) after Close: the word there now is a
+			// zero of the private pages Close left. See wait.
+			return false, shm.ErrClosed
+		}
 		for range spinLoads {
 			if m.claimHungry() {
 				return false, nil

@@ -1,0 +1,255 @@
+package lockmgr_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// syncBuffer is a log destination the tests read while a Manager may
+// write to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// openAgain opens the segment at path again, with a Manager on it: a second
+// view of the same table, whose Close the test controls.
+func openAgain(t *testing.T, path string, opts lockmgr.Options) (*lockmgr.Manager, *shm.Segment) {
+	t.Helper()
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	m, err := lockmgr.Open(seg, opts)
+	require.NoError(t, err)
+	return m, seg
+}
+
+// Once its segment is closed a Manager fails every operation on the table
+// with shm.ErrClosed (the readers without an error report an empty table)
+// and changes nothing in the file: the table, as another mapping of the
+// same file shows it, is exactly as it was at Close, the holds taken
+// before included (Close releases nothing).
+func TestUseAfterClose(t *testing.T) {
+	t.Parallel()
+	observer, _, path := newManagerAt(t, 16, lockmgr.Options{})
+	var log syncBuffer
+	m, seg := openAgain(t, path, lockmgr.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	ctx := context.Background()
+	held, err := m.Acquire(ctx, "held", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Hour})
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "shared", "a", lockmgr.Collaborative, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.NoError(t, m.Declare("declared"))
+	list, stats := observer.List(), observer.Stats()
+	require.NoError(t, seg.Close())
+
+	wait := lockmgr.AcquireOptions{Retries: lockmgr.RetryForever, Wait: time.Hour}
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"Acquire new", func() error {
+			_, err := m.Acquire(ctx, "new", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			return err
+		}},
+		{"Acquire held by self", func() error {
+			_, err := m.Acquire(ctx, "held", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			return err
+		}},
+		{"Acquire held, waiting", func() error { _, err := m.Acquire(ctx, "held", "b", lockmgr.Exclusive, wait); return err }},
+		{"Acquire collaborative", func() error { _, err := m.Acquire(ctx, "shared", "b", lockmgr.Collaborative, wait); return err }},
+		{"Release", func() error { return m.Release("held", "a") }},
+		{"Release unknown", func() error { return m.Release("unknown", "a") }},
+		{"Refresh", func() error { _, err := m.Refresh("held", "a", time.Minute); return err }},
+		{"SetCompanion", func() error { return m.SetCompanion("held", "a", os.Getpid()) }},
+		{"Inspect", func() error { _, err := m.Inspect("held"); return err }},
+		{"CheckVersion", func() error { return m.CheckVersion("held", held.Version) }},
+		{"Declare", func() error { return m.Declare("other") }},
+		{"Undeclare", func() error { return m.Undeclare("declared") }},
+		{"SetDeclaredOnly", func() error { return m.SetDeclaredOnly(true) }},
+		{"Open", func() error { _, err := lockmgr.Open(seg, lockmgr.Options{}); return err }},
+	}
+	for _, o := range ops {
+		err := o.op()
+		require.ErrorIs(t, err, shm.ErrClosed, o.name)
+		require.Empty(t, lockmgr.Code(err), "%s: a closed segment is not a lock-manager failure", o.name)
+	}
+	info, err := m.Acquire(ctx, "new", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, shm.ErrClosed)
+	require.Equal(t, lockmgr.Failed, info.State)
+	require.Zero(t, info.Version)
+	require.Nil(t, m.List())
+	require.Equal(t, lockmgr.Stats{}, m.Stats())
+	require.False(t, m.DeclaredOnly())
+	require.Empty(t, log.String(), "nothing is logged for a closed segment")
+
+	require.Equal(t, list, observer.List(), "the table is as it was at Close")
+	require.Equal(t, stats, observer.Stats())
+	require.False(t, observer.DeclaredOnly())
+	require.NoError(t, observer.Release("held", "a"), "the hold can still be released through an open Manager")
+}
+
+// Bad input is reported as such on a closed segment too, before the check
+// of the segment.
+func TestBadInputAfterClose(t *testing.T) {
+	t.Parallel()
+	_, _, path := newManagerAt(t, 4, lockmgr.Options{})
+	m, seg := openAgain(t, path, lockmgr.Options{})
+	require.NoError(t, seg.Close())
+	_, err := m.Acquire(context.Background(), "", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrBadResource)
+	require.ErrorIs(t, m.Release("r", ""), lockmgr.ErrBadOwner)
+	_, err = m.Inspect("")
+	require.ErrorIs(t, err, lockmgr.ErrBadResource)
+	require.ErrorIs(t, m.Declare("ok", ""), lockmgr.ErrBadResource)
+}
+
+// An acquisition asleep between attempts when its segment closes returns
+// shm.ErrClosed at its next wake (within a sleep slice), instead of being
+// granted on the private pages Close left, where the resource looks free.
+// The table is as it was, but for the sleeper's registration, which stays
+// counted like a killed sleeper's (and is dropped the same way).
+func TestCloseEndsAWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ctx  func(t *testing.T) context.Context
+	}{
+		{"background", func(*testing.T) context.Context { return context.Background() }},
+		{"cancellable", func(t *testing.T) context.Context { return t.Context() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			observer, obsSeg, path := newManagerAt(t, 2, lockmgr.Options{})
+			_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			require.NoError(t, err)
+			before, err := observer.Inspect("r")
+			require.NoError(t, err)
+			e := onlyEntry(t, obsSeg)
+
+			m, seg := openAgain(t, path, lockmgr.Options{})
+			done := acquireAsleep(t, tc.ctx(t), m, "waiter", lockmgr.Exclusive, func() bool {
+				return e.Sleepers.Load()&lockmgr.SleepCount == 1
+			})
+			require.NoError(t, seg.Close())
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, shm.ErrClosed)
+			case <-time.After(testTimeout):
+				t.Fatal("the waiter did not return after Close")
+			}
+			after, err := observer.Inspect("r")
+			require.NoError(t, err)
+			require.Equal(t, before, after, "the holder still holds, alone")
+			require.Equal(t, uint32(1), e.Sleepers.Load()&lockmgr.SleepCount, "the registration stays")
+
+			require.NoError(t, observer.Release("r", "holder"))
+			_, err = observer.Acquire(t.Context(), "r", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			require.NoError(t, err, "the resource is free in the file")
+		})
+	}
+}
+
+// On a Clock other than SystemClock an acquisition waits with Clock.Sleep;
+// a Close during that wait ends it at the next attempt.
+func TestCloseDuringClockSleep(t *testing.T) {
+	t.Parallel()
+	observer, _, path := newManagerAt(t, 4, lockmgr.Options{})
+	_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	clk := newFakeClock()
+	m, seg := openAgain(t, path, lockmgr.Options{Clock: clk})
+	clk.onSleep = func() { _ = seg.Close() }
+	info, err := m.Acquire(t.Context(), "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: 3})
+	require.ErrorIs(t, err, shm.ErrClosed)
+	require.Equal(t, lockmgr.Failed, info.State)
+	require.Equal(t, 1, info.Attempts, "one attempt, one sleep, and Close")
+	require.Len(t, clk.Sleeps(), 1)
+	ri, err := observer.Inspect("r")
+	require.NoError(t, err)
+	require.Len(t, ri.Holders, 1)
+	require.Equal(t, "holder", ri.Holders[0].Owner)
+}
+
+// A goroutine waiting for an entry lock, held by a live process that does
+// not let go (stopped, say), when the segment closes finds the lock free
+// (the entry reads as zeros then) and would carry on over a table of
+// zeros: it fails with shm.ErrClosed instead of reporting on, or granting
+// in, a table nobody else sees.
+func TestCloseEndsAnEntryLockWait(t *testing.T) {
+	t.Parallel()
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		op   func(m *lockmgr.Manager) error
+	}{
+		{"Acquire", func(m *lockmgr.Manager) error {
+			_, err := m.Acquire(context.Background(), "r", "other", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			return err
+		}},
+		{"Release", func(m *lockmgr.Manager) error { return m.Release("r", "holder") }},
+		{"Refresh", func(m *lockmgr.Manager) error { _, err := m.Refresh("r", "holder", time.Minute); return err }},
+		{"SetCompanion", func(m *lockmgr.Manager) error { return m.SetCompanion("r", "holder", os.Getpid()) }},
+		{"Undeclare", func(m *lockmgr.Manager) error { return m.Undeclare("r") }},
+	} {
+		// One at a time: the wait is recognised in any goroutine's stack.
+		t.Run(tc.name, func(t *testing.T) {
+			observer, obsSeg, path := newManagerAt(t, 2, lockmgr.Options{})
+			_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			require.NoError(t, err)
+			before, err := observer.Inspect("r")
+			require.NoError(t, err)
+			e := onlyEntry(t, obsSeg)
+			e.Lock.Store(parent.Pack()) // a live process holds the entry and does not let go
+
+			m, seg := openAgain(t, path, lockmgr.Options{})
+			done := make(chan error, 1)
+			go func() { done <- tc.op(m) }()
+			waitFor(t, func() bool { return inLockEntrySlow() }, "the operation to wait for the entry lock")
+			require.NoError(t, seg.Close())
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, shm.ErrClosed)
+			case <-time.After(testTimeout):
+				t.Fatal("the operation did not return after Close")
+			}
+			require.Equal(t, parent.Pack(), e.Lock.Load())
+			e.Lock.Store(0)
+			after, err := observer.Inspect("r")
+			require.NoError(t, err)
+			require.Equal(t, before, after, "the table is as it was")
+		})
+	}
+}
+
+// inLockEntrySlow reports whether a goroutine waits in lockEntrySlow.
+func inLockEntrySlow() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "lockmgr.(*table).lockEntrySlow")
+}

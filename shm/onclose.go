@@ -1,0 +1,62 @@
+package shm
+
+import "sync"
+
+// OnClose arranges for f to run when Close begins: after Closed reports
+// true, before the mapping is replaced. Close runs every such f at once,
+// each in a goroutine of its own, and replaces the mapping only when all
+// have returned, so f (or a goroutine it waits for) can still undo in the
+// file what this process left half-done there: a lock package's waiter
+// that holds part of a lock while it waits for the rest wakes, sees
+// Closed and gives that part back. f must return soon.
+//
+// stop cancels the arrangement; it reports false if f has started (or
+// stop was called before). ok is false, and f will not run, if Close has
+// begun already.
+func (s *Segment) OnClose(f func()) (stop func() bool, ok bool) {
+	return s.onClose.add(f)
+}
+
+// closeHooks are the functions of OnClose.
+type closeHooks struct {
+	mu   sync.Mutex
+	next uint64
+	fs   map[uint64]func()
+	ran  bool // Close has taken fs
+}
+
+func (h *closeHooks) add(f func()) (stop func() bool, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ran {
+		return func() bool { return false }, false
+	}
+	if h.fs == nil {
+		h.fs = make(map[uint64]func())
+	}
+	id := h.next
+	h.next++
+	h.fs[id] = f
+	return func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if _, ok := h.fs[id]; !ok {
+			return false
+		}
+		delete(h.fs, id)
+		return true
+	}, true
+}
+
+// run runs every function and returns when all have.
+func (h *closeHooks) run() {
+	h.mu.Lock()
+	fs := h.fs
+	h.fs, h.ran = nil, true
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		wg.Go(f)
+	}
+	wg.Wait()
+}

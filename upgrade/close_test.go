@@ -1,0 +1,320 @@
+package upgrade_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// closeOps are every operation of a handle, for TestUseAfterClose.
+var closeOps = []struct {
+	name string
+	op   func(m *upgrade.Mutex) error
+}{
+	{"Lock", (*upgrade.Mutex).Lock},
+	{"TryLock", (*upgrade.Mutex).TryLock},
+	{"LockContext", func(m *upgrade.Mutex) error { return m.LockContext(context.Background()) }},
+	{"Unlock", (*upgrade.Mutex).Unlock},
+	{"LockUpgrade", (*upgrade.Mutex).LockUpgrade},
+	{"TryLockUpgrade", (*upgrade.Mutex).TryLockUpgrade},
+	{"LockUpgradeContext", func(m *upgrade.Mutex) error { return m.LockUpgradeContext(context.Background()) }},
+	{"UnlockUpgrade", (*upgrade.Mutex).UnlockUpgrade},
+	{"LockShared", (*upgrade.Mutex).LockShared},
+	{"TryLockShared", (*upgrade.Mutex).TryLockShared},
+	{"LockSharedContext", func(m *upgrade.Mutex) error { return m.LockSharedContext(context.Background()) }},
+	{"UnlockShared", (*upgrade.Mutex).UnlockShared},
+	{"UpgradeToUnique", (*upgrade.Mutex).UpgradeToUnique},
+	{"TryUpgradeToUnique", (*upgrade.Mutex).TryUpgradeToUnique},
+	{"UpgradeToUniqueContext", func(m *upgrade.Mutex) error { return m.UpgradeToUniqueContext(context.Background()) }},
+	{"UniqueToUpgrade", (*upgrade.Mutex).UniqueToUpgrade},
+	{"UniqueToShared", (*upgrade.Mutex).UniqueToShared},
+	{"Upgrade", func(m *upgrade.Mutex) error { _, err := m.Upgrade(context.Background()); return err }},
+	{"WithUnique", func(m *upgrade.Mutex) error {
+		return m.WithUnique(context.Background(), func() error { return errors.New("ran on a closed segment") })
+	}},
+}
+
+// Once its segment is closed a handle fails every operation with
+// shm.ErrClosed, whatever it held, and changes nothing in the file: the
+// mutex, as another mapping of the same file shows it, is exactly as it
+// was at Close (Close releases nothing).
+func TestUseAfterClose(t *testing.T) {
+	t.Parallel()
+	holds := []struct {
+		name string
+		take func(m *upgrade.Mutex) error
+	}{
+		{"nothing", func(*upgrade.Mutex) error { return nil }},
+		{"shared", func(m *upgrade.Mutex) error {
+			if err := m.LockShared(); err != nil {
+				return err
+			}
+			return m.LockShared()
+		}},
+		{"unique", (*upgrade.Mutex).Lock},
+		{"upgrade", (*upgrade.Mutex).LockUpgrade},
+		{"upgraded", func(m *upgrade.Mutex) error {
+			if err := m.LockUpgrade(); err != nil {
+				return err
+			}
+			return m.UpgradeToUnique()
+		}},
+		{"shared-and-upgrade", func(m *upgrade.Mutex) error {
+			if err := m.LockShared(); err != nil {
+				return err
+			}
+			return m.LockUpgrade()
+		}},
+	}
+	for _, h := range holds {
+		t.Run(h.name, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			require.NoError(t, h.take(m))
+			before := status(t, observer)
+			require.NoError(t, seg.Close())
+
+			for _, o := range closeOps {
+				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
+			}
+			require.Panics(t, func() { m.Locker().Lock() }, "Locker panics on the error, as documented")
+			require.Panics(t, func() { m.Locker().RLocker().Unlock() })
+			require.Zero(t, m.Generation(), "a closed segment reports no generation")
+			_, err = upgrade.Inspect(seg, 0)
+			require.ErrorIs(t, err, shm.ErrClosed)
+			_, err = upgrade.Open(seg, 0)
+			require.ErrorIs(t, err, shm.ErrClosed)
+			_, err = upgrade.Named(seg, "mutex")
+			require.ErrorIs(t, err, shm.ErrClosed)
+			for _, dry := range []bool{true, false} {
+				_, err = upgrade.Reclaim(seg, 0, dry)
+				require.ErrorIs(t, err, shm.ErrClosed)
+			}
+			require.Equal(t, before, status(t, observer), "the file is as it was at Close")
+
+			// The handle closes after its segment; a reader record it
+			// claimed stays claimed, and Close says so.
+			err = m.Close()
+			if h.name == "shared" || h.name == "shared-and-upgrade" {
+				require.ErrorIs(t, err, shm.ErrClosed)
+			} else {
+				require.NoError(t, err)
+			}
+			require.ErrorIs(t, m.Close(), upgrade.ErrClosed)
+			require.ErrorIs(t, m.Lock(), shm.ErrClosed)
+			require.Equal(t, before, status(t, observer))
+		})
+	}
+}
+
+// The guard of Upgrade cannot downgrade after Close: it says so, every
+// time, and the unique hold stays in the file.
+func TestUpgradedAfterClose(t *testing.T) {
+	t.Parallel()
+	observer, path := newSegment(t)
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	m, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	require.NoError(t, m.LockUpgrade())
+	u, err := m.Upgrade(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	require.ErrorIs(t, u.Close(), shm.ErrClosed)
+	require.ErrorIs(t, u.Close(), shm.ErrClosed, "later calls return the first result")
+	st := status(t, observer)
+	require.True(t, st.Unique(), "the upgraded hold stays in the file")
+	require.Equal(t, m.HolderID(), st.UpgraderTID)
+	require.NoError(t, m.Close())
+}
+
+// A handle and its segment close in either order, and a handle closed
+// first gives its reader record back.
+func TestCloseOrder(t *testing.T) {
+	t.Parallel()
+	self := proc.Self().Pack()
+	for _, tc := range []struct {
+		name        string
+		handleFirst bool
+		shared      bool // the handle took (and released) a shared hold: it has a record
+	}{
+		{"handle-then-segment", true, false},
+		{"handle-then-segment/record", true, true},
+		{"segment-then-handle", false, false},
+		{"segment-then-handle/record", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			if tc.shared {
+				require.NoError(t, m.LockShared())
+				require.NoError(t, m.UnlockShared())
+			}
+			if tc.handleFirst {
+				require.NoError(t, m.Close())
+				require.NoError(t, seg.Close())
+				require.Empty(t, status(t, observer).Readers, "the record was given back")
+			} else {
+				require.NoError(t, seg.Close())
+				err := m.Close()
+				if tc.shared {
+					require.ErrorIs(t, err, shm.ErrClosed, "the record could not be given back")
+					require.Equal(t, []upgrade.ReaderStatus{{Record: 0, Owner: self, Count: 0}}, status(t, observer).Readers,
+						"the record stays claimed until the process exits")
+				} else {
+					require.NoError(t, err)
+				}
+			}
+			require.ErrorIs(t, m.Close(), upgrade.ErrClosed)
+			require.ErrorIs(t, seg.Close(), shm.ErrClosed)
+			for _, o := range closeOps {
+				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
+			}
+			checkFree(t, status(t, observer))
+		})
+	}
+}
+
+// A goroutine waiting for the lock when its segment closes returns
+// shm.ErrClosed at its next wake, instead of taking the lock on the
+// private pages Close left (which look free). A waiter that held nothing
+// in the file while it waited leaves the mutex as it was, but for its
+// sleeper registration, which stays counted like a killed sleeper's. One
+// that held part of the lock while it waited for the rest (the writers'
+// mutex, the Upgrader word, a pending upgrade) gives it back before Close
+// detaches: Close waits for it (closeWatch), and the mutex is exactly as
+// it was before the wait, but for the generation its release bumped.
+func TestCloseEndsAWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		block   func(tb testing.TB, other, m *upgrade.Mutex) // takes what the waiter waits for
+		wait    func(m *upgrade.Mutex) error
+		waiting func(st upgrade.Status, writerWord uint64) bool
+		// watched: the waiter held part of the lock; otherwise after
+		// checks the file once the waiter returned, with the other handle
+		// still holding.
+		watched bool
+		after   func(tb testing.TB, st upgrade.Status)
+	}{
+		{
+			name:    "reader-behind-writer",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			wait:    (*upgrade.Mutex).LockShared,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
+			after: func(tb testing.TB, st upgrade.Status) {
+				require.Equal(tb, upgrade.StateWrite, st.State)
+				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
+				for _, r := range st.Readers {
+					require.Zero(tb, r.Count, "the waiter took its count back before it slept")
+				}
+			},
+		},
+		{
+			name:    "upgrader-behind-upgrader",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
+			wait:    (*upgrade.Mutex).LockUpgrade,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
+			after: func(tb testing.TB, st upgrade.Status) {
+				require.Equal(tb, upgrade.StateUpgrade, st.State)
+				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
+			},
+		},
+		{
+			name:    "writer-in-queue",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			wait:    (*upgrade.Mutex).Lock,
+			waiting: func(st upgrade.Status, w uint64) bool { return st.WriterWaiters == 1 && w&upgrade.WriterHungry == 0 },
+			after: func(tb testing.TB, st upgrade.Status) {
+				require.Equal(tb, upgrade.StateWrite, st.State)
+				require.Equal(tb, uint32(1), st.WriterWaiters, "the registration stays")
+			},
+		},
+		{
+			// Holds the writers' mutex while it waits for the upgrade holder.
+			name:    "writer-behind-upgrader",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.LockUpgrade()) },
+			wait:    (*upgrade.Mutex).Lock,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 },
+			watched: true,
+		},
+		{
+			// Holds the writers' mutex and stateWrite while readers drain.
+			name:    "writer-behind-reader",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.LockShared()) },
+			wait:    (*upgrade.Mutex).Lock,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 && st.WriteLocked },
+			watched: true,
+		},
+		{
+			// Holds the Upgrader word while it waits for the writer.
+			name:    "upgrader-behind-writer",
+			block:   func(tb testing.TB, o, _ *upgrade.Mutex) { require.NoError(tb, o.Lock()) },
+			wait:    (*upgrade.Mutex).LockUpgrade,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 && st.Upgrader != 0 },
+			watched: true,
+		},
+		{
+			// Holds the upgrade lock (its own, before the wait: it stays)
+			// and statePending while readers drain.
+			name: "pending-upgrade",
+			block: func(tb testing.TB, o, m *upgrade.Mutex) {
+				require.NoError(tb, o.LockShared())
+				require.NoError(tb, m.LockUpgrade())
+			},
+			wait:    (*upgrade.Mutex).UpgradeToUnique,
+			waiting: func(st upgrade.Status, _ uint64) bool { return st.UniqueWaiters == 1 && st.UpgradePending },
+			watched: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			other := open(t, observer)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			tc.block(t, other, m)
+			before := status(t, observer)
+
+			done := make(chan error, 1)
+			go func() { done <- tc.wait(m) }()
+			e := entry(t, observer)
+			waitStatus(t, observer, func(st upgrade.Status) bool { return tc.waiting(st, e.Writer.Load()) }, "the waiter to sleep")
+			require.NoError(t, seg.Close())
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, shm.ErrClosed)
+			case <-time.After(testTimeout):
+				t.Fatal("the waiter did not return after Close")
+			}
+			st := status(t, observer)
+			if tc.watched {
+				require.GreaterOrEqual(t, st.Generation, before.Generation)
+				st.Generation = before.Generation
+				require.Equal(t, before, st, "the waiter gave back what it held")
+			} else {
+				tc.after(t, st)
+			}
+			if err := m.Close(); err != nil {
+				require.ErrorIs(t, err, shm.ErrClosed, "a reader record stays claimed")
+			}
+		})
+	}
+}

@@ -1,0 +1,60 @@
+package upgrade
+
+import (
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// closeWatch is for an acquisition that holds part of the lock while it
+// sleeps waiting for the rest: Lock holds the writers' mutex (and maybe
+// stateWrite) while it waits for the upgrade holder or for readers,
+// LockUpgrade the Upgrader word while it waits for a writer,
+// UpgradeToUnique statePending while readers drain. Should the segment
+// close then, what it holds would stay held in the file by this live
+// process, and every other process's writers (or readers) would wait for
+// it until it exits. So at its first sleep it registers with the segment
+// (shm.Segment.OnClose): Close then wakes it and waits, before it
+// replaces the mapping, until the acquisition has given back what it held
+// and returned (done).
+type closeWatch struct {
+	undone chan struct{} // closed by done; nil until the first sleep
+	stop   func() bool
+}
+
+// watch registers w, once; shm.ErrClosed if the segment's Close has begun
+// (what the acquisition gives back may then not reach the file). w nil:
+// the acquisition holds nothing while it sleeps.
+func (m *Mutex) watch(w *closeWatch) error {
+	if w == nil || w.undone != nil {
+		return nil
+	}
+	undone := make(chan struct{})
+	w.undone = undone
+	stop, ok := m.seg.OnClose(func() {
+		// Closed is true already: a sleeper that reads the gate after
+		// this bump sees it before it sleeps (wait).
+		for _, g := range [...]gate{m.sharedGate(), m.uniqueGate()} {
+			g.word.Add(1)
+			_, _ = futex.WakeAll(g.word)
+		}
+		<-undone
+	})
+	w.stop = stop
+	if !ok {
+		return shm.ErrClosed
+	}
+	return nil
+}
+
+// done ends the watch, if it began: the acquisition has returned, and
+// given back what it held if it failed.
+func (w *closeWatch) done() {
+	if w.undone != nil {
+		w.finish()
+	}
+}
+
+func (w *closeWatch) finish() {
+	close(w.undone)
+	w.stop()
+}
