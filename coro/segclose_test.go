@@ -3,7 +3,6 @@ package coro_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"testing"
 
@@ -21,35 +20,13 @@ import (
 type closeKind struct {
 	name string
 	open func(t *testing.T, seg *shm.Segment) (lock coro.ProcessLock, sleepers func(t *testing.T, other *shm.Segment) int)
-	// ready skips the case while the lock itself does not yet fail with
-	// shm.ErrClosed after Close; nil for the locks that do.
-	ready func(t *testing.T, path string)
 }
 
 var closeKinds = []closeKind{
-	{"spinlock PIDTID", openSpinKind(spinlock.PIDTID), nil},
-	{"spinlock Token", openSpinKind(spinlock.Token), nil},
-	{"upgrade unique", openUpgradeKind(coro.UpgradeUnique), upgradeReportsClosed},
-	{"upgrade upgradable", openUpgradeKind(coro.UpgradeUpgradable), upgradeReportsClosed},
-}
-
-// upgradeReportsClosed skips a case over package upgrade while its Mutex
-// does not fail with shm.ErrClosed after its segment's Close: coro only
-// delegates, so until then its ProcessMutex cannot either. That change to
-// package upgrade is made apart from this test (branch s5b); the cases run
-// by themselves once it is in, and this check can go then.
-func upgradeReportsClosed(t *testing.T, path string) {
-	t.Helper()
-	seg, err := shm.Open(path, shm.Options{})
-	require.NoError(t, err)
-	h, err := upgrade.Named(seg, rwName+"-probe")
-	require.NoError(t, err)
-	require.NoError(t, seg.Close())
-	err = h.TryLock()
-	_ = h.Close()
-	if !errors.Is(err, shm.ErrClosed) {
-		t.Skipf("upgrade.Mutex.TryLock after its segment's Close returned %v, not shm.ErrClosed: package upgrade lacks that change (branch s5b)", err)
-	}
+	{"spinlock PIDTID", openSpinKind(spinlock.PIDTID)},
+	{"spinlock Token", openSpinKind(spinlock.Token)},
+	{"upgrade unique", openUpgradeKind(coro.UpgradeUnique)},
+	{"upgrade upgradable", openUpgradeKind(coro.UpgradeUpgradable)},
 }
 
 func openSpinKind(mode spinlock.Mode) func(*testing.T, *shm.Segment) (coro.ProcessLock, func(*testing.T, *shm.Segment) int) {
@@ -102,9 +79,6 @@ func TestProcessMutexAfterSegmentClose(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			path := newProcessSegment(t)
-			if k.ready != nil {
-				k.ready(t, path)
-			}
 			seg, m, _ := openClosable(t, path, k)
 			ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
 			defer cancel()
@@ -157,9 +131,6 @@ func TestProcessMutexCloseEndsAWait(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
 			path := newProcessSegment(t)
-			if k.ready != nil {
-				k.ready(t, path)
-			}
 			other, om, _ := openClosable(t, path, k)
 			seg, m, sleepers := openClosable(t, path, k)
 			ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
