@@ -8,6 +8,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/internal/spin"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -33,19 +34,21 @@ import (
 // mutex's rate (0.77-1.04x, against 0.93-1.15x without the yield); with
 // 200 loads it fell to 0.71x and with 3 yields to 0.79x.
 //
-// Why a waiter first keeps off the lock for keepOff: its first load takes
-// the slot's cache line away from the holder, and a waiter that polls at
-// once catches the holder's next brief release. With short critical
-// sections the two processes then hand the lock back and forth every few
-// acquisitions, each handoff two cache-line transfers, and throughput falls
-// to that of the transfers. How often depends on where the host places the
+// Why a waiter first keeps off the lock for keepOff (see internal/spin):
+// a waiter that polls at once catches the holder's next brief release, and
+// with short critical sections the two processes then hand the lock back
+// and forth every few acquisitions, so throughput falls to that of the
+// cache-line transfers. How often depends on where the host places the
 // two CPUs: while a cache-line round trip between them took 100-220 ns
 // instead of the usual 430-490 ns (scripts/linert, run between benchmarks),
 // counter throughput with 2 processes fell to 0.36-0.53x Boost's mutex.
 // Keeping off for 250 ns, without touching the slot, lets the holder run a
-// series: 0.89-1.09x in those placements. In a side-by-side matrix in the
-// usual placement, counter went 1.28/1.49/1.49x -> 1.20/1.54/1.58x Boost at
-// 2/4/8 processes and pingpong_retry 0.74x -> 0.85x pthread's robust mutex.
+// series: 0.89-1.09x in those placements. In the usual placement, side by
+// side, counter went 1.28/1.49/1.49x -> 1.20/1.54/1.58x Boost at 2/4/8
+// processes and pingpong_retry 0.74x -> 0.85x pthread's robust mutex in
+// one matrix; a later one on a quiet machine gave 1.22/1.51/1.60x and
+// 1.15x, and runs of 250 ns against none with the placement probed between
+// them gave pingpong_retry medians of 1.02-1.09x against 0.95-0.98x.
 const (
 	keepOff          = 250 * time.Nanosecond // before the first load of a waiting acquisition
 	spinLoads        = 300                   // loads of the lock word before yielding
@@ -90,8 +93,7 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	if try {
 		return outcome{}, ErrWouldBlock
 	}
-	for start := time.Now(); time.Since(start) < keepOff; {
-	}
+	spin.KeepOff(keepOff)
 	for i := range spinLoads + spinYields + osYields {
 		if l.word.Load() == 0 && l.tryAcquire(id) {
 			return outcome{}, nil

@@ -199,7 +199,14 @@ const (
 	// seed's 29-bit reader count, per handle.
 	MaxShared = 1<<29 - 1
 
-	spinLoads        = 100                   // checks before yielding
+	spinLoads = 100 // checks before yielding
+	// A writer that finds the writers' mutex taken keeps off it this long
+	// before its first check (internal/spin): counter with 2 processes
+	// went from 0.66x pthread's rwlock to 1.01x (0.39x -> 0.47x in a slower
+	// placement), side by side, and pingpong_retry from 1.60x to 1.04x;
+	// 400 ns gave 1.09x and 0.84x, 1000 ns 1.42x and 0.48x. rw90 did not
+	// change.
+	writerKeepOff    = 250 * time.Nanosecond
 	spinYields       = 4                     // runtime.Gosched rounds before sleeping
 	livenessInterval = 50 * time.Millisecond // longest sleep between liveness checks
 	softDrain        = time.Millisecond      // a writer's grace period for readers (finishLock)

@@ -11,6 +11,7 @@ import (
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/internal/spin"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -224,6 +225,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 	if try {
 		return false, ErrWouldBlock
 	}
+	spin.KeepOff(writerKeepOff)
 	for i := range spinLoads + spinYields {
 		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
 			return false, nil
