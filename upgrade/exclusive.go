@@ -134,8 +134,10 @@ func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 // that keeps new readers out, and undoes it if this fails; role is the
 // lock it holds (uniqueWriter or uniqueUpgrader).
 func (m *Mutex) drainReaders(ctx context.Context, role uint32, w *closeWatch) error {
+	slice := false
 	for !m.readersZero() {
-		slice, err := m.wait(ctx, m.uniqueGateAs(role), w, m.readersZero)
+		var err error
+		slice, err = m.wait(ctx, m.uniqueGateAs(role), w, slice, m.readersZero)
 		if err != nil {
 			return err
 		}
@@ -150,6 +152,7 @@ func (m *Mutex) drainReaders(ctx context.Context, role uint32, w *closeWatch) er
 // upgrade lock is free (or finds it set: by itself, or by a dead writer it
 // took over), releasing a dead upgrade holder's lock if it must.
 func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bool, w *closeWatch) error {
+	slice := false
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
@@ -163,7 +166,8 @@ func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bo
 			return ErrWouldBlock
 		}
 		*waited = true
-		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), w, func() bool { return m.e.State.Load()&stateUpgrade == 0 })
+		var err error
+		slice, err = m.wait(ctx, m.uniqueGateAs(uniqueWriter), w, slice, func() bool { return m.e.State.Load()&stateUpgrade == 0 })
 		if err != nil {
 			m.abandonWriter()
 			return err
@@ -255,12 +259,14 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	}
 	reclaimed, waited := false, false
 	var w closeWatch // for the second loop, which holds the Upgrader word
+	slice := false
 	for !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 		if try {
 			return ErrWouldBlock
 		}
 		waited = true
-		slice, err := m.wait(ctx, m.sharedGate(), nil, func() bool { return m.e.Upgrader.Load() == 0 })
+		var err error
+		slice, err = m.wait(ctx, m.sharedGate(), nil, slice, func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
 			return err
 		}
@@ -273,6 +279,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		}
 	}
 	memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS below, or the Upgrader release
+	slice = false
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade != 0 {
@@ -299,7 +306,8 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			return ErrWouldBlock
 		}
 		waited = true
-		slice, err := m.wait(ctx, m.sharedGate(), &w, func() bool {
+		var err error
+		slice, err = m.wait(ctx, m.sharedGate(), &w, slice, func() bool {
 			return m.e.State.Load()&stateWrite == 0 && m.e.Writer.Load() == 0
 		})
 		if err != nil {

@@ -59,8 +59,8 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			return ErrWouldBlock
 		}
 		waited = true
-		for {
-			slice, err := m.wait(ctx, m.sharedGate(), nil, func() bool { return m.e.State.Load()&blockReaders == 0 })
+		for again := false; ; again = true {
+			slice, err := m.wait(ctx, m.sharedGate(), nil, again, func() bool { return m.e.State.Load()&blockReaders == 0 })
 			if err != nil {
 				return err
 			}
