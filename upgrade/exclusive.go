@@ -25,7 +25,7 @@ func (m *Mutex) Lock() error {
 			m.abandonWriter()
 			return ErrHeld
 		}
-		return m.finishLock(context.Background(), false, false)
+		return m.finishLock(context.Background(), false, false, false)
 	}
 	return m.lockSlow(context.Background(), false)
 }
@@ -42,17 +42,18 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 	if err := m.checkFree(ctx); err != nil {
 		return err
 	}
-	reclaimed, err := m.acquireWriterWord(ctx, try)
+	reclaimed, waited, err := m.acquireWriterWord(ctx, try)
 	if err != nil {
 		return err
 	}
 	memview.StoreOwned(&m.e.WriterTID, m.tid) // published by setWriteBit's CAS, or the Writer release
-	return m.finishLock(ctx, try, reclaimed)
+	return m.finishLock(ctx, try, reclaimed, waited)
 }
 
 // finishLock is Lock once the Writer word is the caller's: set stateWrite
 // when the upgrade lock is free, then wait for readers to drain. On
-// failure it undoes both.
+// failure it undoes both. waited: the caller waited for the Writer word
+// (see writerGranted).
 //
 // Readers still holding the lock get a grace period (softDrain). Readers
 // on a CPU leave within a few loads of the drain check; if they have not,
@@ -63,16 +64,15 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 // period is over, stateWrite stays and keeps new readers out until the
 // readers there are have left, so a stream of readers cannot starve the
 // writer.
-func (m *Mutex) finishLock(ctx context.Context, try, reclaimed bool) error {
+func (m *Mutex) finishLock(ctx context.Context, try, reclaimed, waited bool) error {
 	var w closeWatch
-	err := m.finishLockWatched(ctx, try, reclaimed, &w)
+	err := m.finishLockWatched(ctx, try, reclaimed, waited, &w)
 	w.done()
 	return err
 }
 
-func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed bool, w *closeWatch) error {
+func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bool, w *closeWatch) error {
 	var graceEnd time.Time // zero until the grace period begins
-	waited := false
 	for {
 		if err := m.setWriteBit(ctx, try, &reclaimed, &waited, w); err != nil {
 			return err
@@ -113,10 +113,11 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed bool, w *c
 }
 
 // writerGranted ends an acquisition of the unique lock by Lock: it records
-// whether the hold was taken from the dead. One that waited checks the
-// segment once more, and gives the lock back if it was closed: wait
-// checked it last before the lock was taken, and the caller returns
-// before it can use the lock. If the acquisition slept, its closeWatch
+// whether the hold was taken from the dead. One that waited (for the
+// Writer word, the upgrade holder or readers) checks the segment once
+// more, and gives the lock back if it was closed: its wait checked it last
+// before the lock was taken, and the caller returns before it can use the
+// lock. If the acquisition slept, its closeWatch
 // keeps Close from replacing the mapping until then, so what it gives
 // back reaches the file. (One that did not wait is as exposed to a
 // racing Close as the fast path, which checks once before it begins.)

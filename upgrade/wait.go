@@ -225,19 +225,23 @@ func (m *Mutex) readersZero() bool {
 
 // acquireWriterWord takes the writers' mutex (the Writer word) for the
 // handle, waiting for it unless try, or takes it over from a dead holder
-// (reclaimed: a write bit the dead one left is now the caller's).
-func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool, err error) {
+// (reclaimed: a write bit the dead one left is now the caller's). waited
+// reports that the word was not free at once: the segment may have closed
+// after the last check of the wait, and the word then taken in the private
+// pages Close left, so the acquisition checks again before it reports
+// success (writerGranted).
+func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, waited bool, err error) {
 	w := &m.e.Writer
 	if w.CompareAndSwap(0, m.pid) {
-		return false, nil
+		return false, false, nil
 	}
 	if try {
-		return false, ErrWouldBlock
+		return false, false, ErrWouldBlock
 	}
 	spin.KeepOff(writerKeepOff)
 	for i := range spinLoads + spinYields {
 		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
-			return false, nil
+			return false, true, nil
 		}
 		if i >= spinLoads {
 			runtime.Gosched()
@@ -247,7 +251,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 	// its release is handed to the waiting writers (writerHandoff).
 	for range spinLoads {
 		if m.claimHungry() {
-			return false, nil
+			return false, true, nil
 		}
 	}
 	gate := &m.e.WriterGate
@@ -265,7 +269,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 				w.CompareAndSwap(o, o&^writerHungry)
 			}
 			m.passWriterWake() // the wake or the handoff may have been meant for this writer
-			return false, err
+			return false, true, err
 		}
 		sleep := livenessInterval
 		if d, ok := ctx.Deadline(); ok {
@@ -276,7 +280,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		if o := w.Load(); o == 0 || o == writerHandoff {
 			m.unregisterWriter()
 			if w.CompareAndSwap(o, m.pid) {
-				return false, nil
+				return false, true, nil
 			}
 			continue
 		} else if o&writerHungry != 0 {
@@ -289,17 +293,17 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed bool
 		if m.segClosed() {
 			// Woken (or timed out) after Close: the word there now is a
 			// zero of the private pages Close left. See wait.
-			return false, shm.ErrClosed
+			return false, true, shm.ErrClosed
 		}
 		for range spinLoads {
 			if m.claimHungry() {
-				return false, nil
+				return false, true, nil
 			}
 		}
 		if errors.Is(werr, futex.ErrTimeout) {
 			if m.takeOverWriter(w.Load()) {
 				m.e.Generation.Add(1)
-				return true, nil
+				return true, true, nil
 			}
 		}
 	}
