@@ -96,6 +96,13 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bo
 		m.clearWriteBit()
 		m.wake(m.sharedGate())
 		waited = true
+		// The grace period yields with the Writer word held: see
+		// closeWatch.
+		if err := m.watch(w); err != nil {
+			m.releaseWriterWord()
+			m.wake(m.sharedGate())
+			return err
+		}
 		for !m.readersZero() && time.Now().Before(graceEnd) {
 			if err := ctx.Err(); err != nil {
 				m.releaseWriterWord()

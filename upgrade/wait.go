@@ -51,7 +51,7 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 // open.)
 //
 // w, if not nil, is the caller's closeWatch: it holds part of the lock
-// while it sleeps, and registers before its first sleep.
+// while it waits, and registers before it first yields or sleeps.
 //
 // again means that the caller's last wait ended with a slice: it goes back
 // to sleep without spinning and yielding first. A waiter blocked for long
@@ -67,6 +67,11 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, again bool, rea
 			return false, m.openErr()
 		}
 		if i >= spinLoads {
+			// Off the CPU from here on, maybe for long: a Close meanwhile
+			// must wait for what the caller holds.
+			if err := m.watch(w); err != nil {
+				return false, err
+			}
 			yield()
 		}
 	}
