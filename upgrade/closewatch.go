@@ -1,9 +1,6 @@
 package upgrade
 
-import (
-	"github.com/shmlock/shmlock/internal/futex"
-	"github.com/shmlock/shmlock/shm"
-)
+import "github.com/shmlock/shmlock/shm"
 
 // closeWatch is for an acquisition that holds part of the lock while it
 // waits for the rest: Lock holds the writers' mutex (and maybe
@@ -35,10 +32,8 @@ func (m *Mutex) watch(w *closeWatch) error {
 	stop, ok := m.seg.OnClose(func() {
 		// Closed is true already: a sleeper that reads the gate after
 		// this bump sees it before it sleeps (wait).
-		for _, g := range [...]gate{m.sharedGate(), m.uniqueGate()} {
-			g.word.Add(1)
-			_, _ = futex.WakeAll(g.word)
-		}
+		wakeAnyway(&m.e.SharedGate)
+		wakeAnyway(&m.e.UniqueGate)
 		<-undone
 	})
 	w.stop = stop

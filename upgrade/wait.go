@@ -25,6 +25,14 @@ type gate struct {
 	all  uint32 // the bits of every sleeper of the gate
 }
 
+// wakeAnyway moves the gate and wakes everyone asleep on it, registered
+// or not, for a waiter that must look at something other than the state
+// (its context, the segment's Close); the others sleep again.
+func wakeAnyway(word *atomic.Uint32) {
+	word.Add(1)
+	_, _ = futex.WakeAll(word)
+}
+
 func (m *Mutex) sharedGate() gate {
 	return gate{&m.e.SharedGate, waitersShared, waitersSharedMask}
 }
@@ -81,7 +89,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, again bool, rea
 	if ctx.Done() != nil {
 		// A sleeper cannot watch a channel: cancellation wakes the gate,
 		// and the other sleepers on it sleep again.
-		defer onCancel(ctx, func() { g.word.Add(1); _, _ = futex.WakeAll(g.word) })()
+		defer onCancel(ctx, func() { wakeAnyway(g.word) })()
 	}
 	sleep := livenessInterval
 	if d, ok := ctx.Deadline(); ok {
@@ -262,7 +270,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 	gate := &m.e.WriterGate
 	if ctx.Done() != nil {
 		// As in wait: cancellation bumps the gate and wakes every writer.
-		defer onCancel(ctx, func() { gate.Add(1); _, _ = futex.WakeAll(gate) })()
+		defer onCancel(ctx, func() { wakeAnyway(gate) })()
 	}
 	for {
 		if err := ctx.Err(); err != nil {
