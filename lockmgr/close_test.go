@@ -127,6 +127,13 @@ func TestBadInputAfterClose(t *testing.T) {
 	_, err = m.Inspect("")
 	require.ErrorIs(t, err, lockmgr.ErrBadResource)
 	require.ErrorIs(t, m.Declare("ok", ""), lockmgr.ErrBadResource)
+	_, err = m.Acquire(context.Background(), "r", "a", lockmgr.Mode(9), lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrBadMode)
+	_, err = m.Acquire(context.Background(), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: -1})
+	require.ErrorIs(t, err, lockmgr.ErrBadOptions)
+	_, err = m.Refresh("r", "a", -1)
+	require.ErrorIs(t, err, lockmgr.ErrBadOptions)
+	require.ErrorIs(t, m.SetCompanion("r", "a", -1), lockmgr.ErrBadOptions)
 }
 
 // An acquisition asleep between attempts when its segment closes returns

@@ -185,12 +185,15 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 	info := LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed}
 	var res resKey
 	var own ownKey
-	err := m.check(&res, &own, resource, owner)
+	err := checkNames(&res, &own, resource, owner)
 	if err == nil && mode != Exclusive && mode != Collaborative {
 		err = fmt.Errorf("%w: %d", ErrBadMode, mode)
 	}
 	if err == nil && (opts.TTL < 0 || opts.Wait < 0 || opts.Retries < RetryForever || (opts.Backoff != Backoff{} && !opts.Backoff.valid())) {
 		err = fmt.Errorf("%w: %+v", ErrBadOptions, opts)
+	}
+	if err == nil {
+		err = m.writable()
 	}
 	if err != nil {
 		return info, err
@@ -201,19 +204,18 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 	return m.acquire(ctx, &res, &own, mode, opts, info)
 }
 
-// check fills res and own from resource and owner, which must be valid
-// names, for a change of the table, which must be open and writable.
-func (m *Manager) check(res *resKey, own *ownKey, resource, owner string) error {
+// checkNames fills res and own from resource and owner, which must be
+// valid names.
+func checkNames(res *resKey, own *ownKey, resource, owner string) error {
 	if err := res.setResource(resource); err != nil {
 		return err
 	}
-	if err := own.setOwner(owner); err != nil {
-		return err
-	}
-	return m.writable()
+	return own.setOwner(owner)
 }
 
-// writable is nil if the table may be changed.
+// writable is nil if the table may be changed. The changes check it once
+// their input is known to be good: bad input is reported as such on a
+// closed or read-only table too.
 func (m *Manager) writable() error {
 	if m.closed() {
 		return shm.ErrClosed
@@ -604,7 +606,10 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 func (m *Manager) Release(resource, owner string) error {
 	var res resKey
 	var own ownKey
-	if err := m.check(&res, &own, resource, owner); err != nil {
+	if err := checkNames(&res, &own, resource, owner); err != nil {
+		return err
+	}
+	if err := m.writable(); err != nil {
 		return err
 	}
 	now := m.clock.now() // before locking, as in acquire
@@ -672,9 +677,12 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 	info := LockInfo{Resource: resource, Owner: owner, State: Failed}
 	var res resKey
 	var own ownKey
-	err := m.check(&res, &own, resource, owner)
+	err := checkNames(&res, &own, resource, owner)
 	if err == nil && ttl < 0 {
 		err = fmt.Errorf("%w: ttl %v", ErrBadOptions, ttl)
+	}
+	if err == nil {
+		err = m.writable()
 	}
 	if err != nil {
 		return info, err
@@ -734,11 +742,14 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 func (m *Manager) SetCompanion(resource, owner string, pid int) error {
 	var res resKey
 	var own ownKey
-	if err := m.check(&res, &own, resource, owner); err != nil {
+	if err := checkNames(&res, &own, resource, owner); err != nil {
 		return err
 	}
 	if pid <= 0 || pid > proc.MaxPID {
 		return fmt.Errorf("%w: pid %d", ErrBadOptions, pid)
+	}
+	if err := m.writable(); err != nil {
+		return err
 	}
 	id, err := proc.Lookup(uint32(pid))
 	if err != nil {
