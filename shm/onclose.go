@@ -10,9 +10,9 @@ import "sync"
 // that holds part of a lock while it waits for the rest wakes, sees
 // Closed and gives that part back. f must return soon.
 //
-// stop cancels the arrangement; it reports false if f has started (or
-// stop was called before). ok is false, and f will not run, if Close has
-// begun already.
+// stop cancels the arrangement; it reports false if Close has begun
+// (f runs, or is about to) or stop was called before. ok is false, and f
+// will not run, if Close had begun already.
 func (s *Segment) OnClose(f func()) (stop func() bool, ok bool) {
 	return s.onClose.add(f)
 }
