@@ -78,13 +78,10 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 			if c == open {
 				continue // a cancelled close reopened it meanwhile
 			}
-			if s.seg.Closed() {
-				return shm.ErrClosed // c is a word of the private pages
-			}
 			if err := refErr(c, gen); err != nil {
-				return err
+				return s.unlessClosed(err)
 			}
-			return ErrWrongMode
+			return s.unlessClosed(ErrWrongMode)
 		}
 		if err := s.awaitEnd(ctx, Ref{Txn: uint32(idx), Gen: gen}); err != nil {
 			return err
@@ -122,10 +119,7 @@ func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
 		testHookDrained(idx)
 	}
 	if !rec.Ctl.CompareAndSwap(closing, withState(closing, stateFinishing)) {
-		if s.seg.Closed() {
-			return shm.ErrClosed
-		}
-		return fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx)
+		return s.unlessClosed(fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx))
 	}
 	return s.drainFinishing(idx)
 }
@@ -353,10 +347,7 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 	rec := s.recs[index]
 	c := rec.Ctl.Load()
 	if !ctlLive(c) {
-		if s.seg.Closed() {
-			return shm.ErrClosed
-		}
-		return ErrClosed
+		return s.unlessClosed(ErrClosed)
 	}
 	owner := rec.Owner.Load()
 	if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {

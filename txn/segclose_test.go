@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -251,6 +252,79 @@ func TestSegmentCloseEndsAWait(t *testing.T) {
 			}
 			w.after(t)
 			require.ErrorIs(t, sp.Close(), shm.ErrClosed)
+		})
+	}
+}
+
+// An operation whose segment closes between its last check and its use of
+// the segment (after its stores, before its read of a pinned object)
+// fails with shm.ErrClosed: it never succeeds with stores that may have
+// gone to the private pages Close leaves, nor explains those pages' zeros
+// as ErrBadRef. Not parallel: the hook is the package's.
+func TestSegmentCloseUnderAnOperation(t *testing.T) {
+	type refs struct{ obj, cell, other txn.Ref } // obj of src; cell and other (an object) of the other handle's
+	ops := []struct {
+		name   string
+		stored bool // Close comes after the operation's stores, else before it reads an object
+		op     func(sp *txn.Space, src *txn.Txn, r refs) error
+	}{
+		{"Begin", true, func(sp *txn.Space, _ *txn.Txn, _ refs) error {
+			_, err := sp.Begin(txn.BeginOptions{})
+			return err
+		}},
+		{"Alloc", true, func(_ *txn.Space, src *txn.Txn, _ refs) error {
+			_, err := src.Alloc([]byte("more"))
+			return err
+		}},
+		{"Link", true, func(_ *txn.Space, src *txn.Txn, r refs) error {
+			_, err := src.Link(r.other)
+			return err
+		}},
+		{"Link's read of its target", false, func(_ *txn.Space, src *txn.Txn, r refs) error {
+			_, err := src.Link(r.other)
+			return err
+		}},
+		{"Link of its own object", false, func(_ *txn.Space, src *txn.Txn, r refs) error {
+			_, err := src.Link(r.obj)
+			return err
+		}},
+		{"Borrow", false, func(sp *txn.Space, _ *txn.Txn, r refs) error {
+			b, err := sp.Borrow(context.Background(), r.obj)
+			b.Release()
+			return err
+		}},
+		{"Borrow of a cell", false, func(sp *txn.Space, _ *txn.Txn, r refs) error {
+			b, err := sp.Borrow(context.Background(), r.cell)
+			b.Release()
+			return err
+		}},
+	}
+	for _, o := range ops {
+		t.Run(o.name, func(t *testing.T) {
+			other, path := newSegment(t, layout.Options{})
+			osp := newSpace(t, other)
+			var r refs
+			_, _, r.other, r.cell = linked(t, osp, txn.BeginOptions{}, txn.BeginOptions{}, 8, 20)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			sp, err := txn.Open(seg)
+			require.NoError(t, err)
+			src, err := sp.Begin(txn.BeginOptions{})
+			require.NoError(t, err)
+			r.obj, err = src.Alloc(pattern(9, 20))
+			require.NoError(t, err)
+
+			var closeErr error
+			var once sync.Once
+			txn.SetUncheckedHook(func(stored bool) {
+				if stored == o.stored {
+					once.Do(func() { closeErr = seg.Close() })
+				}
+			})
+			defer txn.SetUncheckedHook(nil)
+			require.ErrorIs(t, o.op(sp, src, r), shm.ErrClosed)
+			require.NoError(t, closeErr)
+			require.True(t, seg.Closed(), "the hook ran")
 		})
 	}
 }

@@ -201,6 +201,16 @@ func (s *Space) usable() error {
 	return nil
 }
 
+// unlessClosed is err, the explanation of a word read from the segment,
+// unless the segment is closed: the word may then have been read from the
+// private zero pages that Close left, and explains nothing.
+func (s *Space) unlessClosed(err error) error {
+	if s.seg.Closed() {
+		return shm.ErrClosed
+	}
+	return err
+}
+
 // Records is the number of transaction records in the segment.
 func (s *Space) Records() int { return s.geo.nrec }
 
