@@ -88,9 +88,12 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 		}
 	}
 	if err := s.settle(ctx, idx, closing); err != nil {
-		if rec.Ctl.CompareAndSwap(closing, open) {
-			wake(drain{&rec.Drain, &rec.Sleepers})
+		if !rec.Ctl.CompareAndSwap(closing, open) {
+			// Not reopened: on a closed segment the record stays Closing
+			// in the file, and ctx.Err() would say it had been.
+			return s.unlessClosed(err)
 		}
+		wake(drain{&rec.Drain, &rec.Sleepers})
 		return err
 	}
 	return s.finish(idx, finishing)

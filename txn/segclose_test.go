@@ -256,6 +256,52 @@ func TestSegmentCloseEndsAWait(t *testing.T) {
 	}
 }
 
+// A close whose context is cancelled just after its segment closed cannot
+// reopen the transaction (the file is no longer mapped): it returns
+// shm.ErrClosed, not ctx.Err(), which would say the transaction had been
+// reopened; the file shows it still Closing.
+func TestSegmentCloseThenCancel(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			other, path := newSegment(t, layout.Options{})
+			osp := newSpace(t, other)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			sp, err := txn.Open(seg)
+			require.NoError(t, err)
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(5, 30))
+			require.NoError(t, err)
+			p, err := osp.TryPin(r)
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ch := make(chan error, 1)
+			asleep := func() bool { return osp.ClosersAsleep(tx.Index()) == 1 }
+			if m.barrier {
+				b, err := txn.NewBarrier(sp)
+				require.NoError(t, err)
+				go func() { ch <- b.Close(ctx, tx) }()
+				asleep = func() bool { return osp.LeadersAsleep() == 1 }
+			} else {
+				go func() { ch <- tx.RequestCloseAndWait(ctx) }()
+			}
+			waitFor(t, asleep, "the closer to sleep")
+			require.NoError(t, seg.Close())
+			cancel()
+			require.ErrorIs(t, recv(t, ch), shm.ErrClosed)
+
+			p.Release()
+			require.Equal(t, txn.StateClosing, txnInfo(t, other, tx.Index()).State, "not reopened")
+			require.ErrorIs(t, sp.Close(), shm.ErrClosed)
+		})
+	}
+}
+
 // An operation whose segment closes between its last check and its use of
 // the segment (after its stores, before its read of a pinned object)
 // fails with shm.ErrClosed: it never succeeds with stores that may have
