@@ -146,7 +146,7 @@ func (s *Space) Close() error {
 		return ErrSpaceClosed
 	}
 	if s.seg.Closed() {
-		return fmt.Errorf("txn: close: pin row %d stays taken until this process exits: %w", s.row, shm.ErrClosed)
+		return rowKept(s.row)
 	}
 	for _, c := range s.ctrs {
 		if c.Load() != 0 {
@@ -154,7 +154,9 @@ func (s *Space) Close() error {
 			return ErrPinsHeld
 		}
 	}
-	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
+	if !s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0) && s.seg.Closed() {
+		return rowKept(s.row) // the segment closed since the check above
+	}
 	s.releaseLock(allocLockName)
 	s.mu.Lock()
 	if s.barLock != nil {
@@ -162,6 +164,11 @@ func (s *Space) Close() error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// rowKept is Close's error when the segment's Close came first.
+func rowKept(row int) error {
+	return fmt.Errorf("txn: close: pin row %d stays taken until this process exits: %w", row, shm.ErrClosed)
 }
 
 // releaseLock drops this handle's claim on the owner slot of a named lock.
