@@ -354,7 +354,9 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 	}
 	owner := rec.Owner.Load()
 	if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {
-		return ErrOwnerAlive
+		// A CAS that failed on a segment closed since the owner was read
+		// says nothing of the owner.
+		return s.unlessClosed(ErrOwnerAlive)
 	}
 	var err error
 	if c&flagBarrier != 0 {
