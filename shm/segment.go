@@ -258,7 +258,11 @@ func (s *Segment) Close() error {
 		return ErrClosed
 	}
 	s.onClose.run()
+	// A directory change of this process in progress ends in the file
+	// first: one that did not would leave the registry lock held there.
+	s.registryMu.Lock()
 	errUnmap := memview.Quarantine(s.mem, !s.readOnly)
+	s.registryMu.Unlock()
 	errClose := s.file.Close()
 	return errors.Join(errUnmap, errClose)
 }
