@@ -9,8 +9,8 @@ func SetPinnedHook(f func()) { testHookPinned = f }
 
 // SetUncheckedHook installs f to run where the segment's Close can come
 // between an operation's check and its use of the segment: after the
-// stores of Begin, Alloc and Link (stored), before a pinned object is read
-// (nil removes it). Tests only; not concurrent with those operations.
+// stores of Open, Begin, Alloc and Link (stored), before a pinned object
+// is read (nil removes it). Tests only; not concurrent with those operations.
 func SetUncheckedHook(f func(stored bool)) { testHookUnchecked = f }
 
 // SetCloseHooks installs the close's test hooks (nil removes one): drained

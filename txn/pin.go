@@ -16,8 +16,8 @@ var testHookPinned func()
 
 // testHookUnchecked runs where the segment's Close can come between an
 // operation's last check of it and its use of the segment: after the
-// stores of Begin, Alloc and Link (stored), before a pinned object is read
-// (export_test.go).
+// stores of Open, Begin, Alloc and Link (stored), before a pinned object
+// is read (export_test.go).
 var testHookUnchecked func(stored bool)
 
 // Pin keeps one transaction from being closed: while it is held, the

@@ -314,6 +314,10 @@ func TestSegmentCloseUnderAnOperation(t *testing.T) {
 		stored bool // Close comes after the operation's stores, else before it reads an object
 		op     func(sp *txn.Space, src *txn.Txn, r refs) error
 	}{
+		{"Open", true, func(sp *txn.Space, _ *txn.Txn, _ refs) error {
+			_, err := txn.Open(sp.Segment())
+			return err
+		}},
 		{"Begin", true, func(sp *txn.Space, _ *txn.Txn, _ refs) error {
 			_, err := sp.Begin(txn.BeginOptions{})
 			return err

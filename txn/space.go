@@ -71,6 +71,15 @@ func Open(seg *shm.Segment) (*Space, error) {
 		s.releaseLock(allocLockName)
 		return nil, err
 	}
+	if testHookUnchecked != nil {
+		testHookUnchecked(true)
+	}
+	if seg.Closed() {
+		// The row may have been taken on the private pages that Close
+		// left; if in the file, it stays taken there until this process
+		// exits, as after Close of a Space whose segment closed first.
+		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrClosed)
+	}
 	return s, nil
 }
 
