@@ -252,7 +252,9 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 // neither faults nor touches the shared file. Locks this process still
 // holds stay held in the file until the process exits or another process
 // reclaims them: release them before Close. Before it replaces the mapping
-// Close runs the functions of OnClose and waits for them.
+// Close runs the functions of OnClose and waits for them, and lets a Claim
+// or Release of another goroutine that holds the directory's lock finish
+// in the file (one still waiting for the lock returns ErrClosed).
 func (s *Segment) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
