@@ -28,10 +28,7 @@ func TestUseAfterSegmentClose(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			opts := txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier}
 			src, dst, obj, cell := linked(t, sp, opts, opts, 1, 40)
 			b, err := txn.NewBarrier(sp)
@@ -116,10 +113,7 @@ func TestSpaceAndSegmentCloseOrder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			if spaceFirst {
 				require.NoError(t, sp.Close())
 				require.NoError(t, seg.Close())
@@ -128,7 +122,7 @@ func TestSpaceAndSegmentCloseOrder(t *testing.T) {
 				require.ErrorIs(t, sp.Close(), shm.ErrClosed)
 			}
 			require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
-			_, err = sp.Begin(txn.BeginOptions{})
+			_, err := sp.Begin(txn.BeginOptions{})
 			require.ErrorIs(t, err, shm.ErrClosed)
 			snap, err := txn.Inspect(other, false)
 			require.NoError(t, err)
@@ -240,10 +234,7 @@ func TestSegmentCloseEndsAWait(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
 			osp := newSpace(t, other)
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			w := c.start(t, sp, osp, other)
 			waitFor(t, w.asleep, "the waiters to sleep")
 			require.NoError(t, seg.Close())
@@ -267,10 +258,7 @@ func TestSegmentCloseThenCancel(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
 			osp := newSpace(t, other)
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
 			require.NoError(t, err)
 			r, err := tx.Alloc(pattern(5, 30))
@@ -355,10 +343,7 @@ func TestSegmentCloseUnderAnOperation(t *testing.T) {
 			osp := newSpace(t, other)
 			var r refs
 			_, _, r.other, r.cell = linked(t, osp, txn.BeginOptions{}, txn.BeginOptions{}, 8, 20)
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			src, err := sp.Begin(txn.BeginOptions{})
 			require.NoError(t, err)
 			r.obj, err = src.Alloc(pattern(9, 20))
@@ -377,4 +362,16 @@ func TestSegmentCloseUnderAnOperation(t *testing.T) {
 			require.True(t, seg.Closed(), "the hook ran")
 		})
 	}
+}
+
+// openClosable opens a second handle on the segment at path, and a Space
+// on it, for the test to close (the cleanup's second Close is harmless).
+func openClosable(t *testing.T, path string) (*shm.Segment, *txn.Space) {
+	t.Helper()
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	sp, err := txn.Open(seg)
+	require.NoError(t, err)
+	return seg, sp
 }
