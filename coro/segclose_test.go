@@ -159,6 +159,8 @@ func TestProcessMutexCloseEndsAWait(t *testing.T) {
 				}
 				results <- err
 			}))
+			testproc.WaitFor(t, func() bool { return coro.Waiters(coro.ProcessLocal(m)) == 2 },
+				"the Lock and the LockOn to queue behind the front waiter")
 			require.NoError(t, seg.Close())
 			for range 3 {
 				select {

@@ -58,7 +58,9 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	if err := s.writable(); err != nil {
 		return -1, err
 	}
-	s.lockRegistry()
+	if err := s.lockRegistry(); err != nil {
+		return -1, err
+	}
 	defer s.unlockRegistry()
 
 	free := -1
@@ -88,6 +90,12 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	if free < 0 {
 		return -1, fmt.Errorf("%w: %v has %d entries, all claimed", ErrTableFull, k, s.Len(k))
 	}
+	// ErrClosed if Close has begun (it waits for this change to end in
+	// the file before it replaces the mapping): nothing is changed yet.
+	e, err := entry[layout.DirEntry](s, dk, free)
+	if err != nil {
+		return -1, err
+	}
 	// The entry becomes visible only with the State store at the end, so a
 	// claimant that dies before it leaves the entry free.
 	if err := s.zeroEntry(k, free); err != nil {
@@ -96,7 +104,6 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	if err := s.zeroEntry(dk, free); err != nil {
 		return -1, err
 	}
-	e, _ := entry[layout.DirEntry](s, dk, free)
 	copy(e.Name[:], name)
 	e.NameLen.Store(uint32(len(name)))
 	e.Use.Store(use)
@@ -122,7 +129,9 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 	if err != nil {
 		return err
 	}
-	s.lockRegistry()
+	if err := s.lockRegistry(); err != nil {
+		return err
+	}
 	defer s.unlockRegistry()
 	if e.State.Load() != layout.DirClaimed {
 		return fmt.Errorf("%w: %v[%d]", ErrNotClaimed, k, i)
@@ -194,6 +203,9 @@ func (s *Segment) Claims(k layout.Kind) ([]Claim, error) {
 			break
 		}
 	}
+	if s.closed.Load() {
+		return nil, ErrClosed // the passes may have read private zero pages
+	}
 	return claims, nil
 }
 
@@ -212,29 +224,35 @@ func (s *Segment) writable() error {
 // dead (exited, or its pid reused) takes the lock over with one CAS, so a
 // process that dies mid-claim stalls the others only briefly. Goroutines of
 // one process first queue on registryMu, so the word only ever sees one
-// claimant per process.
+// claimant per process. Close takes registryMu before it replaces the
+// mapping, so a change that holds the lock completes in the file (and
+// unlocks it there), and one that waits for it gives up with ErrClosed.
 const (
 	registrySpins        = 64                   // Gosched rounds before sleeping
 	registryMaxSleep     = 2 * time.Millisecond // longest sleep between attempts
 	registryLivenessStep = 16                   // attempts between liveness checks
 )
 
-func (s *Segment) lockRegistry() {
+func (s *Segment) lockRegistry() error {
 	s.registryMu.Lock()
 	self := proc.Self().Pack()
 	sleep := 10 * time.Microsecond
 	for attempt := 0; ; attempt++ {
+		if s.closed.Load() {
+			s.registryMu.Unlock()
+			return ErrClosed
+		}
 		holder := s.registry.Load()
 		if holder == 0 {
 			if s.registry.CompareAndSwap(0, self) {
-				return
+				return nil
 			}
 			continue
 		}
 		if attempt%registryLivenessStep == registryLivenessStep-1 && !s.OwnerAlive(holder) {
 			if s.registry.CompareAndSwap(holder, self) {
 				s.regGen.Add(1) // the dead holder's change, if any, is abandoned
-				return
+				return nil
 			}
 			continue
 		}

@@ -252,13 +252,19 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 // neither faults nor touches the shared file. Locks this process still
 // holds stay held in the file until the process exits or another process
 // reclaims them: release them before Close. Before it replaces the mapping
-// Close runs the functions of OnClose and waits for them.
+// Close runs the functions of OnClose and waits for them, and lets a Claim
+// or Release of another goroutine that holds the directory's lock finish
+// in the file (one still waiting for the lock returns ErrClosed).
 func (s *Segment) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
 	s.onClose.run()
+	// A directory change of this process in progress ends in the file
+	// first: one that did not would leave the registry lock held there.
+	s.registryMu.Lock()
 	errUnmap := memview.Quarantine(s.mem, !s.readOnly)
+	s.registryMu.Unlock()
 	errClose := s.file.Close()
 	return errors.Join(errUnmap, errClose)
 }

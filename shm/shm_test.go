@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -328,6 +329,49 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, 0), shm.ErrClosed)
 	_, err = seg.Claims(layout.KindOwnerSlots)
 	require.ErrorIs(t, err, shm.ErrClosed)
+}
+
+// A claim under way when Close begins completes in the file before Close
+// replaces the mapping: it is there for another handle, with the registry
+// lock released there (else the other handle's Claim would wait for this
+// process to exit). Not parallel: the hook is the package's.
+func TestCloseDuringClaim(t *testing.T) {
+	seg, path := create(t, shm.Options{})
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+
+	closed := make(chan error, 1)
+	restore := shm.SetTestHookBeforePublish(func() {
+		go func() { closed <- seg.Close() }()
+		testproc.WaitFor(t, seg.Closed, "Close to begin")
+	})
+	i, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+	restore()
+	require.NoError(t, err, "the claim was under way when Close began")
+	require.NoError(t, <-closed)
+
+	j, err := other.Lookup(layout.KindOwnerSlots, "jobs")
+	require.NoError(t, err, "the claim is in the file")
+	require.Equal(t, i, j)
+	done := make(chan error, 1)
+	go func() {
+		j, err := other.Claim(layout.KindOwnerSlots, "jobs")
+		if err == nil && j != i {
+			err = fmt.Errorf("claimed %d, not %d", j, i)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(testproc.Timeout):
+		t.Fatal("the registry lock stayed held in the file")
+	}
+	claims, err := other.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	require.EqualValues(t, 2, claims[0].Refs)
 }
 
 // A pointer into a segment kept past Close neither faults nor reaches the

@@ -144,6 +144,8 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 				r := s.recs[undo.idx]
 				if r.Ctl.CompareAndSwap(ctlWord(stateClosing, undo.gen, flagBarrier), ctlWord(stateOpen, undo.gen, flagBarrier)) {
 					wake(drain{&r.Drain, &r.Sleepers})
+				} else {
+					err = s.unlessClosed(err) // not reopened (see closeTxn)
 				}
 			}
 			return err

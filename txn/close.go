@@ -78,22 +78,22 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 			if c == open {
 				continue // a cancelled close reopened it meanwhile
 			}
-			if s.seg.Closed() {
-				return shm.ErrClosed // c is a word of the private pages
-			}
 			if err := refErr(c, gen); err != nil {
-				return err
+				return s.unlessClosed(err)
 			}
-			return ErrWrongMode
+			return s.unlessClosed(ErrWrongMode)
 		}
 		if err := s.awaitEnd(ctx, Ref{Txn: uint32(idx), Gen: gen}); err != nil {
 			return err
 		}
 	}
 	if err := s.settle(ctx, idx, closing); err != nil {
-		if rec.Ctl.CompareAndSwap(closing, open) {
-			wake(drain{&rec.Drain, &rec.Sleepers})
+		if !rec.Ctl.CompareAndSwap(closing, open) {
+			// Not reopened: on a closed segment the record stays Closing
+			// in the file, and ctx.Err() would say it had been.
+			return s.unlessClosed(err)
 		}
+		wake(drain{&rec.Drain, &rec.Sleepers})
 		return err
 	}
 	return s.finish(idx, finishing)
@@ -122,10 +122,7 @@ func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
 		testHookDrained(idx)
 	}
 	if !rec.Ctl.CompareAndSwap(closing, withState(closing, stateFinishing)) {
-		if s.seg.Closed() {
-			return shm.ErrClosed
-		}
-		return fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx)
+		return s.unlessClosed(fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx))
 	}
 	return s.drainFinishing(idx)
 }
@@ -353,14 +350,13 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 	rec := s.recs[index]
 	c := rec.Ctl.Load()
 	if !ctlLive(c) {
-		if s.seg.Closed() {
-			return shm.ErrClosed
-		}
-		return ErrClosed
+		return s.unlessClosed(ErrClosed)
 	}
 	owner := rec.Owner.Load()
 	if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {
-		return ErrOwnerAlive
+		// A CAS that failed on a segment closed since the owner was read
+		// says nothing of the owner.
+		return s.unlessClosed(ErrOwnerAlive)
 	}
 	var err error
 	if c&flagBarrier != 0 {

@@ -47,7 +47,11 @@
 // taken, a close it had begun stays Closing or Finishing, and a lock an
 // operation held at that moment (Begin's allocator lock, a barrier close's
 // leader lock) stays held, so other processes' Begin or Barrier.Close wait
-// for this process's exit. Release pins, let operations return and Close
+// for this process's exit. An operation that the Close comes in the middle
+// of returns shm.ErrClosed too, never a success whose writes may have gone
+// to the private pages; what it wrote before the Close stays in the file
+// like the rest (a record Begin took stays open, owned by this process).
+// Release pins, let operations return and Close
 // the Space before the segment.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})

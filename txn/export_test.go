@@ -7,6 +7,12 @@ import "github.com/shmlock/shmlock/internal/sleepers"
 // with pins.
 func SetPinnedHook(f func()) { testHookPinned = f }
 
+// SetUncheckedHook installs f to run where the segment's Close can come
+// between an operation's check and its use of the segment: after the
+// stores of Open, Begin, Alloc and Link (stored), before a pinned object
+// is read (nil removes it). Tests only; not concurrent with those operations.
+func SetUncheckedHook(f func(stored bool)) { testHookUnchecked = f }
+
 // SetCloseHooks installs the close's test hooks (nil removes one): drained
 // runs between a closer's last count of pins and its flip to Finishing,
 // finishing at the start of the end sequence, promotePinned when a closer

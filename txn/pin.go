@@ -14,6 +14,12 @@ import (
 // state, so a test can close the transaction right there (export_test.go).
 var testHookPinned func()
 
+// testHookUnchecked runs where the segment's Close can come between an
+// operation's last check of it and its use of the segment: after the
+// stores of Open, Begin, Alloc and Link (stored), before a pinned object
+// is read (export_test.go).
+var testHookUnchecked func(stored bool)
+
 // Pin keeps one transaction from being closed: while it is held, the
 // transaction's close waits, and its objects stay valid. The zero Pin holds
 // nothing. Release it as soon as the read is done; never hold one across
@@ -252,9 +258,12 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 		err = s.pin(&b.pins[1], t.Txn, t.Gen)
 		if err == nil {
 			kind, tdata, _, err := s.object(t)
-			if err != nil || kind != kindObject {
+			if err == nil && kind != kindObject {
+				err = ErrBadRef
+			}
+			if err != nil {
 				b.Release()
-				return ErrBadRef
+				return err // ErrBadRef, or shm.ErrClosed
 			}
 			b.data = tdata
 			return nil
@@ -275,11 +284,11 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 				return nil
 			}
 			b.Release()
-			return ErrClosed
+			return s.unlessClosed(ErrClosed)
 		}
 		b.Release()
 		if !ctlEnding(s.recs[t.Txn].Ctl.Load()) {
-			return ErrClosing // the barrier is up, for other transactions
+			return s.unlessClosed(ErrClosing) // the barrier is up, for other transactions
 		}
 		if err := s.awaitEnd(ctx, t); err != nil {
 			return err
@@ -322,8 +331,21 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 const livenessInterval = 50 * time.Millisecond
 
 // object validates r against its (pinned) transaction and returns the
-// object's data, or for a cell its copy area and body.
+// object's data, or for a cell its copy area and body. shm.ErrClosed
+// rather than ErrBadRef when the segment closed after the pin: the words
+// read were then the zeros of private pages, not the object's.
 func (s *Space) object(r Ref) (kind uint64, data []byte, cell *cellBody, err error) {
+	if testHookUnchecked != nil {
+		testHookUnchecked(false)
+	}
+	kind, data, cell, err = s.objectAt(r)
+	if err != nil {
+		return 0, nil, nil, s.unlessClosed(err)
+	}
+	return kind, data, cell, nil
+}
+
+func (s *Space) objectAt(r Ref) (kind uint64, data []byte, cell *cellBody, err error) {
 	rec := s.recs[r.Txn]
 	start, size, ok := s.geo.arenaBounds(rec.Arena.Load())
 	if !ok {

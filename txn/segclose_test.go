@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,10 +28,7 @@ func TestUseAfterSegmentClose(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			opts := txn.BeginOptions{ArenaBytes: 1024, Barrier: m.barrier}
 			src, dst, obj, cell := linked(t, sp, opts, opts, 1, 40)
 			b, err := txn.NewBarrier(sp)
@@ -115,10 +113,7 @@ func TestSpaceAndSegmentCloseOrder(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			if spaceFirst {
 				require.NoError(t, sp.Close())
 				require.NoError(t, seg.Close())
@@ -127,7 +122,7 @@ func TestSpaceAndSegmentCloseOrder(t *testing.T) {
 				require.ErrorIs(t, sp.Close(), shm.ErrClosed)
 			}
 			require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
-			_, err = sp.Begin(txn.BeginOptions{})
+			_, err := sp.Begin(txn.BeginOptions{})
 			require.ErrorIs(t, err, shm.ErrClosed)
 			snap, err := txn.Inspect(other, false)
 			require.NoError(t, err)
@@ -239,10 +234,7 @@ func TestSegmentCloseEndsAWait(t *testing.T) {
 			t.Parallel()
 			other, path := newSegment(t, layout.Options{})
 			osp := newSpace(t, other)
-			seg, err := shm.Open(path, shm.Options{})
-			require.NoError(t, err)
-			sp, err := txn.Open(seg)
-			require.NoError(t, err)
+			seg, sp := openClosable(t, path)
 			w := c.start(t, sp, osp, other)
 			waitFor(t, w.asleep, "the waiters to sleep")
 			require.NoError(t, seg.Close())
@@ -253,4 +245,133 @@ func TestSegmentCloseEndsAWait(t *testing.T) {
 			require.ErrorIs(t, sp.Close(), shm.ErrClosed)
 		})
 	}
+}
+
+// A close whose context is cancelled just after its segment closed cannot
+// reopen the transaction (the file is no longer mapped): it returns
+// shm.ErrClosed, not ctx.Err(), which would say the transaction had been
+// reopened; the file shows it still Closing.
+func TestSegmentCloseThenCancel(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			other, path := newSegment(t, layout.Options{})
+			osp := newSpace(t, other)
+			seg, sp := openClosable(t, path)
+			tx, err := sp.Begin(txn.BeginOptions{Barrier: m.barrier})
+			require.NoError(t, err)
+			r, err := tx.Alloc(pattern(5, 30))
+			require.NoError(t, err)
+			p, err := osp.TryPin(r)
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ch := make(chan error, 1)
+			asleep := func() bool { return osp.ClosersAsleep(tx.Index()) == 1 }
+			if m.barrier {
+				b, err := txn.NewBarrier(sp)
+				require.NoError(t, err)
+				go func() { ch <- b.Close(ctx, tx) }()
+				asleep = func() bool { return osp.LeadersAsleep() == 1 }
+			} else {
+				go func() { ch <- tx.RequestCloseAndWait(ctx) }()
+			}
+			waitFor(t, asleep, "the closer to sleep")
+			require.NoError(t, seg.Close())
+			cancel()
+			require.ErrorIs(t, recv(t, ch), shm.ErrClosed)
+
+			p.Release()
+			require.Equal(t, txn.StateClosing, txnInfo(t, other, tx.Index()).State, "not reopened")
+			require.ErrorIs(t, sp.Close(), shm.ErrClosed)
+		})
+	}
+}
+
+// An operation whose segment closes between its last check and its use of
+// the segment (after its stores, before its read of a pinned object)
+// fails with shm.ErrClosed: it never succeeds with stores that may have
+// gone to the private pages Close leaves, nor explains those pages' zeros
+// as ErrBadRef. Not parallel: the hook is the package's.
+func TestSegmentCloseUnderAnOperation(t *testing.T) {
+	type refs struct{ obj, cell, other txn.Ref } // obj of src; cell and other (an object) of the other handle's
+	ops := []struct {
+		name   string
+		stored bool // Close comes after the operation's stores, else before it reads an object
+		op     func(sp *txn.Space, src *txn.Txn, r refs) error
+	}{
+		{"Open", true, func(sp *txn.Space, _ *txn.Txn, _ refs) error {
+			_, err := txn.Open(sp.Segment())
+			return err
+		}},
+		{"Begin", true, func(sp *txn.Space, _ *txn.Txn, _ refs) error {
+			_, err := sp.Begin(txn.BeginOptions{})
+			return err
+		}},
+		{"Alloc", true, func(_ *txn.Space, src *txn.Txn, _ refs) error {
+			_, err := src.Alloc([]byte("more"))
+			return err
+		}},
+		{"Link", true, func(_ *txn.Space, src *txn.Txn, r refs) error {
+			_, err := src.Link(r.other)
+			return err
+		}},
+		{"Link's read of its target", false, func(_ *txn.Space, src *txn.Txn, r refs) error {
+			_, err := src.Link(r.other)
+			return err
+		}},
+		{"Link of its own object", false, func(_ *txn.Space, src *txn.Txn, r refs) error {
+			_, err := src.Link(r.obj)
+			return err
+		}},
+		{"Borrow", false, func(sp *txn.Space, _ *txn.Txn, r refs) error {
+			b, err := sp.Borrow(context.Background(), r.obj)
+			b.Release()
+			return err
+		}},
+		{"Borrow of a cell", false, func(sp *txn.Space, _ *txn.Txn, r refs) error {
+			b, err := sp.Borrow(context.Background(), r.cell)
+			b.Release()
+			return err
+		}},
+	}
+	for _, o := range ops {
+		t.Run(o.name, func(t *testing.T) {
+			other, path := newSegment(t, layout.Options{})
+			osp := newSpace(t, other)
+			var r refs
+			_, _, r.other, r.cell = linked(t, osp, txn.BeginOptions{}, txn.BeginOptions{}, 8, 20)
+			seg, sp := openClosable(t, path)
+			src, err := sp.Begin(txn.BeginOptions{})
+			require.NoError(t, err)
+			r.obj, err = src.Alloc(pattern(9, 20))
+			require.NoError(t, err)
+
+			var closeErr error
+			var once sync.Once
+			txn.SetUncheckedHook(func(stored bool) {
+				if stored == o.stored {
+					once.Do(func() { closeErr = seg.Close() })
+				}
+			})
+			defer txn.SetUncheckedHook(nil)
+			require.ErrorIs(t, o.op(sp, src, r), shm.ErrClosed)
+			require.NoError(t, closeErr)
+			require.True(t, seg.Closed(), "the hook ran")
+		})
+	}
+}
+
+// openClosable opens a second handle on the segment at path, and a Space
+// on it, for the test to close (the cleanup's second Close is harmless).
+func openClosable(t *testing.T, path string) (*shm.Segment, *txn.Space) {
+	t.Helper()
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	sp, err := txn.Open(seg)
+	require.NoError(t, err)
+	return seg, sp
 }

@@ -71,6 +71,15 @@ func Open(seg *shm.Segment) (*Space, error) {
 		s.releaseLock(allocLockName)
 		return nil, err
 	}
+	if testHookUnchecked != nil {
+		testHookUnchecked(true)
+	}
+	if seg.Closed() {
+		// The row may have been taken on the private pages that Close
+		// left; if in the file, it stays taken there until this process
+		// exits, as after Close of a Space whose segment closed first.
+		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrClosed)
+	}
 	return s, nil
 }
 
@@ -146,7 +155,7 @@ func (s *Space) Close() error {
 		return ErrSpaceClosed
 	}
 	if s.seg.Closed() {
-		return fmt.Errorf("txn: close: pin row %d stays taken until this process exits: %w", s.row, shm.ErrClosed)
+		return rowKept(s.row)
 	}
 	for _, c := range s.ctrs {
 		if c.Load() != 0 {
@@ -154,7 +163,9 @@ func (s *Space) Close() error {
 			return ErrPinsHeld
 		}
 	}
-	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
+	if !s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0) && s.seg.Closed() {
+		return rowKept(s.row) // the segment closed since the check above
+	}
 	s.releaseLock(allocLockName)
 	s.mu.Lock()
 	if s.barLock != nil {
@@ -162,6 +173,11 @@ func (s *Space) Close() error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// rowKept is Close's error when the segment's Close came first.
+func rowKept(row int) error {
+	return fmt.Errorf("txn: close: pin row %d stays taken until this process exits: %w", row, shm.ErrClosed)
 }
 
 // releaseLock drops this handle's claim on the owner slot of a named lock.
@@ -199,6 +215,16 @@ func (s *Space) usable() error {
 		return ErrSpaceClosed
 	}
 	return nil
+}
+
+// unlessClosed is err, the explanation of a word read from the segment,
+// unless the segment is closed: the word may then have been read from the
+// private zero pages that Close left, and explains nothing.
+func (s *Space) unlessClosed(err error) error {
+	if s.seg.Closed() {
+		return shm.ErrClosed
+	}
+	return err
 }
 
 // Records is the number of transaction records in the segment.

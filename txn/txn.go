@@ -123,6 +123,16 @@ func (s *Space) Begin(opts BeginOptions) (*Txn, error) {
 		flags = flagBarrier
 	}
 	rec.Ctl.Store(ctlWord(stateOpen, gen, flags)) // publishes the rest
+	if testHookUnchecked != nil {
+		testHookUnchecked(true)
+	}
+	if s.seg.Closed() {
+		// Some of the stores may have gone to the private pages that the
+		// segment's Close left: the transaction is not, or not wholly, in
+		// the file. Checked after them, the flag tells which side of the
+		// Close they fell on.
+		return nil, shm.ErrClosed
+	}
 	start, size, _ := s.geo.arenaBounds(first | units<<32)
 	return &Txn{s: s, idx: uint32(idx), gen: gen, rec: rec, start: start, size: size, barrier: opts.Barrier}, nil
 }
@@ -196,6 +206,12 @@ func (t *Txn) Alloc(data []byte) (Ref, error) {
 	defer p.Release()
 	copy(t.s.geo.region[t.start+off+headerSize:], data)
 	t.publish(off, kindObject, uint32(len(data)), roundUp(uint64(len(data)), objAlign))
+	if testHookUnchecked != nil {
+		testHookUnchecked(true)
+	}
+	if t.s.seg.Closed() {
+		return Ref{}, shm.ErrClosed // the object may not be in the file (see Begin)
+	}
 	return Ref{Txn: t.idx, Gen: t.gen, Off: uint32(off)}, nil
 }
 
@@ -209,10 +225,7 @@ func (t *Txn) reserve(p *Pin, n uint64) (uint64, error) {
 	}
 	c := t.rec.Ctl.Load()
 	if err := refErr(c&^flagBarrier, t.gen); err != nil {
-		if t.s.seg.Closed() {
-			return 0, shm.ErrClosed
-		}
-		return 0, ownErr(err)
+		return 0, t.s.unlessClosed(ownErr(err))
 	}
 	if !t.s.pinTxn(p, int(t.idx), c) {
 		if err := t.s.usable(); err != nil {
@@ -278,10 +291,7 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	var p Pin
 	c := t.s.recs[target.Txn].Ctl.Load()
 	if err := refErr(c&^flagBarrier, target.Gen); err != nil {
-		if t.s.seg.Closed() {
-			return Ref{}, shm.ErrClosed
-		}
-		return Ref{}, err
+		return Ref{}, t.s.unlessClosed(err)
 	}
 	if !t.s.pinTxn(&p, int(target.Txn), c) {
 		if err := t.s.usable(); err != nil {
@@ -316,6 +326,12 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	t.publish(off, kindCell, uint32(n), cellBodySize+roundUp(n, objAlign))
 	t.rec.NPromos.Add(1)
 	t.rec.Promos.Store(uint32(off) + 1)
+	if testHookUnchecked != nil {
+		testHookUnchecked(true)
+	}
+	if t.s.seg.Closed() {
+		return Ref{}, shm.ErrClosed // the cell may not be in the file (see Begin)
+	}
 	return Ref{Txn: t.idx, Gen: t.gen, Off: uint32(off)}, nil
 }
 
