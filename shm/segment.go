@@ -248,10 +248,15 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 // segment return ErrClosed from then on. Close does not unmap: it replaces
 // the mapping by private zero-filled memory (internal/memview.Quarantine),
 // so that a pointer into the segment kept past Close, such as a table
-// entry from Slot or a lock used by a goroutine that races with Close,
-// neither faults nor touches the shared file. Locks this process still
-// holds stay held in the file until the process exits or another process
-// reclaims them: release them before Close. Before it replaces the mapping
+// entry from Slot, neither faults nor touches the shared file. Locks this
+// process still holds stay held in the file until the process exits or
+// another process reclaims them: release them before Close, and do not
+// Close while other goroutines still use the segment's locks. Such a race
+// never faults, but an operation that Close interrupts may have done part
+// of its work in the file (the first of two words of a lock, say) and the
+// rest on the private pages; the lock packages check for Close where they
+// can, and report ErrClosed, never success, for what they catch. Before it
+// replaces the mapping
 // Close runs the functions of OnClose and waits for them, and lets a Claim
 // or Release of another goroutine that holds the directory's lock finish
 // in the file (one still waiting for the lock returns ErrClosed).
