@@ -1,6 +1,7 @@
 package upgrade_test
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,36 @@ func BenchmarkUncontended(b *testing.B) {
 		for b.Loop() {
 			rw.mu.Lock()
 			rw.mu.Unlock() //nolint:staticcheck // an empty critical section is the point
+		}
+	})
+	// The Context forms, with a context that can be cancelled, as callers
+	// pass them: the same fast paths.
+	b.Run("upgrade/shared-context", func(b *testing.B) {
+		seg, _ := benchSegment(b)
+		m := benchHandle(b, seg)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for b.Loop() {
+			if err := m.LockSharedContext(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.UnlockShared(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("upgrade/unique-context", func(b *testing.B) {
+		seg, _ := benchSegment(b)
+		m := benchHandle(b, seg)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for b.Loop() {
+			if err := m.LockContext(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.Run("upgrade/upgrade", func(b *testing.B) {

@@ -12,7 +12,25 @@ import (
 // the upgrade lock to be released and for readers to drain. If the
 // previous writer died, its lock is taken over and Reclaimed reports it.
 // ErrHeld if the handle holds the lock in any mode already.
-func (m *Mutex) Lock() error {
+func (m *Mutex) Lock() error { return m.lock(context.Background()) }
+
+// TryLock takes the unique lock only if that needs no waiting;
+// ErrWouldBlock otherwise. It never takes over a dead holder's lock.
+func (m *Mutex) TryLock() error { return m.lockSlow(context.Background(), true) }
+
+// LockContext is Lock, giving up when ctx is done: it then returns
+// ctx.Err() and the lock is as it was. A context already done fails at
+// once, even if the lock is free.
+func (m *Mutex) LockContext(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return m.lock(ctx)
+}
+
+// lock is Lock and LockContext once ctx is known not to be done (the
+// check costs Lock a nanosecond for nothing).
+func (m *Mutex) lock(ctx context.Context) error {
 	// Fast path: nobody holds or wants anything.
 	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
 		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
@@ -25,18 +43,10 @@ func (m *Mutex) Lock() error {
 			m.abandonWriter()
 			return ErrHeld
 		}
-		return m.finishLock(context.Background(), false, false, false)
+		return m.finishLock(ctx, false, false, false)
 	}
-	return m.lockSlow(context.Background(), false)
+	return m.lockSlow(ctx, false)
 }
-
-// TryLock takes the unique lock only if that needs no waiting;
-// ErrWouldBlock otherwise. It never takes over a dead holder's lock.
-func (m *Mutex) TryLock() error { return m.lockSlow(context.Background(), true) }
-
-// LockContext is Lock, giving up when ctx is done: it then returns
-// ctx.Err() and the lock is as it was.
-func (m *Mutex) LockContext(ctx context.Context) error { return m.lockSlow(ctx, false) }
 
 func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 	if err := m.checkFree(ctx); err != nil {

@@ -10,13 +10,8 @@ import (
 // LockShared takes a shared hold, waiting while a writer or a pending
 // upgrade blocks readers.
 func (m *Mutex) LockShared() error {
-	// Fast path: the handle's record exists (so it is not closed: Close
-	// drops it), its segment is open, and nothing blocks readers.
-	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
-			return nil
-		}
-		m.backOff(r)
+	if m.lockSharedFast() {
+		return nil
 	}
 	return m.lockSharedSlow(context.Background(), false)
 }
@@ -26,8 +21,27 @@ func (m *Mutex) LockShared() error {
 func (m *Mutex) TryLockShared() error { return m.lockSharedSlow(context.Background(), true) }
 
 // LockSharedContext is LockShared, giving up when ctx is done: it then
-// returns ctx.Err() and holds nothing more than before.
-func (m *Mutex) LockSharedContext(ctx context.Context) error { return m.lockSharedSlow(ctx, false) }
+// returns ctx.Err() and holds nothing more than before. A context already
+// done fails at once.
+func (m *Mutex) LockSharedContext(ctx context.Context) error {
+	if ctx.Err() == nil && m.lockSharedFast() {
+		return nil
+	}
+	return m.lockSharedSlow(ctx, false)
+}
+
+// lockSharedFast takes a shared hold if the handle's record exists (so
+// the handle is not closed: Close drops it), its segment is open, and
+// nothing blocks readers; otherwise it changes nothing.
+func (m *Mutex) lockSharedFast() bool {
+	if r := m.rec.Load(); r != nil && !m.segClosed() {
+		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
+			return true
+		}
+		m.backOff(r)
+	}
+	return false
+}
 
 func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 	if err := m.checkOpen(ctx); err != nil {
