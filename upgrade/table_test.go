@@ -262,6 +262,14 @@ func TestContextAlreadyDone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.ErrorIs(t, m.LockSharedContext(ctx), context.Canceled)
+	// Again once the handle has its reader record, where the fast path
+	// could take the hold.
+	require.NoError(t, m.LockShared())
+	require.NoError(t, m.UnlockShared())
+	require.ErrorIs(t, m.LockSharedContext(ctx), context.Canceled)
+	for _, r := range status(t, seg).Readers {
+		require.Zero(t, r.Count, "a refused shared lock holds nothing")
+	}
 	require.ErrorIs(t, m.LockUpgradeContext(ctx), context.Canceled)
 	require.ErrorIs(t, m.LockContext(ctx), context.Canceled)
 	require.NoError(t, m.LockUpgrade())
