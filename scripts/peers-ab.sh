@@ -12,13 +12,22 @@
 #              environment settings, e.g.
 #   scripts/peers-ab.sh "pthread=../shared/peers/bin/c_pthread_mutex_nonrobust" \
 #                       "shmlock=./shmctl bench --lock spin"
+# LINERT=1 prints, before each round, the cache-line round trip between the
+# two CPUs (scripts/linert): the host's placement of the vCPUs, on which
+# 2-process results depend.
 # The drivers get --workload WL --procs P --iters ITERS --path /dev/shm/ab-PID.
 set -euo pipefail
 ROUNDS=${ROUNDS:-6}; P=${P:-2}; ITERS=${ITERS:-2e7}; WL=${WL:-counter}
-[ $# -gt 0 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 out=$(mktemp)
-trap 'rm -f "$out" /dev/shm/ab-$$*' EXIT
-for _ in $(seq "$ROUNDS"); do
+linert=
+trap 'rm -f "$out" "$linert" /dev/shm/ab-$$*' EXIT
+if [ -n "${LINERT:-}" ]; then
+    linert=$(mktemp)
+    (cd "$(dirname "$0")/linert" && go build -o "$linert" .)
+fi
+for r in $(seq "$ROUNDS"); do
+    if [ -n "${LINERT:-}" ]; then echo "round $r: $("$linert" -n 500000)" >&2; fi
     for spec in "$@"; do
         name=${spec%%=*}; cmd=${spec#*=}
         # shellcheck disable=SC2086 # cmd is a command line on purpose
