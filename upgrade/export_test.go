@@ -34,7 +34,7 @@ const (
 const (
 	UniqueWriter      = uniqueWriter
 	UniqueUpgrader    = uniqueUpgrader
-	FutileShift       = futileShift
-	FutileMax         = futileMax
+	FutileShift       = sleepers.FutileShift
+	FutileMax         = sleepers.FutileMax
 	WriterWakePending = sleepers.WakePending
 )

@@ -112,8 +112,8 @@ const (
 //	                           process, so 4M is out of reach)
 //	bit  22     uniqueWriter   the Writer word's holder sleeps on UniqueGate
 //	bit  23     uniqueUpgrader the upgrade holder sleeps on UniqueGate
-//	bits 24-30  futileWakes    wakes of SharedGate in a row that found
-//	                           nobody in the kernel
+//	bits 24-30  futile wakes   wakes of SharedGate in a row that found
+//	                           nobody in the kernel (sleepers.FutileMask)
 //	other bits                 0
 //
 // A sleeper killed while registered must not leave its registration for
@@ -134,29 +134,21 @@ const (
 //
 // SharedGate's sleepers are anonymous, so a stale count is found out as in
 // spinlock (layout.PadFutileWakes): a wake that finds nobody in the kernel
-// counts itself in futileWakes, and every shared sleeper that runs resets
+// counts itself in the futile bits, and every shared sleeper that runs resets
 // that count when it unregisters. A live sleeper reaches its futex call
-// (or unregisters) within microseconds of registering, so futileMax such
+// (or unregisters) within microseconds of registering, so sleepers.FutileMax such
 // wakes in a row, with no shared sleeper running in between, mean the
 // registered ones are dead, and the wake that makes the run that long
-// drops the count (futileWake). A live sleeper that was only slow to reach
+// drops the count (sleepers.FutileIn). A live sleeper that was only slow to reach
 // the kernel sleeps at most its liveness slice and registers again;
-// unregistering never takes the count below zero (unregisterSleeper).
-// Invariant: futileWakes is 0 whenever the shared count is.
+// unregistering never takes the count below zero (sleepers.UnregisterIn).
+// Invariant: the futile bits are 0 whenever the shared count is.
 const (
 	waitersShared     uint32 = 1 // one sleeper on SharedGate
 	waitersSharedMask uint32 = 1<<22 - 1
 	uniqueWriter      uint32 = 1 << 22
 	uniqueUpgrader    uint32 = 1 << 23
 	waitersUnique            = uniqueWriter | uniqueUpgrader
-)
-
-// The futile-wake count of both sleeper words (Waiters for SharedGate,
-// WriterSleepers): bits 24-30.
-const (
-	futileShift        = 24
-	futileWakes uint32 = 0x7f << futileShift
-	futileMax          = futileWakes >> futileShift
 )
 
 // Handoff to waiting writers (fairness among writers). A writer that has

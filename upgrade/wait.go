@@ -54,7 +54,7 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 // one liveness slice after Close, since the sleep of a waiter that was in
 // the kernel then ends only at a wake or its timeout; its registration
 // then stays counted in the file, like a killed sleeper's, and goes the
-// same way (futileWake). (ready reads the private zero pages after Close,
+// same way (sleepers.FutileIn). (ready reads the private zero pages after Close,
 // which look free, so a true answer is believed only while the segment is
 // open.)
 //
@@ -167,24 +167,7 @@ func (m *Mutex) unregister(g gate) {
 		m.e.Waiters.And(^g.unit)
 		return
 	}
-	unregisterSleeper(&m.e.Waiters, waitersSharedMask, futileWakes)
-}
-
-// unregisterSleeper takes one sleeper off the count bits of a sleeper word
-// (Waiters' shared count; WriterSleepers is an internal/sleepers word),
-// never below zero (a stale count may have been dropped meanwhile), and
-// clears the bits in clear.
-func unregisterSleeper(w *atomic.Uint32, count, clear uint32) {
-	for {
-		v := w.Load()
-		n := v & count
-		if n > 0 {
-			n--
-		}
-		if w.CompareAndSwap(v, v&^(count|clear)|n) {
-			return
-		}
-	}
+	sleepers.UnregisterIn(&m.e.Waiters, waitersSharedMask)
 }
 
 // wake wakes every sleeper of g, if it has any. The caller has changed the
@@ -195,28 +178,7 @@ func (m *Mutex) wake(g gate) {
 	}
 	g.word.Add(1)
 	if n, err := futex.WakeAll(g.word); (n == 0 || err != nil) && g.all == waitersSharedMask {
-		futileWake(&m.e.Waiters, waitersSharedMask, 0)
-	}
-}
-
-// futileWake counts a wake that found nobody in the kernel in the
-// futile-wake count of a sleeper word (Waiters for SharedGate, whose count
-// shares the word with the unique gate's flags), clearing the bits in
-// clear too, and drops the count bits at the futileMax-th such wake in a
-// row (see the words in state.go).
-func futileWake(w *atomic.Uint32, count, clear uint32) {
-	for {
-		v := w.Load()
-		next := v&^clear + 1<<futileShift
-		switch {
-		case v&count == 0:
-			next = v &^ (clear | futileWakes)
-		case next&futileWakes == futileWakes:
-			next = v &^ (clear | futileWakes | count)
-		}
-		if w.CompareAndSwap(v, next) {
-			return
-		}
+		sleepers.FutileIn(&m.e.Waiters, waitersSharedMask)
 	}
 }
 

@@ -25,14 +25,21 @@ func Register(w *atomic.Uint32) { w.Add(1) }
 // have been dropped meanwhile), and clears wake-pending and the futile
 // count: whoever returns from the kernel, woken or not, clears the bit,
 // and shows that registered sleepers are alive.
-func Unregister(w *atomic.Uint32) {
+func Unregister(w *atomic.Uint32) { UnregisterIn(w, CountMask) }
+
+// UnregisterIn is Unregister for a word whose count has only the bits
+// count (a subset of CountMask) and whose other bits below the futile
+// count are flags of the caller's, which it keeps (upgrade's Waiters word
+// keeps its unique-gate flags there; it has no wake-pending bit, which is
+// cleared all the same).
+func UnregisterIn(w *atomic.Uint32, count uint32) {
 	for {
 		v := w.Load()
-		n := v & CountMask
+		n := v & count
 		if n > 0 {
 			n--
 		}
-		if w.CompareAndSwap(v, n) {
+		if w.CompareAndSwap(v, v&^(count|FutileMask|WakePending)|n) {
 			return
 		}
 	}
@@ -54,7 +61,7 @@ func WakeOne(w, gate *atomic.Uint32) {
 		// The registered sleepers are not in the kernel yet (they will find
 		// the gate changed), or they are dead. Nobody is on the way to
 		// clear the bit.
-		futile(w, WakePending)
+		futile(w, CountMask, WakePending)
 	}
 }
 
@@ -66,21 +73,26 @@ func WakeAll(w, gate *atomic.Uint32) {
 		return
 	}
 	if n, err := futex.WakeAll(gate); n == 0 || err != nil {
-		futile(w, 0)
+		futile(w, CountMask, 0)
 	}
 }
 
+// FutileIn counts a wake of the sleepers counted in the bits count of w
+// (see UnregisterIn) that found nobody in the kernel.
+func FutileIn(w *atomic.Uint32, count uint32) { futile(w, count, 0) }
+
 // futile counts a wake that found nobody in the kernel, clearing the bits
-// in clear too, and drops the count at the FutileMax-th such wake in a row.
-func futile(w *atomic.Uint32, clear uint32) {
+// in clear too, and drops the count (the bits count) at the FutileMax-th
+// such wake in a row.
+func futile(w *atomic.Uint32, count, clear uint32) {
 	for {
 		v := w.Load()
 		next := v&^clear + 1<<FutileShift
 		switch {
-		case v&CountMask == 0:
+		case v&count == 0:
 			next = v &^ (clear | FutileMask)
 		case next&FutileMask == FutileMask:
-			next = v &^ (clear | FutileMask | CountMask)
+			next = v &^ (clear | FutileMask | count)
 		}
 		if w.CompareAndSwap(v, next) {
 			return

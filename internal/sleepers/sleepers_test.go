@@ -99,3 +99,32 @@ func TestWakeOneWakesASleeper(t *testing.T) {
 		}
 	}
 }
+
+// A word whose count has fewer bits keeps the caller's flags above them
+// (upgrade's Waiters word: count bits 0-21, unique-gate flags 22-23).
+func TestCountInPartOfTheWord(t *testing.T) {
+	const count, flags = uint32(1)<<22 - 1, uint32(3) << 22
+	near := 2 | flags | (sleepers.FutileMax-1)<<sleepers.FutileShift
+	tests := []struct {
+		name       string
+		word, want uint32
+		op         func(w *atomic.Uint32)
+	}{
+		{"unregister keeps the flags, resets futile wakes", 2 | flags | 5<<sleepers.FutileShift, 1 | flags,
+			func(w *atomic.Uint32) { sleepers.UnregisterIn(w, count) }},
+		{"unregister never goes below zero", flags, flags, func(w *atomic.Uint32) { sleepers.UnregisterIn(w, count) }},
+		{"a futile wake is counted", 2 | flags, 2 | flags | 1<<sleepers.FutileShift,
+			func(w *atomic.Uint32) { sleepers.FutileIn(w, count) }},
+		{"the FutileMax-th drops the count, not the flags", near, flags,
+			func(w *atomic.Uint32) { sleepers.FutileIn(w, count) }},
+		{"with no count registered nothing is counted", flags, flags, func(w *atomic.Uint32) { sleepers.FutileIn(w, count) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w atomic.Uint32
+			w.Store(tt.word)
+			tt.op(&w)
+			require.Equal(t, tt.want, w.Load())
+		})
+	}
+}
