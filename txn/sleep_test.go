@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,12 +13,6 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
-)
-
-// A closer waits for pins asleep on a futex; these bound what it may cost.
-const (
-	pinnedFor    = time.Second // how long the closer is kept waiting
-	maxCloserCPU = 25          // percent of the waiting time; a spinning closer uses ~100
 )
 
 // A closer whose transaction stays pinned for a second by another process
@@ -35,14 +28,7 @@ func TestWaitingCloserSleeps(t *testing.T) {
 		require.NoError(t, err)
 		c.Send(t, "close")
 		waitFor(t, func() bool { return txnInfo(t, seg, int(r.Txn)).State == txn.StateClosing }, "the close to start")
-		time.Sleep(pinnedFor)
-		p.Release()
-		c.WaitOK(t)
-
-		pct := testproc.WaitedShare(t, c, "waiting closer", pinnedFor)
-		if pct >= maxCloserCPU {
-			t.Fatalf("waiting closer used %.1f%% of a core, want < %d%%: it polls instead of sleeping", pct, maxCloserCPU)
-		}
+		testproc.RequireSlept(t, c, "waiting closer", func() error { p.Release(); return nil })
 	})
 }
 

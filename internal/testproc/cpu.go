@@ -44,6 +44,32 @@ func (w Waiting) Report() error {
 	return nil
 }
 
+// How a sleep test keeps its helper waiting, and the share of a core (in
+// percent) the helper may use meanwhile. This is not a speed test: a
+// waiter that sleeps uses next to nothing however slow the machine, one
+// that spins uses all the CPU it is given (about 100).
+const (
+	BlockedFor    = time.Second
+	MaxWaitingCPU = 25
+)
+
+// RequireSlept keeps helper c, which is blocked on something the test
+// holds and measures its wait (StartWaiting, Report), blocked for
+// BlockedFor; then it calls release, waits for c to succeed, and fails the
+// test if c used MaxWaitingCPU percent of a core or more while it waited:
+// it spun instead of sleeping. what names the wait in messages.
+func RequireSlept(tb testing.TB, c *Child, what string, release func() error) {
+	tb.Helper()
+	time.Sleep(BlockedFor)
+	if err := release(); err != nil {
+		tb.Fatalf("release after %s: %v", what, err)
+	}
+	c.WaitOK(tb)
+	if pct := WaitedShare(tb, c, what, BlockedFor); pct >= MaxWaitingCPU {
+		tb.Fatalf("%s used %.1f%% of a core, want < %d%%: it spins instead of sleeping", what, pct, MaxWaitingCPU)
+	}
+}
+
 // WaitedShare reads the "waited" line of helper c (Waiting.Report) and
 // returns the share of a core, in percent, that c used while it waited,
 // logging it as what. It fails the test if c waited less than atLeast (the
