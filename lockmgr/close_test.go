@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -164,12 +165,7 @@ func TestCloseEndsAWait(t *testing.T) {
 				return e.Sleepers.Load()&lockmgr.SleepCount == 1
 			})
 			require.NoError(t, seg.Close())
-			select {
-			case err := <-done:
-				require.ErrorIs(t, err, shm.ErrClosed)
-			case <-time.After(testTimeout):
-				t.Fatal("the waiter did not return after Close")
-			}
+			require.ErrorIs(t, testproc.Receive(t, done, "the waiter to return after Close"), shm.ErrClosed)
 			after, err := observer.Inspect("r")
 			require.NoError(t, err)
 			require.Equal(t, before, after, "the holder still holds, alone")
@@ -241,12 +237,7 @@ func TestCloseEndsAnEntryLockWait(t *testing.T) {
 			go func() { done <- tc.op(m) }()
 			waitFor(t, func() bool { return inLockEntrySlow() }, "the operation to wait for the entry lock")
 			require.NoError(t, seg.Close())
-			select {
-			case err := <-done:
-				require.ErrorIs(t, err, shm.ErrClosed)
-			case <-time.After(testTimeout):
-				t.Fatal("the operation did not return after Close")
-			}
+			require.ErrorIs(t, testproc.Receive(t, done, "the operation to return after Close"), shm.ErrClosed)
 			require.Equal(t, parent.Pack(), e.Lock.Load())
 			e.Lock.Store(0)
 			after, err := observer.Inspect("r")

@@ -362,12 +362,7 @@ func TestCloseDuringClaim(t *testing.T) {
 		}
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(testproc.Timeout):
-		t.Fatal("the registry lock stayed held in the file")
-	}
+	require.NoError(t, testproc.Receive(t, done, "the claim (the registry lock must not stay held in the file)"))
 	claims, err := other.Claims(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	require.Len(t, claims, 1)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
@@ -83,12 +84,7 @@ func TestCloseEndsAWait(t *testing.T) {
 	go func() { _, err := l.Lock(spinlock.NewHolder()); done <- err }()
 	waitFor(t, func() bool { return holderSide.Slot().Sleepers() == 1 }, "the waiter to sleep")
 	require.NoError(t, seg.Close())
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, shm.ErrClosed)
-	case <-time.After(testTimeout):
-		t.Fatal("the waiter did not return after Close")
-	}
+	require.ErrorIs(t, testproc.Receive(t, done, "the waiter to return after Close"), shm.ErrClosed)
 	require.NoError(t, g.Release())
 	g, err = holderSide.TryLock(spinlock.NewHolder())
 	require.NoError(t, err, "the lock is free in the file")

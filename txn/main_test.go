@@ -288,13 +288,7 @@ func closeAsync(tx *txn.Txn) <-chan error {
 
 func recv(tb testing.TB, ch <-chan error) error {
 	tb.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(testTimeout):
-		tb.Fatalf("no result after %v", testTimeout)
-		return nil
-	}
+	return testproc.Receive(tb, ch, "a result")
 }
 
 // insideWord is a word every process of a test shares, outside anything

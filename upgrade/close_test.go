@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
@@ -298,12 +298,7 @@ func TestCloseEndsAWait(t *testing.T) {
 			e := entry(t, observer)
 			waitStatus(t, observer, func(st upgrade.Status) bool { return tc.waiting(st, e.Writer.Load()) }, "the waiter to sleep")
 			require.NoError(t, seg.Close())
-			select {
-			case err := <-done:
-				require.ErrorIs(t, err, shm.ErrClosed)
-			case <-time.After(testTimeout):
-				t.Fatal("the waiter did not return after Close")
-			}
+			require.ErrorIs(t, testproc.Receive(t, done, "the waiter to return after Close"), shm.ErrClosed)
 			st := status(t, observer)
 			if tc.watched {
 				require.GreaterOrEqual(t, st.Generation, before.Generation)

@@ -2,7 +2,6 @@ package upgrade_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -39,12 +38,7 @@ func killWhileWaiting(tb testing.TB, seg *shm.Segment, c *testproc.Child, lock f
 	go func() { got <- lock() }()
 	waitStatus(tb, seg, waiting, what)
 	c.Kill(tb)
-	select {
-	case err := <-got:
-		require.NoError(tb, err)
-	case <-time.After(testTimeout):
-		tb.Fatalf("still waiting %v after the holder died", testTimeout)
-	}
+	require.NoError(tb, testproc.Receive(tb, got, "the lock after the holder died"))
 }
 
 // noTraceOf checks that mutex 0 records nothing of the dead process.

@@ -282,3 +282,16 @@ func (b *Output) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Receive returns the next value from ch, failing the test if none comes
+// within Timeout; what says what was awaited.
+func Receive[T any](tb testing.TB, ch <-chan T, what string) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(Timeout):
+		tb.Fatalf("timed out after %v waiting for %s", Timeout, what)
+		panic("unreachable")
+	}
+}
