@@ -1,6 +1,6 @@
-// Package readme keeps the README's Go code honest: a test of each package
-// checks that the code its README section shows is, verbatim, a function
-// of the package's example_test.go, which an Example compiles and runs.
+// Package readme keeps the README's Go code honest: its test checks that
+// the code each package's README section shows is, verbatim, a function of
+// the package's example_test.go, which an Example compiles and runs.
 package readme
 
 import (

@@ -50,3 +50,21 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// The README's Go code is each package's quickStart, which the package's
+// Example compiles and runs: the two must not drift apart.
+func TestREADMEShowsTheExamples(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ heading, pkg string }{
+		{"Go quick start", "spinlock"},
+		{"Upgrade mutex", "upgrade"},
+		{"Transactions", "txn"},
+		{"Named resource locks", "lockmgr"},
+	} {
+		t.Run(tt.pkg, func(t *testing.T) {
+			t.Parallel()
+			require.NoError(t, readme.Check("../../README.md", tt.heading,
+				filepath.Join("../..", tt.pkg, "example_test.go"), "quickStart"))
+		})
+	}
+}
