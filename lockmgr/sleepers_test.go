@@ -47,6 +47,21 @@ func acquireAsleep(t *testing.T, ctx context.Context, m *lockmgr.Manager, owner 
 	return done
 }
 
+// heldWithSleeper makes a table with one resource, "r", that "a" holds
+// exclusively, and an Acquire of it by "b" in mode that sleeps (woken
+// only by a release); done gets that Acquire's error.
+func heldWithSleeper(t *testing.T, mode lockmgr.Mode) (m *lockmgr.Manager, e *layout.LockMgrEntry, done <-chan error) {
+	t.Helper()
+	m, seg := newManager(t, 2, lockmgr.Options{})
+	_, err := m.Acquire(t.Context(), "r", "a", X, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	e = onlyEntry(t, seg)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	done = acquireAsleep(t, ctx, m, "b", mode, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 })
+	return m, e, done
+}
+
 // onlyEntry returns the one resource entry of a table of two entries.
 func onlyEntry(t *testing.T, seg *shm.Segment) *layout.LockMgrEntry {
 	t.Helper()
@@ -92,13 +107,7 @@ func TestFutileWakeBits(t *testing.T) {
 // count: a run of futile wakes is only as long as no sleeper runs.
 func TestSleeperResetsFutileWakes(t *testing.T) {
 	t.Parallel()
-	m, seg := newManager(t, 2, lockmgr.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
-	e := onlyEntry(t, seg)
-	done := acquireAsleep(t, ctx, m, "b", X, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 })
+	m, e, done := heldWithSleeper(t, X)
 	e.Sleepers.Add((lockmgr.SleepFutileMax - 1) << lockmgr.SleepFutileShift) // one futile wake from the limit
 	require.NoError(t, m.Release("r", "a"))
 	require.NoError(t, <-done)
@@ -149,13 +158,7 @@ func TestKilledSleeperRegistrationExpires(t *testing.T) {
 // call for good.
 func TestWakeAllCountsFutileWake(t *testing.T) {
 	t.Parallel()
-	m, seg := newManager(t, 2, lockmgr.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
-	e := onlyEntry(t, seg)
-	done := acquireAsleep(t, ctx, m, "b", C, func() bool { return e.Sleepers.Load()&lockmgr.SleepCount == 1 })
+	m, e, done := heldWithSleeper(t, C)
 	e.Sleepers.Add(1) // a killed waiter's registration beside it
 	require.NoError(t, m.Release("r", "a"))
 	require.NoError(t, <-done)
