@@ -1,13 +1,11 @@
 package lockmgr_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +16,6 @@ import (
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 )
-
-// syncBuffer is a log destination the tests read while a Manager may
-// write to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // openAgain opens the segment at path again, with a Manager on it: a second
 // view of the same table, whose Close the test controls.
@@ -58,7 +37,7 @@ func openAgain(t *testing.T, path string, opts lockmgr.Options) (*lockmgr.Manage
 func TestUseAfterClose(t *testing.T) {
 	t.Parallel()
 	observer, _, path := newManagerAt(t, 16, lockmgr.Options{})
-	var log syncBuffer
+	var log testproc.Output // read while the Manager may write to it
 	m, seg := openAgain(t, path, lockmgr.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	ctx := context.Background()
 	held, err := m.Acquire(ctx, "held", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Hour})
