@@ -12,8 +12,14 @@ import "sync"
 //
 // stop cancels the arrangement; it reports false if Close has begun
 // (f runs, or is about to) or stop was called before. ok is false, and f
-// will not run, if Close had begun already.
+// will not run, if Close had begun already. A nil f is nothing to run:
+// stop then reports false, and ok is as for any f.
 func (s *Segment) OnClose(f func()) (stop func() bool, ok bool) {
+	if f == nil {
+		s.onClose.mu.Lock()
+		defer s.onClose.mu.Unlock()
+		return func() bool { return false }, !s.onClose.ran
+	}
 	return s.onClose.add(f)
 }
 

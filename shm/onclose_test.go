@@ -57,3 +57,19 @@ func TestOnClose(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(42), s.Token.Load())
 }
+
+// A nil function is nothing to run: Close goes on as before (it used to
+// start a goroutine that called nil).
+func TestOnCloseNil(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{})
+	require.NoError(t, err)
+	stop, ok := seg.OnClose(nil)
+	require.True(t, ok)
+	require.False(t, stop())
+	_, ok = seg.OnClose(nil)
+	require.True(t, ok)
+	require.NoError(t, seg.Close())
+	_, ok = seg.OnClose(nil)
+	require.False(t, ok, "Close has begun")
+}
