@@ -28,6 +28,10 @@ func pin(cpu int) error {
 func main() {
 	n := flag.Int("n", 2_000_000, "round trips")
 	flag.Parse()
+	if *n < 1 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: linert [-n rounds], rounds at least 1")
+		os.Exit(2)
+	}
 	var word atomic.Uint32
 	errs := make(chan error, 1)
 	go func() {
