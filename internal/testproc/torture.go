@@ -57,6 +57,10 @@ func (r TortureResult) Alive(c *Child) bool { return slices.Contains(r.Live, c) 
 // by itself has found something wrong, and fails the test at once.
 func (k Torture) Run(tb testing.TB) TortureResult {
 	tb.Helper()
+	if k.Workers < 1 || k.HolderKills > k.Kills || k.Kills > k.MaxKills {
+		tb.Fatalf("testproc.Torture: want 1 <= Workers and HolderKills <= Kills <= MaxKills, have %d, %d, %d, %d",
+			k.Workers, k.HolderKills, k.Kills, k.MaxKills)
+	}
 	var r TortureResult
 	for range k.Workers {
 		c := k.Start()
