@@ -13,9 +13,23 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 )
+
+// heldByObserver makes a table with one resource, "r", that "holder"
+// holds exclusively through observer, the test's view of the table that
+// stays open; before is its state then, e its entry, path the segment.
+func heldByObserver(t *testing.T) (observer *lockmgr.Manager, e *layout.LockMgrEntry, before lockmgr.ResourceInfo, path string) {
+	t.Helper()
+	observer, seg, path := newManagerAt(t, 2, lockmgr.Options{})
+	_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	before, err = observer.Inspect("r")
+	require.NoError(t, err)
+	return observer, onlyEntry(t, seg), before, path
+}
 
 // openAgain opens the segment at path again, with a Manager on it: a second
 // view of the same table, whose Close the test controls.
@@ -132,12 +146,7 @@ func TestCloseEndsAWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			observer, obsSeg, path := newManagerAt(t, 2, lockmgr.Options{})
-			_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-			require.NoError(t, err)
-			before, err := observer.Inspect("r")
-			require.NoError(t, err)
-			e := onlyEntry(t, obsSeg)
+			observer, e, before, path := heldByObserver(t)
 
 			m, seg := openAgain(t, path, lockmgr.Options{})
 			done := acquireAsleep(t, tc.ctx(t), m, "waiter", lockmgr.Exclusive, func() bool {
@@ -203,12 +212,7 @@ func TestCloseEndsAnEntryLockWait(t *testing.T) {
 		// One at a time: the wait is recognised by the test that started
 		// the goroutine, not by the subtest.
 		t.Run(tc.name, func(t *testing.T) {
-			observer, obsSeg, path := newManagerAt(t, 2, lockmgr.Options{})
-			_, err := observer.Acquire(t.Context(), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-			require.NoError(t, err)
-			before, err := observer.Inspect("r")
-			require.NoError(t, err)
-			e := onlyEntry(t, obsSeg)
+			observer, e, before, path := heldByObserver(t)
 			e.Lock.Store(parent.Pack()) // a live process holds the entry and does not let go
 
 			m, seg := openAgain(t, path, lockmgr.Options{})
