@@ -90,8 +90,8 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	if free < 0 {
 		return -1, fmt.Errorf("%w: %v has %d entries, all claimed", ErrTableFull, k, s.Len(k))
 	}
-	// ErrClosed if Close has begun (it waits for this change to end in
-	// the file before it replaces the mapping): nothing is changed yet.
+	// ErrClosed if Close has begun (it waits for this change to end):
+	// nothing is changed yet.
 	e, err := entry[layout.DirEntry](s, dk, free)
 	if err != nil {
 		return -1, err
@@ -204,7 +204,7 @@ func (s *Segment) Claims(k layout.Kind) ([]Claim, error) {
 		}
 	}
 	if s.closed.Load() {
-		return nil, ErrClosed // the passes may have read private zero pages
+		return nil, ErrClosed // as every read after Close
 	}
 	return claims, nil
 }
@@ -224,9 +224,9 @@ func (s *Segment) writable() error {
 // dead (exited, or its pid reused) takes the lock over with one CAS, so a
 // process that dies mid-claim stalls the others only briefly. Goroutines of
 // one process first queue on registryMu, so the word only ever sees one
-// claimant per process. Close takes registryMu before it replaces the
-// mapping, so a change that holds the lock completes in the file (and
-// unlocks it there), and one that waits for it gives up with ErrClosed.
+// claimant per process. Close takes registryMu before it returns, so a
+// change that holds the lock completes (and unlocks it) first, and one
+// that waits for it gives up with ErrClosed.
 const (
 	registrySpins        = 64                   // Gosched rounds before sleeping
 	registryMaxSleep     = 2 * time.Millisecond // longest sleep between attempts

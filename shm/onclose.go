@@ -2,13 +2,13 @@ package shm
 
 import "sync"
 
-// OnClose arranges for f to run when Close begins: after Closed reports
-// true, before the mapping is replaced. Close runs every such f at once,
-// each in a goroutine of its own, and replaces the mapping only when all
-// have returned, so f (or a goroutine it waits for) can still undo in the
-// file what this process left half-done there: a lock package's waiter
-// that holds part of a lock while it waits for the rest wakes, sees
-// Closed and gives that part back. f must return soon.
+// OnClose arranges for f to run when Close begins, after Closed reports
+// true. Close runs every such f at once, each in a goroutine of its own,
+// and returns only when all have returned, so f (or a goroutine it waits
+// for) can undo what this process left half-done in the file before Close
+// returns: a lock package's waiter that holds part of a lock while it
+// waits for the rest wakes, sees Closed and gives that part back. f must
+// return soon.
 //
 // stop cancels the arrangement; it reports false if Close has begun
 // (f runs, or is about to) or stop was called before. ok is false, and f

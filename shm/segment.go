@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,7 @@ type Segment struct {
 	readOnly bool
 	creator  bool
 	closed   atomic.Bool
+	mapping  *mapping   // quarantined once s is unreachable and closed
 	onClose  closeHooks // see OnClose
 
 	registryMu sync.Mutex     // serialises this process's directory changes
@@ -117,6 +119,7 @@ func Create(path string, opts Options) (*Segment, error) {
 		}
 		return nil, fmt.Errorf("shm: create %s: %w", path, err)
 	}
+	s.quarantineWhenUnreachable()
 	return s, nil
 }
 
@@ -172,6 +175,7 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 			return nil, fmt.Errorf("shm: open %s: %w", path, err)
 		}
 	}
+	s.quarantineWhenUnreachable()
 	return s, nil
 }
 
@@ -241,37 +245,63 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 	}
 }
 
-// Close detaches the process from the segment and closes its file. It is
-// safe to call twice; the second call returns ErrClosed.
+// Close detaches the process from the segment: it closes the file, and
+// from then on every acquisition of the locks of packages spinlock,
+// upgrade, lockmgr and txn opened on the segment returns ErrClosed and
+// changes nothing. It is safe to call twice; the second call returns
+// ErrClosed.
 //
-// The locks of packages spinlock, upgrade, lockmgr and txn opened on the
-// segment return ErrClosed from then on. Close does not unmap: it replaces
-// the mapping by private zero-filled memory (internal/memview.Quarantine),
-// so that a pointer into the segment kept past Close, such as a table
-// entry from Slot, neither faults nor touches the shared file. Locks this
-// process still holds stay held in the file until the process exits or
-// another process reclaims them: release them before Close, and do not
-// Close while other goroutines still use the segment's locks. Such a race
-// never faults, but an operation that Close interrupts may have done part
-// of its work in the file (the first of two words of a lock, say) and the
-// rest on the private pages; the lock packages check for Close where they
-// can, and report ErrClosed, never success, for what they catch. Before it
-// replaces the mapping
-// Close runs the functions of OnClose and waits for them, and lets a Claim
-// or Release of another goroutine that holds the directory's lock finish
-// in the file (one still waiting for the lock returns ErrClosed).
+// Close does not take the mapping away from code that may still use it.
+// An operation in flight when Close begins either completes, its hold real
+// in the file, or returns ErrClosed having left nothing in the file: it
+// ends on the shared pages either way, never on memory nobody else sees. A
+// release (Unlock and the like, and a handle's own Close) still releases
+// in the file after Close, so a goroutine that held a lock when the
+// segment closed under it gives the lock back as it unwinds, and other
+// processes never wait for this one to exit. Waiters asleep at Close wake
+// and return ErrClosed; Close runs the functions of OnClose and waits for
+// them (lock packages use them to wake and hear back from such waiters),
+// and lets a Claim or Release of another goroutine that holds the
+// directory's lock finish.
+//
+// The mapping is replaced by private zero-filled memory
+// (internal/memview.Quarantine) once the Segment is unreachable, that is
+// once no lock handle made on it is left either: a pointer into the
+// segment kept past that, such as a table entry from Slot, then neither
+// faults nor touches the shared file.
 func (s *Segment) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	s.mapping.closed.Store(true)
 	s.onClose.run()
-	// A directory change of this process in progress ends in the file
-	// first: one that did not would leave the registry lock held there.
+	// A directory change of this process in progress ends first, so that
+	// Close returns with nothing of this process half-done in the file.
 	s.registryMu.Lock()
-	errUnmap := memview.Quarantine(s.mem, !s.readOnly)
+	//nolint:staticcheck // an empty critical section: waiting is the point
 	s.registryMu.Unlock()
-	errClose := s.file.Close()
-	return errors.Join(errUnmap, errClose)
+	return s.file.Close()
+}
+
+// mapping is what the cleanup of a Segment needs: it must not refer to
+// the Segment itself, or the Segment would never be unreachable.
+type mapping struct {
+	mem      []byte
+	writable bool
+	closed   atomic.Bool // Close has been called
+}
+
+// quarantineWhenUnreachable arranges for the segment's mapping to be
+// quarantined once s is unreachable, if it was closed by then. An
+// unreachable segment that was never closed keeps its mapping, as before
+// Close existed: pointers from its accessors may still be in use.
+func (s *Segment) quarantineWhenUnreachable() {
+	s.mapping = &mapping{mem: s.mem, writable: !s.readOnly}
+	runtime.AddCleanup(s, func(m *mapping) {
+		if m.closed.Load() {
+			_ = memview.Quarantine(m.mem, m.writable)
+		}
+	}, s.mapping)
 }
 
 // Closed reports whether Close has been called.
