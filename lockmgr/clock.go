@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/shmlock/shmlock/lockmgr/internal/mono"
+	"github.com/shmlock/shmlock/internal/mono"
 )
 
 // Clock is where a Manager reads the time (acquisition times, expiry) and

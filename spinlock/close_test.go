@@ -12,10 +12,11 @@ import (
 	"github.com/shmlock/shmlock/spinlock"
 )
 
-// Once its segment is closed a lock fails every operation with
+// Once its segment is closed a lock fails every acquisition with
 // shm.ErrClosed and changes nothing in the file: the slot a guard held
 // before Close is still held there (Close does not release), and another
-// process (here another Open of the file) sees exactly that.
+// process (here another Open of the file) sees exactly that, until the
+// guard releases it: releases still reach the file.
 func TestUseAfterClose(t *testing.T) {
 	t.Parallel()
 	ops := []struct {
@@ -32,7 +33,6 @@ func TestUseAfterClose(t *testing.T) {
 			_, err := l.LockContext(context.Background(), id)
 			return err
 		}},
-		{"Unlock", func(l *spinlock.Lock, id spinlock.Identity) error { return l.Unlock(id) }},
 		{"Adopt", func(l *spinlock.Lock, id spinlock.Identity) error { var g spinlock.Guard; return g.Adopt(l, id) }},
 		{"Reclaim", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.Reclaim(id); return err }},
 	}
@@ -53,22 +53,21 @@ func TestUseAfterClose(t *testing.T) {
 				require.ErrorIs(t, o.op(l, id), shm.ErrClosed, o.name)
 				require.ErrorIs(t, o.op(l, holderFor(mode)), shm.ErrClosed, o.name+" by another holder")
 			}
-			require.ErrorIs(t, g.Release(), shm.ErrClosed)
-			_, held := l.Owner()
-			require.False(t, held, "a closed lock reports no owner")
-
 			other := openPath(t, path, mode)
 			owner, held := other.Owner()
 			require.True(t, held, "Close does not release")
 			require.Equal(t, id, owner)
-			require.NoError(t, other.Unlock(id), "the hold can still be released through an open handle")
+			require.ErrorIs(t, l.Unlock(holderFor(mode)), spinlock.ErrNotOwner)
+
+			require.NoError(t, g.Release(), "a release after Close")
+			_, held = other.Owner()
+			require.False(t, held, "the release reached the file")
 		})
 	}
 }
 
 // A goroutine asleep in Lock when its segment closes returns ErrClosed at
-// its next liveness check, instead of taking the private pages that Close
-// left at the slot's address for a free lock.
+// its next liveness check, and leaves no sleeper registered in the file.
 func TestCloseEndsAWait(t *testing.T) {
 	t.Parallel()
 	path := newSegmentPath(t)
@@ -85,6 +84,7 @@ func TestCloseEndsAWait(t *testing.T) {
 	waitFor(t, func() bool { return holderSide.Slot().Sleepers() == 1 }, "the waiter to sleep")
 	require.NoError(t, seg.Close())
 	require.ErrorIs(t, testproc.Receive(t, done, "the waiter to return after Close"), shm.ErrClosed)
+	require.Zero(t, holderSide.Slot().Sleepers(), "the waiter's registration is gone from the file")
 	require.NoError(t, g.Release())
 	g, err = holderSide.TryLock(spinlock.NewHolder())
 	require.NoError(t, err, "the lock is free in the file")

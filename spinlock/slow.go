@@ -113,8 +113,7 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	}
 	for {
 		if l.closed() {
-			// A sleeper that was in the kernel when the segment closed: its
-			// registration stays counted in the file, like a killed one's.
+			l.passWake() // the wake it may have consumed goes on
 			return outcome{}, shm.ErrClosed
 		}
 		if err := ctx.Err(); err != nil {

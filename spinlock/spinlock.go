@@ -82,8 +82,9 @@ type Lock struct {
 var noSegment shm.Segment
 
 // closed reports whether the lock's segment has been closed: from then on
-// the slot's address holds private zero pages (shm.Segment.Close), and
-// every operation fails with shm.ErrClosed instead of locking nothing.
+// every acquisition fails with shm.ErrClosed (shm.Segment.Close); releases
+// still release in the file, so a hold taken before Close, or by an
+// acquisition that Close came under, is given back as its holder unwinds.
 func (l *Lock) closed() bool { return l.seg.Closed() }
 
 // New returns a lock over slot (a slot of a segment, or one made with
@@ -221,9 +222,6 @@ func (l *Lock) Unlock(id Identity) error {
 // fields are written with StoreOwned: the lock word's atomic store that
 // follows publishes them.
 func (l *Lock) release(id Identity) error {
-	if l.closed() {
-		return shm.ErrClosed
-	}
 	if l.mode == Token {
 		if !l.slot.Token.CompareAndSwap(id.Token, 0) {
 			return ErrNotOwner

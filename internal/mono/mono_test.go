@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shmlock/shmlock/lockmgr/internal/mono"
+	"github.com/shmlock/shmlock/internal/mono"
 )
 
 // Now agrees with clock_gettime(CLOCK_MONOTONIC) read around it, to within
