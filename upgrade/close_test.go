@@ -13,7 +13,9 @@ import (
 	"github.com/shmlock/shmlock/upgrade"
 )
 
-// closeOps are every operation of a handle, for TestUseAfterClose.
+// closeOps are every acquisition (and downgrade) of a handle, for
+// TestUseAfterClose: all fail once the segment is closed. The releases
+// still work (releaseAll).
 var closeOps = []struct {
 	name string
 	op   func(m *upgrade.Mutex) error
@@ -21,19 +23,15 @@ var closeOps = []struct {
 	{"Lock", (*upgrade.Mutex).Lock},
 	{"TryLock", (*upgrade.Mutex).TryLock},
 	{"LockContext", func(m *upgrade.Mutex) error { return m.LockContext(context.Background()) }},
-	{"Unlock", (*upgrade.Mutex).Unlock},
 	{"LockUpgrade", (*upgrade.Mutex).LockUpgrade},
 	{"TryLockUpgrade", (*upgrade.Mutex).TryLockUpgrade},
 	{"LockUpgradeContext", func(m *upgrade.Mutex) error { return m.LockUpgradeContext(context.Background()) }},
-	{"UnlockUpgrade", (*upgrade.Mutex).UnlockUpgrade},
 	{"LockShared", (*upgrade.Mutex).LockShared},
 	{"TryLockShared", (*upgrade.Mutex).TryLockShared},
 	{"LockSharedContext", func(m *upgrade.Mutex) error { return m.LockSharedContext(context.Background()) }},
-	{"UnlockShared", (*upgrade.Mutex).UnlockShared},
 	{"UpgradeToUnique", (*upgrade.Mutex).UpgradeToUnique},
 	{"TryUpgradeToUnique", (*upgrade.Mutex).TryUpgradeToUnique},
 	{"UpgradeToUniqueContext", func(m *upgrade.Mutex) error { return m.UpgradeToUniqueContext(context.Background()) }},
-	{"UniqueToUpgrade", (*upgrade.Mutex).UniqueToUpgrade},
 	{"UniqueToShared", (*upgrade.Mutex).UniqueToShared},
 	{"Upgrade", func(m *upgrade.Mutex) error { _, err := m.Upgrade(context.Background()); return err }},
 	{"WithUnique", func(m *upgrade.Mutex) error {
@@ -41,37 +39,39 @@ var closeOps = []struct {
 	}},
 }
 
-// Once its segment is closed a handle fails every operation with
+// Once its segment is closed a handle fails every acquisition with
 // shm.ErrClosed, whatever it held, and changes nothing in the file: the
 // mutex, as another mapping of the same file shows it, is exactly as it
-// was at Close (Close releases nothing).
+// was at Close (Close releases nothing). The releases still reach the
+// file, so what the handle held is given back and the mutex is free.
 func TestUseAfterClose(t *testing.T) {
 	t.Parallel()
 	holds := []struct {
-		name string
-		take func(m *upgrade.Mutex) error
+		name    string
+		take    func(m *upgrade.Mutex) error
+		release []func(m *upgrade.Mutex) error
 	}{
-		{"nothing", func(*upgrade.Mutex) error { return nil }},
+		{"nothing", func(*upgrade.Mutex) error { return nil }, nil},
 		{"shared", func(m *upgrade.Mutex) error {
 			if err := m.LockShared(); err != nil {
 				return err
 			}
 			return m.LockShared()
-		}},
-		{"unique", (*upgrade.Mutex).Lock},
-		{"upgrade", (*upgrade.Mutex).LockUpgrade},
+		}, []func(*upgrade.Mutex) error{(*upgrade.Mutex).UnlockShared, (*upgrade.Mutex).UnlockShared}},
+		{"unique", (*upgrade.Mutex).Lock, []func(*upgrade.Mutex) error{(*upgrade.Mutex).Unlock}},
+		{"upgrade", (*upgrade.Mutex).LockUpgrade, []func(*upgrade.Mutex) error{(*upgrade.Mutex).UnlockUpgrade}},
 		{"upgraded", func(m *upgrade.Mutex) error {
 			if err := m.LockUpgrade(); err != nil {
 				return err
 			}
 			return m.UpgradeToUnique()
-		}},
+		}, []func(*upgrade.Mutex) error{(*upgrade.Mutex).UniqueToUpgrade, (*upgrade.Mutex).UnlockUpgrade}},
 		{"shared-and-upgrade", func(m *upgrade.Mutex) error {
 			if err := m.LockShared(); err != nil {
 				return err
 			}
 			return m.LockUpgrade()
-		}},
+		}, []func(*upgrade.Mutex) error{(*upgrade.Mutex).UnlockShared, (*upgrade.Mutex).UnlockUpgrade}},
 	}
 	for _, h := range holds {
 		t.Run(h.name, func(t *testing.T) {
@@ -89,7 +89,6 @@ func TestUseAfterClose(t *testing.T) {
 				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
 			}
 			require.Panics(t, func() { m.Locker().Lock() }, "Locker panics on the error, as documented")
-			require.Panics(t, func() { m.Locker().RLocker().Unlock() })
 			require.Zero(t, m.Generation(), "a closed segment reports no generation")
 			_, err = upgrade.Inspect(seg, 0)
 			require.ErrorIs(t, err, shm.ErrClosed)
@@ -103,23 +102,24 @@ func TestUseAfterClose(t *testing.T) {
 			}
 			require.Equal(t, before, status(t, observer), "the file is as it was at Close")
 
-			// The handle closes after its segment; a reader record it
-			// claimed stays claimed, and Close says so.
-			err = m.Close()
-			if h.name == "shared" || h.name == "shared-and-upgrade" {
-				require.ErrorIs(t, err, shm.ErrClosed)
-			} else {
-				require.NoError(t, err)
+			// The releases reach the file, and so does the handle's Close
+			// (it gives its reader record back).
+			if len(h.release) > 0 {
+				require.ErrorIs(t, m.Close(), upgrade.ErrHeld, "the handle still holds the lock")
 			}
+			for i, r := range h.release {
+				require.NoError(t, r(m), "release %d after Close", i)
+			}
+			require.NoError(t, m.Close())
 			require.ErrorIs(t, m.Close(), upgrade.ErrClosed)
 			require.ErrorIs(t, m.Lock(), shm.ErrClosed)
-			require.Equal(t, before, status(t, observer))
+			checkFree(t, status(t, observer))
 		})
 	}
 }
 
-// The guard of Upgrade cannot downgrade after Close: it says so, every
-// time, and the unique hold stays in the file.
+// The guard of Upgrade downgrades after Close too: the downgrade is a
+// release, and it reaches the file.
 func TestUpgradedAfterClose(t *testing.T) {
 	t.Parallel()
 	observer, path := newSegment(t)
@@ -131,16 +131,20 @@ func TestUpgradedAfterClose(t *testing.T) {
 	u, err := m.Upgrade(context.Background())
 	require.NoError(t, err)
 	require.NoError(t, seg.Close())
-	require.ErrorIs(t, u.Close(), shm.ErrClosed)
-	require.ErrorIs(t, u.Close(), shm.ErrClosed, "later calls return the first result")
+	require.True(t, status(t, observer).Unique(), "Close releases nothing")
+	require.NoError(t, u.Close())
+	require.NoError(t, u.Close(), "later calls return the first result")
 	st := status(t, observer)
-	require.True(t, st.Unique(), "the upgraded hold stays in the file")
+	require.False(t, st.WriteLocked, "the downgrade reached the file")
+	require.True(t, st.UpgradeLocked)
 	require.Equal(t, m.HolderID(), st.UpgraderTID)
+	require.NoError(t, m.UnlockUpgrade())
 	require.NoError(t, m.Close())
+	checkFree(t, status(t, observer))
 }
 
-// A handle and its segment close in either order, and a handle closed
-// first gives its reader record back.
+// A handle and its segment close in either order, and the handle gives
+// its reader record back either way.
 func TestCloseOrder(t *testing.T) {
 	t.Parallel()
 	self := proc.Self().Pack()
@@ -171,14 +175,12 @@ func TestCloseOrder(t *testing.T) {
 				require.Empty(t, status(t, observer).Readers, "the record was given back")
 			} else {
 				require.NoError(t, seg.Close())
-				err := m.Close()
 				if tc.shared {
-					require.ErrorIs(t, err, shm.ErrClosed, "the record could not be given back")
 					require.Equal(t, []upgrade.ReaderStatus{{Record: 0, Owner: self, Count: 0}}, status(t, observer).Readers,
-						"the record stays claimed until the process exits")
-				} else {
-					require.NoError(t, err)
+						"the record is claimed until the handle closes")
 				}
+				require.NoError(t, m.Close())
+				require.Empty(t, status(t, observer).Readers, "the record was given back")
 			}
 			require.ErrorIs(t, m.Close(), upgrade.ErrClosed)
 			require.ErrorIs(t, seg.Close(), shm.ErrClosed)
@@ -191,14 +193,13 @@ func TestCloseOrder(t *testing.T) {
 }
 
 // A goroutine waiting for the lock when its segment closes returns
-// shm.ErrClosed at its next wake, instead of taking the lock on the
-// private pages Close left (which look free). A waiter that held nothing
-// in the file while it waited leaves the mutex as it was, but for its
-// sleeper registration, which stays counted like a killed sleeper's. One
-// that held part of the lock while it waited for the rest (the writers'
-// mutex, the Upgrader word, a pending upgrade) gives it back before Close
-// detaches: Close waits for it (closeWatch), and the mutex is exactly as
-// it was before the wait, but for the generation its release bumped.
+// shm.ErrClosed at its next wake. A waiter that held nothing in the file
+// while it waited leaves the mutex as it was, its sleeper registration
+// gone. One that held part of the lock while it waited for the rest (the
+// writers' mutex, the Upgrader word, a pending upgrade) gives it back
+// before Close returns: Close waits for it (closeWatch), and the mutex is
+// exactly as it was before the wait, but for the generation its release
+// bumped.
 func TestCloseEndsAWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -219,7 +220,7 @@ func TestCloseEndsAWait(t *testing.T) {
 			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
 			after: func(tb testing.TB, st upgrade.Status) {
 				require.Equal(tb, upgrade.StateWrite, st.State)
-				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
+				require.Zero(tb, st.SharedWaiters, "the registration is gone")
 				for _, r := range st.Readers {
 					require.Zero(tb, r.Count, "the waiter took its count back before it slept")
 				}
@@ -232,7 +233,7 @@ func TestCloseEndsAWait(t *testing.T) {
 			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
 			after: func(tb testing.TB, st upgrade.Status) {
 				require.Equal(tb, upgrade.StateUpgrade, st.State)
-				require.Equal(tb, uint32(1), st.SharedWaiters, "the registration stays")
+				require.Zero(tb, st.SharedWaiters, "the registration is gone")
 			},
 		},
 		{
@@ -242,7 +243,8 @@ func TestCloseEndsAWait(t *testing.T) {
 			waiting: func(st upgrade.Status, w uint64) bool { return st.WriterWaiters == 1 && w&upgrade.WriterHungry == 0 },
 			after: func(tb testing.TB, st upgrade.Status) {
 				require.Equal(tb, upgrade.StateWrite, st.State)
-				require.Equal(tb, uint32(1), st.WriterWaiters, "the registration stays")
+				require.Zero(tb, st.WriterWaiters, "the registration is gone")
+				require.False(tb, st.Handoff)
 			},
 		},
 		{
@@ -307,9 +309,10 @@ func TestCloseEndsAWait(t *testing.T) {
 			} else {
 				tc.after(t, st)
 			}
-			if err := m.Close(); err != nil {
-				require.ErrorIs(t, err, shm.ErrClosed, "a reader record stays claimed")
+			if m.HoldsUpgrade() {
+				require.NoError(t, m.UnlockUpgrade())
 			}
+			require.NoError(t, m.Close())
 		})
 	}
 }

@@ -58,7 +58,10 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	for {
 		s := m.e.State.Load()
-		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
+		if m.e.State.CompareAndSwap(s, s&^(statePending|stateReclaimed)|stateWrite) {
+			if s&stateReclaimed != 0 {
+				m.setReclaimed(true) // a dead holder's unique hold was freed meanwhile
+			}
 			return nil
 		}
 	}
@@ -71,18 +74,20 @@ func (m *Mutex) cancelPending() {
 }
 
 // UniqueToUpgrade turns the unique lock into the upgrade lock without
-// blocking; readers may come in again. From a unique lock taken with Lock
+// blocking; readers may come in again. After the segment's Close it still
+// undoes an UpgradeToUnique (a release), but a writer's (which takes the
+// upgrade lock) returns shm.ErrClosed. From a unique lock taken with Lock
 // it needs the upgrade lock to be free (nobody waiting to take it either);
 // ErrWouldBlock otherwise, still holding the unique lock.
 func (m *Mutex) UniqueToUpgrade() error {
-	if m.segClosed() {
-		return shm.ErrClosed
-	}
 	switch {
 	case m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite:
+		// Only a release: it works after the segment's Close too.
 		m.e.State.And(^stateWrite)
 		m.wake(m.sharedGate()) // readers; writers still wait for the upgrade lock
 		return nil
+	case m.segClosed():
+		return shm.ErrClosed // a writer's would take the Upgrader word
 	case m.holdsWriter():
 		if !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 			return ErrWouldBlock

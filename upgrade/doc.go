@@ -30,17 +30,20 @@
 // 50 ms to look for dead holders; a release wakes one queued writer, or
 // every waiting reader.
 //
-// Closing: close a handle (Mutex.Close) before its segment. Once the
-// segment is closed every operation of its handles, and Inspect and
-// Reclaim, return shm.ErrClosed and change nothing in the segment's file,
-// and a goroutine waiting for the lock returns shm.ErrClosed at its next
-// wake (within a liveness slice). A waiter that holds part of the lock
-// while it waits for the rest (Lock holds the writers' mutex while it
-// waits for the upgrade holder or for readers, LockUpgrade the upgrade
-// holder's word while it waits for a writer, UpgradeToUnique a pending
-// upgrade) is woken by Close, which waits for it to give that part back
+// Closing: once the segment is closed every acquisition of its handles,
+// and Inspect and Reclaim, return shm.ErrClosed and change nothing in the
+// segment's file; an acquisition in flight either completes, its hold real
+// in the file, or returns shm.ErrClosed having left nothing there; and a
+// goroutine waiting for the lock returns shm.ErrClosed at its next wake
+// (within a liveness interval). A waiter that holds part of the lock while
+// it waits for the rest (Lock holds the writers' mutex while it waits for
+// the upgrade holder or for readers, LockUpgrade the upgrade holder's word
+// while it waits for a writer, UpgradeToUnique a pending upgrade) is woken
+// by Close, which waits for it to give that part back
 // (shm.Segment.OnClose). Holds taken before Close stay held in the file
-// until this process exits: release them first.
+// until released: the releases (Unlock, UnlockShared, UnlockUpgrade,
+// UniqueToUpgrade after an upgrade, and Mutex.Close) still work after the
+// segment's Close.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	m, _ := upgrade.Named(seg, "table")

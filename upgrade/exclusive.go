@@ -130,21 +130,40 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bo
 }
 
 // writerGranted ends an acquisition of the unique lock by Lock: it records
-// whether the hold was taken from the dead. One that waited (for the
-// Writer word, the upgrade holder or readers) checks the segment once
-// more, and gives the lock back if it was closed: its wait checked it last
-// before the lock was taken, and the caller returns before it can use the
-// lock. If the acquisition slept, its closeWatch
-// keeps Close from replacing the mapping until then, so what it gives
-// back reaches the file. (One that did not wait is as exposed to a
-// racing Close as the fast path, which checks once before it begins.)
+// whether the hold was taken from the dead, by this acquisition or by
+// anyone since the last unique hold. One that waited (for the Writer word,
+// the upgrade holder or readers) checks the segment once more, and gives
+// the lock back if it was closed: its wait checked it last before the lock
+// was taken, and a Close during a wait ends the acquisition with
+// ErrClosed. (One that did not wait is as exposed to a racing Close as the
+// fast path, which checks once before it begins: it succeeds, and its hold
+// is real, released by Unlock as any other.)
 func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 	if waited && m.segClosed() {
 		m.abandonWriter()
 		return shm.ErrClosed
 	}
+	if m.takeReclaimedMark() {
+		reclaimed = true
+	}
 	m.setReclaimed(reclaimed)
 	return nil
+}
+
+// takeReclaimedMark clears stateReclaimed for a new holder of the unique
+// lock and reports whether it was set: a dead holder's unique hold was
+// freed since the last unique hold (see state.go). One load when it is
+// not set.
+func (m *Mutex) takeReclaimedMark() bool {
+	for {
+		s := m.e.State.Load()
+		if s&stateReclaimed == 0 {
+			return false
+		}
+		if m.e.State.CompareAndSwap(s, s&^stateReclaimed) {
+			return true
+		}
+	}
 }
 
 // drainReaders waits for every shared hold to go, clearing the records of
@@ -152,10 +171,9 @@ func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 // that keeps new readers out, and undoes it if this fails; role is the
 // lock it holds (uniqueWriter or uniqueUpgrader).
 func (m *Mutex) drainReaders(ctx context.Context, role uint32, w *closeWatch) error {
-	slice := false
+	var lv liveness
 	for !m.readersZero() {
-		var err error
-		slice, err = m.wait(ctx, m.uniqueGateAs(role), w, slice, m.readersZero)
+		slice, err := m.wait(ctx, m.uniqueGateAs(role), w, &lv, m.readersZero)
 		if err != nil {
 			return err
 		}
@@ -170,7 +188,7 @@ func (m *Mutex) drainReaders(ctx context.Context, role uint32, w *closeWatch) er
 // upgrade lock is free (or finds it set: by itself, or by a dead writer it
 // took over), releasing a dead upgrade holder's lock if it must.
 func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bool, w *closeWatch) error {
-	slice := false
+	var lv liveness
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
@@ -184,8 +202,7 @@ func (m *Mutex) setWriteBit(ctx context.Context, try bool, reclaimed, waited *bo
 			return ErrWouldBlock
 		}
 		*waited = true
-		var err error
-		slice, err = m.wait(ctx, m.uniqueGateAs(uniqueWriter), w, slice, func() bool { return m.e.State.Load()&stateUpgrade == 0 })
+		slice, err := m.wait(ctx, m.uniqueGateAs(uniqueWriter), w, &lv, func() bool { return m.e.State.Load()&stateUpgrade == 0 })
 		if err != nil {
 			m.abandonWriter()
 			return err
@@ -233,16 +250,14 @@ func (m *Mutex) checkFree(ctx context.Context) error {
 	return nil
 }
 
-// Unlock releases the unique lock taken by Lock. ErrNotHeld if the handle
+// Unlock releases the unique lock taken by Lock, also after the segment's
+// Close (see shm.Segment.Close). ErrNotHeld if the handle
 // holds no unique lock (an upgrade holder's unique lock is left with
 // UniqueToUpgrade or UniqueToShared), ErrNotOwner if another handle holds
 // it.
 func (m *Mutex) Unlock() error {
-	if m.segClosed() {
-		return shm.ErrClosed
-	}
 	if !m.holdsWriter() {
-		if m.e.Writer.Load()&^writerHungry != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+		if writerID(m.e.Writer.Load()) != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
 			return ErrNotOwner
 		}
 		return ErrNotHeld
@@ -277,33 +292,35 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	}
 	reclaimed, waited := false, false
 	var w closeWatch // for the second loop, which holds the Upgrader word
-	slice := false
+	var lv liveness
 	for !m.e.Upgrader.CompareAndSwap(0, m.pid) {
 		if try {
 			return ErrWouldBlock
 		}
 		waited = true
-		var err error
-		slice, err = m.wait(ctx, m.sharedGate(), nil, slice, func() bool { return m.e.Upgrader.Load() == 0 })
+		slice, err := m.wait(ctx, m.sharedGate(), nil, &lv, func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
 			return err
 		}
-		if slice {
-			if m.takeOverUpgrader(m.e.Upgrader.Load()) {
-				m.e.Generation.Add(1)
-				reclaimed = true
-				break
-			}
+		if slice && m.takeOverUpgrader(m.e.Upgrader.Load()) {
+			m.e.Generation.Add(1)
+			reclaimed = true
+			break
 		}
 	}
 	memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS below, or the Upgrader release
-	slice = false
+	lv = liveness{}
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade != 0 {
 			// Left by the dead holder we took over: keep the upgrade lock,
-			// drop its pending upgrade or unique hold.
-			if m.e.State.CompareAndSwap(s, s&^(statePending|stateWrite)) {
+			// drop its pending upgrade or unique hold (a unique hold is
+			// recorded for the next unique holder).
+			next := s &^ (statePending | stateWrite)
+			if s&stateWrite != 0 {
+				next |= stateReclaimed
+			}
+			if m.e.State.CompareAndSwap(s, next) {
 				if s&(statePending|stateWrite) != 0 {
 					m.wake(m.sharedGate())
 				}
@@ -313,7 +330,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		}
 		// A writer that holds the writers' mutex goes first (fairness: a
 		// stream of upgraders would starve it otherwise).
-		if s&stateWrite == 0 && m.e.Writer.Load() == 0 {
+		if s&stateWrite == 0 && m.writerWordFree() {
 			if m.e.State.CompareAndSwap(s, s|stateUpgrade) {
 				break
 			}
@@ -324,9 +341,8 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			return ErrWouldBlock
 		}
 		waited = true
-		var err error
-		slice, err = m.wait(ctx, m.sharedGate(), &w, slice, func() bool {
-			return m.e.State.Load()&stateWrite == 0 && m.e.Writer.Load() == 0
+		slice, err := m.wait(ctx, m.sharedGate(), &w, &lv, func() bool {
+			return m.e.State.Load()&stateWrite == 0 && m.writerWordFree()
 		})
 		if err != nil {
 			m.abandonUpgrader()
@@ -351,6 +367,16 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	return nil
 }
 
+// writerWordFree reports whether no writer holds or waits for the unique
+// lock: the Writer word is 0, or a stale handoff, which it frees.
+func (m *Mutex) writerWordFree() bool {
+	o := m.e.Writer.Load()
+	if o == 0 {
+		return true
+	}
+	return isHandoff(o) && handoffExpired(o) && (m.e.Writer.CompareAndSwap(o, 0) || m.e.Writer.Load() == 0)
+}
+
 // abandonUpgrader undoes a LockUpgrade that holds the Upgrader word but
 // not stateUpgrade.
 func (m *Mutex) abandonUpgrader() {
@@ -358,11 +384,12 @@ func (m *Mutex) abandonUpgrader() {
 	m.wake(m.sharedGate())
 }
 
-// UnlockUpgrade releases the upgrade lock. ErrNotHeld if the handle holds
+// UnlockUpgrade releases the upgrade lock, also after the segment's Close.
+// ErrNotHeld if the handle holds
 // no upgrade lock, or holds it upgraded (leave the unique lock first),
 // ErrNotOwner if another handle holds it.
 func (m *Mutex) UnlockUpgrade() error {
-	s, err := m.checkUpgrader()
+	s, err := m.upgraderState()
 	if err != nil {
 		return err
 	}
@@ -379,13 +406,20 @@ func (m *Mutex) UnlockUpgrade() error {
 	return nil
 }
 
-// checkUpgrader checks that the handle holds the upgrade lock (the
-// Upgrader word and stateUpgrade) and returns the state word it read:
-// while stateUpgrade is the handle's, only the handle changes it.
+// checkUpgrader checks that the segment is open and the handle holds the
+// upgrade lock (the Upgrader word and stateUpgrade), and returns the state
+// word it read: while stateUpgrade is the handle's, only the handle
+// changes it (but for stateReclaimed, see state.go).
 func (m *Mutex) checkUpgrader() (uint32, error) {
 	if m.segClosed() {
 		return 0, shm.ErrClosed
 	}
+	return m.upgraderState()
+}
+
+// upgraderState is checkUpgrader for a release, which works after the
+// segment's Close too.
+func (m *Mutex) upgraderState() (uint32, error) {
 	if m.holdsUpgrader() {
 		if s := m.e.State.Load(); s&stateUpgrade != 0 {
 			return s, nil

@@ -26,9 +26,14 @@ const (
 )
 
 const (
-	WriterHungry  = writerHungry
-	WriterHandoff = writerHandoff
+	WriterHungry   = writerHungry
+	StateReclaimed = stateReclaimed
+	// StaleHandoff is a handoff stamped at the clock's zero: long stale.
+	StaleHandoff = writerHungry
 )
+
+// FreshHandoff is the Writer word of a release handed to the hungry now.
+func FreshHandoff() uint64 { return handoffWord() }
 
 // The sleeper words, Waiters and WriterSleepers (state.go).
 const (
@@ -38,3 +43,6 @@ const (
 	FutileMax         = sleepers.FutileMax
 	WriterWakePending = sleepers.WakePending
 )
+
+// HoldsUpgrade reports whether the handle holds the upgrade lock.
+func (m *Mutex) HoldsUpgrade() bool { return m.holdsUpgrader() }

@@ -30,6 +30,9 @@ type Status struct {
 	// Handoff: the writers' mutex was released to the writers that had
 	// waited (Writer is 0 then) and none of them has taken it yet.
 	Handoff bool
+	// Reclaimed: a dead holder's unique hold was freed and the next
+	// unique holder has not been told yet (it will be: Reclaimed).
+	Reclaimed bool
 }
 
 // ReaderStatus is one reader record in use.
@@ -55,13 +58,14 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 	writer := e.Writer.Load()
 	s := Status{
 		Index: i, State: st,
-		Writer: writer &^ writerHungry, WriterTID: e.WriterTID.Load(), Handoff: writer == writerHandoff,
+		Writer: writerID(writer), WriterTID: e.WriterTID.Load(), Handoff: isHandoff(writer),
 		Upgrader: e.Upgrader.Load(), UpgraderTID: e.UpgraderTID.Load(),
 		Generation:    e.Generation.Load(),
 		SharedWaiters: w & waitersSharedMask, UniqueWaiters: uint32(bits.OnesCount32(w & waitersUnique)),
 		WriterWaiters: sleepers.Count(e.WriterSleepers.Load()),
 		ReaderRecords: seg.ReadersPerUpgrade(),
 		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
+		Reclaimed: st&stateReclaimed != 0,
 		Readers: []ReaderStatus{},
 	}
 	for j := range s.ReaderRecords {
@@ -73,25 +77,26 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 			s.Readers = append(s.Readers, ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()})
 		}
 	}
-	if seg.Closed() {
-		return Status{}, shm.ErrClosed // closed while read: part of it was zeros
-	}
 	return s, nil
 }
 
 // Repair says what Reclaim did (or would do) to one mutex.
 type Repair struct {
+	Handoff  bool           // a stale handoff of the writers' mutex was freed
 	Writer   uint64         // the dead writer released, 0 if none
 	Upgrader uint64         // the dead upgrade holder released, 0 if none
 	Readers  []ReaderStatus // the freed records of dead processes, as found
 }
 
 // Empty reports whether there was nothing to repair.
-func (r Repair) Empty() bool { return r.Writer == 0 && r.Upgrader == 0 && len(r.Readers) == 0 }
+func (r Repair) Empty() bool {
+	return !r.Handoff && r.Writer == 0 && r.Upgrader == 0 && len(r.Readers) == 0
+}
 
 // Reclaim releases whatever dead processes hold on upgrade mutex i of
 // seg: a dead writer's or upgrade holder's lock, and the reader records
-// of dead processes, as waiters do by themselves. Live holders are never
+// of dead processes, and a stale handoff of the writers' mutex (one that a
+// dead or departed writer asked for), as waiters do by themselves. Live holders are never
 // touched. With dryRun it only reports, and seg may be read-only. For
 // repair tools (shmctl reclaim) and for callers that only ever use the Try
 // forms. shm.ErrClosed once seg is closed.
@@ -104,7 +109,12 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 		return Repair{}, err
 	}
 	var rep Repair
-	if o := m.e.Writer.Load() &^ writerHungry; o != 0 && !m.alive(o) {
+	if o := m.e.Writer.Load(); isHandoff(o) && handoffExpired(o) {
+		// Nobody is coming for it: writers that wait take a handoff
+		// within microseconds (see handoffExpiry).
+		rep.Handoff = dryRun || m.releaseStaleHandoff(o)
+	}
+	if o := writerID(m.e.Writer.Load()); o != 0 && !m.alive(o) {
 		if dryRun || m.releaseDeadWriter() {
 			rep.Writer = o
 		}
@@ -127,9 +137,6 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	}
 	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {
 		m.wake(m.uniqueGate())
-	}
-	if seg.Closed() {
-		return Repair{}, shm.ErrClosed // closed meanwhile: what was read may be zeros
 	}
 	return rep, nil
 }

@@ -122,7 +122,9 @@ func TestKillWriter(t *testing.T) {
 	noTraceOf(t, seg, id)
 }
 
-// A writer killed while readers wait: they release its lock and go on.
+// A writer killed while readers wait: they release its lock and go on,
+// and the next writer is told (Reclaimed) that the data may be torn,
+// though it was a reader that freed the lock; the writer after it is not.
 func TestKillWriterReadersGoOn(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
@@ -133,8 +135,13 @@ func TestKillWriterReadersGoOn(t *testing.T) {
 	noTraceOf(t, seg, id)
 	require.NoError(t, r.UnlockShared())
 	w := open(t, seg)
+	require.True(t, status(t, seg).Reclaimed, "the reclaim waits for the next writer")
 	require.NoError(t, w.Lock())
-	require.False(t, w.Reclaimed(), "the reader released the dead writer's lock already")
+	require.True(t, w.Reclaimed(), "a reader released the dead writer's lock: the next writer is told")
+	require.NoError(t, w.Unlock())
+	require.False(t, status(t, seg).Reclaimed)
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed(), "told once")
 	require.NoError(t, w.Unlock())
 }
 

@@ -26,11 +26,12 @@ import (
 // the downgrades) synchronizes before the acquisitions it lets in; every
 // shared release synchronizes before the next unique acquisition.
 //
-// A Mutex should be closed (Close) before its segment is: Close gives its
-// reader record back, which it cannot do once the segment is closed. After
-// the segment's Close every operation returns shm.ErrClosed and changes
-// nothing in the segment's file (see shm.Segment.Close); holds the handle
-// had then stay held in the file until this process exits.
+// After the segment's Close every acquisition (and downgrade) returns
+// shm.ErrClosed and changes nothing in the segment's file; an acquisition
+// in flight either completes, its hold real in the file, or returns
+// shm.ErrClosed having left nothing there; and the releases (Unlock,
+// UnlockShared, UnlockUpgrade, Close) still release in the file, so that
+// no hold outlives its holder's use of it (see shm.Segment.Close).
 type Mutex struct {
 	e       *layout.UpgradeEntry
 	readers []*layout.ReaderRecord // the mutex's reader records
@@ -107,34 +108,17 @@ func (m *Mutex) Generation() uint64 {
 }
 
 // segClosed reports whether the handle's segment has been closed: from
-// then on the entry's address holds private zero pages (shm.Segment.Close),
-// on which a lock would be taken that no other process sees, so every
-// operation fails with shm.ErrClosed instead.
+// then on every acquisition fails with shm.ErrClosed.
 func (m *Mutex) segClosed() bool { return m.seg.Closed() }
 
-// errRecordKept is Close's error after the segment's Close: the handle is
-// closed, but its reader record could not be given back.
-var errRecordKept = fmt.Errorf("upgrade: the handle's reader record stays claimed until this process exits: %w", shm.ErrClosed)
-
-// Close releases the handle's reader record. ErrHeld, leaving the handle
-// open, if it still holds the lock in any mode; ErrClosed the second time.
-//
-// Close after the segment's Close closes the handle all the same. If the
-// handle had claimed a reader record (it took a shared hold), that record
-// can no longer be given back, and stays claimed in the file until this
-// process exits: Close then returns an error that wraps shm.ErrClosed.
+// Close releases the handle's reader record, also after the segment's
+// Close. ErrHeld, leaving the handle open, if it still holds the lock in
+// any mode; ErrClosed the second time.
 func (m *Mutex) Close() error {
 	m.recMu.Lock()
 	defer m.recMu.Unlock()
 	if m.closed.Load() {
 		return ErrClosed
-	}
-	if m.segClosed() {
-		m.closed.Store(true)
-		if m.rec.Swap(nil) != nil {
-			return errRecordKept
-		}
-		return nil
 	}
 	r := m.rec.Load()
 	if r != nil && r.Count.Load() != 0 || m.holdsWriter() || m.holdsUpgrader() {

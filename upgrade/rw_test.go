@@ -280,30 +280,49 @@ func TestWriterQueue(t *testing.T) {
 }
 
 // A release handed to waiting writers that nobody takes (the hungry
-// writer died or gave up) does not wedge anyone: TryLock says it would
-// block, a waiting writer takes it, and an upgrade seeker frees it at its
-// liveness check.
+// writer died, gave up or closed its segment) does not wedge anyone: while
+// fresh, TryLock says it would block and a waiting writer takes it; once
+// stale (a hungry writer takes one within microseconds) TryLock takes it
+// as a free word, an upgrade seeker frees it, and Reclaim frees it.
 func TestStaleHandoff(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
 	e := entry(t, seg)
 	w := open(t, seg)
 
-	e.Writer.Store(upgrade.WriterHandoff)
-	require.ErrorIs(t, w.TryLock(), upgrade.ErrWouldBlock)
-	st := status(t, seg)
-	require.Zero(t, st.Writer, "a handoff names no writer")
-	require.True(t, st.Handoff)
-	require.NoError(t, w.Lock())
-	require.False(t, w.Reclaimed(), "a handoff is no dead holder")
+	e.Writer.Store(upgrade.FreshHandoff())
+	if err := w.TryLock(); err == nil {
+		t.Log("the handoff went stale before TryLock: a slow machine")
+		require.NoError(t, w.Unlock())
+	} else {
+		require.ErrorIs(t, err, upgrade.ErrWouldBlock, "a fresh handoff is for the hungry")
+		st := status(t, seg)
+		require.Zero(t, st.Writer, "a handoff names no writer")
+		require.True(t, st.Handoff)
+		require.NoError(t, w.Lock())
+		require.False(t, w.Reclaimed(), "a handoff is no dead holder")
+		require.NoError(t, w.Unlock())
+	}
+
+	e.Writer.Store(upgrade.StaleHandoff)
+	require.NoError(t, w.TryLock(), "a stale handoff is a free word")
 	require.NoError(t, w.Unlock())
 
-	e.Writer.Store(upgrade.WriterHandoff)
+	e.Writer.Store(upgrade.StaleHandoff)
 	u := open(t, seg)
-	require.NoError(t, u.LockUpgrade())
+	require.NoError(t, u.TryLockUpgrade(), "an upgrade seeker frees a stale handoff")
 	require.Zero(t, e.Writer.Load())
 	require.NoError(t, u.UnlockUpgrade())
-	st = status(t, seg)
+
+	e.Writer.Store(upgrade.StaleHandoff)
+	rep, err := upgrade.Reclaim(seg, 0, true)
+	require.NoError(t, err)
+	require.True(t, rep.Handoff, "the dry run reports a stale handoff")
+	require.NotZero(t, e.Writer.Load(), "and changes nothing")
+	rep, err = upgrade.Reclaim(seg, 0, false)
+	require.NoError(t, err)
+	require.True(t, rep.Handoff)
+	st := status(t, seg)
 	checkFree(t, st)
 }
 

@@ -55,6 +55,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 		return err
 	}
 	waited := false
+	var lv liveness
 	for {
 		n := r.Count.Add(1)
 		if n > MaxShared {
@@ -73,8 +74,8 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			return ErrWouldBlock
 		}
 		waited = true
-		for again := false; ; again = true {
-			slice, err := m.wait(ctx, m.sharedGate(), nil, again, func() bool { return m.e.State.Load()&blockReaders == 0 })
+		for {
+			slice, err := m.wait(ctx, m.sharedGate(), nil, &lv, func() bool { return m.e.State.Load()&blockReaders == 0 })
 			if err != nil {
 				return err
 			}
@@ -95,12 +96,9 @@ func (m *Mutex) backOff(r *layout.ReaderRecord) {
 	}
 }
 
-// UnlockShared releases one shared hold of the handle; ErrNotHeld if it
-// has none.
+// UnlockShared releases one shared hold of the handle, also after the
+// segment's Close; ErrNotHeld if it has none.
 func (m *Mutex) UnlockShared() error {
-	if m.segClosed() {
-		return shm.ErrClosed
-	}
 	r := m.rec.Load()
 	if r == nil {
 		return ErrNotHeld

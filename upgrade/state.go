@@ -1,6 +1,11 @@
 package upgrade
 
-import "time"
+import (
+	"time"
+
+	"github.com/shmlock/shmlock/internal/mono"
+	"github.com/shmlock/shmlock/internal/proc"
+)
 
 // The state word (layout.UpgradeEntry.State) keeps the seed's bits:
 //
@@ -10,7 +15,9 @@ import "time"
 //	bit 30  stateUpgrade  the upgrade lock is held by the handle recorded in
 //	                      Upgrader
 //	bit 29  statePending  the upgrade holder waits for readers to drain
-//	bits 0-28             unused, always 0 (see below)
+//	bit 28  stateReclaimed a unique hold was freed from a dead holder and
+//	                      no later unique holder has been told yet
+//	bits 0-27             unused, always 0 (see below)
 //
 // Deviation from the seed: readers are not counted in bits 0-28. A count in
 // the shared word cannot survive the death of a reader process (nobody
@@ -48,6 +55,17 @@ import "time"
 // A dead reader's record is cleared by whoever waits for readers to drain:
 // CAS of the record's owner to itself, count to 0, owner to 0, in that
 // order, so a live process can never lose its count to the cleaner.
+//
+// Reporting reclaims: whoever frees a dead holder's unique hold (a writer
+// with stateWrite, or an upgrade holder that had upgraded) sets
+// stateReclaimed, whether it keeps the lock or not: a reader that frees a
+// dead writer on its way in, Reclaim, a writer that takes the dead one's
+// word over. The next acquisition of the unique lock (Lock, or
+// UpgradeToUnique) clears the bit as it is granted and reports the reclaim
+// (Reclaimed), so the data behind the lock is always looked at by the next
+// writer, even if the one that reclaimed gave up or died itself. Every
+// change of the state word keeps the bit except that clear; it blocks
+// nobody, and it only sends Lock's fast path (a CAS from 0) the slow way.
 //
 // Sleeping: two futex gates, as the seed's two condition variables, and a
 // queue for the writers' mutex. SharedGate holds readers and upgrade
@@ -98,6 +116,9 @@ const (
 	stateWrite   uint32 = 1 << 31 // the unique lock is held
 	stateUpgrade uint32 = 1 << 30 // the upgrade lock is held
 	statePending uint32 = 1 << 29 // an upgrade waits for readers to drain
+	// stateReclaimed: a dead holder's unique hold was freed; the next
+	// unique holder is told
+	stateReclaimed uint32 = 1 << 28
 
 	// blockReaders are the bits that make a new reader wait.
 	blockReaders = stateWrite | statePending
@@ -155,21 +176,57 @@ const (
 // spun a full round without getting the Writer word is hungry: it sets
 // writerHungry in the word, beside the holder's identity (packed
 // identities never use bit 62: start times would need 700 years of
-// ticks). The holder's release then stores writerHandoff instead of 0:
-// only a hungry writer (one past its first round) may take that, so the
-// releaser cannot take the lock straight back, nor can a newcomer on the
-// fast path. Only a writer on a CPU (spinning) marks the word, and it
-// takes the mark off before it goes to sleep: a release handed to a
-// sleeper would leave the lock idle until the sleeper runs, a convoy when
-// processes outnumber cores. A woken writer spins, hungry, before it
-// sleeps again. The mark goes with each release, so a hungry writer that
-// died marks at most one; a handoff nobody takes goes back to everyone
-// when its waiters give up (passWriterWake), when a hungry newcomer takes
-// it, or at a liveness check (releaseDeadWriter).
+// ticks). The holder's release then stores a handoff instead of 0:
+// writerHungry with a zero pid field (no identity has pid 0) and the time
+// of the release in the start-time field (handoffStamp, CLOCK_MONOTONIC,
+// which every process of one boot shares). Only a hungry writer (one past
+// its first round) may take a fresh handoff, so the releaser cannot take
+// the lock straight back, nor can a newcomer on the fast path. Only a
+// writer on a CPU (spinning) marks the word, and it takes the mark off
+// before it goes to sleep: a release handed to a sleeper would leave the
+// lock idle until the sleeper runs, a convoy when processes outnumber
+// cores. A woken writer spins, hungry, before it sleeps again.
+//
+// A hungry writer takes a handoff within microseconds, so one that has
+// waited handoffExpiry is stale: its writers gave up, died, or closed their
+// segment between marking and taking. Anyone may then take it as a free
+// word: TryLock, LockUpgrade, Reclaim and every waiter. So nothing a dead
+// or closing writer leaves makes a free mutex refuse TryLock for longer
+// than handoffExpiry. Waiters that give up hand a handoff back at once
+// (passWriterWake).
 const (
-	writerHungry  uint64 = 1 << 62
-	writerHandoff        = writerHungry // the Writer word of a release handed to the hungry
+	writerHungry uint64 = 1 << 62
+	pidField            = uint64(proc.MaxPID)
+	// stampShift drops the low bits of a nanosecond clock reading: a
+	// handoff's stamp counts units of about 1.05 ms.
+	stampShift = 20
+	stampMask  = uint64(1)<<(62-proc.PIDBits) - 1 // the start-time field below bit 62
+	// handoffExpiry, in stamp units: two units is at least 1.05 ms.
+	handoffExpiry = 2
 )
+
+// handoffWord is the Writer word of a release handed to the hungry now.
+func handoffWord() uint64 {
+	return writerHungry | (uint64(mono.Now())>>stampShift&stampMask)<<proc.PIDBits
+}
+
+// isHandoff reports whether the Writer word o is a handoff.
+func isHandoff(o uint64) bool { return o&writerHungry != 0 && o&pidField == 0 }
+
+// handoffExpired reports whether the handoff o is stale (see above).
+func handoffExpired(o uint64) bool {
+	stamp := o >> proc.PIDBits & stampMask
+	now := uint64(mono.Now()) >> stampShift & stampMask
+	return (now-stamp)&stampMask >= handoffExpiry
+}
+
+// writerID is the identity in the Writer word o: 0 if free or handed off.
+func writerID(o uint64) uint64 {
+	if isHandoff(o) {
+		return 0
+	}
+	return o &^ writerHungry
+}
 
 // The WriterSleepers word is an internal/sleepers word over WriterGate:
 // the writers asleep there, a wake-pending bit (see the handoff above) and
@@ -200,7 +257,7 @@ const (
 	// change.
 	writerKeepOff    = 250 * time.Nanosecond
 	spinYields       = 4                     // runtime.Gosched rounds before sleeping
-	livenessInterval = 50 * time.Millisecond // longest sleep between liveness checks
+	livenessInterval = 50 * time.Millisecond // longest time between liveness checks of a waiter
 	softDrain        = time.Millisecond      // a writer's grace period for readers (finishLock)
 
 	recordsPerLine = 64 / 16 // reader records per cache line

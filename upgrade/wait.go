@@ -46,29 +46,49 @@ func (m *Mutex) uniqueGateAs(role uint32) gate {
 	return gate{&m.e.UniqueGate, role, waitersUnique}
 }
 
+// liveness schedules a waiter's checks for dead holders: one every
+// livenessInterval of waiting, whether the waiter's sleeps end by timeout
+// or by wakes. A waiter woken by other traffic (every writer's Unlock wakes
+// the shared gate) would otherwise never time out, and a dead holder it
+// waits for would never be taken over while the mutex is busy.
+type liveness struct {
+	next time.Time // when the next check is due; zero before the first sleep
+	// again: the last wait ended with a check, so the next one sleeps
+	// without spinning and yielding first. A waiter blocked for long would
+	// otherwise spin and yield every 50 ms, and each runtime.Gosched of an
+	// otherwise idle process wakes the Go scheduler's idle threads: about
+	// 1.5 ms of CPU per slice, 3% of a core.
+	again bool
+}
+
+// due reports whether a check is due after a sleep that timed out or not,
+// and if so schedules the next one.
+func (l *liveness) due(timedOut bool) bool {
+	now := time.Now()
+	if !timedOut && (l.next.IsZero() || now.Before(l.next)) {
+		if l.next.IsZero() {
+			l.next = now.Add(livenessInterval)
+		}
+		return false
+	}
+	l.next = now.Add(livenessInterval)
+	return true
+}
+
 // wait returns once ready reports true (the caller then tries again, and
-// may well come back), or once a liveness slice has passed without a wake
-// (slice true: the caller should look for dead holders), or with ctx's
-// error, or with shm.ErrClosed once the segment is closed: at once if the
-// caller registered a closeWatch (Close wakes it), otherwise at the latest
-// one liveness slice after Close, since the sleep of a waiter that was in
-// the kernel then ends only at a wake or its timeout; its registration
-// then stays counted in the file, like a killed sleeper's, and goes the
-// same way (sleepers.FutileIn). (ready reads the private zero pages after Close,
-// which look free, so a true answer is believed only while the segment is
-// open.)
+// may well come back), or once a liveness check is due (slice true: the
+// caller should look for dead holders), or with ctx's error, or with
+// shm.ErrClosed once the segment is closed: at once if the caller
+// registered a closeWatch (Close wakes it), otherwise at the latest one
+// liveness interval after Close, since the sleep of a waiter that was in
+// the kernel then ends only at a wake or its timeout.
 //
 // w, if not nil, is the caller's closeWatch: it holds part of the lock
-// while it waits, and registers before it first yields or sleeps.
-//
-// again means that the caller's last wait ended with a slice: it goes back
-// to sleep without spinning and yielding first. A waiter blocked for long
-// would otherwise spin and yield every 50 ms, and each runtime.Gosched of
-// an otherwise idle process wakes the Go scheduler's idle threads: about
-// 1.5 ms of CPU per slice, 3% of a core.
-func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, again bool, ready func() bool) (slice bool, err error) {
+// while it waits, and registers before it first yields or sleeps. lv is
+// the caller's liveness schedule, one for each loop of waits.
+func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, lv *liveness, ready func() bool) (slice bool, err error) {
 	for i := range spinLoads + spinYields {
-		if again {
+		if lv.again {
 			break
 		}
 		if ready() {
@@ -83,6 +103,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, again bool, rea
 			yield()
 		}
 	}
+	lv.again = false
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -91,7 +112,10 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, again bool, rea
 		// and the other sleepers on it sleep again.
 		defer onCancel(ctx, func() { wakeAnyway(g.word) })()
 	}
-	sleep := livenessInterval
+	if lv.next.IsZero() {
+		lv.next = time.Now().Add(livenessInterval)
+	}
+	sleep := max(time.Until(lv.next), time.Microsecond)
 	if d, ok := ctx.Deadline(); ok {
 		sleep = min(sleep, max(time.Until(d), time.Microsecond))
 	}
@@ -115,7 +139,9 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, again bool, rea
 	if cerr := ctx.Err(); cerr != nil {
 		return false, cerr
 	}
-	return errors.Is(err, futex.ErrTimeout), nil
+	slice = lv.due(errors.Is(err, futex.ErrTimeout))
+	lv.again = slice
+	return slice, nil
 }
 
 // openErr is shm.ErrClosed once the segment is closed, nil before.
@@ -202,8 +228,7 @@ func (m *Mutex) readersZero() bool {
 // handle, waiting for it unless try, or takes it over from a dead holder
 // (reclaimed: a write bit the dead one left is now the caller's). waited
 // reports that the word was not free at once: the segment may have closed
-// after the last check of the wait, and the word then taken in the private
-// pages Close left, so the acquisition checks again before it reports
+// during the wait, so the acquisition checks again before it reports
 // success (writerGranted).
 func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, waited bool, err error) {
 	w := &m.e.Writer
@@ -211,6 +236,10 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		return false, false, nil
 	}
 	if try {
+		// A stale handoff is a free word (see handoffExpiry).
+		if o := w.Load(); isHandoff(o) && handoffExpired(o) && w.CompareAndSwap(o, m.pid) {
+			return false, false, nil
+		}
 		return false, false, ErrWouldBlock
 	}
 	spin.KeepOff(writerKeepOff)
@@ -223,7 +252,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		}
 	}
 	// Hungry from here on: the holder's word says a writer has waited, and
-	// its release is handed to the waiting writers (writerHandoff).
+	// its release is handed to the waiting writers (a handoff).
 	for range spinLoads {
 		if m.claimHungry() {
 			return false, true, nil
@@ -234,25 +263,22 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		// As in wait: cancellation bumps the gate and wakes every writer.
 		defer onCancel(ctx, func() { wakeAnyway(gate) })()
 	}
+	var lv liveness
 	for {
 		if err := ctx.Err(); err != nil {
-			// Take off the hungry mark this writer may have set: left
-			// there, the holder's release would hand the lock to writers
-			// that no longer wait, and TryLock would fail until a
-			// liveness check freed it. Writers still spinning mark again.
-			if o := w.Load(); o&writerHungry != 0 && o != writerHandoff {
-				w.CompareAndSwap(o, o&^writerHungry)
-			}
-			m.passWriterWake() // the wake or the handoff may have been meant for this writer
+			m.giveUpWriterWait()
 			return false, true, err
 		}
-		sleep := livenessInterval
+		if lv.next.IsZero() {
+			lv.next = time.Now().Add(livenessInterval)
+		}
+		sleep := max(time.Until(lv.next), time.Microsecond)
 		if d, ok := ctx.Deadline(); ok {
 			sleep = min(sleep, max(time.Until(d), time.Microsecond))
 		}
 		sleepers.Register(&m.e.WriterSleepers)
 		seq := gate.Load()
-		if o := w.Load(); o == 0 || o == writerHandoff {
+		if o := w.Load(); o == 0 || isHandoff(o) {
 			m.unregisterWriter()
 			if w.CompareAndSwap(o, m.pid) {
 				return false, true, nil
@@ -266,8 +292,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()
 		if m.segClosed() {
-			// Woken (or timed out) after Close: the word there now is a
-			// zero of the private pages Close left. See wait.
+			m.giveUpWriterWait()
 			return false, true, shm.ErrClosed
 		}
 		for range spinLoads {
@@ -275,13 +300,26 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 				return false, true, nil
 			}
 		}
-		if errors.Is(werr, futex.ErrTimeout) {
-			if m.takeOverWriter(w.Load()) {
+		if lv.due(errors.Is(werr, futex.ErrTimeout)) {
+			if o := w.Load(); m.takeOverWriter(o) {
 				m.e.Generation.Add(1)
 				return true, true, nil
 			}
 		}
 	}
+}
+
+// giveUpWriterWait is for a writer that stops waiting for the Writer word
+// (its context is done, or the segment closed). It takes off the hungry
+// mark it may have set: left there, the holder's release would hand the
+// lock to writers that no longer wait. Writers still spinning mark again.
+// Then the wake or the handoff that may have been meant for it goes on.
+func (m *Mutex) giveUpWriterWait() {
+	w := &m.e.Writer
+	if o := w.Load(); o&writerHungry != 0 && !isHandoff(o) {
+		w.CompareAndSwap(o, o&^writerHungry)
+	}
+	m.passWriterWake()
 }
 
 // claimHungry is one try of a writer that has waited: take the Writer
@@ -290,7 +328,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 func (m *Mutex) claimHungry() bool {
 	w := &m.e.Writer
 	switch o := w.Load(); {
-	case o == 0 || o == writerHandoff:
+	case o == 0 || isHandoff(o):
 		return w.CompareAndSwap(o, m.pid)
 	case o&writerHungry == 0:
 		w.CompareAndSwap(o, o|writerHungry)
@@ -318,7 +356,9 @@ func (m *Mutex) wakeWriter() {
 func (m *Mutex) passWriterWake() {
 	// A handoff goes back to everyone: other waiters may be hungry, or
 	// not yet, and a fast-path writer may take it.
-	m.e.Writer.CompareAndSwap(writerHandoff, 0)
+	if o := m.e.Writer.Load(); isHandoff(o) {
+		m.e.Writer.CompareAndSwap(o, 0)
+	}
 	if m.e.Writer.Load() == 0 && m.e.WriterSleepers.Load() != 0 {
 		m.wakeWriter()
 	}
@@ -351,15 +391,13 @@ func (m *Mutex) freeDeadRecord(r *layout.ReaderRecord) (owner uint64, count uint
 
 // releaseDeadWriter releases the writer's lock if its recorded holder is
 // dead, and reports whether it did. It takes the Writer word over first,
-// so of several repairers exactly one proceeds.
+// so of several repairers exactly one proceeds. A stale handoff is freed
+// too (reported as false: nobody held it).
 func (m *Mutex) releaseDeadWriter() bool {
 	o := m.e.Writer.Load()
-	if o == writerHandoff {
-		// Handed to waiting writers a liveness slice ago and still not
-		// taken: they gave up or died. Free it for everyone.
-		if m.e.Writer.CompareAndSwap(o, 0) {
-			m.wake(m.sharedGate())
-			m.wakeWriter()
+	if isHandoff(o) {
+		if handoffExpired(o) {
+			m.releaseStaleHandoff(o)
 		}
 		return false
 	}
@@ -374,15 +412,31 @@ func (m *Mutex) releaseDeadWriter() bool {
 	return true
 }
 
+// releaseStaleHandoff frees the Writer word o, a stale handoff, and wakes
+// whoever may want it; false if the word changed meanwhile.
+func (m *Mutex) releaseStaleHandoff(o uint64) bool {
+	if !m.e.Writer.CompareAndSwap(o, 0) {
+		return false
+	}
+	m.wake(m.sharedGate())
+	m.wakeWriter()
+	return true
+}
+
 // takeOverWriter takes the Writer word o (read by the caller) over if its
 // holder is dead: by CAS, so of several repairers exactly one succeeds,
 // and that one clears the dead holder's flag on UniqueGate (if it slept
-// there) before anyone can hold the word again and set it.
+// there) before anyone can hold the word again and set it. If the dead
+// writer held the unique lock (stateWrite without stateUpgrade), the
+// reclaim is recorded for the next unique holder (stateReclaimed).
 func (m *Mutex) takeOverWriter(o uint64) bool {
-	if id := o &^ writerHungry; id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+	if id := writerID(o); id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
 		return false
 	}
 	m.e.Waiters.And(^uniqueWriter)
+	if m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+		m.e.State.Or(stateReclaimed) // the write bit is ours now: nobody else clears it
+	}
 	m.repairs.Add(1)
 	return true
 }
@@ -420,6 +474,9 @@ func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
 	}
 	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
+	if unique {
+		m.e.State.Or(stateReclaimed)
+	}
 	m.releaseUpgraderWord()
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
@@ -445,8 +502,8 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 // releaseWriterWord ends the caller's hold of the Writer word: holder id
 // first, then the generation, then the word, so anyone who sees the word
 // free sees the rest reset; then it wakes one waiting writer. If a writer
-// has waited (writerHungry), the word goes to the waiting writers
-// (writerHandoff) rather than to whoever comes first.
+// has waited (writerHungry), the word goes to the waiting writers (a
+// handoff) rather than to whoever comes first.
 func (m *Mutex) releaseWriterWord() {
 	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer CAS
 	m.e.Generation.Add(1)
@@ -454,7 +511,7 @@ func (m *Mutex) releaseWriterWord() {
 		// Waiting writers only ever add writerHungry to the word.
 		o, next := m.e.Writer.Load(), uint64(0)
 		if o&writerHungry != 0 {
-			next = writerHandoff
+			next = handoffWord()
 		}
 		if m.e.Writer.CompareAndSwap(o, next) {
 			break
