@@ -66,7 +66,7 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 		ReaderRecords: seg.ReadersPerUpgrade(),
 		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
 		Reclaimed: st&stateReclaimed != 0,
-		Readers: []ReaderStatus{},
+		Readers:   []ReaderStatus{},
 	}
 	for j := range s.ReaderRecords {
 		r, err := seg.UpgradeReader(i, j)
