@@ -56,11 +56,13 @@ func closeAroundWakeups(t *testing.T, k kind, rounds int) {
 	baseline := k.trace(t, observer)
 	for round := 1; round <= rounds; round++ {
 		results := startWaiters(t, path, k, func(seg *shm.Segment) {
-			// Two thirds of the closes land within 5 ms of a liveness
-			// wake-up, the rest anywhere before the first.
-			d := time.Duration(rand.Int64N(int64(60 * time.Millisecond)))
+			// Two thirds of the closes land in the 3 ms after the
+			// waiters' first liveness wake-up (50 ms after they went to
+			// sleep, which takes them microseconds), the rest anywhere
+			// before it.
+			d := time.Duration(rand.Int64N(int64(50 * time.Millisecond)))
 			if rand.IntN(3) != 0 {
-				d = 45*time.Millisecond + time.Duration(rand.Int64N(int64(10*time.Millisecond)))
+				d = 49500*time.Microsecond + time.Duration(rand.Int64N(int64(3*time.Millisecond)))
 			}
 			time.Sleep(d)
 		})
