@@ -141,7 +141,8 @@ func rwHelper(args []string) int {
 // (upgrade to unique, then half a write), pending (upgrade lock, then an
 // UpgradeToUnique that the parent's shared hold keeps waiting), queued
 // (prints "held" first, then waits in Lock behind the parent),
-// queued-shared (likewise, waiting in LockShared).
+// queued-shared and queued-upgrade (likewise, waiting in LockShared and
+// LockUpgrade).
 func holdHelper(args []string) int {
 	seg, m, rec, err := openHelper(args[0])
 	if err != nil {
@@ -174,6 +175,10 @@ func holdHelper(args []string) int {
 	case "queued-shared":
 		fmt.Println("held")
 		err = m.LockShared()
+	case "queued-upgrade":
+		// Likewise in LockUpgrade, holding the upgrade holder's word.
+		fmt.Println("held")
+		err = m.LockUpgrade()
 	case "pending":
 		if err = m.LockUpgrade(); err == nil {
 			fmt.Println("upgrade held")
