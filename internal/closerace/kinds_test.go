@@ -48,7 +48,9 @@ type waiter interface {
 
 var kinds = []kind{
 	upgradeKind("upgrade-Lock", 4, true, (*upgrade.Mutex).Lock, (*upgrade.Mutex).Unlock,
-		func(st upgrade.Status, self uint64) int { return b2i(st.Writer == self && st.WriteLocked && !st.UpgradeLocked) }),
+		func(st upgrade.Status, self uint64) int {
+			return b2i(st.Writer == self && st.WriteLocked && !st.UpgradeLocked)
+		}),
 	upgradeKind("upgrade-LockUpgrade", 4, true, (*upgrade.Mutex).LockUpgrade, (*upgrade.Mutex).UnlockUpgrade,
 		func(st upgrade.Status, self uint64) int { return b2i(st.Upgrader == self && st.UpgradeLocked) }),
 	upgradeKind("upgrade-LockShared", 4, false, (*upgrade.Mutex).LockShared, (*upgrade.Mutex).UnlockShared,
@@ -254,8 +256,8 @@ type spinWaiter struct {
 }
 
 func (w *spinWaiter) acquire() (err error) { w.g, err = w.l.Lock(spinlock.NewHolder()); return err }
-func (w *spinWaiter) release() error        { return w.g.Release() }
-func (w *spinWaiter) close() error          { return nil }
+func (w *spinWaiter) release() error       { return w.g.Release() }
+func (w *spinWaiter) close() error         { return nil }
 
 type coroWaiter struct {
 	m *coro.ProcessMutex
@@ -263,8 +265,8 @@ type coroWaiter struct {
 }
 
 func (w *coroWaiter) acquire() (err error) { w.g, err = w.m.Lock(context.Background()); return err }
-func (w *coroWaiter) release() error        { return w.g.Unlock() }
-func (w *coroWaiter) close() error          { return nil }
+func (w *coroWaiter) release() error       { return w.g.Unlock() }
+func (w *coroWaiter) close() error         { return nil }
 
 // lockmgr: resource "res", held exclusively by the helper; each waiter is
 // an owner of its own, retrying until granted.
