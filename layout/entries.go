@@ -29,8 +29,9 @@ const (
 //	                                               issued by the identity factory
 //	Token            the holder's token; 0 = free  generation: bumped by every
 //	                                               release and reclaim
-//	RecursionCount   0                             re-entries by the same holder
-//	                                               beyond the first lock
+//	RecursionCount   bit 31: inconsistent          bits 0-30: re-entries by the
+//	                 (SlotInconsistent)            same holder beyond the first
+//	                                               lock; bit 31: inconsistent
 //	Pad              sleepers (bits 0-30) and      the same
 //	                 wake-pending (bit 31)
 //
@@ -49,6 +50,16 @@ type OwnerSlot struct {
 	RecursionCount atomic.Uint32
 	Pad            atomic.Uint32
 }
+
+// The RecursionCount word of an owner slot: the holder's re-entries, and
+// whether the data the lock protects may be inconsistent: a holder died
+// holding the lock and no holder since has said that it repaired the data
+// (package spinlock sets it at a reclaim; Guard.MarkConsistent clears it).
+// Only the holder changes the word, so plain loads and stores suffice.
+const (
+	SlotRecursion    uint32 = 1<<31 - 1
+	SlotInconsistent uint32 = 1 << 31
+)
 
 // The Pad word of an owner slot: how many waiters are asleep (bits 0-23),
 // how many wakes in a row found none of them in the kernel (bits 24-30),

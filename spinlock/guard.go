@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -109,8 +110,38 @@ func (g *Guard) Detach() { g.lock, g.id, g.reclaimed, g.recursive = nil, Identit
 func (g *Guard) Held() bool { return g.lock != nil }
 
 // Reclaimed reports whether this hold was taken over from a holder that
-// died: the data the lock protects may be half-updated.
+// died: the data the lock protects may be half-updated. Inconsistent says
+// more: whether any holder died since the data was last said to be whole.
 func (g *Guard) Reclaimed() bool { return g.reclaimed }
+
+// Inconsistent reports whether the data the lock protects may be
+// half-updated: a holder died holding the lock (this hold or an earlier one
+// reclaimed it) and no holder has called MarkConsistent since. Every
+// holder is told until one does, so a holder that could not repair the
+// data, or died too, leaves the news to the next; unlike glibc's robust
+// mutex (ENOTRECOVERABLE), the lock stays usable either way. False if g
+// holds nothing.
+func (g *Guard) Inconsistent() bool {
+	return g.lock != nil && g.lock.Inconsistent()
+}
+
+// MarkConsistent says that the data the lock protects is whole again (the
+// holder repaired it, or found nothing to repair): later holders are no
+// longer told. ErrNotHeld if g holds nothing, ErrNotOwner if the lock no
+// longer records g's holder.
+func (g *Guard) MarkConsistent() error {
+	if g.lock == nil {
+		return ErrNotHeld
+	}
+	if !g.lock.heldBy(g.id) {
+		return ErrNotOwner
+	}
+	s := g.lock.slot
+	if r := s.RecursionCount.Load(); r&layout.SlotInconsistent != 0 {
+		s.RecursionCount.Store(r &^ layout.SlotInconsistent) // the holder's word
+	}
+	return nil
+}
 
 // Recursive reports whether this hold is a nested lock by a holder that
 // already held the lock.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -119,12 +120,17 @@ func TestKillHolders(t *testing.T) {
 
 	// The lock is free and clean (Pad may count sleepers that were killed).
 	st := stateOf(slot)
-	if st.PID != 0 || st.TID != 0 || st.Recursion != 0 {
+	if st.PID != 0 || st.TID != 0 || st.Recursion&layout.SlotRecursion != 0 {
 		t.Fatalf("lock not free at the end: %+v", st)
 	}
 	g, err := l.TryLock(spinlock.NewHolder())
 	require.NoError(t, err)
 	require.False(t, g.Reclaimed())
+	// The workers never say they repaired anything: a holder died, so the
+	// slot stays marked until someone does.
+	require.Equal(t, res.HolderKills > 0, g.Inconsistent())
+	require.NoError(t, g.MarkConsistent())
+	require.False(t, g.Inconsistent())
 	require.NoError(t, g.Release())
 }
 

@@ -38,6 +38,7 @@ var helpers = map[string]func(args []string) int{
 	"wait-lock":      waitLockHelper,      // PATH
 	"wait-cpu":       waitCPUHelper,       // PATH
 	"named":          namedHelper,         // PATH NAME
+	"tell":           tellHelper,          // PATH MARK
 	"bench-pingpong": benchPingPongHelper, // PATH
 }
 

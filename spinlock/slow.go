@@ -9,6 +9,7 @@ import (
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/internal/spin"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -84,7 +85,7 @@ func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try
 // acquireSlow is kept out of acquire so that the fast path stays small.
 func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time, try bool) (outcome, error) {
 	if l.mode == PIDTID && l.heldBy(id) {
-		if r := l.slot.RecursionCount.Load(); r == maxRecursion {
+		if r := l.slot.RecursionCount.Load(); r&layout.SlotRecursion == maxRecursion {
 			return outcome{}, ErrRecursion
 		}
 		l.slot.RecursionCount.Add(1)
@@ -167,7 +168,9 @@ func (l *Lock) passWake() {
 // reclaim takes the lock over from owner if owner is a dead process: one
 // CAS, so of several waiters that find the same dead owner exactly one
 // wins. The winner resets the recursion count and bumps the generation, as
-// if the dead holder had released.
+// if the dead holder had released, and marks the slot inconsistent: every
+// holder is told (Guard.Inconsistent) until one says it repaired the data
+// (Guard.MarkConsistent).
 func (l *Lock) reclaim(id Identity, owner uint64) bool {
 	if l.mode != PIDTID || owner == 0 || l.alive(owner) {
 		return false
@@ -176,7 +179,7 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 		return false
 	}
 	l.slot.TID.Store(id.TID)
-	l.slot.RecursionCount.Store(0)
+	l.slot.RecursionCount.Store(layout.SlotInconsistent)
 	l.slot.Token.Add(1)
 	return true
 }

@@ -60,7 +60,7 @@ import (
 // may win against a woken sleeper (as with pthread and Boost mutexes); the
 // woken sleeper then sleeps again and the next release wakes it.
 const (
-	maxRecursion = 1<<32 - 1 // RecursionCount is 32 bits
+	maxRecursion = layout.SlotRecursion // RecursionCount's count bits
 )
 
 // Lock is one spinlock over one owner slot. Create it with New, Open or
@@ -167,6 +167,13 @@ func (l *Lock) Owner() (Identity, bool) {
 	return Identity{PID: p, TID: l.slot.TID.Load()}, p != 0
 }
 
+// Inconsistent reports whether the slot is marked inconsistent: a holder
+// died holding the lock and no holder has called Guard.MarkConsistent
+// since (see Guard.Inconsistent).
+func (l *Lock) Inconsistent() bool {
+	return l.slot.RecursionCount.Load()&layout.SlotInconsistent != 0
+}
+
 // Generation is the number of PIDTID releases and reclaims so far (0 in
 // Token mode): a holder can keep it as a fencing token.
 func (l *Lock) Generation() uint64 {
@@ -231,8 +238,8 @@ func (l *Lock) release(id Identity) error {
 		if s.PID.Load() != id.PID || s.TID.Load() != id.TID {
 			return ErrNotOwner
 		}
-		if r := s.RecursionCount.Load(); r > 0 {
-			s.RecursionCount.Store(r - 1)
+		if r := s.RecursionCount.Load(); r&layout.SlotRecursion > 0 {
+			s.RecursionCount.Store(r - 1) // keeps SlotInconsistent
 			return nil
 		}
 		memview.StoreOwned(&s.TID, 0)

@@ -446,6 +446,9 @@ type (
 		Token     uint64 `json:"token"`
 		Recursion uint32 `json:"recursion"`
 		Waiters   uint32 `json:"waiters"`
+		// Inconsistent: a holder died holding the lock and no holder has
+		// said since that it repaired the data (spinlock.Guard.MarkConsistent).
+		Inconsistent bool `json:"inconsistent"`
 	}
 	locksJSON struct {
 		Path         string     `json:"path"`

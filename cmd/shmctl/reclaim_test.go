@@ -85,10 +85,11 @@ func TestReclaim(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("1\tdead\t%d\tdead\t10\t12\treclaimed\n", proc.Self().PID), r.stdout)
 
 	// The dead owner's slot is free, two generations on (the takeover and
-	// the release), its recursion reset and its sleeper count kept; the
-	// release's wake found nobody, which Pad counts.
+	// the release), its recursion reset, marked inconsistent for the next
+	// holder, and its sleeper count kept; the release's wake found nobody,
+	// which Pad counts.
 	pad := uint64(1 | 1<<layout.PadFutileShift)
-	assert.Equal(t, [5]uint64{0, 0, 12, 0, pad}, slotWords(t, seg, 1), "slot 1 {pid, tid, token, recursion, pad}")
+	assert.Equal(t, [5]uint64{0, 0, 12, uint64(layout.SlotInconsistent), pad}, slotWords(t, seg, 1), "slot 1 {pid, tid, token, recursion, pad}")
 	for _, i := range []int{0, 2, 3} {
 		assert.Equal(t, before[i], slotWords(t, seg, i), "slot %d changed", i)
 	}

@@ -97,14 +97,15 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 		pidWord := s.PID.Load()
 		c, claimed := byIndex[i]
 		sj := slotJSON{
-			Index:     i,
-			Name:      c.Name,
-			Refs:      c.Refs,
-			ownerJSON: ownerOf(seg, pidWord),
-			TID:       s.TID.Load(),
-			Token:     s.Token.Load(),
-			Recursion: s.RecursionCount.Load(),
-			Waiters:   s.Sleepers(),
+			Index:        i,
+			Name:         c.Name,
+			Refs:         c.Refs,
+			ownerJSON:    ownerOf(seg, pidWord),
+			TID:          s.TID.Load(),
+			Token:        s.Token.Load(),
+			Recursion:    s.RecursionCount.Load() & layout.SlotRecursion,
+			Waiters:      s.Sleepers(),
+			Inconsistent: s.RecursionCount.Load()&layout.SlotInconsistent != 0,
 		}
 		mode, said := spinlock.ModeOfClaimUse(c.Use)
 		switch {
@@ -119,7 +120,7 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 		default:
 			sj.Mode = modeFree
 		}
-		inUse := claimed || pidWord != 0 || sj.TID != 0 || sj.Token != 0 || sj.Recursion != 0 || sj.Waiters != 0
+		inUse := claimed || pidWord != 0 || sj.TID != 0 || sj.Token != 0 || sj.Recursion != 0 || sj.Waiters != 0 || sj.Inconsistent
 		if inUse || all {
 			doc.Slots = append(doc.Slots, sj)
 		}

@@ -119,7 +119,7 @@ func TestSlotsJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
 	assert.ElementsMatch(t, []string{"path", "slots"}, keys(raw))
 	assert.ElementsMatch(t, []string{"index", "name", "refs", "mode", "pid", "start_ticks", "owner_state",
-		"tid", "token", "recursion", "waiters"}, keys(raw["slots"].([]any)[0].(map[string]any)))
+		"tid", "token", "recursion", "waiters", "inconsistent"}, keys(raw["slots"].([]any)[0].(map[string]any)))
 }
 
 func TestSlotsEmpty(t *testing.T) {

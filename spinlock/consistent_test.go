@@ -1,0 +1,75 @@
+package spinlock_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// The recovery protocol, across processes: a holder is killed; the next
+// holder (another process) takes the lock over and is told; it releases
+// without marking the data consistent, so the following holder (a third
+// process) is told too, though it reclaimed nothing; that one marks it,
+// and from then on nobody is told.
+func TestInconsistentUntilMarked(t *testing.T) {
+	t.Parallel()
+	_, path := newSegment(t)
+	holder := testproc.Start(t, "hold", path, "1")
+	holder.WaitLine(t, "held")
+	holder.Kill(t)
+
+	tell := func(mark string) string {
+		c := testproc.Start(t, "tell", path, mark)
+		out := c.WaitLine(t, "told ")
+		c.WaitOK(t)
+		return out
+	}
+	require.Equal(t, "reclaimed=true inconsistent=true", tell("no"), "the holder that reclaimed")
+	require.Equal(t, "reclaimed=false inconsistent=true", tell("mark"), "the next holder: nobody repaired")
+	require.Equal(t, "reclaimed=false inconsistent=false", tell("no"), "marked consistent")
+	require.Equal(t, "reclaimed=false inconsistent=false", tell("no"))
+}
+
+// tellHelper locks slot 0, prints what it was told, marks the data
+// consistent if args[1] is "mark", and releases: PATH MARK.
+func tellHelper(args []string) int {
+	seg, l, _, err := openLock(args[0], spinlock.PIDTID)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	var g spinlock.Guard
+	if err := g.TryLockFor(l, spinlock.NewHolder(), testTimeout); err != nil {
+		return fail("lock: %v", err)
+	}
+	fmt.Printf("told reclaimed=%t inconsistent=%t\n", g.Reclaimed(), g.Inconsistent())
+	if args[1] == "mark" {
+		if err := g.MarkConsistent(); err != nil {
+			return fail("mark: %v", err)
+		}
+	}
+	if err := g.Release(); err != nil {
+		return fail("release: %v", err)
+	}
+	return 0
+}
+
+// MarkConsistent needs the hold: an empty guard, or one whose hold was
+// taken from it, is refused and changes nothing.
+func TestMarkConsistentNeedsTheHold(t *testing.T) {
+	t.Parallel()
+	l := newLock(spinlock.PIDTID)
+	var g spinlock.Guard
+	require.ErrorIs(t, g.MarkConsistent(), spinlock.ErrNotHeld)
+	require.False(t, g.Inconsistent())
+	me := spinlock.NewHolder()
+	require.NoError(t, g.Lock(l, me))
+	require.NoError(t, g.MarkConsistent(), "a consistent lock stays so")
+	require.False(t, l.Inconsistent())
+	require.NoError(t, l.Unlock(me)) // behind the guard's back
+	require.ErrorIs(t, g.MarkConsistent(), spinlock.ErrNotOwner)
+}
