@@ -91,11 +91,16 @@ func quickStart(path string) error {
 	if err != nil {
 		return err
 	}
-	defer g.Release() // before seg.Close: a lock still held at Close stays held
-	if g.Reclaimed() {
-		// The previous holder died holding the lock (kill -9, a crash): the
-		// lock is ours, and the data it protects may be half-updated.
-		fmt.Println("the previous holder died: repair the queue")
+	defer g.Release() // a release still works after seg.Close
+	if g.Inconsistent() {
+		// A holder died holding the lock (kill -9, a crash): the data it
+		// protects may be half-updated. Every holder is told until one
+		// repairs it and says so (g.Reclaimed says whether this hold was
+		// the one that took the lock over).
+		fmt.Println("a holder died: repair the queue")
+		if err := g.MarkConsistent(); err != nil {
+			return err
+		}
 	}
 	fmt.Println("holding queue, generation", lock.Generation())
 	return nil

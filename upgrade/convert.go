@@ -58,9 +58,9 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	for {
 		s := m.e.State.Load()
-		if m.e.State.CompareAndSwap(s, s&^(statePending|stateReclaimed)|stateWrite) {
-			if s&stateReclaimed != 0 {
-				m.setReclaimed(true) // a dead holder's unique hold was freed meanwhile
+		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
+			if s&stateInconsistent != 0 {
+				m.setReclaimed(true) // a dead holder's unique hold was freed, and nobody repaired
 			}
 			return nil
 		}

@@ -18,7 +18,11 @@
 // Robustness: the writer and the upgrade holder are recorded by process
 // identity (pid and start time) and handle id, so a waiter that finds one
 // dead takes the lock over (the new holder's Reclaimed reports it, like
-// EOWNERDEAD) or, if it wanted another mode, releases it. Readers are
+// EOWNERDEAD) or, if it wanted another mode, releases it. A dead unique
+// holder marks the mutex inconsistent, whoever freed its hold: every
+// unique holder is told (Reclaimed, Inconsistent) until one calls
+// MarkConsistent. Waiters look for dead holders every 50 ms of waiting,
+// however busy the mutex is. Readers are
 // counted per handle, in reader records that name their process, so the
 // share of a dead reader process is dropped; a live reader is never
 // released. Boost's interprocess_upgradable_mutex and pthread rwlocks

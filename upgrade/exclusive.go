@@ -130,8 +130,8 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bo
 }
 
 // writerGranted ends an acquisition of the unique lock by Lock: it records
-// whether the hold was taken from the dead, by this acquisition or by
-// anyone since the last unique hold. One that waited (for the Writer word,
+// whether the hold was taken from the dead, by this acquisition, or by
+// anyone since a unique holder last marked the data consistent. One that waited (for the Writer word,
 // the upgrade holder or readers) checks the segment once more, and gives
 // the lock back if it was closed: its wait checked it last before the lock
 // was taken, and a Close during a wait ends the acquisition with
@@ -143,27 +143,35 @@ func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 		m.abandonWriter()
 		return shm.ErrClosed
 	}
-	if m.takeReclaimedMark() {
+	if m.e.State.Load()&stateInconsistent != 0 {
 		reclaimed = true
 	}
 	m.setReclaimed(reclaimed)
 	return nil
 }
 
-// takeReclaimedMark clears stateReclaimed for a new holder of the unique
-// lock and reports whether it was set: a dead holder's unique hold was
-// freed since the last unique hold (see state.go). One load when it is
-// not set.
-func (m *Mutex) takeReclaimedMark() bool {
-	for {
-		s := m.e.State.Load()
-		if s&stateReclaimed == 0 {
-			return false
-		}
-		if m.e.State.CompareAndSwap(s, s&^stateReclaimed) {
-			return true
-		}
+// Inconsistent reports whether the data the mutex protects may be
+// half-updated: a holder of the unique lock died (its hold was freed by a
+// waiter, a reader or Reclaim) and no unique holder has called
+// MarkConsistent since. Every unique acquisition meanwhile reports
+// Reclaimed too.
+func (m *Mutex) Inconsistent() bool { return m.e.State.Load()&stateInconsistent != 0 }
+
+// MarkConsistent says that the data the mutex protects is whole again (the
+// holder repaired it, or found nothing to repair): later holders are no
+// longer told. The handle must hold the unique lock (Lock, or an upgrade
+// to it); ErrNotHeld otherwise.
+func (m *Mutex) MarkConsistent() error {
+	s := m.e.State.Load()
+	unique := m.holdsWriter() && s&(stateWrite|stateUpgrade) == stateWrite ||
+		m.holdsUpgrader() && s&(stateWrite|stateUpgrade) == stateWrite|stateUpgrade
+	if !unique {
+		return ErrNotHeld
 	}
+	if s&stateInconsistent != 0 {
+		m.e.State.And(^stateInconsistent) // others set it only for dead holders
+	}
+	return nil
 }
 
 // drainReaders waits for every shared hold to go, clearing the records of
@@ -318,7 +326,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			// recorded for the next unique holder).
 			next := s &^ (statePending | stateWrite)
 			if s&stateWrite != 0 {
-				next |= stateReclaimed
+				next |= stateInconsistent
 			}
 			if m.e.State.CompareAndSwap(s, next) {
 				if s&(statePending|stateWrite) != 0 {
@@ -409,7 +417,7 @@ func (m *Mutex) UnlockUpgrade() error {
 // checkUpgrader checks that the segment is open and the handle holds the
 // upgrade lock (the Upgrader word and stateUpgrade), and returns the state
 // word it read: while stateUpgrade is the handle's, only the handle
-// changes it (but for stateReclaimed, see state.go).
+// changes it (but for stateInconsistent, see state.go).
 func (m *Mutex) checkUpgrader() (uint32, error) {
 	if m.segClosed() {
 		return 0, shm.ErrClosed

@@ -26,8 +26,8 @@ const (
 )
 
 const (
-	WriterHungry   = writerHungry
-	StateReclaimed = stateReclaimed
+	WriterHungry      = writerHungry
+	StateInconsistent = stateInconsistent
 	// StaleHandoff is a handoff stamped at the clock's zero: long stale.
 	StaleHandoff = writerHungry
 )

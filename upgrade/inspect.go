@@ -30,9 +30,9 @@ type Status struct {
 	// Handoff: the writers' mutex was released to the writers that had
 	// waited (Writer is 0 then) and none of them has taken it yet.
 	Handoff bool
-	// Reclaimed: a dead holder's unique hold was freed and the next
-	// unique holder has not been told yet (it will be: Reclaimed).
-	Reclaimed bool
+	// Inconsistent: a dead holder's unique hold was freed and no unique
+	// holder has marked the data consistent since (Mutex.MarkConsistent).
+	Inconsistent bool
 }
 
 // ReaderStatus is one reader record in use.
@@ -65,8 +65,8 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 		WriterWaiters: sleepers.Count(e.WriterSleepers.Load()),
 		ReaderRecords: seg.ReadersPerUpgrade(),
 		WriteLocked:   st&stateWrite != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
-		Reclaimed: st&stateReclaimed != 0,
-		Readers:   []ReaderStatus{},
+		Inconsistent: st&stateInconsistent != 0,
+		Readers:      []ReaderStatus{},
 	}
 	for j := range s.ReaderRecords {
 		r, err := seg.UpgradeReader(i, j)

@@ -123,8 +123,9 @@ func TestKillWriter(t *testing.T) {
 }
 
 // A writer killed while readers wait: they release its lock and go on,
-// and the next writer is told (Reclaimed) that the data may be torn,
-// though it was a reader that freed the lock; the writer after it is not.
+// and the next writer is told (Reclaimed, Inconsistent) that the data may
+// be torn, though it was a reader that freed the lock; so is the writer
+// after it, until one marks the data consistent.
 func TestKillWriterReadersGoOn(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
@@ -135,14 +136,20 @@ func TestKillWriterReadersGoOn(t *testing.T) {
 	noTraceOf(t, seg, id)
 	require.NoError(t, r.UnlockShared())
 	w := open(t, seg)
-	require.True(t, status(t, seg).Reclaimed, "the reclaim waits for the next writer")
+	require.True(t, status(t, seg).Inconsistent, "the reclaim waits for the next writer")
 	require.NoError(t, w.Lock())
 	require.True(t, w.Reclaimed(), "a reader released the dead writer's lock: the next writer is told")
+	require.True(t, w.Inconsistent())
 	require.NoError(t, w.Unlock())
-	require.False(t, status(t, seg).Reclaimed)
 	require.NoError(t, w.Lock())
-	require.False(t, w.Reclaimed(), "told once")
+	require.True(t, w.Reclaimed(), "not repaired: the following writer is told too")
+	require.NoError(t, w.MarkConsistent())
 	require.NoError(t, w.Unlock())
+	require.False(t, status(t, seg).Inconsistent)
+	require.NoError(t, w.Lock())
+	require.False(t, w.Reclaimed(), "marked consistent: nobody is told")
+	require.NoError(t, w.Unlock())
+	require.ErrorIs(t, w.MarkConsistent(), upgrade.ErrNotHeld)
 }
 
 // A process killed while its upgrade is pending: readers, kept out by the

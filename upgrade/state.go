@@ -15,8 +15,8 @@ import (
 //	bit 30  stateUpgrade  the upgrade lock is held by the handle recorded in
 //	                      Upgrader
 //	bit 29  statePending  the upgrade holder waits for readers to drain
-//	bit 28  stateReclaimed a unique hold was freed from a dead holder and
-//	                      no later unique holder has been told yet
+//	bit 28  stateInconsistent a unique hold was freed from a dead holder and
+//	                      no unique holder has marked the data consistent since
 //	bits 0-27             unused, always 0 (see below)
 //
 // Deviation from the seed: readers are not counted in bits 0-28. A count in
@@ -58,14 +58,16 @@ import (
 //
 // Reporting reclaims: whoever frees a dead holder's unique hold (a writer
 // with stateWrite, or an upgrade holder that had upgraded) sets
-// stateReclaimed, whether it keeps the lock or not: a reader that frees a
-// dead writer on its way in, Reclaim, a writer that takes the dead one's
-// word over. The next acquisition of the unique lock (Lock, or
-// UpgradeToUnique) clears the bit as it is granted and reports the reclaim
-// (Reclaimed), so the data behind the lock is always looked at by the next
-// writer, even if the one that reclaimed gave up or died itself. Every
-// change of the state word keeps the bit except that clear; it blocks
-// nobody, and it only sends Lock's fast path (a CAS from 0) the slow way.
+// stateInconsistent, whether it keeps the lock or not: a reader that frees
+// a dead writer on its way in, Reclaim, a writer that takes the dead one's
+// word over. Every acquisition of the unique lock (Lock, UpgradeToUnique)
+// while the bit is set reports it (Reclaimed, Inconsistent), until a
+// unique holder says it repaired the data (MarkConsistent clears it). So
+// the news reaches a writer even if the one that reclaimed gave up, died
+// itself, or released without repairing; and unlike glibc's
+// ENOTRECOVERABLE the lock stays usable. Every change of the state word
+// keeps the bit except MarkConsistent's; it blocks nobody, and it only
+// sends Lock's fast path (a CAS from 0) the slow way until it is cleared.
 //
 // Sleeping: two futex gates, as the seed's two condition variables, and a
 // queue for the writers' mutex. SharedGate holds readers and upgrade
@@ -116,9 +118,9 @@ const (
 	stateWrite   uint32 = 1 << 31 // the unique lock is held
 	stateUpgrade uint32 = 1 << 30 // the upgrade lock is held
 	statePending uint32 = 1 << 29 // an upgrade waits for readers to drain
-	// stateReclaimed: a dead holder's unique hold was freed; the next
-	// unique holder is told
-	stateReclaimed uint32 = 1 << 28
+	// stateInconsistent: a dead holder's unique hold was freed; unique
+	// holders are told until one calls MarkConsistent
+	stateInconsistent uint32 = 1 << 28
 
 	// blockReaders are the bits that make a new reader wait.
 	blockReaders = stateWrite | statePending

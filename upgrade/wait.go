@@ -428,14 +428,14 @@ func (m *Mutex) releaseStaleHandoff(o uint64) bool {
 // and that one clears the dead holder's flag on UniqueGate (if it slept
 // there) before anyone can hold the word again and set it. If the dead
 // writer held the unique lock (stateWrite without stateUpgrade), the
-// reclaim is recorded for the next unique holder (stateReclaimed).
+// reclaim is recorded for the next unique holder (stateInconsistent).
 func (m *Mutex) takeOverWriter(o uint64) bool {
 	if id := writerID(o); id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
 		return false
 	}
 	m.e.Waiters.And(^uniqueWriter)
 	if m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
-		m.e.State.Or(stateReclaimed) // the write bit is ours now: nobody else clears it
+		m.e.State.Or(stateInconsistent) // the write bit is ours now: nobody else clears it
 	}
 	m.repairs.Add(1)
 	return true
@@ -475,7 +475,7 @@ func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
 	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
 	if unique {
-		m.e.State.Or(stateReclaimed)
+		m.e.State.Or(stateInconsistent)
 	}
 	m.releaseUpgraderWord()
 	m.wake(m.sharedGate())

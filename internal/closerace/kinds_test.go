@@ -169,7 +169,7 @@ func inspectUpgrade(tb testing.TB, o *shm.Segment) upgrade.Status {
 func traceUpgrade(tb testing.TB, o *shm.Segment) string {
 	st := inspectUpgrade(tb, o)
 	st.Generation = 0
-	st.Reclaimed = false // nobody died here, but a liveness check may have run
+	st.Inconsistent = false // nobody died here
 	// The helper's record stays claimed while its handle is open: only
 	// counts, and this process's records, are the waiters' business.
 	var readers []upgrade.ReaderStatus
