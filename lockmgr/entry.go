@@ -99,13 +99,12 @@ func entryAt(mem []byte, i int) (*layout.LockMgrEntry, error) {
 	return memview.At[layout.LockMgrEntry](mem, uint64(i)*layout.LockMgrEntrySize)
 }
 
-// lockEntry takes e's lock word for this process. The exported operations
+// lockEntry takes e's lock word for this process; false, without it, if
+// the segment closed while it waited (see closed). The exported operations
 // hold at most one entry lock at a time, plus the insert lock around it on
 // the slow paths (always insert lock first).
-func (t *table) lockEntry(e *layout.LockMgrEntry) {
-	if !e.Lock.CompareAndSwap(0, t.self) {
-		t.lockEntrySlow(e)
-	}
+func (t *table) lockEntry(e *layout.LockMgrEntry) bool {
+	return e.Lock.CompareAndSwap(0, t.self) || t.lockEntrySlow(e)
 }
 
 // tryLockEntry takes e's lock word only if it is free.
@@ -113,24 +112,23 @@ func (t *table) tryLockEntry(e *layout.LockMgrEntry) bool { return e.Lock.Compar
 
 func (t *table) unlockEntry(e *layout.LockMgrEntry) { e.Lock.Store(0) }
 
-// closed reports whether the segment has been closed. The operations check
-// it on entry; a goroutine that waits for an entry lock (lockEntrySlow)
-// when the segment closes then finds the lock free (the entry reads as
-// the zeros Close left), and carries on over a table of zeros, in which no
-// resource is found. So the paths of a resource not found, and insert,
-// check it again, and the operation fails with shm.ErrClosed instead of
-// reporting on, or granting in, a table nobody else sees.
+// closed reports whether the segment has been closed. The acquisitions and
+// changes check it on entry (releases do not: they work after Close). A
+// goroutine that waits for an entry lock (lockEntrySlow), held by another
+// process that does not let go, gives up when the segment closes: the
+// resource then looks not found, and those paths check closed again, so
+// that the operation fails with shm.ErrClosed having changed nothing.
 func (t *table) closed() bool { return t.seg.Closed() }
 
 // lockEntrySlow is kept out of lockEntry so that the fast path inlines.
-func (t *table) lockEntrySlow(e *layout.LockMgrEntry) {
+func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
 	nap := time.Microsecond
 	var checked time.Time
 	for i := 0; ; i++ {
 		w := e.Lock.Load()
 		if w == 0 {
 			if e.Lock.CompareAndSwap(0, t.self) {
-				return
+				return true
 			}
 			continue
 		}
@@ -148,8 +146,11 @@ func (t *table) lockEntrySlow(e *layout.LockMgrEntry) {
 				// and the wake that goes with it: wake every sleeper.
 				memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
 				t.wakeAll(e)
-				return
+				return true
 			}
+		}
+		if t.closed() {
+			return false
 		}
 		time.Sleep(nap)
 		nap = min(2*nap, maxNap)

@@ -275,7 +275,7 @@ func (m *Manager) Declare(resources ...string) error {
 		e.Ctl.Store(e.Ctl.Load() | ctlDeclared)
 		m.t.unlockEntry(e)
 	}
-	return m.closedErr(nil)
+	return nil
 }
 
 // Undeclare makes resource an ordinary resource again; nothing if it is not
@@ -291,8 +291,12 @@ func (m *Manager) Undeclare(resource string) error {
 	if e := m.t.find(&k); e != nil {
 		e.Ctl.Store(e.Ctl.Load() &^ ctlDeclared)
 		m.t.unlockEntry(e)
+		return nil
 	}
-	return m.closedErr(nil)
+	if m.closed() {
+		return shm.ErrClosed // see table.closed
+	}
+	return nil
 }
 
 // SetDeclaredOnly switches the whole table (every process) into or out of

@@ -29,10 +29,11 @@ type Options struct {
 // Manager is one process's handle on the lock-manager table of a segment.
 // Every process that opens the same segment sees the same named locks.
 // A Manager may be used by any number of goroutines. Once the segment is
-// closed, every method that reads or changes the table returns
+// closed, every method that reads or changes the table but Release returns
 // shm.ErrClosed (List, Stats and DeclaredOnly, which return no error,
 // report an empty table) and changes nothing in the segment's file; holds
-// taken before stay in the table until they expire or their process dies.
+// taken before stay in the table until released (Release works after
+// Close), they expire, or their process dies.
 type Manager struct {
 	t     *table
 	clock clock // on SystemClock, waits sleep on the resource's futex
@@ -226,10 +227,12 @@ func (m *Manager) writable() error {
 	return nil
 }
 
-// closedErr is err, or shm.ErrClosed if the segment was closed meanwhile:
-// the end check of the operations that may wait (see closed).
+// closedErr is the error of an operation that failed (err not nil):
+// shm.ErrClosed if the segment was closed meanwhile, for the failure may be
+// a wait for an entry lock that Close ended (see table.closed). A success
+// is real, in the file, closed or not.
 func (m *Manager) closedErr(err error) error {
-	if m.closed() {
+	if err != nil && m.closed() {
 		return shm.ErrClosed
 	}
 	return err
@@ -557,8 +560,7 @@ func (c *cancelWake) stop() {
 // wait sleeps for d or until a hold of e ends (its gate moves from seq) or
 // ctx is done (through cancel), or, once the segment is closed, until its
 // current sleep slice ends: a sleeper in the kernel at Close is woken only
-// by a release in another process or its timeout. Its registration then
-// stays in the file, like a killed sleeper's, and is dropped the same way.
+// by a release in another process or its timeout.
 func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration, cancel *cancelWake) {
 	if !m.clock.sys {
 		m.clock.c.Sleep(ctx, d)
@@ -598,7 +600,9 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	}
 }
 
-// Release ends owner's hold of resource. ErrLockNotHeld if owner holds it
+// Release ends owner's hold of resource, also after the segment's Close
+// (shm.ErrClosed only if it then had to wait for a resource's entry lock
+// that another process keeps). ErrLockNotHeld if owner holds it
 // not but someone else does; ErrLockTimeout if the hold expired (or its
 // process was declared dead) before this release. Releasing a lock that
 // does not exist, or that nobody holds, logs a warning and succeeds, as
@@ -609,15 +613,15 @@ func (m *Manager) Release(resource, owner string) error {
 	if err := checkNames(&res, &own, resource, owner); err != nil {
 		return err
 	}
-	if err := m.writable(); err != nil {
-		return err
+	if m.ro {
+		return ErrReadOnly // a release works after the segment's Close, though
 	}
 	now := m.clock.now() // before locking, as in acquire
-	e := m.t.find(&res)
+	e, err := m.t.lookup(&res)
+	if err != nil {
+		return err
+	}
 	if e == nil {
-		if m.closed() {
-			return shm.ErrClosed // see table.closed
-		}
 		m.warnUnknown(resource, owner)
 		return nil
 	}
@@ -640,8 +644,6 @@ func (m *Manager) Release(resource, owner string) error {
 		}
 		m.t.unlockEntry(e)
 		switch {
-		case m.closed():
-			return shm.ErrClosed // see table.closed
 		case timedOut:
 			return fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 		case others > 0:
@@ -687,10 +689,11 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 	if err != nil {
 		return info, err
 	}
-	if got, err := m.refresh(&res, &own, ttl, info); !m.closed() {
-		return got, err
+	got, err := m.refresh(&res, &own, ttl, info)
+	if err != nil {
+		return info, m.closedErr(err)
 	}
-	return info, shm.ErrClosed
+	return got, nil
 }
 
 func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info LockInfo) (LockInfo, error) {

@@ -52,11 +52,24 @@ func sameOwner(h *layout.LockMgrHolder, k *ownKey) bool {
 
 // find returns the entry of resource k, locked, or nil.
 func (t *table) find(k *resKey) *layout.LockMgrEntry {
-	if i := t.search(k, true); i >= 0 {
-		return t.entries[i]
-	}
-	return nil
+	e, _ := t.lookup(k)
+	return e
 }
+
+// lookup is find that tells a resource not found (nil, nil) from a wait
+// for its entry lock that the segment's Close ended (nil, shm.ErrClosed).
+func (t *table) lookup(k *resKey) (*layout.LockMgrEntry, error) {
+	switch i := t.search(k, true); {
+	case i >= 0:
+		return t.entries[i], nil
+	case i == gaveUp:
+		return nil, shm.ErrClosed
+	}
+	return nil, nil
+}
+
+// gaveUp is search's answer when Close ended its wait for an entry lock.
+const gaveUp = -2
 
 // search returns the index of resource k's entry, or -1: with lock, the
 // entry is returned locked and its name checked under the lock; without,
@@ -80,8 +93,8 @@ func (t *table) search(k *resKey, lock bool) int {
 			}
 			continue
 		}
-		if lock {
-			t.lockEntry(e)
+		if lock && !t.lockEntry(e) {
+			return gaveUp // see table.closed
 		}
 		if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
 			return i
@@ -108,11 +121,10 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 	if t.n == 0 {
 		return nil, ErrTableFull
 	}
-	t.lockEntry(t.head)
-	defer t.unlockEntry(t.head)
-	if t.closed() {
+	if !t.lockEntry(t.head) {
 		return nil, shm.ErrClosed
 	}
+	defer t.unlockEntry(t.head)
 	free, freeAt := (*layout.LockMgrEntry)(nil), uint64(0)
 	for d := range t.n {
 		e := t.entries[t.probe(k.hash, d)]
@@ -127,7 +139,9 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 			free, freeAt = e, d
 		}
 		if c == kindResource && e.Hash.Load() == k.hash {
-			t.lockEntry(e)
+			if !t.lockEntry(e) {
+				return nil, shm.ErrClosed
+			}
 			if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
 				return e, nil
 			}
@@ -135,7 +149,9 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 		}
 	}
 	if free != nil {
-		t.lockEntry(free)
+		if !t.lockEntry(free) {
+			return nil, shm.ErrClosed
+		}
 	} else {
 		free, freeAt = t.recycle(k.hash)
 		if free == nil {
@@ -269,7 +285,9 @@ func (t *table) holderCount(e *layout.LockMgrEntry) int {
 // chain already has a free record or is as long as it may be. It takes the
 // insert lock first and then the resource's entry, as insert does.
 func (t *table) grow(k *resKey) error {
-	t.lockEntry(t.head)
+	if !t.lockEntry(t.head) {
+		return shm.ErrClosed
+	}
 	defer t.unlockEntry(t.head)
 	e := t.find(k)
 	if e == nil {
