@@ -116,20 +116,21 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 }
 
 // Release drops one reference to entry i of table k; the last one frees
-// the entry and zeroes it. ErrNotClaimed if it is not claimed.
+// the entry and zeroes it. ErrNotClaimed if it is not claimed. A release
+// works after Close too, like the lock packages' releases.
 func (s *Segment) Release(k layout.Kind, i int) error {
 	dk, err := directoryOf(k)
 	if err != nil {
 		return err
 	}
-	if err := s.writable(); err != nil {
-		return err
+	if s.readOnly {
+		return ErrReadOnly // a release works after Close, though
 	}
-	e, err := entry[layout.DirEntry](s, dk, i)
+	e, err := entryOf[layout.DirEntry](s, dk, i)
 	if err != nil {
 		return err
 	}
-	if err := s.lockRegistry(); err != nil {
+	if err := s.lockRegistryFor(true); err != nil {
 		return err
 	}
 	defer s.unlockRegistry()
@@ -233,12 +234,16 @@ const (
 	registryLivenessStep = 16                   // attempts between liveness checks
 )
 
-func (s *Segment) lockRegistry() error {
+func (s *Segment) lockRegistry() error { return s.lockRegistryFor(false) }
+
+// lockRegistryFor is lockRegistry; release: for a Release, which goes on
+// after Close.
+func (s *Segment) lockRegistryFor(release bool) error {
 	s.registryMu.Lock()
 	self := proc.Self().Pack()
 	sleep := 10 * time.Microsecond
 	for attempt := 0; ; attempt++ {
-		if s.closed.Load() {
+		if !release && s.closed.Load() {
 			s.registryMu.Unlock()
 			return ErrClosed
 		}

@@ -310,10 +310,14 @@ func TestClaimErrorsChangeNothing(t *testing.T) {
 	}
 }
 
+// After Close every accessor and Claim fail with ErrClosed; Release still
+// drops a reference taken before, in the file.
 func TestUseAfterClose(t *testing.T) {
 	t.Parallel()
 	path := testproc.SegmentPath(t)
 	seg, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	i, err := seg.Claim(layout.KindOwnerSlots, "held")
 	require.NoError(t, err)
 	require.NoError(t, seg.Close())
 	require.ErrorIs(t, seg.Close(), shm.ErrClosed)
@@ -327,15 +331,23 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrClosed)
 	_, err = seg.Claim(layout.KindOwnerSlots, "x")
 	require.ErrorIs(t, err, shm.ErrClosed)
-	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, 0), shm.ErrClosed)
 	_, err = seg.Claims(layout.KindOwnerSlots)
 	require.ErrorIs(t, err, shm.ErrClosed)
+
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, i), shm.ErrNotClaimed)
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	claims, err := other.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Empty(t, claims, "the release reached the file")
 }
 
 // A claim under way when Close begins completes in the file before Close
-// replaces the mapping: it is there for another handle, with the registry
-// lock released there (else the other handle's Claim would wait for this
-// process to exit). Not parallel: the hook is the package's.
+// returns: it is there for another handle, with the registry lock released
+// there (else the other handle's Claim would wait for this process to
+// exit). Not parallel: the hook is the package's.
 func TestCloseDuringClaim(t *testing.T) {
 	seg, path := create(t, shm.Options{})
 	other, err := shm.Open(path, shm.Options{})

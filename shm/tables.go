@@ -61,6 +61,11 @@ func entry[T any](s *Segment, k layout.Kind, i int) (*T, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
+	return entryOf[T](s, k, i)
+}
+
+// entryOf is entry without the closed check, for releases.
+func entryOf[T any](s *Segment, k layout.Kind, i int) (*T, error) {
 	t := s.header.Table(k)
 	if i < 0 || uint64(i) >= t.Count {
 		return nil, fmt.Errorf("%w: %v[%d] of %d", ErrIndex, k, i, t.Count)

@@ -40,19 +40,14 @@
 // After the segment's Close (shm.Segment.Close) every operation of a
 // Space, Txn or Barrier opened on it, and Inspect, returns shm.ErrClosed
 // and changes nothing in the file, including one asleep at the time (at
-// its next liveness check, within 50 ms); accessors without an error
-// result read zeros (Txn.Open is false, Txn.Used 0). What the process had
-// in the file at Close stays there until it exits: its pins keep
-// counting (Pin.Release no longer reaches the file), its pin row stays
-// taken, a close it had begun stays Closing or Finishing, and a lock an
-// operation held at that moment (Begin's allocator lock, a barrier close's
-// leader lock) stays held, so other processes' Begin or Barrier.Close wait
-// for this process's exit. An operation that the Close comes in the middle
-// of returns shm.ErrClosed too, never a success whose writes may have gone
-// to the private pages; what it wrote before the Close stays in the file
-// like the rest (a record Begin took stays open, owned by this process).
-// Release pins, let operations return and Close
-// the Space before the segment.
+// its next liveness check, within 50 ms), which first undoes what it did
+// there: a close it began is called off, a barrier it raised comes down.
+// An operation that the Close comes in the middle of either completes, its
+// effect real in the file, or fails with shm.ErrClosed having left nothing.
+// The releases still reach the file: Pin.Release, SRef.Release, and
+// Space.Close, which gives the pin row back. Transactions the process
+// still has open stay open, owned by it, until it exits (Space.Reclaim or
+// shmctl reclaim closes them then): close them before the segment.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	sp, _ := txn.Open(seg)

@@ -72,13 +72,7 @@ func Open(seg *shm.Segment) (*Space, error) {
 		return nil, err
 	}
 	if testHookUnchecked != nil {
-		testHookUnchecked(true)
-	}
-	if seg.Closed() {
-		// The row may have been taken on the private pages that Close
-		// left; if in the file, it stays taken there until this process
-		// exits, as after Close of a Space whose segment closed first.
-		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrClosed)
+		testHookUnchecked(true) // a Close from here on leaves a Space that Close gives its row back
 	}
 	return s, nil
 }
@@ -137,14 +131,10 @@ func wake(d drain) {
 	sleepers.WakeAll(d.sleepers, d.seq)
 }
 
-// Close gives up the handle's pin row. ErrPinsHeld, changing nothing, if
-// pins taken through it are still held; ErrSpaceClosed the second time.
-//
-// After the segment's Close, Close closes the handle but can no longer
-// give up its row, nor drop its claims on the owner slots of package txn's
-// locks: it returns shm.ErrClosed, and the row stays taken in the file
-// (with whatever pins it counted) until this process exits. Close the
-// Space before the segment.
+// Close gives up the handle's pin row, also after the segment's Close.
+// ErrPinsHeld, changing nothing, if pins taken through it are still held
+// (release them: Pin.Release works after the segment's Close too);
+// ErrSpaceClosed the second time.
 //
 // The closed flag goes up before the counters are checked, and a pin
 // checks the flag after its increment, so that either the pin sees the
@@ -154,18 +144,13 @@ func (s *Space) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrSpaceClosed
 	}
-	if s.seg.Closed() {
-		return rowKept(s.row)
-	}
 	for _, c := range s.ctrs {
 		if c.Load() != 0 {
 			s.closed.Store(false)
 			return ErrPinsHeld
 		}
 	}
-	if !s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0) && s.seg.Closed() {
-		return rowKept(s.row) // the segment closed since the check above
-	}
+	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
 	s.releaseLock(allocLockName)
 	s.mu.Lock()
 	if s.barLock != nil {
@@ -173,11 +158,6 @@ func (s *Space) Close() error {
 	}
 	s.mu.Unlock()
 	return nil
-}
-
-// rowKept is Close's error when the segment's Close came first.
-func rowKept(row int) error {
-	return fmt.Errorf("txn: close: pin row %d stays taken until this process exits: %w", row, shm.ErrClosed)
 }
 
 // releaseLock drops this handle's claim on the owner slot of a named lock.
@@ -201,12 +181,9 @@ func (s *Space) barrierLock() (*spinlock.Lock, error) {
 	return s.barLock, nil
 }
 
-// usable is the check at the start of every operation of s: shm.ErrClosed
-// once the segment is closed (its tables then read private zero pages, see
-// shm.Segment.Close, and an operation would work on memory no other
-// process sees), ErrSpaceClosed once s is. Paths that read a word whose
-// value makes no sense check the segment again before they explain it: a
-// word read as zero may be a word of a segment closed meanwhile.
+// usable is the check at the start of every operation of s but the
+// releases: shm.ErrClosed once the segment is closed (shm.Segment.Close),
+// ErrSpaceClosed once s is.
 func (s *Space) usable() error {
 	if s.seg.Closed() {
 		return shm.ErrClosed
@@ -217,9 +194,9 @@ func (s *Space) usable() error {
 	return nil
 }
 
-// unlessClosed is err, the explanation of a word read from the segment,
-// unless the segment is closed: the word may then have been read from the
-// private zero pages that Close left, and explains nothing.
+// unlessClosed is err, or shm.ErrClosed once the segment is closed: an
+// operation that fails after the segment's Close came under it reports the
+// Close (it changed nothing).
 func (s *Space) unlessClosed(err error) error {
 	if s.seg.Closed() {
 		return shm.ErrClosed

@@ -11,7 +11,6 @@ import (
 
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -124,14 +123,7 @@ func (s *Space) Begin(opts BeginOptions) (*Txn, error) {
 	}
 	rec.Ctl.Store(ctlWord(stateOpen, gen, flags)) // publishes the rest
 	if testHookUnchecked != nil {
-		testHookUnchecked(true)
-	}
-	if s.seg.Closed() {
-		// Some of the stores may have gone to the private pages that the
-		// segment's Close left: the transaction is not, or not wholly, in
-		// the file. Checked after them, the flag tells which side of the
-		// Close they fell on.
-		return nil, shm.ErrClosed
+		testHookUnchecked(true) // a Close from here on leaves the transaction begun, in the file
 	}
 	start, size, _ := s.geo.arenaBounds(first | units<<32)
 	return &Txn{s: s, idx: uint32(idx), gen: gen, rec: rec, start: start, size: size, barrier: opts.Barrier}, nil
@@ -208,9 +200,6 @@ func (t *Txn) Alloc(data []byte) (Ref, error) {
 	t.publish(off, kindObject, uint32(len(data)), roundUp(uint64(len(data)), objAlign))
 	if testHookUnchecked != nil {
 		testHookUnchecked(true)
-	}
-	if t.s.seg.Closed() {
-		return Ref{}, shm.ErrClosed // the object may not be in the file (see Begin)
 	}
 	return Ref{Txn: t.idx, Gen: t.gen, Off: uint32(off)}, nil
 }
@@ -328,9 +317,6 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	t.rec.Promos.Store(uint32(off) + 1)
 	if testHookUnchecked != nil {
 		testHookUnchecked(true)
-	}
-	if t.s.seg.Closed() {
-		return Ref{}, shm.ErrClosed // the cell may not be in the file (see Begin)
 	}
 	return Ref{Txn: t.idx, Gen: t.gen, Off: uint32(off)}, nil
 }
