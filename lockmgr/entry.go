@@ -203,7 +203,7 @@ func checkUnicode(s string) string {
 // setResource sets k to resource name s; ErrBadResource if s is none.
 func (k *key) setResource(s string) error {
 	if why := k.set(s, MaxResourceLen); why != "" {
-		return fmt.Errorf("%w: %s", ErrBadResource, why)
+		return fmt.Errorf("%w: %w: %s", ErrBadResource, layout.ErrBadName, why)
 	}
 	return nil
 }
@@ -211,7 +211,7 @@ func (k *key) setResource(s string) error {
 // setOwner sets k to owner name s; ErrBadOwner if s is none.
 func (k *key) setOwner(s string) error {
 	if why := k.set(s, MaxOwnerLen); why != "" {
-		return fmt.Errorf("%w: %s", ErrBadOwner, why)
+		return fmt.Errorf("%w: %w: %s", ErrBadOwner, layout.ErrBadName, why)
 	}
 	return nil
 }

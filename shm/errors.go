@@ -12,6 +12,7 @@ var (
 	ErrSymlink             = errors.New("shm: segment path is a symbolic link")
 	ErrNotRegular          = errors.New("shm: segment is not a regular file")
 	ErrForeignOwner        = errors.New("shm: segment is owned by another user")
+	ErrPermissiveMode      = errors.New("shm: segment's file mode grants access to others")
 	ErrForeignPIDNamespace = errors.New("shm: segment was made in another PID namespace")
 	ErrNotReady            = errors.New("shm: segment was never completed by its creator")
 	ErrReadOnly            = errors.New("shm: segment is open read-only")

@@ -28,10 +28,18 @@ type Options struct {
 	// Table sizes, used by Create; zero means the default, negative none.
 	layout.Options
 
-	// GroupAccess creates the file 0660 instead of 0600.
+	// GroupAccess creates the file 0660 instead of 0600, and opens a file
+	// whose mode grants its group access (see AllowOthersAccess).
 	GroupAccess bool
 	// AllowForeignOwner opens a file owned by another user.
 	AllowForeignOwner bool
+	// AllowOthersAccess opens a file whose mode grants access to other
+	// users than its owner and its group (any of the bits 0007). Without
+	// it such a file is refused (ErrPermissiveMode): anyone on the machine
+	// could wedge or forge its locks. Group bits (0070) are refused too
+	// unless GroupAccess is set, or the segment was created for its group
+	// (shmctl create --group, GroupAccess at Create).
+	AllowOthersAccess bool
 	// AllowForeignPIDNamespace opens a segment made in another PID
 	// namespace, whose recorded pids mean nothing here.
 	AllowForeignPIDNamespace bool
@@ -150,6 +158,9 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: open %s: %w", path, err)
 	}
+	if err := checkGroupMode(path, f, h, opts); err != nil {
+		return nil, err
+	}
 	if !opts.AllowForeignPIDNamespace {
 		ns, err := proc.PIDNamespace()
 		if err != nil {
@@ -177,6 +188,20 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 	}
 	s.quarantineWhenUnreachable()
 	return s, nil
+}
+
+// checkGroupMode refuses a file whose mode grants its group access, unless
+// the caller or the segment's creator asked for group access.
+func checkGroupMode(path string, f *os.File, h layout.Header, opts Options) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("shm: open %s: %w", path, err)
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o070 == 0 || opts.GroupAccess || opts.AllowOthersAccess || h.Flags&layout.FlagGroupAccess != 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s has mode %04o but was not created for its group (GroupAccess, or chmod g-rwx)", ErrPermissiveMode, path, perm)
 }
 
 func openError(path string, err error) error {
@@ -208,6 +233,9 @@ func readCompleteHeader(path string, f *os.File, opts Options) ([]byte, int64, e
 		}
 		if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() && !opts.AllowForeignOwner {
 			return nil, 0, fmt.Errorf("%w: %s belongs to uid %d", ErrForeignOwner, path, uid)
+		}
+		if perm := fi.Mode().Perm(); perm&0o007 != 0 && !opts.AllowOthersAccess {
+			return nil, 0, fmt.Errorf("%w: %s has mode %04o (others may use it; AllowOthersAccess, or chmod o-rwx)", ErrPermissiveMode, path, perm)
 		}
 		n, err := f.ReadAt(header, 0)
 		if err != nil && !errors.Is(err, io.EOF) {

@@ -793,3 +793,47 @@ func startHelper(t *testing.T, out *bytes.Buffer, name string, args ...string) *
 	require.NoError(t, cmd.Start())
 	return cmd
 }
+
+// A file whose mode lets other users in is refused, changing nothing,
+// unless the caller allows it; group bits are refused unless the caller
+// or the creator asked for group access.
+func TestPermissiveModeRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		group   bool // created with GroupAccess
+		mode    os.FileMode
+		opts    shm.Options
+		refused bool
+	}{
+		{"0600", false, 0o600, shm.Options{}, false},
+		{"others read", false, 0o604, shm.Options{}, true},
+		{"others write", false, 0o602, shm.Options{}, true},
+		{"others allowed", false, 0o606, shm.Options{AllowOthersAccess: true}, false},
+		{"group, not created for it", false, 0o660, shm.Options{}, true},
+		{"group, asked for by the caller", false, 0o660, shm.Options{GroupAccess: true}, false},
+		{"group, created for it", true, 0o660, shm.Options{}, false},
+		{"group and others, created for the group", true, 0o666, shm.Options{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := testproc.SegmentPath(t)
+			seg, err := shm.Create(path, shm.Options{GroupAccess: tc.group})
+			require.NoError(t, err)
+			require.NoError(t, seg.Close())
+			require.NoError(t, os.Chmod(path, tc.mode))
+			before, err := os.ReadFile(path)
+			require.NoError(t, err)
+			s, err := shm.Open(path, tc.opts)
+			if tc.refused {
+				require.ErrorIs(t, err, shm.ErrPermissiveMode)
+				after, err := os.ReadFile(path)
+				require.NoError(t, err)
+				require.Equal(t, before, after, "a refused open changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+		})
+	}
+}

@@ -77,8 +77,13 @@ func open(seg *shm.Segment, index int) (*Mutex, error) {
 }
 
 // Named claims the upgrade mutex called name in seg (see
-// shm.Segment.Claim) and returns a handle on it.
+// shm.Segment.Claim) and returns a handle on it. An invalid name, the
+// empty one included, is a layout.ErrBadName error and changes nothing
+// (for a mutex of its own, Claim one unnamed and Open it).
 func Named(seg *shm.Segment, name string) (*Mutex, error) {
+	if err := layout.CheckName(name); err != nil {
+		return nil, fmt.Errorf("upgrade: %w", err)
+	}
 	i, err := seg.Claim(layout.KindUpgrades, name)
 	if err != nil {
 		return nil, err
