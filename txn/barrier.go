@@ -45,10 +45,11 @@ type closeItem struct {
 // and nothing changes.
 //
 // A Close in progress when the segment is closed returns shm.ErrClosed at
-// its next wake, and leaves in the file what it had done: the barrier up
-// and the leader lock held by this process, its batch Closing or
-// Finishing, until this process exits (the next leader then takes the
-// barrier over, and Reclaim finishes the batch).
+// its next wake, having lowered the barrier and reopened the transactions
+// still Closing (one already Finishing stays so until this process exits;
+// Reclaim finishes it then). After the segment's Close a Barrier cannot
+// close (its leader lock is an acquisition): close barrier-mode
+// transactions before the segment.
 func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
 	items := make([]closeItem, 0, len(txs))
 	seen := make(map[*Txn]bool, len(txs))
@@ -120,7 +121,7 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 	for _, it := range batch {
 		finishing := ctlWord(stateFinishing, it.gen, flagBarrier)
 		if s.recs[it.idx].Ctl.Load() == finishing {
-			if err := s.drainFinishing(it.idx); err != nil {
+			if err := s.drainFinishing(it.idx, false); err != nil {
 				return err
 			}
 			if err := s.finish(it.idx, finishing); err != nil {
@@ -131,13 +132,13 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 		closing = append(closing, it)
 	}
 	batch = closing
-	err = s.waitDrained(ctx, drain{&s.bar.Drain, &s.bar.Sleepers}, len(s.recs))
+	err = s.waitDrained(ctx, drain{&s.bar.Drain, &s.bar.Sleepers}, len(s.recs), false)
 	for i, it := range batch {
 		closing := ctlWord(stateClosing, it.gen, flagBarrier)
 		if err == nil {
 			// Per-transaction pins: those of Link and of other closers'
 			// promotions, never held for long.
-			err = s.settle(ctx, it.idx, closing)
+			err = s.settle(ctx, it.idx, closing, false)
 		}
 		if err != nil {
 			for _, undo := range batch[i:] {

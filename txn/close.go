@@ -44,21 +44,25 @@ var testHookDrained, testHookFinishing, testHookPromotePinned func(idx int)
 // Finishing (from step 3: every step of the end sequence may be run
 // again).
 //
-// The segment's Close ends a close with shm.ErrClosed wherever it is: at
-// the next wake of a wait, or at the end of the end sequence, whose last
-// writes went to private pages. The record stays Closing or Finishing in
-// the file, with this process as its owner, until this process exits;
-// Reclaim (resume) then finishes it from there.
+// The segment's Close ends a close with shm.ErrClosed at the next wake of
+// a wait: a Closing record is reopened; a Finishing one (past the point of
+// no return) stays Finishing, with this process as its owner, until this
+// process exits, and Reclaim (resume) finishes it then. A close begun
+// after the segment's Close runs to its end (late).
 func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
-	if err := s.usable(); err != nil {
-		return err
+	if s.closed.Load() {
+		return ErrSpaceClosed
 	}
+	// A close begun after the segment's Close ends a transaction of this
+	// process (a release, as Pin.Release is): it runs to its end, and the
+	// segment's Close no longer stops its waits.
+	late := s.seg.Closed()
 	rec := s.recs[idx]
 	open, closing := ctlWord(stateOpen, gen, 0), ctlWord(stateClosing, gen, 0)
 	finishing := ctlWord(stateFinishing, gen, 0)
 	if resume && rec.Ctl.Load() == finishing {
 		// Past the point of no return: ctx no longer matters.
-		if err := s.drainFinishing(idx); err != nil {
+		if err := s.drainFinishing(idx, late); err != nil {
 			return err
 		}
 		return s.finish(idx, finishing)
@@ -83,11 +87,11 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 			}
 			return s.unlessClosed(ErrWrongMode)
 		}
-		if err := s.awaitEnd(ctx, Ref{Txn: uint32(idx), Gen: gen}); err != nil {
+		if err := s.awaitEnd(ctx, Ref{Txn: uint32(idx), Gen: gen}, late); err != nil {
 			return err
 		}
 	}
-	if err := s.settle(ctx, idx, closing); err != nil {
+	if err := s.settle(ctx, idx, closing, late); err != nil {
 		if !rec.Ctl.CompareAndSwap(closing, open) {
 			// Not reopened: on a closed segment the record stays Closing
 			// in the file, and ctx.Err() would say it had been.
@@ -113,9 +117,9 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 // comes before the closer's next count: of the two, at least one sees the
 // other, so a promoter either backs out (and skips the transaction, which
 // ends with its cells) or is counted and waited for.
-func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
+func (s *Space) settle(ctx context.Context, idx int, closing uint64, late bool) error {
 	rec := s.recs[idx]
-	if err := s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, idx); err != nil {
+	if err := s.waitDrained(ctx, drain{&rec.Drain, &rec.Sleepers}, idx, late); err != nil {
 		return err
 	}
 	if testHookDrained != nil {
@@ -124,7 +128,7 @@ func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
 	if !rec.Ctl.CompareAndSwap(closing, withState(closing, stateFinishing)) {
 		return s.unlessClosed(fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx))
 	}
-	return s.drainFinishing(idx)
+	return s.drainFinishing(idx, late)
 }
 
 // drainFinishing waits until no live process counts a pin on record idx,
@@ -132,16 +136,16 @@ func (s *Space) settle(ctx context.Context, idx int, closing uint64) error {
 // back out, which never block while they hold them, so there is no context
 // to cancel the wait with (the record could not be reopened anyway). Only
 // the segment's Close ends the wait early (shm.ErrClosed).
-func (s *Space) drainFinishing(idx int) error {
+func (s *Space) drainFinishing(idx int, late bool) error {
 	rec := s.recs[idx]
-	return s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx)
+	return s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx, late)
 }
 
 // waitDrained sleeps until no live process counts a pin in column col of
 // the pin table (a record's, or the global column), or ctx is done, or the
 // segment is closed (shm.ErrClosed; sleeps are bounded by
-// livenessInterval).
-func (s *Space) waitDrained(ctx context.Context, d drain, col int) error {
+// livenessInterval) unless late: the wait began after the segment's Close.
+func (s *Space) waitDrained(ctx context.Context, d drain, col int, late bool) error {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(d.seq) })
 		defer stop()
@@ -149,18 +153,13 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int) error {
 	dead := map[uint64]bool{}
 	check := false
 	for {
-		if s.seg.Closed() {
+		if !late && s.seg.Closed() {
 			return shm.ErrClosed
 		}
 		sleepers.Register(d.sleepers)
 		seq := d.seq.Load()
 		if s.pinCount(col, dead, check) == 0 {
 			sleepers.Unregister(d.sleepers)
-			if s.seg.Closed() {
-				// The count may have read the private pages, whose zeros
-				// pass for drained.
-				return shm.ErrClosed
-			}
 			return nil
 		}
 		err := futex.Wait(d.seq, seq, livenessInterval)
@@ -199,9 +198,7 @@ func (s *Space) pinCount(col int, dead map[uint64]bool, check bool) uint64 {
 }
 
 // finish runs the end sequence of a drained transaction, in the seed's
-// order. finishing is its Ctl word (state Finishing). shm.ErrClosed if the
-// segment was closed before the last step reached the file: the record
-// then stays Finishing there.
+// order. finishing is its Ctl word (state Finishing).
 func (s *Space) finish(idx int, finishing uint64) error {
 	rec := s.recs[idx]
 	gen := ctlGen(finishing)
@@ -218,9 +215,9 @@ func (s *Space) finish(idx int, finishing uint64) error {
 		}
 	}
 	// Only the closer moves a Finishing record, so this CAS fails only on
-	// a closed segment's private pages (or a corrupted record).
-	if !rec.Ctl.CompareAndSwap(finishing, withState(finishing, stateClosed)) && s.seg.Closed() {
-		return shm.ErrClosed
+	// a corrupted record.
+	if !rec.Ctl.CompareAndSwap(finishing, withState(finishing, stateClosed)) {
+		return fmt.Errorf("%w: record %d left Finishing under its closer", ErrCorrupt, idx)
 	}
 	wake(drain{&rec.Drain, &rec.Sleepers})
 	return nil

@@ -44,10 +44,12 @@
 // there: a close it began is called off, a barrier it raised comes down.
 // An operation that the Close comes in the middle of either completes, its
 // effect real in the file, or fails with shm.ErrClosed having left nothing.
-// The releases still reach the file: Pin.Release, SRef.Release, and
-// Space.Close, which gives the pin row back. Transactions the process
-// still has open stay open, owned by it, until it exits (Space.Reclaim or
-// shmctl reclaim closes them then): close them before the segment.
+// The releases still reach the file: Pin.Release, SRef.Release,
+// Txn.RequestCloseAndWait (a close begun after the segment's Close runs to
+// its end) and Space.Close, which gives the pin row back. A barrier-mode
+// transaction cannot be closed after the segment's Close (the barrier's
+// leader lock is an acquisition): it stays open, owned by this process,
+// until it exits (Space.Reclaim or shmctl reclaim closes it then).
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	sp, _ := txn.Open(seg)

@@ -290,7 +290,7 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 		if !ctlEnding(s.recs[t.Txn].Ctl.Load()) {
 			return s.unlessClosed(ErrClosing) // the barrier is up, for other transactions
 		}
-		if err := s.awaitEnd(ctx, t); err != nil {
+		if err := s.awaitEnd(ctx, t, false); err != nil {
 			return err
 		}
 	}
@@ -298,8 +298,9 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 
 // awaitEnd sleeps until t's transaction is no longer Closing or Finishing
 // in t's generation, or ctx is done, or the segment is closed
-// (shm.ErrClosed; sleeps are bounded by livenessInterval).
-func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
+// (shm.ErrClosed; sleeps are bounded by livenessInterval) unless late (see
+// waitDrained).
+func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 	rec := s.recs[t.Txn]
 	closing, finishing := ctlWord(stateClosing, t.Gen, 0), ctlWord(stateFinishing, t.Gen, 0)
 	if ctx.Done() != nil {
@@ -307,9 +308,7 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref) error {
 		defer stop()
 	}
 	for {
-		if s.seg.Closed() {
-			// Asleep when the segment closed: the registration stays
-			// counted in the file, like a killed sleeper's.
+		if !late && s.seg.Closed() {
 			return shm.ErrClosed
 		}
 		sleepers.Register(&rec.Sleepers)

@@ -55,11 +55,12 @@ func TestUseAfterSegmentClose(t *testing.T) {
 				{"Alloc", func() error { _, err := src.Alloc([]byte("more")); return err }},
 				{"Link", func() error { _, err := dst.Link(obj); return err }},
 				{"Link of its own object", func() error { _, err := src.Link(obj); return err }},
-				{"close", func() error {
-					if m.barrier {
-						return b.Close(ctx, src)
+				{"Barrier.Close", func() error {
+					if !m.barrier {
+						_, err := sp.Begin(opts) // ErrWrongMode comes first: no call of the barrier's to make
+						return err
 					}
-					return src.RequestCloseAndWait(ctx)
+					return b.Close(ctx, src)
 				}},
 				{"NewBarrier", func() error { _, err := txn.NewBarrier(sp); return err }},
 				{"Reclaim", func() error { return sp.Reclaim(ctx, src.Index()) }},
@@ -92,6 +93,11 @@ func TestUseAfterSegmentClose(t *testing.T) {
 
 			require.ErrorIs(t, sp.Close(), txn.ErrPinsHeld)
 			p.Release() // reaches the file
+			if !m.barrier {
+				// A transaction's close is this process's release of it.
+				require.NoError(t, src.RequestCloseAndWait(ctx), "a close after the segment's Close")
+				require.Equal(t, txn.StateClosed, txnInfo(t, other, src.Index()).State)
+			}
 			require.NoError(t, sp.Close(), "the Space gives its row up after the segment's Close")
 			require.ErrorIs(t, sp.Close(), txn.ErrSpaceClosed)
 			for _, o := range ops {

@@ -337,10 +337,11 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 // ctx is done.
 //
 // A close asleep when the segment is closed returns shm.ErrClosed at its
-// next liveness check. It cannot reopen the transaction then (the file is
-// no longer mapped): the transaction stays Closing (or Finishing) in the
-// file, owned by this process, until this process exits and another
-// process's Space.Reclaim finishes the close.
+// next liveness check, having reopened the transaction (one already
+// Finishing stays so, owned by this process, until it exits; another
+// process's Space.Reclaim finishes it then). A close begun after the
+// segment's Close is a release of this process's transaction, and runs to
+// its end.
 func (t *Txn) RequestCloseAndWait(ctx context.Context) error {
 	if t.barrier {
 		return ErrWrongMode
