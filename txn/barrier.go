@@ -46,8 +46,7 @@ type closeItem struct {
 //
 // A Close in progress when the segment is closed returns shm.ErrClosed at
 // its next wake, having lowered the barrier and reopened the transactions
-// still Closing (one already Finishing stays so until this process exits;
-// Reclaim finishes it then). After the segment's Close a Barrier cannot
+// still Closing (one already Finishing is finished first). After the segment's Close a Barrier cannot
 // close (its leader lock is an acquisition): close barrier-mode
 // transactions before the segment.
 func (b *Barrier) Close(ctx context.Context, txs ...*Txn) error {
@@ -121,7 +120,7 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 	for _, it := range batch {
 		finishing := ctlWord(stateFinishing, it.gen, flagBarrier)
 		if s.recs[it.idx].Ctl.Load() == finishing {
-			if err := s.drainFinishing(it.idx, false); err != nil {
+			if err := s.drainFinishing(it.idx); err != nil {
 				return err
 			}
 			if err := s.finish(it.idx, finishing); err != nil {

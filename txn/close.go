@@ -44,11 +44,10 @@ var testHookDrained, testHookFinishing, testHookPromotePinned func(idx int)
 // Finishing (from step 3: every step of the end sequence may be run
 // again).
 //
-// The segment's Close ends a close with shm.ErrClosed at the next wake of
-// a wait: a Closing record is reopened; a Finishing one (past the point of
-// no return) stays Finishing, with this process as its owner, until this
-// process exits, and Reclaim (resume) finishes it then. A close begun
-// after the segment's Close runs to its end (late).
+// The segment's Close ends a close that waits for pins with shm.ErrClosed
+// at the next wake, the record reopened; one past the point of no return
+// (Finishing) runs to its end, and so does a close begun after the
+// segment's Close (late).
 func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
 	if s.closed.Load() {
 		return ErrSpaceClosed
@@ -62,7 +61,7 @@ func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) 
 	finishing := ctlWord(stateFinishing, gen, 0)
 	if resume && rec.Ctl.Load() == finishing {
 		// Past the point of no return: ctx no longer matters.
-		if err := s.drainFinishing(idx, late); err != nil {
+		if err := s.drainFinishing(idx); err != nil {
 			return err
 		}
 		return s.finish(idx, finishing)
@@ -128,17 +127,20 @@ func (s *Space) settle(ctx context.Context, idx int, closing uint64, late bool) 
 	if !rec.Ctl.CompareAndSwap(closing, withState(closing, stateFinishing)) {
 		return s.unlessClosed(fmt.Errorf("%w: record %d left Closing under its closer", ErrCorrupt, idx))
 	}
-	return s.drainFinishing(idx, late)
+	return s.drainFinishing(idx)
 }
 
 // drainFinishing waits until no live process counts a pin on record idx,
 // which is Finishing: the pins left are promoters' and pinners' about to
 // back out, which never block while they hold them, so there is no context
-// to cancel the wait with (the record could not be reopened anyway). Only
-// the segment's Close ends the wait early (shm.ErrClosed).
-func (s *Space) drainFinishing(idx int, late bool) error {
+// to cancel the wait with (the record could not be reopened anyway), and
+// the segment's Close does not end it either.
+func (s *Space) drainFinishing(idx int) error {
 	rec := s.recs[idx]
-	return s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx, late)
+	// Past the point of no return, and the pins left are never held for
+	// long: the segment's Close does not stop this wait either, so a
+	// Finishing record is never left half-way for this process's life.
+	return s.waitDrained(context.Background(), drain{&rec.Drain, &rec.Sleepers}, idx, true)
 }
 
 // waitDrained sleeps until no live process counts a pin in column col of

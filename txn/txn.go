@@ -336,10 +336,9 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 // from other goroutines' pins: a closer holding one waits for itself until
 // ctx is done.
 //
-// A close asleep when the segment is closed returns shm.ErrClosed at its
-// next liveness check, having reopened the transaction (one already
-// Finishing stays so, owned by this process, until it exits; another
-// process's Space.Reclaim finishes it then). A close begun after the
+// A close asleep for pins when the segment is closed returns shm.ErrClosed
+// at its next liveness check, having reopened the transaction; one past
+// the point of no return (Finishing) completes. A close begun after the
 // segment's Close is a release of this process's transaction, and runs to
 // its end.
 func (t *Txn) RequestCloseAndWait(ctx context.Context) error {

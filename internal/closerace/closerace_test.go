@@ -2,7 +2,6 @@ package closerace_test
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -52,10 +51,10 @@ func TestCloseAroundLivenessWakeups(t *testing.T) {
 
 func closeAroundWakeups(t *testing.T, k kind, rounds int) {
 	observer, path := newSegment(t)
-	holder := startHolder(t, path, k)
+	h := startHolder(t, path, k)
 	baseline := k.trace(t, observer)
 	for round := 1; round <= rounds; round++ {
-		results := startWaiters(t, path, k, func(seg *shm.Segment) {
+		results := startWaiters(t, path, k, h, func(seg *shm.Segment) {
 			// Two thirds of the closes land in the 3 ms after the
 			// waiters' first liveness wake-up (50 ms after they went to
 			// sleep, which takes them microseconds), the rest anywhere
@@ -85,8 +84,7 @@ func closeAroundWakeups(t *testing.T, k kind, rounds int) {
 			return
 		}
 	}
-	holder.Send(t, "release")
-	holder.WaitLine(t, "released 1")
+	h.do(t, "release", "released")
 	if err := k.take(observer); err != nil {
 		t.Errorf("after %d closes the lock is wedged: %v", rounds, err)
 	}
@@ -106,12 +104,13 @@ func TestCloseRightAfterRelease(t *testing.T) {
 			t.Parallel()
 			observer, path := newSegment(t)
 			free := k.trace(t, observer)
-			holder := startHolder(t, path, k)
+			h := startHolder(t, path, k)
 			granted := 0
 			for round := 1; round <= closes(); round++ {
-				results := startWaiters(t, path, k, func(seg *shm.Segment) {
+				var released int
+				results := startWaiters(t, path, k, h, func(seg *shm.Segment) {
 					time.Sleep(2 * time.Millisecond) // the waiters go to sleep
-					holder.Send(t, "release")
+					released = h.send(t, "release")
 					spinFor(time.Duration(rand.Int64N(int64(100 * time.Microsecond))))
 				})
 				held := 0
@@ -127,18 +126,17 @@ func TestCloseRightAfterRelease(t *testing.T) {
 				if k.exclusive {
 					require.LessOrEqual(t, held, 1, "round %d: two owners", round)
 				}
-				require.Equal(t, held, k.held(t, observer), "round %d: the file records other holds than the waiters that succeeded", round)
+				k.check(t, observer, held, len(results), round)
 				for i, r := range results {
 					if r.err == nil {
 						require.NoError(t, r.w.release(), "round %d: waiter %d releases after Close", round, i)
 					}
 					require.NoError(t, r.w.close(), "round %d: waiter %d", round, i)
 				}
-				holder.WaitLine(t, fmt.Sprintf("released %d", 2*round-1))
+				h.wait(t, "released", released)
 				require.NoError(t, k.take(observer), "round %d: the lock is wedged", round)
 				require.Equal(t, free, k.trace(t, observer), "round %d: something is left in the file", round)
-				holder.Send(t, "take")
-				holder.WaitLine(t, fmt.Sprintf("held %d", 2*round))
+				h.do(t, "take", "held")
 			}
 			t.Logf("%d closes, %d of them after a grant", closes(), granted)
 		})
@@ -156,11 +154,11 @@ func newSegment(t *testing.T) (*shm.Segment, string) {
 
 // startHolder starts the helper that holds k's lock, and waits until it
 // does.
-func startHolder(t *testing.T, path string, k kind) *testproc.Child {
+func startHolder(t *testing.T, path string, k kind) *holder {
 	t.Helper()
 	c := testproc.StartWithStdin(t, "hold", path, k.name)
 	c.WaitLine(t, "held 0")
-	return c
+	return &holder{c: c}
 }
 
 type result struct {
@@ -171,7 +169,7 @@ type result struct {
 // startWaiters opens the segment at path, starts k.waiters waiters on it,
 // runs before, closes the segment and returns what each waiter's
 // acquisition returned.
-func startWaiters(t *testing.T, path string, k kind, before func(*shm.Segment)) []result {
+func startWaiters(t *testing.T, path string, k kind, h *holder, before func(*shm.Segment)) []result {
 	seg, err := shm.Open(path, shm.Options{})
 	if err != nil {
 		t.Error(err)
@@ -180,7 +178,7 @@ func startWaiters(t *testing.T, path string, k kind, before func(*shm.Segment)) 
 	results := make([]result, k.waiters)
 	var wg sync.WaitGroup
 	for i := range results {
-		w, err := k.waiter(seg)
+		w, err := k.waiter(t, seg, h)
 		if err != nil {
 			t.Error(err)
 			_ = seg.Close()

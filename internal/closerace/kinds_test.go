@@ -27,16 +27,33 @@ type kind struct {
 	// exclusive: at most one waiter may succeed at a time.
 	exclusive bool
 	hold      func(seg *shm.Segment) (release func() error, err error)
-	waiter    func(seg *shm.Segment) (waiter, error)
+	waiter    func(tb testing.TB, seg *shm.Segment, h *holder) (waiter, error)
 	// held is the number of holds the file records for this process, read
 	// through another mapping (observer).
 	held func(tb testing.TB, observer *shm.Segment) int
+	// checkGrants, if set, replaces check's comparison of held with the
+	// grants.
+	checkGrants func(tb testing.TB, observer *shm.Segment, granted, waiters int) string
 	// trace is everything of the lock in the file that a waiter could
 	// leave behind: holds, wait marks, sleeper registrations.
 	trace func(tb testing.TB, observer *shm.Segment) string
 	// take takes the lock without waiting and releases it, through
 	// observer: the lock is not wedged.
 	take func(observer *shm.Segment) error
+}
+
+// check requires that the file records exactly the holds of the waiters
+// that succeeded: none for one that failed (no leaked hold), one for each
+// that succeeded (no phantom hold).
+func (k kind) check(tb testing.TB, observer *shm.Segment, granted, waiters, round int) {
+	tb.Helper()
+	if k.checkGrants != nil {
+		if msg := k.checkGrants(tb, observer, granted, waiters); msg != "" {
+			tb.Fatalf("round %d: %s", round, msg)
+		}
+		return
+	}
+	require.Equal(tb, granted, k.held(tb, observer), "round %d: the file records other holds than the waiters that succeeded", round)
 }
 
 // A waiter is one goroutine's handle and its acquisition.
@@ -69,6 +86,7 @@ var kinds = []kind{
 		return &coroWaiter{m: coro.NewProcessMutex(coro.SpinLock(l))}
 	}),
 	lockmgrKind(),
+	txnCloseKind(),
 }
 
 func kindNamed(name string) kind {
@@ -97,7 +115,7 @@ func upgradeKind(name string, waiters int, exclusive bool, acquire, release func
 		hold: func(seg *shm.Segment) (func() error, error) {
 			return holdUpgrade(seg, (*upgrade.Mutex).Lock, (*upgrade.Mutex).Unlock)
 		},
-		waiter: func(seg *shm.Segment) (waiter, error) {
+		waiter: func(_ testing.TB, seg *shm.Segment, _ *holder) (waiter, error) {
 			m, err := upgrade.Open(seg, 0)
 			return &upgradeWaiter{m: m, acq: acquire, rel: release}, err
 		},
@@ -115,7 +133,7 @@ func upgradeToUniqueKind() kind {
 	k.hold = func(seg *shm.Segment) (func() error, error) {
 		return holdUpgrade(seg, (*upgrade.Mutex).LockShared, (*upgrade.Mutex).UnlockShared)
 	}
-	k.waiter = func(seg *shm.Segment) (waiter, error) {
+	k.waiter = func(_ testing.TB, seg *shm.Segment, _ *holder) (waiter, error) {
 		m, err := upgrade.Open(seg, 0)
 		if err != nil {
 			return nil, err
@@ -217,7 +235,7 @@ func spinKind(name string, index int, newWaiter func(*spinlock.Lock) waiter) kin
 			}
 			return g.Release, nil
 		},
-		waiter: func(seg *shm.Segment) (waiter, error) {
+		waiter: func(_ testing.TB, seg *shm.Segment, _ *holder) (waiter, error) {
 			l, err := open(seg)
 			if err != nil {
 				return nil, err
@@ -287,7 +305,7 @@ func lockmgrKind() kind {
 			}
 			return func() error { return m.Release(resource, "helper") }, nil
 		},
-		waiter: func(seg *shm.Segment) (waiter, error) {
+		waiter: func(_ testing.TB, seg *shm.Segment, _ *holder) (waiter, error) {
 			m, err := lockmgr.Open(seg, lockmgr.Options{})
 			return &lockmgrWaiter{m: m, owner: fmt.Sprintf("w%d", owners.Add(1))}, err
 		},
