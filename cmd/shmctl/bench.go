@@ -3,14 +3,17 @@ package main
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/cmd/shmctl/internal/bench"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // benchWorkerEnv marks a worker process of bench: the driver runs this
@@ -31,14 +34,14 @@ type benchOptions struct {
 func newCmdBench(ios *IOStreams, runF func(*benchOptions) error) *cobra.Command {
 	opts := &benchOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|upgrade|lockmgr]",
+		Use:   "bench --workload W --procs P --iters N [--path FILE] [--lock spin|spin-token|upgrade|lockmgr]",
 		Short: "Run one cell of the cross-process lock benchmark",
 		Long: `Run one benchmark cell as a driver of the peer-benchmark contract
 (shared/peers/README.md), so that shmlock's spinlock can be measured beside
 pthread, Boost and the other peers by the same run.sh.
 
-The driver maps FILE (64 KiB, the contract's layout), creates the lock's
-segment in FILE.shm, starts P worker processes (this program again, killed
+The driver creates and maps FILE (64 KiB, the contract's layout), creates
+the lock's segment in FILE.shm, starts P worker processes (this program again, killed
 if the driver dies), opens the start barrier and waits. Each worker opens
 the segment and runs N iterations of the workload: uncontended (P = 1),
 counter, pingpong and pingpong_retry (P = 2), and rw90, which needs a
@@ -56,6 +59,11 @@ by releases, and releases it; the contract counts each acquire+release
 pair as one op. Without --lock, rw90 runs on the upgrade mutex and the
 rest on spin.
 
+FILE is resolved like every segment path (a bare name is in /dev/shm).
+Without --path the driver uses a private file of its own. Either way it
+removes FILE and FILE.shm when done, and it refuses to start if either
+exists: bench never truncates, replaces or removes a file it did not make.
+
 Output is exactly one line of JSON: peer, workload, procs, iters, seconds,
 ops_per_sec, ns_per_op, ok, detail. Exit status 0 if the run validated, 1
 if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
@@ -64,8 +72,15 @@ if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
   shmctl bench --workload rw90 --procs 4 --iters 1e6 --path /dev/shm/b`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if opts.Workload == "" || opts.Path == "" || opts.Iters == 0 {
-				return newUsageError(cmd, "bench needs --workload, --procs, --iters and --path")
+			if opts.Workload == "" || opts.Iters == 0 {
+				return newUsageError(cmd, "bench needs --workload, --procs and --iters")
+			}
+			if cmd.Flags().Changed("path") {
+				p, err := shm.ResolvePath(opts.Path)
+				if err != nil {
+					return newUsageError(cmd, "--path: %v", err)
+				}
+				opts.Path = p
 			}
 			if opts.Procs < 1 || opts.Procs > bench.MaxProcs {
 				return newUsageError(cmd, "--procs must be 1 to %d, got %d", bench.MaxProcs, opts.Procs)
@@ -86,12 +101,15 @@ if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 	f.StringVar(&opts.Workload, "workload", "", "uncontended, counter, pingpong, pingpong_retry or rw90")
 	f.IntVar(&opts.Procs, "procs", 0, "worker processes")
 	f.Var(itersValue{&opts.Iters}, "iters", "iterations per worker (2e6 is accepted)")
-	f.StringVar(&opts.Path, "path", "", "the shared `file` (the driver creates it, and FILE.shm)")
+	f.StringVar(&opts.Path, "path", "", "the shared `file`, which must not exist (the driver creates it and FILE.shm, and removes both); default: a private one")
 	f.StringVar(&opts.Lock, "lock", bench.LockSpin, "the lock: "+orList(bench.LockNames())+" (rw90: upgrade)")
 	return cmd
 }
 
 func runBench(opts *benchOptions) error {
+	if opts.Path == "" {
+		opts.Path = privateBenchPath()
+	}
 	cfg := bench.Config{Workload: opts.Workload, Procs: opts.Procs, Iters: opts.Iters, Path: opts.Path, Lock: opts.Lock}
 	if w, ok := os.LookupEnv(benchWorkerEnv); ok {
 		me, err := strconv.Atoi(w)
@@ -121,6 +139,13 @@ func runBench(opts *benchOptions) error {
 		return exitStatus(code)
 	}
 	return nil
+}
+
+// privateBenchPath is a path in /dev/shm that no other run uses: this
+// process's pid and 64 random bits. bench creates it exclusively, so a
+// clash is an error, never an overwrite.
+func privateBenchPath() string {
+	return filepath.Join(shm.DefaultDir, fmt.Sprintf("shmlock-bench-%d-%016x", os.Getpid(), rand.Uint64()))
 }
 
 // benchArgs are a worker's command line: the driver's flags.

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/shm"
 )
 
 func TestBenchFlags(t *testing.T) {
@@ -29,15 +31,19 @@ func TestBenchFlags(t *testing.T) {
 		},
 		{ // like the harness, the whole part of a fraction
 			[]string{"--lock", "spin", "--iters", "1.5e1", "--procs", "64", "--path", "p", "--workload", "rw90"},
-			benchOptions{Workload: "rw90", Procs: 64, Iters: 15, Path: "p", Lock: "spin"},
+			benchOptions{Workload: "rw90", Procs: 64, Iters: 15, Path: "/dev/shm/p", Lock: "spin"},
 		},
 		{ // rw90 with no --lock runs on the upgrade mutex
 			[]string{"--workload", "rw90", "--procs", "4", "--iters", "100", "--path", "p"},
-			benchOptions{Workload: "rw90", Procs: 4, Iters: 100, Path: "p", Lock: "upgrade"},
+			benchOptions{Workload: "rw90", Procs: 4, Iters: 100, Path: "/dev/shm/p", Lock: "upgrade"},
 		},
 		{
 			[]string{"--workload", "counter", "--procs", "2", "--iters", "100", "--path", "p", "--lock", "upgrade"},
-			benchOptions{Workload: "counter", Procs: 2, Iters: 100, Path: "p", Lock: "upgrade"},
+			benchOptions{Workload: "counter", Procs: 2, Iters: 100, Path: "/dev/shm/p", Lock: "upgrade"},
+		},
+		{ // no --path: the driver picks a private file
+			[]string{"--workload", "counter", "--procs", "2", "--iters", "100"},
+			benchOptions{Workload: "counter", Procs: 2, Iters: 100, Lock: "spin"},
 		},
 	}
 	for _, tt := range tests {
@@ -54,9 +60,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		args []string
 		want string // part of the line on stderr
 	}{
-		{ok[2:], "bench needs --workload, --procs, --iters and --path"},
-		{ok[:6], "bench needs --workload, --procs, --iters and --path"},
-		{append(ok[:4:4], ok[6:]...), "bench needs --workload, --procs, --iters and --path"},
+		{ok[2:], "bench needs --workload, --procs and --iters"},
+		{append(ok[:4:4], ok[6:]...), "bench needs --workload, --procs and --iters"},
+		{append(ok, "--path", ""), "--path: "},
 		{append(ok, "--procs", "0"), "--procs must be 1 to 64, got 0"},
 		{append(ok, "--procs", "65"), "--procs must be 1 to 64, got 65"},
 		{append(ok, "--iters", "0"), `invalid argument "0" for "--iters" flag`},
@@ -195,19 +201,36 @@ func TestBenchProcessUnsupported(t *testing.T) {
 	assert.Equal(t, "unsupported workload", res.Detail)
 }
 
-// A FILE the driver cannot create, or a FILE.shm that is not a segment,
-// fails the run as the contract wants: one JSON line with ok false and the
-// cause, exit status 1, nothing on stderr; the non-segment is left alone.
+// A FILE the driver cannot create, a FILE that exists (whatever it is),
+// or a FILE.shm that exists fails the run as the contract wants: one JSON
+// line with ok false and the cause, exit status 1, nothing on stderr; and
+// what was there is left alone, byte for byte.
 func TestBenchBadPath(t *testing.T) {
 	t.Parallel()
 	notSegPath := testproc.SegmentPath(t)
 	notSeg := sidecarOf(t, notSegPath)
+	precious := testproc.SegmentPath(t)
+	require.NoError(t, os.WriteFile(precious, []byte("precious\n"), 0o600))
+	segPath := testproc.SegmentPath(t)
+	seg, err := shm.Create(segPath, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	segBytes, err := os.ReadFile(segPath)
+	require.NoError(t, err)
+	sideSegPath := testproc.SegmentPath(t)
+	side, err := shm.Create(sideSegPath+".shm", shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, side.Close())
+	t.Cleanup(func() { _ = os.Remove(sideSegPath + ".shm") })
 	for _, tt := range []struct {
 		path, detail string
 	}{
 		{"/nonexistent/dir/file", "map: open /nonexistent/dir/file: no such file or directory"},
-		{t.TempDir(), "map: open "},
-		{notSegPath, "setup: shm: remove " + notSeg + ": layout: not a shmlock segment"},
+		{t.TempDir(), "map: bench: file exists: "},
+		{precious, "map: bench: file exists: " + precious + " exists"},
+		{segPath, "map: bench: file exists: " + segPath + " exists"},
+		{notSegPath, "setup: bench: file exists: " + notSeg + " exists"},
+		{sideSegPath, "setup: bench: file exists: " + sideSegPath + ".shm exists"},
 	} {
 		r := shmctl(t, false, "bench", "--workload", "counter", "--procs", "2", "--iters", "10", "--path", tt.path)
 		assert.Equal(t, exitError, r.code, "%s: stderr %q", tt.path, r.stderr)
@@ -216,9 +239,18 @@ func TestBenchBadPath(t *testing.T) {
 		assert.False(t, res.OK, tt.path)
 		assert.True(t, strings.HasPrefix(res.Detail, tt.detail), "%s: detail %q", tt.path, res.Detail)
 	}
-	b, err := os.ReadFile(notSeg)
+	for _, p := range []string{notSeg, precious} {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		assert.Equal(t, "precious\n", string(b), p)
+	}
+	b, err := os.ReadFile(segPath)
 	require.NoError(t, err)
-	assert.Equal(t, "precious\n", string(b))
+	assert.Equal(t, segBytes, b, "a segment at --path is left alone")
+	_, err = shm.Open(sideSegPath+".shm", shm.Options{})
+	assert.NoError(t, err, "a segment at FILE.shm is left alone")
+	_, err = os.Stat(sideSegPath)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "the FILE bench made is removed")
 }
 
 // sidecarOf writes a file that is not a segment at path's FILE.shm, removed

@@ -18,6 +18,10 @@ import (
 	"github.com/shmlock/shmlock/lockmgr"
 )
 
+// minTTL is the shortest lease shmctl lock accepts: renewed every third of
+// it, which a process descheduled for a few milliseconds must still meet.
+const minTTL = 30 * time.Millisecond
+
 // Exit statuses of shmctl lock besides the command's own.
 const (
 	exitCannotRun = 127 // the command was not found or could not be started, as in sh(1)
@@ -76,6 +80,11 @@ status becomes 1.`,
 			}
 			if opts.TTL < 0 || opts.Wait < 0 {
 				return newUsageError(cmd, "--ttl and --wait must not be negative")
+			}
+			if opts.TTL != 0 && opts.TTL < minTTL {
+				// The hold is renewed every TTL/3: a shorter lease would lapse
+				// between renewals on a busy machine.
+				return newUsageError(cmd, "--ttl must be 0 (no lease) or at least %v, got %v", minTTL, opts.TTL)
 			}
 			if opts.Owner == "" {
 				opts.Owner = "shmctl-" + strconv.Itoa(os.Getpid())

@@ -54,6 +54,8 @@ func TestLockFlags(t *testing.T) {
 		{"lock", "jobs", "r", "--"},    // no command
 		{"lock", "jobs", "r", "--mode", "shared", "--", "true"},
 		{"lock", "jobs", "r", "--ttl", "-1s", "--", "true"},
+		{"lock", "jobs", "r", "--ttl", "1ns", "--", "true"}, // panicked in NewTicker, leaving a hold behind
+		{"lock", "jobs", "r", "--ttl", "29ms", "--", "true"},
 	} {
 		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
 		assert.Contains(t, line, "shmctl lock --help", "args %q", args)

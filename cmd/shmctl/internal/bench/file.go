@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/edsrzf/mmap-go"
 
@@ -25,6 +28,10 @@ const (
 	SpinBeforeYield = 1000 // pingpong/barrier: plain loads, then sched_yield
 	statSize        = 64
 )
+
+// ErrExists is the error for a --path (or its .shm sidecar) that exists
+// already: bench refuses to touch what it did not create.
+var ErrExists = errors.New("bench: file exists")
 
 // Values of the go flag.
 const (
@@ -49,13 +56,18 @@ type shared struct {
 	stats   [MaxProcs]*wstat
 }
 
-// mapFile maps the shared file, creating and zero-filling it if create.
+// mapFile maps the shared file, creating it if create: it must not exist
+// (bench never truncates or replaces a file it did not make), and a
+// symbolic link is never followed.
 func mapFile(path string, create bool) (*shared, error) {
-	flags := os.O_RDWR
+	flags := os.O_RDWR | syscall.O_NOFOLLOW
 	if create {
-		flags |= os.O_CREATE | os.O_TRUNC
+		flags |= os.O_CREATE | os.O_EXCL
 	}
 	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%w: %s exists, and bench makes its own file (remove it, or leave --path out for a private one)", ErrExists, path)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -99,13 +98,15 @@ var sidecarOptions = shm.Options{Options: layout.Options{
 	LockMgrEntries: 1 + lockmgr.MaxHolders/layout.LockMgrHolders,
 }}
 
-// createLock makes the sidecar segment, replacing a segment left there by
-// an earlier run that was killed (a file that is not a segment is refused).
+// createLock makes the sidecar segment. One that exists (another user's
+// segment, or one left by a run that was killed) is refused, never
+// replaced: remove it with shmctl rm.
 func createLock(path string) (*shm.Segment, error) {
-	if err := shm.Remove(sidecar(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	seg, err := shm.Create(sidecar(path), sidecarOptions)
+	if errors.Is(err, shm.ErrExists) {
+		return nil, fmt.Errorf("%w: %s exists, and bench makes its own segment (shmctl rm it)", ErrExists, sidecar(path))
 	}
-	return shm.Create(sidecar(path), sidecarOptions)
+	return seg, err
 }
 
 // openLock is a worker's side: its handle on the lock, and a func that
