@@ -187,6 +187,9 @@ func startWaiters(t *testing.T, path string, k kind, h *holder, before func(*shm
 		results[i].w = w
 		wg.Go(func() { results[i].err = w.acquire() })
 	}
+	if k.started != nil {
+		testproc.WaitFor(t, func() bool { return k.started(t, seg, len(results)) }, "the waiters to begin")
+	}
 	before(seg)
 	if err := seg.Close(); err != nil {
 		t.Error(err)

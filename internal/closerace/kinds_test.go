@@ -31,6 +31,10 @@ type kind struct {
 	// held is the number of holds the file records for this process, read
 	// through another mapping (observer).
 	held func(tb testing.TB, observer *shm.Segment) int
+	// started, if set, reports whether the waiters' acquisitions have
+	// begun (the test waits for it before it closes the segment): for an
+	// operation that, begun after the Close, would not fail but run on.
+	started func(tb testing.TB, seg *shm.Segment, waiters int) bool
 	// checkGrants, if set, replaces check's comparison of held with the
 	// grants.
 	checkGrants func(tb testing.TB, observer *shm.Segment, granted, waiters int) string

@@ -44,6 +44,19 @@ func txnCloseKind() kind {
 			return &txnWaiter{tb: tb, h: h, sp: sp, tx: tx, ref: ref}, nil
 		},
 		held: func(tb testing.TB, o *shm.Segment) int { return len(ownTxns(tb, o)) },
+		// A close begun after the segment's Close is a release that runs
+		// to its end, waiting for the helper's pin: the test closes the
+		// segment only once every close has begun (its transaction is
+		// Closing).
+		started: func(tb testing.TB, seg *shm.Segment, waiters int) bool {
+			n := 0
+			for _, ti := range ownTxns(tb, seg) {
+				if ti.State == txn.StateClosing {
+					n++
+				}
+			}
+			return n == waiters
+		},
 		checkGrants: func(tb testing.TB, o *shm.Segment, granted, waiters int) string {
 			open := 0
 			for _, ti := range ownTxns(tb, o) {
