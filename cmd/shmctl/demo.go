@@ -119,11 +119,11 @@ func runDemo(opts *demoOptions) error {
 	if err != nil {
 		return err
 	}
-	switch err := shm.Remove(path); {
-	case err == nil:
-		d.out.printf("removed %s, a segment left there by an earlier run\n\n", path)
-	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w (choose another --path)", err)
+	switch removed, err := removeLeftoverDemo(path); {
+	case err != nil:
+		return err
+	case removed:
+		d.out.printf("removed %s, a demo segment left there by an earlier run\n\n", path)
 	}
 	if d.seg, err = shm.Create(path, demoSegmentOptions); err != nil {
 		return err
@@ -360,6 +360,44 @@ func (d *demo) cleanup() {
 	if err := shm.Remove(path); err == nil {
 		d.out.printf("\nremoved %s\n", path)
 	}
+}
+
+// removeLeftoverDemo makes room for the demo's segment at path: nothing
+// there is fine, and a segment an earlier demo left there (its three named
+// slots claimed) that no process uses is removed; anything else, a file
+// or a segment the demo did not make or one in use, is refused and left
+// alone (choose another --path).
+func removeLeftoverDemo(path string) (removed bool, err error) {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if !isDemoSegment(path) {
+		return false, fmt.Errorf("%w: %s exists and is not a segment the demo made: the demo never removes it (choose another --path)", errRefused, path)
+	}
+	users, err := segmentUsers(path)
+	if err != nil {
+		return false, err
+	}
+	if len(users) > 0 {
+		return false, fmt.Errorf("%w: %s, a demo segment, is in use: %s (choose another --path)", errRefused, path, strings.Join(users, "; "))
+	}
+	return true, shm.Remove(path)
+}
+
+// isDemoSegment reports whether the segment at path has the demo's named
+// slots claimed: one the demo made (or that looks exactly like one).
+func isDemoSegment(path string) bool {
+	seg, err := shm.Open(path, shm.Options{ReadOnly: true})
+	if err != nil {
+		return false
+	}
+	defer seg.Close()
+	for _, name := range demoSlots {
+		if _, err := seg.Lookup(layout.KindOwnerSlots, name); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // waitFor polls cond until it holds, for at most demoWaitLimit.

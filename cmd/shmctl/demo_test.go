@@ -13,6 +13,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 func TestDemoFlags(t *testing.T) {
@@ -81,19 +82,44 @@ func TestDemo(t *testing.T) {
 // and anything else there is refused.
 func TestDemoKeepAndReplace(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{}) // a leftover
-	path := seg.Path()
+	path := testproc.SegmentPath(t)
 	r := shmctl(t, false, "demo", "--path", path, "--workers", "2", "--duration", "200ms", "--keep")
 	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	assert.True(t, strings.HasPrefix(r.stdout, "removed "+path+", a segment left there by an earlier run\n"), "stdout:\n%s", r.stdout)
 	assert.Contains(t, r.stdout, "\nkept "+path+": ")
 	slots := shmctl(t, false, "slots", path)
 	require.Equal(t, exitOK, slots.code, "stderr: %s", slots.stderr)
 	// Claimed by the demo and its two workers (pid/tid, as Named recorded), and free.
 	assert.Regexp(t, `(?m)^0\talpha\t3\tpid/tid\t0\t-\t`, slots.stdout, "the kept segment's slots")
 
+	// A demo segment left there, unused, is replaced.
+	r = shmctl(t, false, "demo", "--path", path, "--workers", "2", "--duration", "200ms")
+	require.Equal(t, exitOK, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, "removed "+path+", a demo segment left there by an earlier run\n"), "stdout:\n%s", r.stdout)
+
+	// A segment the demo did not make, or a demo segment in use, is refused
+	// and left byte for byte.
+	other := newSegment(t, layout.Options{})
+	before, err := os.ReadFile(other.Path())
+	require.NoError(t, err)
+	line := requireOneLineError(t, shmctl(t, false, "demo", "--path", other.Path()), exitError)
+	assert.Contains(t, line, "is not a segment the demo made")
+	after, err := os.ReadFile(other.Path())
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+
+	r = shmctl(t, false, "demo", "--path", path, "--workers", "2", "--duration", "200ms", "--keep")
+	require.Equal(t, exitOK, r.code, "stderr:\n%s", r.stderr)
+	inUse, err := shm.Open(path, shm.Options{}) // this process maps it; a child process must see that
+	require.NoError(t, err)
+	defer inUse.Close()
+	c := testproc.Start(t, "shmctl", "demo", "--path", path)
+	require.Error(t, c.Wait(t))
+	assert.Contains(t, c.Out.String(), "a demo segment, is in use: mapped by process ")
+	_, err = os.Stat(path)
+	require.NoError(t, err, "the demo segment in use is still there")
+
 	notSeg := writeFile(t, []byte("precious\n"))
-	line := requireOneLineError(t, shmctl(t, false, "demo", "--path", notSeg), exitError)
+	line = requireOneLineError(t, shmctl(t, false, "demo", "--path", notSeg), exitError)
 	assert.Contains(t, line, "choose another --path")
 	b, err := os.ReadFile(notSeg)
 	require.NoError(t, err)

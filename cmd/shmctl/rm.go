@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/shm"
@@ -10,6 +13,7 @@ type rmOptions struct {
 	IO *IOStreams
 
 	Segments []string
+	Force    bool
 }
 
 func newCmdRm(ios *IOStreams, runF func(*rmOptions) error) *cobra.Command {
@@ -18,12 +22,20 @@ func newCmdRm(ios *IOStreams, runF func(*rmOptions) error) *cobra.Command {
 		Use:   "rm <segment>...",
 		Short: "Remove segments",
 		Long: `Remove each segment file. A file that is not a shmlock segment (no magic,
-not a regular file, a symbolic link) is refused and left alone. Processes
-that have a segment mapped keep using it until they close it.
+not a regular file, a symbolic link) is refused and left alone.
+
+A segment in use is refused too, with what was found, unless --force: one
+owned by another user, one that other processes have mapped (as their
+/proc/PID/maps show, for the processes this user may see), and one where a
+live process holds a lock (an owner slot, an upgrade mutex, a lock-manager
+resource, a transaction or a transaction space), or a token-mode slot is
+held (its holder cannot be known). Processes that have a removed segment
+mapped keep using it until they close it, but nobody else can join them.
 
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
-  shmctl rm /dev/shm/a /dev/shm/b`,
+  shmctl rm /dev/shm/a /dev/shm/b
+  shmctl rm --force jobs   # even while in use`,
 		Args: minArgs(1, "at least one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segments = args
@@ -33,16 +45,17 @@ Each failure is reported on its own line; the others are still removed.`,
 			return runRm(opts)
 		},
 	}
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "remove a segment even while it is in use or another user's")
 	return cmd
 }
 
 func runRm(opts *rmOptions) error {
 	if len(opts.Segments) == 1 {
-		return shm.Remove(opts.Segments[0])
+		return removeSegment(opts.Segments[0], opts.Force)
 	}
 	failed := false
 	for _, s := range opts.Segments {
-		if err := shm.Remove(s); err != nil {
+		if err := removeSegment(s, opts.Force); err != nil {
 			printError(opts.IO.ErrOut, err)
 			failed = true
 		}
@@ -51,4 +64,19 @@ func runRm(opts *rmOptions) error {
 		return errSilent
 	}
 	return nil
+}
+
+// removeSegment removes the segment at path unless it is in use (see
+// segmentUsers), or force.
+func removeSegment(path string, force bool) error {
+	if !force {
+		users, err := segmentUsers(path)
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("%w: %s is in use: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))
+		}
+	}
+	return shm.Remove(path)
 }

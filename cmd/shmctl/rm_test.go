@@ -10,7 +10,10 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
 func TestRmFlags(t *testing.T) {
@@ -65,4 +68,40 @@ func TestRmSeveral(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	_, err = os.Stat(notSeg)
 	assert.NoError(t, err)
+}
+
+// A segment in use is refused, with what was found, and left byte for
+// byte; --force removes it. Here a live process (this one) holds an owner
+// slot, an upgrade mutex and a lock-manager resource.
+func TestRmRefusesSegmentInUse(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	g, err := l.Lock(spinlock.NewHolder())
+	require.NoError(t, err)
+	defer g.Release()
+	m, err := upgrade.Open(seg, 0)
+	require.NoError(t, err)
+	require.NoError(t, m.LockShared())
+	defer m.UnlockShared()
+	lm, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	_, err = lm.Acquire(t.Context(), "job", "me", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	before, err := os.ReadFile(seg.Path())
+	require.NoError(t, err)
+
+	line := requireOneLineError(t, shmctl(t, false, "rm", seg.Path()), exitError)
+	for _, want := range []string{"is in use", "owner slot 0 held by live process", "upgrade mutex 0: 1 shared holds of live process",
+		`resource "job" held by "me" of live process`, "--force"} {
+		assert.Contains(t, line, want)
+	}
+	after, err := os.ReadFile(seg.Path())
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a refused rm changes nothing")
+
+	assert.Equal(t, result{code: exitOK}, shmctl(t, false, "rm", "--force", seg.Path()))
+	_, err = os.Stat(seg.Path())
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }

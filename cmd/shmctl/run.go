@@ -22,6 +22,10 @@ const (
 // on stderr (rm, one line per path); it only sets the exit status.
 var errSilent = errors.New("shmctl: error already reported")
 
+// errRefused is the error of a command that would destroy what it did not
+// make, or what is in use; it changed nothing.
+var errRefused = errors.New("refused")
+
 // exitStatus is returned by a command that has already said what happened
 // in its output (bench prints the contract's JSON line, also for a failed
 // run); it only sets the exit status, and nothing goes to stderr.

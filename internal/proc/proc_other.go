@@ -22,3 +22,6 @@ func bootTime() (int64, error) { return 0, errNoProcFS }
 func pidNamespace() (uint64, error) { return 0, errNoProcFS }
 
 func threadID() uint64 { return 0 }
+
+// MappedBy needs /proc.
+func MappedBy(dev, ino uint64) ([]int, error) { return nil, errNoProcFS }

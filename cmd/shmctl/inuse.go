@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/txn"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// segmentUsers says who uses the segment at path, for commands that would
+// remove or replace it: its owner if another user, the processes that
+// have it mapped, and every hold of a live process (or of an unknown one:
+// a token-mode slot). Nothing found: nil. It opens the segment read-only
+// and changes nothing.
+func segmentUsers(path string) ([]string, error) {
+	path, err := shm.ResolvePath(path)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() {
+		found = append(found, fmt.Sprintf("owned by uid %d, not you", uid))
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		pids, err := proc.MappedBy(uint64(st.Dev), st.Ino)
+		if err != nil {
+			return nil, err
+		}
+		for _, pid := range pids {
+			found = append(found, fmt.Sprintf("mapped by process %d", pid))
+		}
+	}
+	seg, err := shm.Open(path, shm.Options{ReadOnly: true, AllowForeignOwner: true, AllowOthersAccess: true})
+	if err != nil {
+		return nil, err
+	}
+	defer seg.Close()
+	live := func(w uint64) bool { return ownerState(seg, w) == stateAlive }
+	pidOf := func(w uint64) uint32 { id, _ := proc.Unpack(w); return id.PID }
+
+	for i := range seg.Len(layout.KindOwnerSlots) {
+		s, err := seg.Slot(i)
+		if err != nil {
+			return nil, err
+		}
+		switch pid := s.PID.Load(); {
+		case pid != 0 && live(pid):
+			found = append(found, fmt.Sprintf("owner slot %d held by live process %d", i, pidOf(pid)))
+		case pid == 0 && s.Token.Load() != 0 && s.TID.Load() == 0 && tokenSlot(seg, i):
+			found = append(found, fmt.Sprintf("owner slot %d held in token mode (its holder cannot be known)", i))
+		}
+	}
+	for i := range seg.Len(layout.KindUpgrades) {
+		st, err := upgrade.Inspect(seg, i)
+		if err != nil {
+			return nil, err
+		}
+		if st.Writer != 0 && live(st.Writer) {
+			found = append(found, fmt.Sprintf("upgrade mutex %d: writer is live process %d", i, pidOf(st.Writer)))
+		}
+		if st.Upgrader != 0 && live(st.Upgrader) {
+			found = append(found, fmt.Sprintf("upgrade mutex %d: upgrade holder is live process %d", i, pidOf(st.Upgrader)))
+		}
+		for _, r := range st.Readers {
+			if r.Count != 0 && live(r.Owner) {
+				found = append(found, fmt.Sprintf("upgrade mutex %d: %d shared holds of live process %d", i, r.Count, pidOf(r.Owner)))
+			}
+		}
+	}
+	if seg.Len(layout.KindLockMgr) > 0 {
+		m, err := lockmgr.Open(seg, lockmgr.Options{})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range m.List() {
+			for _, h := range r.Holders {
+				if h.Alive && h.State == lockmgr.Acquired {
+					found = append(found, fmt.Sprintf("resource %q held by %q of live process %d", r.Resource, h.Owner, h.PID))
+				}
+			}
+		}
+	}
+	if seg.Len(layout.KindTxnRecords) > 0 {
+		snap, err := txn.Inspect(seg, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, ti := range snap.Txns {
+			if ti.OwnerAlive {
+				found = append(found, fmt.Sprintf("transaction %d (%v) of live process %d", ti.Index, ti.State, pidOf(ti.Owner)))
+			}
+		}
+		for _, r := range snap.Rows {
+			if r.Alive {
+				found = append(found, fmt.Sprintf("transaction space open in live process %d", pidOf(r.Owner)))
+			}
+		}
+	}
+	return found, nil
+}
+
+// tokenSlot reports whether owner slot i is used in token mode, as its
+// claim says (a released pid/tid slot keeps its generation in Token).
+func tokenSlot(seg *shm.Segment, i int) bool {
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	if err != nil {
+		return false
+	}
+	for _, c := range claims {
+		if c.Index == i {
+			return c.Use == spinlock.Token.ClaimUse()
+		}
+	}
+	return false
+}

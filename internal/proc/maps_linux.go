@@ -1,0 +1,53 @@
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// MappedBy returns the pids of the processes that have the file of device
+// dev and inode ino mapped, as their /proc/<pid>/maps say, leaving out this
+// process. Processes whose maps this user cannot read (another user's,
+// without privileges) are left out too: the answer is a lower bound.
+func MappedBy(dev, ino uint64) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("proc: %w", err)
+	}
+	want := []byte(fmt.Sprintf("%02x:%02x %d", unix.Major(dev), unix.Minor(dev), ino))
+	self := os.Getpid()
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if mapsFile(pid, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// mapsFile reports whether a line of /proc/<pid>/maps names the mapping of
+// the file "dev inode" in want: the line's fourth and fifth fields.
+func mapsFile(pid int, want []byte) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return false // gone, or not ours to read
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := bytes.Fields(sc.Bytes())
+		if len(fields) >= 5 && bytes.Equal(bytes.Join(fields[3:5], []byte(" ")), want) {
+			return true
+		}
+	}
+	return false
+}
