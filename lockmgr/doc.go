@@ -12,7 +12,10 @@
 // woken early by any release of the resource. A hold may have a TTL after
 // which it expires; a hold whose process died is ended (reclaimed) by the
 // next acquisition that conflicts with it, which learns it from
-// LockInfo.Reclaimed. The version only grows, across expiry, reclaim and
+// LockInfo.Reclaimed. A hold that ends without its owner's release (its
+// process died, or its TTL passed) marks the resource inconsistent: every
+// grant reports LockInfo.Inconsistent until a holder repairs the data and
+// calls MarkConsistent (an inconsistent resource is never recycled). The version only grows, across expiry, reclaim and
 // the recycling of table entries, so it serves as a fencing token.
 //
 // Acquisitions follow design 004's state machine (Unlocked, Waiting,

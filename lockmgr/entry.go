@@ -37,6 +37,10 @@ import (
 //	          records of the resource whose chain links it through Next)
 //	bit  2    ctlDeclared: named by Declare; never recycled
 //	bits 3-4  the mode of the current holders; 0 when there are none
+//	bit  5    ctlInconsistent: a hold ended without its owner's release
+//	          (its process died, or its TTL passed while it may still have
+//	          been writing), and no holder has called MarkConsistent since:
+//	          every grant reports it (LockInfo.Inconsistent); never recycled
 //
 // Ctl of the header entry holds ctlDeclaredOnly; its Lock is the insert
 // lock, which serialises the (rare) changes of an entry's kind; its Next is
@@ -62,6 +66,7 @@ const (
 	ctlDeclaredOnly uint32 = 1 << 2 // header entry: undeclared names are refused
 	ctlModeShift           = 3
 	ctlModeMask     uint32 = 3 << ctlModeShift
+	ctlInconsistent uint32 = 1 << 5 // resource entry: see above
 )
 
 // Limits.

@@ -18,7 +18,10 @@ type ResourceInfo struct {
 	State    State // Unlocked, Acquired, or Expired (every remaining hold expired)
 	Version  uint64
 	Declared bool
-	Holders  []HolderInfo
+	// Inconsistent: a hold ended without its owner's release and no holder
+	// has called MarkConsistent since (see LockInfo.Inconsistent).
+	Inconsistent bool
+	Holders      []HolderInfo
 }
 
 // HolderInfo describes one hold.
@@ -86,7 +89,8 @@ func expiredAt(expires uint64, now int64) bool { return expires != 0 && now >= i
 
 func (m *Manager) info(s snapshot, now int64) ResourceInfo {
 	ri := ResourceInfo{Resource: s.name, Mode: modeOf(s.ctl), Version: s.version, Declared: s.ctl&ctlDeclared != 0,
-		Holders: make([]HolderInfo, 0, len(s.holders))}
+		Inconsistent: s.ctl&ctlInconsistent != 0,
+		Holders:      make([]HolderInfo, 0, len(s.holders))}
 	live := 0
 	for _, h := range s.holders {
 		hi := HolderInfo{Owner: h.owner, PID: pidOf(h.process), Companion: pidOf(h.companion),

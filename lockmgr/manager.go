@@ -130,22 +130,28 @@ type LockInfo struct {
 	// Reclaimed says that a holder whose process had died was removed to
 	// grant this hold: what it protected may be half-updated.
 	Reclaimed bool
-	Attempts  int // attempts made, 1 for a grant at the first try
+	// Inconsistent says that a hold of the resource ended without its
+	// owner's release (its process died, or its TTL passed) and no holder
+	// has called MarkConsistent since: every grant is told until one does.
+	Inconsistent bool
+	Attempts     int // attempts made, 1 for a grant at the first try
 }
 
 // outcome of one attempt under the entry lock.
 type outcome struct {
 	granted   bool
-	already   bool   // the owner holds the resource already
-	needRoom  bool   // compatible, but no free holder record
-	woke      bool   // a hold ended: wake the sleepers after unlocking
-	reclaimed bool   // a dead holder was removed
-	version   uint64 // after the grant
-	seq       uint32 // Gate at the conflict, for the futex wait
-	blocked   bool   // a live hold conflicts: blocker and blockMode say whose
-	blocker   ownerWords
-	blockMode Mode
-	expiry    int64 // earliest expiry of a blocking hold; 0 if none
+	already   bool // the owner holds the resource already
+	needRoom  bool // compatible, but no free holder record
+	woke      bool // a hold ended: wake the sleepers after unlocking
+	reclaimed bool // a dead holder was removed
+	// inconsistent: the resource is marked inconsistent (ctlInconsistent)
+	inconsistent bool
+	version      uint64 // after the grant
+	seq          uint32 // Gate at the conflict, for the futex wait
+	blocked      bool   // a live hold conflicts: blocker and blockMode say whose
+	blocker      ownerWords
+	blockMode    Mode
+	expiry       int64 // earliest expiry of a blocking hold; 0 if none
 }
 
 // ownerWords is an owner name as the table stores it, copied out of a
@@ -281,6 +287,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			info.State = st.to(Acquired)
 			info.AcquiredAt = m.clock.time(now)
 			info.Version, info.Reclaimed, info.Attempts = o.version, reclaimed, attempt+1
+			info.Inconsistent = o.inconsistent
 			if opts.TTL > 0 {
 				info.Timeout, info.ExpiresAt = opts.TTL, info.AcquiredAt.Add(opts.TTL)
 			}
@@ -431,6 +438,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			}
 			return true
 		})
+		ctl |= e.Ctl.Load() & ctlInconsistent // a reclaim above marked it
 		if held > 0 {
 			o.blockMode = modeOf(ctl)
 			if first {
@@ -471,7 +479,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	if e.LastExpired.Load() == own.hash {
 		memview.StoreOwned(&e.LastExpired, 0)
 	}
-	o.granted = true
+	o.granted, o.inconsistent = true, ctl&ctlInconsistent != 0
 	return o
 }
 
@@ -499,9 +507,11 @@ func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why e
 	case endExpired:
 		memview.StoreOwned32(&e.Expired, e.Expired.Load()+1)
 		memview.StoreOwned(&e.LastExpired, ownerHash(h))
+		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
 	default:
 		memview.StoreOwned32(&e.Reclaimed, e.Reclaimed.Load()+1)
 		memview.StoreOwned(&e.LastExpired, ownerHash(h))
+		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
 	}
 	memview.StoreOwned(&e.Version, e.Version.Load()+1)
 	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
@@ -736,6 +746,40 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 	info.State = Acquired
 	m.t.unlockEntry(e)
 	return info, nil
+}
+
+// MarkConsistent says that the data the resource protects is whole again
+// (owner, which holds it, repaired it or found nothing to repair): later
+// grants are no longer told (LockInfo.Inconsistent). ErrLockNotHeld if
+// owner holds no live hold of resource.
+func (m *Manager) MarkConsistent(resource, owner string) error {
+	var res resKey
+	var own ownKey
+	if err := checkNames(&res, &own, resource, owner); err != nil {
+		return err
+	}
+	if err := m.writable(); err != nil {
+		return err
+	}
+	now := m.clock.now()
+	e, err := m.t.lookup(&res)
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+	}
+	defer m.t.unlockEntry(e)
+	held := false
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		held = h.Process.Load() != 0 && sameOwner(h, &own) && !expiredAt(h.Expires.Load(), now)
+		return !held
+	})
+	if !held {
+		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
+	}
+	memview.StoreOwned32(&e.Ctl, e.Ctl.Load()&^ctlInconsistent)
+	return nil
 }
 
 // SetCompanion records process pid as the companion of owner's hold of

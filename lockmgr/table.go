@@ -187,7 +187,8 @@ func zeroCounters(e *layout.LockMgrEntry) {
 }
 
 // recycle frees the first resource along hash's probe sequence that nobody
-// holds and nobody declared, for a new resource, and returns it locked with
+// holds, nobody declared and that is not marked inconsistent (its next
+// holder must be told), for a new resource, and returns it locked with
 // its distance. Called under the insert lock when no entry is free. Its
 // statistics move to the header and its version raises the header's
 // high-water mark, so a later insert of the same name starts above it.
@@ -198,7 +199,7 @@ func (t *table) recycle(hash uint64) (*layout.LockMgrEntry, uint64) {
 			continue
 		}
 		c := e.Ctl.Load()
-		if kindOf(c) != kindResource || c&ctlDeclared != 0 || t.holderCount(e) != 0 {
+		if kindOf(c) != kindResource || c&(ctlDeclared|ctlInconsistent) != 0 || t.holderCount(e) != 0 {
 			t.unlockEntry(e)
 			continue
 		}

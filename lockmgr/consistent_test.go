@@ -1,0 +1,87 @@
+package lockmgr_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// The recovery protocol, across processes: a holder is killed; the next
+// acquirer (another process) reclaims and is told; it releases without
+// marking the resource consistent, so the next one (a third process) is
+// told too; that one marks it, and from then on nobody is told.
+func TestInconsistentUntilMarked(t *testing.T) {
+	t.Parallel()
+	_, _, path := newManagerAt(t, 4, lockmgr.Options{})
+	holder := testproc.Start(t, "hold", path, "r", "dies", "exclusive")
+	holder.WaitLine(t, "held")
+	holder.Kill(t)
+
+	tell := func(owner, mark string) string {
+		c := testproc.Start(t, "tell", path, "r", owner, mark)
+		out := c.WaitLine(t, "told ")
+		c.WaitOK(t)
+		return out
+	}
+	require.Equal(t, "reclaimed=true inconsistent=true", tell("a", "no"), "the holder that reclaimed")
+	require.Equal(t, "reclaimed=false inconsistent=true", tell("b", "mark"), "the next: nobody repaired")
+	require.Equal(t, "reclaimed=false inconsistent=false", tell("c", "no"), "marked consistent")
+}
+
+// An expired hold marks the resource too: its owner may have stopped
+// half-way through an update when its lease lapsed. MarkConsistent needs
+// a live hold of the owner that calls it.
+func TestExpiryMarksInconsistent(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "r", "slow", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: testTimeout})
+	require.NoError(t, err)
+	clk.Advance(testTimeout)
+	info, err := m.Acquire(ctx, "r", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.True(t, info.Inconsistent)
+	ri, err := m.Inspect("r")
+	require.NoError(t, err)
+	require.True(t, ri.Inconsistent)
+	require.ErrorIs(t, m.MarkConsistent("r", "slow"), lockmgr.ErrLockNotHeld, "the expired owner holds nothing")
+	require.ErrorIs(t, m.MarkConsistent("other", "next"), lockmgr.ErrLockNotHeld)
+	require.NoError(t, m.MarkConsistent("r", "next"))
+	require.NoError(t, m.Release("r", "next"))
+	info, err = m.Acquire(ctx, "r", "later", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.False(t, info.Inconsistent)
+}
+
+// tellHelper acquires RESOURCE as OWNER (waiting), prints what it was
+// told, marks the resource consistent if MARK is "mark", and releases:
+// PATH RESOURCE OWNER MARK.
+func tellHelper(args []string) int {
+	seg, m, _, err := openHelper(args[0])
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	res, owner := args[1], args[2]
+	info, err := m.Acquire(context.Background(), res, owner, lockmgr.Exclusive,
+		lockmgr.AcquireOptions{Retries: lockmgr.RetryForever, Wait: testTimeout})
+	if err != nil {
+		return fail("acquire: %v", err)
+	}
+	fmt.Printf("told reclaimed=%t inconsistent=%t\n", info.Reclaimed, info.Inconsistent)
+	if args[3] == "mark" {
+		if err := m.MarkConsistent(res, owner); err != nil {
+			return fail("mark: %v", err)
+		}
+	}
+	if err := m.Release(res, owner); err != nil {
+		return fail("release: %v", err)
+	}
+	return 0
+}
