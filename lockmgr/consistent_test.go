@@ -22,12 +22,7 @@ func TestInconsistentUntilMarked(t *testing.T) {
 	holder.WaitLine(t, "held")
 	holder.Kill(t)
 
-	tell := func(owner, mark string) string {
-		c := testproc.Start(t, "tell", path, "r", owner, mark)
-		out := c.WaitLine(t, "told ")
-		c.WaitOK(t)
-		return out
-	}
+	tell := func(owner, mark string) string { return testproc.RunLine(t, "told ", "tell", path, "r", owner, mark) }
 	require.Equal(t, "reclaimed=true inconsistent=true", tell("a", "no"), "the holder that reclaimed")
 	require.Equal(t, "reclaimed=false inconsistent=true", tell("b", "mark"), "the next: nobody repaired")
 	require.Equal(t, "reclaimed=false inconsistent=false", tell("c", "no"), "marked consistent")

@@ -1,7 +1,6 @@
 package spinlock_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,40 +21,11 @@ func TestInconsistentUntilMarked(t *testing.T) {
 	holder.WaitLine(t, "held")
 	holder.Kill(t)
 
-	tell := func(mark string) string {
-		c := testproc.Start(t, "tell", path, mark)
-		out := c.WaitLine(t, "told ")
-		c.WaitOK(t)
-		return out
-	}
+	tell := func(mark string) string { return testproc.RunLine(t, "told ", "wait-lock", path, mark) }
 	require.Equal(t, "reclaimed=true inconsistent=true", tell("no"), "the holder that reclaimed")
 	require.Equal(t, "reclaimed=false inconsistent=true", tell("mark"), "the next holder: nobody repaired")
 	require.Equal(t, "reclaimed=false inconsistent=false", tell("no"), "marked consistent")
 	require.Equal(t, "reclaimed=false inconsistent=false", tell("no"))
-}
-
-// tellHelper locks slot 0, prints what it was told, marks the data
-// consistent if args[1] is "mark", and releases: PATH MARK.
-func tellHelper(args []string) int {
-	seg, l, _, err := openLock(args[0], spinlock.PIDTID)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer seg.Close()
-	var g spinlock.Guard
-	if err := g.TryLockFor(l, spinlock.NewHolder(), testTimeout); err != nil {
-		return fail("lock: %v", err)
-	}
-	fmt.Printf("told reclaimed=%t inconsistent=%t\n", g.Reclaimed(), g.Inconsistent())
-	if args[1] == "mark" {
-		if err := g.MarkConsistent(); err != nil {
-			return fail("mark: %v", err)
-		}
-	}
-	if err := g.Release(); err != nil {
-		return fail("release: %v", err)
-	}
-	return 0
 }
 
 // MarkConsistent needs the hold: an empty guard, or one whose hold was

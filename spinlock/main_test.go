@@ -35,10 +35,9 @@ var helpers = map[string]func(args []string) int{
 	"handoff":        handoffHelper,       // PATH TOKEN_IN
 	"kill-worker":    killWorkerHelper,    // PATH RECORD SEED
 	"hold":           holdHelper,          // PATH DEPTH
-	"wait-lock":      waitLockHelper,      // PATH
+	"wait-lock":      waitLockHelper,      // PATH [MARK]
 	"wait-cpu":       waitCPUHelper,       // PATH
 	"named":          namedHelper,         // PATH NAME
-	"tell":           tellHelper,          // PATH MARK
 	"bench-pingpong": benchPingPongHelper, // PATH
 }
 

@@ -172,6 +172,8 @@ func holdHelper(args []string) int {
 	return fail("not killed")
 }
 
+// waitLockHelper locks slot 0, prints what it was told, marks the data
+// consistent if its second argument is "mark", and releases: PATH [MARK].
 func waitLockHelper(args []string) int {
 	seg, l, _, err := openLock(args[0], spinlock.PIDTID)
 	if err != nil {
@@ -183,6 +185,12 @@ func waitLockHelper(args []string) int {
 		return fail("lock: %v", err)
 	}
 	fmt.Printf("acquired reclaimed=%t gen=%d\n", g.Reclaimed(), l.Generation())
+	fmt.Printf("told reclaimed=%t inconsistent=%t\n", g.Reclaimed(), g.Inconsistent())
+	if len(args) > 1 && args[1] == "mark" {
+		if err := g.MarkConsistent(); err != nil {
+			return fail("mark: %v", err)
+		}
+	}
 	time.Sleep(time.Millisecond)
 	if err := g.Release(); err != nil {
 		return fail("release: %v", err)

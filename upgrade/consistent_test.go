@@ -20,12 +20,7 @@ func TestInconsistentUntilMarked(t *testing.T) {
 	c, _ := holding(t, path, "unique-half")
 	c.Kill(t)
 
-	tell := func(how, mark string) string {
-		c := testproc.Start(t, "tell", path, how, mark)
-		out := c.WaitLine(t, "told ")
-		c.WaitOK(t)
-		return out
-	}
+	tell := func(how, mark string) string { return testproc.RunLine(t, "told ", "tell", path, how, mark) }
 	require.Equal(t, "reclaimed=true inconsistent=true", tell("lock", "no"), "the writer that reclaimed")
 	require.Equal(t, "reclaimed=true inconsistent=true", tell("lock", "no"), "the next writer: nobody repaired")
 	require.Equal(t, "reclaimed=true inconsistent=true", tell("upgrade", "mark"), "an upgrade to unique, which repairs")

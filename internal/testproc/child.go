@@ -131,6 +131,17 @@ func (c *Child) WaitOK(tb testing.TB) string {
 	return c.Out.String()
 }
 
+// RunLine runs helper name with args to a clean exit and returns the rest
+// of its output line that starts with prefix: one step of a protocol test
+// whose every step is a process of its own.
+func RunLine(tb testing.TB, prefix, name string, args ...string) string {
+	tb.Helper()
+	c := Start(tb, name, args...)
+	line := c.WaitLine(tb, prefix)
+	c.WaitOK(tb)
+	return line
+}
+
 // WaitKilled waits for the child to die of SIGKILL.
 func (c *Child) WaitKilled(tb testing.TB) {
 	tb.Helper()
