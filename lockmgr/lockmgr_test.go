@@ -617,9 +617,11 @@ func TestStatesAndModes(t *testing.T) {
 		require.Equal(t, tt.final, tt.s.Final(), "%v", tt.s)
 	}
 	for _, mode := range []lockmgr.Mode{X, C} {
-		got, err := lockmgr.ParseMode(mode.String())
-		require.NoError(t, err)
-		require.Equal(t, mode, got)
+		for _, s := range []string{mode.String(), strings.ToUpper(mode.String())} {
+			got, err := lockmgr.ParseMode(s)
+			require.NoError(t, err, "%q: names are case-insensitive", s)
+			require.Equal(t, mode, got)
+		}
 	}
 	_, err := lockmgr.ParseMode("shared")
 	require.ErrorIs(t, err, lockmgr.ErrBadMode)

@@ -1,6 +1,9 @@
 package lockmgr
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Mode is how a resource is held.
 type Mode uint8
@@ -30,7 +33,7 @@ func (m Mode) String() string {
 
 // ParseMode parses "exclusive" or "collaborative".
 func ParseMode(s string) (Mode, error) {
-	switch s {
+	switch strings.ToLower(s) {
 	case "exclusive":
 		return Exclusive, nil
 	case "collaborative":
