@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -88,4 +89,19 @@ func newSegment(tb testing.TB, sizes layout.Options) *shm.Segment {
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = seg.Close() })
 	return seg
+}
+
+// shmctl version and shmctl --version print one line: the module version
+// and the segment format version.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	want := fmt.Sprintf(", segment format version %d\n", layout.Version)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := shmctl(t, false, args...)
+		require.Equal(t, exitOK, r.code, "%q: %s", args, r.stderr)
+		require.True(t, strings.HasPrefix(r.stdout, "shmctl "), "%q: %q", args, r.stdout)
+		require.True(t, strings.HasSuffix(r.stdout, want), "%q: %q", args, r.stdout)
+		require.Equal(t, 1, strings.Count(r.stdout, "\n"))
+	}
+	requireOneLineError(t, shmctl(t, false, "version", "extra"), exitUsage)
 }

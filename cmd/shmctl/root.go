@@ -35,6 +35,8 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 			return unknownCommand(cmd, args[0])
 		},
 	}
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SuggestionsMinimumDistance = 2 // cobra's default, which it only sets on its own error path
 	root.SetOut(ios.Out)
 	root.SetErr(ios.ErrOut)
@@ -55,6 +57,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdBench(ios, nil),
 		newCmdDemo(ios, nil),
 		newCmdDemoWorker(ios, nil),
+		newCmdVersion(ios),
 	)
 	return root
 }
