@@ -105,3 +105,23 @@ func TestVersion(t *testing.T) {
 	}
 	requireOneLineError(t, shmctl(t, false, "version", "extra"), exitUsage)
 }
+
+// cobra's own help and completion commands report bad usage like every
+// other command: one line, exit status 2.
+func TestBuiltinsUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"help", "nosuch"},
+		{"help", "slots", "extra"},
+		{"completion"},
+		{"completion", "tcsh"},
+		{"completion", "bash", "extra"},
+	} {
+		requireOneLineError(t, shmctl(t, false, args...), exitUsage)
+	}
+	for _, args := range [][]string{{"help"}, {"help", "slots"}, {"completion", "bash"}, {"completion", "zsh"}} {
+		r := shmctl(t, false, args...)
+		require.Equal(t, exitOK, r.code, "%q: %s", args, r.stderr)
+		require.NotEmpty(t, r.stdout, "%q", args)
+	}
+}

@@ -59,7 +59,46 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdDemoWorker(ios, nil),
 		newCmdVersion(ios),
 	)
+	strictBuiltins(root)
 	return root
+}
+
+// strictBuiltins makes cobra's own help and completion commands report
+// bad usage as every other command does (one line, exit status 2): left
+// alone, "help nosuch" and "completion tcsh" print help and exit 0, and
+// "completion bash extra" exits 1.
+func strictBuiltins(root *cobra.Command) {
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 || (target == root && len(args) > 0) {
+				return newUsageError(cmd, "no help for %q", strings.Join(args, " "))
+			}
+			return target.Help()
+		},
+	})
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		shells := make([]string, 0, len(c.Commands()))
+		for _, sh := range c.Commands() {
+			shells = append(shells, sh.Name())
+			sh.Args = exactArgs(0, "no arguments")
+		}
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return newUsageError(cmd, "no completion for shell %q: %s", args[0], orList(shells))
+			}
+			return nil
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			return newUsageError(cmd, "completion needs a shell: %s", orList(shells))
+		}
+	}
 }
 
 func unknownCommand(root *cobra.Command, name string) error {
