@@ -65,9 +65,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{append(ok, "--path", ""), "--path: "},
 		{append(ok, "--procs", "0"), "--procs must be 1 to 64, got 0"},
 		{append(ok, "--procs", "65"), "--procs must be 1 to 64, got 65"},
-		{append(ok, "--iters", "0"), `invalid argument "0" for "--iters" flag`},
-		{append(ok, "--iters", "many"), `invalid argument "many" for "--iters" flag`},
-		{append(ok, "--iters", "NaN"), `invalid argument "NaN" for "--iters" flag`},
+		{append(ok, "--iters", "0"), `--iters: "0" is not a count of 1 or more (2e6 is accepted)`},
+		{append(ok, "--iters", "many"), `--iters: "many" is not a count of 1 or more (2e6 is accepted)`},
+		{append(ok, "--iters", "NaN"), `--iters: "NaN" is not a count of 1 or more (2e6 is accepted)`},
 		{append(ok, "--lock", "mutex"), `--lock must be spin, spin-token, upgrade or lockmgr, got "mutex"`},
 		{append(ok, "extra"), "bench takes no arguments, got 1 arguments"},
 	}

@@ -36,6 +36,10 @@ its flag. The command fails if the segment already exists.
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			if n := opts.Sizes.LockMgrEntries; n == 1 {
+				// One entry is the table's header: room for no resource.
+				return newUsageError(cmd, "--lockmgr-entries must be 2 or more (one entry is the table's header), 0 for the default, or negative for none; got 1")
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -47,7 +51,7 @@ its flag. The command fails if the segment already exists.
 	f.IntVar(&opts.Sizes.Upgrades, "upgrades", 0, fmt.Sprintf("upgrade mutexes; 0 means %d", layout.DefaultUpgrades))
 	f.IntVar(&opts.Sizes.UpgradeReaders, "upgrade-readers", 0, fmt.Sprintf("reader records (reading processes) per upgrade mutex; 0 means %d", layout.DefaultUpgradeReaders))
 	f.IntVar(&opts.Sizes.TxnRecords, "txn-records", 0, fmt.Sprintf("transaction records; 0 means %d", layout.DefaultTxnRecords))
-	f.Int64Var(&opts.Sizes.TxnArenaBytes, "txn-arena", 0, fmt.Sprintf("transaction arena `bytes`; 0 means %d", layout.DefaultTxnArenaBytes))
+	f.Var(sizeValue{&opts.Sizes.TxnArenaBytes}, "txn-arena", fmt.Sprintf("transaction arena `size` (bytes, or with a unit: 64KiB, 1MiB); 0 means %d bytes", layout.DefaultTxnArenaBytes))
 	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))
 	f.BoolVar(&opts.Group, "group", false, "let the file's group use the segment (mode 0660 instead of 0600)")
 	addJSONFlag(cmd, &opts.JSON)

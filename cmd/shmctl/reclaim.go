@@ -82,6 +82,9 @@ changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
   shmctl reclaim /dev/shm/jobs --json`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Wait < 0 {
+				return newUsageError(cmd, "--wait must not be negative, got %v", opts.Wait)
+			}
 			opts.Segment = args[0]
 			if runF != nil {
 				return runF(opts)

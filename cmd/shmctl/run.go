@@ -130,8 +130,3 @@ func minArgs(n int, what string) cobra.PositionalArgs {
 		return nil
 	}
 }
-
-// flagError marks every flag parsing error as a usage error.
-func flagError(cmd *cobra.Command, err error) error {
-	return &usageError{cmd: cmd.CommandPath(), err: err}
-}

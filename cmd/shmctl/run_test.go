@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +25,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"info"}, "shmctl: info takes one segment, got 0 arguments (see 'shmctl info --help')"},
 		{[]string{"slots", "a", "b"}, "shmctl: slots takes one segment, got 2 arguments (see 'shmctl slots --help')"},
 		{[]string{"rm"}, "shmctl: rm takes at least one segment (see 'shmctl rm --help')"},
-		{[]string{"create", "x", "--slots", "many"}, `shmctl: invalid argument "many" for "--slots" flag: strconv.ParseInt: parsing "many": invalid syntax (see 'shmctl create --help')`},
+		{[]string{"create", "x", "--slots", "many"}, `shmctl: --slots: "many" is not a whole number (see 'shmctl create --help')`},
 		{[]string{"info", "--bogus", "x"}, "shmctl: unknown flag: --bogus (see 'shmctl info --help')"},
 		{[]string{"inof", "x"}, `shmctl: unknown command "inof"; did you mean info? (see 'shmctl --help')`},
 		{[]string{"frobnicate"}, `shmctl: unknown command "frobnicate" (see 'shmctl --help')`},
@@ -176,4 +177,42 @@ func TestBadFlagEveryCommand(t *testing.T) {
 		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
 		assert.True(t, strings.HasSuffix(line, "(see 'shmctl "+args[0]+" --help')"), "args %q: %q", args, line)
 	}
+}
+
+// Every flag of every command refuses a value of the wrong type in one
+// line that names the flag and what it accepts, with exit status 2, before
+// it does anything. The flags are found by walking the command tree, so a
+// new flag is covered without a new row.
+func TestEveryFlagBadValue(t *testing.T) {
+	t.Parallel()
+	bad := map[string]string{
+		"int": "many", "int64": "many", "uint": "-1", "uint64": "many", "bool": "maybe",
+		"duration": "soon", "size": "1XB", "count": "many",
+	}
+	ios, _, _ := testIOStreams(false)
+	root := newCmdRoot(ios)
+	checked := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c.Hidden || !c.Runnable() || c == root {
+			return
+		}
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			v, ok := bad[f.Value.Type()]
+			if !ok || f.Name == "help" {
+				return
+			}
+			path := strings.Fields(c.CommandPath())[1:]
+			args := append(append(path, "--"+f.Name+"="+v), "seg", "res")
+			line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
+			assert.Contains(t, line, "--"+f.Name+": ", "%q", args)
+			assert.Contains(t, line, accepts(f.Value.Type()), "%q", args)
+			checked++
+		})
+	}
+	walk(root)
+	assert.Greater(t, checked, 15, "flags checked")
 }
