@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/shmlock/shmlock/internal/fsys"
 )
 
 // IOStreams is where a command writes and how it should format for that
@@ -22,16 +24,12 @@ func newIOStreams(stdout, stderr io.Writer) *IOStreams {
 	return &IOStreams{Out: stdout, ErrOut: stderr, stdoutTTY: isTerminal(stdout)}
 }
 
-// isTerminal reports whether w is a character device. That is a terminal
-// in practice; /dev/null is one too, which only changes output nobody reads.
-// (Telling them apart would need an ioctl and golang.org/x/sys here.)
+// isTerminal reports whether w is a terminal (internal/fsys asks the
+// kernel for its terminal settings: /dev/null and other character devices
+// are not terminals).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && fsys.IsTerminal(f.Fd())
 }
 
 // IsStdoutTTY reports whether output is for a person: header rows and

@@ -125,3 +125,14 @@ func TestBuiltinsUsageErrors(t *testing.T) {
 		require.NotEmpty(t, r.stdout, "%q", args)
 	}
 }
+
+// /dev/null is a character device but no terminal: output sent there is
+// formatted for a pipe.
+func TestDevNullIsNoTerminal(t *testing.T) {
+	t.Parallel()
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	require.False(t, isTerminal(f))
+	require.False(t, newIOStreams(f, f).IsStdoutTTY())
+}

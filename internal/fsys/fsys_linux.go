@@ -132,3 +132,10 @@ func LockExclusive(f *os.File) error {
 
 // Unlock releases LockExclusive.
 func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
+
+// IsTerminal reports whether fd is a terminal: the TCGETS ioctl works on
+// it. A character device such as /dev/null is not one.
+func IsTerminal(fd uintptr) bool {
+	_, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+	return err == nil
+}
