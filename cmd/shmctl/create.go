@@ -14,7 +14,7 @@ type createOptions struct {
 
 	Segment string         // as given: a path or a bare name
 	Sizes   layout.Options // zero fields mean the defaults, negative ones none
-	Group   bool           // create the file 0660
+	Group   bool           // --group: create the file 0660 for its group
 	JSON    bool
 }
 
@@ -36,6 +36,7 @@ its flag. The command fails if the segment already exists.
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -49,7 +50,6 @@ its flag. The command fails if the segment already exists.
 	f.IntVar(&opts.Sizes.TxnRecords, "txn-records", 0, fmt.Sprintf("transaction records; 0 means %d", layout.DefaultTxnRecords))
 	f.Int64Var(&opts.Sizes.TxnArenaBytes, "txn-arena", 0, fmt.Sprintf("transaction arena `bytes`; 0 means %d", layout.DefaultTxnArenaBytes))
 	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))
-	f.BoolVar(&opts.Group, "group", false, "let the file's group use the segment (mode 0660 instead of 0600)")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }

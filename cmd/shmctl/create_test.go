@@ -121,7 +121,7 @@ func TestCreateJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "--group file mode")
 
-	for _, out := range []string{r.stdout, shmctl(t, false, "info", "--json", path).stdout} {
+	for _, out := range []string{r.stdout, shmctl(t, false, "--group", "info", "--json", path).stdout} {
 		require.True(t, strings.HasSuffix(out, "}\n"), "JSON output %q does not end in one newline", out)
 		var doc infoJSON
 		require.NoError(t, json.Unmarshal([]byte(out), &doc))

@@ -20,6 +20,7 @@ type reclaimOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool          // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	DryRun  bool          // list the dead owners, change nothing
 	Wait    time.Duration // how long a transaction's close may wait for live readers
 	JSON    bool
@@ -83,6 +84,7 @@ changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -96,7 +98,7 @@ changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
 }
 
 func runReclaim(opts *reclaimOptions) error {
-	seg, err := shm.Open(opts.Segment, shm.Options{})
+	seg, err := shm.Open(opts.Segment, shm.Options{GroupAccess: opts.Group})
 	if err != nil {
 		return err
 	}
