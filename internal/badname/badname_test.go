@@ -82,6 +82,12 @@ var entryPoints = []struct {
 		_, err := m.Refresh("held", n, time.Minute)
 		return err
 	}},
+	{"lockmgr.MarkConsistent resource", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+		return m.MarkConsistent(n, "owner")
+	}},
+	{"lockmgr.MarkConsistent owner", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+		return m.MarkConsistent("held", n)
+	}},
 	{"lockmgr.SetCompanion", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.SetCompanion("held", n, os.Getpid())
 	}},
