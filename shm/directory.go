@@ -161,14 +161,19 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 }
 
 // Lookup returns the index of the entry of table k claimed under name, or
-// ErrNotFound. It takes no lock, so it works on a read-only segment.
+// ErrNotFound. An invalid name, the empty one included, is a
+// layout.ErrBadName error: no entry can be claimed under it. It takes no
+// lock, so it works on a read-only segment.
 func (s *Segment) Lookup(k layout.Kind, name string) (int, error) {
+	if err := layout.CheckName(name); err != nil {
+		return -1, err
+	}
 	claims, err := s.Claims(k)
 	if err != nil {
 		return -1, err
 	}
 	for _, c := range claims {
-		if c.Name == name && name != "" {
+		if c.Name == name {
 			return c.Index, nil
 		}
 	}

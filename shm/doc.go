@@ -10,9 +10,18 @@
 // OpenOrCreate).
 //
 // Opening is defensive: a symlink, a non-regular file, a file owned by another
-// user, a malformed header, a size that disagrees with the header and a
-// segment made in another PID namespace are each refused with a typed error
-// unless an option allows it.
+// user (ErrForeignOwner), a file whose mode lets other users in
+// (ErrPermissiveMode), a malformed header, a size that disagrees with the
+// header and a segment made in another PID namespace are each refused with a
+// typed error unless an option allows it.
+//
+// A segment is private to its owner (mode 0600) unless it is shared with a
+// group by Options.GroupAccess, which every process that uses it sets: Create
+// then makes the file 0660, and Open takes a file whose group may use it,
+// owned by this user or by another one whose file's group is one of this
+// process's groups. Without GroupAccess, group bits in the file's mode are
+// refused, the owner's own segment included; bits for others are refused
+// unless Options.AllowOthersAccess.
 //
 // Entries of the owner-slot and upgrade-mutex tables are claimed and released
 // through a directory, optionally by name, so unrelated processes find the

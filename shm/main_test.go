@@ -59,6 +59,22 @@ var helpers = map[string]func(args []string) int{
 		_, _ = seg.Claim(layout.KindOwnerSlots, args[1])
 		return 3 // not reached
 	},
+	// create-as PATH group|private: Create under umask 077, with GroupAccess
+	// for group; print "ok" or the error.
+	"create-as": func(args []string) int {
+		syscall.Umask(0o077)
+		seg, err := shm.Create(args[0], shm.Options{GroupAccess: args[1] == "group"})
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Println("ok")
+		_ = seg.Close()
+		return 0
+	},
+	// open-as PATH [group] [others] [readonly]: Open with those options and,
+	// unless read-only, claim and release a name; print "ok" or the error.
+	"open-as": openAsHelper,
 	// echo-token PATH: wait for slot 0's token to be set, write token+1 to slot 1.
 	"echo-token": func(args []string) int {
 		seg, err := shm.Open(args[0], shm.Options{})

@@ -23,22 +23,27 @@ import (
 
 // Options control how a segment is created and opened. The zero value
 // creates a segment with the default table sizes, mode 0600, and opens only
-// segments of this user and this PID namespace.
+// segments of this user whose mode lets nobody else in, made in this PID
+// namespace.
 type Options struct {
 	// Table sizes, used by Create; zero means the default, negative none.
 	layout.Options
 
-	// GroupAccess creates the file 0660 instead of 0600, and opens a file
-	// whose mode grants its group access (see AllowOthersAccess).
+	// GroupAccess shares segments with a group. Create makes the file 0660
+	// instead of 0600; its group is the creator's effective group (or the
+	// directory's, if that is set-group-ID). Open takes a file whose mode
+	// grants its group access, and a file owned by another user whose
+	// group is one of this process's (its effective gid or a supplementary
+	// group) and whose mode lets that group read and write. Without it
+	// Open refuses both: ErrPermissiveMode, ErrForeignOwner. Every process
+	// that uses a group segment sets it, the creator included.
 	GroupAccess bool
-	// AllowForeignOwner opens a file owned by another user.
+	// AllowForeignOwner opens a file owned by any other user.
 	AllowForeignOwner bool
-	// AllowOthersAccess opens a file whose mode grants access to other
-	// users than its owner and its group (any of the bits 0007). Without
-	// it such a file is refused (ErrPermissiveMode): anyone on the machine
-	// could wedge or forge its locks. Group bits (0070) are refused too
-	// unless GroupAccess is set, or the segment was created for its group
-	// (shmctl create --group, GroupAccess at Create).
+	// AllowOthersAccess opens a file whose mode grants access to users
+	// other than its owner and its group (any of the bits 0007), or to its
+	// group. Without it such a file is refused (ErrPermissiveMode): anyone
+	// on the machine could wedge or forge its locks.
 	AllowOthersAccess bool
 	// AllowForeignPIDNamespace opens a segment made in another PID
 	// namespace, whose recorded pids mean nothing here.
@@ -158,9 +163,6 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: open %s: %w", path, err)
 	}
-	if err := checkGroupMode(path, f, h, opts); err != nil {
-		return nil, err
-	}
 	if !opts.AllowForeignPIDNamespace {
 		ns, err := proc.PIDNamespace()
 		if err != nil {
@@ -190,20 +192,6 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 	return s, nil
 }
 
-// checkGroupMode refuses a file whose mode grants its group access, unless
-// the caller or the segment's creator asked for group access.
-func checkGroupMode(path string, f *os.File, h layout.Header, opts Options) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("shm: open %s: %w", path, err)
-	}
-	perm := fi.Mode().Perm()
-	if perm&0o070 == 0 || opts.GroupAccess || opts.AllowOthersAccess || h.Flags&layout.FlagGroupAccess != 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s has mode %04o but was not created for its group (GroupAccess, or chmod g-rwx)", ErrPermissiveMode, path, perm)
-}
-
 func openError(path string, err error) error {
 	switch {
 	case fsys.IsSymlinkError(err):
@@ -231,11 +219,8 @@ func readCompleteHeader(path string, f *os.File, opts Options) ([]byte, int64, e
 		if !fi.Mode().IsRegular() {
 			return nil, 0, fmt.Errorf("%w: %s is %s", ErrNotRegular, path, describeType(fi.Mode()))
 		}
-		if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() && !opts.AllowForeignOwner {
-			return nil, 0, fmt.Errorf("%w: %s belongs to uid %d", ErrForeignOwner, path, uid)
-		}
-		if perm := fi.Mode().Perm(); perm&0o007 != 0 && !opts.AllowOthersAccess {
-			return nil, 0, fmt.Errorf("%w: %s has mode %04o (others may use it; AllowOthersAccess, or chmod o-rwx)", ErrPermissiveMode, path, perm)
+		if err := checkAccess(path, fi, opts); err != nil {
+			return nil, 0, err
 		}
 		n, err := f.ReadAt(header, 0)
 		if err != nil && !errors.Is(err, io.EOF) {

@@ -796,7 +796,8 @@ func startHelper(t *testing.T, out *bytes.Buffer, name string, args ...string) *
 
 // A file whose mode lets other users in is refused, changing nothing,
 // unless the caller allows it; group bits are refused unless the caller
-// or the creator asked for group access.
+// asked for group access. That the creator did (the header's
+// FlagGroupAccess) is no permission: the group can write the header.
 func TestPermissiveModeRefused(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -809,11 +810,15 @@ func TestPermissiveModeRefused(t *testing.T) {
 		{"0600", false, 0o600, shm.Options{}, false},
 		{"others read", false, 0o604, shm.Options{}, true},
 		{"others write", false, 0o602, shm.Options{}, true},
+		{"others execute", false, 0o601, shm.Options{}, true},
 		{"others allowed", false, 0o606, shm.Options{AllowOthersAccess: true}, false},
+		{"group read", false, 0o640, shm.Options{}, true},
 		{"group, not created for it", false, 0o660, shm.Options{}, true},
+		{"group, created for it, not asked for", true, 0o660, shm.Options{}, true},
 		{"group, asked for by the caller", false, 0o660, shm.Options{GroupAccess: true}, false},
-		{"group, created for it", true, 0o660, shm.Options{}, false},
-		{"group and others, created for the group", true, 0o666, shm.Options{}, true},
+		{"group, created and asked for", true, 0o660, shm.Options{GroupAccess: true}, false},
+		{"group and others, group asked for", true, 0o666, shm.Options{GroupAccess: true}, true},
+		{"group and others, others allowed", true, 0o666, shm.Options{AllowOthersAccess: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

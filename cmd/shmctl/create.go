@@ -14,7 +14,7 @@ type createOptions struct {
 
 	Segment string         // as given: a path or a bare name
 	Sizes   layout.Options // zero fields mean the defaults, negative ones none
-	Group   bool           // create the file 0660
+	Group   bool           // --group: create the file 0660 for its group
 	JSON    bool
 }
 
@@ -40,6 +40,7 @@ its flag. The command fails if the segment already exists.
 				// One entry is the table's header: room for no resource.
 				return newUsageError(cmd, "--lockmgr-entries must be 2 or more (one entry is the table's header), 0 for the default, or negative for none; got 1")
 			}
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -53,7 +54,6 @@ its flag. The command fails if the segment already exists.
 	f.IntVar(&opts.Sizes.TxnRecords, "txn-records", 0, fmt.Sprintf("transaction records; 0 means %d", layout.DefaultTxnRecords))
 	f.Var(sizeValue{&opts.Sizes.TxnArenaBytes}, "txn-arena", fmt.Sprintf("transaction arena `size` (bytes, or with a unit: 64KiB, 1MiB); 0 means %d bytes", layout.DefaultTxnArenaBytes))
 	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))
-	f.BoolVar(&opts.Group, "group", false, "let the file's group use the segment (mode 0660 instead of 0600)")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }

@@ -121,7 +121,10 @@ func TestCreateJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "--group file mode")
 
-	for _, out := range []string{r.stdout, shmctl(t, false, "info", "--json", path).stdout} {
+	// A group segment is opened with --group, by its creator too.
+	refused := shmctl(t, false, "info", path)
+	assert.Contains(t, requireOneLineError(t, refused, 1), "its group may use it")
+	for _, out := range []string{r.stdout, shmctl(t, false, "--group", "info", "--json", path).stdout} {
 		require.True(t, strings.HasSuffix(out, "}\n"), "JSON output %q does not end in one newline", out)
 		var doc infoJSON
 		require.NoError(t, json.Unmarshal([]byte(out), &doc))

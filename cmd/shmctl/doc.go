@@ -3,7 +3,13 @@
 // locks.
 //
 // A segment argument is a path, or a bare name such as "jobs" that means
-// /dev/shm/jobs. The commands are:
+// /dev/shm/jobs. A segment is private to its owner (mode 0600) unless it is
+// created with --group (mode 0660, shm.Options.GroupAccess): every command
+// then opens it with --group, which lets it open such a segment owned by
+// another user too when the file's group is one of the caller's groups.
+// Without --group, a segment whose mode lets its group in is refused, and so
+// is one owned by another user; demo, bench and rm ignore --group. The
+// commands are:
 //
 //	shmctl create SEGMENT [--slots N] [--upgrades N] [--upgrade-readers N]
 //	                      [--txn-records N] [--txn-arena BYTES] [--lockmgr-entries N]

@@ -12,6 +12,7 @@ type infoOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	JSON    bool
 }
 
@@ -39,6 +40,7 @@ namespace, and nothing in it changes.
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -52,7 +54,7 @@ namespace, and nothing in it changes.
 func runInfo(opts *infoOptions) error {
 	// Reporting same_pid_namespace is part of the job, so a foreign
 	// namespace is no reason to refuse here.
-	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true, AllowForeignPIDNamespace: true})
+	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: true, AllowForeignPIDNamespace: true, GroupAccess: opts.Group})
 	if err != nil {
 		return err
 	}

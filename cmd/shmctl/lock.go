@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // minTTL is the shortest lease shmctl lock accepts: renewed every third of
@@ -32,6 +33,7 @@ type lockOptions struct {
 	IO *IOStreams
 
 	Segment  string
+	Group    bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	Resource string
 	Owner    string
 	Mode     string
@@ -75,6 +77,7 @@ status becomes 1.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment, opts.Resource, opts.Command = args[0], args[1], args[2:]
+			opts.Group = groupFlag(cmd)
 			if _, err := lockmgr.ParseMode(opts.Mode); err != nil {
 				return newUsageError(cmd, "--mode: %v", err)
 			}
@@ -109,7 +112,7 @@ func runLock(opts *lockOptions) error {
 		printError(opts.IO.ErrOut, err)
 		return exitStatus(exitCannotRun)
 	}
-	seg, m, err := openLockTable(opts.Segment, false)
+	seg, m, err := openLockTable(opts.Segment, shm.Options{GroupAccess: opts.Group})
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ func TestLockFlags(t *testing.T) {
 		{[]string{"jobs", "r", "--owner", "ci", "--mode", "collaborative", "--ttl", "1m", "--wait", "5s", "--", "sh", "-c", "x --y"},
 			lockOptions{Segment: "jobs", Resource: "r", Owner: "ci", Mode: "collaborative", TTL: time.Minute, Wait: 5 * time.Second,
 				Command: []string{"sh", "-c", "x --y"}}},
+		{[]string{"jobs", "r", "--group", "--", "true"}, lockOptions{Segment: "jobs", Resource: "r", Group: true, Owner: pid, Mode: "exclusive", Command: []string{"true"}}},
 	}
 	for _, tt := range tests {
 		got, ios := parsedOptions(t, newCmdLock, tt.args)

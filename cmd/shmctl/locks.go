@@ -14,6 +14,7 @@ type locksOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	All     bool // also resources that nobody holds
 	JSON    bool
 
@@ -44,6 +45,7 @@ state, acquired, expires, age_seconds, left_seconds}]}].`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -55,10 +57,10 @@ state, acquired, expires, age_seconds, left_seconds}]}].`,
 	return cmd
 }
 
-// openLockTable opens segment path, read-only or not, and a Manager over
-// its lock-manager table; the caller closes the segment.
-func openLockTable(path string, readOnly bool) (*shm.Segment, *lockmgr.Manager, error) {
-	seg, err := openWithTables(path, readOnly, layout.KindLockMgr)
+// openLockTable opens segment path with opts and a Manager over its
+// lock-manager table; the caller closes the segment.
+func openLockTable(path string, opts shm.Options) (*shm.Segment, *lockmgr.Manager, error) {
+	seg, err := openWithTables(path, opts, layout.KindLockMgr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +73,7 @@ func openLockTable(path string, readOnly bool) (*shm.Segment, *lockmgr.Manager, 
 }
 
 func runLocks(opts *locksOptions) error {
-	seg, m, err := openLockTable(opts.Segment, true)
+	seg, m, err := openLockTable(opts.Segment, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
 	if err != nil {
 		return err
 	}

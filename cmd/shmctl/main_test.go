@@ -48,14 +48,18 @@ func shmctl(tb testing.TB, tty bool, args ...string) result {
 }
 
 // parsedOptions runs the command newCmd makes on args, with a runF that
-// keeps its options, and returns them and the streams given to newCmd.
+// keeps its options, and returns them and the streams given to newCmd. The
+// command runs under a root with the flags of every command (--group).
 func parsedOptions[O any](tb testing.TB, newCmd func(*IOStreams, func(*O) error) *cobra.Command, args []string) (*O, *IOStreams) {
 	tb.Helper()
 	ios, _, _ := testIOStreams(false)
 	var got *O
 	cmd := newCmd(ios, func(o *O) error { got = o; return nil })
-	cmd.SetArgs(args)
-	require.NoError(tb, cmd.Execute(), "args %q", args)
+	root := &cobra.Command{Use: "shmctl", SilenceErrors: true, SilenceUsage: true}
+	addGroupFlag(root)
+	root.AddCommand(cmd)
+	root.SetArgs(append([]string{cmd.Name()}, args...))
+	require.NoError(tb, root.Execute(), "args %q", args)
 	return got, ios
 }
 
@@ -124,15 +128,4 @@ func TestBuiltinsUsageErrors(t *testing.T) {
 		require.Equal(t, exitOK, r.code, "%q: %s", args, r.stderr)
 		require.NotEmpty(t, r.stdout, "%q", args)
 	}
-}
-
-// /dev/null is a character device but no terminal: output sent there is
-// formatted for a pipe.
-func TestDevNullIsNoTerminal(t *testing.T) {
-	t.Parallel()
-	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	require.False(t, isTerminal(f))
-	require.False(t, newIOStreams(f, f).IsStdoutTTY())
 }

@@ -59,10 +59,10 @@ func needTables(seg *shm.Segment, kinds ...layout.Kind) error {
 	return nil
 }
 
-// openWithTables opens segment path, read-only or not, and checks that it
-// has the tables kinds; the caller closes the segment.
-func openWithTables(path string, readOnly bool, kinds ...layout.Kind) (*shm.Segment, error) {
-	seg, err := shm.Open(path, shm.Options{ReadOnly: readOnly})
+// openWithTables opens segment path with opts and checks that it has the
+// tables kinds; the caller closes the segment.
+func openWithTables(path string, opts shm.Options, kinds ...layout.Kind) (*shm.Segment, error) {
+	seg, err := shm.Open(path, opts)
 	if err != nil {
 		return nil, err
 	}

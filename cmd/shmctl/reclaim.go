@@ -20,6 +20,7 @@ type reclaimOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool          // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	DryRun  bool          // list the dead owners, change nothing
 	Wait    time.Duration // how long a transaction's close may wait for live readers
 	JSON    bool
@@ -86,6 +87,7 @@ changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
 				return newUsageError(cmd, "--wait must not be negative, got %v", opts.Wait)
 			}
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -99,7 +101,7 @@ changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
 }
 
 func runReclaim(opts *reclaimOptions) error {
-	seg, err := shm.Open(opts.Segment, shm.Options{})
+	seg, err := shm.Open(opts.Segment, shm.Options{GroupAccess: opts.Group})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ func TestReclaimFlags(t *testing.T) {
 		{[]string{"jobs"}, reclaimOptions{Segment: "jobs", Wait: reclaimDefaultWait}},
 		{[]string{"/dev/shm/jobs", "--dry-run", "--json"}, reclaimOptions{Segment: "/dev/shm/jobs", DryRun: true, Wait: reclaimDefaultWait, JSON: true}},
 		{[]string{"-n", "x", "--wait", "1m"}, reclaimOptions{Segment: "x", DryRun: true, Wait: time.Minute}},
+		{[]string{"--group", "x"}, reclaimOptions{Segment: "x", Group: true, Wait: reclaimDefaultWait}},
 	}
 	for _, tt := range tests {
 		got, ios := parsedOptions(t, newCmdReclaim, tt.args)

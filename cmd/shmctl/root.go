@@ -14,7 +14,10 @@ func newCmdRoot(ios *IOStreams) *cobra.Command {
 		Short: "Inspect and manage shmlock shared-memory segments",
 		Long: `shmctl inspects and manages shmlock segments: the files, by default in
 /dev/shm, that hold cross-process locks. A segment argument is a path or a
-bare name ("jobs" means /dev/shm/jobs).
+bare name ("jobs" means /dev/shm/jobs). A segment is its owner's alone
+(mode 0600) unless created with --group (0660): every command then opens
+it with --group, which lets the members of the file's group use it too.
+demo, bench and rm ignore --group.
 
 Errors are one line on stderr. The exit status is 0 on success, 1 on
 failure, 2 for bad usage; bench exits 3 for a workload its lock does not
@@ -41,6 +44,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 	root.SetOut(ios.Out)
 	root.SetErr(ios.ErrOut)
 	root.SetFlagErrorFunc(flagError)
+	addGroupFlag(root)
 
 	root.AddCommand(
 		newCmdCreate(ios, nil),
@@ -106,4 +110,21 @@ func unknownCommand(root *cobra.Command, name string) error {
 		return newUsageError(root, "unknown command %q; did you mean %s?", name, strings.Join(s, " or "))
 	}
 	return newUsageError(root, "unknown command %q", name)
+}
+
+// groupFlagName is the flag of every command for segments shared with a
+// group: create makes them, the others open them (shm.Options.GroupAccess).
+const groupFlagName = "group"
+
+// addGroupFlag adds --group to root, for every command.
+func addGroupFlag(root *cobra.Command) {
+	root.PersistentFlags().Bool(groupFlagName, false,
+		"the segment is shared with its group: create makes it 0660, the other commands open it (also another member's)")
+}
+
+// groupFlag reports whether --group was given to cmd (false if cmd has no
+// such flag, as in tests that build one command alone).
+func groupFlag(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup(groupFlagName)
+	return f != nil && f.Value.String() == "true"
 }

@@ -96,7 +96,8 @@ func TestIsTerminal(t *testing.T) {
 	devNull, err := os.Open(os.DevNull)
 	require.NoError(t, err)
 	defer devNull.Close()
-	assert.True(t, isTerminal(devNull), "character device")
+	assert.False(t, isTerminal(devNull), "a character device, but no terminal")
+	assert.False(t, newIOStreams(devNull, devNull).IsStdoutTTY())
 }
 
 func TestTablePrinter(t *testing.T) {

@@ -15,6 +15,7 @@ type rwlocksOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	All     bool // list every upgrade mutex, not only those in use
 	JSON    bool
 }
@@ -63,6 +64,7 @@ are {pid, start_ticks, owner_state, tid} or null.`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -76,7 +78,7 @@ are {pid, start_ticks, owner_state, tid} or null.`,
 
 func runRWLocks(opts *rwlocksOptions) error {
 	// As slots: pids of another PID namespace would be judged wrongly.
-	seg, err := openWithTables(opts.Segment, true, layout.KindUpgrades)
+	seg, err := openWithTables(opts.Segment, shm.Options{ReadOnly: true, GroupAccess: opts.Group}, layout.KindUpgrades)
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 type slotsOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	All     bool // list every slot, not only those in use
 	JSON    bool
 }
@@ -39,6 +41,7 @@ the table shows "-".`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -53,7 +56,7 @@ the table shows "-".`,
 func runSlots(opts *slotsOptions) error {
 	// Unlike info, refuse a segment of another PID namespace: its pids
 	// name other processes here, so alive/dead would be wrong.
-	seg, err := openWithTables(opts.Segment, true, layout.KindOwnerSlots)
+	seg, err := openWithTables(opts.Segment, shm.Options{ReadOnly: true, GroupAccess: opts.Group}, layout.KindOwnerSlots)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ func TestSlotsFlags(t *testing.T) {
 		{[]string{"jobs"}, slotsOptions{Segment: "jobs"}},
 		{[]string{"jobs", "--all", "--json"}, slotsOptions{Segment: "jobs", All: true, JSON: true}},
 		{[]string{"-a", "/x/y"}, slotsOptions{Segment: "/x/y", All: true}},
+		{[]string{"jobs", "--group"}, slotsOptions{Segment: "jobs", Group: true}},
 	}
 	for _, tt := range tests {
 		got, ios := parsedOptions(t, newCmdSlots, tt.args)

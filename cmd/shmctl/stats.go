@@ -2,12 +2,15 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/shm"
 )
 
 type statsOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	JSON    bool
 }
 
@@ -34,6 +37,7 @@ capacity, declared_only.`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -45,7 +49,7 @@ capacity, declared_only.`,
 }
 
 func runStats(opts *statsOptions) error {
-	seg, m, err := openLockTable(opts.Segment, true)
+	seg, m, err := openLockTable(opts.Segment, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
 	if err != nil {
 		return err
 	}

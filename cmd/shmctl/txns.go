@@ -15,6 +15,7 @@ type txnsOptions struct {
 	IO *IOStreams
 
 	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	All     bool // list every record, also free and closed ones
 	JSON    bool
 }
@@ -50,6 +51,7 @@ start_ticks, owner_state, pins, global_pins}].`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
 			}
@@ -62,7 +64,7 @@ start_ticks, owner_state, pins, global_pins}].`,
 }
 
 func runTxns(opts *txnsOptions) error {
-	seg, err := openWithTables(opts.Segment, true, layout.KindTxnRecords, layout.KindTxnArena)
+	seg, err := openWithTables(opts.Segment, shm.Options{ReadOnly: true, GroupAccess: opts.Group}, layout.KindTxnRecords, layout.KindTxnArena)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ func badNames(max int) map[string]string {
 		"NUL":           "a\x00b",
 		"newline":       "a\nb",
 		"DEL":           "a\x7fb",
+		"C1 control":    "a\u0085b",
 	}
 }
 
@@ -40,56 +41,67 @@ var entryPoints = []struct {
 	name    string
 	max     int
 	noEmpty bool
+	own     error // the package's own sentinel, which wraps layout.ErrBadName; nil if none
 	call    func(seg *shm.Segment, m *lockmgr.Manager, name string) error
 }{
-	{"spinlock.Named", layout.MaxNameLen, false, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
+	{"spinlock.Named", layout.MaxNameLen, false, nil, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
 		_, err := spinlock.Named(seg, n, spinlock.PIDTID)
 		return err
 	}},
-	{"upgrade.Named", layout.MaxNameLen, false, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
+	{"upgrade.Named", layout.MaxNameLen, false, nil, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
 		_, err := upgrade.Named(seg, n)
 		return err
 	}},
-	{"shm.Segment.Claim", layout.MaxNameLen, true, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
+	{"shm.Segment.Claim", layout.MaxNameLen, true, nil, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
 		_, err := seg.Claim(layout.KindOwnerSlots, n)
 		return err
 	}},
-	{"shm.Segment.ClaimAs", layout.MaxNameLen, true, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
+	{"shm.Segment.ClaimAs", layout.MaxNameLen, true, nil, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
 		_, err := seg.ClaimAs(layout.KindUpgrades, n, 1)
 		return err
 	}},
-	{"lockmgr.Acquire resource", lockmgr.MaxResourceLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"shm.Segment.Lookup", layout.MaxNameLen, false, nil, func(seg *shm.Segment, _ *lockmgr.Manager, n string) error {
+		_, err := seg.Lookup(layout.KindOwnerSlots, n)
+		return err
+	}},
+	{"lockmgr.Acquire resource", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		_, err := m.Acquire(context.Background(), n, "owner", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 		return err
 	}},
-	{"lockmgr.Acquire owner", lockmgr.MaxOwnerLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Acquire owner", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		_, err := m.Acquire(context.Background(), "res", n, lockmgr.Exclusive, lockmgr.AcquireOptions{})
 		return err
 	}},
-	{"lockmgr.Release resource", lockmgr.MaxResourceLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Release resource", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.Release(n, "owner")
 	}},
-	{"lockmgr.Release owner", lockmgr.MaxOwnerLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Release owner", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.Release("held", n)
 	}},
-	{"lockmgr.Refresh", lockmgr.MaxOwnerLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Refresh", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		_, err := m.Refresh("held", n, time.Minute)
 		return err
 	}},
-	{"lockmgr.SetCompanion", lockmgr.MaxOwnerLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.MarkConsistent resource", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+		return m.MarkConsistent(n, "owner")
+	}},
+	{"lockmgr.MarkConsistent owner", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+		return m.MarkConsistent("held", n)
+	}},
+	{"lockmgr.SetCompanion", lockmgr.MaxOwnerLen, false, lockmgr.ErrBadOwner, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.SetCompanion("held", n, os.Getpid())
 	}},
-	{"lockmgr.Inspect", lockmgr.MaxResourceLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Inspect", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		_, err := m.Inspect(n)
 		return err
 	}},
-	{"lockmgr.CheckVersion", lockmgr.MaxResourceLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.CheckVersion", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.CheckVersion(n, 1)
 	}},
-	{"lockmgr.Declare", lockmgr.MaxResourceLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Declare", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.Declare("fine", n)
 	}},
-	{"lockmgr.Undeclare", lockmgr.MaxResourceLen, false, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
+	{"lockmgr.Undeclare", lockmgr.MaxResourceLen, false, lockmgr.ErrBadResource, func(_ *shm.Segment, m *lockmgr.Manager, n string) error {
 		return m.Undeclare(n)
 	}},
 }
@@ -117,6 +129,9 @@ func TestBadNamesRefusedEverywhere(t *testing.T) {
 			require.NoError(t, err)
 			err = ep.call(seg, m, name)
 			require.ErrorIs(t, err, layout.ErrBadName, "%s with a name %s", ep.name, what)
+			if ep.own != nil {
+				require.ErrorIs(t, err, ep.own, "%s with a name %s", ep.name, what)
+			}
 			after, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.True(t, string(before) == string(after), "%s with a name %s changed the file", ep.name, what)

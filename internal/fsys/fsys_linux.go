@@ -116,8 +116,36 @@ func Owner(fi fs.FileInfo) (uint32, bool) {
 	return st.Uid, true
 }
 
+// Group returns the gid owning a file.
+func Group(fi fs.FileInfo) (uint32, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Gid, true
+}
+
 // Euid is the effective uid of this process.
 func Euid() uint32 { return uint32(unix.Geteuid()) }
+
+// InGroup reports whether gid is this process's effective gid or one of
+// its supplementary groups: whether the kernel grants it a file's group
+// permissions.
+func InGroup(gid uint32) (bool, error) {
+	if uint32(unix.Getegid()) == gid {
+		return true, nil
+	}
+	groups, err := unix.Getgroups()
+	if err != nil {
+		return false, fmt.Errorf("getgroups: %w", err)
+	}
+	for _, g := range groups {
+		if uint32(g) == gid {
+			return true, nil
+		}
+	}
+	return false, nil
+}
 
 // LockExclusive takes an exclusive advisory lock on the open file (flock),
 // released by Unlock or, if this process dies, by the kernel.

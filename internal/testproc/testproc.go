@@ -48,6 +48,7 @@ func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...fu
 		os.Exit(h(args))
 	}
 	code := m.Run()
+	removeSharedBinary()
 	for _, check := range checks {
 		if code != 0 {
 			break
