@@ -1,4 +1,4 @@
-// Package coro is shmlock's awaitable FIFO mutex (design 002): a lock for
+// Package coro is shmlock's awaitable FIFO mutex: a lock for
 // code that waits without blocking a thread, cancels through its context,
 // and resumes on the event loop it waited from.
 //

@@ -11,7 +11,7 @@ import (
 //	bit 1      mutexWaiters  the wait queue is not empty
 //	bits 2..63 epoch         numbers the holds; a Guard remembers the epoch of its hold
 //
-// Design 002's logical states are U = !locked, L0 = locked && !waiters and
+// The logical states are U = !locked, L0 = locked && !waiters and
 // L1 = locked && waiters; waiters without locked never occurs. Transitions:
 //
 //	Lock, fast path          U  -> L0        one CAS, without the queue lock

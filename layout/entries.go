@@ -18,7 +18,7 @@ const (
 	ReaderRecordSize = 16
 )
 
-// OwnerSlot is the unified owner of design 001: one 32-byte record that says
+// OwnerSlot is the unified owner record: one 32-byte record that says
 // who holds a spinlock. Package spinlock interprets it in one of two modes:
 //
 //	field            token mode                    pid/tid mode
@@ -110,7 +110,7 @@ type DirEntry struct {
 	Name    [MaxNameLen]byte
 }
 
-// UpgradeEntry is the state of one upgradeable mutex (design 000). Package
+// UpgradeEntry is the state of one upgradeable mutex. Package
 // upgrade owns the meaning of every word; the layout fixes where they are.
 type UpgradeEntry struct {
 	State          atomic.Uint32 // write bit 31, upgrade bit 30, pending bit 29 (readers: in ReaderRecords)

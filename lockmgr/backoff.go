@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The retry schedule of design 004: 100, 200, 400, 800, 1000, 1000, ... ms.
+// The default retry schedule: 100, 200, 400, 800, 1000, 1000, ... ms.
 const (
 	DefaultInitialDelay = 100 * time.Millisecond
 	DefaultMaxDelay     = time.Second
@@ -17,7 +17,7 @@ const (
 // met a conflict. A waiter is also woken by any end of a hold on the
 // resource (a futex on the entry), so the schedule bounds how long it may
 // sleep, not how long a free resource stays unnoticed. The zero value is
-// design 004's schedule with DefaultJitter.
+// the default schedule with DefaultJitter.
 type Backoff struct {
 	Initial time.Duration // first wait; 0: DefaultInitialDelay
 	Max     time.Duration // cap on every wait; 0: DefaultMaxDelay

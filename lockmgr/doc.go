@@ -1,4 +1,4 @@
-// Package lockmgr is the lock manager of design 004: named resource locks
+// Package lockmgr is a lock manager: named resource locks
 // whose table lives in a shmlock segment, so every process on the machine
 // that opens the segment sees the same locks.
 //
@@ -18,7 +18,7 @@
 // calls MarkConsistent (an inconsistent resource is never recycled). The version only grows, across expiry, reclaim and
 // the recycling of table entries, so it serves as a fencing token.
 //
-// Acquisitions follow design 004's state machine (Unlocked, Waiting,
+// Acquisitions follow a state machine (Unlocked, Waiting,
 // Acquired, Failed, Released, Expired; see State), which LockInfo and
 // ResourceInfo report. Errors wrap sentinels that carry the design's codes
 // (see Code).

@@ -2,7 +2,7 @@ package lockmgr
 
 import "errors"
 
-// Error is a lock-manager failure with the code of design 004 (or one added
+// Error is a lock-manager failure with a stable code (or one added
 // here for a failure the design does not name), so logs and shmctl's JSON
 // show a stable code. Every error this package returns for an expected
 // failure wraps one of the sentinels below; test with errors.Is and read the
@@ -16,7 +16,7 @@ func (e *Error) Error() string { return e.msg + " (" + e.Code + ")" }
 
 func newError(code, msg string) *Error { return &Error{Code: code, msg: "lockmgr: " + msg} }
 
-// The sentinel errors. The first four carry the codes of design 004 (whose
+// The sentinel errors. The first four carry the original codes (whose
 // table spells the first one LOCK_ACQUISION_FAILED; the misspelling is not
 // kept).
 var (

@@ -616,7 +616,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 // not but someone else does; ErrLockTimeout if the hold expired (or its
 // process was declared dead) before this release. Releasing a lock that
 // does not exist, or that nobody holds, logs a warning and succeeds, as
-// design 004's release flow says.
+// the release flow of the lock manager's specification says.
 func (m *Manager) Release(resource, owner string) error {
 	var res resKey
 	var own ownKey

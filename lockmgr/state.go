@@ -8,7 +8,7 @@ import (
 // Mode is how a resource is held.
 type Mode uint8
 
-// The lock modes of design 004.
+// The lock modes.
 const (
 	// Exclusive admits one holder at a time.
 	Exclusive Mode = 1 + iota
@@ -42,7 +42,7 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("%w: %q (want exclusive or collaborative)", ErrBadMode, s)
 }
 
-// State is a state of design 004's state machine. An acquisition starts
+// State is a state of the acquisition state machine. An acquisition starts
 // Unlocked and ends Acquired or Failed, passing through Waiting between
 // attempts; a hold ends Released or Expired:
 //
@@ -59,7 +59,7 @@ func ParseMode(s string) (Mode, error) {
 // when every remaining hold has expired but none was cleared yet.
 type State uint8
 
-// The states of design 004.
+// The states of an acquisition and a hold.
 const (
 	Unlocked State = iota
 	Waiting

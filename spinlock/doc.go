@@ -2,7 +2,7 @@
 // 32-byte owner slot (layout.OwnerSlot), in a shared segment or in process
 // memory, that is robust to the death of its holder.
 //
-// The slot is read in one of two modes (design 001):
+// The slot is read in one of two modes:
 //
 //   - PIDTID: the slot records the holding process (pid and start time,
 //     packed into one word) and a holder id within it. Only that holder may
@@ -16,7 +16,7 @@
 // Identities come from factories, never from inside the lock: NewHolder
 // makes a logical holder for PIDTID mode, NewToken a fresh token for one
 // acquisition in Token mode. In Go a "thread" is not a stable identity
-// (goroutines move between OS threads), so a Holder plays the seed's tid:
+// (goroutines move between OS threads), so a Holder plays the role of a thread id:
 // recursion is keyed on it, and the goroutines sharing one Holder count as
 // one owner. ThreadHolder ties a holder to the OS thread for goroutines that
 // called runtime.LockOSThread.

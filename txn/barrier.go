@@ -9,7 +9,7 @@ import (
 )
 
 // Barrier closes transactions begun with BeginOptions.Barrier through a
-// global close barrier (the seed's Option B): readers of such transactions
+// global close barrier: readers of such transactions
 // take global pins (TryPin and Borrow do that by themselves), and a close
 // raises the barrier, which makes every new global pin fail, waits for the
 // global pins to drain, closes its batch of transactions one by one and

@@ -17,7 +17,7 @@ import (
 // it copies.
 var testHookDrained, testHookFinishing, testHookPromotePinned func(idx int)
 
-// closeTxn is the per-transaction close (Option A), the seed's
+// closeTxn is the per-transaction close, the
 // request_close_and_wait followed by the end sequence:
 //
 //  1. flip Open -> Closing: from here every TryPin fails, and a TryPin
@@ -199,7 +199,7 @@ func (s *Space) pinCount(col int, dead map[uint64]bool, check bool) uint64 {
 	return n
 }
 
-// finish runs the end sequence of a drained transaction, in the seed's
+// finish runs the end sequence of a drained transaction, in the
 // order. finishing is its Ctl word (state Finishing).
 func (s *Space) finish(idx int, finishing uint64) error {
 	rec := s.recs[idx]
@@ -282,7 +282,7 @@ func (s *Space) finalizePromotions(idx int, gen uint32) {
 }
 
 // pinPromote takes a promotion pin on record d: a per-transaction pin that,
-// unlike TryPin's, is taken on a Closing transaction too (the seed's
+// unlike TryPin's, is taken on a Closing transaction too (the original design's
 // try_pin otherwise: increment, re-check, back out). It fails on any other
 // state, and if the record changed generation between the check and the
 // re-check. c is the Ctl word it pinned under.
@@ -309,7 +309,7 @@ func (s *Space) pinPromote(p *Pin, d int) (c uint64, ok bool) {
 }
 
 // destroyUnpromoted marks every live object of the arena destroyed (the
-// seed's destructors: here the ledger of what ended unpromoted).
+// original design's destructors: here the ledger of what ended unpromoted).
 func (s *Space) destroyUnpromoted(rec *record, start, size uint64) {
 	used := min(uint64(rec.Used.Load()), size)
 	for off := uint64(0); off+headerSize <= used; {

@@ -2,10 +2,11 @@
 // in the segment: a transaction owns a region of the segment's txn arena,
 // its owner allocates objects (byte blobs) in it, other goroutines and
 // processes read them under pins, and the owner closes the transaction only
-// when no pin is left. It implements the PGC threading design
-// (../shared/seeds/003): per-transaction pins (Option A) and a global close
-// barrier (Option B), the close protocol, and promotions with the
-// double-dipping indirection, for processes rather than threads.
+// when no pin is left. It offers per-transaction pins and a global close
+// barrier, the close protocol, and promotions: a transaction keeps a copy
+// of another's object alive past that one's close through a cell, one
+// level of indirection that the reader follows ("double dipping"). All of
+// it works across processes.
 //
 // Objects are named by Ref values (transaction index, generation, offset),
 // never by pointers, so a Ref can be passed to another process as text
@@ -14,8 +15,8 @@
 //
 // Reading takes a pin. TryPin increments the pin count, then re-checks the
 // state and backs out if the transaction began closing meanwhile (the
-// seed's try_pin); Borrow pins and resolves a Ref in one step and returns an
-// SRef, the seed's scoped read borrow, valid until its Release. The owner
+// try-pin); Borrow pins and resolves a Ref in one step and returns an
+// SRef, a scoped read borrow, valid until its Release. The owner
 // reads through Txn.TryPin and Txn.Borrow, so that its close can refuse
 // (ErrCloserPinned) rather than wait for its own pins.
 //

@@ -16,7 +16,7 @@ import (
 //
 //	bits  0..7   state: stateFree, stateOpen, stateClosing, stateFinishing,
 //	             stateClosed
-//	bit   8      flagBarrier: closed through the global barrier (Option B)
+//	bit   8      flagBarrier: closed through the global barrier
 //	bits 32..63  generation: bumped by every Begin that takes the record; never 0
 //
 // Legal transitions, each by one store or CAS of the whole word:
@@ -123,8 +123,8 @@ type drain struct {
 //	                   row; 0 free. A row whose process died is taken over by
 //	                   the next Open, which zeroes its counters.
 //	              +8   records x u32: pins this handle holds on each
-//	                   transaction record (per-txn pins, Option A)
-//	              +8+4*records  u32: global pins this handle holds (Option B)
+//	                   transaction record (per-txn pins)
+//	              +8+4*records  u32: global pins this handle holds
 //	            rowSize is that rounded up to a cache line, so that the
 //	            pinners of different processes never share a line.
 //	dataStart   the data area: units of layout.ArenaUnit bytes, handed out to

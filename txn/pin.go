@@ -69,15 +69,15 @@ func (p *Pin) Release() {
 // the transaction closes, ErrClosed after, ErrStale if its record has been
 // reused, ErrBadRef for a Ref that names no record, ErrSpaceClosed after
 // s.Close, shm.ErrClosed after the segment's Close. A transaction begun in
-// barrier mode gets a global pin (Option B), any other a per-transaction
-// pin (Option A): the caller need not know which.
+// barrier mode gets a global pin, any other a per-transaction
+// pin: the caller need not know which.
 func (s *Space) TryPin(r Ref) (Pin, error) {
 	var p Pin
 	err := s.pin(&p, r.Txn, r.Gen)
 	return p, err
 }
 
-// pin is the seed's try_pin: check, increment, re-check, back out if a
+// pin is the try-pin: check, increment, re-check, back out if a
 // closer came in between. The checks compare the whole Ctl word, so the
 // generation is checked with the state.
 func (s *Space) pin(p *Pin, idx, gen uint32) error {
@@ -187,7 +187,7 @@ func (s *Space) pinTxn(p *Pin, idx int, c uint64) bool {
 	return true
 }
 
-// SRef is the seed's scoped read borrow: the bytes of one object, valid
+// SRef is a scoped read borrow: the bytes of one object, valid
 // while the SRef holds its pins (one on the transaction the Ref names, one
 // more on the source of a promotion cell not yet promoted). Release it when
 // the read is done; a second Release does nothing. Like a Pin, an SRef

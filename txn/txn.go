@@ -25,7 +25,7 @@ type BeginOptions struct {
 	// records (at least one unit).
 	ArenaBytes int64
 	// Barrier makes the transaction one that closes through the global
-	// barrier (Option B): its pins are global pins and it is closed by
+	// barrier: its pins are global pins and it is closed by
 	// Barrier.Close, not RequestCloseAndWait.
 	Barrier bool
 }
@@ -246,7 +246,7 @@ func (t *Txn) publish(off uint64, kind uint64, size uint32, capacity uint64) {
 }
 
 // Link stores a reference to target, an object of another transaction,
-// in this one, and returns the Ref of the cell that holds it: the seed's
+// in this one, and returns the Ref of the cell that holds it: the
 // cross-transaction assignment, which registers a promotion here. When
 // the target's transaction closes first, it copies the object into the
 // room the cell reserved and rebinds the cell, so Borrow of the cell keeps

@@ -1,5 +1,5 @@
 // Package upgrade is shmlock's upgradeable reader/writer mutex across
-// processes (design 000), robust to the death of any holder.
+// processes, robust to the death of any holder.
 //
 // A Mutex is a handle on one upgrade mutex of a segment
 // (layout.UpgradeEntry plus its reader records). It offers three modes:

@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Upgraded is the seed's scoped upgrade: the unique lock of an upgrade
+// Upgraded is a scoped upgrade: the unique lock of an upgrade
 // holder, given back by Close.
 type Upgraded struct {
 	m    *Mutex

@@ -7,7 +7,7 @@ import (
 	"github.com/shmlock/shmlock/internal/proc"
 )
 
-// The state word (layout.UpgradeEntry.State) keeps the seed's bits:
+// The state word (layout.UpgradeEntry.State) has these bits:
 //
 //	bit 31  stateWrite    the unique lock is held (alone: by the writer
 //	                      recorded in Writer; with stateUpgrade: by the
@@ -19,7 +19,7 @@ import (
 //	                      no unique holder has marked the data consistent since
 //	bits 0-27             unused, always 0 (see below)
 //
-// Deviation from the seed: readers are not counted in bits 0-28. A count in
+// Readers are not counted in the state word (the classic layout counts them in bits 0-28). A count in
 // the shared word cannot survive the death of a reader process (nobody
 // knows how much of it was the dead process's), so each handle counts its
 // shared holds in a reader record of its own (layout.ReaderRecord: owner
@@ -69,7 +69,8 @@ import (
 // keeps the bit except MarkConsistent's; it blocks nobody, and it only
 // sends Lock's fast path (a CAS from 0) the slow way until it is cleared.
 //
-// Sleeping: two futex gates, as the seed's two condition variables, and a
+// Sleeping: two futex gates, like the two condition variables of a classic
+// upgradable mutex, and a
 // queue for the writers' mutex. SharedGate holds readers and upgrade
 // seekers, UniqueGate the writer that holds the writers' mutex (waiting for
 // the upgrade lock to go or for readers to drain) and a pending upgrade.
@@ -247,7 +248,7 @@ const maskBits = 32
 // Limits and waiting.
 const (
 	// MaxShared is the most shared holds one handle may have at once: the
-	// seed's 29-bit reader count, per handle.
+	// classic 29-bit reader count, per handle.
 	MaxShared = 1<<29 - 1
 
 	spinLoads = 100 // checks before yielding

@@ -59,7 +59,7 @@ SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to the command.
 
 By default an exclusive conflict fails at once: exit status 1 and the
 RESOURCE_LOCKED code on stderr. --wait D retries with the backoff of
-design 004 (100, 200, 400, 800, 1000 ms...), woken early by a release,
+the lock manager (100, 200, 400, 800, 1000 ms...), woken early by a release,
 for up to D (then WAIT_TIMEOUT). --ttl D makes the hold a lease of D that
 shmctl renews every D/3 while the command runs, so it lapses only if
 shmctl stops renewing it (stopped or wedged). If the hold was lost when the

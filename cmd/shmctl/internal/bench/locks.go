@@ -22,7 +22,7 @@ import (
 // the upgrade mutex, each worker has one handle (Mutex.Locker), whose Lock
 // is the unique lock and RLock a shared hold.
 //
-// Token mode would rather have a fresh token per acquisition (design 001:
+// Token mode would rather have a fresh token per acquisition (the slot's design:
 // one logical hold per token), which means a Guard and a NewToken for each
 // Lock. Measured on the 2-vCPU reference VM, uncontended, that costs 27-28
 // ns per pair against 8 ns for one token per worker (Guard.Lock+Release
