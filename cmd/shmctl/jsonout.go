@@ -316,6 +316,15 @@ type (
 		Slots   []reclaimSlotJSON   `json:"slots"`
 		Txns    []reclaimTxnJSON    `json:"txns"`
 		RWLocks []reclaimRWLockJSON `json:"rwlocks"`
+		Locks   []reclaimLockJSON   `json:"locks"`
+	}
+	// reclaimLockJSON is a lock-manager hold reclaim ended (or would).
+	reclaimLockJSON struct {
+		Resource string `json:"resource"`
+		Owner    string `json:"owner"`
+		PID      int    `json:"pid"`
+		Why      string `json:"why"` // expired or dead
+		Action   string `json:"action"`
 	}
 	reclaimTxnJSON struct {
 		Index      int    `json:"index"`

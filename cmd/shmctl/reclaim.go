@@ -10,6 +10,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/txn"
@@ -56,10 +57,14 @@ upgraded holder's unique lock too), and the reader records of dead
 processes are freed with their shared holds. Live holders are never
 touched.
 
+And the lock-manager holds (see 'shmctl locks') whose TTL passed or whose
+processes (and companion) died are ended, each listed with why.
+
 Locks reclaim dead holders by themselves when someone waits for them; this
 is for a segment nobody waits on, or a caller that only ever uses TryLock.
 The data a reclaimed lock protects may be half-updated: this command cannot
-repair it.
+repair it, and marks the lock inconsistent, so that every later holder is
+told until one says it repaired the data (MarkConsistent).
 
 Then every transaction (package txn) whose owner is dead is closed as its
 owner would have: once the live readers' pins are released (waiting at
@@ -114,13 +119,19 @@ func runReclaim(opts *reclaimOptions) error {
 	if err != nil {
 		return err
 	}
+	if doc.Locks, err = reclaimLocks(seg, opts.DryRun); err != nil {
+		return err
+	}
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
 	tty := opts.IO.IsStdoutTTY()
-	if len(doc.Slots) == 0 && len(doc.RWLocks) == 0 && len(doc.Txns) == 0 && tty {
-		fmt.Fprintf(opts.IO.ErrOut, "no owner slot, upgrade mutex or transaction of %s has a dead owner\n", doc.Path)
+	if len(doc.Slots) == 0 && len(doc.RWLocks) == 0 && len(doc.Txns) == 0 && len(doc.Locks) == 0 && tty {
+		fmt.Fprintf(opts.IO.ErrOut, "no owner slot, upgrade mutex, transaction or lock of %s has a dead owner\n", doc.Path)
 		return nil
+	}
+	if err := printReclaimedLocks(opts.IO, doc.Locks); err != nil {
+		return err
 	}
 	if len(doc.Slots) > 0 {
 		t := newTablePrinter(opts.IO, "INDEX", "NAME", "PID", "STATE", "GENERATION", "NEW_GENERATION", "ACTION")
@@ -165,6 +176,50 @@ func runReclaim(opts *reclaimOptions) error {
 		t.AddRow("txn", x.Index, x.Generation, x.Mode, x.PID, x.OwnerState, x.Action)
 	}
 	return t.Render()
+}
+
+// reclaimLocks ends the lock-manager holds of dead processes and the
+// expired ones (see lockmgr.Manager.Reclaim).
+func reclaimLocks(seg *shm.Segment, dryRun bool) ([]reclaimLockJSON, error) {
+	out := []reclaimLockJSON{}
+	if seg.Len(layout.KindLockMgr) == 0 {
+		return out, nil
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return nil, err
+	}
+	ended, err := m.Reclaim(dryRun)
+	if err != nil {
+		return nil, err
+	}
+	action := "ended"
+	if dryRun {
+		action = "would end"
+	}
+	for _, h := range ended {
+		out = append(out, reclaimLockJSON{Resource: h.Resource, Owner: h.Owner, PID: h.PID, Why: h.Why, Action: action})
+	}
+	return out, nil
+}
+
+// printReclaimedLocks prints the lock-manager holds reclaim ended, if any,
+// as a table of its own, on stderr's side of the others: it comes first.
+func printReclaimedLocks(ios *IOStreams, locks []reclaimLockJSON) error {
+	if len(locks) == 0 {
+		return nil
+	}
+	t := newTablePrinter(ios, "RESOURCE", "OWNER", "PID", "WHY", "ACTION")
+	for _, l := range locks {
+		t.AddRow(l.Resource, l.Owner, l.PID, l.Why, l.Action)
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	if ios.IsStdoutTTY() {
+		fmt.Fprintln(ios.Out)
+	}
+	return nil
 }
 
 // reclaimTxns closes the transactions of seg whose owner is dead (unless

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
@@ -99,7 +101,7 @@ func TestReclaim(t *testing.T) {
 	r = shmctl(t, false, "reclaim", seg.Path())
 	assert.Equal(t, result{code: exitOK}, r)
 	r = shmctl(t, true, "reclaim", seg.Path())
-	assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex or transaction of " + seg.Path() + " has a dead owner\n"}, r)
+	assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex, transaction or lock of " + seg.Path() + " has a dead owner\n"}, r)
 }
 
 func TestReclaimDryRun(t *testing.T) {
@@ -143,11 +145,11 @@ func TestReclaimJSON(t *testing.T) {
 			want.Action, want.NewGeneration = "reclaimed", &gen
 		}
 		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
-			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}}, &doc)
+			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns"}, keys(raw))
+		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns", "locks"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
 		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
 			"generation", "new_generation", "action"}, keys(slot))
@@ -249,7 +251,7 @@ func TestReclaimRWLocks(t *testing.T) {
 		require.NoError(t, m.Unlock())
 		require.NoError(t, m.Close())
 		r = shmctl(t, true, "reclaim", seg.Path())
-		assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex or transaction of " + seg.Path() + " has a dead owner\n"}, r)
+		assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex, transaction or lock of " + seg.Path() + " has a dead owner\n"}, r)
 	}
 }
 
@@ -275,4 +277,34 @@ func TestReclaimRWLocksText(t *testing.T) {
 	r = shmctl(t, true, "reclaim", "--dry-run", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Contains(t, r.stdout, "\n\nRWLOCK  NAME  HOLDER             PID")
+}
+
+// reclaim ends lock-manager holds whose TTL passed (and those of dead
+// processes, as lockmgr's own test shows), lists them, and leaves the
+// resource free and marked inconsistent.
+func TestReclaimLocks(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	_, err = m.Acquire(t.Context(), "job", "lapsed", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Millisecond})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond) // the lease lapses
+
+	for _, dry := range []bool{true, false} {
+		args := []string{"reclaim", "--json", seg.Path()}
+		action := "ended"
+		if dry {
+			args, action = append(args, "--dry-run"), "would end"
+		}
+		r := shmctl(t, false, args...)
+		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+		var doc reclaimJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+		assert.Equal(t, []reclaimLockJSON{{Resource: "job", Owner: "lapsed", PID: os.Getpid(), Why: "expired", Action: action}}, doc.Locks)
+	}
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	assert.Empty(t, ri.Holders)
+	assert.True(t, ri.Inconsistent)
 }

@@ -1,0 +1,100 @@
+package lockmgr
+
+import (
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// Why a hold was ended by Reclaim.
+const (
+	EndedExpired = "expired" // its TTL passed
+	EndedDead    = "dead"    // its process (and companion) died
+)
+
+// EndedHold is a hold that Reclaim ended (or, in a dry run, would end).
+type EndedHold struct {
+	Resource string
+	Owner    string
+	PID      int
+	Why      string // EndedExpired or EndedDead
+}
+
+// Reclaim ends every hold whose TTL has passed or whose processes died,
+// as a conflicting acquisition would, and reports them; each marks its
+// resource inconsistent (see MarkConsistent) and wakes its waiters. With
+// dryRun it only reports (the table may be read-only then). For repair
+// tools (shmctl reclaim) and for callers that never conflict with a dead
+// holder themselves. shm.ErrClosed once the segment is closed.
+func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
+	if dryRun {
+		if m.closed() {
+			return nil, shm.ErrClosed
+		}
+	} else if err := m.writable(); err != nil {
+		return nil, err
+	}
+	var ended []EndedHold
+	for _, e := range m.t.entries[1:] {
+		if kindOf(e.Ctl.Load()) != kindResource {
+			continue
+		}
+		if dryRun {
+			now := m.clock.now()
+			s := m.t.read(e)
+			for _, h := range s.holders {
+				if why := m.endReason(h.process, h.companion, h.expires, now); why != "" {
+					ended = append(ended, EndedHold{Resource: s.name, Owner: h.owner, PID: pidOf(h.process), Why: why})
+				}
+			}
+			continue
+		}
+		if !m.t.lockEntry(e) {
+			return ended, shm.ErrClosed
+		}
+		now := m.clock.now()
+		left, woke := 0, false
+		name := unpack(e.Name[:])
+		if kindOf(e.Ctl.Load()) == kindResource {
+			m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+				p := h.Process.Load()
+				if p == 0 {
+					return true
+				}
+				why := m.endReason(p, h.Companion.Load(), h.Expires.Load(), now)
+				if why == "" {
+					left++
+					return true
+				}
+				ended = append(ended, EndedHold{Resource: name, Owner: unpack(h.Owner[:]), PID: pidOf(p), Why: why})
+				ending := endReclaimed
+				if why == EndedExpired {
+					ending = endExpired
+				}
+				m.endHold(e, h, ending, now)
+				woke = true
+				return true
+			})
+			if woke && left == 0 {
+				memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
+			}
+		}
+		m.t.unlockEntry(e)
+		if woke {
+			m.t.wakeAll(e)
+		}
+	}
+	return ended, nil
+}
+
+// endReason says why a hold of process p (with companion c, expiring at
+// expires) should end now: EndedExpired, EndedDead, or "" if it lives on.
+func (m *Manager) endReason(p, c, expires uint64, now int64) string {
+	switch {
+	case expiredAt(expires, now):
+		return EndedExpired
+	case !m.t.isAlive(p, now) && !m.t.isAlive(c, now):
+		return EndedDead
+	}
+	return ""
+}

@@ -1,0 +1,72 @@
+package lockmgr_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// Reclaim ends the holds of dead processes (here one killed with SIGKILL)
+// and the expired ones, leaves live holds alone, reports each, marks the
+// resources inconsistent; a dry run reports the same and changes nothing.
+func TestReclaimEndsDeadAndExpiredHolds(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	m, _, path := newManagerAt(t, 8, lockmgr.Options{Clock: clk})
+	dead := testproc.Start(t, "hold", path, "dead-res", "victim", "exclusive")
+	dead.WaitLine(t, "held")
+	dead.Kill(t)
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "lease", "slow", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "live", "me", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	clk.Advance(time.Second)
+
+	want := []lockmgr.EndedHold{
+		{Resource: "dead-res", Owner: "victim", PID: dead.PID(), Why: lockmgr.EndedDead},
+		{Resource: "lease", Owner: "slow", PID: -1, Why: lockmgr.EndedExpired},
+	}
+	before := m.List()
+	got, err := m.Reclaim(true)
+	require.NoError(t, err)
+	requireEnded(t, want, got)
+	require.Equal(t, before, m.List(), "a dry run changes nothing")
+
+	got, err = m.Reclaim(false)
+	require.NoError(t, err)
+	requireEnded(t, want, got)
+	for _, res := range []string{"dead-res", "lease"} {
+		ri, err := m.Inspect(res)
+		require.NoError(t, err)
+		require.Empty(t, ri.Holders, res)
+		require.True(t, ri.Inconsistent, res)
+	}
+	ri, err := m.Inspect("live")
+	require.NoError(t, err)
+	require.Len(t, ri.Holders, 1, "a live hold stays")
+	got, err = m.Reclaim(false)
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing left to do")
+}
+
+// requireEnded compares ended holds in any order; a PID of -1 in want
+// matches this process.
+func requireEnded(t *testing.T, want, got []lockmgr.EndedHold) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			if g.Resource == w.Resource && g.Owner == w.Owner && g.Why == w.Why && (g.PID == w.PID || w.PID == -1) {
+				found = true
+			}
+		}
+		require.True(t, found, "%+v not in %+v", w, got)
+	}
+}
