@@ -317,6 +317,15 @@ type (
 		Txns    []reclaimTxnJSON    `json:"txns"`
 		RWLocks []reclaimRWLockJSON `json:"rwlocks"`
 		Locks   []reclaimLockJSON   `json:"locks"`
+		// TokenSlots are token-mode slots held by a holder no slot
+		// records: reclaim cannot know whether it lives, and frees none.
+		TokenSlots []reclaimTokenJSON `json:"token_slots"`
+	}
+	reclaimTokenJSON struct {
+		Index  int    `json:"index"`
+		Name   string `json:"name"`
+		Token  string `json:"token"` // a 64-bit number, as a string: exact in jq and JavaScript
+		Action string `json:"action"`
 	}
 	// reclaimLockJSON is a lock-manager hold reclaim ended (or would).
 	reclaimLockJSON struct {

@@ -48,8 +48,10 @@ func newCmdReclaim(ios *IOStreams, runF func(*reclaimOptions) error) *cobra.Comm
 that exited, a pid that now names another process, or an owner recorded
 under a previous boot. Each is taken over as a waiting lock would take it
 (the generation advances, the recursion count is reset) and released at
-once, so the slot is free. Slots with a live owner, and token-mode locks,
-which record no process, are never touched.
+once, so the slot is free. Slots with a live owner are never touched, nor
+are token-mode locks, which record no process: a held one is reported
+(on stderr, and in the JSON's token_slots), since whether its holder lives
+cannot be known.
 
 Likewise for the upgrade mutexes (see 'shmctl rwlocks'): a dead writer's
 or upgrade holder's lock is released (a pending upgrade withdrawn, an
@@ -122,6 +124,9 @@ func runReclaim(opts *reclaimOptions) error {
 	if doc.Locks, err = reclaimLocks(seg, opts.DryRun); err != nil {
 		return err
 	}
+	if doc.TokenSlots, err = heldTokenSlots(seg); err != nil {
+		return err
+	}
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
@@ -129,6 +134,9 @@ func runReclaim(opts *reclaimOptions) error {
 	if len(doc.Slots) == 0 && len(doc.RWLocks) == 0 && len(doc.Txns) == 0 && len(doc.Locks) == 0 && tty {
 		fmt.Fprintf(opts.IO.ErrOut, "no owner slot, upgrade mutex, transaction or lock of %s has a dead owner\n", doc.Path)
 		return nil
+	}
+	for _, ts := range doc.TokenSlots {
+		fmt.Fprintf(opts.IO.ErrOut, "owner slot %d (%s) is held in token mode by a holder it does not record: not reclaimed\n", ts.Index, ts.Name)
 	}
 	if err := printReclaimedLocks(opts.IO, doc.Locks); err != nil {
 		return err
@@ -176,6 +184,30 @@ func runReclaim(opts *reclaimOptions) error {
 		t.AddRow("txn", x.Index, x.Generation, x.Mode, x.PID, x.OwnerState, x.Action)
 	}
 	return t.Render()
+}
+
+// heldTokenSlots lists the token-mode slots (as their claims say) that are
+// held: their holder is a token, not a process, so whether it lives cannot
+// be known, and reclaim never frees them.
+func heldTokenSlots(seg *shm.Segment) ([]reclaimTokenJSON, error) {
+	out := []reclaimTokenJSON{}
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		if c.Use != spinlock.Token.ClaimUse() {
+			continue
+		}
+		s, err := seg.Slot(c.Index)
+		if err != nil {
+			return nil, err
+		}
+		if tok := s.Token.Load(); tok != 0 {
+			out = append(out, reclaimTokenJSON{Index: c.Index, Name: c.Name, Token: fmt.Sprint(tok), Action: "not reclaimed: holder unknown"})
+		}
+	}
+	return out, nil
 }
 
 // reclaimLocks ends the lock-manager holds of dead processes and the

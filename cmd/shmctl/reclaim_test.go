@@ -14,6 +14,7 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
@@ -145,11 +146,11 @@ func TestReclaimJSON(t *testing.T) {
 			want.Action, want.NewGeneration = "reclaimed", &gen
 		}
 		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
-			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}}, &doc)
+			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}, TokenSlots: []reclaimTokenJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns", "locks"}, keys(raw))
+		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
 		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
 			"generation", "new_generation", "action"}, keys(slot))
@@ -307,4 +308,29 @@ func TestReclaimLocks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, ri.Holders)
 	assert.True(t, ri.Inconsistent)
+}
+
+// A held token-mode slot is reported, never freed: its holder is a token,
+// whose life reclaim cannot know.
+func TestReclaimReportsTokenSlots(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	l, err := spinlock.Named(seg, "tokened", spinlock.Token)
+	require.NoError(t, err)
+	g, err := l.Lock(spinlock.NewToken())
+	require.NoError(t, err)
+	defer g.Release()
+	r := shmctl(t, false, "reclaim", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.TokenSlots, 1)
+	assert.Equal(t, "tokened", doc.TokenSlots[0].Name)
+	assert.Equal(t, fmt.Sprint(g.Identity().Token), doc.TokenSlots[0].Token)
+	r = shmctl(t, false, "reclaim", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stderr, "owner slot 0 (tokened) is held in token mode")
+	owner, held := l.Owner()
+	assert.True(t, held, "not freed")
+	assert.Equal(t, g.Identity(), owner)
 }
