@@ -490,7 +490,13 @@ const (
 	endReleased  ending = iota // its owner released it
 	endExpired                 // its TTL passed
 	endReclaimed               // its processes died
+	endForced                  // an operator ended it (ForceRelease)
 )
+
+// forcedMark marks LastExpired as the hash of an owner whose hold an
+// operator ended (ForceRelease): its late release gets ErrLockNotHeld
+// rather than ErrLockTimeout.
+const forcedMark uint64 = 1 << 63
 
 // endHold ends hold h of e. The Process word goes first, so a
 // process that dies half-way leaves the record free. Under e's lock; the
@@ -507,6 +513,9 @@ func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why e
 	case endExpired:
 		memview.StoreOwned32(&e.Expired, e.Expired.Load()+1)
 		memview.StoreOwned(&e.LastExpired, ownerHash(h))
+		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
+	case endForced:
+		memview.StoreOwned(&e.LastExpired, ownerHash(h)^forcedMark)
 		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
 	default:
 		memview.StoreOwned32(&e.Reclaimed, e.Reclaimed.Load()+1)
@@ -648,12 +657,15 @@ func (m *Manager) Release(resource, owner string) error {
 		return true
 	})
 	if mine == nil {
-		timedOut := e.LastExpired.Load() == own.hash
-		if timedOut {
+		last := e.LastExpired.Load()
+		timedOut, forced := last == own.hash, last == own.hash^forcedMark
+		if timedOut || forced {
 			memview.StoreOwned(&e.LastExpired, 0)
 		}
 		m.t.unlockEntry(e)
 		switch {
+		case forced:
+			return fmt.Errorf("%w: %q by %q: an operator ended the hold (ForceRelease)", ErrLockNotHeld, resource, owner)
 		case timedOut:
 			return fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 		case others > 0:

@@ -10,6 +10,7 @@ import (
 const (
 	EndedExpired = "expired" // its TTL passed
 	EndedDead    = "dead"    // its process (and companion) died
+	EndedForced  = "forced"  // an operator ended it (ForceRelease)
 )
 
 // EndedHold is a hold that Reclaim ended (or, in a dry run, would end).
@@ -97,4 +98,41 @@ func (m *Manager) endReason(p, c, expires uint64, now int64) string {
 		return EndedDead
 	}
 	return ""
+}
+
+// ForceRelease ends every hold of resource, whoever has it, alive or not,
+// and returns them: for an operator who knows a holder is stuck (shmctl
+// unlock --force). Each end bumps the version, so the holders' fencing
+// tokens are stale, and marks the resource inconsistent; a holder's own
+// late Release gets ErrLockNotHeld. Waiters are woken. Nothing to end is
+// no error (an empty list).
+func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
+	var res resKey
+	if err := res.setResource(resource); err != nil {
+		return nil, err
+	}
+	if err := m.writable(); err != nil {
+		return nil, err
+	}
+	e, err := m.t.lookup(&res)
+	if err != nil || e == nil {
+		return nil, err
+	}
+	now := m.clock.now()
+	var ended []EndedHold
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if p := h.Process.Load(); p != 0 {
+			ended = append(ended, EndedHold{Resource: resource, Owner: unpack(h.Owner[:]), PID: pidOf(p), Why: EndedForced})
+			m.endHold(e, h, endForced, now)
+		}
+		return true
+	})
+	if len(ended) > 0 {
+		memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
+	}
+	m.t.unlockEntry(e)
+	if len(ended) > 0 {
+		m.t.wakeAll(e)
+	}
+	return ended, nil
 }

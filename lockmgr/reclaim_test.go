@@ -70,3 +70,30 @@ func requireEnded(t *testing.T, want, got []lockmgr.EndedHold) {
 		require.True(t, found, "%+v not in %+v", w, got)
 	}
 }
+
+// An operator ends a live holder's hold: the version strictly grows (the
+// holder's fencing token is stale), the resource is free and marked
+// inconsistent, and the holder's late release gets ErrLockNotHeld.
+func TestForceRelease(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t, 4, lockmgr.Options{})
+	ctx := context.Background()
+	info, err := m.Acquire(ctx, "r", "stuck", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	ended, err := m.ForceRelease("r")
+	require.NoError(t, err)
+	requireEnded(t, []lockmgr.EndedHold{{Resource: "r", Owner: "stuck", PID: -1, Why: lockmgr.EndedForced}}, ended)
+	require.ErrorIs(t, m.CheckVersion("r", info.Version), lockmgr.ErrVersionConflict, "the old fencing token is stale")
+	next, err := m.Acquire(ctx, "r", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.Greater(t, next.Version, info.Version)
+	require.True(t, next.Inconsistent)
+	require.ErrorIs(t, m.Release("r", "stuck"), lockmgr.ErrLockNotHeld, "the old holder's release")
+	require.NoError(t, m.Release("r", "next"))
+	ended, err = m.ForceRelease("r")
+	require.NoError(t, err)
+	require.Empty(t, ended)
+	ended, err = m.ForceRelease("never")
+	require.NoError(t, err)
+	require.Empty(t, ended)
+}

@@ -62,6 +62,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdDemo(ios, nil),
 		newCmdDemoWorker(ios, nil),
 		newCmdVersion(ios),
+		newCmdUnlock(ios, nil),
 	)
 	strictBuiltins(root)
 	return root

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// The kinds of lock unlock --force frees.
+const (
+	unlockSlot     = "slot"
+	unlockUpgrade  = "upgrade"
+	unlockResource = "resource"
+)
+
+type unlockOptions struct {
+	IO *IOStreams
+
+	Segment string
+	Name    string
+	Kind    string // "" to find it by name
+	Force   bool
+	JSON    bool
+	Group   bool
+}
+
+// unlockJSON says what unlock --force freed.
+type unlockJSON struct {
+	Path string `json:"path"`
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Holders are who held it: "pid:tid", "token:N", or a lock-manager
+	// owner with its pid.
+	Holders []string `json:"holders"`
+	// Generation is the lock's fencing generation (version) after the
+	// unlock, as a string (exact in jq): every token of the old holders is
+	// below it.
+	Generation string `json:"generation"`
+	Action     string `json:"action"`
+}
+
+func newCmdUnlock(ios *IOStreams, runF func(*unlockOptions) error) *cobra.Command {
+	opts := &unlockOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "unlock <segment> <name> --force [--kind slot|upgrade|resource]",
+		Short: "Free a lock an operator names, whoever holds it",
+		Long: `Free the named lock whoever holds it, alive or not: an owner slot
+(spinlock), an upgrade mutex (every hold: writer, upgrade holder, readers),
+or a lock-manager resource (every holder). It is for a holder that is stuck
+but alive, which reclaim never touches: a dead holder's lock is freed by
+its waiters, or by 'shmctl reclaim'.
+
+The lock's generation (version) advances past every token its holders had,
+so their fencing tokens are stale, their own later releases fail with a
+not-owner error, and the lock is marked inconsistent: its next holders are
+told until one repairs the data and says so. --force is required. The name
+is looked up among the slots, the upgrade mutexes and the resources;
+--kind picks one where it names several.`,
+		Example: `  shmctl unlock jobs queue --force
+  shmctl unlock jobs deploy --force --kind resource --json`,
+		Args: exactArgs(2, "a segment and a lock's name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segment, opts.Name = args[0], args[1]
+			opts.Group = groupFlag(cmd)
+			if !opts.Force {
+				return newUsageError(cmd, "unlock frees a lock another process may still use: say --force")
+			}
+			switch opts.Kind {
+			case "", unlockSlot, unlockUpgrade, unlockResource:
+			default:
+				return newUsageError(cmd, "--kind must be %s or %s, got %q", unlockSlot+", "+unlockUpgrade, unlockResource, opts.Kind)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runUnlock(opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it (required)")
+	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
+	addJSONFlag(cmd, &opts.JSON)
+	return cmd
+}
+
+func runUnlock(opts *unlockOptions) error {
+	seg, err := shm.Open(opts.Segment, shm.Options{GroupAccess: opts.Group})
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	kind, err := unlockKind(seg, opts.Name, opts.Kind)
+	if err != nil {
+		return err
+	}
+	doc := unlockJSON{Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []string{}, Action: "freed"}
+	switch kind {
+	case unlockSlot:
+		err = forceSlot(seg, opts.Name, &doc)
+	case unlockUpgrade:
+		err = forceUpgrade(seg, opts.Name, &doc)
+	default:
+		err = forceResource(seg, opts.Name, &doc)
+	}
+	if err != nil {
+		return err
+	}
+	if len(doc.Holders) == 0 {
+		doc.Action = "was free"
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, doc)
+	}
+	t := newTablePrinter(opts.IO, "KIND", "NAME", "HOLDERS", "GENERATION", "ACTION")
+	holders := "-"
+	if len(doc.Holders) > 0 {
+		holders = fmt.Sprint(doc.Holders)
+	}
+	t.AddRow(doc.Kind, doc.Name, holders, doc.Generation, doc.Action)
+	return t.Render()
+}
+
+// unlockKind finds which kind of lock name is: the one asked for, or the
+// only one the segment has under that name.
+func unlockKind(seg *shm.Segment, name, want string) (string, error) {
+	var found []string
+	if _, err := seg.Lookup(layout.KindOwnerSlots, name); err == nil {
+		found = append(found, unlockSlot)
+	}
+	if _, err := seg.Lookup(layout.KindUpgrades, name); err == nil {
+		found = append(found, unlockUpgrade)
+	}
+	if seg.Len(layout.KindLockMgr) > 0 && len(name) <= lockmgr.MaxResourceLen {
+		if m, err := lockmgr.Open(seg, lockmgr.Options{}); err == nil {
+			for _, ri := range m.List() {
+				if ri.Resource == name {
+					found = append(found, unlockResource)
+					break
+				}
+			}
+		}
+	}
+	for _, k := range found {
+		if k == want || want == "" && len(found) == 1 {
+			return k, nil
+		}
+	}
+	switch {
+	case len(found) == 0 || want != "":
+		return "", fmt.Errorf("%w: no %s named %q in %s", shm.ErrNotFound, orList(nonEmpty(want, "lock")), name, seg.Path())
+	}
+	return "", fmt.Errorf("%w: %q names a %s in %s: say which with --kind", errAmbiguous, name, orList(found), seg.Path())
+}
+
+var errAmbiguous = errors.New("ambiguous name")
+
+func nonEmpty(s, otherwise string) []string {
+	if s == "" {
+		return []string{otherwise}
+	}
+	return []string{s}
+}
+
+func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
+	i, err := seg.Lookup(layout.KindOwnerSlots, name)
+	if err != nil {
+		return err
+	}
+	mode := spinlock.PIDTID
+	if claims, err := claimsByIndex(seg, layout.KindOwnerSlots, "owner slots"); err == nil {
+		if m, said := spinlock.ModeOfClaimUse(claims[i].Use); said {
+			mode = m
+		}
+	}
+	l, err := spinlock.Open(seg, i, mode)
+	if err != nil {
+		return err
+	}
+	owner, err := l.ForceUnlock()
+	switch {
+	case errors.Is(err, spinlock.ErrNotHeld):
+	case err != nil:
+		return err
+	case mode == spinlock.Token:
+		doc.Holders = append(doc.Holders, fmt.Sprintf("token:%d", owner.Token))
+	default:
+		id, _ := proc.Unpack(owner.PID)
+		doc.Holders = append(doc.Holders, fmt.Sprintf("%d:%d", id.PID, owner.TID))
+	}
+	doc.Generation = fmt.Sprint(l.Generation())
+	return nil
+}
+
+func forceUpgrade(seg *shm.Segment, name string, doc *unlockJSON) error {
+	i, err := seg.Lookup(layout.KindUpgrades, name)
+	if err != nil {
+		return err
+	}
+	f, err := upgrade.ForceUnlock(seg, i)
+	if err != nil {
+		return err
+	}
+	pid := func(w uint64) uint32 { id, _ := proc.Unpack(w); return id.PID }
+	if f.Writer != 0 {
+		doc.Holders = append(doc.Holders, fmt.Sprintf("writer %d", pid(f.Writer)))
+	}
+	if f.Upgrader != 0 {
+		doc.Holders = append(doc.Holders, fmt.Sprintf("upgrader %d", pid(f.Upgrader)))
+	}
+	for _, r := range f.Readers {
+		doc.Holders = append(doc.Holders, fmt.Sprintf("reader %d x%d", pid(r.Owner), r.Count))
+	}
+	st, err := upgrade.Inspect(seg, i)
+	if err != nil {
+		return err
+	}
+	doc.Generation = fmt.Sprint(st.Generation)
+	return nil
+}
+
+func forceResource(seg *shm.Segment, name string, doc *unlockJSON) error {
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return err
+	}
+	ended, err := m.ForceRelease(name)
+	if err != nil {
+		return err
+	}
+	for _, h := range ended {
+		doc.Holders = append(doc.Holders, fmt.Sprintf("%s (pid %d)", h.Owner, h.PID))
+	}
+	ri, err := m.Inspect(name)
+	if err != nil {
+		return err
+	}
+	doc.Generation = fmt.Sprint(ri.Version)
+	return nil
+}

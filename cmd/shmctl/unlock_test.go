@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// unlock --force frees a live holder's lock of each kind: the holder's own
+// release then fails with its not-owner error, and the generation
+// (version) strictly grows past the holder's fencing token.
+func TestUnlockForce(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	run := func(name, kind string) unlockJSON {
+		t.Helper()
+		r := shmctl(t, false, "unlock", seg.Path(), name, "--force", "--json")
+		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+		var doc unlockJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+		assert.Equal(t, kind, doc.Kind)
+		assert.Equal(t, "freed", doc.Action)
+		assert.Len(t, doc.Holders, 1)
+		return doc
+	}
+	gen := func(doc unlockJSON) uint64 {
+		g, err := strconv.ParseUint(doc.Generation, 10, 64)
+		require.NoError(t, err)
+		return g
+	}
+
+	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
+	require.NoError(t, err)
+	me := spinlock.NewHolder()
+	_, err = l.Lock(me)
+	require.NoError(t, err)
+	before := l.Generation()
+	doc := run("queue", unlockSlot)
+	assert.Greater(t, gen(doc), before)
+	assert.ErrorIs(t, l.Unlock(me), spinlock.ErrNotOwner)
+	assert.True(t, l.Inconsistent())
+
+	m, err := upgrade.Named(seg, "table")
+	require.NoError(t, err)
+	require.NoError(t, m.Lock())
+	before = m.Generation()
+	doc = run("table", unlockUpgrade)
+	assert.Greater(t, gen(doc), before)
+	other, err := upgrade.Named(seg, "table")
+	require.NoError(t, err)
+	require.NoError(t, other.Lock())
+	assert.ErrorIs(t, m.Unlock(), upgrade.ErrNotOwner)
+	require.NoError(t, other.Unlock())
+
+	lm, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	info, err := lm.Acquire(t.Context(), "deploy", "stuck", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	doc = run("deploy", unlockResource)
+	assert.Greater(t, gen(doc), info.Version)
+	assert.ErrorIs(t, lm.Release("deploy", "stuck"), lockmgr.ErrLockNotHeld)
+
+	r := shmctl(t, false, "unlock", seg.Path(), "queue", "--force", "--json")
+	require.Equal(t, exitOK, r.code)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.Equal(t, "was free", doc.Action)
+}
+
+func TestUnlockUsage(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	_, err := spinlock.Named(seg, "both", spinlock.PIDTID)
+	require.NoError(t, err)
+	_, err = upgrade.Named(seg, "both")
+	require.NoError(t, err)
+	requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both"), exitUsage)
+	requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--kind", "mutex"), exitUsage)
+	line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both", "--force"), exitError)
+	assert.Contains(t, line, "--kind")
+	line = requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "nosuch", "--force"), exitError)
+	assert.Contains(t, line, `"nosuch"`)
+	r := shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--kind", "upgrade")
+	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+}

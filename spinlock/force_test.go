@@ -1,0 +1,50 @@
+package spinlock_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// An operator frees a live holder's lock (here another process that holds
+// it and goes on running): the lock is free, the generation moved past the
+// holder's by two (the takeover and the release), the slot is marked
+// inconsistent, and the holder's own release fails with ErrNotOwner.
+func TestForceUnlockLiveHolder(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	holder := testproc.Start(t, "hold", path, "2")
+	holder.WaitLine(t, "held")
+	gen := l.Generation()
+	owner, err := l.ForceUnlock()
+	require.NoError(t, err)
+	require.Equal(t, holder.Identity(t), owner.PID)
+	_, held := l.Owner()
+	require.False(t, held)
+	require.Equal(t, gen+2, l.Generation(), "fencing tokens strictly grow")
+	require.True(t, l.Inconsistent())
+	require.ErrorIs(t, l.Unlock(owner), spinlock.ErrNotOwner, "the old holder's release")
+	_, err = l.ForceUnlock()
+	require.ErrorIs(t, err, spinlock.ErrNotHeld)
+	holder.RequireRunning(t)
+}
+
+// In token mode the token is cleared, and its Unlock fails.
+func TestForceUnlockToken(t *testing.T) {
+	t.Parallel()
+	l := newLock(spinlock.Token)
+	tok := spinlock.NewToken()
+	_, err := l.Lock(tok)
+	require.NoError(t, err)
+	owner, err := l.ForceUnlock()
+	require.NoError(t, err)
+	require.Equal(t, tok, owner)
+	require.ErrorIs(t, l.Unlock(tok), spinlock.ErrNotOwner)
+	_, err = l.TryLock(spinlock.NewToken())
+	require.NoError(t, err, "free")
+}
