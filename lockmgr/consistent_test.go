@@ -80,3 +80,27 @@ func tellHelper(args []string) int {
 	}
 	return 0
 }
+
+// Every expired owner's late release gets LOCK_TIMEOUT, not only the last
+// one's: two collaborative holders whose leases lapse, noticed by a third
+// grant, are both told, once each.
+func TestEveryExpiredOwnerIsTold(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	m, _ := newManager(t, 4, lockmgr.Options{Clock: clk})
+	ctx := context.Background()
+	for _, o := range []string{"a", "b"} {
+		_, err := m.Acquire(ctx, "r", o, lockmgr.Collaborative, lockmgr.AcquireOptions{TTL: testTimeout})
+		require.NoError(t, err)
+	}
+	clk.Advance(testTimeout)
+	_, err := m.Acquire(ctx, "r", "c", lockmgr.Exclusive, lockmgr.AcquireOptions{}) // ends both
+	require.NoError(t, err)
+	for _, o := range []string{"a", "b"} {
+		err := m.Release("r", o)
+		require.ErrorIs(t, err, lockmgr.ErrLockTimeout, "owner %s", o)
+		require.Equal(t, "LOCK_TIMEOUT", lockmgr.Code(err))
+		require.ErrorIs(t, m.Release("r", o), lockmgr.ErrLockNotHeld, "owner %s is told once", o)
+	}
+	require.NoError(t, m.Release("r", "c"))
+}

@@ -15,7 +15,11 @@
 // LockInfo.Reclaimed. A hold that ends without its owner's release (its
 // process died, or its TTL passed) marks the resource inconsistent: every
 // grant reports LockInfo.Inconsistent until a holder repairs the data and
-// calls MarkConsistent (an inconsistent resource is never recycled). The version only grows, across expiry, reclaim and
+// calls MarkConsistent (an inconsistent resource is never recycled). Its
+// owner's late Release (or Refresh) gets ErrLockTimeout, every such owner
+// and not only the last: the ended hold's record keeps the owner's name (a
+// tombstone) until a grant needs the room and the chain of records cannot
+// grow, so the memory for this is the resource's holder records. The version only grows, across expiry, reclaim and
 // the recycling of table entries, so it serves as a fencing token.
 //
 // Acquisitions follow a state machine (Unlocked, Waiting,

@@ -146,12 +146,14 @@ type outcome struct {
 	reclaimed bool // a dead holder was removed
 	// inconsistent: the resource is marked inconsistent (ctlInconsistent)
 	inconsistent bool
-	version      uint64 // after the grant
-	seq          uint32 // Gate at the conflict, for the futex wait
-	blocked      bool   // a live hold conflicts: blocker and blockMode say whose
-	blocker      ownerWords
-	blockMode    Mode
-	expiry       int64 // earliest expiry of a blocking hold; 0 if none
+	// tombs: the only free holder records are tombstones (see manager.go)
+	tombs     bool
+	version   uint64 // after the grant
+	seq       uint32 // Gate at the conflict, for the futex wait
+	blocked   bool   // a live hold conflicts: blocker and blockMode say whose
+	blocker   ownerWords
+	blockMode Mode
+	expiry    int64 // earliest expiry of a blocking hold; 0 if none
 }
 
 // ownerWords is an owner name as the table stores it, copied out of a
@@ -249,6 +251,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 	var start int64 // time of the first attempt, for opts.Wait
 	retries := opts.retries()
 	reclaimed := false
+	reuseTombs := false // grow the chain before a grant takes a tombstone
 	// A hold's end wakes one sleeper (see wakeOne): one that gives up
 	// after sleeping may have taken that wake, so it passes it on.
 	var slept *layout.LockMgrEntry
@@ -271,7 +274,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		if start == 0 {
 			start = now
 		}
-		o := m.try(e, own, mode, opts.TTL, now, attempt == 0)
+		o := m.try(e, own, mode, opts.TTL, now, attempt == 0, reuseTombs)
 		m.t.unlockEntry(e)
 		switch {
 		case o.granted && mode == Collaborative && (o.woke || slept != nil):
@@ -299,6 +302,10 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			err := m.t.grow(res)
 			if err == nil {
 				continue // not a retry: nothing conflicted
+			}
+			if o.tombs && !reuseTombs && (errors.Is(err, ErrTooManyHolders) || errors.Is(err, ErrTableFull)) {
+				reuseTombs = true // no more room: a tombstone's news gives way to a grant
+				continue
 			}
 			// A resource with as many holders as it may have is, for an
 			// acquisition that asked to wait, busy: any of them leaving
@@ -382,13 +389,24 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 // try is one attempt to grant own a hold of e, under e's lock. It ends the
 // holds that expired; on a conflict it also ends the holds of dead
 // processes, and grants if that removed every conflict.
-func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.Duration, now int64, first bool) outcome {
+func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.Duration, now int64, first, reuseTombs bool) outcome {
 	var o outcome
-	var free *layout.LockMgrHolder
+	// free is the record a grant takes: one never used or released first;
+	// else the record of the last hold this attempt ended (its owner is
+	// still told, through LastExpired, and the one that ended a dead
+	// holder's hold is always the one granted, so it alone is told
+	// Reclaimed); a tombstone of an earlier end (see manager.go) only once
+	// the chain cannot grow (reuseTombs), so that the owners whose holds
+	// ended are told for as long as room allows.
+	var free, ended, tomb *layout.LockMgrHolder
 	held := 0
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
 		if h.Process.Load() == 0 {
-			if free == nil {
+			if c := h.Companion.Load(); c == tombExpired || c == tombForced {
+				if tomb == nil {
+					tomb = h
+				}
+			} else if free == nil {
 				free = h
 			}
 			return true
@@ -396,9 +414,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 		if exp := int64(h.Expires.Load()); exp != 0 && now >= exp {
 			m.endHold(e, h, endExpired, now)
 			o.woke = true
-			if free == nil {
-				free = h
-			}
+			ended = h
 			return true
 		}
 		if sameOwner(h, own) {
@@ -433,9 +449,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			m.endHold(e, h, endReclaimed, now)
 			o.woke, o.reclaimed = true, true
 			held--
-			if free == nil {
-				free = h
-			}
+			ended = h
 			return true
 		})
 		ctl |= e.Ctl.Load() & ctlInconsistent // a reclaim above marked it
@@ -452,8 +466,15 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	if held == 0 {
 		ctl = withMode(ctl, 0)
 	}
+	switch {
+	case free != nil:
+	case ended != nil:
+		free = ended
+	case reuseTombs:
+		free = tomb
+	}
 	if free == nil {
-		o.needRoom = true
+		o.needRoom, o.tombs = true, tomb != nil
 		o.seq = e.Gate.Load()
 		memview.StoreOwned32(&e.Ctl, ctl)
 		return o
@@ -498,12 +519,33 @@ const (
 // rather than ErrLockTimeout.
 const forcedMark uint64 = 1 << 63
 
+// Tombstones: a hold that ends without its owner's release leaves its
+// record free (Process 0) but keeps the owner's name, with one of these in
+// Companion (no packed identity has a zero pid field, so none is one), so
+// that the owner's late Release or Refresh is told what happened:
+// ErrLockTimeout, or ErrLockNotHeld after ForceRelease. Every expired
+// owner is told, not only the last (LastExpired), as long as its record
+// has not been granted to someone else: the memory is the resource's
+// holder records, which a grant reuses when it needs room.
+const (
+	tombExpired uint64 = 1 << 62
+	tombForced  uint64 = 1<<62 | 1<<61
+)
+
 // endHold ends hold h of e. The Process word goes first, so a
 // process that dies half-way leaves the record free. Under e's lock; the
 // caller wakes the sleepers after unlocking.
 func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why ending, now int64) {
 	acquired := int64(h.Acquired.Load())
 	memview.StoreOwned(&h.Process, 0)
+	switch why {
+	case endReleased:
+		memview.StoreOwned(&h.Companion, 0)
+	case endForced:
+		memview.StoreOwned(&h.Companion, tombForced)
+	default:
+		memview.StoreOwned(&h.Companion, tombExpired)
+	}
 	switch why {
 	case endReleased:
 		memview.StoreOwned(&e.Releases, e.Releases.Load()+1)
@@ -657,11 +699,7 @@ func (m *Manager) Release(resource, owner string) error {
 		return true
 	})
 	if mine == nil {
-		last := e.LastExpired.Load()
-		timedOut, forced := last == own.hash, last == own.hash^forcedMark
-		if timedOut || forced {
-			memview.StoreOwned(&e.LastExpired, 0)
-		}
+		timedOut, forced := m.t.endedWithout(e, &own)
 		m.t.unlockEntry(e)
 		switch {
 		case forced:
@@ -677,7 +715,8 @@ func (m *Manager) Release(resource, owner string) error {
 	var result error
 	if exp := int64(mine.Expires.Load()); exp != 0 && now >= exp {
 		m.endHold(e, mine, endExpired, now)
-		memview.StoreOwned(&e.LastExpired, 0)
+		memview.StoreOwned(&e.LastExpired, 0) // told now, by this release
+		memview.StoreOwned(&mine.Companion, 0)
 		result = fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 	} else {
 		m.endHold(e, mine, endReleased, now)
@@ -734,14 +773,18 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 	})
 	switch {
 	case mine == nil:
-		timedOut := e.LastExpired.Load() == own.hash
+		timedOut, forced := m.t.endedWithout(e, own)
 		m.t.unlockEntry(e)
+		if forced {
+			return info, fmt.Errorf("%w: %q by %q: an operator ended the hold (ForceRelease)", ErrLockNotHeld, resource, owner)
+		}
 		if timedOut {
 			return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 		}
 		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	case expiredAt(mine.Expires.Load(), now):
 		m.endHold(e, mine, endExpired, now)
+		memview.StoreOwned(&mine.Companion, 0) // told now, by this refresh
 		m.t.unlockEntry(e)
 		m.t.wakeOne(e)
 		return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)

@@ -166,6 +166,9 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 	memview.StoreOwned(&free.LastExpired, 0)
 	memview.StoreOwned32(&free.Next, 0)
 	zeroCounters(free)
+	for j := range free.Holders {
+		memview.StoreOwned(&free.Holders[j].Companion, 0) // no tombstone of the entry's last use
+	}
 	if freeAt > uint64(t.head.Next.Load()) {
 		t.head.Next.Store(uint32(freeAt))
 	}
@@ -297,7 +300,8 @@ func (t *table) grow(k *resKey) error {
 	defer t.unlockEntry(e)
 	last, links, spare := e, 0, false
 	t.holders(e, func(h *layout.LockMgrHolder) bool {
-		spare = spare || h.Process.Load() == 0
+		c := h.Companion.Load()
+		spare = spare || h.Process.Load() == 0 && c != tombExpired && c != tombForced
 		return !spare
 	})
 	if spare {
@@ -316,6 +320,7 @@ func (t *table) grow(k *resKey) error {
 		}
 		for j := range o.Holders {
 			o.Holders[j].Process.Store(0)
+			o.Holders[j].Companion.Store(0) // no tombstone of the entry's last use
 		}
 		o.Hash.Store(0)
 		o.Next.Store(0)
@@ -380,3 +385,36 @@ func (t *table) wakeOne(e *layout.LockMgrEntry) { sleepers.WakeOne(&e.Sleepers, 
 
 // wakeAll wakes every waiter asleep on e's gate.
 func (t *table) wakeAll(e *layout.LockMgrEntry) { sleepers.WakeAll(&e.Sleepers, &e.Gate) }
+
+// endedWithout reports whether own's hold of e ended without its release:
+// timedOut if it expired or its process died, forced if an operator ended
+// it (see the tombstones in manager.go, and LastExpired for one whose
+// record was reused). It consumes what it found, so one late release is
+// told once. Under e's lock.
+func (t *table) endedWithout(e *layout.LockMgrEntry, own *ownKey) (timedOut, forced bool) {
+	t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if h.Process.Load() != 0 {
+			return true
+		}
+		switch c := h.Companion.Load(); {
+		case c != tombExpired && c != tombForced, !sameOwner(h, own):
+			return true
+		case c == tombForced:
+			forced = true
+		default:
+			timedOut = true
+		}
+		memview.StoreOwned(&h.Companion, 0)
+		return false
+	})
+	switch last := e.LastExpired.Load(); {
+	case last == own.hash:
+		timedOut = !forced
+	case last == own.hash^forcedMark:
+		forced = !timedOut
+	default:
+		return timedOut, forced
+	}
+	memview.StoreOwned(&e.LastExpired, 0)
+	return timedOut, forced
+}
