@@ -173,4 +173,7 @@ func TestKillHolders(t *testing.T) {
 	info, err := m.Acquire(context.Background(), "job", "last", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	require.False(t, info.Reclaimed)
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found, "the kills left damage in the table")
 }

@@ -132,6 +132,9 @@ func TestKillHolders(t *testing.T) {
 	require.NoError(t, g.MarkConsistent())
 	require.False(t, g.Inconsistent())
 	require.NoError(t, g.Release())
+	found, err := spinlock.Check(seg)
+	require.NoError(t, err)
+	require.Empty(t, found, "the kills left damage in the slots")
 }
 
 // killWorkerHelper is one worker of TestKillHolders. It loops until the stop

@@ -77,7 +77,7 @@ func TestDeadUpgradeSeekerUnderWriterTraffic(t *testing.T) {
 // pending upgrade, reader) keeps one role out while the others go on.
 func TestMixedStormEveryRoleProgresses(t *testing.T) {
 	t.Parallel()
-	_, path := newSegment(t)
+	seg, path := newSegment(t)
 	roles := []string{"writer", "upgrader", "reader"}
 	kills := 30
 	if long() {
@@ -123,7 +123,11 @@ func TestMixedStormEveryRoleProgresses(t *testing.T) {
 	}
 	for _, w := range workers {
 		w.c.RequireRunning(t)
+		w.c.Kill(t)
 	}
+	found, err := upgrade.Check(seg, 0)
+	require.NoError(t, err)
+	require.Empty(t, found, "the storm left damage (dead holders are none)")
 }
 
 // lastOps is the count of the last complete "ops N" line of a storm

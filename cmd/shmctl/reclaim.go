@@ -23,6 +23,7 @@ type reclaimOptions struct {
 	Segment string
 	Group   bool          // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	DryRun  bool          // list the dead owners, change nothing
+	Force   bool          // reclaim on a segment that fails check
 	Wait    time.Duration // how long a transaction's close may wait for live readers
 	JSON    bool
 }
@@ -102,6 +103,7 @@ changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
 		},
 	}
 	cmd.Flags().BoolVarP(&opts.DryRun, "dry-run", "n", false, "list the dead owners without freeing anything")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "reclaim even on a segment that fails 'shmctl check'")
 	cmd.Flags().DurationVar(&opts.Wait, "wait", reclaimDefaultWait, "how long a transaction's close may wait for live readers' pins")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
@@ -113,6 +115,9 @@ func runReclaim(opts *reclaimOptions) error {
 		return err
 	}
 	defer seg.Close()
+	if err := refuseDamaged(seg, opts.Force || opts.DryRun); err != nil {
+		return err
+	}
 	doc, err := reclaimDead(seg, opts.DryRun)
 	if err != nil {
 		return err

@@ -63,6 +63,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdDemoWorker(ios, nil),
 		newCmdVersion(ios),
 		newCmdUnlock(ios, nil),
+		newCmdCheck(ios, nil),
 	)
 	strictBuiltins(root)
 	return root

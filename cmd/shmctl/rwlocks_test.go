@@ -85,6 +85,7 @@ func rwlocksSegment(t *testing.T) (*shm.Segment, *upgrade.Mutex) {
 	require.NoError(t, err)
 	rec.Owner.Store(dead)
 	rec.Count.Store(1)
+	rec.Pad.Store(1) // record 0 in the drain mask, as a claim marks it
 
 	e, err = seg.Upgrade(3)
 	require.NoError(t, err)

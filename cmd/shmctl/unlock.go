@@ -28,8 +28,10 @@ type unlockOptions struct {
 	Name    string
 	Kind    string // "" to find it by name
 	Force   bool
-	JSON    bool
-	Group   bool
+	// IgnoreCheck unlocks on a segment that fails check.
+	IgnoreCheck bool
+	JSON        bool
+	Group       bool
 }
 
 // unlockJSON says what unlock --force freed.
@@ -63,7 +65,8 @@ so their fencing tokens are stale, their own later releases fail with a
 not-owner error, and the lock is marked inconsistent: its next holders are
 told until one repairs the data and says so. --force is required. The name
 is looked up among the slots, the upgrade mutexes and the resources;
---kind picks one where it names several.`,
+--kind picks one where it names several. A segment that fails 'shmctl
+check' is refused unless --ignore-check.`,
 		Example: `  shmctl unlock jobs queue --force
   shmctl unlock jobs deploy --force --kind resource --json`,
 		Args: exactArgs(2, "a segment and a lock's name"),
@@ -86,6 +89,7 @@ is looked up among the slots, the upgrade mutexes and the resources;
 	}
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it (required)")
 	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
+	cmd.Flags().BoolVar(&opts.IgnoreCheck, "ignore-check", false, "unlock even on a segment that fails 'shmctl check'")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -96,6 +100,9 @@ func runUnlock(opts *unlockOptions) error {
 		return err
 	}
 	defer seg.Close()
+	if err := refuseDamaged(seg, opts.IgnoreCheck); err != nil {
+		return err
+	}
 	kind, err := unlockKind(seg, opts.Name, opts.Kind)
 	if err != nil {
 		return err

@@ -10,7 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/txn"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
 // closes is how many closes each scenario makes of each kind.
@@ -88,6 +93,7 @@ func closeAroundWakeups(t *testing.T, k kind, rounds int) {
 	if err := k.take(observer); err != nil {
 		t.Errorf("after %d closes the lock is wedged: %v", rounds, err)
 	}
+	requireClean(t, observer)
 }
 
 // Many goroutines wait while the holder (another process) releases, and
@@ -139,6 +145,7 @@ func TestCloseRightAfterRelease(t *testing.T) {
 				h.do(t, "take", "held")
 			}
 			t.Logf("%d closes, %d of them after a grant", closes(), granted)
+			requireClean(t, observer)
 		})
 	}
 }
@@ -202,4 +209,28 @@ func startWaiters(t *testing.T, path string, k kind, h *holder, before func(*shm
 func spinFor(d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); {
 	}
+}
+
+// requireClean runs every package's check on the segment: the closes and
+// releases of a scenario must leave no damage behind.
+func requireClean(t *testing.T, seg *shm.Segment) {
+	t.Helper()
+	found, err := seg.CheckDirectories()
+	require.NoError(t, err)
+	more, err := spinlock.Check(seg)
+	require.NoError(t, err)
+	found = append(found, more...)
+	for i := range seg.Len(layout.KindUpgrades) {
+		more, err := upgrade.Check(seg, i)
+		require.NoError(t, err)
+		found = append(found, more...)
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	more, err = m.Check()
+	require.NoError(t, err)
+	found = append(found, more...)
+	more, err = txn.Check(seg)
+	require.NoError(t, err)
+	require.Empty(t, append(found, more...), "check finds damage")
 }
