@@ -207,3 +207,43 @@ type LockMgrHolder struct {
 	Expires   atomic.Uint64 // the same clock; 0: never
 	Owner     [LockMgrOwnerLen / 8]atomic.Uint64
 }
+
+// Words of an upgrade mutex that tell whether it is held, for the claim
+// directory (package shm), which recycles only free locks. Package upgrade
+// owns their meaning; see its state.go.
+const (
+	UpgradeStateHeld         uint32 = 0xE0000000 // write, upgrade and pending bits
+	UpgradeStateInconsistent uint32 = 1 << 28    // a dead holder's unique hold was freed, not yet repaired
+	upgradeHungry            uint64 = 1 << 62
+	upgradePIDField          uint64 = 1<<22 - 1
+)
+
+// SlotFree reports whether owner slot s is free and carries nothing a
+// later holder must be told (SlotInconsistent). use is the slot's claim
+// use (spinlock.Mode.ClaimUse: 1 pid/tid, 2 token, 0 unsaid): a released
+// pid/tid slot keeps its generation in Token, so a slot whose mode is
+// unsaid is free only if Token is 0 too.
+func SlotFree(s *OwnerSlot, use uint32) bool {
+	if s.PID.Load() != 0 || s.RecursionCount.Load() != 0 {
+		return false
+	}
+	return use == 1 || s.Token.Load() == 0
+}
+
+// UpgradeFree reports whether upgrade mutex e, with reader records rs, is
+// free (no lock bit, no writer or upgrade holder, no shared hold) and
+// carries nothing a later holder must be told.
+func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
+	if e.State.Load()&(UpgradeStateHeld|UpgradeStateInconsistent) != 0 || e.Upgrader.Load() != 0 {
+		return false
+	}
+	if w := e.Writer.Load(); w != 0 && !(w&upgradeHungry != 0 && w&upgradePIDField == 0) { // a handoff is free
+		return false
+	}
+	for _, r := range rs {
+		if r.Count.Load() != 0 {
+			return false
+		}
+	}
+	return true
+}

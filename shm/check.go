@@ -10,8 +10,9 @@ import (
 // CheckDirectories validates the claim directories of the owner-slot and
 // upgrade-mutex tables without changing anything, and returns a line for
 // each damaged entry: a state no claim can leave, a free entry that is not
-// zeroed, a claimed one with no reference or a bad name or claimer, a
-// name claimed twice. Nothing found: nil. It reads without the registry
+// zeroed, a claimed one with a bad name or claimer, a name claimed twice.
+// (A claim with no reference is no damage: its lock was still held when
+// the last reference went.) Nothing found: nil. It reads without the registry
 // lock, so a claim under way may read as one finding; check again.
 func (s *Segment) CheckDirectories() ([]string, error) {
 	var found []string
@@ -42,9 +43,6 @@ func (s *Segment) CheckDirectories() ([]string, error) {
 // checkClaim validates a claimed directory entry.
 func checkClaim(where string, e *layout.DirEntry, names map[string]int, i int) []string {
 	var found []string
-	if e.Refs.Load() == 0 {
-		found = append(found, where+": claimed with no reference left")
-	}
 	n := e.NameLen.Load()
 	switch {
 	case n > layout.MaxNameLen:

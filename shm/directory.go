@@ -63,7 +63,7 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	}
 	defer s.unlockRegistry()
 
-	free := -1
+	free, parked := -1, -1
 	for i := range s.Len(k) {
 		e, err := entry[layout.DirEntry](s, dk, i)
 		if err != nil {
@@ -74,6 +74,8 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 			if free < 0 {
 				free = i
 			}
+		case e.Refs.Load() == 0 && (name == "" || layout.NameOf(e) != name) && parked < 0 && s.lockFree(k, i, e.Use.Load()):
+			parked = i // recyclable, if nothing is free
 		case name != "" && layout.NameOf(e) == name:
 			switch had := e.Use.Load(); {
 			case use == 0 || had == use:
@@ -86,6 +88,14 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 			s.regGen.Add(1)
 			return i, nil
 		}
+	}
+	if free < 0 && parked >= 0 {
+		// The claim of a lock nobody references and nobody holds: its
+		// name goes, and the entry is claimed anew below.
+		if err := s.freeEntry(k, dk, parked); err != nil {
+			return -1, err
+		}
+		free = parked
 	}
 	if free < 0 {
 		return -1, fmt.Errorf("%w: %v has %d entries, all claimed", ErrTableFull, k, s.Len(k))
@@ -115,9 +125,13 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	return free, nil
 }
 
-// Release drops one reference to entry i of table k; the last one frees
-// the entry and zeroes it. ErrNotClaimed if it is not claimed. A release
-// works after Close too, like the lock packages' releases.
+// Release drops one reference to entry i of table k. The last one frees
+// the entry and zeroes it if its lock is free; a lock still held (or
+// marked inconsistent) keeps its claim, unreferenced, until a claim of its
+// name takes it up again or, once the lock is free, a claim that finds no
+// free entry recycles it. ErrNotClaimed if it is not claimed, or has no
+// reference left. A release works after Close too, like the lock
+// packages' releases.
 func (s *Segment) Release(k layout.Kind, i int) error {
 	dk, err := directoryOf(k)
 	if err != nil {
@@ -137,27 +151,71 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 	if e.State.Load() != layout.DirClaimed {
 		return fmt.Errorf("%w: %v[%d]", ErrNotClaimed, k, i)
 	}
-	if e.Refs.Add(^uint32(0)) == 0 {
-		e.State.Store(layout.DirFree) // first: a half-cleared entry is then merely free
-		if err := s.zeroEntry(k, i); err != nil {
+	if e.Refs.Load() == 0 {
+		return fmt.Errorf("%w: %v[%d] has no reference left", ErrNotClaimed, k, i)
+	}
+	if e.Refs.Add(^uint32(0)) == 0 && s.lockFree(k, i, e.Use.Load()) {
+		if err := s.freeEntry(k, dk, i); err != nil {
 			return err
 		}
-		if err := s.zeroEntry(dk, i); err != nil {
-			return err
-		}
-		if k == layout.KindUpgrades {
-			// The mutex's reader records go with it: a new claimant
-			// starts with no readers.
-			n := s.header.ReadersPerUpgrade()
-			for j := range n {
-				if err := s.zeroEntry(layout.KindUpgradeReaders, i*n+j); err != nil {
-					return err
-				}
+	}
+	// A lock still held (or marked inconsistent) keeps its claim with no
+	// reference: a later claim of its name finds it as it is, and only a
+	// free one is recycled (ClaimAs).
+	s.regGen.Add(1)
+	return nil
+}
+
+// freeEntry frees entry i of table k and its directory entry dk[i],
+// zeroing both. Under the registry lock.
+func (s *Segment) freeEntry(k, dk layout.Kind, i int) error {
+	e, err := entryOf[layout.DirEntry](s, dk, i)
+	if err != nil {
+		return err
+	}
+	e.State.Store(layout.DirFree) // first: a half-cleared entry is then merely free
+	if err := s.zeroEntry(k, i); err != nil {
+		return err
+	}
+	if err := s.zeroEntry(dk, i); err != nil {
+		return err
+	}
+	if k == layout.KindUpgrades {
+		// The mutex's reader records go with it: a new claimant starts
+		// with no readers.
+		n := s.header.ReadersPerUpgrade()
+		for j := range n {
+			if err := s.zeroEntry(layout.KindUpgradeReaders, i*n+j); err != nil {
+				return err
 			}
 		}
 	}
-	s.regGen.Add(1)
 	return nil
+}
+
+// lockFree reports whether entry i of table k is a free lock that carries
+// nothing its next holder must be told (see layout.SlotFree and
+// layout.UpgradeFree): only such a claim is freed or recycled.
+func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
+	switch k {
+	case layout.KindOwnerSlots:
+		slot, err := entryOf[layout.OwnerSlot](s, k, i)
+		return err == nil && layout.SlotFree(slot, use)
+	case layout.KindUpgrades:
+		e, err := entryOf[layout.UpgradeEntry](s, k, i)
+		if err != nil {
+			return false
+		}
+		n := s.header.ReadersPerUpgrade()
+		rs := make([]*layout.ReaderRecord, n)
+		for j := range n {
+			if rs[j], err = entryOf[layout.ReaderRecord](s, layout.KindUpgradeReaders, i*n+j); err != nil {
+				return false
+			}
+		}
+		return layout.UpgradeFree(e, rs)
+	}
+	return false
 }
 
 // Lookup returns the index of the entry of table k claimed under name, or

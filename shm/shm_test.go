@@ -216,11 +216,21 @@ func TestClaimRelease(t *testing.T) {
 	require.NoError(t, err, "one reference is left")
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, a))
 	_, err = seg.Lookup(layout.KindOwnerSlots, "a")
+	require.NoError(t, err, "its lock is held (token 7): the claim stays, unreferenced")
+	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, a), shm.ErrNotClaimed, "no reference left")
+	_, err = seg.Claim(layout.KindOwnerSlots, "c")
+	require.ErrorIs(t, err, shm.ErrTableFull, "a held lock's claim is never recycled")
+
+	slot.Token.Store(0) // released
+	c, err := seg.Claim(layout.KindOwnerSlots, "c")
+	require.NoError(t, err, "a free, unreferenced claim is recycled")
+	require.Equal(t, a, c)
+	_, err = seg.Lookup(layout.KindOwnerSlots, "a")
 	require.ErrorIs(t, err, shm.ErrNotFound)
-	if got := slot.Token.Load(); got != 0 {
-		t.Fatalf("released slot: token %d, want 0", got)
-	}
-	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, a), shm.ErrNotClaimed)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, c))
+	_, err = seg.Lookup(layout.KindOwnerSlots, "c")
+	require.ErrorIs(t, err, shm.ErrNotFound, "a free lock's last reference frees its claim")
+	require.ErrorIs(t, seg.Release(layout.KindOwnerSlots, c), shm.ErrNotClaimed)
 
 	u, err := seg.Claim(layout.KindUpgrades, "rw")
 	require.NoError(t, err)
@@ -696,7 +706,9 @@ func TestReleaseUpgradeClearsReaders(t *testing.T) {
 			r, err := seg.UpgradeReader(i, j)
 			require.NoError(t, err)
 			r.Owner.Store(uint64(10*i + j + 1))
-			r.Count.Store(7)
+			if i == b {
+				r.Count.Store(7) // a's readers left: a is free, and its claim goes
+			}
 		}
 	}
 	require.NoError(t, seg.Release(layout.KindUpgrades, a))

@@ -11,6 +11,7 @@ var (
 	ErrGuardInUse  = errors.New("spinlock: guard already holds a lock")
 	ErrBadIdentity = errors.New("spinlock: identity does not fit the lock's mode")
 	ErrRecursion   = errors.New("spinlock: recursion depth limit reached")
+	ErrLockClosed  = errors.New("spinlock: lock handle is closed")
 	// ErrBadMode: Open or Named was given a Mode that is neither PIDTID
 	// nor Token.
 	ErrBadMode = errors.New("spinlock: unknown mode")

@@ -86,6 +86,7 @@ func quickStart(path string) error {
 	if err != nil {
 		return err
 	}
+	defer lock.Close()         // drops this handle's reference to the name (after the Release below)
 	me := spinlock.NewHolder() // who holds it: this process and a holder id
 	g, err := lock.Lock(me)    // or TryLock, TryLockFor(d), LockContext(ctx)
 	if err != nil {

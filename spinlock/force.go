@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // ErrChanged is ForceUnlock's error when the lock changed hands while it
@@ -22,7 +21,7 @@ var ErrChanged = fmt.Errorf("spinlock: the lock changed hands meanwhile")
 // if its holder changed meanwhile (nothing done).
 func (l *Lock) ForceUnlock() (Identity, error) {
 	if l.closed() {
-		return Identity{}, shm.ErrClosed
+		return Identity{}, l.closedErr()
 	}
 	if l.mode == Token {
 		t := l.slot.Token.Load()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // Guard is one hold of a lock. The zero Guard holds nothing; its Lock
@@ -81,7 +80,7 @@ func (g *Guard) Adopt(l *Lock, id Identity) error {
 		return ErrBadIdentity
 	}
 	if l.closed() {
-		return shm.ErrClosed
+		return l.closedErr()
 	}
 	if !l.heldBy(id) {
 		return ErrNotOwner

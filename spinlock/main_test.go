@@ -38,6 +38,7 @@ var helpers = map[string]func(args []string) int{
 	"wait-lock":      waitLockHelper,      // PATH [MARK]
 	"wait-cpu":       waitCPUHelper,       // PATH
 	"named":          namedHelper,         // PATH NAME
+	"named-once":     namedOnceHelper,     // PATH NAME
 	"bench-pingpong": benchPingPongHelper, // PATH
 }
 

@@ -1,6 +1,7 @@
 package spinlock_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -103,6 +104,59 @@ func namedHelper(args []string) int {
 	}
 	if err := g.Release(); err != nil {
 		return fail("release: %v", err)
+	}
+	return 0
+}
+
+// Short-lived processes each name a lock of their own on a segment with
+// four slots, use it and close it: the claims of the ones that exited are
+// recycled, so none of the 40 finds the table full. (A process killed
+// without Close leaves its reference: see the segment's reclaim.)
+func TestNamedClaimsAreRecycled(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 4, LockMgrEntries: scratchEntries}})
+	require.NoError(t, err)
+	defer seg.Close()
+	const procs, atOnce = 40, 3
+	for i := 0; i < procs; i += atOnce {
+		var batch []*testproc.Child
+		for j := i; j < min(i+atOnce, procs); j++ {
+			batch = append(batch, testproc.Start(t, "named-once", path, fmt.Sprintf("job-%d", j)))
+		}
+		for _, c := range batch {
+			c.WaitOK(t)
+		}
+	}
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Empty(t, claims, "every process closed its lock")
+}
+
+// namedOnceHelper names a lock, takes it, releases it and closes it:
+// PATH NAME.
+func namedOnceHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	l, err := spinlock.Named(seg, args[1], spinlock.PIDTID)
+	if err != nil {
+		return fail("%v", err)
+	}
+	g, err := l.Lock(spinlock.NewHolder())
+	if err != nil {
+		return fail("lock: %v", err)
+	}
+	if err := g.Release(); err != nil {
+		return fail("release: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		return fail("close: %v", err)
+	}
+	if _, err := l.Lock(spinlock.NewHolder()); !errors.Is(err, spinlock.ErrLockClosed) {
+		return fail("lock after close: %v", err)
 	}
 	return 0
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/internal/spin"
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // Waiting: spin on the lock word for a while (the holder of a short
@@ -74,7 +73,7 @@ func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try
 		return outcome{}, err
 	}
 	if l.closed() {
-		return outcome{}, shm.ErrClosed
+		return outcome{}, l.closedErr()
 	}
 	if l.tryAcquire(id) {
 		return outcome{}, nil
@@ -115,7 +114,7 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	for {
 		if l.closed() {
 			l.passWake() // the wake it may have consumed goes on
-			return outcome{}, shm.ErrClosed
+			return outcome{}, l.closedErr()
 		}
 		if err := ctx.Err(); err != nil {
 			l.passWake()
@@ -193,7 +192,7 @@ func (l *Lock) Reclaim(id Identity) (*Guard, error) {
 		return nil, ErrBadIdentity
 	}
 	if l.closed() {
-		return nil, shm.ErrClosed
+		return nil, l.closedErr()
 	}
 	if !l.reclaim(id, l.word.Load()) {
 		return nil, ErrWouldBlock

@@ -75,6 +75,8 @@ type Lock struct {
 	alive func(owner uint64) bool
 	index int          // the slot's index in its segment; -1 for New
 	seg   *shm.Segment // the segment of Open and Named, whose Close ends the lock; noSegment for New
+	named bool         // made by Named: Close drops its reference to the claim
+	shut  atomic.Bool  // Close was called
 }
 
 // noSegment stands for the segment of a lock made with New: it is never
@@ -85,7 +87,31 @@ var noSegment shm.Segment
 // every acquisition fails with shm.ErrClosed (shm.Segment.Close); releases
 // still release in the file, so a hold taken before Close, or by an
 // acquisition that Close came under, is given back as its holder unwinds.
-func (l *Lock) closed() bool { return l.seg.Closed() }
+func (l *Lock) closed() bool { return l.seg.Closed() || l.shut.Load() }
+
+// closedErr is the error of an acquisition refused by closed.
+func (l *Lock) closedErr() error {
+	if l.shut.Load() {
+		return ErrLockClosed
+	}
+	return shm.ErrClosed
+}
+
+// Close ends the handle: it drops the reference to the slot's claim that
+// Named took (so that a slot nobody names any more, once free, can be
+// claimed for another name), and from then on its acquisitions fail with
+// ErrLockClosed. Releases still work, so a Guard taken before may still be
+// released. ErrLockClosed the second time. Close does not release the lock:
+// a lock still held keeps its claim until it is released and claimed anew.
+func (l *Lock) Close() error {
+	if !l.shut.CompareAndSwap(false, true) {
+		return ErrLockClosed
+	}
+	if l.named {
+		return l.seg.Release(layout.KindOwnerSlots, l.index)
+	}
+	return nil
+}
 
 // New returns a lock over slot (a slot of a segment, or one made with
 // NewInProcessState). Owners are checked for liveness with the process
@@ -127,8 +153,7 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 // mode is recorded with the claim: naming a lock that others use in the
 // other mode fails with ErrModeMismatch. An empty name is a
 // layout.ErrBadName error (for a private slot, Claim one and Open it).
-// Each Named counts one reference to the slot; seg.Release(
-// layout.KindOwnerSlots, l.Index()) drops it.
+// Each Named counts one reference to the slot; the Lock's Close drops it.
 func Named(seg *shm.Segment, name string, mode Mode) (*Lock, error) {
 	if err := layout.CheckName(name); err != nil {
 		return nil, err
@@ -143,7 +168,13 @@ func Named(seg *shm.Segment, name string, mode Mode) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Open(seg, i, mode)
+	l, err := Open(seg, i, mode)
+	if err != nil {
+		_ = seg.Release(layout.KindOwnerSlots, i)
+		return nil, err
+	}
+	l.named = true
+	return l, nil
 }
 
 // Index is the lock's owner slot index in its segment, or -1 for a lock

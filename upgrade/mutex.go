@@ -44,6 +44,7 @@ type Mutex struct {
 	rec    atomic.Pointer[layout.ReaderRecord] // this handle's record, once claimed
 	recMu  sync.Mutex                          // serialises claiming it
 	closed atomic.Bool
+	named  bool // made by Named: Close drops its reference to the claim
 
 	reclaimed atomic.Bool   // the current writer or upgrade hold was taken from the dead
 	repairs   atomic.Uint64 // dead holders this handle took over or released
@@ -88,7 +89,13 @@ func Named(seg *shm.Segment, name string) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Open(seg, i)
+	m, err := Open(seg, i)
+	if err != nil {
+		_ = seg.Release(layout.KindUpgrades, i)
+		return nil, err
+	}
+	m.named = true
+	return m, nil
 }
 
 // Index is the mutex's index in the segment's upgrade table.
@@ -116,9 +123,11 @@ func (m *Mutex) Generation() uint64 {
 // then on every acquisition fails with shm.ErrClosed.
 func (m *Mutex) segClosed() bool { return m.seg.Closed() }
 
-// Close releases the handle's reader record, also after the segment's
-// Close. ErrHeld, leaving the handle open, if it still holds the lock in
-// any mode; ErrClosed the second time.
+// Close releases the handle's reader record and, for a handle made by
+// Named, its reference to the mutex's claim (so that a mutex nobody names
+// any more, once free, can be claimed for another name); also after the
+// segment's Close. ErrHeld, leaving the handle open, if it still holds the
+// lock in any mode; ErrClosed the second time.
 func (m *Mutex) Close() error {
 	m.recMu.Lock()
 	defer m.recMu.Unlock()
@@ -133,6 +142,9 @@ func (m *Mutex) Close() error {
 	if r != nil {
 		r.Owner.CompareAndSwap(m.pid, 0) // count is 0: the record is free
 		m.rec.Store(nil)
+	}
+	if m.named {
+		return m.seg.Release(layout.KindUpgrades, m.index)
 	}
 	return nil
 }

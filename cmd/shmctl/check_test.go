@@ -81,8 +81,8 @@ func TestCheckFindsDamage(t *testing.T) {
 		{"free directory entry not zeroed", "a free entry that is not zeroed", func(t *testing.T, seg *shm.Segment) {
 			dirEntry(t, seg, layout.KindSlotDirectory, 5).Refs.Store(1)
 		}},
-		{"claim with no reference", "claimed with no reference left", func(t *testing.T, seg *shm.Segment) {
-			dirEntry(t, seg, layout.KindUpgradeDirectory, 0).Refs.Store(0)
+		{"claim with no claimer", "claimed by no process", func(t *testing.T, seg *shm.Segment) {
+			dirEntry(t, seg, layout.KindUpgradeDirectory, 0).Claimer.Store(0)
 		}},
 		{"name claimed twice", `name "queue" claimed at 0 too`, func(t *testing.T, seg *shm.Segment) {
 			d := dirEntry(t, seg, layout.KindSlotDirectory, 1)
