@@ -257,3 +257,27 @@ func (s *spinHold) Unlock() error {
 	}
 	return s.g.Release()
 }
+
+// Close closes the cross-process lock's handle, if it has a Close (the
+// adapters of this package pass it on to the spinlock or upgrade handle,
+// which drops the reference its Named took): call it when no goroutine of
+// this process will use the ProcessMutex again, after the last Unlock. Its
+// locking methods fail from then on with the handle's error. ErrNoLock for
+// a ProcessMutex over no lock.
+func (m *ProcessMutex) Close() error {
+	if m.lock == nil {
+		return ErrNoLock
+	}
+	if c, ok := m.lock.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// Close closes the spinlock handle (spinlock.Lock.Close).
+func (s *spinHold) Close() error {
+	if s.lock == nil {
+		return ErrNoLock
+	}
+	return s.lock.Close()
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shmlock/shmlock/coro"
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/upgrade"
@@ -179,4 +180,37 @@ func TestProcessMutexCloseEndsAWait(t *testing.T) {
 			require.NoError(t, og.Unlock())
 		})
 	}
+}
+
+// A ProcessMutex's Close closes its lock's handle, which gives the name
+// back: the segment's claim of it goes once the lock is free.
+func TestProcessMutexCloseGivesTheNameBack(t *testing.T) {
+	t.Parallel()
+	for _, k := range closeKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			path := newProcessSegment(t)
+			seg, m, _ := openClosable(t, path, k)
+			g, err := m.TryLock()
+			require.NoError(t, err)
+			require.NoError(t, g.Unlock())
+			before := claimCount(t, seg)
+			require.NoError(t, m.Close())
+			require.Equal(t, before-1, claimCount(t, seg), "the handle's claim went with its Close")
+			_, err = m.TryLock()
+			require.Error(t, err, "a closed handle locks nothing")
+		})
+	}
+}
+
+// claimCount is the number of claims, of owner slots and upgrade mutexes.
+func claimCount(t *testing.T, seg *shm.Segment) int {
+	t.Helper()
+	n := 0
+	for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
+		c, err := seg.Claims(k)
+		require.NoError(t, err)
+		n += len(c)
+	}
+	return n
 }

@@ -77,3 +77,11 @@ func (u *upgradeHold) Unlock() error {
 	}
 	return u.unlock()
 }
+
+// Close closes the upgrade handle (upgrade.Mutex.Close).
+func (u *upgradeHold) Close() error {
+	if u.m == nil {
+		return ErrNoLock
+	}
+	return u.m.Close()
+}
