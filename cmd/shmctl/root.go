@@ -66,6 +66,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdCheck(ios, nil),
 	)
 	strictBuiltins(root)
+	addCompletions(root)
 	return root
 }
 

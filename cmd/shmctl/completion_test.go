@@ -1,0 +1,51 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// completions runs the shell's completion request and returns the words.
+func completions(t *testing.T, args ...string) []string {
+	t.Helper()
+	r := shmctl(t, false, append([]string{"__complete"}, args...)...)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var words []string
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if !strings.HasPrefix(l, ":") {
+			words = append(words, l)
+		}
+	}
+	return words
+}
+
+// Segment names come from /dev/shm (segments only, by their magic); lock
+// names from the segment; flag values from their few words.
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	name := filepath.Base(seg.Path())
+	assert.Equal(t, []string{name}, completions(t, "slots", name))
+	assert.Contains(t, completions(t, "rm", name[:len(name)-1]), name)
+	assert.Empty(t, completions(t, "slots", name, ""), "one segment only")
+
+	_, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
+	require.NoError(t, err)
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	_, err = m.Acquire(t.Context(), "quota", "me", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"queue", "quota"}, completions(t, "unlock", seg.Path(), "qu"))
+
+	assert.Equal(t, []string{"exclusive", "collaborative"}, completions(t, "lock", "--mode", ""))
+	assert.Equal(t, []string{"slot", "upgrade", "resource"}, completions(t, "unlock", "--kind", ""))
+	assert.Contains(t, completions(t, "bench", "--workload", ""), "pingpong_retry")
+}
