@@ -63,7 +63,7 @@ var (
 func TestCreateThenInfo(t *testing.T) {
 	t.Parallel()
 	path := testproc.SegmentPath(t)
-	created := shmctl(t, false, append([]string{"create", path}, customSizes...)...)
+	created := shmctl(t, false, append([]string{"--no-header", "create", path}, customSizes...)...)
 	require.Equal(t, 0, created.code, "stderr: %s", created.stderr)
 	require.Empty(t, created.stderr)
 
@@ -88,7 +88,7 @@ func TestCreateThenInfo(t *testing.T) {
 		started.UTC().Format(time.RFC3339Nano), bootIDText(t), h.PIDNamespace) + customRows
 	assert.Equal(t, want, created.stdout, "create output")
 
-	info := shmctl(t, false, "info", path)
+	info := shmctl(t, false, "--no-header", "info", path)
 	require.Equal(t, 0, info.code, "stderr: %s", info.stderr)
 	assert.Empty(t, info.stderr)
 	assert.Equal(t, want, info.stdout, "info output")

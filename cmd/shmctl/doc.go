@@ -53,8 +53,9 @@
 // SHMCTL_BENCH_WORKER set); lock starts CMD through the hidden lock-exec
 // command, which execs CMD once the hold records its pid.
 //
-// Output is for people on a terminal (a header row, local times) and for
-// programs in a pipe (tab-separated rows with no header, RFC 3339 times).
+// Output is for people on a terminal (aligned columns, local times) and for
+// programs in a pipe (tab-separated rows, RFC 3339 times); tables have a
+// header row either way, unless --no-header.
 // --json prints a document whose field names are stable; jsonout.go lists
 // them. Errors are one line on stderr, "shmctl: <message>"; the exit status
 // is 0 on success, 1 on failure and 2 for a usage error (bench follows the

@@ -16,6 +16,7 @@ type IOStreams struct {
 	ErrOut io.Writer
 
 	stdoutTTY bool
+	noHeader  bool           // --no-header: tables without their header row
 	location  *time.Location // zone of terminal times; nil means time.Local
 }
 
@@ -32,8 +33,8 @@ func isTerminal(w io.Writer) bool {
 	return ok && fsys.IsTerminal(f.Fd())
 }
 
-// IsStdoutTTY reports whether output is for a person: header rows and
-// local times rather than bare rows and RFC 3339.
+// IsStdoutTTY reports whether output is for a person: aligned columns and
+// local times rather than tab-separated rows and RFC 3339.
 func (s *IOStreams) IsStdoutTTY() bool { return s.stdoutTTY }
 
 // SetStdoutTTY overrides the terminal detection (for tests).

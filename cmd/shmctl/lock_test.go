@@ -162,7 +162,7 @@ func TestLocksAndStats(t *testing.T) {
 	require.ErrorIs(t, err, lockmgr.ErrResourceLocked)
 	pid := os.Getpid()
 
-	r := shmctl(t, false, "locks", seg.Path())
+	r := shmctl(t, false, "--no-header", "locks", seg.Path())
 	require.Equal(t, exitOK, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	require.Len(t, lines, 3, r.stdout)
@@ -174,10 +174,10 @@ func TestLocksAndStats(t *testing.T) {
 	}
 	require.True(t, strings.HasSuffix(lines[slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "doc") })], "\t-"),
 		"a hold without TTL has no time left")
-	r = shmctl(t, false, "locks", seg.Path(), "--all")
+	r = shmctl(t, false, "--no-header", "locks", seg.Path(), "--all")
 	require.Contains(t, r.stdout, "free\t-\tunlocked\t2\t-\t-\t-\t-\t-\n")
 
-	r = shmctl(t, false, "locks", seg.Path(), "--json")
+	r = shmctl(t, false, "--no-header", "locks", seg.Path(), "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
@@ -196,7 +196,7 @@ func TestLocksAndStats(t *testing.T) {
 	require.EqualValues(t, pid, h["pid"])
 	require.Greater(t, h["left_seconds"].(float64), 3500.0)
 
-	r = shmctl(t, false, "stats", seg.Path(), "--json")
+	r = shmctl(t, false, "--no-header", "stats", seg.Path(), "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var st statsJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
@@ -210,7 +210,7 @@ func TestLocksAndStats(t *testing.T) {
 	require.Contains(t, r.stdout, "total_locks")
 
 	noTable := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: -1})
-	line := requireOneLineError(t, shmctl(t, false, "locks", noTable.Path()), exitError)
+	line := requireOneLineError(t, shmctl(t, false, "--no-header", "locks", noTable.Path()), exitError)
 	require.Contains(t, line, "NO_LOCK_TABLE")
 }
 

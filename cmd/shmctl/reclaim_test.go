@@ -83,7 +83,7 @@ func TestReclaim(t *testing.T) {
 		before[i] = slotWords(t, seg, i)
 	}
 
-	r := shmctl(t, false, "reclaim", seg.Path())
+	r := shmctl(t, false, "--no-header", "reclaim", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stderr)
 	assert.Equal(t, fmt.Sprintf("1\tdead\t%d\tdead\t10\t12\treclaimed\n", proc.Self().PID), r.stdout)
@@ -99,7 +99,7 @@ func TestReclaim(t *testing.T) {
 	}
 
 	// Nothing is left to do.
-	r = shmctl(t, false, "reclaim", seg.Path())
+	r = shmctl(t, false, "--no-header", "reclaim", seg.Path())
 	assert.Equal(t, result{code: exitOK}, r)
 	r = shmctl(t, true, "reclaim", seg.Path())
 	assert.Equal(t, result{code: exitOK, stderr: "no owner slot, upgrade mutex, transaction or lock of " + seg.Path() + " has a dead owner\n"}, r)
@@ -266,7 +266,7 @@ func TestReclaimRWLocksText(t *testing.T) {
 	pid := proc.Self().PID
 	s.PID.Store(proc.Identity{PID: pid, StartTicks: proc.Self().StartTicks + 1}.Pack())
 	s.Token.Store(3)
-	r := shmctl(t, false, "reclaim", "--dry-run", seg.Path())
+	r := shmctl(t, false, "--no-header", "reclaim", "--dry-run", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, fmt.Sprintf(""+
 		"0\t\t%[1]d\tdead\t3\t-\twould reclaim\n"+

@@ -65,6 +65,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdUnlock(ios, nil),
 		newCmdCheck(ios, nil),
 	)
+	addNoHeaderFlag(root, ios)
 	strictBuiltins(root)
 	addCompletions(root)
 	return root
@@ -123,6 +124,13 @@ const groupFlagName = "group"
 func addGroupFlag(root *cobra.Command) {
 	root.PersistentFlags().Bool(groupFlagName, false,
 		"the segment is shared with its group: create makes it 0660, the other commands open it (also another member's)")
+}
+
+// addNoHeaderFlag adds --no-header to root, for every command that prints
+// a table: tables have a header row on a terminal and in a pipe alike, so
+// a script reads the columns by name, unless it asks for bare rows.
+func addNoHeaderFlag(root *cobra.Command, ios *IOStreams) {
+	root.PersistentFlags().BoolVar(&ios.noHeader, "no-header", false, "print tables without their header row")
 }
 
 // groupFlag reports whether --group was given to cmd (false if cmd has no

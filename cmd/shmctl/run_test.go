@@ -73,7 +73,13 @@ func TestProcessPipe(t *testing.T) {
 	require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
 	assert.True(t, strings.HasPrefix(stdout.String(), "path\t"+path+"\n"), "stdout: %q", stdout.String())
 	assert.Contains(t, stdout.String(), "\nowner_slots\t32\t2\t512\t64\t0\n")
-	assert.NotContains(t, stdout.String(), "KIND")
+	assert.Contains(t, stdout.String(), "\nKIND\t", "a table keeps its header in a pipe")
+
+	cmd = testproc.Command("shmctl", "info", "--no-header", path)
+	stdout.Reset()
+	cmd.Stdout = &stdout
+	require.NoError(t, cmd.Run())
+	assert.NotContains(t, stdout.String(), "KIND", "--no-header")
 
 	cmd = testproc.Command("shmctl", "info", path+"-missing")
 	stdout.Reset()
@@ -102,21 +108,28 @@ func TestIsTerminal(t *testing.T) {
 
 func TestTablePrinter(t *testing.T) {
 	t.Parallel()
-	for _, tty := range []bool{false, true} {
-		ios, stdout, _ := testIOStreams(tty)
+	for _, tc := range []struct {
+		tty, noHeader bool
+		want          string
+	}{
+		{false, false, "NAME\tN\na\t1\n\"tab\\there\"\t22\n\t3\n"},
+		{false, true, "a\t1\n\"tab\\there\"\t22\n\t3\n"},
+		{true, false, "NAME         N\n" +
+			"a            1\n" +
+			"\"tab\\there\"  22\n" +
+			"             3\n"},
+		{true, true, "a            1\n" +
+			"\"tab\\there\"  22\n" +
+			"             3\n"},
+	} {
+		ios, stdout, _ := testIOStreams(tc.tty)
+		ios.noHeader = tc.noHeader
 		tp := newTablePrinter(ios, "NAME", "N")
 		tp.AddRow("a", 1)
 		tp.AddRow("tab\there", 22)
 		tp.AddRow("", 3)
 		require.NoError(t, tp.Render())
-		want := "a\t1\n\"tab\\there\"\t22\n\t3\n"
-		if tty {
-			want = "NAME         N\n" +
-				"a            1\n" +
-				"\"tab\\there\"  22\n" +
-				"             3\n"
-		}
-		assert.Equal(t, want, stdout.String(), "tty=%v", tty)
+		assert.Equal(t, tc.want, stdout.String(), "tty=%v no-header=%v", tc.tty, tc.noHeader)
 	}
 }
 

@@ -104,12 +104,12 @@ func TestRWLocksText(t *testing.T) {
 		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0/0\t2\n"+
 		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0/0\t1\n", pid)
 
-	r := shmctl(t, false, "rwlocks", seg.Path())
+	r := shmctl(t, false, "--no-header", "rwlocks", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stderr)
 	assert.Equal(t, inUse, r.stdout)
 
-	r = shmctl(t, false, "rwlocks", "--all", seg.Path())
+	r = shmctl(t, false, "--no-header", "rwlocks", "--all", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, fmt.Sprintf(""+
 		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0/0\t0\n"+

@@ -79,12 +79,12 @@ func TestSlotsText(t *testing.T) {
 		"2\t\t0\ttoken\t0\t-\t0\t5\t0\t0\n"+
 		"3\t\t0\tpid/tid\t%[1]d\tstale\t0\t0\t0\t0\n", pid)
 
-	r := shmctl(t, false, "slots", seg.Path())
+	r := shmctl(t, false, "--no-header", "slots", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stderr)
 	assert.Equal(t, inUse, r.stdout)
 
-	r = shmctl(t, false, "slots", "--all", seg.Path())
+	r = shmctl(t, false, "--no-header", "slots", "--all", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, inUse+
 		"4\t\t0\tfree\t0\t-\t0\t0\t0\t0\n"+
@@ -126,11 +126,11 @@ func TestSlotsJSON(t *testing.T) {
 func TestSlotsEmpty(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2})
-	r := shmctl(t, false, "slots", seg.Path())
+	r := shmctl(t, false, "--no-header", "slots", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stdout)
 
-	r = shmctl(t, false, "slots", "--json", seg.Path())
+	r = shmctl(t, false, "--no-header", "slots", "--json", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, fmt.Sprintf("{\n  \"path\": %q,\n  \"slots\": []\n}\n", seg.Path()), r.stdout)
 }

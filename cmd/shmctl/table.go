@@ -9,9 +9,9 @@ import (
 )
 
 // tablePrinter prints rows of fields, the one way every command prints a
-// table. On a terminal the columns are aligned and a header row comes
-// first (when there is one); in a pipe each row is its fields separated by
-// tabs, with no header, so `cut -f` and `awk -F'\t'` can read it. A field
+// table. A header row comes first (when there is one) unless --no-header;
+// on a terminal the columns are aligned, in a pipe each row is its fields
+// separated by tabs, so `cut -f` and `awk -F'\t'` can read it. A field
 // that holds a control character (a tab or newline in a file name) is
 // printed Go-quoted so it cannot break a row.
 type tablePrinter struct {
@@ -41,8 +41,13 @@ func (t *tablePrinter) AddRow(fields ...any) {
 
 // Render writes the table to stdout.
 func (t *tablePrinter) Render() error {
+	header := len(t.header) > 0 && !t.ios.noHeader
 	if !t.ios.IsStdoutTTY() {
 		var b strings.Builder
+		if header {
+			b.WriteString(strings.Join(t.header, "\t"))
+			b.WriteByte('\n')
+		}
 		for _, row := range t.rows {
 			b.WriteString(strings.Join(row, "\t"))
 			b.WriteByte('\n')
@@ -52,7 +57,7 @@ func (t *tablePrinter) Render() error {
 	}
 	const minWidth, tabWidth, padding = 0, 8, 2
 	tw := tabwriter.NewWriter(t.ios.Out, minWidth, tabWidth, padding, ' ', 0)
-	if len(t.header) > 0 {
+	if header {
 		fmt.Fprintln(tw, strings.Join(t.header, "\t"))
 	}
 	for _, row := range t.rows {

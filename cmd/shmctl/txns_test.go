@@ -77,12 +77,12 @@ func TestTxnsText(t *testing.T) {
 	open := fmt.Sprintf(""+
 		"0\t1\topen\tpins\t%[1]d\talive\t1024\t96\t2\t0\t%[1]d:2\n"+
 		"1\t1\topen\tbarrier\t%[1]d\talive\t2048\t64\t1\t1\t-\n", pid)
-	r := shmctl(t, false, "txns", seg.Path())
+	r := shmctl(t, false, "--no-header", "txns", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stderr)
 	assert.Equal(t, open, r.stdout)
 
-	r = shmctl(t, false, "txns", "--all", seg.Path())
+	r = shmctl(t, false, "--no-header", "txns", "--all", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, open+
 		fmt.Sprintf("2\t1\tclosed\tpins\t%d\talive\t0\t32\t1\t0\t-\n", pid)+
@@ -133,13 +133,13 @@ func TestTxnsJSON(t *testing.T) {
 func TestTxnsEmpty(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2, TxnRecords: 2})
-	r := shmctl(t, false, "txns", seg.Path())
+	r := shmctl(t, false, "--no-header", "txns", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stdout)
 
 	// A segment without transaction tables is a one-line error.
 	seg = newSegment(t, layout.Options{Slots: 2, TxnRecords: -1})
-	line := requireOneLineError(t, shmctl(t, false, "txns", seg.Path()), exitError)
+	line := requireOneLineError(t, shmctl(t, false, "--no-header", "txns", seg.Path()), exitError)
 	assert.Contains(t, line, "transaction")
 }
 
@@ -198,12 +198,12 @@ func TestReclaimTxns(t *testing.T) {
 	pr, pid1 := deadOwnerTxn(t, seg, "pins")
 	br, pid2 := deadOwnerTxn(t, seg, "barrier")
 
-	r := shmctl(t, false, "txns", seg.Path())
+	r := shmctl(t, false, "--no-header", "txns", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Contains(t, r.stdout, fmt.Sprintf("%d\t1\topen\tpins\t%d\tdead\t1024\t32\t1\t0\t-\n", pr.Txn, pid1))
 	assert.Contains(t, r.stdout, fmt.Sprintf("%d\t1\topen\tbarrier\t%d\tdead\t1024\t32\t1\t0\t-\n", br.Txn, pid2))
 
-	r = shmctl(t, false, "reclaim", "--dry-run", seg.Path())
+	r = shmctl(t, false, "--no-header", "reclaim", "--dry-run", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, fmt.Sprintf("txn\t%d\t1\tpins\t%d\tdead\twould reclaim\n", pr.Txn, pid1)+
 		fmt.Sprintf("txn\t%d\t1\tbarrier\t%d\tdead\twould reclaim\n", br.Txn, pid2), r.stdout)
@@ -234,7 +234,7 @@ func TestReclaimTxns(t *testing.T) {
 
 	// Once the reader is done, the next reclaim closes it.
 	b.Release()
-	r = shmctl(t, false, "reclaim", "--json", seg.Path())
+	r = shmctl(t, false, "--no-header", "reclaim", "--json", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	doc = reclaimJSON{}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
@@ -243,7 +243,7 @@ func TestReclaimTxns(t *testing.T) {
 	assert.Equal(t, "reclaimed", doc.Txns[0].Action)
 	_, err = sp.TryPin(pr)
 	require.ErrorIs(t, err, txn.ErrClosed)
-	r = shmctl(t, false, "txns", seg.Path())
+	r = shmctl(t, false, "--no-header", "txns", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stdout, "no transaction left open")
 }
