@@ -46,3 +46,7 @@ const AllocLockName = allocLockName
 // LeadersAsleep is the number of barrier leaders asleep on the barrier's
 // drain word.
 func (s *Space) LeadersAsleep() uint32 { return sleepers.Count(s.bar.Sleepers.Load()) }
+
+// Record is the transaction record's declaration, for the check of
+// docs/FORMAT.md.
+type Record = record

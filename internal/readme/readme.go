@@ -80,3 +80,61 @@ func Func(src, name string) (string, error) {
 	}
 	return body + "\n}\n", nil
 }
+
+// Field is one row of a layout table of docs/FORMAT.md: a word's offset and
+// size in bytes and its name (backquotes removed).
+type Field struct {
+	Offset, Size int
+	Name         string
+}
+
+// FormatTable returns the rows of the first table under the heading
+// "### `name`" (or "## name") of the markdown file path, whose first three
+// columns are offset, size and name. A size written "N x M" is N*M.
+func FormatTable(path, name string) ([]Field, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(string(b), "\n")
+	start := -1
+	for i, l := range lines {
+		if l == "### `"+name+"`" || strings.HasPrefix(l, "### `"+name+"` ") || l == "## "+name {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		return nil, fmt.Errorf("%w: %q in %s", ErrNoSection, name, path)
+	}
+	var rows []Field
+	for _, l := range lines[start+1:] {
+		if strings.HasPrefix(l, "#") {
+			break
+		}
+		cells := strings.Split(l, "|")
+		if len(cells) < 5 || strings.TrimSpace(cells[1]) == "offset" || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
+			if len(rows) > 0 && !strings.HasPrefix(l, "|") {
+				break
+			}
+			continue
+		}
+		var f Field
+		if _, err := fmt.Sscan(strings.TrimSpace(cells[1]), &f.Offset); err != nil {
+			return nil, fmt.Errorf("readme: %s: offset %q: %w", name, cells[1], err)
+		}
+		size := strings.TrimSpace(cells[2])
+		var n, m int
+		if k, _ := fmt.Sscanf(size, "%d x %d", &n, &m); k == 2 {
+			f.Size = n * m
+		} else if _, err := fmt.Sscan(size, &f.Size); err != nil {
+			return nil, fmt.Errorf("readme: %s: size %q: %w", name, size, err)
+		}
+		f.Name = strings.Trim(strings.TrimSpace(cells[3]), "`")
+		rows = append(rows, f)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%w: no table under %q in %s", ErrNoCode, name, path)
+	}
+	return rows, nil
+}
