@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Entry sizes of version 1.
+// Entry sizes (format version 2).
 const (
 	OwnerSlotSize    = 32
 	DirEntrySize     = 64

@@ -8,12 +8,15 @@ import (
 
 // Format identity and fixed sizes.
 const (
-	Magic      = "SHMLOCK\x00" // the first 8 bytes of every segment
-	Version    = 1             // bumped on any incompatible change of this file
-	HeaderSize = 512           // bytes before the first table
-	CacheLine  = 64            // every table starts on a multiple of this
-	PageSize   = 4096          // the total size is rounded up to this
-	ReadyMark  = 0x52454459    // "YDER": the ready word once the header is complete
+	Magic = "SHMLOCK\x00" // the first 8 bytes of every segment
+	// Version is bumped on any incompatible change of the format. 2: the
+	// txn arena's control area holds package txn's own locks (version 1
+	// claimed owner slots for them, out of the user's table).
+	Version    = 2
+	HeaderSize = 512        // bytes before the first table
+	CacheLine  = 64         // every table starts on a multiple of this
+	PageSize   = 4096       // the total size is rounded up to this
+	ReadyMark  = 0x52454459 // "YDER": the ready word once the header is complete
 )
 
 // Header offsets. The immutable part [0, OffMutable) is written once by the
@@ -30,7 +33,7 @@ const (
 	OffCreator     = 0x038 // u64 packed identity of the creator (internal/proc)
 	OffTableCount  = 0x040 // u32 number of table descriptors, always NumTables
 	OffFlags       = 0x044 // u32 creation flags (FlagGroupAccess)
-	offReserved    = 0x048 // [offReserved, OffTables) reserved, zero in version 1
+	offReserved    = 0x048 // [offReserved, OffTables) reserved, zero
 	OffTables      = 0x080 // NumTables descriptors of TableDescSize bytes
 	OffMutable     = 0x1C0 // start of the mutable cache line
 	OffReady       = 0x1C0 // u32 ReadyMark once the creator finished; 0 before

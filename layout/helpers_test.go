@@ -14,7 +14,7 @@ import (
 var smallOpts = layout.Options{Slots: 4, Upgrades: 2, TxnRecords: 1, TxnArenaBytes: 128, LockMgrEntries: 2, UpgradeReaders: 2}
 
 // smallHeader is the planned header of smallOpts with fixed identity fields,
-// the content of testdata/header-v1-small.golden.
+// the content of testdata/header-v2-small.golden.
 func smallHeader(tb testing.TB) layout.Header {
 	tb.Helper()
 	h, err := layout.Plan(smallOpts)

@@ -565,8 +565,8 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 		{"truncated after header", func(t *testing.T) string { return write(t, valid[:layout.HeaderSize+64]) }, shm.Options{}, layout.ErrSizeMismatch},
 		{"garbage", func(t *testing.T) string { return write(t, bytes.Repeat([]byte("garbage!"), 1024)) }, shm.Options{}, layout.ErrBadMagic},
 		{"longer than header says", edit(func(b []byte) []byte { return append(b, make([]byte, layout.PageSize)...) }), shm.Options{}, layout.ErrSizeMismatch},
-		{"version 2", edit(func(b []byte) []byte {
-			binary.LittleEndian.PutUint32(b[layout.OffVersion:], 2)
+		{"another version", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[layout.OffVersion:], layout.Version+1)
 			rechecksum(b)
 			return b
 		}), shm.Options{}, layout.ErrVersion},

@@ -148,6 +148,24 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	return l, nil
 }
 
+// OpenAt returns a lock over slot, an owner slot that lives in seg's memory
+// outside the owner-slot table: a package's own lock in its own table
+// (package txn keeps its allocator's and barrier's there, so that they
+// never take one of the slots the user sized). Like Open, it knows seg's
+// owners from an earlier boot and ends with seg's Close. Index is -1.
+func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) {
+	if mode != PIDTID && mode != Token {
+		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
+	}
+	if seg.Closed() {
+		return nil, shm.ErrClosed
+	}
+	l := New(slot, mode)
+	l.alive = seg.OwnerAlive
+	l.seg = seg
+	return l, nil
+}
+
 // Named claims the owner slot called name in seg (see shm.Segment.ClaimAs)
 // and returns a lock over it: every process that names it shares it. The
 // mode is recorded with the claim: naming a lock that others use in the

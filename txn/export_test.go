@@ -1,6 +1,9 @@
 package txn
 
-import "github.com/shmlock/shmlock/internal/sleepers"
+import (
+	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/spinlock"
+)
 
 // SetPinnedHook installs f to run inside TryPin between the increment and
 // the re-check of the state (nil removes it). Tests only; not concurrent
@@ -40,8 +43,8 @@ func (s *Space) DataStart() uint64 { return s.geo.dataStart }
 // ArenaBytes is t's arena in the segment (also after its close).
 func (t *Txn) ArenaBytes() []byte { return t.s.geo.region[t.start : t.start+t.size] }
 
-// AllocLockName is the name of the allocator lock's owner slot.
-const AllocLockName = allocLockName
+// AllocLock is the allocator lock of sp's segment, for tests that hold it.
+func AllocLock(sp *Space) *spinlock.Lock { return sp.alloc }
 
 // LeadersAsleep is the number of barrier leaders asleep on the barrier's
 // drain word.

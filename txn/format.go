@@ -117,7 +117,9 @@ type drain struct {
 // that package txn owns, then the data area that Begin hands out:
 //
 //	0x00        barrier words (barrierWords, 64 bytes)
-//	0x40        pin table: pinRows rows of rowSize bytes, one row per Space
+//	0x40        the allocator lock: an owner slot (32 bytes), pid/tid mode
+//	0x60        the barrier leader lock: an owner slot (32 bytes), pid/tid mode
+//	0x80        pin table: pinRows rows of rowSize bytes, one row per Space
 //	            handle (per process, usually):
 //	              +0   Ident u64: packed identity of the process using the
 //	                   row; 0 free. A row whose process died is taken over by
@@ -135,7 +137,9 @@ type drain struct {
 // state: no rows in use, barrier down.
 const (
 	maxPinRows  = 64
-	ctlAreaSize = layout.CacheLine
+	ctlAreaSize = 2 * layout.CacheLine
+	offAlloc    = layout.CacheLine                        // the allocator lock's owner slot
+	offBarLock  = layout.CacheLine + layout.OwnerSlotSize // the barrier leader lock's
 )
 
 // barrierWords are the global barrier's shared state.
@@ -212,6 +216,16 @@ func (g *geometry) barrier() *barrierWords {
 }
 
 func (g *geometry) rowOff(row int) uint64 { return ctlAreaSize + uint64(row)*g.rowSize }
+
+// lockSlot is the owner slot at off of the control area (offAlloc,
+// offBarLock).
+func (g *geometry) lockSlot(off uint64) *layout.OwnerSlot {
+	s, err := memview.At[layout.OwnerSlot](g.region, off)
+	if err != nil {
+		panic("txn: lock slot view: " + err.Error()) // geometryOf sized the area
+	}
+	return s
+}
 
 func (g *geometry) rowIdent(row int) *atomic.Uint64 {
 	w, err := memview.Uint64(g.region, g.rowOff(row))

@@ -202,10 +202,11 @@ func allocHoldHelper(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	l, err := spinlock.Named(seg, txn.AllocLockName, spinlock.PIDTID)
+	sp, err := txn.Open(seg)
 	if err != nil {
 		return fail(err)
 	}
+	l := txn.AllocLock(sp)
 	var g spinlock.Guard
 	if err := g.Lock(l, spinlock.NewHolder()); err != nil {
 		return fail(err)

@@ -7,17 +7,8 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/sleepers"
-	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
-)
-
-// Names of the owner slots package txn claims for its two cross-process
-// locks: the allocator lock (serializes Begin: record and arena choice) and
-// the barrier leader lock (one global close at a time).
-const (
-	allocLockName   = "shmlock.txn.alloc"
-	barrierLockName = "shmlock.txn.barrier"
 )
 
 // Space is one process's handle on the transactions of a segment. It owns
@@ -40,7 +31,7 @@ type Space struct {
 	alloc *spinlock.Lock
 
 	mu      sync.Mutex
-	barLock *spinlock.Lock // claimed on first use
+	barLock *spinlock.Lock // opened on first use
 	closed  atomic.Bool
 }
 
@@ -63,12 +54,11 @@ func Open(seg *shm.Segment) (*Space, error) {
 	for i := range s.recs {
 		s.recs[i] = geo.record(i)
 	}
-	s.alloc, err = spinlock.Named(seg, allocLockName, spinlock.PIDTID)
+	s.alloc, err = spinlock.OpenAt(seg, s.geo.lockSlot(offAlloc), spinlock.PIDTID)
 	if err != nil {
 		return nil, fmt.Errorf("txn: open: allocator lock: %w", err)
 	}
 	if err := s.claimRow(); err != nil {
-		s.releaseLock(allocLockName)
 		return nil, err
 	}
 	if testHookUnchecked != nil {
@@ -151,20 +141,7 @@ func (s *Space) Close() error {
 		}
 	}
 	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
-	s.releaseLock(allocLockName)
-	s.mu.Lock()
-	if s.barLock != nil {
-		s.releaseLock(barrierLockName)
-	}
-	s.mu.Unlock()
 	return nil
-}
-
-// releaseLock drops this handle's claim on the owner slot of a named lock.
-func (s *Space) releaseLock(name string) {
-	if i, err := s.seg.Lookup(layout.KindOwnerSlots, name); err == nil {
-		_ = s.seg.Release(layout.KindOwnerSlots, i)
-	}
 }
 
 // barrierLock returns the barrier leader lock, claiming it on first use.
@@ -172,7 +149,7 @@ func (s *Space) barrierLock() (*spinlock.Lock, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.barLock == nil {
-		l, err := spinlock.Named(s.seg, barrierLockName, spinlock.PIDTID)
+		l, err := spinlock.OpenAt(s.seg, s.geo.lockSlot(offBarLock), spinlock.PIDTID)
 		if err != nil {
 			return nil, fmt.Errorf("txn: barrier lock: %w", err)
 		}

@@ -1012,8 +1012,8 @@ func TestAllocatorHolderKilled(t *testing.T) {
 // handle that closes gives its row to the next.
 func TestNoPinRow(t *testing.T) {
 	t.Parallel()
-	// 256 bytes of arena with 8 records: room for 2 pin rows of 64 bytes.
-	seg, _ := newSegment(t, layout.Options{TxnArenaBytes: 256})
+	// 320 bytes of arena with 8 records: room for 2 pin rows of 64 bytes (after the 128-byte control area, with 64 bytes of data).
+	seg, _ := newSegment(t, layout.Options{TxnArenaBytes: 320})
 	a := newSpace(t, seg)
 	b := newSpace(t, seg)
 	require.NotEqual(t, a.Row(), b.Row())
@@ -1225,4 +1225,27 @@ func TestReadsAllocateNothing(t *testing.T) {
 		}
 		require.NoError(t, m.closeTx(ctx, sp, tx))
 	})
+}
+
+// Package txn's own locks live in its control area: a segment whose only
+// owner slot the user claimed still runs transactions, barrier closes
+// included, and the owner-slot table keeps the user's claim alone.
+func TestTxnTakesNoUserSlot(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t, layout.Options{Slots: 1})
+	_, err := seg.Claim(layout.KindOwnerSlots, "users")
+	require.NoError(t, err)
+	sp := newSpace(t, seg)
+	tx, err := sp.Begin(txn.BeginOptions{})
+	require.NoError(t, err)
+	require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+	btx, err := sp.Begin(txn.BeginOptions{Barrier: true})
+	require.NoError(t, err)
+	b, err := txn.NewBarrier(sp)
+	require.NoError(t, err)
+	require.NoError(t, b.Close(context.Background(), btx))
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	require.Equal(t, "users", claims[0].Name)
 }

@@ -73,7 +73,7 @@ func TestCreateThenInfo(t *testing.T) {
 	require.NoError(t, err)
 	want := fmt.Sprintf(""+
 		"path\t%s\n"+
-		"version\t1\n"+
+		"version\t2\n"+
 		"total_size\t%d\n"+
 		"created\t%s\n"+
 		"creator_pid\t%d\n"+
