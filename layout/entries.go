@@ -16,6 +16,7 @@ const (
 	ArenaUnit        = 64
 	LockMgrEntrySize = 256
 	ReaderRecordSize = 16
+	ClaimRefSize     = 16
 )
 
 // OwnerSlot is the unified owner record: one 32-byte record that says
@@ -247,3 +248,17 @@ func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
 	}
 	return true
 }
+
+// ClaimRef records the references one process holds to one claimed entry
+// (an owner slot or an upgrade mutex): package shm keeps it beside the
+// directory's total (DirEntry.Refs) so that a dead process's references
+// can be dropped (by the next claim that needs room, or by a reclaim), and
+// a live one's never are. Changed only under the registry lock.
+type ClaimRef struct {
+	Owner  atomic.Uint64 // packed identity of the process; 0: record free
+	Target atomic.Uint32 // the claimed entry: its table's kind << 24 | its index
+	Count  atomic.Uint32 // the references the process holds to it
+}
+
+// ClaimTarget encodes entry i of table k for ClaimRef.Target.
+func ClaimTarget(k Kind, i int) uint32 { return uint32(k)<<24 | uint32(i) }

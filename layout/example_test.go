@@ -10,7 +10,7 @@ import (
 
 // Plan places every table of a new segment after the header.
 func ExamplePlan() {
-	h, err := layout.Plan(layout.Options{Slots: 8, Upgrades: 2, LockMgrEntries: 4, UpgradeReaders: 4})
+	h, err := layout.Plan(layout.Options{Slots: 8, Upgrades: 2, LockMgrEntries: 4, UpgradeReaders: 4, ClaimRefs: 20})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -28,6 +28,7 @@ func ExamplePlan() {
 	// txn_arena         offset 0x600 count 0
 	// lockmgr           offset 0x600 count 4
 	// upgrade_readers   offset 0xa00 count 8
+	// claim_refs        offset 0xa80 count 20
 	// total size 4096
 }
 

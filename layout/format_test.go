@@ -41,6 +41,7 @@ func TestFormatDocMatchesLayout(t *testing.T) {
 	checkFormatStruct(t, "ReaderRecord", layout.ReaderRecord{})
 	checkFormatStruct(t, "LockMgrEntry", layout.LockMgrEntry{})
 	checkFormatStruct(t, "LockMgrHolder", layout.LockMgrHolder{})
+	checkFormatStruct(t, "ClaimRef", layout.ClaimRef{})
 
 	rows, err := readme.FormatTable(formatDoc, "Header")
 	require.NoError(t, err)

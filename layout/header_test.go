@@ -158,7 +158,7 @@ func TestGolden(t *testing.T) {
 		{"created", le.Uint64(want[0x018:]), 1700000000_000000123},
 		{"pid_ns", le.Uint64(want[0x030:]), 4026531836},
 		{"creator", le.Uint64(want[0x038:]), 0x0000_1234_5600_0042},
-		{"table_count", uint64(le.Uint32(want[0x040:])), 8},
+		{"table_count", uint64(le.Uint32(want[0x040:])), 9},
 		{"owner_slots offset", le.Uint64(want[0x080+16:]), 0x200},
 		{"lockmgr kind", uint64(le.Uint32(want[0x140:])), 7},
 		{"lockmgr entry size", uint64(le.Uint32(want[0x144:])), 256},
@@ -168,6 +168,10 @@ func TestGolden(t *testing.T) {
 		{"upgrade_readers entry size", uint64(le.Uint32(want[0x164:])), 16},
 		{"upgrade_readers count", le.Uint64(want[0x168:]), 4},
 		{"upgrade_readers offset", le.Uint64(want[0x170:]), 0x780},
+		{"claim_refs kind", uint64(le.Uint32(want[0x180:])), 9},
+		{"claim_refs entry size", uint64(le.Uint32(want[0x184:])), 16},
+		{"claim_refs count", le.Uint64(want[0x188:]), 16},
+		{"claim_refs offset", le.Uint64(want[0x190:]), 0x7C0},
 		{"ready", uint64(le.Uint32(want[0x1C0:])), 0},
 	}
 	for _, s := range spots {

@@ -11,7 +11,7 @@ import (
 
 // smallOpts sizes the header of the golden file and of most validation cases:
 // every table present and small.
-var smallOpts = layout.Options{Slots: 4, Upgrades: 2, TxnRecords: 1, TxnArenaBytes: 128, LockMgrEntries: 2, UpgradeReaders: 2}
+var smallOpts = layout.Options{Slots: 4, Upgrades: 2, TxnRecords: 1, TxnArenaBytes: 128, LockMgrEntries: 2, UpgradeReaders: 2, ClaimRefs: 16}
 
 // smallHeader is the planned header of smallOpts with fixed identity fields,
 // the content of testdata/header-v2-small.golden.

@@ -56,7 +56,7 @@ func checkPlan(tb testing.TB, h layout.Header, opts layout.Options) {
 	counts := [layout.NumTables]uint64{
 		uint64(opts.Slots), uint64(opts.Slots), uint64(opts.Upgrades), uint64(opts.Upgrades),
 		uint64(opts.TxnRecords), uint64(arenaUnits), uint64(opts.LockMgrEntries),
-		uint64(max(opts.Upgrades, 0) * opts.UpgradeReaders),
+		uint64(max(opts.Upgrades, 0) * opts.UpgradeReaders), uint64(opts.ClaimRefs),
 	}
 	if h.Version != layout.Version {
 		tb.Errorf("Version: got %d, want %d", h.Version, layout.Version)
@@ -163,13 +163,14 @@ func TestWithDefaults(t *testing.T) {
 		{"zero takes defaults", layout.Options{}, layout.Options{
 			Slots: layout.DefaultSlots, Upgrades: layout.DefaultUpgrades, TxnRecords: layout.DefaultTxnRecords,
 			TxnArenaBytes: layout.DefaultTxnArenaBytes, LockMgrEntries: layout.DefaultLockMgrEntries,
-			UpgradeReaders: layout.DefaultUpgradeReaders,
+			UpgradeReaders: layout.DefaultUpgradeReaders, ClaimRefs: 2 * (layout.DefaultSlots + layout.DefaultUpgrades),
 		}},
-		{"negative means none", layout.Options{Slots: -1, Upgrades: -2, TxnRecords: -3, TxnArenaBytes: -4, LockMgrEntries: math.MinInt, UpgradeReaders: -5},
+		{"negative means none", layout.Options{Slots: -1, Upgrades: -2, TxnRecords: -3, TxnArenaBytes: -4, LockMgrEntries: math.MinInt, UpgradeReaders: -5, ClaimRefs: -6},
 			layout.Options{}},
 		{"positive kept", smallOpts, smallOpts},
 		{"mixed", layout.Options{Slots: 7, Upgrades: -1, TxnArenaBytes: 1},
-			layout.Options{Slots: 7, Upgrades: 0, TxnRecords: layout.DefaultTxnRecords, TxnArenaBytes: 1, LockMgrEntries: layout.DefaultLockMgrEntries, UpgradeReaders: layout.DefaultUpgradeReaders}},
+			layout.Options{Slots: 7, Upgrades: 0, TxnRecords: layout.DefaultTxnRecords, TxnArenaBytes: 1, LockMgrEntries: layout.DefaultLockMgrEntries,
+				UpgradeReaders: layout.DefaultUpgradeReaders, ClaimRefs: 16}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

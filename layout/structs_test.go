@@ -90,6 +90,7 @@ func TestKindEntrySize(t *testing.T) {
 		{layout.KindTxnArena, "txn_arena", layout.ArenaUnit},
 		{layout.KindLockMgr, "lockmgr", layout.LockMgrEntrySize},
 		{layout.KindUpgradeReaders, "upgrade_readers", layout.ReaderRecordSize},
+		{layout.KindClaimRefs, "claim_refs", layout.ClaimRefSize},
 	}
 	if got, want := len(tests), layout.NumTables; got != want {
 		t.Fatalf("kinds under test: got %d, want NumTables = %d", got, want)

@@ -18,11 +18,12 @@ const (
 	KindTxnArena                         // arena space for transactions (package txn)
 	KindLockMgr                          // named-resource table (package lockmgr)
 	KindUpgradeReaders                   // per-process reader records of each upgrade mutex
-	NumTables            = int(KindUpgradeReaders)
+	KindClaimRefs                        // per-process references to claimed slots and mutexes
+	NumTables            = int(KindClaimRefs)
 )
 
 var kindNames = [NumTables]string{"owner_slots", "slot_directory", "upgrades",
-	"upgrade_directory", "txn_records", "txn_arena", "lockmgr", "upgrade_readers"}
+	"upgrade_directory", "txn_records", "txn_arena", "lockmgr", "upgrade_readers", "claim_refs"}
 
 func (k Kind) String() string {
 	if k >= 1 && int(k) <= NumTables {
@@ -34,7 +35,7 @@ func (k Kind) String() string {
 // Entry sizes, fixed by this format version.
 var entrySizes = [NumTables]uint32{
 	OwnerSlotSize, DirEntrySize, UpgradeEntrySize, DirEntrySize,
-	TxnRecordSize, ArenaUnit, LockMgrEntrySize, ReaderRecordSize,
+	TxnRecordSize, ArenaUnit, LockMgrEntrySize, ReaderRecordSize, ClaimRefSize,
 }
 
 // EntrySize is the size in bytes of one entry of a table of kind k.
@@ -50,12 +51,13 @@ const (
 	MaxLockMgrEntries = 1 << 20
 	MaxUpgradeReaders = 1 << 12 // reader records per upgrade mutex
 	MaxReaderRecords  = 1 << 24 // reader records in all
+	MaxClaimRefs      = 1 << 22 // claim references in all
 	MaxTotalSize      = 1 << 40
 )
 
 var maxCounts = [NumTables]uint64{
 	MaxSlots, MaxSlots, MaxUpgrades, MaxUpgrades,
-	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries, MaxReaderRecords,
+	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries, MaxReaderRecords, MaxClaimRefs,
 }
 
 // ReadersPerUpgrade is the number of reader records of each upgrade mutex
@@ -99,6 +101,11 @@ type Options struct {
 	// wait for its shared lock at once. The table has Upgrades times as
 	// many records.
 	UpgradeReaders int
+	// ClaimRefs is the number of claim references: one per process and
+	// claimed entry it names (package shm records who holds each reference,
+	// so that a dead process's references can be dropped). Zero means
+	// twice the owner slots and upgrade mutexes together, and at least 16.
+	ClaimRefs int
 }
 
 // Defaults for Options fields left at zero by shm.Create and shmctl create.
@@ -109,6 +116,7 @@ const (
 	DefaultTxnArenaBytes  = 256 << 10
 	DefaultLockMgrEntries = 64
 	DefaultUpgradeReaders = 32
+	minDefaultClaimRefs   = 16
 )
 
 // Plan lays out a segment for opts: every table cache-line aligned, one
@@ -128,7 +136,7 @@ func Plan(opts Options) (Header, error) {
 	counts := [NumTables]int64{
 		int64(opts.Slots), int64(opts.Slots), int64(opts.Upgrades), int64(opts.Upgrades),
 		int64(opts.TxnRecords), ceilDiv(opts.TxnArenaBytes, ArenaUnit), int64(opts.LockMgrEntries),
-		readers,
+		readers, int64(opts.ClaimRefs),
 	}
 	h := Header{Version: Version}
 	off := uint64(HeaderSize)
@@ -170,12 +178,16 @@ func (opts Options) WithDefaults() Options {
 	if opts.UpgradeReaders == 0 {
 		opts.UpgradeReaders = DefaultUpgradeReaders
 	}
+	if opts.ClaimRefs == 0 {
+		opts.ClaimRefs = max(2*(max(opts.Slots, 0)+max(opts.Upgrades, 0)), minDefaultClaimRefs)
+	}
 	opts.Slots = max(opts.Slots, 0)
 	opts.Upgrades = max(opts.Upgrades, 0)
 	opts.TxnRecords = max(opts.TxnRecords, 0)
 	opts.TxnArenaBytes = max(opts.TxnArenaBytes, 0)
 	opts.LockMgrEntries = max(opts.LockMgrEntries, 0)
 	opts.UpgradeReaders = max(opts.UpgradeReaders, 0)
+	opts.ClaimRefs = max(opts.ClaimRefs, 0)
 	return opts
 }
 

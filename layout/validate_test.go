@@ -85,7 +85,7 @@ var malformed = []struct {
 	{name: "count max uint64", corrupt: putDesc64(layout.KindLockMgr, layout.DescCount, math.MaxUint64), want: layout.ErrLimit},
 	{name: "misaligned offset", corrupt: addDesc64(layout.KindLockMgr, layout.DescOffset, 8), want: layout.ErrTableRange},
 	{name: "offset off by one", corrupt: addDesc64(layout.KindSlotDirectory, layout.DescOffset, 1), want: layout.ErrTableRange},
-	{name: "table past the end of the file", corrupt: putDesc64(layout.KindUpgradeReaders, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.ReaderRecordSize+2), want: layout.ErrTableRange},
+	{name: "table past the end of the file", corrupt: putDesc64(layout.KindClaimRefs, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.ClaimRefSize+2), want: layout.ErrTableRange},
 	{name: "empty table starting past the end", corrupt: func(b []byte) []byte {
 		d := desc(b, layout.KindLockMgr)
 		le.PutUint64(d[layout.DescCount:], 0)
@@ -154,8 +154,8 @@ func TestValidateMalformed(t *testing.T) {
 }
 
 // TestValidateAccepts covers valid headers other than the ones Plan makes.
-// lastTableOffset is where smallOpts puts its last table, upgrade_readers.
-const lastTableOffset = 0x780
+// lastTableOffset is where smallOpts puts its last table, claim_refs.
+const lastTableOffset = 0x7C0
 
 func TestValidateAccepts(t *testing.T) {
 	t.Parallel()
@@ -173,14 +173,14 @@ func TestValidateAccepts(t *testing.T) {
 			clear(b[layout.OffOwnersBoot : layout.OffOwnersBoot+16])
 			return b
 		}},
-		{"gap between tables", addDesc64(layout.KindUpgradeReaders, layout.DescOffset, layout.CacheLine)},
+		{"gap between tables", addDesc64(layout.KindClaimRefs, layout.DescOffset, layout.CacheLine)},
 		{"empty table at the end of the file", func(b []byte) []byte {
-			d := desc(b, layout.KindUpgradeReaders)
+			d := desc(b, layout.KindClaimRefs)
 			le.PutUint64(d[layout.DescCount:], 0)
 			le.PutUint64(d[layout.DescOffset:], layout.PageSize)
 			return b
 		}},
-		{"table ending at the end of the file", putDesc64(layout.KindUpgradeReaders, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.ReaderRecordSize)},
+		{"table ending at the end of the file", putDesc64(layout.KindClaimRefs, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.ClaimRefSize)},
 		{"created before 1970", putU64(layout.OffCreated, 1<<63)},
 	}
 	for _, tc := range tests {

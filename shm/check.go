@@ -37,7 +37,51 @@ func (s *Segment) CheckDirectories() ([]string, error) {
 			}
 		}
 	}
-	return found, nil
+	return append(found, s.checkRefs()...), nil
+}
+
+// checkRefs validates the claim references: each names a claimed entry of
+// a claimable table and a process, and the references counted for an
+// entry never exceed its directory's total.
+func (s *Segment) checkRefs() []string {
+	var found []string
+	sum := map[uint32]uint64{}
+	for j := range s.Len(layout.KindClaimRefs) {
+		r, err := entry[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return found
+		}
+		o := r.Owner.Load()
+		where := fmt.Sprintf("%v[%d]", layout.KindClaimRefs, j)
+		if o == 0 {
+			if r.Target.Load() != 0 || r.Count.Load() != 0 {
+				found = append(found, where+": a free record that is not zeroed")
+			}
+			continue
+		}
+		if id, _ := proc.Unpack(o); id.PID == 0 {
+			found = append(found, fmt.Sprintf("%s: owner %#x has no pid", where, o))
+		}
+		t := r.Target.Load()
+		k, i := layout.Kind(t>>24), int(t&(1<<24-1))
+		dk, err := directoryOf(k)
+		if err != nil || i >= s.Len(k) {
+			found = append(found, fmt.Sprintf("%s: names %v[%d], which is no claimable entry", where, k, i))
+			continue
+		}
+		d, err := entry[layout.DirEntry](s, dk, i)
+		if err != nil {
+			return found
+		}
+		if d.State.Load() != layout.DirClaimed {
+			found = append(found, fmt.Sprintf("%s: names %v[%d], which is not claimed", where, k, i))
+			continue
+		}
+		if sum[t] += uint64(r.Count.Load()); sum[t] > uint64(d.Refs.Load()) {
+			found = append(found, fmt.Sprintf("%s: %v[%d] has %d references, fewer than its records count", where, k, i, d.Refs.Load()))
+		}
+	}
+	return found
 }
 
 // checkClaim validates a claimed directory entry.

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -62,12 +63,31 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 		return -1, err
 	}
 	defer s.unlockRegistry()
+	i, fresh, err := s.claimEntry(k, dk, name, use)
+	if errors.Is(err, ErrTableFull) && s.dropDeadRefs() > 0 {
+		i, fresh, err = s.claimEntry(k, dk, name, use) // the dead's claims may have gone
+	}
+	if err != nil {
+		return -1, err
+	}
+	if err := s.addRef(k, i); err != nil {
+		s.undoClaim(k, dk, i, fresh)
+		return -1, err
+	}
+	s.regGen.Add(1)
+	return i, nil
+}
 
+// claimEntry is ClaimAs's change of the directory, under the registry
+// lock: the entry claimed under name with one more reference, or a fresh
+// entry (a free one, or a recycled claim nobody references whose lock is
+// free) with one reference.
+func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int, fresh bool, err error) {
 	free, parked := -1, -1
 	for i := range s.Len(k) {
 		e, err := entry[layout.DirEntry](s, dk, i)
 		if err != nil {
-			return -1, err
+			return -1, false, err
 		}
 		switch {
 		case e.State.Load() == layout.DirFree:
@@ -82,37 +102,36 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 			case had == 0:
 				e.Use.Store(use)
 			default:
-				return -1, fmt.Errorf("%w: %v %q is claimed for use %d, not %d", ErrUseMismatch, k, name, had, use)
+				return -1, false, fmt.Errorf("%w: %v %q is claimed for use %d, not %d", ErrUseMismatch, k, name, had, use)
 			}
 			e.Refs.Add(1)
-			s.regGen.Add(1)
-			return i, nil
+			return i, false, nil
 		}
 	}
 	if free < 0 && parked >= 0 {
 		// The claim of a lock nobody references and nobody holds: its
 		// name goes, and the entry is claimed anew below.
 		if err := s.freeEntry(k, dk, parked); err != nil {
-			return -1, err
+			return -1, false, err
 		}
 		free = parked
 	}
 	if free < 0 {
-		return -1, fmt.Errorf("%w: %v has %d entries, all claimed", ErrTableFull, k, s.Len(k))
+		return -1, false, fmt.Errorf("%w: %v has %d entries, all claimed", ErrTableFull, k, s.Len(k))
 	}
 	// ErrClosed if Close has begun (it waits for this change to end):
 	// nothing is changed yet.
 	e, err := entry[layout.DirEntry](s, dk, free)
 	if err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	// The entry becomes visible only with the State store at the end, so a
 	// claimant that dies before it leaves the entry free.
 	if err := s.zeroEntry(k, free); err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	if err := s.zeroEntry(dk, free); err != nil {
-		return -1, err
+		return -1, false, err
 	}
 	copy(e.Name[:], name)
 	e.NameLen.Store(uint32(len(name)))
@@ -121,8 +140,192 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	e.Refs.Store(1)
 	testHookBeforePublish()
 	e.State.Store(layout.DirClaimed)
-	s.regGen.Add(1)
-	return free, nil
+	return free, true, nil
+}
+
+// undoClaim takes back what claimEntry did, for a claim whose reference
+// could not be recorded.
+func (s *Segment) undoClaim(k, dk layout.Kind, i int, fresh bool) {
+	e, err := entryOf[layout.DirEntry](s, dk, i)
+	if err != nil {
+		return
+	}
+	if fresh {
+		_ = s.freeEntry(k, dk, i)
+		return
+	}
+	e.Refs.Add(^uint32(0))
+}
+
+// Per-process references (layout.ClaimRef): each process's references to
+// each claimed entry are counted in a record of its own, beside the
+// directory's total, so that a dead process's are dropped (by the next
+// claim that finds no room, and by DropDeadClaims) and a live one's never
+// are. A segment made with no records counts the totals alone.
+
+// addRef counts one more reference of this process to entry i of table k.
+// ErrTableFull if every record is in use by a live process.
+func (s *Segment) addRef(k layout.Kind, i int) error {
+	n := s.Len(layout.KindClaimRefs)
+	if n == 0 {
+		return nil
+	}
+	target, self := layout.ClaimTarget(k, i), proc.Self().Pack()
+	var free *layout.ClaimRef
+	for j := range n {
+		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return err
+		}
+		switch o := r.Owner.Load(); {
+		case o == self && r.Target.Load() == target:
+			r.Count.Add(1)
+			return nil
+		case o == 0 && free == nil:
+			free = r
+		}
+	}
+	if free == nil && s.dropDeadRefs() > 0 {
+		return s.addRef(k, i) // a dead process's record is free now
+	}
+	if free == nil {
+		return fmt.Errorf("%w: %v has %d entries, all in use by live processes", ErrTableFull, layout.KindClaimRefs, n)
+	}
+	free.Target.Store(target)
+	free.Count.Store(1)
+	free.Owner.Store(self)
+	return nil
+}
+
+// forgetRefs frees every record that still names entry i of table k,
+// whose claim goes: its next claim starts with no reference of anyone.
+func (s *Segment) forgetRefs(k layout.Kind, i int) {
+	target := layout.ClaimTarget(k, i)
+	for j := range s.Len(layout.KindClaimRefs) {
+		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return
+		}
+		if r.Owner.Load() != 0 && r.Target.Load() == target {
+			r.Owner.Store(0)
+			r.Target.Store(0)
+			r.Count.Store(0)
+		}
+	}
+}
+
+// dropRef takes this process's reference to entry i of table k off its
+// record, if it has one; false if it has none (the reference was counted
+// in the total alone).
+func (s *Segment) dropRef(k layout.Kind, i int) bool {
+	target, self := layout.ClaimTarget(k, i), proc.Self().Pack()
+	for j := range s.Len(layout.KindClaimRefs) {
+		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return false
+		}
+		if r.Owner.Load() == self && r.Target.Load() == target {
+			if r.Count.Add(^uint32(0)) == 0 {
+				r.Owner.Store(0)
+				r.Target.Store(0)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// DroppedClaim is the references of a dead process that DropDeadClaims
+// dropped (or, in a dry run, would drop).
+type DroppedClaim struct {
+	Kind  layout.Kind
+	Index int
+	Name  string // the entry's name, "" if unnamed
+	Owner uint64 // packed identity of the dead process
+	Count uint32
+}
+
+// DropDeadClaims drops the references that dead processes (exited, their
+// pid reused, or recorded before a reboot) hold to claimed entries, as the
+// next claim that finds no room would: each claim whose last reference
+// goes is freed if its lock is free. With dryRun it only reports, and the
+// segment may be read-only. For repair tools (shmctl reclaim).
+func (s *Segment) DropDeadClaims(dryRun bool) ([]DroppedClaim, error) {
+	if dryRun {
+		if s.closed.Load() {
+			return nil, ErrClosed
+		}
+		return s.deadRefs(), nil
+	}
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	if err := s.lockRegistry(); err != nil {
+		return nil, err
+	}
+	defer s.unlockRegistry()
+	dropped := s.deadRefs()
+	if s.dropDeadRefs() > 0 {
+		s.regGen.Add(1)
+	}
+	return dropped, nil
+}
+
+// deadRefs lists the records of dead processes.
+func (s *Segment) deadRefs() []DroppedClaim {
+	var out []DroppedClaim
+	for j := range s.Len(layout.KindClaimRefs) {
+		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return out
+		}
+		o := r.Owner.Load()
+		if o == 0 || s.OwnerAlive(o) {
+			continue
+		}
+		t := r.Target.Load()
+		k, i := layout.Kind(t>>24), int(t&(1<<24-1))
+		dc := DroppedClaim{Kind: k, Index: i, Owner: o, Count: r.Count.Load()}
+		if dk, err := directoryOf(k); err == nil {
+			if d, err := entryOf[layout.DirEntry](s, dk, i); err == nil {
+				dc.Name = layout.NameOf(d)
+			}
+		}
+		out = append(out, dc)
+	}
+	return out
+}
+
+// dropDeadRefs drops the records of dead processes under the registry
+// lock, and returns how many it dropped.
+func (s *Segment) dropDeadRefs() int {
+	dropped := 0
+	for j := range s.Len(layout.KindClaimRefs) {
+		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return dropped
+		}
+		o := r.Owner.Load()
+		if o == 0 || s.OwnerAlive(o) {
+			continue
+		}
+		t, n := r.Target.Load(), r.Count.Load()
+		k, i := layout.Kind(t>>24), int(t&(1<<24-1))
+		if dk, err := directoryOf(k); err == nil && i < s.Len(k) {
+			if d, err := entryOf[layout.DirEntry](s, dk, i); err == nil && d.State.Load() == layout.DirClaimed {
+				refs := d.Refs.Load()
+				d.Refs.Store(refs - min(refs, n))
+				if refs <= n && s.lockFree(k, i, d.Use.Load()) {
+					_ = s.freeEntry(k, dk, i)
+				}
+			}
+		}
+		r.Owner.Store(0)
+		r.Target.Store(0)
+		r.Count.Store(0)
+		dropped++
+	}
+	return dropped
 }
 
 // Release drops one reference to entry i of table k. The last one frees
@@ -154,6 +357,7 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 	if e.Refs.Load() == 0 {
 		return fmt.Errorf("%w: %v[%d] has no reference left", ErrNotClaimed, k, i)
 	}
+	s.dropRef(k, i)
 	if e.Refs.Add(^uint32(0)) == 0 && s.lockFree(k, i, e.Use.Load()) {
 		if err := s.freeEntry(k, dk, i); err != nil {
 			return err
@@ -174,6 +378,7 @@ func (s *Segment) freeEntry(k, dk layout.Kind, i int) error {
 		return err
 	}
 	e.State.Store(layout.DirFree) // first: a half-cleared entry is then merely free
+	s.forgetRefs(k, i)
 	if err := s.zeroEntry(k, i); err != nil {
 		return err
 	}

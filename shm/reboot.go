@@ -87,6 +87,13 @@ func (s *Segment) markStale() error {
 		}
 		staleWord(&r.Owner)
 	}
+	for i := range s.Len(layout.KindClaimRefs) {
+		r, err := entry[layout.ClaimRef](s, layout.KindClaimRefs, i)
+		if err != nil {
+			return err
+		}
+		staleWord(&r.Owner)
+	}
 	return nil
 }
 

@@ -39,6 +39,7 @@ var helpers = map[string]func(args []string) int{
 	"wait-cpu":       waitCPUHelper,       // PATH
 	"named":          namedHelper,         // PATH NAME
 	"named-once":     namedOnceHelper,     // PATH NAME
+	"claim-exit":     claimExitHelper,     // PATH NAME exit|wait
 	"bench-pingpong": benchPingPongHelper, // PATH
 }
 

@@ -3,7 +3,9 @@ package spinlock_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -159,4 +161,81 @@ func namedOnceHelper(args []string) int {
 		return fail("lock after close: %v", err)
 	}
 	return 0
+}
+
+// Many short-lived processes name a lock each on a segment of four slots
+// and exit without Close, some killed with SIGKILL: their references are
+// recorded per process, so the next claim that finds no room drops the
+// dead ones' and recycles the claims; none of them finds the table full.
+// A live process's claim is never dropped meanwhile.
+func TestDeadProcessesNamesComeBack(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 4, LockMgrEntries: scratchEntries}})
+	require.NoError(t, err)
+	defer seg.Close()
+	live := testproc.Start(t, "claim-exit", path, "live", "wait")
+	live.WaitLine(t, "ready")
+
+	procs := 1000
+	if testproc.Race {
+		procs = 200
+	}
+	const atOnce = 4
+	for i := 0; i < procs; i += atOnce {
+		var batch []*testproc.Child
+		for j := i; j < min(i+atOnce, procs); j++ {
+			how := "exit"
+			if j%5 == 0 {
+				how = "wait" // killed with SIGKILL below
+			}
+			batch = append(batch, testproc.Start(t, "claim-exit", path, fmt.Sprintf("job-%d", j), how))
+		}
+		for _, c := range batch {
+			if c.WaitLine(t, "ready"); strings.Contains(c.Out.String(), "exiting") {
+				c.WaitOK(t)
+			} else {
+				c.Kill(t)
+			}
+		}
+	}
+	i, err := seg.Lookup(layout.KindOwnerSlots, "live")
+	require.NoError(t, err, "the live process's claim stays")
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	for _, c := range claims {
+		if c.Index == i {
+			require.EqualValues(t, 1, c.Refs)
+		}
+	}
+	found, err := seg.CheckDirectories()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}
+
+// claimExitHelper names a lock, takes and releases it, and then exits or
+// waits to be killed, never closing it: PATH NAME exit|wait.
+func claimExitHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		return fail("%v", err)
+	}
+	l, err := spinlock.Named(seg, args[1], spinlock.PIDTID)
+	if err != nil {
+		return fail("%v", err)
+	}
+	g, err := l.Lock(spinlock.NewHolder())
+	if err != nil {
+		return fail("lock: %v", err)
+	}
+	if err := g.Release(); err != nil {
+		return fail("release: %v", err)
+	}
+	if args[2] == "exit" {
+		fmt.Println("ready exiting")
+		return 0
+	}
+	fmt.Println("ready")
+	time.Sleep(3 * testTimeout)
+	return fail("not killed")
 }

@@ -54,6 +54,7 @@ its flag. The command fails if the segment already exists.
 	f.IntVar(&opts.Sizes.TxnRecords, "txn-records", 0, fmt.Sprintf("transaction records; 0 means %d", layout.DefaultTxnRecords))
 	f.Var(sizeValue{&opts.Sizes.TxnArenaBytes}, "txn-arena", fmt.Sprintf("transaction arena `size` (bytes, or with a unit: 64KiB, 1MiB); 0 means %d bytes", layout.DefaultTxnArenaBytes))
 	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))
+	f.IntVar(&opts.Sizes.ClaimRefs, "claim-refs", 0, "per-process references to named slots and mutexes; 0 means twice their number (at least 16)")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }

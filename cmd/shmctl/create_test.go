@@ -56,7 +56,8 @@ var (
 		"txn_records\t128\t2\t1856\t256\t-\n" +
 		"txn_arena\t64\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
 		"lockmgr\t256\t5\t3136\t1280\t-\n" +
-		"upgrade_readers\t16\t15\t4416\t240\t-\n" // 5 records for each of the 3 mutexes
+		"upgrade_readers\t16\t15\t4416\t240\t-\n" + // 5 records for each of the 3 mutexes
+		"claim_refs\t16\t26\t4672\t416\t-\n" // twice the slots and mutexes
 	customTotal = 8192
 )
 

@@ -320,6 +320,18 @@ type (
 		// TokenSlots are token-mode slots held by a holder no slot
 		// records: reclaim cannot know whether it lives, and frees none.
 		TokenSlots []reclaimTokenJSON `json:"token_slots"`
+		// Claims are the references dead processes held to named slots and
+		// mutexes, dropped (a claim whose last reference goes is freed if
+		// its lock is free).
+		Claims []reclaimClaimJSON `json:"claims"`
+	}
+	reclaimClaimJSON struct {
+		Table  string `json:"table"`
+		Index  int    `json:"index"`
+		Name   string `json:"name"`
+		PID    uint32 `json:"pid"`
+		Count  uint32 `json:"count"`
+		Action string `json:"action"`
 	}
 	reclaimTokenJSON struct {
 		Index  int    `json:"index"`

@@ -61,7 +61,9 @@ processes are freed with their shared holds. Live holders are never
 touched.
 
 And the lock-manager holds (see 'shmctl locks') whose TTL passed or whose
-processes (and companion) died are ended, each listed with why.
+processes (and companion) died are ended, each listed with why; and the
+references dead processes held to named slots and mutexes are dropped (a
+name whose last reference goes is freed if its lock is free).
 
 Locks reclaim dead holders by themselves when someone waits for them; this
 is for a segment nobody waits on, or a caller that only ever uses TryLock.
@@ -132,10 +134,16 @@ func runReclaim(opts *reclaimOptions) error {
 	if doc.TokenSlots, err = heldTokenSlots(seg); err != nil {
 		return err
 	}
+	if doc.Claims, err = reclaimClaims(seg, opts.DryRun); err != nil {
+		return err
+	}
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
 	tty := opts.IO.IsStdoutTTY()
+	for _, c := range doc.Claims {
+		fmt.Fprintf(opts.IO.ErrOut, "%s %d references of dead process %d to %s[%d] %q\n", c.Action, c.Count, c.PID, c.Table, c.Index, c.Name)
+	}
 	if len(doc.Slots) == 0 && len(doc.RWLocks) == 0 && len(doc.Txns) == 0 && len(doc.Locks) == 0 && tty {
 		fmt.Fprintf(opts.IO.ErrOut, "no owner slot, upgrade mutex, transaction or lock of %s has a dead owner\n", doc.Path)
 		return nil
@@ -189,6 +197,25 @@ func runReclaim(opts *reclaimOptions) error {
 		t.AddRow("txn", x.Index, x.Generation, x.Mode, x.PID, x.OwnerState, x.Action)
 	}
 	return t.Render()
+}
+
+// reclaimClaims drops the references dead processes held to named slots
+// and upgrade mutexes (shm.Segment.DropDeadClaims).
+func reclaimClaims(seg *shm.Segment, dryRun bool) ([]reclaimClaimJSON, error) {
+	dropped, err := seg.DropDeadClaims(dryRun)
+	if err != nil {
+		return nil, err
+	}
+	action := "dropped"
+	if dryRun {
+		action = "would drop"
+	}
+	out := []reclaimClaimJSON{}
+	for _, d := range dropped {
+		id, _ := proc.Unpack(d.Owner)
+		out = append(out, reclaimClaimJSON{Table: d.Kind.String(), Index: d.Index, Name: d.Name, PID: id.PID, Count: d.Count, Action: action})
+	}
+	return out, nil
 }
 
 // heldTokenSlots lists the token-mode slots (as their claims say) that are

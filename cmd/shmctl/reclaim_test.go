@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
@@ -146,11 +147,11 @@ func TestReclaimJSON(t *testing.T) {
 			want.Action, want.NewGeneration = "reclaimed", &gen
 		}
 		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
-			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}, TokenSlots: []reclaimTokenJSON{}}, &doc)
+			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}, TokenSlots: []reclaimTokenJSON{}, Claims: []reclaimClaimJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots"}, keys(raw))
+		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots", "claims"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
 		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
 			"generation", "new_generation", "action"}, keys(slot))
@@ -333,4 +334,29 @@ func TestReclaimReportsTokenSlots(t *testing.T) {
 	owner, held := l.Owner()
 	assert.True(t, held, "not freed")
 	assert.Equal(t, g.Identity(), owner)
+}
+
+// reclaim drops the references of dead processes to named locks: a name
+// whose last reference goes, on a free lock, is freed.
+func TestReclaimClaims(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	_, err := seg.Claim(layout.KindOwnerSlots, "orphan")
+	require.NoError(t, err)
+	refs, err := seg.Region(layout.KindClaimRefs)
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
+	rec, err := memview.At[layout.ClaimRef](refs, 0)
+	require.NoError(t, err)
+	require.Equal(t, self.Pack(), rec.Owner.Load(), "the claim's reference is recorded for this process")
+	rec.Owner.Store(dead) // as if a process whose pid this one reuses had claimed it
+
+	r := shmctl(t, false, "reclaim", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.Equal(t, []reclaimClaimJSON{{Table: "owner_slots", Index: 0, Name: "orphan", PID: self.PID, Count: 1, Action: "dropped"}}, doc.Claims)
+	_, err = seg.Lookup(layout.KindOwnerSlots, "orphan")
+	assert.ErrorIs(t, err, shm.ErrNotFound, "its last reference went, and its lock is free")
 }

@@ -213,6 +213,11 @@ func (c *Child) WaitLine(tb testing.TB, prefix string) string {
 		}
 		select {
 		case <-c.done:
+			// The output is complete once the child is waited for: it may
+			// have come between the look above and the exit.
+			if rest, ok = Line(c.Out.String(), prefix); ok {
+				return true
+			}
 			tb.Fatalf("helper %s exited (%v) before printing %q; output:\n%s", c.Name, c.err, prefix, c.Out)
 		default:
 		}
