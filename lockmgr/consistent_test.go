@@ -3,7 +3,9 @@ package lockmgr_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -103,4 +105,60 @@ func TestEveryExpiredOwnerIsTold(t *testing.T) {
 		require.ErrorIs(t, m.Release("r", o), lockmgr.ErrLockNotHeld, "owner %s is told once", o)
 	}
 	require.NoError(t, m.Release("r", "c"))
+}
+
+// Short-lived processes each acquire and release a resource of their own
+// in a table with room for three, and exit (one in five killed with
+// SIGKILL after its release): resources nobody holds are recycled, so none
+// finds the table full. (A process killed while it holds its resource
+// leaves it held, and marked inconsistent once reclaimed: such a resource
+// is never recycled, since its next holder must be told.)
+func TestDeadProcessesNamesComeBack(t *testing.T) {
+	t.Parallel()
+	_, _, path := newManagerAt(t, 4, lockmgr.Options{})
+	procs := 1000
+	if testproc.Race {
+		procs = 200
+	}
+	const atOnce = 3
+	for i := 0; i < procs; i += atOnce {
+		var batch []*testproc.Child
+		for j := i; j < min(i+atOnce, procs); j++ {
+			how := "exit"
+			if j%5 == 0 {
+				how = "wait"
+			}
+			batch = append(batch, testproc.Start(t, "claim-exit", path, fmt.Sprintf("job-%d", j), how))
+		}
+		for _, c := range batch {
+			if c.WaitLine(t, "ready"); strings.Contains(c.Out.String(), "exiting") {
+				c.WaitOK(t)
+			} else {
+				c.Kill(t)
+			}
+		}
+	}
+}
+
+// claimExitHelper acquires and releases resource NAME, then exits or
+// waits to be killed: PATH NAME exit|wait.
+func claimExitHelper(args []string) int {
+	seg, m, _, err := openHelper(args[0])
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	if _, err := m.Acquire(context.Background(), args[1], "me", lockmgr.Exclusive, lockmgr.AcquireOptions{}); err != nil {
+		return fail("acquire: %v", err)
+	}
+	if err := m.Release(args[1], "me"); err != nil {
+		return fail("release: %v", err)
+	}
+	if args[2] == "exit" {
+		fmt.Println("ready exiting")
+		return 0
+	}
+	fmt.Println("ready")
+	time.Sleep(2 * testTimeout)
+	return fail("not killed")
 }

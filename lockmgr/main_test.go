@@ -32,6 +32,7 @@ var helpers = map[string]func(args []string) int{
 	"collaborate":  collaborateHelper,  // PATH RESOURCE OWNER N
 	"hold":         holdHelper,         // PATH RESOURCE OWNER MODE
 	"tell":         tellHelper,         // PATH RESOURCE OWNER MARK (consistent_test.go)
+	"claim-exit":   claimExitHelper,    // PATH NAME exit|wait (consistent_test.go)
 	"wait":         waitHelper,         // PATH RESOURCE OWNER (sleepers_test.go)
 	"wait-cpu":     waitCPUHelper,      // PATH MODE (sleep_test.go)
 	"kill-worker":  killWorkerHelper,   // PATH RECORD (kill_test.go)

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
@@ -198,4 +200,76 @@ func stormHelper(args []string) int {
 		}
 		ops.Add(1)
 	}
+}
+
+// Short-lived processes each name an upgrade mutex of their own on a
+// segment of two, take a shared and a unique hold, and exit without Close,
+// one in five killed with SIGKILL: the names of the dead come back, and
+// none finds the table full.
+func TestDeadProcessesNamesComeBack(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 1, Upgrades: 2, UpgradeReaders: 4, LockMgrEntries: 1}})
+	require.NoError(t, err)
+	defer seg.Close()
+	procs := 1000
+	if testproc.Race {
+		procs = 200
+	}
+	const atOnce = 2
+	for i := 0; i < procs; i += atOnce {
+		var batch []*testproc.Child
+		for j := i; j < min(i+atOnce, procs); j++ {
+			how := "exit"
+			if j%5 == 0 {
+				how = "wait"
+			}
+			batch = append(batch, testproc.Start(t, "claim-exit", path, fmt.Sprintf("table-%d", j), how))
+		}
+		for _, c := range batch {
+			if c.WaitLine(t, "ready"); strings.Contains(c.Out.String(), "exiting") {
+				c.WaitOK(t)
+			} else {
+				c.Kill(t)
+			}
+		}
+	}
+	found, err := seg.CheckDirectories()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}
+
+// claimExitHelper names an upgrade mutex, takes a shared and then a unique
+// hold and releases them, and exits or waits to be killed, never closing
+// the handle: PATH NAME exit|wait.
+func claimExitHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	m, err := upgrade.Named(seg, args[1])
+	if err == nil {
+		err = m.LockShared()
+	}
+	if err == nil {
+		err = m.UnlockShared()
+	}
+	if err == nil {
+		err = m.Lock()
+	}
+	if err == nil {
+		err = m.Unlock()
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	if args[2] == "exit" {
+		fmt.Println("ready exiting")
+		return 0
+	}
+	fmt.Println("ready")
+	time.Sleep(3 * testTimeout)
+	return 1
 }

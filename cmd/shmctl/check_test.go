@@ -89,6 +89,14 @@ func TestCheckFindsDamage(t *testing.T) {
 			copy(d.Name[:], "queue\x00\x00\x00\x00\x00\x00\x00")
 			d.NameLen.Store(5)
 		}},
+		{"claim reference to no claim", "which is not claimed", func(t *testing.T, seg *shm.Segment) {
+			refs, _ := seg.Region(layout.KindClaimRefs)
+			r, err := memview.At[layout.ClaimRef](refs, uint64(len(refs))-layout.ClaimRefSize) // the last record, free
+			require.NoError(t, err)
+			r.Target.Store(layout.ClaimTarget(layout.KindOwnerSlots, 6))
+			r.Count.Store(1)
+			r.Owner.Store(proc.Self().Pack())
+		}},
 		{"slot owner with no pid", "has no pid", func(t *testing.T, seg *shm.Segment) {
 			s, _ := seg.Slot(0)
 			s.PID.Store(noPID)
