@@ -24,8 +24,9 @@ type locksOptions struct {
 func newCmdLocks(ios *IOStreams, runF func(*locksOptions) error) *cobra.Command {
 	opts := &locksOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "locks <segment>",
-		Short: "List the named resource locks (lockmgr)",
+		Use:     "locks <segment>",
+		Aliases: []string{"resources"}, // the package's noun
+		Short:   "List the named resource locks (lockmgr)",
 		Long: `List the named resource locks of the segment's lock-manager table, one row
 per holder: the resource, its mode (exclusive or collaborative), its state
 (acquired, expired: every hold past its TTL, unlocked), its version (the

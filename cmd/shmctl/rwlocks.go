@@ -33,8 +33,9 @@ const (
 func newCmdRWLocks(ios *IOStreams, runF func(*rwlocksOptions) error) *cobra.Command {
 	opts := &rwlocksOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "rwlocks <segment>",
-		Short: "List the upgrade mutexes (reader/writer locks) in use",
+		Use:     "rwlocks <segment>",
+		Aliases: []string{"upgrades"}, // the package's noun
+		Short:   "List the upgrade mutexes (reader/writer locks) in use",
 		Long: `List the upgrade mutexes (package upgrade) in use: claimed in the
 directory, or with any holder, reader record or sleeper. For each: its
 index, name and claims (refs); how it is held (free, shared, upgrade,

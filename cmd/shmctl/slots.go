@@ -19,8 +19,9 @@ type slotsOptions struct {
 func newCmdSlots(ios *IOStreams, runF func(*slotsOptions) error) *cobra.Command {
 	opts := &slotsOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "slots <segment>",
-		Short: "List the owner slots in use",
+		Use:     "slots <segment>",
+		Aliases: []string{"spinlocks"}, // the package's noun
+		Short:   "List the owner slots in use",
 		Long: `List the owner slots (spinlocks) in use: claimed in the directory, or with
 any field set. For each: its index, the name it was claimed under, its
 claims (refs), its mode, the owner's pid and whether that process is alive,
