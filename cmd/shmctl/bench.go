@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -119,6 +121,9 @@ func runBench(opts *benchOptions) error {
 		return bench.Work(cfg, me)
 	}
 	errOut := workerOutput(opts.IO.ErrOut)
+	if opts.IO.stderrTTY {
+		defer showProgress(errOut, cfg)()
+	}
 	res, code := bench.Drive(cfg, func(me int) (*exec.Cmd, error) {
 		cmd, err := selfCommand(benchArgs(cfg)...)
 		if err != nil {
@@ -139,6 +144,30 @@ func runBench(opts *benchOptions) error {
 		return exitStatus(code)
 	}
 	return nil
+}
+
+// showProgress redraws one line on stderr (a terminal) every half second
+// while the run goes on: what runs and for how long. stdout keeps its one
+// JSON line. The returned func ends it and clears the line.
+func showProgress(w io.Writer, cfg bench.Config) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			fmt.Fprintf(w, "\rbench: %s, %d procs x %d iters, %s lock: %.1fs", cfg.Workload, cfg.Procs, cfg.Iters, cfg.Lock, time.Since(start).Seconds())
+			select {
+			case <-done:
+				fmt.Fprint(w, "\r\x1b[K")
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // privateBenchPath is a path in /dev/shm that no other run uses: this

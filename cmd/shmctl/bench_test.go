@@ -262,3 +262,17 @@ func sidecarOf(t *testing.T, path string) string {
 	t.Cleanup(func() { _ = os.Remove(side) })
 	return side
 }
+
+// On a terminal, bench shows its progress on stderr (a line it redraws and
+// clears at the end); stdout keeps exactly its one JSON line.
+func TestBenchProgressOnTerminal(t *testing.T) {
+	t.Parallel()
+	ios, stdout, stderr := testIOStreams(false)
+	ios.stderrTTY = true
+	opts := &benchOptions{IO: ios, Workload: "counter", Procs: 2, Iters: 2000, Lock: "spin", Path: testproc.SegmentPath(t)}
+	require.NoError(t, runBench(opts))
+	assert.Contains(t, stderr.String(), "\rbench: counter, 2 procs x 2000 iters, spin lock: ")
+	assert.True(t, strings.HasSuffix(stderr.String(), "\r\x1b[K"), "the line is cleared at the end")
+	assert.Equal(t, 1, strings.Count(stdout.String(), "\n"), "one JSON line: %q", stdout.String())
+	assert.True(t, benchLine(t, stdout.String()).OK)
+}

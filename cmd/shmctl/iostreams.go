@@ -16,13 +16,14 @@ type IOStreams struct {
 	ErrOut io.Writer
 
 	stdoutTTY bool
+	stderrTTY bool           // progress lines go to a terminal only
 	noHeader  bool           // --no-header: tables without their header row
 	location  *time.Location // zone of terminal times; nil means time.Local
 }
 
 // newIOStreams wraps the process's stdout and stderr, or a test's buffers.
 func newIOStreams(stdout, stderr io.Writer) *IOStreams {
-	return &IOStreams{Out: stdout, ErrOut: stderr, stdoutTTY: isTerminal(stdout)}
+	return &IOStreams{Out: stdout, ErrOut: stderr, stdoutTTY: isTerminal(stdout), stderrTTY: isTerminal(stderr)}
 }
 
 // isTerminal reports whether w is a terminal (internal/fsys asks the
