@@ -66,6 +66,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdCheck(ios, nil),
 	)
 	addNoHeaderFlag(root, ios)
+	addWatch(root, ios)
 	strictBuiltins(root)
 	addCompletions(root)
 	return root
