@@ -66,6 +66,9 @@ func TestReadBrokenSegment(t *testing.T) {
 		t.Run(name+"/lock", func(t *testing.T) {
 			t.Parallel()
 			path := file(t)
+			if name == "missing" {
+				t.Skip("lock creates a missing segment: TestLockCreatesSegment")
+			}
 			line := requireOneLineError(t, shmctl(t, false, "lock", path, "job", "--", "true"), exitError)
 			assert.Contains(t, line, path)
 		})

@@ -34,8 +34,13 @@
 //	    print the named resource locks (package lockmgr), one row per holder
 //	shmctl stats SEGMENT [--json]
 //	    print the lock manager's statistics
-//	shmctl lock SEGMENT RESOURCE [--owner O] [--mode M] [--ttl D] [--wait D] -- CMD ARGS...
-//	    run CMD while holding the named lock; CMD's exit status is shmctl's
+//	shmctl lock [-s|-x] [-n|-w SECS] [-E N] [--ttl D] SEGMENT RESOURCE [--] CMD ARGS... | -c 'CMD'
+//	    run CMD while holding the named lock, as flock(1) does; CMD's exit
+//	    status is shmctl's (75 if -n or -w gave up)
+//	shmctl lock --hold-for PID SEGMENT RESOURCE
+//	    hold the lock for process PID (a shell) until unlock or its end
+//	shmctl unlock SEGMENT RESOURCE --hold-for PID | --owner O
+//	    release that hold
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
@@ -50,8 +55,9 @@
 // naming it and the create flag that sizes it; info and reclaim take any
 // segment. demo and bench start worker processes: this
 // program again (demo through the hidden demo-worker command, bench with
-// SHMCTL_BENCH_WORKER set); lock starts CMD through the hidden lock-exec
-// command, which execs CMD once the hold records its pid.
+// SHMCTL_BENCH_WORKER set); lock starts a CMD that gains privileges
+// (set-user-ID, set-group-ID, file capabilities) through the hidden
+// lock-exec command, which execs CMD once the hold records its pid.
 //
 // Output is for people on a terminal (aligned columns, local times) and for
 // programs in a pipe (tab-separated rows, RFC 3339 times); tables have a

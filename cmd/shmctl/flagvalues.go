@@ -26,6 +26,8 @@ func accepts(typ string) string {
 		return "true or false"
 	case "duration":
 		return "a duration such as 250ms, 2s or 1m30s"
+	case "seconds":
+		return "a number of seconds (2, 0.5) or a duration (250ms, 1m30s), 0 or more"
 	case "count":
 		return "a count of 1 or more (2e6 is accepted)"
 	case "size":

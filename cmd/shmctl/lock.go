@@ -1,32 +1,43 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"math"
 	"os"
-	"os/exec"
-	"os/signal"
-	"runtime"
 	"strconv"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
+	"github.com/spf13/pflag"
 
 	"github.com/shmlock/shmlock/lockmgr"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // minTTL is the shortest lease shmctl lock accepts: renewed every third of
 // it, which a process descheduled for a few milliseconds must still meet.
 const minTTL = 30 * time.Millisecond
 
-// Exit statuses of shmctl lock besides the command's own.
+// Exit statuses of shmctl lock besides the command's own; the 126, 127
+// and 128+N of sh(1), so a script reads them as it reads a shell's.
 const (
-	exitCannotRun = 127 // the command was not found or could not be started, as in sh(1)
-	exitSignalled = 128 // plus the signal that killed the command, as in sh(1)
+	// exitConflict is the default status when the lock is taken (-n) or
+	// the wait timed out (-w): EX_TEMPFAIL of sysexits.h, the status of
+	// BSD lockf(1) for the same case. flock(1)'s default, 1, is what most
+	// commands return for their own failures, so a script could not tell
+	// "not run" from "ran and failed".
+	exitConflict    = 75
+	exitNotRunnable = 126 // the command was found but could not be run
+	exitCannotRun   = 127 // the command was not found, as in sh(1)
+	exitSignalled   = 128 // plus the signal that killed the command or ended the wait
+)
+
+// The environment of the command shmctl lock runs.
+const (
+	envVersion   = "SHMLOCK_VERSION"   // the hold's fencing version
+	envReclaimed = "SHMLOCK_RECLAIMED" // 1: an earlier hold ended without its release
+	envSegment   = "SHMLOCK_SEGMENT"   // the segment's path
+	envResource  = "SHMLOCK_RESOURCE"  // the resource
 )
 
 type lockOptions struct {
@@ -36,61 +47,98 @@ type lockOptions struct {
 	Group    bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	Resource string
 	Owner    string
-	Mode     string
+	Mode     string // --mode, or "shared"/"exclusive" from -s/-x
 	TTL      time.Duration
-	Wait     time.Duration
-	Command  []string
+	// Timeout bounds the wait (-w); Block is false for -n or -w 0.
+	Timeout time.Duration
+	Block   bool
+	// ConflictExit is the exit status when the lock is taken or the wait
+	// timed out (-E).
+	ConflictExit int
+	// HoldFor keeps the hold for the process with this pid after shmctl
+	// exits, instead of running a command.
+	HoldFor int
+	Verbose bool
+	Command []string
+}
+
+// lockFlags are the flags of shmctl lock that flock(1) also has, kept
+// apart to check how they combine.
+type lockFlags struct {
+	shared, exclusive, nonblock, noFork, unlock, close bool
+	timeout                                            secondsValue
+	shell                                              string
 }
 
 func newCmdLock(ios *IOStreams, runF func(*lockOptions) error) *cobra.Command {
-	opts := &lockOptions{IO: ios}
+	opts := &lockOptions{IO: ios, ConflictExit: exitConflict}
+	var fl lockFlags
+	var timeout time.Duration
+	fl.timeout = secondsValue{d: &timeout}
 	cmd := &cobra.Command{
-		Use:   "lock <segment> <resource> [flags] -- <command> [args...]",
-		Short: "Run a command while holding a named resource lock (lockmgr)",
+		Use:   "lock [flags] <segment> <resource> [--] <command> [args...]",
+		Short: "Run a command while holding a named resource lock (a flock(1) replacement)",
 		Long: `Take the named resource lock, run the command, and release the lock when the
-command exits; the command's exit status becomes shmctl's (128+N if a
-signal N killed it, 127 if it could not be started).
+command exits; the command's exit status becomes shmctl's. The options are
+flock(1)'s: shmctl lock waits for the lock unless -n or -w says otherwise,
+-s takes it shared, -c runs a shell command. The segment is created (0600,
+or 0660 with --group) if it does not exist.
+
+The command's environment has SHMLOCK_VERSION, the hold's fencing version
+(it grows with every grant: pass it to what the lock protects to refuse
+writes from an older holder), SHMLOCK_RECLAIMED=1 if an earlier hold ended
+without its release (its process died or its lease lapsed) and the data
+may be half-updated, else 0, and SHMLOCK_SEGMENT and SHMLOCK_RESOURCE. A
+command that exits 0 after SHMLOCK_RECLAIMED=1 has repaired the data, as far
+as shmctl can know: the resource is marked consistent again, and the next
+holders are no longer told.
 
 The lock is never free while the command runs: the command is killed if
 shmctl dies (even by kill -9), and the hold records both processes, so it
-is reclaimed as a dead holder's only once neither lives. (flock(1) errs
-the other way: a command's forked children keep its lock.) SIGINT,
-SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to the command.
+is reclaimed as a dead holder's only once neither lives. The command's own
+children do not keep the lock (flock(1)'s inherited descriptor does). The
+signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
+the command.
 
-By default an exclusive conflict fails at once: exit status 1 and the
-RESOURCE_LOCKED code on stderr. --wait D retries with the backoff of
-the lock manager (100, 200, 400, 800, 1000 ms...), woken early by a release,
-for up to D (then WAIT_TIMEOUT). --ttl D makes the hold a lease of D that
-shmctl renews every D/3 while the command runs, so it lapses only if
-shmctl stops renewing it (stopped or wedged). If the hold was lost when the
-command ends (LOCK_TIMEOUT), that is reported on stderr and a zero exit
-status becomes 1.`,
-		Example: `  shmctl lock jobs backup -- tar czf /backup/home.tgz /home
-  shmctl lock jobs deploy --wait 30s --owner ci-42 -- ./deploy.sh
-  shmctl lock jobs report --mode collaborative -- ./append-report.sh`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			dash := cmd.ArgsLenAtDash()
-			if dash != 2 || len(args) < 3 {
-				return newUsageError(cmd, "lock takes a segment, a resource, then -- and a command")
-			}
-			return nil
-		},
+--hold-for PID holds the lock for another process, typically a shell, for
+a block of a script: shmctl takes the lock, ties it to that process and
+exits, printing SHMLOCK_VERSION=N and SHMLOCK_RECLAIMED=0|1 lines; 'shmctl
+unlock SEGMENT RESOURCE --hold-for PID' releases it, and so does the
+process's end (a waiter reclaims the hold of a dead process within about a
+second).
+
+Exit status: the command's; 75 (-E) if the lock was taken (-n) or the wait
+timed out (-w), the command not run; 128+N if signal N ended the wait or
+killed the command; 126 if the command could not be run, 127 if it was not
+found; 2 for a usage error; 1 if shmctl failed otherwise (a message says
+why), or if the hold was lost while the command ran (its lease lapsed) and
+the command exited 0.`,
+		Example: `  shmctl lock jobs backup tar czf /backup/home.tgz /home
+  shmctl lock -n jobs deploy -- ./deploy.sh || echo "a deploy is running"
+  shmctl lock -w 30 -E 3 jobs deploy -c 'make deploy'
+  shmctl lock -s jobs report ./append-report.sh
+
+  # a block of a script, released by the unlock or by the shell's end
+  out=$(shmctl lock --hold-for $$ jobs deploy) || exit; eval "$out"
+  ...
+  shmctl unlock jobs deploy --hold-for $$`,
+		Args: cobra.ArbitraryArgs, // split by lockArgs
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Segment, opts.Resource, opts.Command = args[0], args[1], args[2:]
+			pos, command, err := lockArgs(cmd, args)
+			if err != nil {
+				return err
+			}
+			if help, _ := cmd.Flags().GetBool("help"); help {
+				return cmd.Help()
+			}
+			if len(pos) != 2 {
+				return newUsageError(cmd, "lock takes a segment and a resource, then the command")
+			}
+			opts.Segment, opts.Resource, opts.Command = pos[0], pos[1], command
 			opts.Group = groupFlag(cmd)
-			if _, err := lockmgr.ParseMode(opts.Mode); err != nil {
-				return newUsageError(cmd, "--mode: %v", err)
-			}
-			if opts.TTL < 0 || opts.Wait < 0 {
-				return newUsageError(cmd, "--ttl and --wait must not be negative")
-			}
-			if opts.TTL != 0 && opts.TTL < minTTL {
-				// The hold is renewed every TTL/3: a shorter lease would lapse
-				// between renewals on a busy machine.
-				return newUsageError(cmd, "--ttl must be 0 (no lease) or at least %v, got %v", minTTL, opts.TTL)
-			}
-			if opts.Owner == "" {
-				opts.Owner = "shmctl-" + strconv.Itoa(os.Getpid())
+			opts.Timeout = timeout
+			if err := opts.resolve(cmd, &fl); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -98,199 +146,165 @@ status becomes 1.`,
 			return runLock(opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Owner, "owner", "", `owner name of the hold (default "shmctl-PID")`)
-	cmd.Flags().StringVar(&opts.Mode, "mode", "exclusive", "exclusive or collaborative")
-	cmd.Flags().DurationVar(&opts.TTL, "ttl", 0, "lease of the hold, renewed while the command runs (0: none)")
-	cmd.Flags().DurationVar(&opts.Wait, "wait", 0, "on a conflict, retry for up to this long (0: fail at once)")
+	cmd.Flags().SetInterspersed(false) // see lockArgs
+	f := cmd.Flags()
+	f.BoolVarP(&fl.shared, "shared", "s", false, "take the lock shared (--mode collaborative)")
+	f.BoolVarP(&fl.exclusive, "exclusive", "x", false, "take the lock exclusive (the default)")
+	f.BoolVarP(&fl.exclusive, "exclusive-e", "e", false, "same as -x, as in flock(1)")
+	f.BoolVarP(&fl.nonblock, "nonblock", "n", false, "fail at once (status -E) if the lock is taken")
+	f.BoolVar(&fl.nonblock, "nb", false, "same as --nonblock, as in flock(1)")
+	f.VarP(fl.timeout, "timeout", "w", "wait at most this long (status -E): seconds (2.5) or a duration (250ms)")
+	f.Var(fl.timeout, "wait", "same as --timeout")
+	f.IntVarP(&opts.ConflictExit, "conflict-exit-code", "E", exitConflict, "exit status when the lock is taken (-n) or the wait timed out (-w), 0-255")
+	f.StringVarP(&fl.shell, "command", "c", "", "run this command with $SHELL -c (or /bin/sh -c), as in flock(1)")
+	f.BoolVarP(&fl.close, "close", "o", false, "accepted for flock(1): the command's children never keep shmctl's lock")
+	f.BoolVarP(&fl.noFork, "no-fork", "F", false, "not supported: shmctl must outlive the command to release the lock")
+	f.BoolVarP(&fl.unlock, "unlock", "u", false, "not supported: use 'shmctl unlock SEGMENT RESOURCE --hold-for PID'")
+	f.BoolVar(&opts.Verbose, "verbose", false, "say on stderr how long the wait took and the hold's version")
+	f.StringVar(&opts.Mode, "mode", "", "exclusive, or collaborative (shared)")
+	f.StringVar(&opts.Owner, "owner", "", `owner name of the hold (default "shmctl-PID", or "hold-PID-START" with --hold-for)`)
+	f.DurationVar(&opts.TTL, "ttl", 0, "lease of the hold, renewed while the command runs (0: none)")
+	f.IntVar(&opts.HoldFor, "hold-for", 0, "hold the lock for process PID (a shell: $$) until 'shmctl unlock' or its end; no command")
+	for _, name := range []string{"exclusive-e", "nb", "close", "no-fork", "unlock"} {
+		_ = f.MarkHidden(name)
+	}
 	return cmd
 }
 
-func runLock(opts *lockOptions) error {
-	mode, _ := lockmgr.ParseMode(opts.Mode)
-	path, err := exec.LookPath(opts.Command[0])
-	if err != nil {
-		printError(opts.IO.ErrOut, err)
-		return exitStatus(exitCannotRun)
-	}
-	seg, m, err := openLockTable(opts.Segment, shm.Options{GroupAccess: opts.Group})
-	if err != nil {
-		return err
-	}
-	defer seg.Close()
-	// A signal that arrives while waiting for the lock ends the wait; later
-	// ones go to the command. The watcher is gone before the command
-	// starts, so no signal is taken by both or lost between them.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var interrupted os.Signal
-	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case interrupted = <-sigs:
-			cancel()
-		case <-stopWatch:
+// lockArgs splits shmctl lock's arguments into the segment and resource
+// and the command. Like flock(1), shmctl stops taking flags at the command
+// (cobra stops at the first argument: SetInterspersed(false)), so that
+// "shmctl lock jobs r ls -l" runs ls -l; flags may stand before, between
+// and after the segment and the resource, and "--" ends them.
+func lockArgs(cmd *cobra.Command, args []string) (pos, command []string, err error) {
+	fs := cmd.Flags()
+	dashed := cmd.ArgsLenAtDash() == 0
+	rest := args
+	parse := func() error {
+		if dashed || len(rest) == 0 || !strings.HasPrefix(rest[0], "-") {
+			return nil
 		}
-	}()
-	_, err = m.Acquire(ctx, opts.Resource, opts.Owner, mode, lockmgr.AcquireOptions{TTL: opts.TTL, Wait: opts.Wait})
-	close(stopWatch)
-	<-watchDone
-	if interrupted != nil {
-		if err == nil {
-			err = m.Release(opts.Resource, opts.Owner)
+		before := len(rest)
+		if err := fs.Parse(rest); err != nil {
+			return cmd.FlagErrorFunc()(cmd, err)
 		}
-		return errors.Join(fmt.Errorf("interrupted by %v while taking the lock; the command did not run", interrupted), err)
-	}
-	if err != nil {
-		return err
-	}
-	code, runErr := runLocked(m, opts, path, sigs)
-	relErr := m.Release(opts.Resource, opts.Owner)
-	if runErr != nil {
-		printError(opts.IO.ErrOut, runErr)
-	}
-	if relErr != nil {
-		printError(opts.IO.ErrOut, fmt.Errorf("releasing %q: %w", opts.Resource, relErr))
-		if code == exitOK {
-			code = exitError
-		}
-	}
-	if code == exitOK {
+		rest = fs.Args()
+		used := before - len(rest)
+		dashed = used > 0 && args[len(args)-len(rest)-1] == "--"
 		return nil
 	}
-	return exitStatus(code)
+	for len(pos) < 2 {
+		if err := parse(); err != nil {
+			return nil, nil, err
+		}
+		if len(rest) == 0 {
+			return pos, nil, nil
+		}
+		pos, rest = append(pos, rest[0]), rest[1:]
+	}
+	if err := parse(); err != nil {
+		return nil, nil, err
+	}
+	if len(rest) == 0 {
+		return pos, nil, nil
+	}
+	return pos, rest, nil
 }
 
-// runLocked runs the command while the lock is held and returns its exit
-// status. The command starts as "shmctl lock-exec", which waits until its
-// pid is recorded in the hold (SetCompanion) before it execs the command:
-// from its first instruction the command keeps the hold alive. The pid and
-// start time stay the same across exec, so the record names the command.
-func runLocked(m *lockmgr.Manager, opts *lockOptions, path string, sigs chan os.Signal) (int, error) {
-	r, w, err := os.Pipe()
+// resolve checks how the flags combine and fills in what they imply.
+func (o *lockOptions) resolve(cmd *cobra.Command, fl *lockFlags) error {
+	switch {
+	case fl.noFork:
+		return newUsageError(cmd, "-F/--no-fork is not supported: shmctl releases the lock when the command exits, so it cannot exec the command in its place")
+	case fl.unlock:
+		return newUsageError(cmd, "-u/--unlock is not supported: release a --hold-for hold with 'shmctl unlock SEGMENT RESOURCE --hold-for PID'")
+	case fl.shared && fl.exclusive:
+		return newUsageError(cmd, "-s/--shared and -x/--exclusive exclude each other")
+	case fl.nonblock && cmd.Flags().Changed("timeout") || fl.nonblock && cmd.Flags().Changed("wait"):
+		return newUsageError(cmd, "-n/--nonblock and -w/--timeout exclude each other")
+	case o.ConflictExit < 0 || o.ConflictExit > 255:
+		return newUsageError(cmd, "-E/--conflict-exit-code: %d is not an exit status, 0-255", o.ConflictExit)
+	case o.TTL < 0:
+		return newUsageError(cmd, "--ttl must not be negative")
+	case o.TTL != 0 && o.TTL < minTTL:
+		// The hold is renewed every TTL/3: a shorter lease would lapse
+		// between renewals on a busy machine.
+		return newUsageError(cmd, "--ttl must be 0 (no lease) or at least %v, got %v", minTTL, o.TTL)
+	}
+	mode := strings.ToLower(o.Mode)
+	switch {
+	case fl.shared && mode != "" && mode != "shared" && mode != "collaborative",
+		fl.exclusive && mode != "" && mode != "exclusive":
+		return newUsageError(cmd, "--mode %s contradicts -s/-x", o.Mode)
+	case fl.shared:
+		mode = "collaborative"
+	case mode == "" || fl.exclusive:
+		mode = "exclusive"
+	case mode == "shared":
+		mode = "collaborative"
+	}
+	if _, err := lockmgr.ParseMode(mode); err != nil {
+		return newUsageError(cmd, "--mode: %q is not exclusive, collaborative or shared", o.Mode)
+	}
+	o.Mode = mode
+	// Like flock(1): wait for ever unless -n, or -w says how long; -w 0
+	// does not wait.
+	waitSet := cmd.Flags().Changed("timeout") || cmd.Flags().Changed("wait")
+	o.Block = !fl.nonblock && (!waitSet || o.Timeout > 0)
+
+	if fl.shell != "" {
+		if len(o.Command) > 0 {
+			return newUsageError(cmd, "-c takes the whole command as one argument; got more after it: %q", o.Command)
+		}
+		shell := os.Getenv("SHELL")
+		if shell == "" {
+			shell = "/bin/sh"
+		}
+		o.Command = []string{shell, "-c", fl.shell}
+	}
+	switch {
+	case o.HoldFor < 0:
+		return newUsageError(cmd, "--hold-for: %d is not a process id", o.HoldFor)
+	case o.HoldFor > 0 && len(o.Command) > 0:
+		return newUsageError(cmd, "--hold-for runs no command: the lock is held until 'shmctl unlock' or the end of process %d", o.HoldFor)
+	case o.HoldFor > 0 && o.TTL > 0:
+		return newUsageError(cmd, "--hold-for and --ttl exclude each other: nothing would renew the lease after shmctl exits")
+	case o.HoldFor == 0 && len(o.Command) == 0:
+		return newUsageError(cmd, "lock takes a command to run (or -c 'command', or --hold-for PID)")
+	}
+	if o.Owner == "" && o.HoldFor == 0 {
+		o.Owner = "shmctl-" + strconv.Itoa(os.Getpid())
+	}
+	return nil
+}
+
+// secondsValue is a wait as flock(1) writes it, in seconds with an
+// optional fraction (2, 0.5), or as a Go duration (250ms, 1m30s).
+type secondsValue struct{ d *time.Duration }
+
+func (v secondsValue) String() string {
+	if v.d == nil || *v.d == 0 {
+		return "0"
+	}
+	return v.d.String()
+}
+
+func (v secondsValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
 	if err != nil {
-		return exitCannotRun, err
-	}
-	defer r.Close()
-	defer w.Close()
-	cmd, err := selfCommand(append([]string{"lock-exec", "--", path}, opts.Command...)...)
-	if err != nil {
-		return exitCannotRun, err
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, opts.IO.Out, opts.IO.ErrOut
-	cmd.ExtraFiles = []*os.File{r} // fd 3 in the child
-	// Pdeathsig fires when the thread that started the child exits, not
-	// the process: keep this goroutine on its thread until the child is
-	// reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
-		return exitCannotRun, err
-	}
-	_ = r.Close()
-	if err := m.SetCompanion(opts.Resource, opts.Owner, cmd.Process.Pid); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return exitError, fmt.Errorf("recording the command in the hold: %w", err)
-	}
-	if _, err := w.Write([]byte{1}); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return exitCannotRun, err
-	}
-	_ = w.Close()
-
-	done := make(chan struct{}) // from here on, signals are the command's
-	defer close(done)
-	go forward(sigs, cmd.Process, done)
-	if opts.TTL > 0 {
-		go renew(m, opts, done)
-	}
-	err = cmd.Wait()
-	if err == nil {
-		return exitOK, nil
-	}
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return exitSignalled + int(ws.Signal()), nil
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(f) || math.IsInf(f, 0) || f*float64(time.Second) > math.MaxInt64 {
+			return fmt.Errorf("bad wait %q", s)
 		}
-		return exit.ExitCode(), nil
+		d = time.Duration(f * float64(time.Second))
 	}
-	return exitError, err
+	if d < 0 {
+		return fmt.Errorf("negative wait %q", s)
+	}
+	*v.d = d
+	return nil
 }
 
-// forward passes the signals shmctl receives on to the command.
-func forward(sigs chan os.Signal, p *os.Process, done chan struct{}) {
-	for {
-		select {
-		case s := <-sigs:
-			_ = p.Signal(s)
-		case <-done:
-			return
-		}
-	}
-}
+func (v secondsValue) Type() string { return "seconds" }
 
-// renew refreshes the lease every third of it until done.
-func renew(m *lockmgr.Manager, opts *lockOptions, done chan struct{}) {
-	t := time.NewTicker(opts.TTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			if _, err := m.Refresh(opts.Resource, opts.Owner, opts.TTL); err != nil {
-				printError(opts.IO.ErrOut, fmt.Errorf("renewing the lease of %q: %w", opts.Resource, err))
-				return
-			}
-		case <-done:
-			return
-		}
-	}
-}
-
-// newCmdLockExec is the first stage of the command shmctl lock runs; it is
-// hidden from help.
-func newCmdLockExec(ios *IOStreams) *cobra.Command {
-	return &cobra.Command{
-		Use:    "lock-exec -- PATH ARGV0 ARGS...",
-		Short:  "Wait for shmctl lock to record this process, then exec the command",
-		Hidden: true,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 || len(args) < 2 {
-				return newUsageError(cmd, "lock-exec takes -- PATH ARGV0 ARGS...")
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			// fd 3 is the pipe from shmctl lock: one byte means go, end of
-			// file means shmctl gave up or died.
-			ready := os.NewFile(3, "lock-exec ready")
-			var b [1]byte
-			if n, _ := ready.Read(b[:]); n != 1 {
-				return exitStatus(exitCannotRun)
-			}
-			_ = ready.Close()
-			// Pdeathsig, which shmctl lock asked for when it started this
-			// process, is a setting of the thread it was set on, this
-			// process's first. Go may run this goroutine on another
-			// thread, and an exec from a thread that is not the first
-			// keeps only the calling thread's setting: none, so the
-			// command would outlive a killed shmctl lock and keep its
-			// hold. Set it again on the thread that execs. (Should
-			// shmctl lock die before this, the first thread's setting
-			// kills the whole process.)
-			runtime.LockOSThread()
-			if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-				printError(ios.ErrOut, fmt.Errorf("prctl PR_SET_PDEATHSIG: %w", err))
-				return exitStatus(exitCannotRun)
-			}
-			err := syscall.Exec(args[0], args[1:], os.Environ())
-			printError(ios.ErrOut, fmt.Errorf("exec %s: %w", args[0], err))
-			return exitStatus(exitCannotRun)
-		},
-	}
-}
+var _ pflag.Value = secondsValue{}

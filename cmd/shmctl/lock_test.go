@@ -34,15 +34,43 @@ func lockSegment(t *testing.T) (*shm.Segment, *lockmgr.Manager) {
 func TestLockFlags(t *testing.T) {
 	t.Parallel()
 	pid := "shmctl-" + strconv.Itoa(os.Getpid())
+	shell := os.Getenv("SHELL")
+	if shell == "" {
+		shell = "/bin/sh"
+	}
+	base := lockOptions{Segment: "jobs", Resource: "r", Owner: pid, Mode: "exclusive", Block: true, ConflictExit: exitConflict}
+	with := func(f func(o *lockOptions)) lockOptions {
+		o := base
+		f(&o)
+		return o
+	}
 	tests := []struct {
 		args []string
 		want lockOptions
 	}{
-		{[]string{"jobs", "r", "--", "true"}, lockOptions{Segment: "jobs", Resource: "r", Owner: pid, Mode: "exclusive", Command: []string{"true"}}},
+		{[]string{"jobs", "r", "--", "true"}, with(func(o *lockOptions) { o.Command = []string{"true"} })},
 		{[]string{"jobs", "r", "--owner", "ci", "--mode", "collaborative", "--ttl", "1m", "--wait", "5s", "--", "sh", "-c", "x --y"},
-			lockOptions{Segment: "jobs", Resource: "r", Owner: "ci", Mode: "collaborative", TTL: time.Minute, Wait: 5 * time.Second,
-				Command: []string{"sh", "-c", "x --y"}}},
-		{[]string{"jobs", "r", "--group", "--", "true"}, lockOptions{Segment: "jobs", Resource: "r", Group: true, Owner: pid, Mode: "exclusive", Command: []string{"true"}}},
+			with(func(o *lockOptions) {
+				o.Owner, o.Mode, o.TTL, o.Timeout, o.Command = "ci", "collaborative", time.Minute, 5*time.Second, []string{"sh", "-c", "x --y"}
+			})},
+		{[]string{"jobs", "r", "--group", "--", "true"}, with(func(o *lockOptions) { o.Group, o.Command = true, []string{"true"} })},
+		// flock(1)'s order: flags first, no "--"; the command's own flags are its own.
+		{[]string{"-n", "-s", "jobs", "r", "ls", "-l", "--all"}, with(func(o *lockOptions) {
+			o.Block, o.Mode, o.Command = false, "collaborative", []string{"ls", "-l", "--all"}
+		})},
+		{[]string{"-w", "2.5", "-E", "3", "jobs", "r", "-c", "echo hi"}, with(func(o *lockOptions) {
+			o.Timeout, o.ConflictExit, o.Command = 2500*time.Millisecond, 3, []string{shell, "-c", "echo hi"}
+		})},
+		{[]string{"jobs", "r", "-w", "0", "true"}, with(func(o *lockOptions) { o.Block, o.Command = false, []string{"true"} })},
+		{[]string{"jobs", "-x", "r", "--timeout", "250ms", "--", "true"}, with(func(o *lockOptions) {
+			o.Timeout, o.Command = 250*time.Millisecond, []string{"true"}
+		})},
+		{[]string{"jobs", "r", "--mode", "SHARED", "-o", "--verbose", "true"}, with(func(o *lockOptions) {
+			o.Mode, o.Verbose, o.Command = "collaborative", true, []string{"true"}
+		})},
+		{[]string{"-e", "--nb", "jobs", "r", "true"}, with(func(o *lockOptions) { o.Block, o.Command = false, []string{"true"} })},
+		{[]string{"--hold-for", "123", "jobs", "r"}, with(func(o *lockOptions) { o.Owner, o.HoldFor = "", 123 })},
+		{[]string{"--", "jobs", "-r", "-n"}, with(func(o *lockOptions) { o.Resource, o.Command = "-r", []string{"-n"} })},
 	}
 	for _, tt := range tests {
 		got, ios := parsedOptions(t, newCmdLock, tt.args)
@@ -50,17 +78,33 @@ func TestLockFlags(t *testing.T) {
 		assert.Equal(t, &tt.want, got, "args %q", tt.args)
 	}
 	for _, args := range [][]string{
-		{"lock", "jobs", "r", "true"},  // no --
-		{"lock", "jobs", "--", "true"}, // no resource
+		{"lock", "jobs", "r"},          // no command
 		{"lock", "jobs", "r", "--"},    // no command
-		{"lock", "jobs", "r", "--mode", "shared", "--", "true"},
+		{"lock", "jobs", "--", "true"}, // no command: true is the resource
+		{"lock", "jobs"},
+		{"lock", "jobs", "r", "--mode", "solo", "--", "true"},
 		{"lock", "jobs", "r", "--ttl", "-1s", "--", "true"},
 		{"lock", "jobs", "r", "--ttl", "1ns", "--", "true"}, // panicked in NewTicker, leaving a hold behind
 		{"lock", "jobs", "r", "--ttl", "29ms", "--", "true"},
+		{"lock", "-s", "-x", "jobs", "r", "true"},
+		{"lock", "-s", "--mode", "exclusive", "jobs", "r", "true"},
+		{"lock", "-n", "-w", "1", "jobs", "r", "true"},
+		{"lock", "-w", "-1", "jobs", "r", "true"},
+		{"lock", "-E", "256", "jobs", "r", "true"},
+		{"lock", "-F", "jobs", "r", "true"},
+		{"lock", "-u", "jobs", "r"},
+		{"lock", "jobs", "r", "-c", "echo", "extra"},
+		{"lock", "--hold-for", "1", "jobs", "r", "true"},
+		{"lock", "--hold-for", "-1", "jobs", "r"},
+		{"lock", "--hold-for", "5", "--ttl", "1m", "jobs", "r"},
+		{"lock", "jobs", "r", "--no-such-flag", "true"},
 	} {
 		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
 		assert.Contains(t, line, "shmctl lock --help", "args %q", args)
 	}
+	r := shmctl(t, false, "lock", "jobs", "r", "--help")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "--conflict-exit-code")
 }
 
 func TestLockRunsCommand(t *testing.T) {
@@ -97,12 +141,14 @@ func TestLockConflict(t *testing.T) {
 	seg, m := lockSegment(t)
 	_, err := m.Acquire(context.Background(), "job", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	line := requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--", "true"), exitError)
+	line := requireOneLineError(t, shmctl(t, false, "lock", "-n", seg.Path(), "job", "--", "true"), exitConflict)
 	require.Contains(t, line, "RESOURCE_LOCKED")
-	line = requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--wait", "30ms", "--", "true"), exitError)
+	line = requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--wait", "30ms", "--", "true"), exitConflict)
 	require.Contains(t, line, "WAIT_TIMEOUT")
-	r := shmctl(t, false, "lock", seg.Path(), "job", "--mode", "collaborative", "--", "true")
-	require.Contains(t, r.stderr, "RESOURCE_LOCKED")
+	line = requireOneLineError(t, shmctl(t, false, "lock", "-w", "0.03", "-E", "9", seg.Path(), "job", "true"), 9)
+	require.Contains(t, line, "WAIT_TIMEOUT")
+	line = requireOneLineError(t, shmctl(t, false, "lock", "-w", "0", "-s", seg.Path(), "job", "true"), exitConflict)
+	require.Contains(t, line, "RESOURCE_LOCKED")
 	require.NoError(t, m.Release("job", "holder"))
 }
 
@@ -114,10 +160,16 @@ func TestLockKilled(t *testing.T) {
 	c := startLock(t, seg.Path(), "job", "--owner", "doomed", "--ttl", "1h",
 		"--", "sh", "-c", "echo running; exec sleep 60")
 	c.WaitLine(t, "running")
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Len(t, ri.Holders, 1)
-	h := ri.Holders[0]
+	// The command may print before shmctl records it in the hold (while
+	// shmctl lives, its own record keeps the hold).
+	var h lockmgr.HolderInfo
+	testproc.WaitFor(t, func() bool {
+		ri, err := m.Inspect("job")
+		require.NoError(t, err)
+		require.Len(t, ri.Holders, 1)
+		h = ri.Holders[0]
+		return h.Companion != 0
+	}, "the command recorded in the hold")
 	require.Equal(t, c.PID(), h.PID)
 	require.NotZero(t, h.Companion)
 	require.True(t, h.Alive)
@@ -248,9 +300,9 @@ func TestLockInterruptedWait(t *testing.T) {
 	err = c.Wait(t)
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
-	require.Equal(t, exitError, exit.ExitCode())
+	require.Equal(t, exitSignalled+int(syscall.SIGTERM), exit.ExitCode(), "as a shell's status after SIGTERM")
 	got := c.Out.String()
-	require.Contains(t, got, "interrupted by terminated while taking the lock")
+	require.Contains(t, got, "interrupted by terminated while waiting for the lock")
 	require.NotContains(t, got, "ran")
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)

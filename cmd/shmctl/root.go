@@ -21,8 +21,9 @@ demo, bench and rm ignore --group.
 
 Errors are one line on stderr. The exit status is 0 on success, 1 on
 failure, 2 for bad usage; bench exits 3 for a workload its lock does not
-support, and lock with its command's status (128+N if signal N killed it,
-127 if it could not be started).
+support, and lock with its command's status (75 if the lock was taken and
+-n or -w gave up, 128+N if signal N killed the command or ended the wait,
+126 or 127 if it could not be started).
 
 New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		// Errors and usage are reported by execute, one line each.

@@ -33,6 +33,17 @@ type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("shmctl: exit status %d", int(e)) }
 
+// statusError is a failure reported on stderr, like any other, with an
+// exit status of its own: shmctl lock's conflict status (-E) and the
+// 128+N of a signal that ended its wait.
+type statusError struct {
+	code int
+	err  error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
 // usageError is a mistake on the command line, reported with exit status
 // exitUsage and a pointer to the command's help.
 type usageError struct {
@@ -90,6 +101,10 @@ func execute(root *cobra.Command, args []string, ios *IOStreams) (code int) {
 	}
 	if status, ok := errors.AsType[exitStatus](err); ok {
 		return int(status)
+	}
+	if se, ok := errors.AsType[*statusError](err); ok {
+		printError(ios.ErrOut, se.err)
+		return se.code
 	}
 	printError(ios.ErrOut, err)
 	if _, ok := errors.AsType[*usageError](err); ok {

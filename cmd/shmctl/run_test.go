@@ -201,7 +201,7 @@ func TestEveryFlagBadValue(t *testing.T) {
 	t.Parallel()
 	bad := map[string]string{
 		"int": "many", "int64": "many", "uint": "-1", "uint64": "many", "bool": "maybe",
-		"duration": "soon", "size": "1XB", "count": "many",
+		"duration": "soon", "seconds": "soon", "size": "1XB", "count": "many",
 	}
 	ios, _, _ := testIOStreams(false)
 	root := newCmdRoot(ios)

@@ -32,6 +32,10 @@ type unlockOptions struct {
 	IgnoreCheck bool
 	JSON        bool
 	Group       bool
+	// HoldFor and Owner name a hold of a resource to release, kept for a
+	// process by 'shmctl lock --hold-for' or taken under an owner name.
+	HoldFor int
+	Owner   string
 }
 
 // unlockJSON says what unlock --force freed.
@@ -52,9 +56,17 @@ type unlockJSON struct {
 func newCmdUnlock(ios *IOStreams, runF func(*unlockOptions) error) *cobra.Command {
 	opts := &unlockOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "unlock <segment> <name> --force [--kind slot|upgrade|resource]",
-		Short: "Free a lock an operator names, whoever holds it",
-		Long: `Free the named lock whoever holds it, alive or not: an owner slot
+		Use:   "unlock <segment> <name> (--hold-for PID | --owner NAME | --force [--kind slot|upgrade|resource])",
+		Short: "Release a hold kept for a shell, or free a lock an operator names",
+		Long: `With --hold-for PID, release the hold of resource NAME that 'shmctl lock
+--hold-for PID' took for that process (the same process: a later one with
+the same pid is another owner); with --owner, the hold of that owner. A
+hold that is released this way ended as its owner meant, so the resource
+is marked consistent first: after SHMLOCK_RECLAIMED=1, reaching the unlock
+says the data was repaired. It is an error if the owner holds no lock on
+NAME.
+
+With --force, free the named lock whoever holds it, alive or not: an owner slot
 (spinlock), an upgrade mutex (every hold: writer, upgrade holder, readers),
 or a lock-manager resource (every holder). It is for a holder that is stuck
 but alive, which reclaim never touches: a dead holder's lock is freed by
@@ -67,14 +79,30 @@ told until one repairs the data and says so. --force is required. The name
 is looked up among the slots, the upgrade mutexes and the resources;
 --kind picks one where it names several. A segment that fails 'shmctl
 check' is refused unless --ignore-check.`,
-		Example: `  shmctl unlock jobs queue --force
+		Example: `  shmctl unlock jobs deploy --hold-for $$
+  shmctl unlock jobs queue --force
   shmctl unlock jobs deploy --force --kind resource --json`,
 		Args: exactArgs(2, "a segment and a lock's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment, opts.Name = args[0], args[1]
 			opts.Group = groupFlag(cmd)
-			if !opts.Force {
-				return newUsageError(cmd, "unlock frees a lock another process may still use: say --force")
+			holds := cmd.Flags().Changed("hold-for") || opts.Owner != ""
+			switch {
+			case holds && opts.Force:
+				return newUsageError(cmd, "--force frees a lock whoever holds it: --hold-for and --owner name one holder")
+			case opts.HoldFor != 0 && opts.Owner != "":
+				return newUsageError(cmd, "--hold-for and --owner exclude each other")
+			case holds && (opts.Kind != "" && opts.Kind != unlockResource || opts.IgnoreCheck || opts.JSON):
+				return newUsageError(cmd, "--kind, --ignore-check and --json go with --force")
+			case cmd.Flags().Changed("hold-for") && opts.HoldFor <= 0:
+				return newUsageError(cmd, "--hold-for: %d is not a process id", opts.HoldFor)
+			case holds:
+				if runF != nil {
+					return runF(opts)
+				}
+				return runReleaseHold(opts)
+			case !opts.Force:
+				return newUsageError(cmd, "unlock frees a lock another process may still use: say --force (or --hold-for PID, --owner NAME for a hold of yours)")
 			}
 			switch opts.Kind {
 			case "", unlockSlot, unlockUpgrade, unlockResource:
@@ -87,7 +115,9 @@ check' is refused unless --ignore-check.`,
 			return runUnlock(opts)
 		},
 	}
-	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it (required)")
+	cmd.Flags().IntVar(&opts.HoldFor, "hold-for", 0, "release the hold 'shmctl lock --hold-for PID' took for process PID")
+	cmd.Flags().StringVar(&opts.Owner, "owner", "", "release this owner's hold of the resource")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it")
 	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
 	cmd.Flags().BoolVar(&opts.IgnoreCheck, "ignore-check", false, "unlock even on a segment that fails 'shmctl check'")
 	addJSONFlag(cmd, &opts.JSON)

@@ -41,9 +41,14 @@ func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...fu
 			fmt.Fprintf(os.Stderr, "testproc: no helper %q\n", name)
 			os.Exit(2)
 		}
-		var args []string
-		if a := os.Getenv(envArgs); a != "" {
-			args = strings.Split(a, argSep)
+		// A helper started by Script has its arguments on its command
+		// line (and no envArgs); one started by Command, in envArgs.
+		args := os.Args[1:]
+		if a, ok := os.LookupEnv(envArgs); ok {
+			args = nil
+			if a != "" {
+				args = strings.Split(a, argSep)
+			}
 		}
 		os.Exit(h(args))
 	}
@@ -85,6 +90,28 @@ func Command(name string, args ...string) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
+
+// Script writes, in a temporary directory of tb's, an executable shell
+// script that runs helper name with the script's own arguments, and
+// returns its path: for tests that drive a helper from a shell, as a user
+// drives a program ("$SHMCTL" lock ... &).
+func Script(tb testing.TB, name string) string {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatalf("finding the test binary: %v", err)
+	}
+	path := filepath.Join(tb.TempDir(), name)
+	body := fmt.Sprintf("#!/bin/sh\nunset %s\n%s=%s GORACE=atexit_sleep_ms=0 exec %s \"$@\"\n",
+		envArgs, envHelper, shellQuote(name), shellQuote(exe))
+	if err := os.WriteFile(path, []byte(body), 0o700); err != nil {
+		tb.Fatalf("writing %s: %v", path, err)
+	}
+	return path
+}
+
+// shellQuote quotes s for sh(1).
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 var seq atomic.Uint64
 

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func runLock(opts *lockOptions) error {
+	var path string
+	if opts.HoldFor == 0 {
+		p, err := exec.LookPath(opts.Command[0])
+		if err != nil {
+			code := exitCannotRun
+			if errors.Is(err, fs.ErrPermission) {
+				code = exitNotRunnable
+			}
+			return &statusError{code: code, err: err}
+		}
+		path = p
+	}
+	owner := opts.Owner
+	var holder proc.Identity // --hold-for's process
+	if opts.HoldFor > 0 {
+		id, err := holdProcess(opts.HoldFor)
+		if err != nil {
+			return err
+		}
+		holder = id
+		if owner == "" {
+			owner = holdOwner(id)
+		}
+	}
+	seg, err := shm.OpenOrCreate(opts.Segment, shm.Options{GroupAccess: opts.Group})
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	if err := needTables(seg, layout.KindLockMgr); err != nil {
+		return err
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return err
+	}
+	// A signal that arrives while waiting for the lock ends the wait; later
+	// ones go to the command. The watcher is gone before the command
+	// starts, so no signal is taken by both or lost between them.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var interrupted os.Signal
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case interrupted = <-sigs:
+			cancel()
+		case <-stopWatch:
+		}
+	}()
+	mode, _ := lockmgr.ParseMode(opts.Mode)
+	ao := lockmgr.AcquireOptions{TTL: opts.TTL}
+	if opts.Block {
+		ao.Retries, ao.Wait = lockmgr.RetryForever, opts.Timeout
+	}
+	began := time.Now()
+	info, err := m.Acquire(ctx, opts.Resource, owner, mode, ao)
+	close(stopWatch)
+	<-watchDone
+	if interrupted != nil {
+		if err == nil {
+			err = m.Release(opts.Resource, owner)
+		}
+		return &statusError{code: exitSignalled + int(interrupted.(syscall.Signal)),
+			err: errors.Join(fmt.Errorf("interrupted by %v while waiting for the lock; the command did not run", interrupted), err)}
+	}
+	switch {
+	case errors.Is(err, lockmgr.ErrResourceLocked), errors.Is(err, lockmgr.ErrTimeout), errors.Is(err, lockmgr.ErrTooManyHolders):
+		return &statusError{code: opts.ConflictExit, err: err}
+	case err != nil:
+		return err
+	}
+	if opts.Verbose {
+		fmt.Fprintf(opts.IO.ErrOut, "shmctl: took %s %q (%s) after %v: version %d, reclaimed %s\n",
+			opts.Mode, opts.Resource, seg.Path(), time.Since(began).Round(time.Microsecond), info.Version, reclaimedEnv(info))
+	}
+	if opts.HoldFor > 0 {
+		return holdForProcess(m, opts, holder, info)
+	}
+	code, runErr := runLocked(m, opts, info, path, seg.Path(), sigs)
+	if runErr != nil {
+		printError(opts.IO.ErrOut, runErr)
+	}
+	var relErr error
+	if code == exitOK && (info.Reclaimed || info.Inconsistent) {
+		// The command was told SHMLOCK_RECLAIMED=1 and succeeded: the
+		// data is as it wants it.
+		relErr = m.MarkConsistent(opts.Resource, owner)
+	}
+	relErr = errors.Join(relErr, m.Release(opts.Resource, owner))
+	if relErr != nil {
+		printError(opts.IO.ErrOut, fmt.Errorf("releasing %q: %w", opts.Resource, relErr))
+		if code == exitOK {
+			code = exitError
+		}
+	}
+	if code == exitOK {
+		return nil
+	}
+	return exitStatus(code)
+}
+
+// reclaimedEnv is SHMLOCK_RECLAIMED's value: "1" if an earlier hold of the
+// resource ended without its release and no holder has since said that the
+// data is consistent.
+func reclaimedEnv(info lockmgr.LockInfo) string {
+	if info.Reclaimed || info.Inconsistent {
+		return "1"
+	}
+	return "0"
+}
+
+// lockEnv is what the command's environment adds to env: the hold's facts.
+func lockEnv(env []string, seg string, info lockmgr.LockInfo) []string {
+	return append(env,
+		envVersion+"="+strconv.FormatUint(info.Version, 10),
+		envReclaimed+"="+reclaimedEnv(info),
+		envSegment+"="+seg,
+		envResource+"="+info.Resource)
+}
+
+// runLocked runs the command while the lock is held and returns its exit
+// status.
+//
+// The command runs directly, as shmctl's child, killed by the kernel when
+// shmctl dies (Pdeathsig), and recorded in the hold as its companion right
+// after it starts. The hold is never reclaimable while the command runs:
+// until the record is made, shmctl's own life keeps the hold, and the
+// command cannot outlive shmctl. That holds for every command except one
+// that gains privileges (set-user-ID, set-group-ID or file capabilities):
+// the kernel clears Pdeathsig when it execs such a file. Such a command
+// starts as "shmctl lock-exec", which waits until its pid is recorded
+// before it execs the command (the pid and start time stay the same
+// across exec, so the record names the command from its first
+// instruction).
+func runLocked(m *lockmgr.Manager, opts *lockOptions, info lockmgr.LockInfo, path, segPath string, sigs chan os.Signal) (int, error) {
+	var cmd *exec.Cmd
+	var ready *os.File // the lock-exec stage's go-ahead
+	if gainsPrivileges(path) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return exitCannotRun, err
+		}
+		defer r.Close()
+		defer w.Close()
+		cmd, err = selfCommand(append([]string{"lock-exec", "--", path}, opts.Command...)...)
+		if err != nil {
+			return exitCannotRun, err
+		}
+		cmd.ExtraFiles = []*os.File{r} // fd 3 in the child
+		ready = w
+	} else {
+		cmd = &exec.Cmd{Path: path, Args: opts.Command, SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+	}
+	cmd.Env = lockEnv(cmd.Environ(), segPath, info)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, opts.IO.Out, opts.IO.ErrOut
+	// Pdeathsig fires when the thread that started the child exits, not
+	// the process: keep this goroutine on its thread until the child is
+	// reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return exitNotRunnable, err
+	}
+	if ready != nil {
+		_ = cmd.ExtraFiles[0].Close()
+	}
+	if err := m.SetCompanion(opts.Resource, info.Owner, cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return exitError, fmt.Errorf("recording the command in the hold: %w", err)
+	}
+	if ready != nil {
+		if _, err := ready.Write([]byte{1}); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return exitCannotRun, err
+		}
+		_ = ready.Close()
+	}
+
+	done := make(chan struct{}) // from here on, signals are the command's
+	defer close(done)
+	go forward(sigs, cmd.Process, done)
+	if opts.TTL > 0 {
+		go renew(m, opts, info.Owner, done)
+	}
+	err := cmd.Wait()
+	if err == nil {
+		return exitOK, nil
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return exitSignalled + int(ws.Signal()), nil
+		}
+		return exit.ExitCode(), nil
+	}
+	return exitError, err
+}
+
+// gainsPrivileges reports whether exec of path may change the process's
+// credentials: set-user-ID or set-group-ID bits, or file capabilities.
+// The kernel then clears the parent-death signal.
+func gainsPrivileges(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+		return true // if in doubt, the staged start is always safe
+	}
+	_, err = unix.Getxattr(path, "security.capability", nil)
+	return err == nil
+}
+
+// forward passes the signals shmctl receives on to the command.
+func forward(sigs chan os.Signal, p *os.Process, done chan struct{}) {
+	for {
+		select {
+		case s := <-sigs:
+			_ = p.Signal(s)
+		case <-done:
+			return
+		}
+	}
+}
+
+// renew refreshes the lease every third of it until done.
+func renew(m *lockmgr.Manager, opts *lockOptions, owner string, done chan struct{}) {
+	t := time.NewTicker(opts.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if _, err := m.Refresh(opts.Resource, owner, opts.TTL); err != nil {
+				printError(opts.IO.ErrOut, fmt.Errorf("renewing the lease of %q: %w", opts.Resource, err))
+				return
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+// newCmdLockExec is the first stage of the command shmctl lock runs; it is
+// hidden from help.
+func newCmdLockExec(ios *IOStreams) *cobra.Command {
+	return &cobra.Command{
+		Use:    "lock-exec -- PATH ARGV0 ARGS...",
+		Short:  "Wait for shmctl lock to record this process, then exec the command",
+		Hidden: true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 || len(args) < 2 {
+				return newUsageError(cmd, "lock-exec takes -- PATH ARGV0 ARGS...")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// fd 3 is the pipe from shmctl lock: one byte means go, end of
+			// file means shmctl gave up or died.
+			ready := os.NewFile(3, "lock-exec ready")
+			var b [1]byte
+			if n, _ := ready.Read(b[:]); n != 1 {
+				return exitStatus(exitCannotRun)
+			}
+			_ = ready.Close()
+			// Pdeathsig, which shmctl lock asked for when it started this
+			// process, is a setting of the thread it was set on, this
+			// process's first. Go may run this goroutine on another
+			// thread, and an exec from a thread that is not the first
+			// keeps only the calling thread's setting: none, so the
+			// command would outlive a killed shmctl lock and keep its
+			// hold. Set it again on the thread that execs. (Should
+			// shmctl lock die before this, the first thread's setting
+			// kills the whole process.)
+			runtime.LockOSThread()
+			if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+				printError(ios.ErrOut, fmt.Errorf("prctl PR_SET_PDEATHSIG: %w", err))
+				return exitStatus(exitCannotRun)
+			}
+			err := syscall.Exec(args[0], args[1:], os.Environ())
+			printError(ios.ErrOut, fmt.Errorf("exec %s: %w", args[0], err))
+			return exitStatus(exitCannotRun)
+		},
+	}
+}
