@@ -14,11 +14,16 @@
 //	       txn records        TxnRecords x 128 bytes (reserved for package txn)
 //	       txn arena          TxnArenaBytes, in 64-byte units (reserved for package txn)
 //	       lock-manager table LockMgrEntries x 256 bytes (reserved for package lockmgr)
+//	       upgrade readers    UpgradeReaders x Upgrades x 16 bytes
+//	       claim references   ClaimRefs x 16 bytes
+//	       region directory   DataRegions x 64 bytes   name, offset and size of each data region
+//	       data area          DataBytes, in 64-byte units: the regions' memory
 //
 // Plan computes where each table goes, Encode writes a header, and Validate
 // checks a header read from an untrusted file: it never panics, never reads
 // out of bounds and returns a *FormatError that errors.Is matches against one
-// of the Err sentinels.
+// of the Err sentinels. DecodeRegions does the same for the region directory,
+// whose entries change while the segment is in use.
 //
 //	h, err := layout.Plan(layout.Options{Slots: 64, Upgrades: 8})
 //	buf := make([]byte, h.TotalSize)

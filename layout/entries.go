@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Entry sizes (format version 2).
+// Entry sizes (format version 3).
 const (
 	OwnerSlotSize    = 32
 	DirEntrySize     = 64
@@ -17,6 +17,8 @@ const (
 	LockMgrEntrySize = 256
 	ReaderRecordSize = 16
 	ClaimRefSize     = 16
+	RegionEntrySize  = 64
+	DataUnit         = 64
 )
 
 // OwnerSlot is the unified owner record: one 32-byte record that says

@@ -10,7 +10,7 @@ import (
 
 // Plan places every table of a new segment after the header.
 func ExamplePlan() {
-	h, err := layout.Plan(layout.Options{Slots: 8, Upgrades: 2, LockMgrEntries: 4, UpgradeReaders: 4, ClaimRefs: 20})
+	h, err := layout.Plan(layout.Options{Slots: 8, Upgrades: 2, LockMgrEntries: 4, UpgradeReaders: 4, ClaimRefs: 20, DataRegions: 2, DataBytes: 256})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -29,6 +29,8 @@ func ExamplePlan() {
 	// lockmgr           offset 0x600 count 4
 	// upgrade_readers   offset 0xa00 count 8
 	// claim_refs        offset 0xa80 count 20
+	// region_directory  offset 0xbc0 count 2
+	// data              offset 0xc40 count 4
 	// total size 4096
 }
 

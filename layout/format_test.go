@@ -42,6 +42,7 @@ func TestFormatDocMatchesLayout(t *testing.T) {
 	checkFormatStruct(t, "LockMgrEntry", layout.LockMgrEntry{})
 	checkFormatStruct(t, "LockMgrHolder", layout.LockMgrHolder{})
 	checkFormatStruct(t, "ClaimRef", layout.ClaimRef{})
+	checkFormatStruct(t, "RegionEntry", layout.RegionEntry{})
 
 	rows, err := readme.FormatTable(formatDoc, "Header")
 	require.NoError(t, err)

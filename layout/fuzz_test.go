@@ -50,6 +50,7 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 		{"size-mismatch", small, total + layout.PageSize},
 		{"bad-checksum", flip(layout.OffBootID)(bytes.Clone(small)), total},
 		{"version-next", sealed(putU32(layout.OffVersion, layout.Version+1)), total},
+		{"version-previous", sealed(putU32(layout.OffVersion, layout.Version-1)), total},
 		{"offset-wraps", sealed(putDesc64(layout.KindLockMgr, layout.DescOffset, ^uint64(layout.CacheLine-1))), total},
 		{"tables-overlap", sealed(addDesc64(layout.KindSlotDirectory, layout.DescOffset, -layout.CacheLine)), total},
 		{"reserved-byte", sealed(func(b []byte) []byte { b[layout.OffReserved] = 1; return b }), total},

@@ -11,8 +11,10 @@ const (
 	Magic = "SHMLOCK\x00" // the first 8 bytes of every segment
 	// Version is bumped on any incompatible change of the format. 2: the
 	// txn arena's control area holds package txn's own locks (version 1
-	// claimed owner slots for them, out of the user's table).
-	Version    = 2
+	// claimed owner slots for them, out of the user's table). 3: the data
+	// area and its region directory, two more tables (and the descriptors
+	// moved up to make room for them).
+	Version    = 3
 	HeaderSize = 512        // bytes before the first table
 	CacheLine  = 64         // every table starts on a multiple of this
 	PageSize   = 4096       // the total size is rounded up to this
@@ -34,7 +36,7 @@ const (
 	OffTableCount  = 0x040 // u32 number of table descriptors, always NumTables
 	OffFlags       = 0x044 // u32 creation flags (FlagGroupAccess)
 	offReserved    = 0x048 // [offReserved, OffTables) reserved, zero
-	OffTables      = 0x080 // NumTables descriptors of TableDescSize bytes
+	OffTables      = 0x060 // NumTables descriptors of TableDescSize bytes
 	OffMutable     = 0x1C0 // start of the mutable cache line
 	OffReady       = 0x1C0 // u32 ReadyMark once the creator finished; 0 before
 	OffChecksum    = 0x1C4 // u32 CRC-32C of header bytes [0, OffMutable)
@@ -51,8 +53,11 @@ const (
 	descCount      = 8
 	descOffset     = 16
 	descReserved   = 24
-	tableDescLimit = (OffMutable - OffTables) / TableDescSize // room for future tables
+	tableDescLimit = (OffMutable - OffTables) / TableDescSize // descriptors that fit; the rest of the area must be zero
 )
+
+// Every table has a descriptor in the header.
+var _ [tableDescLimit - NumTables]struct{}
 
 // Header creation flags.
 const (

@@ -11,10 +11,11 @@ import (
 
 // smallOpts sizes the header of the golden file and of most validation cases:
 // every table present and small.
-var smallOpts = layout.Options{Slots: 4, Upgrades: 2, TxnRecords: 1, TxnArenaBytes: 128, LockMgrEntries: 2, UpgradeReaders: 2, ClaimRefs: 16}
+var smallOpts = layout.Options{Slots: 4, Upgrades: 2, TxnRecords: 1, TxnArenaBytes: 128, LockMgrEntries: 2, UpgradeReaders: 2, ClaimRefs: 16,
+	DataBytes: 256, DataRegions: 2}
 
 // smallHeader is the planned header of smallOpts with fixed identity fields,
-// the content of testdata/header-v2-small.golden.
+// the content of testdata/header-v3-small.golden.
 func smallHeader(tb testing.TB) layout.Header {
 	tb.Helper()
 	h, err := layout.Plan(smallOpts)

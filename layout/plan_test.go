@@ -26,7 +26,11 @@ func TestPlan(t *testing.T) {
 			Slots: layout.MaxSlots, Upgrades: layout.MaxUpgrades, TxnRecords: layout.MaxTxnRecords,
 			TxnArenaBytes: layout.MaxTxnArenaBytes, LockMgrEntries: layout.MaxLockMgrEntries,
 			UpgradeReaders: 16, // MaxUpgrades * 16 = MaxReaderRecords
+			DataBytes:      layout.MaxDataBytes, DataRegions: layout.MaxDataRegions,
 		}},
+		{"data only", layout.Options{DataBytes: 1, DataRegions: 1}},
+		{"data rounded up", layout.Options{DataBytes: layout.DataUnit + 1, DataRegions: 3}},
+		{"region directory without data", layout.Options{DataRegions: 5}},
 		{"readers per mutex at the limit", layout.Options{Upgrades: 1, UpgradeReaders: layout.MaxUpgradeReaders}},
 	}
 	for _, tc := range tests {
@@ -53,10 +57,12 @@ func TestPlan(t *testing.T) {
 func checkPlan(tb testing.TB, h layout.Header, opts layout.Options) {
 	tb.Helper()
 	arenaUnits := (opts.TxnArenaBytes + layout.ArenaUnit - 1) / layout.ArenaUnit
+	dataUnits := (opts.DataBytes + layout.DataUnit - 1) / layout.DataUnit
 	counts := [layout.NumTables]uint64{
 		uint64(opts.Slots), uint64(opts.Slots), uint64(opts.Upgrades), uint64(opts.Upgrades),
 		uint64(opts.TxnRecords), uint64(arenaUnits), uint64(opts.LockMgrEntries),
 		uint64(max(opts.Upgrades, 0) * opts.UpgradeReaders), uint64(opts.ClaimRefs),
+		uint64(opts.DataRegions), uint64(dataUnits),
 	}
 	if h.Version != layout.Version {
 		tb.Errorf("Version: got %d, want %d", h.Version, layout.Version)
@@ -118,6 +124,11 @@ func TestPlanLimits(t *testing.T) {
 		{"arena max int64", layout.Options{TxnArenaBytes: math.MaxInt64}, "txn_arena"},
 		{"lockmgr over", layout.Options{LockMgrEntries: layout.MaxLockMgrEntries + 1}, "lockmgr"},
 		{"max int slots", layout.Options{Slots: math.MaxInt}, "owner_slots"},
+		{"negative data", layout.Options{DataBytes: -1}, "data"},
+		{"negative regions", layout.Options{DataRegions: -1}, "region_directory"},
+		{"data over", layout.Options{DataBytes: layout.MaxDataBytes + 1}, "data"},
+		{"data max int64", layout.Options{DataBytes: math.MaxInt64}, "data"},
+		{"regions over", layout.Options{DataRegions: layout.MaxDataRegions + 1}, "region_directory"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,13 +175,21 @@ func TestWithDefaults(t *testing.T) {
 			Slots: layout.DefaultSlots, Upgrades: layout.DefaultUpgrades, TxnRecords: layout.DefaultTxnRecords,
 			TxnArenaBytes: layout.DefaultTxnArenaBytes, LockMgrEntries: layout.DefaultLockMgrEntries,
 			UpgradeReaders: layout.DefaultUpgradeReaders, ClaimRefs: 2 * (layout.DefaultSlots + layout.DefaultUpgrades),
+			DataBytes: layout.DefaultDataBytes, DataRegions: layout.DefaultDataRegions,
 		}},
-		{"negative means none", layout.Options{Slots: -1, Upgrades: -2, TxnRecords: -3, TxnArenaBytes: -4, LockMgrEntries: math.MinInt, UpgradeReaders: -5, ClaimRefs: -6},
+		{"negative means none", layout.Options{Slots: -1, Upgrades: -2, TxnRecords: -3, TxnArenaBytes: -4, LockMgrEntries: math.MinInt, UpgradeReaders: -5, ClaimRefs: -6,
+			DataBytes: -7, DataRegions: -8},
 			layout.Options{}},
 		{"positive kept", smallOpts, smallOpts},
 		{"mixed", layout.Options{Slots: 7, Upgrades: -1, TxnArenaBytes: 1},
 			layout.Options{Slots: 7, Upgrades: 0, TxnRecords: layout.DefaultTxnRecords, TxnArenaBytes: 1, LockMgrEntries: layout.DefaultLockMgrEntries,
-				UpgradeReaders: layout.DefaultUpgradeReaders, ClaimRefs: 16}},
+				UpgradeReaders: layout.DefaultUpgradeReaders, ClaimRefs: 16, DataBytes: layout.DefaultDataBytes, DataRegions: layout.DefaultDataRegions}},
+		{"no data area, no directory", layout.Options{DataBytes: -1},
+			withData(layout.Options{}.WithDefaults(), 0, 0)},
+		{"no data area, a directory asked for", layout.Options{DataBytes: -1, DataRegions: 3},
+			withData(layout.Options{}.WithDefaults(), 0, 3)},
+		{"data area, directory defaulted", layout.Options{DataBytes: 100},
+			withData(layout.Options{}.WithDefaults(), 100, layout.DefaultDataRegions)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,4 +203,10 @@ func TestWithDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withData is opts with the data area and region directory sizes given.
+func withData(opts layout.Options, bytes int64, regions int) layout.Options {
+	opts.DataBytes, opts.DataRegions = bytes, regions
+	return opts
 }

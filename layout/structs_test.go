@@ -75,6 +75,31 @@ func TestUpgradeEntryLayout(t *testing.T) {
 	})
 }
 
+func TestRegionEntryLayout(t *testing.T) {
+	t.Parallel()
+	var e layout.RegionEntry
+	checkSize(t, "RegionEntry", unsafe.Sizeof(e), layout.RegionEntrySize)
+	if got, want := layout.RegionEntrySize, 64; got != want {
+		t.Errorf("RegionEntrySize: got %d, want %d", got, want)
+	}
+	if got, want := int(unsafe.Sizeof(e.Name)), layout.MaxNameLen; got != want {
+		t.Errorf("unsafe.Sizeof(RegionEntry.Name): got %d, want MaxNameLen %d", got, want)
+	}
+	checkOffsets(t, "RegionEntry", []fieldOffset{
+		{"State", unsafe.Offsetof(e.State), 0},
+		{"NameLen", unsafe.Offsetof(e.NameLen), 4},
+		{"Offset", unsafe.Offsetof(e.Offset), 8},
+		{"Size", unsafe.Offsetof(e.Size), 16},
+		{"Name", unsafe.Offsetof(e.Name), 24},
+	})
+	if got, want := layout.RegionAlign, layout.CacheLine; got != want {
+		t.Errorf("RegionAlign: got %d, want CacheLine %d", got, want)
+	}
+	if layout.RegionAlign%layout.DataUnit != 0 {
+		t.Errorf("RegionAlign %% DataUnit: got %d, want 0 (a region starts on a unit)", layout.RegionAlign%layout.DataUnit)
+	}
+}
+
 func TestKindEntrySize(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -91,6 +116,8 @@ func TestKindEntrySize(t *testing.T) {
 		{layout.KindLockMgr, "lockmgr", layout.LockMgrEntrySize},
 		{layout.KindUpgradeReaders, "upgrade_readers", layout.ReaderRecordSize},
 		{layout.KindClaimRefs, "claim_refs", layout.ClaimRefSize},
+		{layout.KindRegionDirectory, "region_directory", layout.RegionEntrySize},
+		{layout.KindData, "data", layout.DataUnit},
 	}
 	if got, want := len(tests), layout.NumTables; got != want {
 		t.Fatalf("kinds under test: got %d, want NumTables = %d", got, want)

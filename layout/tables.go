@@ -8,7 +8,7 @@ import (
 // Kind names one table of a segment.
 type Kind uint32
 
-// The tables of a version-1 segment, in the order they are laid out.
+// The tables of a segment, in the order they are laid out.
 const (
 	KindOwnerSlots       Kind = 1 + iota // owner slots, one per spinlock
 	KindSlotDirectory                    // claim state and name of each owner slot
@@ -19,11 +19,14 @@ const (
 	KindLockMgr                          // named-resource table (package lockmgr)
 	KindUpgradeReaders                   // per-process reader records of each upgrade mutex
 	KindClaimRefs                        // per-process references to claimed slots and mutexes
-	NumTables            = int(KindClaimRefs)
+	KindRegionDirectory                  // name, offset and size of each data region
+	KindData                             // the data area the regions are cut from, in DataUnit units
+	NumTables            = int(KindData)
 )
 
 var kindNames = [NumTables]string{"owner_slots", "slot_directory", "upgrades",
-	"upgrade_directory", "txn_records", "txn_arena", "lockmgr", "upgrade_readers", "claim_refs"}
+	"upgrade_directory", "txn_records", "txn_arena", "lockmgr", "upgrade_readers", "claim_refs",
+	"region_directory", "data"}
 
 func (k Kind) String() string {
 	if k >= 1 && int(k) <= NumTables {
@@ -36,6 +39,7 @@ func (k Kind) String() string {
 var entrySizes = [NumTables]uint32{
 	OwnerSlotSize, DirEntrySize, UpgradeEntrySize, DirEntrySize,
 	TxnRecordSize, ArenaUnit, LockMgrEntrySize, ReaderRecordSize, ClaimRefSize,
+	RegionEntrySize, DataUnit,
 }
 
 // EntrySize is the size in bytes of one entry of a table of kind k.
@@ -52,12 +56,15 @@ const (
 	MaxUpgradeReaders = 1 << 12 // reader records per upgrade mutex
 	MaxReaderRecords  = 1 << 24 // reader records in all
 	MaxClaimRefs      = 1 << 22 // claim references in all
+	MaxDataRegions    = 1 << 16 // entries of the region directory
+	MaxDataBytes      = 1 << 36 // bytes of the data area
 	MaxTotalSize      = 1 << 40
 )
 
 var maxCounts = [NumTables]uint64{
 	MaxSlots, MaxSlots, MaxUpgrades, MaxUpgrades,
 	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries, MaxReaderRecords, MaxClaimRefs,
+	MaxDataRegions, MaxDataBytes / DataUnit,
 }
 
 // ReadersPerUpgrade is the number of reader records of each upgrade mutex
@@ -106,6 +113,15 @@ type Options struct {
 	// so that a dead process's references can be dropped). Zero means
 	// twice the owner slots and upgrade mutexes together, and at least 16.
 	ClaimRefs int
+	// DataBytes is the size of the data area, the memory of the named data
+	// regions (shm.Segment.Data), rounded up to DataUnit. Regions are cut
+	// from it when first claimed and never given back, so it bounds the
+	// regions' sizes added up (each rounded up to RegionAlign).
+	DataBytes int64
+	// DataRegions is the number of entries of the region directory: how
+	// many regions the segment can hold. Zero means DefaultDataRegions if
+	// the segment has a data area, else none.
+	DataRegions int
 }
 
 // Defaults for Options fields left at zero by shm.Create and shmctl create.
@@ -116,6 +132,8 @@ const (
 	DefaultTxnArenaBytes  = 256 << 10
 	DefaultLockMgrEntries = 64
 	DefaultUpgradeReaders = 32
+	DefaultDataBytes      = 64 << 10
+	DefaultDataRegions    = 32
 	minDefaultClaimRefs   = 16
 )
 
@@ -137,6 +155,7 @@ func Plan(opts Options) (Header, error) {
 		int64(opts.Slots), int64(opts.Slots), int64(opts.Upgrades), int64(opts.Upgrades),
 		int64(opts.TxnRecords), ceilDiv(opts.TxnArenaBytes, ArenaUnit), int64(opts.LockMgrEntries),
 		readers, int64(opts.ClaimRefs),
+		int64(opts.DataRegions), ceilDiv(opts.DataBytes, DataUnit),
 	}
 	h := Header{Version: Version}
 	off := uint64(HeaderSize)
@@ -181,6 +200,12 @@ func (opts Options) WithDefaults() Options {
 	if opts.ClaimRefs == 0 {
 		opts.ClaimRefs = max(2*(max(opts.Slots, 0)+max(opts.Upgrades, 0)), minDefaultClaimRefs)
 	}
+	if opts.DataBytes == 0 {
+		opts.DataBytes = DefaultDataBytes
+	}
+	if opts.DataRegions == 0 && opts.DataBytes > 0 {
+		opts.DataRegions = DefaultDataRegions // a directory without an area would be of no use
+	}
 	opts.Slots = max(opts.Slots, 0)
 	opts.Upgrades = max(opts.Upgrades, 0)
 	opts.TxnRecords = max(opts.TxnRecords, 0)
@@ -188,6 +213,8 @@ func (opts Options) WithDefaults() Options {
 	opts.LockMgrEntries = max(opts.LockMgrEntries, 0)
 	opts.UpgradeReaders = max(opts.UpgradeReaders, 0)
 	opts.ClaimRefs = max(opts.ClaimRefs, 0)
+	opts.DataBytes = max(opts.DataBytes, 0)
+	opts.DataRegions = max(opts.DataRegions, 0)
 	return opts
 }
 

@@ -8,9 +8,11 @@ import (
 )
 
 // CheckDirectories validates the claim directories of the owner-slot and
-// upgrade-mutex tables without changing anything, and returns a line for
-// each damaged entry: a state no claim can leave, a free entry that is not
-// zeroed, a claimed one with a bad name or claimer, a name claimed twice.
+// upgrade-mutex tables, the claim references and the region directory
+// without changing anything, and returns a line for each damaged entry: a
+// state no claim can leave, a free entry that is not zeroed, a claimed one
+// with a bad name or claimer, a name claimed twice, a data region out of
+// the data area, misaligned or overlapping another (layout.DecodeRegions).
 // (A claim with no reference is no damage: its lock was still held when
 // the last reference went.) Nothing found: nil. It reads without the registry
 // lock, so a claim under way may read as one finding; check again.
@@ -37,7 +39,18 @@ func (s *Segment) CheckDirectories() ([]string, error) {
 			}
 		}
 	}
-	return append(found, s.checkRefs()...), nil
+	found = append(found, s.checkRefs()...)
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	for _, p := range s.readRegions().Problems {
+		if fe, ok := p.(*layout.FormatError); ok {
+			found = append(found, fe.Field+": "+fe.Detail)
+		} else {
+			found = append(found, p.Error())
+		}
+	}
+	return found, nil
 }
 
 // checkRefs validates the claim references: each names a claimed entry of

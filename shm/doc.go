@@ -30,9 +30,15 @@
 // holder's identity, so a process that dies mid-claim delays the others only
 // until they notice its death.
 //
+// The data the locks protect goes in named data regions (Data): pieces of
+// the segment's data area, claimed by name and size like the locks and
+// kept as long as the segment exists, so every process that names one maps
+// the same bytes.
+//
 //	seg, err := shm.OpenOrCreate("jobs", shm.Options{})
 //	if err != nil { ... }
 //	defer seg.Close()
 //	i, err := seg.Claim(layout.KindOwnerSlots, "queue")
 //	slot, err := seg.Slot(i)
+//	queue, err := seg.Data("queue", 4096) // the memory the lock guards
 package shm

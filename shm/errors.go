@@ -22,4 +22,7 @@ var (
 	ErrNotFound            = errors.New("shm: no entry by that name")
 	ErrNotClaimed          = errors.New("shm: entry is not claimed")
 	ErrUseMismatch         = errors.New("shm: entry is claimed for another use")
+	ErrRegionSize          = errors.New("shm: bad data region size")
+	ErrDataFull            = errors.New("shm: data area is full")
+	ErrRegionOffset        = errors.New("shm: word outside the data region or misaligned")
 )

@@ -72,6 +72,15 @@ var helpers = map[string]func(args []string) int{
 		_ = seg.Close()
 		return 0
 	},
+	// claim-regions PATH START NAME:SIZE...: claim every data region at
+	// START, print "name offset fresh".
+	"claim-regions": claimRegionsHelper,
+	// data-counter PATH START ITERS: from START, add 1 to the counter in
+	// data region "counter" ITERS times under spinlock "counter".
+	"data-counter": dataCounterHelper,
+	// die-mid-region PATH NAME: kill -9 itself after writing a region's
+	// entry, before publishing it.
+	"die-mid-region": dieMidRegionHelper,
 	// open-as PATH [group] [others] [readonly]: Open with those options and,
 	// unless read-only, claim and release a name; print "ok" or the error.
 	"open-as": openAsHelper,

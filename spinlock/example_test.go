@@ -1,6 +1,7 @@
 package spinlock_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync"
@@ -70,7 +71,7 @@ func ExampleNamed() {
 		fmt.Println(err)
 	}
 	// Output:
-	// holding queue, generation 0
+	// holding queue (generation 0), job 1
 }
 
 func quickStart(path string) error {
@@ -80,6 +81,13 @@ func quickStart(path string) error {
 		return err
 	}
 	defer seg.Close()
+
+	// The data the lock protects lives in the segment too: a data region,
+	// made by the first process that names it, found by the others.
+	queue, err := seg.Data("queue", 4096) // zeros at first; never moved or freed
+	if err != nil {
+		return err
+	}
 
 	// Unrelated processes that name one lock share it.
 	lock, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
@@ -103,7 +111,10 @@ func quickStart(path string) error {
 			return err
 		}
 	}
-	fmt.Println("holding queue, generation", lock.Generation())
+	// Under the lock, plain reads and writes of the region are safe.
+	n := binary.LittleEndian.Uint64(queue.Bytes()) + 1
+	binary.LittleEndian.PutUint64(queue.Bytes(), n)
+	fmt.Printf("holding queue (generation %d), job %d\n", lock.Generation(), n)
 	return nil
 }
 

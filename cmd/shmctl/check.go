@@ -39,7 +39,8 @@ anything (it is opened read-only): the claim directories (states, names,
 references, claimers), the owner slots (identities, holder ids, recursion,
 sleepers), the upgrade mutexes (state bits, holders, reader records, the
 drain mask), the lock-manager table (kinds, names, hashes, modes, holder
-chains) and the transactions (states, owners, arenas). Each finding is one
+chains), the transactions (states, owners, arenas) and the region directory
+(names, and regions inside the data area, aligned, none overlapping). Each finding is one
 line; the exit status is 1 if there is any. Holds of dead processes are
 not damage ('shmctl reclaim' frees them).
 

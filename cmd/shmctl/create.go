@@ -27,12 +27,14 @@ func newCmdCreate(ios *IOStreams, runF func(*createOptions) error) *cobra.Comman
 
 A size of 0 (the default) means the library default; a negative size
 means no such table, and the commands that read or use that table (slots,
-rwlocks, txns, locks, stats, lock) then fail on the segment, naming it and
-its flag. The command fails if the segment already exists.
+rwlocks, txns, locks, stats, lock, data) then fail on the segment, naming
+it and its flag. The data area (--data) holds the named data regions that
+processes claim (shm.Segment.Data; 'shmctl data' lists them). The command fails if the segment already exists.
 
 ` + infoJSONHelp,
 		Example: `  shmctl create jobs
-  shmctl create /dev/shm/jobs --slots 256 --upgrades -1 --group`,
+  shmctl create /dev/shm/jobs --slots 256 --upgrades -1 --group
+  shmctl create jobs --data 1MiB --data-regions 8`,
 		Args: exactArgs(1, "one segment"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment = args[0]
@@ -55,6 +57,8 @@ its flag. The command fails if the segment already exists.
 	f.Var(sizeValue{&opts.Sizes.TxnArenaBytes}, "txn-arena", fmt.Sprintf("transaction arena `size` (bytes, or with a unit: 64KiB, 1MiB); 0 means %d bytes", layout.DefaultTxnArenaBytes))
 	f.IntVar(&opts.Sizes.LockMgrEntries, "lockmgr-entries", 0, fmt.Sprintf("lock-manager entries; 0 means %d", layout.DefaultLockMgrEntries))
 	f.IntVar(&opts.Sizes.ClaimRefs, "claim-refs", 0, "per-process references to named slots and mutexes; 0 means twice their number (at least 16)")
+	f.Var(sizeValue{&opts.Sizes.DataBytes}, "data", fmt.Sprintf("data area `size` for named data regions (bytes, or with a unit: 64KiB, 1MiB); 0 means %d bytes, at most %d", layout.DefaultDataBytes, int64(layout.MaxDataBytes)))
+	f.IntVar(&opts.Sizes.DataRegions, "data-regions", 0, fmt.Sprintf("data regions the segment can hold; 0 means %d (none without a data area)", layout.DefaultDataRegions))
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }

@@ -33,6 +33,14 @@ func TestCreateFlags(t *testing.T) {
 			[]string{"jobs", "--upgrades", "2", "--upgrade-readers", "100"},
 			createOptions{Segment: "jobs", Sizes: layout.Options{Upgrades: 2, UpgradeReaders: 100}},
 		},
+		{
+			[]string{"jobs", "--data", "1MiB", "--data-regions", "8"},
+			createOptions{Segment: "jobs", Sizes: layout.Options{DataBytes: 1 << 20, DataRegions: 8}},
+		},
+		{
+			[]string{"jobs", "--data=-1"},
+			createOptions{Segment: "jobs", Sizes: layout.Options{DataBytes: -1}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -47,8 +55,9 @@ func TestCreateFlags(t *testing.T) {
 // follow the 512-byte header, each on a 64-byte line, and the file is
 // rounded up to whole 4096-byte pages.
 var (
-	customSizes = []string{"--slots", "10", "--upgrades", "3", "--upgrade-readers", "5", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5"}
-	customRows  = "" +
+	customSizes = []string{"--slots", "10", "--upgrades", "3", "--upgrade-readers", "5", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5",
+		"--data", "1000", "--data-regions", "3"}
+	customRows = "" +
 		"owner_slots\t32\t10\t512\t320\t0\n" +
 		"slot_directory\t64\t10\t832\t640\t-\n" +
 		"upgrades\t64\t3\t1472\t192\t0\n" +
@@ -57,7 +66,9 @@ var (
 		"txn_arena\t64\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
 		"lockmgr\t256\t5\t3136\t1280\t-\n" +
 		"upgrade_readers\t16\t15\t4416\t240\t-\n" + // 5 records for each of the 3 mutexes
-		"claim_refs\t16\t26\t4672\t416\t-\n" // twice the slots and mutexes
+		"claim_refs\t16\t26\t4672\t416\t-\n" + // twice the slots and mutexes
+		"region_directory\t64\t3\t5120\t192\t0\n" +
+		"data\t64\t16\t5312\t1024\t0\n" // 1000 bytes round up to 16 units
 	customTotal = 8192
 )
 
@@ -74,7 +85,7 @@ func TestCreateThenInfo(t *testing.T) {
 	require.NoError(t, err)
 	want := fmt.Sprintf(""+
 		"path\t%s\n"+
-		"version\t2\n"+
+		"version\t3\n"+
 		"total_size\t%d\n"+
 		"created\t%s\n"+
 		"creator_pid\t%d\n"+
@@ -100,6 +111,8 @@ func TestInfoTerminal(t *testing.T) {
 	seg := newSegment(t, layout.Options{Slots: 10, Upgrades: 3, TxnRecords: 2, TxnArenaBytes: 1000, LockMgrEntries: 5})
 	_, err := seg.Claim(layout.KindUpgrades, "u")
 	require.NoError(t, err)
+	_, err = seg.Data("queue", 100) // two of the area's 64-byte units
+	require.NoError(t, err)
 
 	r := shmctl(t, true, "info", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
@@ -107,10 +120,13 @@ func TestInfoTerminal(t *testing.T) {
 	assert.Contains(t, r.stdout, "\ncreated             "+created+"\n")
 	assert.Contains(t, r.stdout, "\ncreator_state       alive\n")
 	assert.Contains(t, r.stdout, "\n\n"+
-		"KIND               ENTRY_SIZE  COUNT  OFFSET  SIZE  CLAIMED\n"+
-		"owner_slots        32          10     512     320   0\n"+
-		"slot_directory     64          10     832     640   -\n"+
-		"upgrades           64          3      1472    192   1\n")
+		"KIND               ENTRY_SIZE  COUNT  OFFSET  SIZE   CLAIMED\n"+
+		"owner_slots        32          10     512     320    0\n"+
+		"slot_directory     64          10     832     640    -\n"+
+		"upgrades           64          3      1472    192    1\n")
+	assert.Contains(t, r.stdout, "\n"+
+		"region_directory   64          32     6400    2048   1\n"+
+		"data               64          1024   8448    65536  2\n")
 }
 
 func TestCreateJSON(t *testing.T) {

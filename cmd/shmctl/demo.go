@@ -41,10 +41,11 @@ const (
 	demoSegmentSlots    = 8                    // owner slots; the demo claims len(demoSlots)
 )
 
-// demoSegmentOptions size the demo's segment: a few owner slots and room
-// for demoWords, no other tables.
+// demoSegmentOptions size the demo's segment: a few owner slots and one
+// data region for demoWords, no other tables.
 var demoSegmentOptions = shm.Options{Options: layout.Options{
-	Slots: demoSegmentSlots, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: demoLockMgrEntries,
+	Slots: demoSegmentSlots, Upgrades: -1, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
+	DataBytes: int64(demoDataBytes), DataRegions: 1,
 }}
 
 func newCmdDemo(ios *IOStreams, runF func(*demoOptions) error) *cobra.Command {
@@ -129,7 +130,7 @@ func runDemo(opts *demoOptions) error {
 		return err
 	}
 	defer d.cleanup()
-	if d.words, err = demoWordsOf(d.seg); err != nil {
+	if d.words, err = demoWordsOf(d.seg, true); err != nil {
 		return err
 	}
 	for _, name := range demoSlots {
@@ -257,7 +258,7 @@ func (d *demo) check() bool {
 	for _, w := range d.workers {
 		row := []any{w.index, w.pid}
 		for s := range demoSlots {
-			n := *d.words.workers[w.index].tally[s]
+			n := d.words.workers[w.index].tally[s].Load()
 			sums[s] += n
 			row = append(row, n)
 		}
@@ -280,7 +281,7 @@ func (d *demo) check() bool {
 	}
 	sumRow, counterRow := []any{"sum", ""}, []any{"counter", ""}
 	for s := range demoSlots {
-		c := *d.words.slots[s].counter
+		c := d.words.slots[s].counter.Load()
 		sumRow, counterRow = append(sumRow, sums[s]), append(counterRow, c)
 		if c != sums[s] {
 			failures = append(failures, fmt.Sprintf("%s's counter is %d, but the tallies add up to %d", demoSlots[s], c, sums[s]))

@@ -1,17 +1,15 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 
-	"github.com/shmlock/shmlock/internal/memview"
-	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
-// The demo keeps its data in its own segment, in the lock-manager region
-// (layout.KindLockMgr): package lockmgr does not use it yet, and the demo's
-// segment is the demo's alone. One 64-byte line each:
+// The demo keeps its data in a data region of its own segment
+// (shm.Segment.Data), as any program would. One 64-byte line each:
 //
 //	line 0           control: stop (u32)
 //	line 1+s         lock s: counter (u64), last holder's pid (u64)
@@ -22,12 +20,12 @@ import (
 // only under lock s with a plain load and store: if the lock ever let two
 // workers in at once, increments would be lost and the final check would
 // fail. That is the point of the demo, so they are deliberately not
-// atomics. The control words are atomics: the demo changes them while the
-// workers run. memview.At is shmlock's one place that turns bytes of a
-// mapping into typed pointers (with bounds and alignment checks).
+// atomics. The control words are atomics (Region.Uint32): the demo changes
+// them while the workers run.
 const (
 	demoLine       = 64
 	demoMaxWorkers = 16
+	demoRegion     = "shmlock-demo" // the data region's name
 )
 
 // demoSlots are the locks the demo's workers share; the victim is made to
@@ -36,11 +34,11 @@ var demoSlots = [...]string{"alpha", "beta", "gamma"}
 
 const demoVictimSlot = 1
 
-// demoLines is the number of lines; demoLockMgrEntries sizes the
-// lock-manager region to hold them.
+// demoLines is the number of lines; demoDataBytes sizes the region (and
+// the segment's data area) to hold them.
 const (
-	demoLines          = 1 + len(demoSlots) + demoMaxWorkers
-	demoLockMgrEntries = (demoLines*demoLine + layout.LockMgrEntrySize - 1) / layout.LockMgrEntrySize
+	demoLines     = 1 + len(demoSlots) + demoMaxWorkers
+	demoDataBytes = demoLines * demoLine
 )
 
 type demoWords struct {
@@ -50,8 +48,8 @@ type demoWords struct {
 }
 
 type demoSlotWords struct {
-	counter    *uint64 // plain: see above
-	lastHolder *uint64 // plain: the pid of the last worker that held the lock
+	counter    plainWord // see above
+	lastHolder plainWord // the pid of the last worker that held the lock
 }
 
 type demoWorkerWords struct {
@@ -59,29 +57,37 @@ type demoWorkerWords struct {
 	holding  *atomic.Uint32 // set by the worker once it holds it
 	reclaims *atomic.Uint32 // locks this worker took over from a dead holder
 	ready    *atomic.Uint32 // set by the worker once it has claimed every lock
-	tally    []*uint64      // plain, per lock: increments this worker made
+	tally    []plainWord    // per lock: increments this worker made
 }
 
-// demoWordsOf views the demo's words in seg.
-func demoWordsOf(seg *shm.Segment) (*demoWords, error) {
-	region, err := seg.Region(layout.KindLockMgr)
-	if err != nil {
-		return nil, err
+// plainWord is a u64 of the demo's region read and written with a plain
+// load and store (see above).
+type plainWord []byte
+
+func (w plainWord) Load() uint64   { return binary.NativeEndian.Uint64(w) }
+func (w plainWord) Store(v uint64) { binary.NativeEndian.PutUint64(w, v) }
+
+// demoWordsOf views the demo's words in seg: the demo makes its region
+// (create), a worker finds it.
+func demoWordsOf(seg *shm.Segment, create bool) (*demoWords, error) {
+	size := 0 // a worker finds the region, of whatever size
+	if create {
+		size = demoDataBytes
 	}
-	if need := demoLines * demoLine; len(region) < need {
-		return nil, fmt.Errorf("%s is not a demo segment: its lock-manager region has %d bytes, the demo needs %d", seg.Path(), len(region), need)
+	region, err := seg.Data(demoRegion, size)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a demo segment: %w", seg.Path(), err)
+	}
+	if region.Len() < demoDataBytes {
+		return nil, fmt.Errorf("%s is not a demo segment: its region %q has %d bytes, the demo needs %d", seg.Path(), demoRegion, region.Len(), demoDataBytes)
 	}
 	var errs []error
 	u32 := func(off int) *atomic.Uint32 {
-		w, err := memview.Uint32(region, uint64(off))
+		w, err := region.Uint32(off)
 		errs = append(errs, err)
 		return w
 	}
-	u64 := func(off int) *uint64 {
-		w, err := memview.At[uint64](region, uint64(off))
-		errs = append(errs, err)
-		return w
-	}
+	u64 := func(off int) plainWord { return plainWord(region.Bytes()[off : off+8]) }
 	d := &demoWords{stop: u32(0)}
 	for s := range demoSlots {
 		line := (1 + s) * demoLine

@@ -63,7 +63,7 @@ func runDemoWorker(opts *demoWorkerOptions) error {
 		return err
 	}
 	defer seg.Close()
-	words, err := demoWordsOf(seg)
+	words, err := demoWordsOf(seg, false)
 	if err != nil {
 		return err
 	}
@@ -89,8 +89,9 @@ func runDemoWorker(opts *demoWorkerOptions) error {
 		// The demo kills a worker only while it waits in holdUntilKilled,
 		// where it increments nothing: every increment a worker made is
 		// in both the counter and its tally, so the final check is exact.
-		*words.slots[s].counter++ // a plain load and store: only the lock keeps it exact
-		*w.mine.tally[s]++
+		counter, tally := words.slots[s].counter, w.mine.tally[s]
+		counter.Store(counter.Load() + 1) // a plain load and store: only the lock keeps it exact
+		tally.Store(tally.Load() + 1)
 		if err := g.Release(); err != nil {
 			return err
 		}
@@ -111,9 +112,9 @@ func (w *demoWorker) lock(g *spinlock.Guard, s int) error {
 		// The dead holder's data is ours now: here it is only its pid.
 		w.mine.reclaims.Add(1)
 		fmt.Fprintf(w.out.Out, "worker %d (pid %d) took over %s from dead pid %d (generation %d)\n",
-			w.index, w.pid, demoSlots[s], *last, l.Generation())
+			w.index, w.pid, demoSlots[s], last.Load(), l.Generation())
 	}
-	*last = uint64(w.pid)
+	last.Store(uint64(w.pid))
 	return nil
 }
 

@@ -20,7 +20,9 @@ type infoOptions struct {
 const infoJSONHelp = `JSON fields: path, version, total_size, created, creator {pid, start_ticks,
 started, state, alive}, boot_id, current_boot, pid_namespace,
 same_pid_namespace, group_access, tables [{kind, entry_size, count, offset,
-size, claimed}].`
+size, claimed}]; claimed is the claimed entries of owner_slots, upgrades and
+region_directory, the 64-byte units regions take of data, and null for the
+other tables.`
 
 func newCmdInfo(ios *IOStreams, runF func(*infoOptions) error) *cobra.Command {
 	opts := &infoOptions{IO: ios}
@@ -29,7 +31,9 @@ func newCmdInfo(ios *IOStreams, runF func(*infoOptions) error) *cobra.Command {
 		Short: "Print a segment's header and tables",
 		Long: `Print a segment's header: its size, when and by which process it was
 created and whether that process is alive, the boot and PID namespace it
-was made in, and each table with its offset, size and claimed entries.
+was made in, and each table with its offset, size and claimed entries (for
+the data area: the 64-byte units its regions take; 'shmctl data' lists
+them).
 
 The segment is opened read-only, also when it was made in another PID
 namespace, and nothing in it changes.

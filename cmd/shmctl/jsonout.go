@@ -37,9 +37,10 @@ import (
 //	  count             number     number of entries
 //	  offset            number     byte offset in the file
 //	  size              number     bytes (count * entry_size)
-//	  claimed           number|null  claimed entries; null for a table
-//	                               without a directory (all but owner_slots
-//	                               and upgrades)
+//	  claimed           number|null  claimed entries; for data, the 64-byte
+//	                               units regions take; null for a table
+//	                               without a directory (all but owner_slots,
+//	                               upgrades, region_directory and data)
 //
 // shmctl slots --json prints a slotsJSON:
 //

@@ -76,6 +76,9 @@ func readInfo(seg *shm.Segment) (*infoJSON, error) {
 			n := len(claims)
 			tj.Claimed = &n
 		}
+		if err := dataUse(seg, k, &tj); err != nil {
+			return nil, err
+		}
 		info.Tables = append(info.Tables, tj)
 	}
 	return info, nil

@@ -65,6 +65,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdVersion(ios),
 		newCmdUnlock(ios, nil),
 		newCmdCheck(ios, nil),
+		newCmdData(ios, nil),
 	)
 	addNoHeaderFlag(root, ios)
 	addWatch(root, ios)

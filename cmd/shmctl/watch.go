@@ -15,7 +15,7 @@ import (
 )
 
 // watchable are the commands that only read, which --watch D repeats.
-var watchable = map[string]bool{"info": true, "slots": true, "rwlocks": true, "locks": true, "txns": true, "stats": true, "check": true}
+var watchable = map[string]bool{"info": true, "slots": true, "rwlocks": true, "locks": true, "txns": true, "stats": true, "check": true, "data": true}
 
 // minWatch is the shortest interval --watch accepts: a redraw costs a
 // segment open and a read of every table.

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+type dataOptions struct {
+	IO *IOStreams
+
+	Segment string
+	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
+	JSON    bool
+}
+
+// shmctl data --json prints a dataJSON (kept beside its command, like the
+// command, so that the documents of jsonout.go stay as they are):
+//
+//	path                string   resolved path of the segment file
+//	area_bytes          number   bytes of the data area (create --data)
+//	used_bytes          number   of those, taken by regions: each region's
+//	                             size rounded up to 64 bytes
+//	free_bytes          number   area_bytes - used_bytes: the largest region
+//	                             that can still be claimed
+//	directory_entries   number   regions the segment can hold (create
+//	                             --data-regions)
+//	regions             array    one object per region, in the order they
+//	                             were claimed:
+//	  index             number     its entry in the region directory
+//	  name              string     its name
+//	  offset            number     where it starts in the data area
+//	  size              number     its size in bytes, as claimed
+type (
+	dataJSON struct {
+		Path             string       `json:"path"`
+		AreaBytes        int          `json:"area_bytes"`
+		UsedBytes        int          `json:"used_bytes"`
+		FreeBytes        int          `json:"free_bytes"`
+		DirectoryEntries int          `json:"directory_entries"`
+		Regions          []regionJSON `json:"regions"`
+	}
+	regionJSON struct {
+		Index  int    `json:"index"`
+		Name   string `json:"name"`
+		Offset int    `json:"offset"`
+		Size   int    `json:"size"`
+	}
+)
+
+// The tables data needs, for the message on a segment without them (see
+// needtable.go). Registered here to keep the data command in one file.
+func init() {
+	tableNeeds[layout.KindData] = tableNeed{"data area", "--data", shm.ErrDataFull}
+	tableNeeds[layout.KindRegionDirectory] = tableNeed{"region directory", "--data-regions", shm.ErrTableFull}
+}
+
+func newCmdData(ios *IOStreams, runF func(*dataOptions) error) *cobra.Command {
+	opts := &dataOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:     "data <segment>",
+		Aliases: []string{"regions"},
+		Short:   "List the data regions",
+		Long: `List the data regions of a segment: the named pieces of its data area
+that hold the data its locks protect (shm.Segment.Data). For each: its
+entry in the region directory (index), its name, where it starts in the
+data area (offset, a multiple of 64) and its size in bytes. Regions are
+claimed by the first process that names them and kept while the segment
+exists; 'shmctl info' shows how much of the area they use.
+
+The segment is opened read-only, also when it was made in another PID
+namespace (regions record no process), and nothing in it changes.
+
+JSON fields: path, area_bytes, used_bytes, free_bytes, directory_entries,
+regions [{index, name, offset, size}].`,
+		Example: `  shmctl data jobs
+  shmctl regions jobs --json | jq '.regions[] | select(.name == "queue")'`,
+		Args: exactArgs(1, "one segment"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segment = args[0]
+			opts.Group = groupFlag(cmd)
+			if runF != nil {
+				return runF(opts)
+			}
+			return runData(opts)
+		},
+	}
+	addJSONFlag(cmd, &opts.JSON)
+	return cmd
+}
+
+func runData(opts *dataOptions) error {
+	seg, err := openWithTables(opts.Segment, shm.Options{ReadOnly: true, AllowForeignPIDNamespace: true, GroupAccess: opts.Group},
+		layout.KindData, layout.KindRegionDirectory)
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	doc, err := readData(seg)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.IO.Out, doc)
+	}
+	t := newTablePrinter(opts.IO, "INDEX", "NAME", "OFFSET", "SIZE")
+	for _, r := range doc.Regions {
+		t.AddRow(r.Index, r.Name, r.Offset, r.Size)
+	}
+	return t.Render()
+}
+
+// readData gathers the data document of seg.
+func readData(seg *shm.Segment) (*dataJSON, error) {
+	size, used, err := seg.DataArea()
+	if err != nil {
+		return nil, err
+	}
+	regions, err := seg.Regions()
+	if err != nil {
+		return nil, err
+	}
+	doc := &dataJSON{Path: seg.Path(), AreaBytes: size, UsedBytes: used, FreeBytes: size - used,
+		DirectoryEntries: seg.Len(layout.KindRegionDirectory), Regions: []regionJSON{}}
+	for _, r := range regions {
+		doc.Regions = append(doc.Regions, regionJSON{Index: r.Index(), Name: r.Name(), Offset: r.Offset(), Size: r.Len()})
+	}
+	return doc, nil
+}
+
+// dataUse sets the claimed count of info's row tj of table k: the regions
+// of the region directory, and the units of the data area they take.
+func dataUse(seg *shm.Segment, k layout.Kind, tj *tableJSON) error {
+	if k != layout.KindRegionDirectory && k != layout.KindData {
+		return nil
+	}
+	var n int
+	if k == layout.KindRegionDirectory {
+		regions, err := seg.Regions()
+		if err != nil {
+			return err
+		}
+		n = len(regions)
+	} else {
+		_, used, err := seg.DataArea()
+		if err != nil {
+			return err
+		}
+		n = used / layout.DataUnit
+	}
+	tj.Claimed = &n
+	return nil
+}
