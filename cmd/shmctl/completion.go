@@ -47,7 +47,7 @@ func addCompletions(root *cobra.Command) {
 		words := map[string][]string{
 			"workload": {"uncontended", "counter", "pingpong", "pingpong_retry", "rw90"},
 			"lock":     bench.LockNames(),
-			"mode":     {lockmgr.Exclusive.String(), lockmgr.Collaborative.String()},
+			"mode":     {lockmgr.Exclusive.String(), lockmgr.Collaborative.String(), "shared"},
 			"kind":     {unlockSlot, unlockUpgrade, unlockResource},
 		}
 		for flag, values := range words {

@@ -45,7 +45,7 @@ func TestCompletion(t *testing.T) {
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"queue", "quota"}, completions(t, "unlock", seg.Path(), "qu"))
 
-	assert.Equal(t, []string{"exclusive", "collaborative"}, completions(t, "lock", "--mode", ""))
+	assert.Equal(t, []string{"exclusive", "collaborative", "shared"}, completions(t, "lock", "--mode", ""))
 	assert.Equal(t, []string{"slot", "upgrade", "resource"}, completions(t, "unlock", "--kind", ""))
 	assert.Contains(t, completions(t, "bench", "--workload", ""), "pingpong_retry")
 }
