@@ -3,312 +3,116 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"strconv"
 	"time"
 )
 
-// The --json documents. Their field names are a stable interface: scripts
-// depend on them, so a field may be added but never renamed, removed or
-// given another type. Every field is always present (null where noted).
-// Times are RFC 3339 strings in UTC with nanoseconds.
+// The --json documents, one struct per document and per object in it.
+// docs/JSON.md describes every field of every document: this is its
+// schema 1 (schemaVersion). Within a schema, a field may be added but never
+// renamed, removed or given another type or meaning: scripts depend on
+// them. The conventions, which the types below follow:
 //
-// shmctl info --json and shmctl create --json print an infoJSON:
+//   - every document opens with docHeader: "schema" and "command";
+//   - a process is a *processJSON, null where there is none; its liveness
+//     is the only word for whether it lives;
+//   - absent values are null (a pointer), never "-", "none", "" or 0;
+//   - 64-bit identifiers (tids, tokens, generations) are decimal strings,
+//     exact in jq and JavaScript (idString);
+//   - durations are float seconds in keys ending in _seconds, sizes bytes
+//     in keys ending in _bytes, times RFC 3339 in UTC;
+//   - the text tables name their columns after the JSON keys.
 //
-//	path                string   resolved path of the segment file
-//	version             number   format version (layout.Version)
-//	total_size          number   file size in bytes
-//	created             time     when the segment was created
-//	creator             object   the process that created it:
-//	  pid               number     its pid (meaningful in its PID namespace)
-//	  start_ticks       number     its start time, clock ticks since its boot
-//	  started           time|null  its start time, null if not of this boot
-//	  state             string     "alive", "dead", or "stale" (a previous boot)
-//	  alive             bool       state == "alive"
-//	boot_id             string   creator's boot id, 8-4-4-4-12 hex UUID form
-//	current_boot        bool     boot_id is this machine's current boot
-//	pid_namespace       number   inode of the creator's PID namespace
-//	same_pid_namespace  bool     pid_namespace is ours
-//	group_access        bool     the file was created 0660 (create --group)
-//	tables              array    one object per table, in layout order:
-//	  kind              string     "owner_slots", "slot_directory", "upgrades",
-//	                               "upgrade_directory", "txn_records",
-//	                               "txn_arena", "lockmgr" or
-//	                               "upgrade_readers"
-//	  entry_size        number     bytes per entry
-//	  count             number     number of entries
-//	  offset            number     byte offset in the file
-//	  size              number     bytes (count * entry_size)
-//	  claimed           number|null  claimed entries; null for a table
-//	                               without a directory (all but owner_slots
-//	                               and upgrades)
-//
-// shmctl slots --json prints a slotsJSON:
-//
-//	path                string   resolved path of the segment file
-//	slots               array    one object per listed owner slot:
-//	  index             number     slot index
-//	  name              string     name it was claimed under; "" if unnamed
-//	                               or not claimed
-//	  refs              number     claims not yet released; 0 if not claimed
-//	  mode              string     "pid/tid" or "token": the mode recorded by
-//	                               spinlock.Named, else guessed: "pid/tid"
-//	                               (pid != 0), "token" (pid == 0 and token
-//	                               != 0) or "free"
-//	  pid               number     owner's pid; 0 if none
-//	  start_ticks       number     owner's start time, clock ticks since boot
-//	  owner_state       string     "alive", "dead", "stale" (recorded under a
-//	                               previous boot) or "none" (no owner)
-//	  tid               number     holder id within the owner process
-//	  token             number     token (token mode) or generation (pid/tid)
-//	  recursion         number     re-entries beyond the first lock
-//	  waiters           number     waiters asleep on the slot (OwnerSlot.Sleepers)
-//
-// shmctl rwlocks --json prints a rwlocksJSON:
-//
-//	path                string   resolved path of the segment file
-//	rwlocks             array    one object per listed upgrade mutex:
-//	  index             number     index in the upgrade table
-//	  name              string     name it was claimed under; "" if unnamed
-//	                               or not claimed
-//	  refs              number     claims not yet released; 0 if not claimed
-//	  held              string     "free", "shared", "upgrade",
-//	                               "upgrade+shared", "unique" (a writer's) or
-//	                               "upgraded" (the upgrade holder's unique
-//	                               lock); "shared" also while a writer or an
-//	                               upgrade waits for the readers to leave
-//	  state             number     the raw state word (package upgrade)
-//	  write_bit         bool       the state's write bit: the unique lock is
-//	                               held, or taken once the readers leave
-//	  upgrade_bit       bool       the state's upgrade bit: the upgrade lock
-//	                               is held
-//	  pending           bool       an upgrade waits for readers to leave (new
-//	                               readers wait)
-//	  writer            object|null  the process holding or waiting for the
-//	                               unique lock (the writers' mutex); null if
-//	                               none:
-//	    pid             number       its pid
-//	    start_ticks     number       its start time, clock ticks since boot
-//	    owner_state     string       "alive", "dead" or "stale" (recorded
-//	                                 under a previous boot)
-//	    tid             number       the holding handle's id in its process
-//	  writer_waiting    bool       writer is not null and does not hold the
-//	                               unique lock yet
-//	  handoff           bool       the writers' mutex was handed to the
-//	                               waiting writers and none has taken it yet
-//	  upgrader          object|null  the upgrade holder (or the process taking
-//	                               the upgrade lock), as writer
-//	  shared_holds      number     shared holds, the sum of the readers' counts
-//	  readers           array      the reader records in use (one per handle
-//	                               that took a shared hold):
-//	    record          number       index among the mutex's records
-//	    pid             number       owning process's pid
-//	    start_ticks     number       its start time, clock ticks since boot
-//	    owner_state     string       "alive", "dead" or "stale"
-//	    count           number       its shared holds
-//	  reader_records    number     reader records of the mutex, used or not
-//	  shared_waiters    number     sleepers on the shared gate (readers,
-//	                               upgrade seekers)
-//	  unique_waiters    number     sleepers on the unique gate (a writer or
-//	                               a pending upgrade waiting for readers to
-//	                               leave, or a writer for the upgrade lock)
-//	  writer_waiters    number     writers asleep waiting for the writers'
-//	                               mutex (another writer's turn)
-//	  generation        number     bumped by every release of the writer or
-//	                               the upgrade holder, and every takeover
-//	  dead              number     writer, upgrader and reader records whose
-//	                               process is dead or stale: what reclaim frees
-//
-// shmctl reclaim --json prints a reclaimJSON:
-//
-//	path                string   resolved path of the segment file
-//	dry_run             bool     --dry-run: nothing was changed
-//	slots               array    one object per owner slot whose owner was
-//	                             dead or stale, by index:
-//	  index             number     slot index
-//	  name              string     name it was claimed under; "" if unnamed
-//	                               or not claimed
-//	  pid               number     the dead owner's pid
-//	  start_ticks       number     its start time, clock ticks since its boot
-//	  owner_state       string     "dead" or "stale" (a previous boot)
-//	  tid               number     the dead holder's id within its process
-//	  generation        number     the slot's generation when found
-//	  new_generation    number|null  the generation after the takeover and
-//	                               release (normally generation + 2); null unless
-//	                               action is "reclaimed"
-//	  action            string     "reclaimed" (now free), "would reclaim"
-//	                               (--dry-run) or "skipped" (the owner
-//	                               changed before the takeover)
-//	txns                array    one object per open, closing or finishing
-//	                             transaction whose owner was dead or stale,
-//	                             by index:
-//	  index             number     record index
-//	  generation        number     its generation
-//	  mode              string     "pins" or "barrier" (see shmctl txns)
-//	  pid               number     the dead owner's pid
-//	  start_ticks       number     its start time, clock ticks since its boot
-//	  owner_state       string     "dead" or "stale"
-//	  action            string     "reclaimed" (closed), "would reclaim"
-//	                               (--dry-run), "skipped" (closed or taken
-//	                               over by someone else meanwhile) or "timed
-//	                               out" (live readers kept their pins past
-//	                               --wait; still open)
-//	rwlocks             array    one object per dead or stale holder or
-//	                             reader record of an upgrade mutex, by index
-//	                             (writer, upgrader, then readers by record):
-//	  index             number     index in the upgrade table
-//	  name              string     name it was claimed under; "" if unnamed
-//	                               or not claimed
-//	  holder            string     "writer", "upgrader" or "reader"
-//	  record            number|null  the reader record; null unless holder is
-//	                               "reader"
-//	  pid               number     the dead process's pid
-//	  start_ticks       number     its start time, clock ticks since its boot
-//	  owner_state       string     "dead" or "stale" (a previous boot)
-//	  tid               number     the dead handle's id (writer, upgrader); 0
-//	                               for a reader
-//	  count             number     the shared holds freed with a reader record
-//	                               (as found, with --dry-run); 0 otherwise
-//	  unique            bool       the upgrader held the unique lock (the data
-//	                               may be half-updated); false otherwise
-//	  action            string     as for slots: "reclaimed", "would reclaim"
-//	                               or "skipped"
-//
-// shmctl txns --json prints a txnsJSON:
-//
-//	path                string   resolved path of the segment file
-//	records             number   transaction records in the segment
-//	arena_bytes         number   bytes of the data area arenas are cut from
-//	free_bytes          number   of those, not in the arena of an open,
-//	                             closing or finishing transaction
-//	barrier_leader      object|null  the process whose close holds the
-//	                             global barrier up; null when it is down:
-//	  pid               number     its pid
-//	  start_ticks       number     its start time, clock ticks since boot
-//	  owner_state       string     "alive", "dead" or "stale"
-//	txns                array    one object per listed record, by index:
-//	  index             number     record index
-//	  generation        number     uses of the record so far (Ref.Gen)
-//	  state             string     "open", "closing" (waiting for pins; may
-//	                               still be cancelled and reopen), "finishing"
-//	                               (drained, its end sequence runs; no longer
-//	                               cancellable), "closed", "free" (never
-//	                               used) or "corrupt"
-//	  mode              string     "pins" (per-transaction pins) or
-//	                               "barrier" (the global close barrier)
-//	  pid               number     owner's pid (or the reclaimer's); 0 if none
-//	  start_ticks       number     owner's start time, clock ticks since boot
-//	  owner_state       string     "alive", "dead", "stale" or "none"
-//	  arena_offset      number     byte offset of the arena in the txn arena
-//	                               table; 0 unless open, closing or finishing
-//	  arena_size        number     arena bytes; 0 unless open, closing or
-//	                               finishing
-//	  used              number     arena bytes allocated
-//	  objects           number     objects and promotion cells allocated
-//	  promotions        number     promotion cells registered on it (Link)
-//	  promoted          number     its objects copied out at its close
-//	  destroyed         number     its objects destroyed unpromoted at close
-//	  pins              number     per-transaction pins of live processes
-//	  pins_by_process   array      every process counting pins on it:
-//	    pid             number       its pid
-//	    start_ticks     number       its start time
-//	    owner_state     string       "alive", "dead" or "stale": a dead
-//	                                 process's pins no longer count
-//	    pins            number       pins it counts
-//	processes           array    one object per pin row in use:
-//	  row               number     pin row
-//	  pid               number     the row's process
-//	  start_ticks       number     its start time
-//	  owner_state       string     "alive", "dead" or "stale"
-//	  pins              number     per-transaction pins, all records
-//	  global_pins       number     global pins (barrier-mode transactions)
-//
-// shmctl locks --json prints a locksJSON:
-//
-//	path                string   resolved path of the segment file
-//	declared_only       bool     only declared resources can be acquired
-//	capacity            number   resources the table can hold
-//	resources           array    one object per listed resource, in table order:
-//	  resource          string     its name
-//	  mode              string     "exclusive", "collaborative", or "-" when
-//	                               nobody holds it
-//	  state             string     "acquired" (a live hold), "expired" (every
-//	                               hold is past its TTL, none ended yet) or
-//	                               "unlocked"
-//	  version           number     the resource's version: the fencing token
-//	                               of its last grant; only grows
-//	  declared          bool       declared (lockmgr.Manager.Declare)
-//	  holders           array      one object per hold:
-//	    owner           string       the owner name given to Acquire
-//	    pid             number       the holding process
-//	    companion_pid   number       the process whose life also keeps the
-//	                                 hold (the command of shmctl lock); 0 if none
-//	    alive           bool         the holding or the companion process lives
-//	    state           string       "acquired" or "expired"
-//	    acquired        time         when the hold was granted
-//	    expires         time|null    when it expires; null if never
-//	    age_seconds     number       seconds since acquired
-//	    left_seconds    number|null  seconds until expires (negative once
-//	                                 past); null if never
-//
-// shmctl stats --json prints a statsJSON (lockmgr.Stats):
-//
-//	path                 string  resolved path of the segment file
-//	total_locks          number  holds ever granted
-//	active_locks         number  holds now live (not past their TTL)
-//	expired_locks        number  holds ended by their TTL, plus those past it
-//	                             and not yet ended
-//	conflicts_detected   number  acquisitions that met a conflict (once each)
-//	average_hold_seconds number  mean length of the released holds
-//	released             number  holds ended by a release
-//	reclaimed            number  holds ended because their processes died
-//	resources            number  resources in the table
-//	capacity             number  resources the table can hold
-//	declared_only        bool    only declared resources can be acquired
-//
-// shmctl bench prints a benchJSON on one line (writeJSONLine), with the
-// fields in this order, as the peer-benchmark contract wants:
-//
-//	peer                string   "shmlock_spin", "shmlock_spin_token" or
-//	                             "shmlock_upgrade"
-//	workload            string   as given
-//	procs               number   worker processes
-//	iters               number   iterations per worker
-//	seconds             number   max(worker end) - start, CLOCK_MONOTONIC
-//	ops_per_sec         number   ops / seconds; ops is procs*iters (counter),
-//	                             iters lock/unlock pairs (uncontended) or
-//	                             iters round trips (pingpong*); 0 if not run
-//	ns_per_op           number   1e9 * seconds / ops; 0 if not run
-//	ok                  bool     every worker succeeded and the run validated
-//	detail              string   the lock's mode and shmlock's version, then
-//	                             what was checked ("counter=N want=N"), or
-//	                             why the cell did not run ("unsupported workload")
-type (
-	infoJSON struct {
-		Path             string      `json:"path"`
-		Version          uint32      `json:"version"`
-		TotalSize        uint64      `json:"total_size"`
-		Created          time.Time   `json:"created"`
-		Creator          creatorJSON `json:"creator"`
-		BootID           string      `json:"boot_id"`
-		CurrentBoot      bool        `json:"current_boot"`
-		PIDNamespace     uint64      `json:"pid_namespace"`
-		SamePIDNamespace bool        `json:"same_pid_namespace"`
-		GroupAccess      bool        `json:"group_access"`
-		Tables           []tableJSON `json:"tables"`
+// TestJSONDocs checks docs/JSON.md against these types, and the golden
+// files of testdata/json pin each command's output.
+
+// schemaVersion is the "schema" of every document shmctl prints.
+const schemaVersion = 1
+
+// docHeader opens every document: the schema it follows and the command
+// that printed it, so that a stream of documents (--watch in a pipe) or a
+// stored one says what it is.
+type docHeader struct {
+	Schema  int    `json:"schema"`
+	Command string `json:"command"`
+}
+
+// header is the docHeader of command's document.
+func header(command string) docHeader {
+	return docHeader{Schema: schemaVersion, Command: command}
+}
+
+// processJSON is every process a document names: a segment's creator, a
+// lock's holder, a reader, a transaction's owner, a pin row's process.
+type processJSON struct {
+	PID        uint32     `json:"pid"`
+	StartTicks uint64     `json:"start_ticks"` // fewer than proc.StartBits bits
+	Started    *time.Time `json:"started"`     // nil when liveness is stale
+	Liveness   string     `json:"liveness"`    // one of the liveness* constants
+}
+
+// A process's liveness: the one word for whether it lives.
+const (
+	livenessAlive = "alive" // the recorded process (pid and start time) runs
+	livenessDead  = "dead"  // it exited, or its pid now names another process
+	livenessStale = "stale" // recorded under a previous boot: dead too
+	// livenessUnknown: the segment was made in another PID namespace, so
+	// its pids name other processes here (only info opens such a segment).
+	livenessUnknown = "unknown"
+)
+
+// idString writes a 64-bit identifier as the documents carry it: a
+// decimal string, since a JSON number above 2^53 is rounded by jq and
+// JavaScript.
+func idString(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// optID is idString(v), or nil (null) for 0, the words' "none".
+func optID(v uint64) *string {
+	if v == 0 {
+		return nil
 	}
-	creatorJSON struct {
-		PID        uint32     `json:"pid"`
-		StartTicks uint64     `json:"start_ticks"`
-		Started    *time.Time `json:"started"`
-		State      string     `json:"state"`
-		Alive      bool       `json:"alive"`
+	s := idString(v)
+	return &s
+}
+
+// optName is a claimed entry's name, or nil if the entry is not claimed.
+func optName(name string, claimed bool) *string {
+	if !claimed {
+		return nil
+	}
+	return &name
+}
+
+type (
+	// infoJSON is what info and create print.
+	infoJSON struct {
+		docHeader
+		Path             string       `json:"path"`
+		FormatVersion    uint32       `json:"format_version"`
+		TotalBytes       uint64       `json:"total_bytes"`
+		Created          time.Time    `json:"created"`
+		Creator          *processJSON `json:"creator"`
+		BootID           string       `json:"boot_id"`
+		CurrentBoot      bool         `json:"current_boot"`
+		PIDNamespace     string       `json:"pid_namespace"` // an inode number, 64 bits
+		SamePIDNamespace bool         `json:"same_pid_namespace"`
+		GroupAccess      bool         `json:"group_access"`
+		Tables           []tableJSON  `json:"tables"`
 	}
 	tableJSON struct {
-		Kind      string `json:"kind"`
-		EntrySize uint32 `json:"entry_size"`
-		Count     uint64 `json:"count"`
-		Offset    uint64 `json:"offset"`
-		Size      uint64 `json:"size"`
-		Claimed   *int   `json:"claimed"`
+		Kind       string `json:"kind"`
+		EntryBytes uint32 `json:"entry_bytes"`
+		Entries    uint64 `json:"entries"`
+		Capacity   uint64 `json:"capacity"`
+		Offset     uint64 `json:"offset"`
+		Bytes      uint64 `json:"bytes"`
+		Claimed    *int   `json:"claimed"`
+	}
+	// versionJSON is what version --json prints.
+	versionJSON struct {
+		docHeader
+		ShmctlVersion string `json:"shmctl_version"`
+		FormatVersion uint32 `json:"format_version"`
 	}
 	reclaimJSON struct {
 		Path    string              `json:"path"`

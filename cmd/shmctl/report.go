@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
@@ -27,47 +28,49 @@ const (
 	modeFree   = "free"
 )
 
-// readInfo gathers what info and create print about seg.
-func readInfo(seg *shm.Segment) (*infoJSON, error) {
+// readInfo gathers what info and create (the command) print about seg.
+func readInfo(seg *shm.Segment, command string) (*infoJSON, error) {
 	h := seg.Header()
 	boot, err := proc.BootID()
 	if err != nil {
 		return nil, err
 	}
-	ns, err := proc.PIDNamespace()
+	ns, err := ownPIDNamespace()
 	if err != nil {
 		return nil, err
 	}
 	info := &infoJSON{
+		docHeader:        header(command),
 		Path:             seg.Path(),
-		Version:          h.Version,
-		TotalSize:        h.TotalSize,
+		FormatVersion:    h.Version,
+		TotalBytes:       h.TotalSize,
 		Created:          h.Created.UTC(),
+		Creator:          processOf(seg, h.Creator),
 		BootID:           formatUUID(h.BootID),
 		CurrentBoot:      h.BootID == boot,
-		PIDNamespace:     h.PIDNamespace,
+		PIDNamespace:     idString(h.PIDNamespace),
 		SamePIDNamespace: h.PIDNamespace == ns,
 		GroupAccess:      h.Flags&layout.FlagGroupAccess != 0,
 		Tables:           make([]tableJSON, 0, layout.NumTables),
 	}
-
+	if info.Creator == nil {
+		// validation refuses a header without a creator
+		return nil, fmt.Errorf("%s: the header records no creator", seg.Path())
+	}
 	// The header's creator word is never marked stale (the header is
 	// immutable), so a creator of another boot is stale by the boot id.
-	id, _ := proc.Unpack(h.Creator)
-	info.Creator = creatorJSON{PID: id.PID, StartTicks: id.StartTicks, State: stateStale}
-	if info.CurrentBoot {
-		info.Creator.State = ownerState(seg, h.Creator)
-		if t, err := id.StartTime(); err == nil {
-			t = t.UTC()
-			info.Creator.Started = &t
-		}
+	if !info.CurrentBoot {
+		info.Creator.Liveness, info.Creator.Started = livenessStale, nil
 	}
-	info.Creator.Alive = info.Creator.State == stateAlive
 
 	for i := range layout.NumTables {
 		k := layout.Kind(i + 1)
 		t := h.Table(k)
-		tj := tableJSON{Kind: k.String(), EntrySize: t.EntrySize, Count: t.Count, Offset: t.Offset, Size: t.Size()}
+		tj := tableJSON{Kind: k.String(), EntryBytes: t.EntrySize, Entries: t.Count, Capacity: t.Count,
+			Offset: t.Offset, Bytes: t.Size()}
+		if k == layout.KindLockMgr && t.Count > 0 {
+			tj.Capacity = t.Count - 1 // the first entry is the table's header
+		}
 		if k == layout.KindOwnerSlots || k == layout.KindUpgrades {
 			claims, err := seg.Claims(k)
 			if err != nil {
@@ -148,6 +151,50 @@ func ownerState(seg *shm.Segment, w uint64) string {
 	}
 	return stateDead
 }
+
+// processOf is the process of the packed identity w, as every document
+// shows one; nil (null) if w is 0, no process.
+func processOf(seg *shm.Segment, w uint64) *processJSON {
+	if w == 0 {
+		return nil
+	}
+	id, _ := proc.Unpack(w)
+	p := &processJSON{PID: id.PID, StartTicks: id.StartTicks, Liveness: liveness(seg, w)}
+	if p.Liveness != livenessStale { // ticks of another boot give no time
+		if t, err := id.StartTime(); err == nil {
+			t = t.UTC()
+			p.Started = &t
+		}
+	}
+	return p
+}
+
+// liveness says whether the process of the packed identity w (not 0)
+// lives. An owner recorded under another boot is stale even before a
+// writable open has marked it so; a process of another PID namespace
+// cannot be judged by its pid here.
+func liveness(seg *shm.Segment, w uint64) string {
+	switch _, stale := proc.Unpack(w); {
+	case stale || seg.OwnersFromOtherBoot():
+		return livenessStale
+	case !samePIDNamespace(seg):
+		return livenessUnknown
+	case seg.OwnerAlive(w):
+		return livenessAlive
+	}
+	return livenessDead
+}
+
+// samePIDNamespace reports whether seg was made in this process's PID
+// namespace (false if that cannot be read).
+func samePIDNamespace(seg *shm.Segment) bool {
+	ns, err := ownPIDNamespace()
+	return err == nil && seg.Header().PIDNamespace == ns
+}
+
+// ownPIDNamespace is proc.PIDNamespace, read once: every process object
+// of a document asks.
+var ownPIDNamespace = sync.OnceValues(proc.PIDNamespace)
 
 // formatUUID writes a boot id in the 8-4-4-4-12 form of
 // /proc/sys/kernel/random/boot_id.
