@@ -170,15 +170,16 @@ type (
 		Action string `json:"action"`
 	}
 	rwlocksJSON struct {
+		docHeader
 		Path    string       `json:"path"`
 		RWLocks []rwlockJSON `json:"rwlocks"`
 	}
 	rwlockJSON struct {
 		Index         int          `json:"index"`
-		Name          string       `json:"name"`
+		Name          *string      `json:"name"`
 		Refs          uint32       `json:"refs"`
 		Held          string       `json:"held"`
-		State         uint32       `json:"state"`
+		StateWord     uint32       `json:"state_word"`
 		WriteBit      bool         `json:"write_bit"`
 		UpgradeBit    bool         `json:"upgrade_bit"`
 		Pending       bool         `json:"pending"`
@@ -192,8 +193,19 @@ type (
 		SharedWaiters uint32       `json:"shared_waiters"`
 		UniqueWaiters uint32       `json:"unique_waiters"`
 		WriterWaiters uint32       `json:"writer_waiters"`
-		Generation    uint64       `json:"generation"`
+		Generation    string       `json:"generation"`
+		Inconsistent  bool         `json:"inconsistent"`
 		Dead          int          `json:"dead"`
+	}
+	// holderJSON is an upgrade mutex's writer or upgrade holder.
+	holderJSON struct {
+		Process *processJSON `json:"process"`
+		TID     *string      `json:"tid"`
+	}
+	readerJSON struct {
+		Record  int          `json:"record"`
+		Process *processJSON `json:"process"`
+		Count   uint32       `json:"count"`
 	}
 	// ownerJSON is a process recorded as an owner: its pid and start time
 	// (proc.Identity) and owner_state, one of the state* constants.
@@ -201,15 +213,6 @@ type (
 		PID        uint32 `json:"pid"`
 		StartTicks uint64 `json:"start_ticks"`
 		OwnerState string `json:"owner_state"`
-	}
-	holderJSON struct {
-		ownerJSON
-		TID uint64 `json:"tid"`
-	}
-	readerJSON struct {
-		Record int `json:"record"`
-		ownerJSON
-		Count uint32 `json:"count"`
 	}
 	reclaimSlotJSON struct {
 		Index int    `json:"index"`
@@ -232,23 +235,24 @@ type (
 		Detail    string  `json:"detail"`
 	}
 	txnsJSON struct {
+		docHeader
 		Path          string        `json:"path"`
 		Records       int           `json:"records"`
-		ArenaSize     uint64        `json:"arena_bytes"`
-		FreeSize      uint64        `json:"free_bytes"`
-		BarrierLeader *ownerJSON    `json:"barrier_leader"`
+		DataBytes     uint64        `json:"data_bytes"`
+		FreeBytes     uint64        `json:"free_bytes"`
+		BarrierLeader *processJSON  `json:"barrier_leader"`
 		Txns          []txnJSON     `json:"txns"`
 		Processes     []txnProcJSON `json:"processes"`
 	}
 	txnJSON struct {
-		Index      int    `json:"index"`
-		Generation uint32 `json:"generation"`
-		State      string `json:"state"`
-		Mode       string `json:"mode"`
-		ownerJSON
-		ArenaOffset   uint64        `json:"arena_offset"`
-		ArenaSize     uint64        `json:"arena_size"`
-		Used          uint64        `json:"used"`
+		Index         int           `json:"index"`
+		Generation    string        `json:"generation"`
+		State         string        `json:"state"`
+		Mode          string        `json:"mode"`
+		Process       *processJSON  `json:"process"`
+		ArenaOffset   *uint64       `json:"arena_offset"` // nil without an arena
+		ArenaBytes    uint64        `json:"arena_bytes"`
+		UsedBytes     uint64        `json:"used_bytes"`
 		Objects       uint32        `json:"objects"`
 		Promotions    uint32        `json:"promotions"`
 		Promoted      uint32        `json:"promoted"`
@@ -257,29 +261,31 @@ type (
 		PinsByProcess []txnPinsJSON `json:"pins_by_process"`
 	}
 	txnPinsJSON struct {
-		ownerJSON
-		Pins uint32 `json:"pins"`
+		Process *processJSON `json:"process"`
+		Pins    uint32       `json:"pins"`
 	}
 	txnProcJSON struct {
-		Row int `json:"row"`
-		ownerJSON
-		Pins       uint64 `json:"pins"`
-		GlobalPins uint32 `json:"global_pins"`
+		Row        int          `json:"row"`
+		Process    *processJSON `json:"process"`
+		Pins       uint64       `json:"pins"`
+		GlobalPins uint32       `json:"global_pins"`
 	}
 	slotsJSON struct {
+		docHeader
 		Path  string     `json:"path"`
 		Slots []slotJSON `json:"slots"`
 	}
 	slotJSON struct {
-		Index int    `json:"index"`
-		Name  string `json:"name"`
-		Refs  uint32 `json:"refs"`
-		Mode  string `json:"mode"`
-		ownerJSON
-		TID       uint64 `json:"tid"`
-		Token     uint64 `json:"token"`
-		Recursion uint32 `json:"recursion"`
-		Waiters   uint32 `json:"waiters"`
+		Index      int          `json:"index"`
+		Name       *string      `json:"name"`
+		Refs       uint32       `json:"refs"`
+		Mode       string       `json:"mode"`
+		Process    *processJSON `json:"process"`
+		TID        *string      `json:"tid"`
+		Token      *string      `json:"token"`      // token mode's holder
+		Generation *string      `json:"generation"` // pid/tid mode's
+		Recursion  uint32       `json:"recursion"`
+		Waiters    uint32       `json:"waiters"`
 		// Inconsistent: a holder died holding the lock and no holder has
 		// said since that it repaired the data (spinlock.Guard.MarkConsistent).
 		Inconsistent bool `json:"inconsistent"`

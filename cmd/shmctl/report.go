@@ -91,21 +91,20 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := &slotsJSON{Path: seg.Path(), Slots: []slotJSON{}}
+	doc := &slotsJSON{docHeader: header("slots"), Path: seg.Path(), Slots: []slotJSON{}}
 	for i := range seg.Len(layout.KindOwnerSlots) {
 		s, err := seg.Slot(i)
 		if err != nil {
 			return nil, err
 		}
-		pidWord := s.PID.Load()
+		pidWord, tidWord, tokenWord := s.PID.Load(), s.TID.Load(), s.Token.Load()
 		c, claimed := byIndex[i]
 		sj := slotJSON{
 			Index:        i,
-			Name:         c.Name,
+			Name:         optName(c.Name, claimed),
 			Refs:         c.Refs,
-			ownerJSON:    ownerOf(seg, pidWord),
-			TID:          s.TID.Load(),
-			Token:        s.Token.Load(),
+			Process:      processOf(seg, pidWord),
+			TID:          optID(tidWord),
 			Recursion:    s.RecursionCount.Load() & layout.SlotRecursion,
 			Waiters:      s.Sleepers(),
 			Inconsistent: s.RecursionCount.Load()&layout.SlotInconsistent != 0,
@@ -118,12 +117,21 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 			sj.Mode = modeToken
 		case pidWord != 0:
 			sj.Mode = modePIDTID
-		case sj.Token != 0:
+		case tokenWord != 0:
 			sj.Mode = modeToken
 		default:
 			sj.Mode = modeFree
 		}
-		inUse := claimed || pidWord != 0 || sj.TID != 0 || sj.Token != 0 || sj.Recursion != 0 || sj.Waiters != 0 || sj.Inconsistent
+		// The token word is the holder's token in token mode and the
+		// generation in pid/tid mode (layout.OwnerSlot).
+		switch sj.Mode {
+		case modePIDTID:
+			gen := idString(tokenWord)
+			sj.Generation = &gen
+		case modeToken:
+			sj.Token = optID(tokenWord)
+		}
+		inUse := claimed || pidWord != 0 || tidWord != 0 || tokenWord != 0 || sj.Recursion != 0 || sj.Waiters != 0 || sj.Inconsistent
 		if inUse || all {
 			doc.Slots = append(doc.Slots, sj)
 		}
