@@ -291,31 +291,33 @@ type (
 		Inconsistent bool `json:"inconsistent"`
 	}
 	locksJSON struct {
+		docHeader
 		Path         string     `json:"path"`
 		DeclaredOnly bool       `json:"declared_only"`
 		Capacity     int        `json:"capacity"`
 		Resources    []lockJSON `json:"resources"`
 	}
 	lockJSON struct {
-		Resource string           `json:"resource"`
-		Mode     string           `json:"mode"`
-		State    string           `json:"state"`
-		Version  uint64           `json:"version"`
-		Declared bool             `json:"declared"`
-		Holders  []lockHolderJSON `json:"holders"`
+		Resource     string           `json:"resource"`
+		Mode         *string          `json:"mode"` // nil when nobody holds it
+		State        string           `json:"state"`
+		Generation   string           `json:"generation"` // lockmgr's version
+		Declared     bool             `json:"declared"`
+		Inconsistent bool             `json:"inconsistent"`
+		Holders      []lockHolderJSON `json:"holders"`
 	}
 	lockHolderJSON struct {
-		Owner        string     `json:"owner"`
-		PID          int        `json:"pid"`
-		CompanionPID int        `json:"companion_pid"`
-		Alive        bool       `json:"alive"`
-		State        string     `json:"state"`
-		Acquired     time.Time  `json:"acquired"`
-		Expires      *time.Time `json:"expires"`
-		AgeSeconds   float64    `json:"age_seconds"`
-		LeftSeconds  *float64   `json:"left_seconds"`
+		Owner       string       `json:"owner"`
+		Process     *processJSON `json:"process"`
+		Companion   *processJSON `json:"companion"`
+		State       string       `json:"state"`
+		Acquired    time.Time    `json:"acquired"`
+		Expires     *time.Time   `json:"expires"`
+		AgeSeconds  float64      `json:"age_seconds"`
+		LeftSeconds *float64     `json:"left_seconds"`
 	}
 	statsJSON struct {
+		docHeader
 		Path               string  `json:"path"`
 		TotalLocks         uint64  `json:"total_locks"`
 		ActiveLocks        int     `json:"active_locks"`
