@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"time"
@@ -115,6 +116,7 @@ type (
 		FormatVersion uint32 `json:"format_version"`
 	}
 	reclaimJSON struct {
+		docHeader
 		Path    string              `json:"path"`
 		DryRun  bool                `json:"dry_run"`
 		Slots   []reclaimSlotJSON   `json:"slots"`
@@ -130,44 +132,44 @@ type (
 		Claims []reclaimClaimJSON `json:"claims"`
 	}
 	reclaimClaimJSON struct {
-		Table  string `json:"table"`
-		Index  int    `json:"index"`
-		Name   string `json:"name"`
-		PID    uint32 `json:"pid"`
-		Count  uint32 `json:"count"`
-		Action string `json:"action"`
+		Table   string       `json:"table"`
+		Index   int          `json:"index"`
+		Name    *string      `json:"name"`
+		Process *processJSON `json:"process"`
+		Count   uint32       `json:"count"`
+		Action  string       `json:"action"`
 	}
 	reclaimTokenJSON struct {
-		Index  int    `json:"index"`
-		Name   string `json:"name"`
-		Token  string `json:"token"` // a 64-bit number, as a string: exact in jq and JavaScript
-		Action string `json:"action"`
+		Index  int     `json:"index"`
+		Name   *string `json:"name"`
+		Token  string  `json:"token"`
+		Action string  `json:"action"`
 	}
 	// reclaimLockJSON is a lock-manager hold reclaim ended (or would).
 	reclaimLockJSON struct {
-		Resource string `json:"resource"`
-		Owner    string `json:"owner"`
-		PID      int    `json:"pid"`
-		Why      string `json:"why"` // expired or dead
-		Action   string `json:"action"`
+		Resource string       `json:"resource"`
+		Owner    string       `json:"owner"`
+		Process  *processJSON `json:"process"`
+		Why      string       `json:"why"` // expired or dead
+		Action   string       `json:"action"`
 	}
 	reclaimTxnJSON struct {
-		Index      int    `json:"index"`
-		Generation uint32 `json:"generation"`
-		Mode       string `json:"mode"`
-		ownerJSON
-		Action string `json:"action"`
+		Index      int          `json:"index"`
+		Generation string       `json:"generation"`
+		Mode       string       `json:"mode"`
+		Process    *processJSON `json:"process"`
+		Action     string       `json:"action"`
 	}
 	reclaimRWLockJSON struct {
-		Index  int    `json:"index"`
-		Name   string `json:"name"`
-		Holder string `json:"holder"`
-		Record *int   `json:"record"`
-		ownerJSON
-		TID    uint64 `json:"tid"`
-		Count  uint32 `json:"count"`
-		Unique bool   `json:"unique"`
-		Action string `json:"action"`
+		Index   int          `json:"index"`
+		Name    *string      `json:"name"`
+		Role    string       `json:"role"` // writer, upgrader or reader
+		Record  *int         `json:"record"`
+		Process *processJSON `json:"process"`
+		TID     *string      `json:"tid"`
+		Count   uint32       `json:"count"`
+		Unique  bool         `json:"unique"`
+		Action  string       `json:"action"`
 	}
 	rwlocksJSON struct {
 		docHeader
@@ -207,22 +209,46 @@ type (
 		Process *processJSON `json:"process"`
 		Count   uint32       `json:"count"`
 	}
-	// ownerJSON is a process recorded as an owner: its pid and start time
-	// (proc.Identity) and owner_state, one of the state* constants.
-	ownerJSON struct {
-		PID        uint32 `json:"pid"`
-		StartTicks uint64 `json:"start_ticks"`
-		OwnerState string `json:"owner_state"`
-	}
 	reclaimSlotJSON struct {
-		Index int    `json:"index"`
-		Name  string `json:"name"`
-		ownerJSON
-		TID           uint64  `json:"tid"`
-		Generation    uint64  `json:"generation"`
-		NewGeneration *uint64 `json:"new_generation"`
-		Action        string  `json:"action"`
+		Index         int          `json:"index"`
+		Name          *string      `json:"name"`
+		Process       *processJSON `json:"process"`
+		TID           *string      `json:"tid"`
+		Generation    string       `json:"generation"`
+		NewGeneration *string      `json:"new_generation"`
+		Action        string       `json:"action"`
 	}
+	// checkJSON is what check finds.
+	checkJSON struct {
+		docHeader
+		Path     string   `json:"path"`
+		OK       bool     `json:"ok"`
+		Findings []string `json:"findings"`
+	}
+	// unlockJSON says what unlock --force freed.
+	unlockJSON struct {
+		docHeader
+		Path    string             `json:"path"`
+		Kind    string             `json:"kind"`
+		Name    string             `json:"name"`
+		Holders []unlockHolderJSON `json:"holders"`
+		// Generation is the lock's fencing generation (version) after the
+		// unlock: every token of the old holders is below it. nil for a
+		// token-mode slot, which has none.
+		Generation *string `json:"generation"`
+		Action     string  `json:"action"`
+	}
+	// unlockHolderJSON is one holder unlock --force freed the lock of.
+	unlockHolderJSON struct {
+		Role    string       `json:"role"`    // the unlockRole* constants
+		Owner   *string      `json:"owner"`   // a lock-manager hold's owner name
+		Process *processJSON `json:"process"` // nil for a token-mode holder
+		TID     *string      `json:"tid"`
+		Token   *string      `json:"token"`
+		Count   *uint32      `json:"count"` // a reader's shared holds
+	}
+	// benchJSON is the peer-benchmark contract's line, whose keys and
+	// their order the contract fixes: no docHeader.
 	benchJSON struct {
 		Peer      string  `json:"peer"`
 		Workload  string  `json:"workload"`
@@ -331,6 +357,34 @@ type (
 		DeclaredOnly       bool    `json:"declared_only"`
 	}
 )
+
+// The roles of the holders unlock --force reports (unlockHolderJSON.Role).
+const (
+	unlockRoleHolder   = "holder" // of a slot or a resource
+	unlockRoleWriter   = "writer"
+	unlockRoleUpgrader = "upgrader"
+	unlockRoleReader   = "reader"
+)
+
+// text is h as the table shows it: "pid:tid", "token:N", "writer PID",
+// "upgrader PID", "reader PID xN", or a lock-manager owner with its pid.
+func (h unlockHolderJSON) text() string {
+	pid := uint32(0)
+	if h.Process != nil {
+		pid = h.Process.PID
+	}
+	switch {
+	case h.Token != nil:
+		return "token:" + *h.Token
+	case h.Owner != nil:
+		return fmt.Sprintf("%s (pid %d)", *h.Owner, pid)
+	case h.Role == unlockRoleReader && h.Count != nil:
+		return fmt.Sprintf("reader %d x%d", pid, *h.Count)
+	case h.Role == unlockRoleHolder:
+		return fmt.Sprintf("%d:%s", pid, orDash(h.TID))
+	}
+	return fmt.Sprintf("%s %d", h.Role, pid)
+}
 
 // writeJSON is the one way a command prints a JSON document: indented by
 // two spaces, one trailing newline, and no HTML escaping of names such as

@@ -10,14 +10,6 @@ import (
 	"github.com/shmlock/shmlock/spinlock"
 )
 
-// Owner states, as info and slots report them.
-const (
-	stateAlive = "alive" // the recorded process is running
-	stateDead  = "dead"  // it exited, or its pid now names another process
-	stateStale = "stale" // recorded under a previous boot: dead too
-	stateNone  = "none"  // no owner recorded (printed "-" in tables)
-)
-
 // Slot modes (see layout.OwnerSlot). spinlock.Named records the mode in the
 // slot directory; for a slot claimed without it the mode is guessed from the
 // words, and a pid/tid slot after its release (pid 0, a non-zero generation)
@@ -137,27 +129,6 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 		}
 	}
 	return doc, nil
-}
-
-// ownerOf is the packed identity w as the JSON documents show an owner.
-func ownerOf(seg *shm.Segment, w uint64) ownerJSON {
-	id, _ := proc.Unpack(w)
-	return ownerJSON{PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, w)}
-}
-
-// ownerState says whether the packed identity w names a live process. An
-// owner recorded under another boot is stale even before a writable open
-// has marked it so.
-func ownerState(seg *shm.Segment, w uint64) string {
-	switch _, stale := proc.Unpack(w); {
-	case w == 0:
-		return stateNone
-	case stale || seg.OwnersFromOtherBoot():
-		return stateStale
-	case seg.OwnerAlive(w):
-		return stateAlive
-	}
-	return stateDead
 }
 
 // processOf is the process of the packed identity w, as every document

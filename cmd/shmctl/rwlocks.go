@@ -91,12 +91,8 @@ func runRWLocks(opts *rwlocksOptions) error {
 		if l.WriterWaiting {
 			writer += " (waiting)"
 		}
-		pending := "no"
-		if l.Pending {
-			pending = "yes"
-		}
 		t.AddRow(l.Index, deref(l.Name), l.Refs, l.Held, readersCell(l.Readers), writer, holderCell(l.Upgrader),
-			pending, l.SharedWaiters, l.UniqueWaiters, l.WriterWaiters, l.Dead)
+			yesNo(l.Pending), l.SharedWaiters, l.UniqueWaiters, l.WriterWaiters, l.Dead)
 	}
 	return t.Render()
 }

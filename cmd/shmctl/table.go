@@ -102,3 +102,11 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// yesNo is a bool as a table shows it.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -241,12 +241,16 @@ func TestReclaimTxns(t *testing.T) {
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal(out, &doc))
 	require.Len(t, doc.Txns, 2)
-	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: 1, Mode: "pins",
-		ownerJSON: ownerJSON{PID: uint32(pid1), StartTicks: doc.Txns[0].StartTicks, OwnerState: "dead"},
-		Action:    "timed out"}, doc.Txns[0])
-	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: 1, Mode: "barrier",
-		ownerJSON: ownerJSON{PID: uint32(pid2), StartTicks: doc.Txns[1].StartTicks, OwnerState: "dead"},
-		Action:    "reclaimed"}, doc.Txns[1])
+	for _, x := range doc.Txns {
+		require.NotNil(t, x.Process)
+		checkStarted(t, x.Process)
+	}
+	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: "1", Mode: "pins",
+		Process: process(proc.Identity{PID: uint32(pid1), StartTicks: doc.Txns[0].Process.StartTicks}, "dead"),
+		Action:  "timed out"}, doc.Txns[0])
+	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: "1", Mode: "barrier",
+		Process: process(proc.Identity{PID: uint32(pid2), StartTicks: doc.Txns[1].Process.StartTicks}, "dead"),
+		Action:  "reclaimed"}, doc.Txns[1])
 	assert.Equal(t, "orphan", string(b.Bytes()), "the pinned object is intact")
 	_, err = sp.TryPin(br)
 	require.ErrorIs(t, err, txn.ErrClosed)
