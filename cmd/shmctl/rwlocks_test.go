@@ -57,6 +57,13 @@ const (
 func rwlocksSegment(t *testing.T) (*shm.Segment, *upgrade.Mutex) {
 	t.Helper()
 	seg := newSegment(t, layout.Options{Upgrades: 4, UpgradeReaders: 4})
+	return seg, rwlocksOn(t, seg)
+}
+
+// rwlocksOn sets up the first 4 upgrade mutexes of seg as rwlocksSegment
+// says, and returns the upgrade holder's handle.
+func rwlocksOn(t *testing.T, seg *shm.Segment) *upgrade.Mutex {
+	t.Helper()
 	self := proc.Self()
 	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
 
@@ -92,7 +99,7 @@ func rwlocksSegment(t *testing.T) (*shm.Segment, *upgrade.Mutex) {
 	e.Upgrader.Store(proc.MarkStale(self.Pack()))
 	e.UpgraderTID.Store(5)
 	e.State.Store(testStateUpgrade | testStateWrite)
-	return seg, u
+	return u
 }
 
 func TestRWLocksText(t *testing.T) {
