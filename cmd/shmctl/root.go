@@ -64,6 +64,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdVersion(ios),
 		newCmdUnlock(ios, nil),
 		newCmdCheck(ios, nil),
+		newCmdGenMan(),
 	)
 	addNoHeaderFlag(root, ios)
 	addWatch(root, ios)
