@@ -35,6 +35,12 @@ type HolderInfo struct {
 	// Alive says whether the holding process or its companion lives; a
 	// dead holder's hold ends when someone conflicts with it.
 	Alive bool
+	// Process and CompanionProcess are the packed identities (pid and
+	// start time, as in upgrade.Status.Writer) of the holding process and
+	// the companion; 0 if none. With them a tool tells a pid's process
+	// from a later one that reuses the pid, and judges each on its own
+	// (shm.Segment.OwnerAlive), where Alive answers for the pair.
+	Process, CompanionProcess uint64
 }
 
 // readers: Inspect, List and Stats take no lock (they work on a read-only
@@ -94,6 +100,7 @@ func (m *Manager) info(s snapshot, now int64) ResourceInfo {
 	live := 0
 	for _, h := range s.holders {
 		hi := HolderInfo{Owner: h.owner, PID: pidOf(h.process), Companion: pidOf(h.companion),
+			Process: h.process, CompanionProcess: h.companion,
 			AcquiredAt: m.clock.time(int64(h.acquired)), State: Acquired,
 			Alive: m.t.isAlive(h.process, now) || m.t.isAlive(h.companion, now)}
 		if h.expires != 0 {

@@ -290,6 +290,10 @@ func TestKillHolder(t *testing.T) {
 	require.Equal(t, lockmgr.Acquired, ri.State)
 	require.Equal(t, holder.PID(), ri.Holders[0].PID)
 	require.True(t, ri.Holders[0].Alive)
+	id, stale := proc.Unpack(ri.Holders[0].Process)
+	require.EqualValues(t, holder.PID(), id.PID, "the packed identity names the holder")
+	require.False(t, stale)
+	require.Zero(t, ri.Holders[0].CompanionProcess, "no companion")
 
 	require.NoError(t, holder.Cmd.Process.Kill())
 	holder.WaitKilled(t)
@@ -380,6 +384,8 @@ func TestCompanionKeepsHold(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, companion.PID(), ri.Holders[0].Companion)
 	require.True(t, ri.Holders[0].Alive)
+	id, _ := proc.Unpack(ri.Holders[0].CompanionProcess)
+	require.EqualValues(t, companion.PID(), id.PID, "the companion's packed identity")
 
 	require.NoError(t, companion.Cmd.Process.Kill())
 	companion.WaitKilled(t)

@@ -18,7 +18,8 @@ type EndedHold struct {
 	Resource string
 	Owner    string
 	PID      int
-	Why      string // EndedExpired or EndedDead
+	Process  uint64 // the holding process's packed identity (see HolderInfo.Process)
+	Why      string // EndedExpired, EndedDead or EndedForced
 }
 
 // Reclaim ends every hold whose TTL has passed or whose processes died,
@@ -45,7 +46,7 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 			s := m.t.read(e)
 			for _, h := range s.holders {
 				if why := m.endReason(h.process, h.companion, h.expires, now); why != "" {
-					ended = append(ended, EndedHold{Resource: s.name, Owner: h.owner, PID: pidOf(h.process), Why: why})
+					ended = append(ended, EndedHold{Resource: s.name, Owner: h.owner, PID: pidOf(h.process), Process: h.process, Why: why})
 				}
 			}
 			continue
@@ -67,7 +68,7 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 					left++
 					return true
 				}
-				ended = append(ended, EndedHold{Resource: name, Owner: unpack(h.Owner[:]), PID: pidOf(p), Why: why})
+				ended = append(ended, EndedHold{Resource: name, Owner: unpack(h.Owner[:]), PID: pidOf(p), Process: p, Why: why})
 				ending := endReclaimed
 				if why == EndedExpired {
 					ending = endExpired
@@ -122,7 +123,7 @@ func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
 	var ended []EndedHold
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
 		if p := h.Process.Load(); p != 0 {
-			ended = append(ended, EndedHold{Resource: resource, Owner: unpack(h.Owner[:]), PID: pidOf(p), Why: EndedForced})
+			ended = append(ended, EndedHold{Resource: resource, Owner: unpack(h.Owner[:]), PID: pidOf(p), Process: p, Why: EndedForced})
 			m.endHold(e, h, endForced, now)
 		}
 		return true

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
 )
@@ -65,6 +66,8 @@ func requireEnded(t *testing.T, want, got []lockmgr.EndedHold) {
 		for _, g := range got {
 			if g.Resource == w.Resource && g.Owner == w.Owner && g.Why == w.Why && (g.PID == w.PID || w.PID == -1) {
 				found = true
+				id, _ := proc.Unpack(g.Process)
+				require.EqualValues(t, g.PID, id.PID, "the packed identity of %+v", g)
 			}
 		}
 		require.True(t, found, "%+v not in %+v", w, got)

@@ -102,7 +102,9 @@ func TestInfoForeignSegment(t *testing.T) {
 	var doc infoJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	assert.False(t, doc.SamePIDNamespace)
-	assert.EqualValues(t, 1, doc.PIDNamespace)
+	assert.Equal(t, "1", doc.PIDNamespace)
+	require.NotNil(t, doc.Creator)
+	assert.Equal(t, "unknown", doc.Creator.Liveness, "its pid names another process here")
 }
 
 // Every command that lists or uses one table fails the same way on a

@@ -22,13 +22,6 @@ type checkOptions struct {
 	Group   bool
 }
 
-// checkJSON is what check finds.
-type checkJSON struct {
-	Path     string   `json:"path"`
-	OK       bool     `json:"ok"`
-	Findings []string `json:"findings"`
-}
-
 func newCmdCheck(ios *IOStreams, runF func(*checkOptions) error) *cobra.Command {
 	opts := &checkOptions{IO: ios}
 	cmd := &cobra.Command{
@@ -73,7 +66,7 @@ func runCheck(opts *checkOptions) error {
 	if err != nil {
 		return err
 	}
-	doc := checkJSON{Path: seg.Path(), OK: len(found) == 0, Findings: found}
+	doc := checkJSON{docHeader: header("check"), Path: seg.Path(), OK: len(found) == 0, Findings: found}
 	if opts.JSON {
 		if err := writeJSON(opts.IO.Out, doc); err != nil {
 			return err

@@ -29,9 +29,7 @@ A size of 0 (the default) means the library default; a negative size
 means no such table, and the commands that read or use that table (slots,
 rwlocks, txns, locks, stats, lock, data) then fail on the segment, naming
 it and its flag. The data area (--data) holds the named data regions that
-processes claim (shm.Segment.Data; 'shmctl data' lists them). The command fails if the segment already exists.
-
-` + infoJSONHelp,
+processes claim (shm.Segment.Data; 'shmctl data' lists them). The command fails if the segment already exists.`,
 		Example: `  shmctl create jobs
   shmctl create /dev/shm/jobs --slots 256 --upgrades -1 --group
   shmctl create jobs --data 1MiB --data-regions 8`,
@@ -69,7 +67,7 @@ func runCreate(opts *createOptions) error {
 		return err
 	}
 	defer seg.Close()
-	info, err := readInfo(seg)
+	info, err := readInfo(seg, "create")
 	if err != nil {
 		return fmt.Errorf("created %s, but reading it back: %w", seg.Path(), err)
 	}
@@ -79,7 +77,12 @@ func runCreate(opts *createOptions) error {
 	return printInfo(opts.IO, info)
 }
 
-// addJSONFlag adds the --json flag every read command has.
+// jsonDocs is where --help sends a reader for the documents' fields: the
+// file in the module's repository, which an installed binary lacks.
+const jsonDocs = "docs/JSON.md at github.com/shmlock/shmlock"
+
+// addJSONFlag adds the --json flag of every command that prints a
+// document: its help names the schema and where every field is described.
 func addJSONFlag(cmd *cobra.Command, v *bool) {
-	cmd.Flags().BoolVar(v, "json", false, "print a JSON document (its fields are listed above)")
+	cmd.Flags().BoolVar(v, "json", false, fmt.Sprintf("print a JSON document (schema %d; its fields: %s)", schemaVersion, jsonDocs))
 }

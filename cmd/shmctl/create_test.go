@@ -58,17 +58,17 @@ var (
 	customSizes = []string{"--slots", "10", "--upgrades", "3", "--upgrade-readers", "5", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5",
 		"--data", "1000", "--data-regions", "3"}
 	customRows = "" +
-		"owner_slots\t32\t10\t512\t320\t0\n" +
-		"slot_directory\t64\t10\t832\t640\t-\n" +
-		"upgrades\t64\t3\t1472\t192\t0\n" +
-		"upgrade_directory\t64\t3\t1664\t192\t-\n" +
-		"txn_records\t128\t2\t1856\t256\t-\n" +
-		"txn_arena\t64\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
-		"lockmgr\t256\t5\t3136\t1280\t-\n" +
-		"upgrade_readers\t16\t15\t4416\t240\t-\n" + // 5 records for each of the 3 mutexes
-		"claim_refs\t16\t26\t4672\t416\t-\n" + // twice the slots and mutexes
-		"region_directory\t64\t3\t5120\t192\t0\n" +
-		"data\t64\t16\t5312\t1024\t0\n" // 1000 bytes round up to 16 units
+		"owner_slots\t32\t10\t10\t512\t320\t0\n" +
+		"slot_directory\t64\t10\t10\t832\t640\t-\n" +
+		"upgrades\t64\t3\t3\t1472\t192\t0\n" +
+		"upgrade_directory\t64\t3\t3\t1664\t192\t-\n" +
+		"txn_records\t128\t2\t2\t1856\t256\t-\n" +
+		"txn_arena\t64\t16\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
+		"lockmgr\t256\t5\t4\t3136\t1280\t-\n" + // the first entry is the table's header
+		"upgrade_readers\t16\t15\t15\t4416\t240\t-\n" + // 5 records for each of the 3 mutexes
+		"claim_refs\t16\t26\t26\t4672\t416\t-\n" + // twice the slots and mutexes
+		"region_directory\t64\t3\t3\t5120\t192\t0\n" +
+		"data\t64\t16\t16\t5312\t1024\t0\n" // 1000 bytes round up to 16 units
 	customTotal = 8192
 )
 
@@ -85,12 +85,12 @@ func TestCreateThenInfo(t *testing.T) {
 	require.NoError(t, err)
 	want := fmt.Sprintf(""+
 		"path\t%s\n"+
-		"version\t3\n"+
-		"total_size\t%d\n"+
+		"format_version\t3\n"+
+		"total_bytes\t%d\n"+
 		"created\t%s\n"+
-		"creator_pid\t%d\n"+
-		"creator_started\t%s\n"+
-		"creator_state\talive\n"+
+		"creator.pid\t%d\n"+
+		"creator.started\t%s\n"+
+		"creator.liveness\talive\n"+
 		"boot_id\t%s\n"+
 		"current_boot\ttrue\n"+
 		"pid_namespace\t%d\n"+
@@ -118,15 +118,15 @@ func TestInfoTerminal(t *testing.T) {
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	created := seg.Header().Created.UTC().Format("2006-01-02 15:04:05 UTC")
 	assert.Contains(t, r.stdout, "\ncreated             "+created+"\n")
-	assert.Contains(t, r.stdout, "\ncreator_state       alive\n")
+	assert.Contains(t, r.stdout, "\ncreator.liveness    alive\n")
 	assert.Contains(t, r.stdout, "\n\n"+
-		"KIND               ENTRY_SIZE  COUNT  OFFSET  SIZE   CLAIMED\n"+
-		"owner_slots        32          10     512     320    0\n"+
-		"slot_directory     64          10     832     640    -\n"+
-		"upgrades           64          3      1472    192    1\n")
+		"KIND               ENTRY_BYTES  ENTRIES  CAPACITY  OFFSET  BYTES  CLAIMED\n"+
+		"owner_slots        32           10       10        512     320    0\n"+
+		"slot_directory     64           10       10        832     640    -\n"+
+		"upgrades           64           3        3         1472    192    1\n")
 	assert.Contains(t, r.stdout, "\n"+
-		"region_directory   64          32     6400    2048   1\n"+
-		"data               64          1024   8448    65536  2\n")
+		"region_directory   64           32       32        6400    2048   1\n"+
+		"data               64           1024     1024      8448    65536  2\n")
 }
 
 func TestCreateJSON(t *testing.T) {
@@ -141,17 +141,20 @@ func TestCreateJSON(t *testing.T) {
 	// A group segment is opened with --group, by its creator too.
 	refused := shmctl(t, false, "info", path)
 	assert.Contains(t, requireOneLineError(t, refused, 1), "its group may use it")
-	for _, out := range []string{r.stdout, shmctl(t, false, "--group", "info", "--json", path).stdout} {
+	info := shmctl(t, false, "--group", "info", "--json", path).stdout
+	cmdOf := map[string]string{r.stdout: "create", info: "info"}
+	for _, out := range []string{r.stdout, info} {
 		require.True(t, strings.HasSuffix(out, "}\n"), "JSON output %q does not end in one newline", out)
 		var doc infoJSON
 		require.NoError(t, json.Unmarshal([]byte(out), &doc))
 		assert.Equal(t, path, doc.Path)
-		assert.EqualValues(t, layout.Version, doc.Version)
-		assert.EqualValues(t, customTotal, doc.TotalSize)
+		assert.Equal(t, docHeader{Schema: 1, Command: cmdOf[out]}, doc.docHeader)
+		assert.EqualValues(t, layout.Version, doc.FormatVersion)
+		assert.EqualValues(t, customTotal, doc.TotalBytes)
+		require.NotNil(t, doc.Creator)
 		assert.EqualValues(t, os.Getpid(), doc.Creator.PID)
 		assert.Equal(t, proc.Self().StartTicks, doc.Creator.StartTicks)
-		assert.Equal(t, "alive", doc.Creator.State)
-		assert.True(t, doc.Creator.Alive)
+		assert.Equal(t, "alive", doc.Creator.Liveness)
 		assert.NotNil(t, doc.Creator.Started)
 		assert.Equal(t, bootIDText(t), doc.BootID)
 		assert.True(t, doc.CurrentBoot)
@@ -165,7 +168,7 @@ func TestCreateJSON(t *testing.T) {
 			if tb.Claimed != nil {
 				claimed = fmt.Sprint(*tb.Claimed)
 			}
-			fmt.Fprintf(&rows, "%s\t%d\t%d\t%d\t%d\t%s\n", tb.Kind, tb.EntrySize, tb.Count, tb.Offset, tb.Size, claimed)
+			fmt.Fprintf(&rows, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", tb.Kind, tb.EntryBytes, tb.Entries, tb.Capacity, tb.Offset, tb.Bytes, claimed)
 		}
 		assert.Equal(t, customRows, rows.String())
 	}
@@ -179,11 +182,11 @@ func TestInfoJSONFieldNames(t *testing.T) {
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	assert.ElementsMatch(t, []string{"path", "version", "total_size", "created", "creator", "boot_id",
+	assert.ElementsMatch(t, []string{"schema", "command", "path", "format_version", "total_bytes", "created", "creator", "boot_id",
 		"current_boot", "pid_namespace", "same_pid_namespace", "group_access", "tables"}, keys(doc))
-	assert.ElementsMatch(t, []string{"pid", "start_ticks", "started", "state", "alive"}, keys(doc["creator"].(map[string]any)))
+	assert.ElementsMatch(t, []string{"pid", "start_ticks", "started", "liveness"}, keys(doc["creator"].(map[string]any)))
 	table := doc["tables"].([]any)[0].(map[string]any)
-	assert.ElementsMatch(t, []string{"kind", "entry_size", "count", "offset", "size", "claimed"}, keys(table))
+	assert.ElementsMatch(t, []string{"kind", "entry_bytes", "entries", "capacity", "offset", "bytes", "claimed"}, keys(table))
 	_, err := time.Parse(time.RFC3339Nano, doc["created"].(string))
 	assert.NoError(t, err, "created is RFC 3339")
 }

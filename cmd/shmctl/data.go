@@ -15,40 +15,6 @@ type dataOptions struct {
 	JSON    bool
 }
 
-// shmctl data --json prints a dataJSON (kept beside its command, like the
-// command, so that the documents of jsonout.go stay as they are):
-//
-//	path                string   resolved path of the segment file
-//	area_bytes          number   bytes of the data area (create --data)
-//	used_bytes          number   of those, taken by regions: each region's
-//	                             size rounded up to 64 bytes
-//	free_bytes          number   area_bytes - used_bytes: the largest region
-//	                             that can still be claimed
-//	directory_entries   number   regions the segment can hold (create
-//	                             --data-regions)
-//	regions             array    one object per region, in the order they
-//	                             were claimed:
-//	  index             number     its entry in the region directory
-//	  name              string     its name
-//	  offset            number     where it starts in the data area
-//	  size              number     its size in bytes, as claimed
-type (
-	dataJSON struct {
-		Path             string       `json:"path"`
-		AreaBytes        int          `json:"area_bytes"`
-		UsedBytes        int          `json:"used_bytes"`
-		FreeBytes        int          `json:"free_bytes"`
-		DirectoryEntries int          `json:"directory_entries"`
-		Regions          []regionJSON `json:"regions"`
-	}
-	regionJSON struct {
-		Index  int    `json:"index"`
-		Name   string `json:"name"`
-		Offset int    `json:"offset"`
-		Size   int    `json:"size"`
-	}
-)
-
 // The tables data needs, for the message on a segment without them (see
 // needtable.go). Registered here to keep the data command in one file.
 func init() {
@@ -65,15 +31,12 @@ func newCmdData(ios *IOStreams, runF func(*dataOptions) error) *cobra.Command {
 		Long: `List the data regions of a segment: the named pieces of its data area
 that hold the data its locks protect (shm.Segment.Data). For each: its
 entry in the region directory (index), its name, where it starts in the
-data area (offset, a multiple of 64) and its size in bytes. Regions are
+data area (offset, a multiple of 64) and its size (bytes). Regions are
 claimed by the first process that names them and kept while the segment
 exists; 'shmctl info' shows how much of the area they use.
 
 The segment is opened read-only, also when it was made in another PID
-namespace (regions record no process), and nothing in it changes.
-
-JSON fields: path, area_bytes, used_bytes, free_bytes, directory_entries,
-regions [{index, name, offset, size}].`,
+namespace (regions record no process), and nothing in it changes.`,
 		Example: `  shmctl data jobs
   shmctl regions jobs --json | jq '.regions[] | select(.name == "queue")'`,
 		Args: exactArgs(1, "one segment"),
@@ -104,9 +67,9 @@ func runData(opts *dataOptions) error {
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
-	t := newTablePrinter(opts.IO, "INDEX", "NAME", "OFFSET", "SIZE")
+	t := newTablePrinter(opts.IO, "INDEX", "NAME", "OFFSET", "BYTES")
 	for _, r := range doc.Regions {
-		t.AddRow(r.Index, r.Name, r.Offset, r.Size)
+		t.AddRow(r.Index, r.Name, r.Offset, r.Bytes)
 	}
 	return t.Render()
 }
@@ -121,10 +84,10 @@ func readData(seg *shm.Segment) (*dataJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := &dataJSON{Path: seg.Path(), AreaBytes: size, UsedBytes: used, FreeBytes: size - used,
+	doc := &dataJSON{docHeader: header("data"), Path: seg.Path(), AreaBytes: size, UsedBytes: used, FreeBytes: size - used,
 		DirectoryEntries: seg.Len(layout.KindRegionDirectory), Regions: []regionJSON{}}
 	for _, r := range regions {
-		doc.Regions = append(doc.Regions, regionJSON{Index: r.Index(), Name: r.Name(), Offset: r.Offset(), Size: r.Len()})
+		doc.Regions = append(doc.Regions, regionJSON{Index: r.Index(), Name: r.Name(), Offset: r.Offset(), Bytes: r.Len()})
 	}
 	return doc, nil
 }

@@ -45,7 +45,7 @@ func TestDataCommand(t *testing.T) {
 	for _, name := range []string{"data", "regions"} {
 		r := shmctl(t, false, name, seg.Path())
 		require.Equal(t, exitOK, r.code, "%s: stderr %s", name, r.stderr)
-		assert.Equal(t, "INDEX\tNAME\tOFFSET\tSIZE\n"+rows, r.stdout, name)
+		assert.Equal(t, "INDEX\tNAME\tOFFSET\tBYTES\n"+rows, r.stdout, name)
 		assert.Empty(t, r.stderr)
 	}
 	r := shmctl(t, false, "--no-header", "data", seg.Path())
@@ -54,7 +54,7 @@ func TestDataCommand(t *testing.T) {
 	r = shmctl(t, true, "data", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr %s", r.stderr)
 	assert.Equal(t, ""+
-		"INDEX  NAME   OFFSET  SIZE\n"+
+		"INDEX  NAME   OFFSET  BYTES\n"+
 		"0      queue  0       100\n"+
 		"1      stats  128     64\n"+
 		"2      größe  192     1\n", r.stdout)
@@ -62,7 +62,7 @@ func TestDataCommand(t *testing.T) {
 	empty := newSegment(t, layout.Options{})
 	r = shmctl(t, false, "data", empty.Path())
 	require.Equal(t, exitOK, r.code, "stderr %s", r.stderr)
-	assert.Equal(t, "INDEX\tNAME\tOFFSET\tSIZE\n", r.stdout, "no regions yet")
+	assert.Equal(t, "INDEX\tNAME\tOFFSET\tBYTES\n", r.stdout, "no regions yet")
 }
 
 func TestDataJSON(t *testing.T) {
@@ -72,14 +72,14 @@ func TestDataJSON(t *testing.T) {
 	require.Equal(t, exitOK, r.code, "stderr %s", r.stderr)
 	var doc dataJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	assert.Equal(t, dataJSON{Path: seg.Path(), AreaBytes: 1024, UsedBytes: 256, FreeBytes: 768, DirectoryEntries: 4,
+	assert.Equal(t, dataJSON{docHeader: header("data"), Path: seg.Path(), AreaBytes: 1024, UsedBytes: 256, FreeBytes: 768, DirectoryEntries: 4,
 		Regions: []regionJSON{{0, "queue", 0, 100}, {1, "stats", 128, 64}, {2, "größe", 192, 1}}}, doc)
 
 	// The field names are an interface; this pins them.
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-	assert.ElementsMatch(t, []string{"path", "area_bytes", "used_bytes", "free_bytes", "directory_entries", "regions"}, keys(raw))
-	assert.ElementsMatch(t, []string{"index", "name", "offset", "size"}, keys(raw["regions"].([]any)[0].(map[string]any)))
+	assert.ElementsMatch(t, []string{"schema", "command", "path", "area_bytes", "used_bytes", "free_bytes", "directory_entries", "regions"}, keys(raw))
+	assert.ElementsMatch(t, []string{"index", "name", "offset", "bytes"}, keys(raw["regions"].([]any)[0].(map[string]any)))
 
 	empty := newSegment(t, layout.Options{})
 	r = shmctl(t, false, "data", "--json", empty.Path())
@@ -112,8 +112,8 @@ func TestCreateData(t *testing.T) {
 	for _, tb := range doc.Tables {
 		tables[tb.Kind] = tb
 	}
-	assert.EqualValues(t, 5, tables["region_directory"].Count)
-	assert.EqualValues(t, 1<<20, tables["data"].Size)
+	assert.EqualValues(t, 5, tables["region_directory"].Entries)
+	assert.EqualValues(t, 1<<20, tables["data"].Bytes)
 	require.NotNil(t, tables["data"].Claimed)
 	assert.Zero(t, *tables["data"].Claimed)
 

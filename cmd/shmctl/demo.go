@@ -205,8 +205,8 @@ func (d *demo) run() error {
 	if err := d.printSlots(doc); err != nil {
 		return err
 	}
-	o.printf("\n(TOKEN is a pid/tid lock's generation, bumped by every release. A free\n")
-	o.printf("pid/tid slot keeps only that, so it shows as mode \"token\".)\n")
+	o.printf("\n(GENERATION is the lock's fencing counter, bumped by every release and\n")
+	o.printf("takeover; TOKEN is for locks in token mode, which these are not.)\n")
 
 	o.printf("\nkill -9 %d (worker %d, holding %s)\n", victim.pid, victim.index, victimSlot)
 	if err := d.kill(victim); err != nil {
@@ -216,8 +216,8 @@ func (d *demo) run() error {
 	if doc, err = readSlots(d.seg, false); err != nil {
 		return err
 	}
-	if s := slotNamed(doc, victimSlot); s != nil && s.PID == uint32(victim.pid) {
-		o.printf("worker %d is gone (%v); %s still names it as owner, now %s:\n\n", victim.index, victim.err, victimSlot, s.OwnerState)
+	if s := slotNamed(doc, victimSlot); s != nil && s.Process != nil && s.Process.PID == uint32(victim.pid) {
+		o.printf("worker %d is gone (%v); %s still names it as owner, now %s:\n\n", victim.index, victim.err, victimSlot, s.Process.Liveness)
 	} else {
 		o.printf("worker %d is gone (%v); a waiter has already taken %s over:\n\n", victim.index, victim.err, victimSlot)
 	}
@@ -493,7 +493,7 @@ func (p *demoPrinter) write(b []byte) {
 // slotNamed is the slot of doc claimed under name, or nil.
 func slotNamed(doc *slotsJSON, name string) *slotJSON {
 	for i := range doc.Slots {
-		if doc.Slots[i].Name == name {
+		if n := doc.Slots[i].Name; n != nil && *n == name {
 			return &doc.Slots[i]
 		}
 	}

@@ -69,7 +69,7 @@ func TestDemo(t *testing.T) {
 	require.NotNil(t, victim, "no kill line in:\n%s", out)
 	assert.Regexp(t, `(?m)^worker [01] \(pid \d+\) took over beta from dead pid `+victim[1]+` \(generation \d+\)$`, out)
 	assert.Regexp(t, `(?m)^1 +beta +4 +pid/tid +`+victim[1]+` +alive `, out, "the slot table before the kill")
-	assert.Regexp(t, `(?m)^INDEX +NAME +REFS +MODE +PID +STATE +TID +TOKEN +RECURSION +WAITERS$`, out)
+	assert.Regexp(t, `(?m)^INDEX +NAME +REFS +MODE +PID +LIVENESS +TID +TOKEN +GENERATION +RECURSION +WAITERS$`, out)
 	assert.Regexp(t, `(?m)^2 +`+victim[1]+` +\d+ +\d+ +\d+ +killed while holding beta$`, out)
 	assert.Contains(t, out, "\nPASS: ")
 	assert.NotContains(t, out, "FAIL")
@@ -89,7 +89,7 @@ func TestDemoKeepAndReplace(t *testing.T) {
 	slots := shmctl(t, false, "slots", path)
 	require.Equal(t, exitOK, slots.code, "stderr: %s", slots.stderr)
 	// Claimed by the demo and its two workers (pid/tid, as Named recorded), and free.
-	assert.Regexp(t, `(?m)^0\talpha\t3\tpid/tid\t0\t-\t`, slots.stdout, "the kept segment's slots")
+	assert.Regexp(t, `(?m)^0\talpha\t3\tpid/tid\t-\t-\t-\t-\t\d+\t`, slots.stdout, "the kept segment's slots")
 
 	// A demo segment left there, unused, is replaced.
 	r = shmctl(t, false, "demo", "--path", path, "--workers", "2", "--duration", "200ms")

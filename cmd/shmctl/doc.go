@@ -62,14 +62,14 @@
 // Output is for people on a terminal (aligned columns, local times) and for
 // programs in a pipe (tab-separated rows, RFC 3339 times); tables have a
 // header row either way, unless --no-header.
-// --json prints a document whose field names are stable; jsonout.go lists
-// them. Errors are one line on stderr, "shmctl: <message>"; the exit status
-// is 0 on success, 1 on failure and 2 for a usage error (bench follows the
-// benchmark contract instead: 3 for a workload the lock does not support;
-// lock exits with CMD's status, 128+N if signal N killed it, 127 if it
-// could not be started).
+// --json prints a document of a versioned schema (its "schema" field),
+// whose fields docs/JSON.md describes. Errors are one line on stderr,
+// "shmctl: <message>"; the exit status is 0 on success, 1 on failure and 2
+// for a usage error (bench follows the benchmark contract instead: 3 for a
+// workload the lock does not support; lock exits with CMD's status, 128+N
+// if signal N killed it, 127 if it could not be started).
 //
 //	$ shmctl create jobs --slots 8
-//	$ shmctl slots jobs --all --json | jq '.slots[] | select(.owner_state == "dead")'
+//	$ shmctl slots jobs --all --json | jq '.slots[] | select(.process.liveness == "dead")'
 //	$ shmctl rm jobs
 package main

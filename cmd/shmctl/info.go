@@ -16,14 +16,6 @@ type infoOptions struct {
 	JSON    bool
 }
 
-// infoJSONHelp names the fields of infoJSON for --help.
-const infoJSONHelp = `JSON fields: path, version, total_size, created, creator {pid, start_ticks,
-started, state, alive}, boot_id, current_boot, pid_namespace,
-same_pid_namespace, group_access, tables [{kind, entry_size, count, offset,
-size, claimed}]; claimed is the claimed entries of owner_slots, upgrades and
-region_directory, the 64-byte units regions take of data, and null for the
-other tables.`
-
 func newCmdInfo(ios *IOStreams, runF func(*infoOptions) error) *cobra.Command {
 	opts := &infoOptions{IO: ios}
 	cmd := &cobra.Command{
@@ -36,9 +28,8 @@ the data area: the 64-byte units its regions take; 'shmctl data' lists
 them).
 
 The segment is opened read-only, also when it was made in another PID
-namespace, and nothing in it changes.
-
-` + infoJSONHelp,
+namespace, and nothing in it changes. Its processes then cannot be judged
+by their pids here: the creator's liveness is "unknown".`,
 		Example: `  shmctl info jobs
   shmctl info /dev/shm/jobs --json | jq .tables`,
 		Args: exactArgs(1, "one segment"),
@@ -63,7 +54,7 @@ func runInfo(opts *infoOptions) error {
 		return err
 	}
 	defer seg.Close()
-	info, err := readInfo(seg)
+	info, err := readInfo(seg, "info")
 	if err != nil {
 		return err
 	}
@@ -73,21 +64,21 @@ func runInfo(opts *infoOptions) error {
 	return printInfo(opts.IO, info)
 }
 
-// printInfo prints info as key/value rows, keys named as in the JSON,
-// then the table list.
+// printInfo prints info as key/value rows, each named by its JSON key
+// (creator.pid for the creator's pid), then the table list.
 func printInfo(ios *IOStreams, info *infoJSON) error {
 	kv := newTablePrinter(ios)
 	kv.AddRow("path", info.Path)
-	kv.AddRow("version", info.Version)
-	kv.AddRow("total_size", info.TotalSize)
+	kv.AddRow("format_version", info.FormatVersion)
+	kv.AddRow("total_bytes", info.TotalBytes)
 	kv.AddRow("created", ios.FormatTime(info.Created))
-	kv.AddRow("creator_pid", info.Creator.PID)
+	kv.AddRow("creator.pid", info.Creator.PID)
 	started := "-"
 	if info.Creator.Started != nil {
 		started = ios.FormatTime(*info.Creator.Started)
 	}
-	kv.AddRow("creator_started", started)
-	kv.AddRow("creator_state", info.Creator.State)
+	kv.AddRow("creator.started", started)
+	kv.AddRow("creator.liveness", info.Creator.Liveness)
 	kv.AddRow("boot_id", info.BootID)
 	kv.AddRow("current_boot", info.CurrentBoot)
 	kv.AddRow("pid_namespace", info.PIDNamespace)
@@ -102,13 +93,13 @@ func printInfo(ios *IOStreams, info *infoJSON) error {
 		}
 	}
 
-	tables := newTablePrinter(ios, "KIND", "ENTRY_SIZE", "COUNT", "OFFSET", "SIZE", "CLAIMED")
+	tables := newTablePrinter(ios, "KIND", "ENTRY_BYTES", "ENTRIES", "CAPACITY", "OFFSET", "BYTES", "CLAIMED")
 	for _, t := range info.Tables {
 		claimed := "-"
 		if t.Claimed != nil {
 			claimed = strconv.Itoa(*t.Claimed)
 		}
-		tables.AddRow(t.Kind, t.EntrySize, t.Count, t.Offset, t.Size, claimed)
+		tables.AddRow(t.Kind, t.EntryBytes, t.Entries, t.Capacity, t.Offset, t.Bytes, claimed)
 	}
 	return tables.Render()
 }

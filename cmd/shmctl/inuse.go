@@ -47,7 +47,7 @@ func segmentUsers(path string) ([]string, error) {
 		return nil, err
 	}
 	defer seg.Close()
-	live := func(w uint64) bool { return ownerState(seg, w) == stateAlive }
+	live := func(w uint64) bool { return liveness(seg, w) == livenessAlive }
 	pidOf := func(w uint64) uint32 { id, _ := proc.Unpack(w); return id.PID }
 
 	for i := range seg.Len(layout.KindOwnerSlots) {

@@ -227,36 +227,38 @@ func TestLocksAndStats(t *testing.T) {
 	require.True(t, strings.HasSuffix(lines[slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "doc") })], "\t-"),
 		"a hold without TTL has no time left")
 	r = shmctl(t, false, "--no-header", "locks", seg.Path(), "--all")
-	require.Contains(t, r.stdout, "free\t-\tunlocked\t2\t-\t-\t-\t-\t-\n")
+	require.Contains(t, r.stdout, "free\t-\tunlocked\t2\t-\t-\t-\t-\t-\t-\n")
 
 	r = shmctl(t, false, "--no-header", "locks", seg.Path(), "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	require.ElementsMatch(t, []string{"path", "declared_only", "capacity", "resources"}, keys(doc))
+	require.ElementsMatch(t, []string{"schema", "command", "path", "declared_only", "capacity", "resources"}, keys(doc))
 	res := doc["resources"].([]any)
 	require.Len(t, res, 2)
 	db := res[0].(map[string]any)
 	if db["resource"] != "db" {
 		db = res[1].(map[string]any)
 	}
-	require.ElementsMatch(t, []string{"resource", "mode", "state", "version", "declared", "holders"}, keys(db))
+	require.ElementsMatch(t, []string{"resource", "mode", "state", "generation", "declared", "inconsistent", "holders"}, keys(db))
 	h := db["holders"].([]any)[0].(map[string]any)
-	require.ElementsMatch(t, []string{"owner", "pid", "companion_pid", "alive", "state", "acquired", "expires",
+	require.ElementsMatch(t, []string{"owner", "process", "companion", "state", "acquired", "expires",
 		"age_seconds", "left_seconds"}, keys(h))
 	require.Equal(t, "agent-1", h["owner"])
-	require.EqualValues(t, pid, h["pid"])
+	require.EqualValues(t, pid, h["process"].(map[string]any)["pid"])
+	require.Equal(t, "alive", h["process"].(map[string]any)["liveness"])
+	require.Nil(t, h["companion"])
 	require.Greater(t, h["left_seconds"].(float64), 3500.0)
 
 	r = shmctl(t, false, "--no-header", "stats", seg.Path(), "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	var st statsJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
-	require.Equal(t, statsJSON{Path: seg.Path(), TotalLocks: 4, ActiveLocks: 3, ConflictsDetected: 1,
+	require.Equal(t, statsJSON{docHeader: docHeader{Schema: 1, Command: "stats"}, Path: seg.Path(), TotalLocks: 4, ActiveLocks: 3, ConflictsDetected: 1,
 		AverageHoldSeconds: st.AverageHoldSeconds, Released: 1, Resources: 3, Capacity: 7}, st)
 	doc = nil
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	require.ElementsMatch(t, []string{"path", "total_locks", "active_locks", "expired_locks", "conflicts_detected",
+	require.ElementsMatch(t, []string{"schema", "command", "path", "total_locks", "active_locks", "expired_locks", "conflicts_detected",
 		"average_hold_seconds", "released", "reclaimed", "resources", "capacity", "declared_only"}, keys(doc))
 	r = shmctl(t, true, "stats", seg.Path())
 	require.Contains(t, r.stdout, "total_locks")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,18 +30,15 @@ func newCmdLocks(ios *IOStreams, runF func(*locksOptions) error) *cobra.Command 
 		Short:   "List the named resource locks (lockmgr)",
 		Long: `List the named resource locks of the segment's lock-manager table, one row
 per holder: the resource, its mode (exclusive or collaborative), its state
-(acquired, expired: every hold past its TTL, unlocked), its version (the
-fencing token of the last grant), the owner, the holding process's pid and
-whether it (or the command 'shmctl lock' runs for it) is alive or dead,
-the hold's age, and the time left before it expires ("-" if it never
-does; a negative time if it expired and nobody has ended it yet).
+(acquired, expired: every hold past its TTL, unlocked), its generation (the
+fencing token of the last grant, which lockmgr calls the version), the
+owner, the holding process's pid and liveness, the companion process whose
+life also keeps the hold (the command 'shmctl lock' runs; "(dead)" if it
+died), the hold's age in seconds, and the seconds left before it expires
+("-" if it never does; negative if it expired and nobody has ended it yet).
 
 Without --all, resources that nobody holds and that were not declared are
-left out. The segment is opened read-only and nothing in it changes.
-
-JSON fields: path, declared_only, capacity, resources [{resource, mode,
-state, version, declared, holders [{owner, pid, companion_pid, alive,
-state, acquired, expires, age_seconds, left_seconds}]}].`,
+left out. The segment is opened read-only and nothing in it changes.`,
 		Example: `  shmctl locks jobs
   shmctl locks jobs --all --json`,
 		Args: exactArgs(1, "one segment"),
@@ -83,46 +81,50 @@ func runLocks(opts *locksOptions) error {
 	if opts.now != nil {
 		now = opts.now()
 	}
-	doc := readLocks(seg.Path(), m, opts.All, now)
+	doc := readLocks(seg, m, opts.All, now)
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
-	t := newTablePrinter(opts.IO, "RESOURCE", "MODE", "STATE", "VERSION", "OWNER", "PID", "ALIVE", "AGE", "LEFT")
+	t := newTablePrinter(opts.IO, "RESOURCE", "MODE", "STATE", "GENERATION", "OWNER", "PID", "LIVENESS", "COMPANION",
+		"AGE_SECONDS", "LEFT_SECONDS")
 	for _, r := range doc.Resources {
 		if len(r.Holders) == 0 {
-			t.AddRow(r.Resource, r.Mode, r.State, r.Version, "-", "-", "-", "-", "-")
+			t.AddRow(r.Resource, orDash(r.Mode), r.State, r.Generation, "-", "-", "-", "-", "-", "-")
 			continue
 		}
 		for _, h := range r.Holders {
-			alive := "dead"
-			if h.Alive {
-				alive = "alive"
-			}
+			pid, liveness := processCells(h.Process)
 			left := "-"
 			if h.LeftSeconds != nil {
-				left = roundDuration(*h.LeftSeconds)
+				left = secondsCell(*h.LeftSeconds)
 			}
-			t.AddRow(r.Resource, r.Mode, r.State, r.Version, h.Owner, h.PID, alive, roundDuration(h.AgeSeconds), left)
+			t.AddRow(r.Resource, orDash(r.Mode), r.State, r.Generation, h.Owner, pid, liveness, pidCell(h.Companion),
+				secondsCell(h.AgeSeconds), left)
 		}
 	}
 	return t.Render()
 }
 
-// roundDuration prints seconds as a duration to the millisecond.
-func roundDuration(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+// secondsCell prints seconds to the millisecond.
+func secondsCell(s float64) string {
+	return strconv.FormatFloat(s, 'f', 3, 64)
 }
 
-func readLocks(path string, m *lockmgr.Manager, all bool, now time.Time) *locksJSON {
-	doc := &locksJSON{Path: path, DeclaredOnly: m.DeclaredOnly(), Capacity: m.Capacity(), Resources: []lockJSON{}}
+func readLocks(seg *shm.Segment, m *lockmgr.Manager, all bool, now time.Time) *locksJSON {
+	doc := &locksJSON{docHeader: header("locks"), Path: seg.Path(), DeclaredOnly: m.DeclaredOnly(),
+		Capacity: m.Capacity(), Resources: []lockJSON{}}
 	for _, r := range m.List() {
 		if !all && len(r.Holders) == 0 && !r.Declared {
 			continue
 		}
-		l := lockJSON{Resource: r.Resource, Mode: modeName(r.Mode), State: r.State.String(), Version: r.Version,
-			Declared: r.Declared, Holders: []lockHolderJSON{}}
+		l := lockJSON{Resource: r.Resource, State: r.State.String(), Generation: idString(r.Version),
+			Declared: r.Declared, Inconsistent: r.Inconsistent, Holders: []lockHolderJSON{}}
+		if r.Mode != 0 {
+			mode := r.Mode.String()
+			l.Mode = &mode
+		}
 		for _, h := range r.Holders {
-			hj := lockHolderJSON{Owner: h.Owner, PID: h.PID, CompanionPID: h.Companion, Alive: h.Alive,
+			hj := lockHolderJSON{Owner: h.Owner, Process: processOf(seg, h.Process), Companion: processOf(seg, h.CompanionProcess),
 				State: h.State.String(), Acquired: h.AcquiredAt.UTC(), AgeSeconds: now.Sub(h.AcquiredAt).Seconds()}
 			if !h.ExpiresAt.IsZero() {
 				exp := h.ExpiresAt.UTC()
@@ -134,13 +136,4 @@ func readLocks(path string, m *lockmgr.Manager, all bool, now time.Time) *locksJ
 		doc.Resources = append(doc.Resources, l)
 	}
 	return doc
-}
-
-// modeName is the mode as the listings show it; "-" when nobody holds the
-// resource.
-func modeName(m lockmgr.Mode) string {
-	if m == 0 {
-		return "-"
-	}
-	return m.String()
 }

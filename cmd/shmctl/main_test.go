@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -108,6 +110,13 @@ func TestVersion(t *testing.T) {
 		require.Equal(t, 1, strings.Count(r.stdout, "\n"))
 	}
 	requireOneLineError(t, shmctl(t, false, "version", "extra"), exitUsage)
+
+	r := shmctl(t, false, "version", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var doc versionJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.Equal(t, versionJSON{docHeader: docHeader{Schema: schemaVersion, Command: "version"},
+		ShmctlVersion: moduleVersion(), FormatVersion: layout.Version}, doc)
 }
 
 // cobra's own help and completion commands report bad usage like every

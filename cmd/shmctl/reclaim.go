@@ -80,15 +80,7 @@ never count. In a pipe, transaction rows start with the field "txn".
 The segment is opened read-write. With --dry-run nothing changes.
 
 The text output is the table of slots, then (after an empty line) the
-table of upgrade mutexes, then the transactions, each only if it has rows.
-
-JSON fields: path, dry_run, slots [{index, name, pid, start_ticks,
-owner_state, tid, generation, new_generation, action}], rwlocks [{index,
-name, holder, record, pid, start_ticks, owner_state, tid, count, unique,
-action}], txns [{index, generation, mode, pid, start_ticks, owner_state,
-action}]; action is "reclaimed", "would reclaim", "skipped" (the owner
-changed meanwhile) or, for a transaction, "timed out"; holder is "writer",
-"upgrader" or "reader".`,
+table of upgrade mutexes, then the transactions, each only if it has rows.`,
 		Example: `  shmctl reclaim jobs --dry-run
   shmctl reclaim /dev/shm/jobs --json`,
 		Args: exactArgs(1, "one segment"),
@@ -142,26 +134,23 @@ func runReclaim(opts *reclaimOptions) error {
 	}
 	tty := opts.IO.IsStdoutTTY()
 	for _, c := range doc.Claims {
-		fmt.Fprintf(opts.IO.ErrOut, "%s %d references of dead process %d to %s[%d] %q\n", c.Action, c.Count, c.PID, c.Table, c.Index, c.Name)
+		fmt.Fprintf(opts.IO.ErrOut, "%s %d references of dead process %d to %s[%d] %q\n", c.Action, c.Count, c.Process.PID, c.Table, c.Index, deref(c.Name))
 	}
 	if len(doc.Slots) == 0 && len(doc.RWLocks) == 0 && len(doc.Txns) == 0 && len(doc.Locks) == 0 && tty {
 		fmt.Fprintf(opts.IO.ErrOut, "no owner slot, upgrade mutex, transaction or lock of %s has a dead owner\n", doc.Path)
 		return nil
 	}
 	for _, ts := range doc.TokenSlots {
-		fmt.Fprintf(opts.IO.ErrOut, "owner slot %d (%s) is held in token mode by a holder it does not record: not reclaimed\n", ts.Index, ts.Name)
+		fmt.Fprintf(opts.IO.ErrOut, "owner slot %d (%s) is held in token mode by a holder it does not record: not reclaimed\n", ts.Index, deref(ts.Name))
 	}
 	if err := printReclaimedLocks(opts.IO, doc.Locks); err != nil {
 		return err
 	}
 	if len(doc.Slots) > 0 {
-		t := newTablePrinter(opts.IO, "INDEX", "NAME", "PID", "STATE", "GENERATION", "NEW_GENERATION", "ACTION")
+		t := newTablePrinter(opts.IO, "INDEX", "NAME", "PID", "LIVENESS", "GENERATION", "NEW_GENERATION", "ACTION")
 		for _, s := range doc.Slots {
-			newGen := "-"
-			if s.NewGeneration != nil {
-				newGen = fmt.Sprint(*s.NewGeneration)
-			}
-			t.AddRow(s.Index, s.Name, s.PID, s.OwnerState, s.Generation, newGen, s.Action)
+			pid, liveness := processCells(s.Process)
+			t.AddRow(s.Index, deref(s.Name), pid, liveness, s.Generation, orDash(s.NewGeneration), s.Action)
 		}
 		if err := t.Render(); err != nil {
 			return err
@@ -171,16 +160,14 @@ func runReclaim(opts *reclaimOptions) error {
 		if len(doc.Slots) > 0 {
 			fmt.Fprintln(opts.IO.Out)
 		}
-		t := newTablePrinter(opts.IO, "RWLOCK", "NAME", "HOLDER", "PID", "STATE", "TID", "HOLDS", "ACTION")
+		t := newTablePrinter(opts.IO, "INDEX", "NAME", "ROLE", "RECORD", "PID", "LIVENESS", "TID", "COUNT", "UNIQUE", "ACTION")
 		for _, l := range doc.RWLocks {
-			who, holds := l.Holder, "-"
-			switch {
-			case l.Record != nil:
-				who, holds = fmt.Sprintf("reader %d", *l.Record), fmt.Sprint(l.Count)
-			case l.Unique:
-				who += " (unique)"
+			record := "-"
+			if l.Record != nil {
+				record = fmt.Sprint(*l.Record)
 			}
-			t.AddRow(l.Index, l.Name, who, l.PID, l.OwnerState, l.TID, holds, l.Action)
+			pid, liveness := processCells(l.Process)
+			t.AddRow(l.Index, deref(l.Name), l.Role, record, pid, liveness, orDash(l.TID), l.Count, yesNo(l.Unique), l.Action)
 		}
 		if err := t.Render(); err != nil {
 			return err
@@ -192,9 +179,10 @@ func runReclaim(opts *reclaimOptions) error {
 	if (len(doc.Slots) > 0 || len(doc.RWLocks) > 0) && tty {
 		fmt.Fprintln(opts.IO.Out)
 	}
-	t := newTablePrinter(opts.IO, "KIND", "TXN", "GEN", "MODE", "PID", "STATE", "ACTION")
+	t := newTablePrinter(opts.IO, "KIND", "INDEX", "GENERATION", "MODE", "PID", "LIVENESS", "ACTION")
 	for _, x := range doc.Txns {
-		t.AddRow("txn", x.Index, x.Generation, x.Mode, x.PID, x.OwnerState, x.Action)
+		pid, liveness := processCells(x.Process)
+		t.AddRow("txn", x.Index, x.Generation, x.Mode, pid, liveness, x.Action)
 	}
 	return t.Render()
 }
@@ -212,8 +200,8 @@ func reclaimClaims(seg *shm.Segment, dryRun bool) ([]reclaimClaimJSON, error) {
 	}
 	out := []reclaimClaimJSON{}
 	for _, d := range dropped {
-		id, _ := proc.Unpack(d.Owner)
-		out = append(out, reclaimClaimJSON{Table: d.Kind.String(), Index: d.Index, Name: d.Name, PID: id.PID, Count: d.Count, Action: action})
+		out = append(out, reclaimClaimJSON{Table: d.Kind.String(), Index: d.Index, Name: optName(d.Name, true),
+			Process: processOf(seg, d.Owner), Count: d.Count, Action: action})
 	}
 	return out, nil
 }
@@ -236,7 +224,7 @@ func heldTokenSlots(seg *shm.Segment) ([]reclaimTokenJSON, error) {
 			return nil, err
 		}
 		if tok := s.Token.Load(); tok != 0 {
-			out = append(out, reclaimTokenJSON{Index: c.Index, Name: c.Name, Token: fmt.Sprint(tok), Action: "not reclaimed: holder unknown"})
+			out = append(out, reclaimTokenJSON{Index: c.Index, Name: optName(c.Name, true), Token: idString(tok), Action: "not reclaimed: holder unknown"})
 		}
 	}
 	return out, nil
@@ -262,7 +250,7 @@ func reclaimLocks(seg *shm.Segment, dryRun bool) ([]reclaimLockJSON, error) {
 		action = "would end"
 	}
 	for _, h := range ended {
-		out = append(out, reclaimLockJSON{Resource: h.Resource, Owner: h.Owner, PID: h.PID, Why: h.Why, Action: action})
+		out = append(out, reclaimLockJSON{Resource: h.Resource, Owner: h.Owner, Process: processOf(seg, h.Process), Why: h.Why, Action: action})
 	}
 	return out, nil
 }
@@ -273,9 +261,10 @@ func printReclaimedLocks(ios *IOStreams, locks []reclaimLockJSON) error {
 	if len(locks) == 0 {
 		return nil
 	}
-	t := newTablePrinter(ios, "RESOURCE", "OWNER", "PID", "WHY", "ACTION")
+	t := newTablePrinter(ios, "RESOURCE", "OWNER", "PID", "LIVENESS", "WHY", "ACTION")
 	for _, l := range locks {
-		t.AddRow(l.Resource, l.Owner, l.PID, l.Why, l.Action)
+		pid, liveness := processCells(l.Process)
+		t.AddRow(l.Resource, l.Owner, pid, liveness, l.Why, l.Action)
 	}
 	if err := t.Render(); err != nil {
 		return err
@@ -310,7 +299,7 @@ func reclaimTxns(seg *shm.Segment, dryRun bool, wait time.Duration) ([]reclaimTx
 		if ti.Owner == 0 || ti.OwnerAlive {
 			continue
 		}
-		x := reclaimTxnJSON{Index: ti.Index, Generation: ti.Gen, Mode: "pins", ownerJSON: ownerOf(seg, ti.Owner),
+		x := reclaimTxnJSON{Index: ti.Index, Generation: idString(uint64(ti.Gen)), Mode: "pins", Process: processOf(seg, ti.Owner),
 			Action: actionDryRun}
 		if ti.Barrier {
 			x.Mode = "barrier"
@@ -353,7 +342,7 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{}}
+	doc := &reclaimJSON{docHeader: header("reclaim"), Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{}}
 	for i := range seg.Len(layout.KindOwnerSlots) {
 		slot, err := seg.Slot(i)
 		if err != nil {
@@ -363,12 +352,13 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 		if owner == 0 || seg.OwnerAlive(owner) {
 			continue
 		}
+		c, claimed := claims[i]
 		rs := reclaimSlotJSON{
 			Index:      i,
-			Name:       claims[i].Name,
-			ownerJSON:  ownerOf(seg, owner),
-			TID:        slot.TID.Load(),
-			Generation: slot.Token.Load(),
+			Name:       optName(c.Name, claimed),
+			Process:    processOf(seg, owner),
+			TID:        optID(slot.TID.Load()),
+			Generation: idString(slot.Token.Load()),
 			Action:     actionDryRun,
 		}
 		if !dryRun {
@@ -379,7 +369,8 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 			case err != nil:
 				return nil, fmt.Errorf("reclaiming slot %d: %w", i, err)
 			default:
-				rs.Action, rs.NewGeneration = actionReclaimed, &gen
+				g := idString(gen)
+				rs.Action, rs.NewGeneration = actionReclaimed, &g
 			}
 		}
 		doc.Slots = append(doc.Slots, rs)
@@ -407,9 +398,10 @@ func reclaimRWLocks(seg *shm.Segment, dryRun bool) ([]reclaimRWLockJSON, error) 
 		if err != nil {
 			return nil, err
 		}
-		row := func(who string, owner, tid uint64) reclaimRWLockJSON {
-			return reclaimRWLockJSON{Index: i, Name: claims[i].Name, Holder: who, ownerJSON: ownerOf(seg, owner),
-				TID: tid, Action: actionDryRun}
+		c, claimed := claims[i]
+		row := func(role string, owner, tid uint64) reclaimRWLockJSON {
+			return reclaimRWLockJSON{Index: i, Name: optName(c.Name, claimed), Role: role, Process: processOf(seg, owner),
+				TID: optID(tid), Action: actionDryRun}
 		}
 		var found []reclaimRWLockJSON
 		if st.Writer != 0 && !seg.OwnerAlive(st.Writer) {
@@ -443,8 +435,8 @@ func reclaimRWLocks(seg *shm.Segment, dryRun bool) ([]reclaimRWLockJSON, error) 
 			for k := range found {
 				r := &found[k]
 				r.Action = actionSkipped // changed meanwhile: a waiter repaired it, say
-				id := proc.Identity{PID: r.PID, StartTicks: r.StartTicks}
-				switch r.Holder {
+				id := proc.Identity{PID: r.Process.PID, StartTicks: r.Process.StartTicks}
+				switch r.Role {
 				case "writer":
 					if rep.Writer != 0 && sameProcess(rep.Writer, id) {
 						r.Action = actionReclaimed

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -118,8 +117,8 @@ func TestReclaimDryRun(t *testing.T) {
 	pid := proc.Self().PID
 	width := max(len(fmt.Sprint(pid)), len("PID")) + 2
 	assert.Equal(t, ""+
-		fmt.Sprintf("INDEX  NAME  %-*sSTATE  GENERATION  NEW_GENERATION  ACTION\n", width, "PID")+
-		fmt.Sprintf("1      dead  %-*ddead   10          -               would reclaim\n", width, pid), r.stdout)
+		fmt.Sprintf("INDEX  NAME  %-*sLIVENESS  GENERATION  NEW_GENERATION  ACTION\n", width, "PID")+
+		fmt.Sprintf("1      dead  %-*ddead      10          -               would reclaim\n", width, pid), r.stdout)
 	for i := range before {
 		assert.Equal(t, before[i], slotWords(t, seg, i), "slot %d changed", i)
 	}
@@ -139,21 +138,23 @@ func TestReclaimJSON(t *testing.T) {
 
 		var doc reclaimJSON
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-		want := reclaimSlotJSON{Index: 1, Name: "dead",
-			ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"},
-			TID:       7, Generation: 10, Action: "would reclaim"}
-		if !dryRun {
-			gen := uint64(12)
-			want.Action, want.NewGeneration = "reclaimed", &gen
+		for _, s := range doc.Slots {
+			checkStarted(t, s.Process)
 		}
-		assert.Equal(t, &reclaimJSON{Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
+		want := reclaimSlotJSON{Index: 1, Name: ptr("dead"),
+			Process: process(proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}, "dead"),
+			TID:     ptr("7"), Generation: "10", Action: "would reclaim"}
+		if !dryRun {
+			want.Action, want.NewGeneration = "reclaimed", ptr("12")
+		}
+		assert.Equal(t, &reclaimJSON{docHeader: docHeader{Schema: 1, Command: "reclaim"}, Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
 			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}, TokenSlots: []reclaimTokenJSON{}, Claims: []reclaimClaimJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots", "claims"}, keys(raw))
+		assert.ElementsMatch(t, []string{"schema", "command", "path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots", "claims"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
-		assert.ElementsMatch(t, []string{"index", "name", "pid", "start_ticks", "owner_state", "tid",
+		assert.ElementsMatch(t, []string{"index", "name", "process", "tid",
 			"generation", "new_generation", "action"}, keys(slot))
 		if dryRun {
 			assert.Nil(t, slot["new_generation"], "new_generation with --dry-run")
@@ -172,7 +173,8 @@ func TestReclaimStale(t *testing.T) {
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	require.Len(t, doc.Slots, 1)
-	assert.Equal(t, "stale", doc.Slots[0].OwnerState)
+	require.NotNil(t, doc.Slots[0].Process)
+	assert.Equal(t, "stale", doc.Slots[0].Process.Liveness)
 	assert.Equal(t, "reclaimed", doc.Slots[0].Action)
 	assert.Zero(t, s.PID.Load())
 }
@@ -193,9 +195,9 @@ func TestReclaimRWLocks(t *testing.T) {
 	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
 	record := 0
 	want := []reclaimRWLockJSON{
-		{Index: 1, Holder: "writer", ownerJSON: ownerJSON{PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead"}, TID: 9},
-		{Index: 1, Holder: "reader", Record: &record, ownerJSON: ownerJSON{PID: dead.PID, StartTicks: dead.StartTicks, OwnerState: "dead"}, Count: 1},
-		{Index: 3, Holder: "upgrader", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}, TID: 5, Unique: true},
+		{Index: 1, Role: "writer", Process: process(dead, "dead"), TID: ptr("9")},
+		{Index: 1, Role: "reader", Record: &record, Process: process(dead, "dead"), Count: 1},
+		{Index: 3, Role: "upgrader", Process: process(self, "stale"), TID: ptr("5"), Unique: true},
 	}
 	for _, dryRun := range []bool{true, false} {
 		seg, _ := rwlocksSegment(t)
@@ -215,6 +217,9 @@ func TestReclaimRWLocks(t *testing.T) {
 		var doc reclaimJSON
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 		assert.Empty(t, doc.Slots)
+		for _, l := range doc.RWLocks {
+			checkStarted(t, l.Process)
+		}
 		for i := range want {
 			want[i].Action = action
 		}
@@ -223,7 +228,7 @@ func TestReclaimRWLocks(t *testing.T) {
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
 		row := raw["rwlocks"].([]any)[0].(map[string]any)
-		assert.ElementsMatch(t, []string{"index", "name", "holder", "record", "pid", "start_ticks", "owner_state",
+		assert.ElementsMatch(t, []string{"index", "name", "role", "record", "process",
 			"tid", "count", "unique", "action"}, keys(row))
 		assert.Nil(t, row["record"], "a writer's record")
 
@@ -272,13 +277,13 @@ func TestReclaimRWLocksText(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf(""+
 		"0\t\t%[1]d\tdead\t3\t-\twould reclaim\n"+
 		"\n"+
-		"1\t\twriter\t%[1]d\tdead\t9\t-\twould reclaim\n"+
-		"1\t\treader 0\t%[1]d\tdead\t0\t1\twould reclaim\n"+
-		"3\t\tupgrader (unique)\t%[1]d\tstale\t5\t-\twould reclaim\n", pid), r.stdout)
+		"1\t\twriter\t-\t%[1]d\tdead\t9\t0\tno\twould reclaim\n"+
+		"1\t\treader\t0\t%[1]d\tdead\t-\t1\tno\twould reclaim\n"+
+		"3\t\tupgrader\t-\t%[1]d\tstale\t5\t0\tyes\twould reclaim\n", pid), r.stdout)
 
 	r = shmctl(t, true, "reclaim", "--dry-run", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	assert.Contains(t, r.stdout, "\n\nRWLOCK  NAME  HOLDER             PID")
+	assert.Contains(t, r.stdout, "\n\nINDEX  NAME  ROLE      RECORD  PID")
 }
 
 // reclaim ends lock-manager holds whose TTL passed (and those of dead
@@ -303,7 +308,9 @@ func TestReclaimLocks(t *testing.T) {
 		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 		var doc reclaimJSON
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-		assert.Equal(t, []reclaimLockJSON{{Resource: "job", Owner: "lapsed", PID: os.Getpid(), Why: "expired", Action: action}}, doc.Locks)
+		require.Len(t, doc.Locks, 1)
+		checkStarted(t, doc.Locks[0].Process)
+		assert.Equal(t, []reclaimLockJSON{{Resource: "job", Owner: "lapsed", Process: process(proc.Self(), "alive"), Why: "expired", Action: action}}, doc.Locks)
 	}
 	ri, err := m.Inspect("job")
 	require.NoError(t, err)
@@ -326,7 +333,7 @@ func TestReclaimReportsTokenSlots(t *testing.T) {
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	require.Len(t, doc.TokenSlots, 1)
-	assert.Equal(t, "tokened", doc.TokenSlots[0].Name)
+	assert.Equal(t, ptr("tokened"), doc.TokenSlots[0].Name)
 	assert.Equal(t, fmt.Sprint(g.Identity().Token), doc.TokenSlots[0].Token)
 	r = shmctl(t, false, "reclaim", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
@@ -356,7 +363,10 @@ func TestReclaimClaims(t *testing.T) {
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	assert.Equal(t, []reclaimClaimJSON{{Table: "owner_slots", Index: 0, Name: "orphan", PID: self.PID, Count: 1, Action: "dropped"}}, doc.Claims)
+	require.Len(t, doc.Claims, 1)
+	checkStarted(t, doc.Claims[0].Process)
+	assert.Equal(t, []reclaimClaimJSON{{Table: "owner_slots", Index: 0, Name: ptr("orphan"),
+		Process: process(proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}, "dead"), Count: 1, Action: "dropped"}}, doc.Claims)
 	_, err = seg.Lookup(layout.KindOwnerSlots, "orphan")
 	assert.ErrorIs(t, err, shm.ErrNotFound, "its last reference went, and its lock is free")
 }

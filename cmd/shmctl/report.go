@@ -2,19 +2,12 @@ package main
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
-)
-
-// Owner states, as info and slots report them.
-const (
-	stateAlive = "alive" // the recorded process is running
-	stateDead  = "dead"  // it exited, or its pid now names another process
-	stateStale = "stale" // recorded under a previous boot: dead too
-	stateNone  = "none"  // no owner recorded (printed "-" in tables)
 )
 
 // Slot modes (see layout.OwnerSlot). spinlock.Named records the mode in the
@@ -27,47 +20,49 @@ const (
 	modeFree   = "free"
 )
 
-// readInfo gathers what info and create print about seg.
-func readInfo(seg *shm.Segment) (*infoJSON, error) {
+// readInfo gathers what info and create (the command) print about seg.
+func readInfo(seg *shm.Segment, command string) (*infoJSON, error) {
 	h := seg.Header()
 	boot, err := proc.BootID()
 	if err != nil {
 		return nil, err
 	}
-	ns, err := proc.PIDNamespace()
+	ns, err := ownPIDNamespace()
 	if err != nil {
 		return nil, err
 	}
 	info := &infoJSON{
+		docHeader:        header(command),
 		Path:             seg.Path(),
-		Version:          h.Version,
-		TotalSize:        h.TotalSize,
+		FormatVersion:    h.Version,
+		TotalBytes:       h.TotalSize,
 		Created:          h.Created.UTC(),
+		Creator:          processOf(seg, h.Creator),
 		BootID:           formatUUID(h.BootID),
 		CurrentBoot:      h.BootID == boot,
-		PIDNamespace:     h.PIDNamespace,
+		PIDNamespace:     idString(h.PIDNamespace),
 		SamePIDNamespace: h.PIDNamespace == ns,
 		GroupAccess:      h.Flags&layout.FlagGroupAccess != 0,
 		Tables:           make([]tableJSON, 0, layout.NumTables),
 	}
-
+	if info.Creator == nil {
+		// validation refuses a header without a creator
+		return nil, fmt.Errorf("%s: the header records no creator", seg.Path())
+	}
 	// The header's creator word is never marked stale (the header is
 	// immutable), so a creator of another boot is stale by the boot id.
-	id, _ := proc.Unpack(h.Creator)
-	info.Creator = creatorJSON{PID: id.PID, StartTicks: id.StartTicks, State: stateStale}
-	if info.CurrentBoot {
-		info.Creator.State = ownerState(seg, h.Creator)
-		if t, err := id.StartTime(); err == nil {
-			t = t.UTC()
-			info.Creator.Started = &t
-		}
+	if !info.CurrentBoot {
+		info.Creator.Liveness, info.Creator.Started = livenessStale, nil
 	}
-	info.Creator.Alive = info.Creator.State == stateAlive
 
 	for i := range layout.NumTables {
 		k := layout.Kind(i + 1)
 		t := h.Table(k)
-		tj := tableJSON{Kind: k.String(), EntrySize: t.EntrySize, Count: t.Count, Offset: t.Offset, Size: t.Size()}
+		tj := tableJSON{Kind: k.String(), EntryBytes: t.EntrySize, Entries: t.Count, Capacity: t.Count,
+			Offset: t.Offset, Bytes: t.Size()}
+		if k == layout.KindLockMgr && t.Count > 0 {
+			tj.Capacity = t.Count - 1 // the first entry is the table's header
+		}
 		if k == layout.KindOwnerSlots || k == layout.KindUpgrades {
 			claims, err := seg.Claims(k)
 			if err != nil {
@@ -91,21 +86,20 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := &slotsJSON{Path: seg.Path(), Slots: []slotJSON{}}
+	doc := &slotsJSON{docHeader: header("slots"), Path: seg.Path(), Slots: []slotJSON{}}
 	for i := range seg.Len(layout.KindOwnerSlots) {
 		s, err := seg.Slot(i)
 		if err != nil {
 			return nil, err
 		}
-		pidWord := s.PID.Load()
+		pidWord, tidWord, tokenWord := s.PID.Load(), s.TID.Load(), s.Token.Load()
 		c, claimed := byIndex[i]
 		sj := slotJSON{
 			Index:        i,
-			Name:         c.Name,
+			Name:         optName(c.Name, claimed),
 			Refs:         c.Refs,
-			ownerJSON:    ownerOf(seg, pidWord),
-			TID:          s.TID.Load(),
-			Token:        s.Token.Load(),
+			Process:      processOf(seg, pidWord),
+			TID:          optID(tidWord),
 			Recursion:    s.RecursionCount.Load() & layout.SlotRecursion,
 			Waiters:      s.Sleepers(),
 			Inconsistent: s.RecursionCount.Load()&layout.SlotInconsistent != 0,
@@ -118,12 +112,21 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 			sj.Mode = modeToken
 		case pidWord != 0:
 			sj.Mode = modePIDTID
-		case sj.Token != 0:
+		case tokenWord != 0:
 			sj.Mode = modeToken
 		default:
 			sj.Mode = modeFree
 		}
-		inUse := claimed || pidWord != 0 || sj.TID != 0 || sj.Token != 0 || sj.Recursion != 0 || sj.Waiters != 0 || sj.Inconsistent
+		// The token word is the holder's token in token mode and the
+		// generation in pid/tid mode (layout.OwnerSlot).
+		switch sj.Mode {
+		case modePIDTID:
+			gen := idString(tokenWord)
+			sj.Generation = &gen
+		case modeToken:
+			sj.Token = optID(tokenWord)
+		}
+		inUse := claimed || pidWord != 0 || tidWord != 0 || tokenWord != 0 || sj.Recursion != 0 || sj.Waiters != 0 || sj.Inconsistent
 		if inUse || all {
 			doc.Slots = append(doc.Slots, sj)
 		}
@@ -131,26 +134,49 @@ func readSlots(seg *shm.Segment, all bool) (*slotsJSON, error) {
 	return doc, nil
 }
 
-// ownerOf is the packed identity w as the JSON documents show an owner.
-func ownerOf(seg *shm.Segment, w uint64) ownerJSON {
+// processOf is the process of the packed identity w, as every document
+// shows one; nil (null) if w is 0, no process.
+func processOf(seg *shm.Segment, w uint64) *processJSON {
+	if w == 0 {
+		return nil
+	}
 	id, _ := proc.Unpack(w)
-	return ownerJSON{PID: id.PID, StartTicks: id.StartTicks, OwnerState: ownerState(seg, w)}
+	p := &processJSON{PID: id.PID, StartTicks: id.StartTicks, Liveness: liveness(seg, w)}
+	if p.Liveness != livenessStale { // ticks of another boot give no time
+		if t, err := id.StartTime(); err == nil {
+			t = t.UTC()
+			p.Started = &t
+		}
+	}
+	return p
 }
 
-// ownerState says whether the packed identity w names a live process. An
-// owner recorded under another boot is stale even before a writable open
-// has marked it so.
-func ownerState(seg *shm.Segment, w uint64) string {
+// liveness says whether the process of the packed identity w (not 0)
+// lives. An owner recorded under another boot is stale even before a
+// writable open has marked it so; a process of another PID namespace
+// cannot be judged by its pid here.
+func liveness(seg *shm.Segment, w uint64) string {
 	switch _, stale := proc.Unpack(w); {
-	case w == 0:
-		return stateNone
 	case stale || seg.OwnersFromOtherBoot():
-		return stateStale
+		return livenessStale
+	case !samePIDNamespace(seg):
+		return livenessUnknown
 	case seg.OwnerAlive(w):
-		return stateAlive
+		return livenessAlive
 	}
-	return stateDead
+	return livenessDead
 }
+
+// samePIDNamespace reports whether seg was made in this process's PID
+// namespace (false if that cannot be read).
+func samePIDNamespace(seg *shm.Segment) bool {
+	ns, err := ownPIDNamespace()
+	return err == nil && seg.Header().PIDNamespace == ns
+}
+
+// ownPIDNamespace is proc.PIDNamespace, read once: every process object
+// of a document asks.
+var ownPIDNamespace = sync.OnceValues(proc.PIDNamespace)
 
 // formatUUID writes a boot id in the 8-4-4-4-12 form of
 // /proc/sys/kernel/random/boot_id.

@@ -66,6 +66,7 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdUnlock(ios, nil),
 		newCmdCheck(ios, nil),
 		newCmdData(ios, nil),
+		newCmdGenMan(),
 	)
 	addNoHeaderFlag(root, ios)
 	addWatch(root, ios)

@@ -44,22 +44,15 @@ its readers, as pid:holds for each reader record with holds or a dead
 owner; the writer (holding or waiting for the unique lock) and the upgrade
 holder, by pid; whether an upgrade is pending (new readers wait); the
 sleepers on its gates (shared: readers and upgrade seekers, unique: a
-writer or an upgrade draining readers, writers: writers queued for the
-writers' mutex), as shared/unique/writers; and how many of its holders
-and reader records belong to dead processes, which 'shmctl reclaim'
-frees. A dead or stale process is marked "(dead)" or "(stale)", a writer
-still waiting for readers or the upgrade lock "(waiting)".
+writer or an upgrade draining readers, writer: writers queued for the
+writers' mutex); and how many of its holders and reader records belong to
+dead processes, which 'shmctl reclaim' frees. A process that is not alive
+is marked with its liveness, "(dead)" or "(stale)", a writer still
+waiting for readers or the upgrade lock "(waiting)".
 
 The words are read one by one without a lock, so on a busy mutex the
 fields may come from slightly different moments. The segment is opened
-read-only and nothing in it changes.
-
-JSON fields: path, rwlocks [{index, name, refs, held, state, write_bit,
-upgrade_bit, pending, writer, writer_waiting, handoff, upgrader, shared_holds,
-readers [{record, pid, start_ticks, owner_state, count}], reader_records,
-shared_waiters, unique_waiters, writer_waiters, generation, dead}]; writer
-and upgrader
-are {pid, start_ticks, owner_state, tid} or null.`,
+read-only and nothing in it changes.`,
 		Example: `  shmctl rwlocks jobs
   shmctl rwlocks jobs --json | jq '.rwlocks[] | select(.dead > 0)'`,
 		Args: exactArgs(1, "one segment"),
@@ -91,18 +84,15 @@ func runRWLocks(opts *rwlocksOptions) error {
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
-	t := newTablePrinter(opts.IO, "INDEX", "NAME", "REFS", "HELD", "READERS", "WRITER", "UPGRADER", "PENDING", "WAITERS", "DEAD")
+	t := newTablePrinter(opts.IO, "INDEX", "NAME", "REFS", "HELD", "READERS", "WRITER", "UPGRADER", "PENDING",
+		"SHARED_WAITERS", "UNIQUE_WAITERS", "WRITER_WAITERS", "DEAD")
 	for _, l := range doc.RWLocks {
 		writer := holderCell(l.Writer)
 		if l.WriterWaiting {
 			writer += " (waiting)"
 		}
-		pending := "no"
-		if l.Pending {
-			pending = "yes"
-		}
-		t.AddRow(l.Index, l.Name, l.Refs, l.Held, readersCell(l.Readers), writer, holderCell(l.Upgrader),
-			pending, fmt.Sprintf("%d/%d/%d", l.SharedWaiters, l.UniqueWaiters, l.WriterWaiters), l.Dead)
+		t.AddRow(l.Index, deref(l.Name), l.Refs, l.Held, readersCell(l.Readers), writer, holderCell(l.Upgrader),
+			yesNo(l.Pending), l.SharedWaiters, l.UniqueWaiters, l.WriterWaiters, l.Dead)
 	}
 	return t.Render()
 }
@@ -113,14 +103,7 @@ func holderCell(h *holderJSON) string {
 	if h == nil {
 		return "-"
 	}
-	return pidCell(h.PID, h.OwnerState)
-}
-
-func pidCell(pid uint32, state string) string {
-	if state == stateAlive {
-		return fmt.Sprint(pid)
-	}
-	return fmt.Sprintf("%d (%s)", pid, state)
+	return pidCell(h.Process)
 }
 
 // readersCell lists the reader records with holds or a dead owner as
@@ -128,10 +111,10 @@ func pidCell(pid uint32, state string) string {
 func readersCell(rs []readerJSON) string {
 	var cells []string
 	for _, r := range rs {
-		if r.Count == 0 && r.OwnerState == stateAlive {
+		if r.Count == 0 && r.Process.Liveness == livenessAlive {
 			continue
 		}
-		cells = append(cells, fmt.Sprintf("%s:%d", pidCell(r.PID, r.OwnerState), r.Count))
+		cells = append(cells, fmt.Sprintf("%s:%d", pidCell(r.Process), r.Count))
 	}
 	if len(cells) == 0 {
 		return "-"
@@ -146,7 +129,7 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc := &rwlocksJSON{Path: seg.Path(), RWLocks: []rwlockJSON{}}
+	doc := &rwlocksJSON{docHeader: header("rwlocks"), Path: seg.Path(), RWLocks: []rwlockJSON{}}
 	for i := range seg.Len(layout.KindUpgrades) {
 		st, err := upgrade.Inspect(seg, i)
 		if err != nil {
@@ -154,24 +137,24 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 		}
 		c, claimed := byIndex[i]
 		l := rwlockJSON{
-			Index: i, Name: c.Name, Refs: c.Refs,
-			State: st.State, WriteBit: st.WriteLocked, UpgradeBit: st.UpgradeLocked, Pending: st.UpgradePending,
+			Index: i, Name: optName(c.Name, claimed), Refs: c.Refs,
+			StateWord: st.State, WriteBit: st.WriteLocked, UpgradeBit: st.UpgradeLocked, Pending: st.UpgradePending,
 			Writer:   holder(seg, st.Writer, st.WriterTID),
 			Upgrader: holder(seg, st.Upgrader, st.UpgraderTID),
 			Readers:  make([]readerJSON, 0, len(st.Readers)), ReaderRecords: st.ReaderRecords,
 			SharedWaiters: st.SharedWaiters, UniqueWaiters: st.UniqueWaiters, WriterWaiters: st.WriterWaiters,
-			Generation: st.Generation, Handoff: st.Handoff,
+			Generation: idString(st.Generation), Handoff: st.Handoff, Inconsistent: st.Inconsistent,
 		}
 		for _, r := range st.Readers {
-			rj := readerJSON{Record: r.Record, ownerJSON: ownerOf(seg, r.Owner), Count: r.Count}
+			rj := readerJSON{Record: r.Record, Process: processOf(seg, r.Owner), Count: r.Count}
 			l.SharedHolds += uint64(r.Count)
-			if rj.OwnerState != stateAlive {
+			if rj.Process == nil || rj.Process.Liveness != livenessAlive {
 				l.Dead++
 			}
 			l.Readers = append(l.Readers, rj)
 		}
 		for _, h := range []*holderJSON{l.Writer, l.Upgrader} {
-			if h != nil && h.OwnerState != stateAlive {
+			if h != nil && h.Process.Liveness != livenessAlive {
 				l.Dead++
 			}
 		}
@@ -212,5 +195,5 @@ func holder(seg *shm.Segment, packed, tid uint64) *holderJSON {
 	if packed == 0 {
 		return nil
 	}
-	return &holderJSON{ownerJSON: ownerOf(seg, packed), TID: tid}
+	return &holderJSON{Process: processOf(seg, packed), TID: optID(tid)}
 }

@@ -57,6 +57,13 @@ const (
 func rwlocksSegment(t *testing.T) (*shm.Segment, *upgrade.Mutex) {
 	t.Helper()
 	seg := newSegment(t, layout.Options{Upgrades: 4, UpgradeReaders: 4})
+	return seg, rwlocksOn(t, seg)
+}
+
+// rwlocksOn sets up the first 4 upgrade mutexes of seg as rwlocksSegment
+// says, and returns the upgrade holder's handle.
+func rwlocksOn(t *testing.T, seg *shm.Segment) *upgrade.Mutex {
+	t.Helper()
 	self := proc.Self()
 	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
 
@@ -92,7 +99,7 @@ func rwlocksSegment(t *testing.T) (*shm.Segment, *upgrade.Mutex) {
 	e.Upgrader.Store(proc.MarkStale(self.Pack()))
 	e.UpgraderTID.Store(5)
 	e.State.Store(testStateUpgrade | testStateWrite)
-	return seg, u
+	return u
 }
 
 func TestRWLocksText(t *testing.T) {
@@ -100,9 +107,9 @@ func TestRWLocksText(t *testing.T) {
 	seg, _ := rwlocksSegment(t)
 	pid := proc.Self().PID
 	inUse := fmt.Sprintf(""+
-		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0/0\t0\n"+
-		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0/0\t2\n"+
-		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0/0\t1\n", pid)
+		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0\t0\t0\t0\n"+
+		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0\t0\t0\t2\n"+
+		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0\t0\t0\t1\n", pid)
 
 	r := shmctl(t, false, "--no-header", "rwlocks", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
@@ -112,10 +119,10 @@ func TestRWLocksText(t *testing.T) {
 	r = shmctl(t, false, "--no-header", "rwlocks", "--all", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, fmt.Sprintf(""+
-		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0/0/0\t0\n"+
-		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0/0/0\t2\n"+
-		"2\t\t0\tfree\t-\t-\t-\tno\t0/0/0\t0\n"+
-		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0/0/0\t1\n", pid), r.stdout)
+		"0\tjobs\t1\tupgrade+shared\t%[1]d:2\t-\t%[1]d\tno\t0\t0\t0\t0\n"+
+		"1\t\t0\tshared\t%[1]d (dead):1\t%[1]d (dead) (waiting)\t-\tno\t0\t0\t0\t2\n"+
+		"2\t\t0\tfree\t-\t-\t-\tno\t0\t0\t0\t0\n"+
+		"3\t\t0\tupgraded\t-\t-\t%[1]d (stale)\tno\t0\t0\t0\t1\n", pid), r.stdout)
 
 	r = shmctl(t, true, "rwlocks", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
@@ -133,44 +140,58 @@ func TestRWLocksJSON(t *testing.T) {
 	var doc rwlocksJSON
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
 	assert.Equal(t, seg.Path(), doc.Path)
+	assert.Equal(t, docHeader{Schema: 1, Command: "rwlocks"}, doc.docHeader)
 	require.Len(t, doc.RWLocks, 3)
-	gen0 := u.Generation()
+	for _, l := range doc.RWLocks {
+		for _, h := range []*holderJSON{l.Writer, l.Upgrader} {
+			if h != nil {
+				checkStarted(t, h.Process)
+			}
+		}
+		for _, r := range l.Readers {
+			checkStarted(t, r.Process)
+		}
+	}
+	gen0 := fmt.Sprint(u.Generation())
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
+	require.NotNil(t, doc.RWLocks[0].Upgrader)
 
 	want := []rwlockJSON{
 		{
-			Index: 0, Name: "jobs", Refs: 1, Held: "upgrade+shared", State: testStateUpgrade, UpgradeBit: true,
-			Upgrader:      &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, TID: doc.RWLocks[0].Upgrader.TID},
+			Index: 0, Name: ptr("jobs"), Refs: 1, Held: "upgrade+shared", StateWord: testStateUpgrade, UpgradeBit: true,
+			Upgrader:      &holderJSON{Process: process(self, "alive"), TID: doc.RWLocks[0].Upgrader.TID},
 			SharedHolds:   2,
-			Readers:       []readerJSON{{Record: 0, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Count: 2}},
+			Readers:       []readerJSON{{Record: 0, Process: process(self, "alive"), Count: 2}},
 			ReaderRecords: 4, Generation: gen0,
 		},
 		{
-			Index: 1, Held: "shared", State: testStateWrite, WriteBit: true,
-			Writer:        &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, TID: 9},
+			Index: 1, Held: "shared", StateWord: testStateWrite, WriteBit: true,
+			Writer:        &holderJSON{Process: process(dead, "dead"), TID: ptr("9")},
 			WriterWaiting: true, SharedHolds: 1,
-			Readers:       []readerJSON{{Record: 0, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, Count: 1}},
-			ReaderRecords: 4, Dead: 2,
+			Readers:       []readerJSON{{Record: 0, Process: process(dead, "dead"), Count: 1}},
+			ReaderRecords: 4, Generation: "0", Dead: 2,
 		},
 		{
-			Index: 3, Held: "upgraded", State: testStateUpgrade | testStateWrite, WriteBit: true, UpgradeBit: true,
-			Upgrader: &holderJSON{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}, TID: 5},
-			Readers:  []readerJSON{}, ReaderRecords: 4, Dead: 1,
+			Index: 3, Held: "upgraded", StateWord: testStateUpgrade | testStateWrite, WriteBit: true, UpgradeBit: true,
+			Upgrader: &holderJSON{Process: process(self, "stale"), TID: ptr("5")},
+			Readers:  []readerJSON{}, ReaderRecords: 4, Generation: "0", Dead: 1,
 		},
 	}
 	assert.Equal(t, want, doc.RWLocks)
-	assert.NotZero(t, doc.RWLocks[0].Upgrader.TID, "the handle's id")
+	assert.NotNil(t, doc.RWLocks[0].Upgrader.TID, "the handle's id")
 
-	// The field names are an interface (jsonout.go); this pins them.
+	// The field names are an interface (docs/JSON.md); this pins them.
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &raw))
-	assert.ElementsMatch(t, []string{"path", "rwlocks"}, keys(raw))
+	assert.ElementsMatch(t, []string{"schema", "command", "path", "rwlocks"}, keys(raw))
 	l := raw["rwlocks"].([]any)[1].(map[string]any)
-	assert.ElementsMatch(t, []string{"index", "name", "refs", "held", "state", "write_bit", "upgrade_bit", "pending",
+	assert.ElementsMatch(t, []string{"index", "name", "refs", "held", "state_word", "write_bit", "upgrade_bit", "pending",
 		"writer", "writer_waiting", "handoff", "upgrader", "shared_holds", "readers", "reader_records", "shared_waiters",
-		"unique_waiters", "writer_waiters", "generation", "dead"}, keys(l))
-	assert.ElementsMatch(t, []string{"pid", "start_ticks", "owner_state", "tid"}, keys(l["writer"].(map[string]any)))
+		"unique_waiters", "writer_waiters", "generation", "inconsistent", "dead"}, keys(l))
+	assert.ElementsMatch(t, []string{"process", "tid"}, keys(l["writer"].(map[string]any)))
+	assert.ElementsMatch(t, []string{"pid", "start_ticks", "started", "liveness"}, keys(l["writer"].(map[string]any)["process"].(map[string]any)))
 	assert.Nil(t, l["upgrader"])
-	assert.ElementsMatch(t, []string{"record", "pid", "start_ticks", "owner_state", "count"},
+	assert.ElementsMatch(t, []string{"record", "process", "count"},
 		keys(l["readers"].([]any)[0].(map[string]any)))
 }
 
@@ -222,7 +243,7 @@ func TestRWLocksWriterWaiting(t *testing.T) {
 	assert.Equal(t, "unique", doc.RWLocks[0].Held)
 	assert.False(t, doc.RWLocks[0].WriterWaiting, "the holder's own Writer word")
 	r := shmctl(t, false, "rwlocks", seg.Path())
-	assert.Contains(t, r.stdout, "\tno\t0/0/1\t0\n")
+	assert.Contains(t, r.stdout, "\tno\t0\t0\t1\t0\n")
 	require.NoError(t, w1.Unlock())
 	require.NoError(t, <-done)
 	require.NoError(t, w2.Unlock())

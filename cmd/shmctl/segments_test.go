@@ -43,27 +43,27 @@ func TestSegmentImages(t *testing.T) {
 		findings []string
 	}{
 		{"owner-slots.seg", "slots", "" +
-			"INDEX\tNAME\tREFS\tMODE\tPID\tSTATE\tTID\tTOKEN\tRECURSION\tWAITERS\n" +
-			"0\tqueue\t1\tpid/tid\t4242\tstale\t1229801703532086340\t3\t0\t0\n" +
-			"1\tjobs\t1\tpid/tid\t4343\tstale\t6148933456521300104\t7\t1\t0\n" +
-			"2\ttokened\t2\ttoken\t0\t-\t0\t81985529216486895\t0\t0\n", nil},
+			"INDEX\tNAME\tREFS\tMODE\tPID\tLIVENESS\tTID\tTOKEN\tGENERATION\tRECURSION\tWAITERS\n" +
+			"0\tqueue\t1\tpid/tid\t4242\tstale\t1229801703532086340\t-\t3\t0\t0\n" +
+			"1\tjobs\t1\tpid/tid\t4343\tstale\t6148933456521300104\t-\t7\t1\t0\n" +
+			"2\ttokened\t2\ttoken\t-\t-\t-\t81985529216486895\t-\t0\t0\n", nil},
 		{"upgrades.seg", "rwlocks", "" +
-			"INDEX\tNAME\tREFS\tHELD\tREADERS\tWRITER\tUPGRADER\tPENDING\tWAITERS\tDEAD\n" +
-			"0\ttable\t1\tunique\t-\t4242 (stale)\t-\tno\t0/0/0\t1\n" +
-			"1\tindex\t2\tupgrade+shared\t4242 (stale):2,4343 (stale):1\t-\t4343 (stale)\tno\t0/0/0\t3\n", nil},
+			"INDEX\tNAME\tREFS\tHELD\tREADERS\tWRITER\tUPGRADER\tPENDING\tSHARED_WAITERS\tUNIQUE_WAITERS\tWRITER_WAITERS\tDEAD\n" +
+			"0\ttable\t1\tunique\t-\t4242 (stale)\t-\tno\t0\t0\t0\t1\n" +
+			"1\tindex\t2\tupgrade+shared\t4242 (stale):2,4343 (stale):1\t-\t4343 (stale)\tno\t0\t0\t0\t3\n", nil},
 		// The holds' times are on CLOCK_MONOTONIC, whose origin is this
 		// boot's: the columns of ages are cut off.
 		{"lockmgr.seg", "locks", "" +
-			"RESOURCE\tMODE\tSTATE\tVERSION\tOWNER\tPID\tALIVE\n" +
-			"build/cache\texclusive\tacquired\t1\tci-1\t4242\tdead\n" +
-			"deploy\tcollaborative\tacquired\t2\talice\t4242\tdead\n" +
-			"deploy\tcollaborative\tacquired\t2\tbob\t4343\tdead\n", nil},
+			"RESOURCE\tMODE\tSTATE\tGENERATION\tOWNER\tPID\tLIVENESS\n" +
+			"build/cache\texclusive\tacquired\t1\tci-1\t4242\tstale\n" +
+			"deploy\tcollaborative\tacquired\t2\talice\t4242\tstale\n" +
+			"deploy\tcollaborative\tacquired\t2\tbob\t4343\tstale\n", nil},
 		{"txn.seg", "txns", "" +
-			"INDEX\tGEN\tSTATE\tMODE\tPID\tOWNER\tARENA\tUSED\tOBJECTS\tPROMOTIONS\tPINS\n" +
+			"INDEX\tGENERATION\tSTATE\tMODE\tPID\tLIVENESS\tARENA_BYTES\tUSED_BYTES\tOBJECTS\tPROMOTIONS\tPINS_BY_PROCESS\n" +
 			"0\t1\topen\tpins\t4242\tstale\t128\t32\t1\t0\t4242:1(stale)\n" +
 			"1\t1\topen\tpins\t4343\tstale\t128\t0\t0\t0\t4343:1(stale)\n", nil},
 		{"data-regions.seg", "data", "" +
-			"INDEX\tNAME\tOFFSET\tSIZE\n" +
+			"INDEX\tNAME\tOFFSET\tBYTES\n" +
 			"0\tqueue\t0\t100\n" +
 			"1\tstats\t128\t64\n" +
 			"2\tgröße\t192\t1\n",

@@ -24,19 +24,17 @@ func newCmdSlots(ios *IOStreams, runF func(*slotsOptions) error) *cobra.Command 
 		Short:   "List the owner slots in use",
 		Long: `List the owner slots (spinlocks) in use: claimed in the directory, or with
 any field set. For each: its index, the name it was claimed under, its
-claims (refs), its mode, the owner's pid and whether that process is alive,
-dead, or stale (recorded under a previous boot), the holder id (tid), the
-token or generation, the recursion count and the waiter word.
+claims (refs), its mode, the holding process's pid and its liveness
+(alive, dead, or stale: recorded under a previous boot), the holder id
+(tid), the holder's token (token mode) or the slot's generation (pid/tid
+mode), the recursion count and the waiters.
 
-Mode is "pid/tid" when a pid is recorded, "token" when only a token is,
-and "free" otherwise; a pid/tid slot released since keeps its generation
-and so shows as "token".
+Mode is the one spinlock.Named recorded; for a slot claimed otherwise it
+is "pid/tid" when a pid is recorded, "token" when only the token word is
+set, and "free" otherwise: a released pid/tid slot of that kind keeps
+only its generation and so shows as "token".
 
-The segment is opened read-only and nothing in it changes.
-
-JSON fields: path, slots [{index, name, refs, mode, pid, start_ticks,
-owner_state, tid, token, recursion, waiters}]; owner_state is "none" where
-the table shows "-".`,
+The segment is opened read-only and nothing in it changes.`,
 		Example: `  shmctl slots jobs
   shmctl slots jobs --all --json`,
 		Args: exactArgs(1, "one segment"),
@@ -74,13 +72,10 @@ func runSlots(opts *slotsOptions) error {
 
 // printSlots prints the slot table of slots and demo.
 func printSlots(ios *IOStreams, doc *slotsJSON) error {
-	t := newTablePrinter(ios, "INDEX", "NAME", "REFS", "MODE", "PID", "STATE", "TID", "TOKEN", "RECURSION", "WAITERS")
+	t := newTablePrinter(ios, "INDEX", "NAME", "REFS", "MODE", "PID", "LIVENESS", "TID", "TOKEN", "GENERATION", "RECURSION", "WAITERS")
 	for _, s := range doc.Slots {
-		state := s.OwnerState
-		if state == stateNone {
-			state = "-"
-		}
-		t.AddRow(s.Index, s.Name, s.Refs, s.Mode, s.PID, state, s.TID, s.Token, s.Recursion, s.Waiters)
+		pid, liveness := processCells(s.Process)
+		t.AddRow(s.Index, deref(s.Name), s.Refs, s.Mode, pid, liveness, orDash(s.TID), orDash(s.Token), orDash(s.Generation), s.Recursion, s.Waiters)
 	}
 	return t.Render()
 }

@@ -74,10 +74,10 @@ func TestSlotsText(t *testing.T) {
 	seg := slotsSegment(t)
 	pid := proc.Self().PID
 	inUse := fmt.Sprintf(""+
-		"0\tjobs\t1\tpid/tid\t%[1]d\talive\t7\t42\t2\t1\n"+
-		"1\t\t1\tpid/tid\t%[1]d\tdead\t9\t0\t0\t0\n"+
-		"2\t\t0\ttoken\t0\t-\t0\t5\t0\t0\n"+
-		"3\t\t0\tpid/tid\t%[1]d\tstale\t0\t0\t0\t0\n", pid)
+		"0\tjobs\t1\tpid/tid\t%[1]d\talive\t7\t-\t42\t2\t1\n"+
+		"1\t\t1\tpid/tid\t%[1]d\tdead\t9\t-\t0\t0\t0\n"+
+		"2\t\t0\ttoken\t-\t-\t-\t5\t-\t0\t0\n"+
+		"3\t\t0\tpid/tid\t%[1]d\tstale\t-\t-\t0\t0\t0\n", pid)
 
 	r := shmctl(t, false, "--no-header", "slots", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
@@ -87,15 +87,15 @@ func TestSlotsText(t *testing.T) {
 	r = shmctl(t, false, "--no-header", "slots", "--all", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, inUse+
-		"4\t\t0\tfree\t0\t-\t0\t0\t0\t0\n"+
-		"5\t\t0\tfree\t0\t-\t0\t0\t0\t0\n", r.stdout)
+		"4\t\t0\tfree\t-\t-\t-\t-\t-\t0\t0\n"+
+		"5\t\t0\tfree\t-\t-\t-\t-\t-\t0\t0\n", r.stdout)
 
 	r = shmctl(t, true, "slots", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	pidCol := fmt.Sprintf("%-*d", max(len(fmt.Sprint(pid)), len("PID"))+2, pid)
 	assert.Contains(t, r.stdout, "INDEX  NAME  REFS  MODE     PID")
 	assert.Contains(t, r.stdout, "\n0      jobs  1     pid/tid  "+pidCol+"alive  ")
-	assert.Contains(t, r.stdout, "\n2            0     token    0")
+	assert.Contains(t, r.stdout, "\n2            0     token    -")
 }
 
 func TestSlotsJSON(t *testing.T) {
@@ -108,19 +108,25 @@ func TestSlotsJSON(t *testing.T) {
 	var doc slotsJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	assert.Equal(t, seg.Path(), doc.Path)
+	assert.Equal(t, docHeader{Schema: 1, Command: "slots"}, doc.docHeader)
+	require.Len(t, doc.Slots, 4)
+	for _, s := range doc.Slots {
+		checkStarted(t, s.Process)
+	}
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
 	want := []slotJSON{
-		{Index: 0, Name: "jobs", Refs: 1, Mode: "pid/tid", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, TID: 7, Token: 42, Recursion: 2, Waiters: 1},
-		{Index: 1, Refs: 1, Mode: "pid/tid", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks + 1, OwnerState: "dead"}, TID: 9},
-		{Index: 2, Mode: "token", ownerJSON: ownerJSON{OwnerState: "none"}, Token: 5},
-		{Index: 3, Mode: "pid/tid", ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "stale"}},
+		{Index: 0, Name: ptr("jobs"), Refs: 1, Mode: "pid/tid", Process: process(self, "alive"), TID: ptr("7"), Generation: ptr("42"), Recursion: 2, Waiters: 1},
+		{Index: 1, Name: ptr(""), Refs: 1, Mode: "pid/tid", Process: process(dead, "dead"), TID: ptr("9"), Generation: ptr("0")},
+		{Index: 2, Mode: "token", Token: ptr("5")},
+		{Index: 3, Mode: "pid/tid", Process: process(self, "stale"), Generation: ptr("0")},
 	}
 	assert.Equal(t, want, doc.Slots)
 
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-	assert.ElementsMatch(t, []string{"path", "slots"}, keys(raw))
-	assert.ElementsMatch(t, []string{"index", "name", "refs", "mode", "pid", "start_ticks", "owner_state",
-		"tid", "token", "recursion", "waiters", "inconsistent"}, keys(raw["slots"].([]any)[0].(map[string]any)))
+	assert.ElementsMatch(t, []string{"schema", "command", "path", "slots"}, keys(raw))
+	assert.ElementsMatch(t, []string{"index", "name", "refs", "mode", "process", "tid", "token", "generation",
+		"recursion", "waiters", "inconsistent"}, keys(raw["slots"].([]any)[0].(map[string]any)))
 }
 
 func TestSlotsEmpty(t *testing.T) {
@@ -132,5 +138,5 @@ func TestSlotsEmpty(t *testing.T) {
 
 	r = shmctl(t, false, "--no-header", "slots", "--json", seg.Path())
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
-	assert.Equal(t, fmt.Sprintf("{\n  \"path\": %q,\n  \"slots\": []\n}\n", seg.Path()), r.stdout)
+	assert.Equal(t, fmt.Sprintf("{\n  \"schema\": 1,\n  \"command\": \"slots\",\n  \"path\": %q,\n  \"slots\": []\n}\n", seg.Path()), r.stdout)
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strconv"
+
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/shm"
@@ -24,14 +26,10 @@ that used it since it was created: holds granted (total_locks), holds now
 live (active_locks), holds that expired (expired_locks: ended by their TTL,
 or past it and not yet ended), acquisitions that met a conflict
 (conflicts_detected), the mean length of the released holds
-(average_hold_time), holds released and holds reclaimed from dead
+(average_hold_seconds), holds released and holds reclaimed from dead
 processes, and the resources in the table against its capacity.
 
-The segment is opened read-only and nothing in it changes.
-
-JSON fields: path, total_locks, active_locks, expired_locks,
-conflicts_detected, average_hold_seconds, released, reclaimed, resources,
-capacity, declared_only.`,
+The segment is opened read-only and nothing in it changes.`,
 		Example: `  shmctl stats jobs
   shmctl stats jobs --json`,
 		Args: exactArgs(1, "one segment"),
@@ -55,7 +53,7 @@ func runStats(opts *statsOptions) error {
 	}
 	defer seg.Close()
 	st := m.Stats()
-	doc := &statsJSON{Path: seg.Path(), TotalLocks: st.TotalLocks, ActiveLocks: st.ActiveLocks,
+	doc := &statsJSON{docHeader: header("stats"), Path: seg.Path(), TotalLocks: st.TotalLocks, ActiveLocks: st.ActiveLocks,
 		ExpiredLocks: st.ExpiredLocks, ConflictsDetected: st.ConflictsDetected,
 		AverageHoldSeconds: st.AverageHoldTime.Seconds(), Released: st.Released, Reclaimed: st.Reclaimed,
 		Resources: st.Resources, Capacity: st.Capacity, DeclaredOnly: m.DeclaredOnly()}
@@ -68,7 +66,7 @@ func runStats(opts *statsOptions) error {
 	t.AddRow("active_locks", doc.ActiveLocks)
 	t.AddRow("expired_locks", doc.ExpiredLocks)
 	t.AddRow("conflicts_detected", doc.ConflictsDetected)
-	t.AddRow("average_hold_time", st.AverageHoldTime)
+	t.AddRow("average_hold_seconds", strconv.FormatFloat(doc.AverageHoldSeconds, 'f', -1, 64))
 	t.AddRow("released", doc.Released)
 	t.AddRow("reclaimed", doc.Reclaimed)
 	t.AddRow("resources", doc.Resources)

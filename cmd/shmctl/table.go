@@ -65,3 +65,48 @@ func (t *tablePrinter) Render() error {
 	}
 	return tw.Flush()
 }
+
+// Cells of the documents' values: an absent one (null in JSON) is "-".
+
+// processCells are the PID and LIVENESS cells of process p.
+func processCells(p *processJSON) (pid, liveness string) {
+	if p == nil {
+		return "-", "-"
+	}
+	return strconv.FormatUint(uint64(p.PID), 10), p.Liveness
+}
+
+// pidCell is a process as one cell: its pid, marked with its liveness if
+// it is not alive; "-" if none.
+func pidCell(p *processJSON) string {
+	switch {
+	case p == nil:
+		return "-"
+	case p.Liveness == livenessAlive:
+		return fmt.Sprint(p.PID)
+	}
+	return fmt.Sprintf("%d (%s)", p.PID, p.Liveness)
+}
+
+func orDash(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return *s
+}
+
+// deref is *s, or "" (an unclaimed entry's name in a table).
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// yesNo is a bool as a table shows it.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

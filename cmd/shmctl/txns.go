@@ -29,23 +29,17 @@ func newCmdTxns(ios *IOStreams, runF func(*txnsOptions) error) *cobra.Command {
 (waiting for pins) or finishing (drained, ending): for each its record
 index, generation, state, close mode ("pins" for
 per-transaction pins, "barrier" for the global close barrier), owner pid
-and whether that process is alive, arena size and bytes used, objects,
-promotions registered on it, and the pins each process holds on it, as
-PID:COUNT, a dead process's marked "(dead)": those no longer count.
+and its liveness, arena size and bytes used, objects, promotions
+registered on it, and the pins each process holds on it, as PID:COUNT, a
+process that is not alive marked with its liveness, "(dead)": those no
+longer count.
 Readers of barrier-mode transactions take global pins, which belong to no
 one transaction: --json lists them per process (global_pins).
 
 A transaction whose owner is dead can be closed with 'shmctl reclaim'.
 
 The segment is opened read-only and nothing in it changes. The words are
-read one by one while other processes may change them.
-
-JSON fields: path, records, arena_bytes, free_bytes, barrier_leader
-(null or {pid, start_ticks, owner_state}), txns [{index, generation,
-state, mode, pid, start_ticks, owner_state, arena_offset, arena_size,
-used, objects, promotions, promoted, destroyed, pins, pins_by_process
-[{pid, start_ticks, owner_state, pins}]}], processes [{row, pid,
-start_ticks, owner_state, pins, global_pins}].`,
+read one by one while other processes may change them.`,
 		Example: `  shmctl txns jobs
   shmctl txns jobs --all --json`,
 		Args: exactArgs(1, "one segment"),
@@ -76,17 +70,15 @@ func runTxns(opts *txnsOptions) error {
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
-	t := newTablePrinter(opts.IO, "INDEX", "GEN", "STATE", "MODE", "PID", "OWNER", "ARENA", "USED", "OBJECTS", "PROMOTIONS", "PINS")
+	t := newTablePrinter(opts.IO, "INDEX", "GENERATION", "STATE", "MODE", "PID", "LIVENESS", "ARENA_BYTES", "USED_BYTES",
+		"OBJECTS", "PROMOTIONS", "PINS_BY_PROCESS")
 	for _, x := range doc.Txns {
-		state := x.OwnerState
-		if state == stateNone {
-			state = "-"
-		}
+		pid, liveness := processCells(x.Process)
 		pins := make([]string, 0, len(x.PinsByProcess))
 		for _, p := range x.PinsByProcess {
-			s := fmt.Sprintf("%d:%d", p.PID, p.Pins)
-			if p.OwnerState != stateAlive {
-				s += "(" + p.OwnerState + ")"
+			s := fmt.Sprintf("%d:%d", p.Process.PID, p.Pins)
+			if p.Process.Liveness != livenessAlive {
+				s += "(" + p.Process.Liveness + ")"
 			}
 			pins = append(pins, s)
 		}
@@ -94,7 +86,7 @@ func runTxns(opts *txnsOptions) error {
 		if len(pins) > 0 {
 			pinCol = strings.Join(pins, ",")
 		}
-		t.AddRow(x.Index, x.Generation, x.State, x.Mode, x.PID, state, x.ArenaSize, x.Used, x.Objects, x.Promotions, pinCol)
+		t.AddRow(x.Index, x.Generation, x.State, x.Mode, pid, liveness, x.ArenaBytes, x.UsedBytes, x.Objects, x.Promotions, pinCol)
 	}
 	return t.Render()
 }
@@ -106,38 +98,39 @@ func readTxns(seg *shm.Segment, all bool) (*txnsJSON, error) {
 		return nil, fmt.Errorf("reading the transactions: %w", err)
 	}
 	doc := &txnsJSON{
-		Path:      seg.Path(),
-		Records:   snap.Records,
-		ArenaSize: snap.DataUnits * layout.ArenaUnit,
-		FreeSize:  snap.FreeUnits * layout.ArenaUnit,
-		Txns:      []txnJSON{},
-		Processes: []txnProcJSON{},
-	}
-	if snap.BarrierLeader != 0 {
-		leader := ownerOf(seg, snap.BarrierLeader)
-		doc.BarrierLeader = &leader
+		docHeader:     header("txns"),
+		Path:          seg.Path(),
+		Records:       snap.Records,
+		DataBytes:     snap.DataUnits * layout.ArenaUnit,
+		FreeBytes:     snap.FreeUnits * layout.ArenaUnit,
+		BarrierLeader: processOf(seg, snap.BarrierLeader),
+		Txns:          []txnJSON{},
+		Processes:     []txnProcJSON{},
 	}
 	for _, ti := range snap.Txns {
 		x := txnJSON{
 			Index:         ti.Index,
-			Generation:    ti.Gen,
+			Generation:    idString(uint64(ti.Gen)),
 			State:         ti.State.String(),
 			Mode:          "pins",
-			ownerJSON:     ownerOf(seg, ti.Owner),
-			ArenaOffset:   ti.ArenaStart,
-			ArenaSize:     ti.ArenaSize,
-			Used:          ti.Used,
+			Process:       processOf(seg, ti.Owner),
+			ArenaBytes:    ti.ArenaSize,
+			UsedBytes:     ti.Used,
 			Objects:       ti.Objects,
 			Promotions:    ti.Promotions,
 			Promoted:      ti.Promoted,
 			Destroyed:     ti.Destroyed,
 			PinsByProcess: []txnPinsJSON{},
 		}
+		if ti.ArenaSize != 0 {
+			off := ti.ArenaStart
+			x.ArenaOffset = &off
+		}
 		if ti.Barrier {
 			x.Mode = "barrier"
 		}
 		for _, p := range ti.Pins {
-			x.PinsByProcess = append(x.PinsByProcess, txnPinsJSON{ownerJSON: ownerOf(seg, p.Owner), Pins: p.Pins})
+			x.PinsByProcess = append(x.PinsByProcess, txnPinsJSON{Process: processOf(seg, p.Owner), Pins: p.Pins})
 			if p.Alive {
 				x.Pins += uint64(p.Pins)
 			}
@@ -145,7 +138,7 @@ func readTxns(seg *shm.Segment, all bool) (*txnsJSON, error) {
 		doc.Txns = append(doc.Txns, x)
 	}
 	for _, r := range snap.Rows {
-		doc.Processes = append(doc.Processes, txnProcJSON{Row: r.Row, ownerJSON: ownerOf(seg, r.Owner),
+		doc.Processes = append(doc.Processes, txnProcJSON{Row: r.Row, Process: processOf(seg, r.Owner),
 			Pins: r.Pins, GlobalPins: r.GlobalPins})
 	}
 	return doc, nil

@@ -86,11 +86,11 @@ func TestTxnsText(t *testing.T) {
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Equal(t, open+
 		fmt.Sprintf("2\t1\tclosed\tpins\t%d\talive\t0\t32\t1\t0\t-\n", pid)+
-		"3\t0\tfree\tpins\t0\t-\t0\t0\t0\t0\t-\n", r.stdout)
+		"3\t0\tfree\tpins\t-\t-\t0\t0\t0\t0\t-\n", r.stdout)
 
 	r = shmctl(t, true, "txns", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	assert.Contains(t, r.stdout, "INDEX  GEN  STATE  MODE     PID")
+	assert.Contains(t, r.stdout, "INDEX  GENERATION  STATE  MODE     PID")
 }
 
 func TestTxnsJSON(t *testing.T) {
@@ -103,31 +103,50 @@ func TestTxnsJSON(t *testing.T) {
 	var doc txnsJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	assert.Equal(t, seg.Path(), doc.Path)
+	assert.Equal(t, docHeader{Schema: 1, Command: "txns"}, doc.docHeader)
 	assert.Equal(t, 4, doc.Records)
 	assert.Nil(t, doc.BarrierLeader)
-	assert.Equal(t, doc.ArenaSize-3072, doc.FreeSize, "two arenas in use")
+	assert.Equal(t, doc.DataBytes-3072, doc.FreeBytes, "two arenas in use")
 	require.Len(t, doc.Txns, 2)
-	mine := []txnPinsJSON{{ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Pins: 2}}
-	want0 := txnJSON{Index: 0, Generation: 1, State: "open", Mode: "pins",
-		ownerJSON:   ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"},
-		ArenaOffset: doc.Txns[0].ArenaOffset, ArenaSize: 1024, Used: 96, Objects: 2,
+	for _, x := range doc.Txns {
+		checkStarted(t, x.Process)
+		for _, p := range x.PinsByProcess {
+			checkStarted(t, p.Process)
+		}
+	}
+	require.Len(t, doc.Processes, 1)
+	checkStarted(t, doc.Processes[0].Process)
+	require.NotNil(t, doc.Txns[0].ArenaOffset, "an open transaction's arena")
+	mine := []txnPinsJSON{{Process: process(self, "alive"), Pins: 2}}
+	want0 := txnJSON{Index: 0, Generation: "1", State: "open", Mode: "pins",
+		Process:     process(self, "alive"),
+		ArenaOffset: doc.Txns[0].ArenaOffset, ArenaBytes: 1024, UsedBytes: 96, Objects: 2,
 		Pins: 2, PinsByProcess: mine}
 	assert.Equal(t, want0, doc.Txns[0])
 	assert.Equal(t, "barrier", doc.Txns[1].Mode)
 	assert.Equal(t, uint32(1), doc.Txns[1].Promotions)
 	assert.Empty(t, doc.Txns[1].PinsByProcess)
-	require.Len(t, doc.Processes, 1)
-	assert.Equal(t, txnProcJSON{Row: doc.Processes[0].Row, ownerJSON: ownerJSON{PID: self.PID, StartTicks: self.StartTicks, OwnerState: "alive"}, Pins: 2}, doc.Processes[0])
+	assert.Equal(t, txnProcJSON{Row: doc.Processes[0].Row, Process: process(self, "alive"), Pins: 2}, doc.Processes[0])
 
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-	assert.ElementsMatch(t, []string{"path", "records", "arena_bytes", "free_bytes", "barrier_leader", "txns", "processes"}, keys(raw))
+	assert.ElementsMatch(t, []string{"schema", "command", "path", "records", "data_bytes", "free_bytes", "barrier_leader", "txns", "processes"}, keys(raw))
 	x := raw["txns"].([]any)[0].(map[string]any)
-	assert.ElementsMatch(t, []string{"index", "generation", "state", "mode", "pid", "start_ticks", "owner_state",
-		"arena_offset", "arena_size", "used", "objects", "promotions", "promoted", "destroyed", "pins", "pins_by_process"}, keys(x))
-	assert.ElementsMatch(t, []string{"pid", "start_ticks", "owner_state", "pins"}, keys(x["pins_by_process"].([]any)[0].(map[string]any)))
-	assert.ElementsMatch(t, []string{"row", "pid", "start_ticks", "owner_state", "pins", "global_pins"},
+	assert.ElementsMatch(t, []string{"index", "generation", "state", "mode", "process",
+		"arena_offset", "arena_bytes", "used_bytes", "objects", "promotions", "promoted", "destroyed", "pins", "pins_by_process"}, keys(x))
+	assert.ElementsMatch(t, []string{"process", "pins"}, keys(x["pins_by_process"].([]any)[0].(map[string]any)))
+	assert.ElementsMatch(t, []string{"row", "process", "pins", "global_pins"},
 		keys(raw["processes"].([]any)[0].(map[string]any)))
+
+	// A record without an arena has no offset.
+	r = shmctl(t, false, "txns", "--all", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	doc = txnsJSON{}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Txns, 4)
+	assert.Equal(t, "free", doc.Txns[3].State)
+	assert.Nil(t, doc.Txns[3].ArenaOffset)
+	assert.Nil(t, doc.Txns[3].Process)
 }
 
 func TestTxnsEmpty(t *testing.T) {
@@ -222,12 +241,16 @@ func TestReclaimTxns(t *testing.T) {
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal(out, &doc))
 	require.Len(t, doc.Txns, 2)
-	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: 1, Mode: "pins",
-		ownerJSON: ownerJSON{PID: uint32(pid1), StartTicks: doc.Txns[0].StartTicks, OwnerState: "dead"},
-		Action:    "timed out"}, doc.Txns[0])
-	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: 1, Mode: "barrier",
-		ownerJSON: ownerJSON{PID: uint32(pid2), StartTicks: doc.Txns[1].StartTicks, OwnerState: "dead"},
-		Action:    "reclaimed"}, doc.Txns[1])
+	for _, x := range doc.Txns {
+		require.NotNil(t, x.Process)
+		checkStarted(t, x.Process)
+	}
+	assert.Equal(t, reclaimTxnJSON{Index: int(pr.Txn), Generation: "1", Mode: "pins",
+		Process: process(proc.Identity{PID: uint32(pid1), StartTicks: doc.Txns[0].Process.StartTicks}, "dead"),
+		Action:  "timed out"}, doc.Txns[0])
+	assert.Equal(t, reclaimTxnJSON{Index: int(br.Txn), Generation: "1", Mode: "barrier",
+		Process: process(proc.Identity{PID: uint32(pid2), StartTicks: doc.Txns[1].Process.StartTicks}, "dead"),
+		Action:  "reclaimed"}, doc.Txns[1])
 	assert.Equal(t, "orphan", string(b.Bytes()), "the pinned object is intact")
 	_, err = sp.TryPin(br)
 	require.ErrorIs(t, err, txn.ErrClosed)

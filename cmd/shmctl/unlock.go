@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
@@ -36,21 +35,6 @@ type unlockOptions struct {
 	// process by 'shmctl lock --hold-for' or taken under an owner name.
 	HoldFor int
 	Owner   string
-}
-
-// unlockJSON says what unlock --force freed.
-type unlockJSON struct {
-	Path string `json:"path"`
-	Kind string `json:"kind"`
-	Name string `json:"name"`
-	// Holders are who held it: "pid:tid", "token:N", or a lock-manager
-	// owner with its pid.
-	Holders []string `json:"holders"`
-	// Generation is the lock's fencing generation (version) after the
-	// unlock, as a string (exact in jq): every token of the old holders is
-	// below it.
-	Generation string `json:"generation"`
-	Action     string `json:"action"`
 }
 
 func newCmdUnlock(ios *IOStreams, runF func(*unlockOptions) error) *cobra.Command {
@@ -137,7 +121,7 @@ func runUnlock(opts *unlockOptions) error {
 	if err != nil {
 		return err
 	}
-	doc := unlockJSON{Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []string{}, Action: "freed"}
+	doc := unlockJSON{docHeader: header("unlock"), Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []unlockHolderJSON{}, Action: "freed"}
 	switch kind {
 	case unlockSlot:
 		err = forceSlot(seg, opts.Name, &doc)
@@ -158,9 +142,13 @@ func runUnlock(opts *unlockOptions) error {
 	t := newTablePrinter(opts.IO, "KIND", "NAME", "HOLDERS", "GENERATION", "ACTION")
 	holders := "-"
 	if len(doc.Holders) > 0 {
-		holders = fmt.Sprint(doc.Holders)
+		cells := make([]string, len(doc.Holders))
+		for i, h := range doc.Holders {
+			cells[i] = h.text()
+		}
+		holders = fmt.Sprint(cells)
 	}
-	t.AddRow(doc.Kind, doc.Name, holders, doc.Generation, doc.Action)
+	t.AddRow(doc.Kind, doc.Name, holders, orDash(doc.Generation), doc.Action)
 	return t.Render()
 }
 
@@ -226,12 +214,14 @@ func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
 	case err != nil:
 		return err
 	case mode == spinlock.Token:
-		doc.Holders = append(doc.Holders, fmt.Sprintf("token:%d", owner.Token))
+		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleHolder, Token: optID(owner.Token)})
 	default:
-		id, _ := proc.Unpack(owner.PID)
-		doc.Holders = append(doc.Holders, fmt.Sprintf("%d:%d", id.PID, owner.TID))
+		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleHolder, Process: processOf(seg, owner.PID), TID: optID(owner.TID)})
 	}
-	doc.Generation = fmt.Sprint(l.Generation())
+	if mode != spinlock.Token { // a token-mode slot has no generation
+		gen := idString(l.Generation())
+		doc.Generation = &gen
+	}
 	return nil
 }
 
@@ -244,21 +234,21 @@ func forceUpgrade(seg *shm.Segment, name string, doc *unlockJSON) error {
 	if err != nil {
 		return err
 	}
-	pid := func(w uint64) uint32 { id, _ := proc.Unpack(w); return id.PID }
 	if f.Writer != 0 {
-		doc.Holders = append(doc.Holders, fmt.Sprintf("writer %d", pid(f.Writer)))
+		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleWriter, Process: processOf(seg, f.Writer)})
 	}
 	if f.Upgrader != 0 {
-		doc.Holders = append(doc.Holders, fmt.Sprintf("upgrader %d", pid(f.Upgrader)))
+		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleUpgrader, Process: processOf(seg, f.Upgrader)})
 	}
 	for _, r := range f.Readers {
-		doc.Holders = append(doc.Holders, fmt.Sprintf("reader %d x%d", pid(r.Owner), r.Count))
+		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleReader, Process: processOf(seg, r.Owner), Count: &r.Count})
 	}
 	st, err := upgrade.Inspect(seg, i)
 	if err != nil {
 		return err
 	}
-	doc.Generation = fmt.Sprint(st.Generation)
+	gen := idString(st.Generation)
+	doc.Generation = &gen
 	return nil
 }
 
@@ -272,12 +262,13 @@ func forceResource(seg *shm.Segment, name string, doc *unlockJSON) error {
 		return err
 	}
 	for _, h := range ended {
-		doc.Holders = append(doc.Holders, fmt.Sprintf("%s (pid %d)", h.Owner, h.PID))
+		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleHolder, Owner: &h.Owner, Process: processOf(seg, h.Process)})
 	}
 	ri, err := m.Inspect(name)
 	if err != nil {
 		return err
 	}
-	doc.Generation = fmt.Sprint(ri.Version)
+	gen := idString(ri.Version)
+	doc.Generation = &gen
 	return nil
 }

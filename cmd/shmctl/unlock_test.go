@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/spinlock"
@@ -26,16 +28,20 @@ func TestUnlockForce(t *testing.T) {
 		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 		var doc unlockJSON
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+		assert.Equal(t, docHeader{Schema: 1, Command: "unlock"}, doc.docHeader)
 		assert.Equal(t, kind, doc.Kind)
 		assert.Equal(t, "freed", doc.Action)
-		assert.Len(t, doc.Holders, 1)
+		require.Len(t, doc.Holders, 1)
+		checkStarted(t, doc.Holders[0].Process)
 		return doc
 	}
 	gen := func(doc unlockJSON) uint64 {
-		g, err := strconv.ParseUint(doc.Generation, 10, 64)
+		require.NotNil(t, doc.Generation)
+		g, err := strconv.ParseUint(*doc.Generation, 10, 64)
 		require.NoError(t, err)
 		return g
 	}
+	self := process(proc.Self(), "alive")
 
 	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
 	require.NoError(t, err)
@@ -45,6 +51,7 @@ func TestUnlockForce(t *testing.T) {
 	before := l.Generation()
 	doc := run("queue", unlockSlot)
 	assert.Greater(t, gen(doc), before)
+	assert.Equal(t, unlockHolderJSON{Role: "holder", Process: self, TID: ptr(fmt.Sprint(me.TID))}, doc.Holders[0])
 	assert.ErrorIs(t, l.Unlock(me), spinlock.ErrNotOwner)
 	assert.True(t, l.Inconsistent())
 
@@ -54,6 +61,7 @@ func TestUnlockForce(t *testing.T) {
 	before = m.Generation()
 	doc = run("table", unlockUpgrade)
 	assert.Greater(t, gen(doc), before)
+	assert.Equal(t, unlockHolderJSON{Role: "writer", Process: self}, doc.Holders[0])
 	other, err := upgrade.Named(seg, "table")
 	require.NoError(t, err)
 	require.NoError(t, other.Lock())
@@ -66,12 +74,32 @@ func TestUnlockForce(t *testing.T) {
 	require.NoError(t, err)
 	doc = run("deploy", unlockResource)
 	assert.Greater(t, gen(doc), info.Version)
+	assert.Equal(t, unlockHolderJSON{Role: "holder", Owner: ptr("stuck"), Process: self}, doc.Holders[0])
 	assert.ErrorIs(t, lm.Release("deploy", "stuck"), lockmgr.ErrLockNotHeld)
 
 	r := shmctl(t, false, "unlock", seg.Path(), "queue", "--force", "--json")
 	require.Equal(t, exitOK, r.code)
+	doc = unlockJSON{}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	assert.Equal(t, "was free", doc.Action)
+	assert.Empty(t, doc.Holders)
+	assert.NotNil(t, doc.Holders, "an empty array, not null")
+
+	// A token-mode slot: its holder is a token, and it has no generation.
+	tl, err := spinlock.Named(seg, "tokened", spinlock.Token)
+	require.NoError(t, err)
+	tok := spinlock.NewToken()
+	_, err = tl.Lock(tok)
+	require.NoError(t, err)
+	doc = unlockJSON{}
+	r = shmctl(t, false, "unlock", seg.Path(), "tokened", "--force", "--json")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.Equal(t, []unlockHolderJSON{{Role: "holder", Token: ptr(fmt.Sprint(tok.Token))}}, doc.Holders)
+	assert.Nil(t, doc.Generation)
+	r = shmctl(t, false, "--no-header", "unlock", seg.Path(), "tokened", "--force")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Equal(t, "slot\ttokened\t-\t-\twas free\n", r.stdout)
 }
 
 func TestUnlockUsage(t *testing.T) {
