@@ -290,7 +290,7 @@ static void h_result(const char *workload, int procs, uint64_t iters, double sec
         if (*c == '"' || *c == '\\') putchar('\\');
         if ((unsigned char)*c >= 0x20) putchar(*c);
     }
-    printf("\",\"procs\":%d,\"iters\":%llu,\"seconds\":%.6f,\"ops_per_sec\":%.1f,"
+    printf("\",\"procs\":%d,\"iters\":%llu,\"seconds\":%.9f,\"ops_per_sec\":%.1f,"
            "\"ns_per_op\":%.3f,\"ok\":%s,\"detail\":\"%s\"}\n",
            procs, (unsigned long long)iters, seconds, seconds > 0 ? ops / seconds : 0.0,
            ops > 0 ? seconds * 1e9 / ops : 0.0, ok ? "true" : "false", detail);
@@ -384,17 +384,15 @@ int main(int argc, char **argv)
     const uint64_t t0 = h_now_ns();
     __atomic_store_n(&f->go, H_GO_START, __ATOMIC_RELEASE);
 
+    /* A worker failed if it exited otherwise than with status 0, or did not
+     * finish its loop. */
     int failed = 0;
-    for (int i = 0; i < p; i++) {
-        int status;
-        if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
-    }
-
     uint64_t end = t0, reads = 0, writes = 0, torn = 0, errors = 0, retries = 0;
     for (int i = 0; i < p; i++) {
+        int status;
         const struct h_stat *st = &f->stat[i];
-        if (__atomic_load_n(&st->done, __ATOMIC_ACQUIRE) != 1) {
+        if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+            __atomic_load_n(&st->done, __ATOMIC_ACQUIRE) != 1) {
             failed++;
             continue;
         }
