@@ -29,7 +29,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "matrix:", err)
 		os.Exit(2)
 	}
-	if err := runMatrix(opts, os.Stdout, os.Stderr); err != nil {
+	run := runMatrix
+	if opts.Replot != "" {
+		run = replot
+	}
+	if err := run(opts, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "matrix:", err)
 		os.Exit(1)
 	}
@@ -47,6 +51,7 @@ type options struct {
 	Timeout    time.Duration
 	ProbeN     int
 	ShmDir     string
+	Replot     string   // a results file to draw again, running nothing
 	Args       []string // as given, for the results file
 }
 
@@ -64,6 +69,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "limit for one driver call")
 	fs.IntVar(&o.ProbeN, "probe", 500_000, "cache-line round trips per placement probe")
 	fs.StringVar(&o.ShmDir, "shm", "/dev/shm", "directory for the drivers' shared files")
+	fs.StringVar(&o.Replot, "replot", "", "write matrix.md and matrix.svg again from this matrix.json (beside it), running nothing")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

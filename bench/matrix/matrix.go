@@ -97,27 +97,71 @@ func runMatrix(o options, stdout, log io.Writer) error {
 
 // writeResults writes the three files into dir and the table to stdout.
 func writeResults(res *Results, dir string, stdout, log io.Writer) error {
-	var js, md, svg bytes.Buffer
+	var js bytes.Buffer
 	enc := json.NewEncoder(&js)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(res); err != nil {
 		return err
 	}
-	if err := res.writeMarkdown(&md); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, jsonFile), js.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if err := writeSVG(&svg, plot(res)); err != nil {
+	fmt.Fprintf(log, "matrix: wrote %s\n", filepath.Join(dir, jsonFile))
+	return writeViews(res, dir, stdout, log)
+}
+
+// writeViews writes the table and the plot of res into dir, and the table
+// to stdout.
+func writeViews(res *Results, dir string, stdout, log io.Writer) error {
+	md, svg, err := views(res)
+	if err != nil {
 		return err
 	}
-	for name, b := range map[string][]byte{jsonFile: js.Bytes(), markdownFile: md.Bytes(), svgFile: svg.Bytes()} {
+	for name, b := range map[string][]byte{markdownFile: md, svgFile: svg} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return err
 		}
 	}
-	if _, err := stdout.Write(md.Bytes()); err != nil {
+	if _, err := stdout.Write(md); err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "matrix: wrote %s, %s and %s in %s\n", jsonFile, markdownFile, svgFile, dir)
+	fmt.Fprintf(log, "matrix: wrote %s and %s\n", filepath.Join(dir, markdownFile), filepath.Join(dir, svgFile))
 	return nil
+}
+
+// views are the markdown table and the SVG plot of res.
+func views(res *Results) (md, svg []byte, err error) {
+	var m, s bytes.Buffer
+	if err := res.writeMarkdown(&m); err != nil {
+		return nil, nil, err
+	}
+	if err := writeSVG(&s, plot(res)); err != nil {
+		return nil, nil, err
+	}
+	return m.Bytes(), s.Bytes(), nil
+}
+
+// readResults reads a results file.
+func readResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &res, nil
+}
+
+// replot draws the table and the plot of an existing results file again,
+// beside it: after a change to how they are drawn, the numbers stay those
+// measured.
+func replot(o options, stdout, log io.Writer) error {
+	res, err := readResults(o.Replot)
+	if err != nil {
+		return err
+	}
+	return writeViews(res, filepath.Dir(o.Replot), stdout, log)
 }

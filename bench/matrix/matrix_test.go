@@ -62,4 +62,40 @@ func TestQuickMatrix(t *testing.T) {
 	d := parseSVG(t, svg)
 	require.Equal(t, []string{"shmlock_upgrade", "pthread_mutex", "pthread_rwlock"}, d.panels["counter"])
 	require.Equal(t, []string{"shmlock_upgrade", "pthread_rwlock"}, d.panels["rw90"])
+
+	// The results file holds all the views show: drawn again from it, they
+	// are the same bytes.
+	checkViews(t, out)
+}
+
+// checkViews checks that the table and the plot in dir are what its
+// results file draws.
+func checkViews(t *testing.T, dir string) {
+	t.Helper()
+	res, err := readResults(filepath.Join(dir, jsonFile))
+	require.NoError(t, err)
+	md, svg, err := views(res)
+	require.NoError(t, err)
+	for name, want := range map[string][]byte{markdownFile: md, svgFile: svg} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "%s is not what %s draws (go run ./bench/matrix -replot %s)", name, jsonFile, filepath.Join(dir, jsonFile))
+	}
+}
+
+// The committed results are what the matrix wrote: a full run, whose
+// table and plot are drawn from its results file.
+func TestCommittedResults(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "results")
+	checkViews(t, dir)
+	res, err := readResults(filepath.Join(dir, jsonFile))
+	require.NoError(t, err)
+	require.False(t, res.Quick, "a quick run is no result")
+	require.Equal(t, len(res.Settings.Contenders), len(res.rowNames()), "every lock in the table")
+	for _, c := range res.Cells {
+		for _, e := range c.Entries {
+			require.Len(t, e.Samples, res.Settings.Rounds, "%s %s: a sample per round", c.Title(), e.Name)
+		}
+	}
 }
