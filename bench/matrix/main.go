@@ -3,7 +3,7 @@
 // the results: a JSON file, a markdown table (also printed) and an SVG
 // plot. From the repository's root:
 //
-//	go run ./bench/matrix              # the full matrix, ~10 minutes; results in bench/results/
+//	go run ./bench/matrix              # the full matrix, about 4 minutes on 2 CPUs; results in bench/results/
 //	go run ./bench/matrix -quick       # seconds: checks that everything runs, numbers mean nothing
 //
 // It builds the drivers (make -C bench), shmctl and the placement probe
