@@ -1,24 +1,29 @@
 #!/bin/bash
-# peers-ab.sh: run peer-benchmark drivers side by side, alternating them in
-# every round, and print each one's median and its ratio to the first.
+# peers-ab.sh: run benchmark drivers side by side, alternating them in every
+# round, and print each one's median and its ratio to the first.
 #
-# peers/run.sh runs one driver's cells after another's; on a shared, noisy
-# machine a quiet or busy minute then lands on one driver only. Alternating
-# within each round spreads the noise over all of them.
+# Running one driver's runs after another's lets a quiet or busy minute on a
+# shared, noisy machine land on one driver only; alternating within each
+# round spreads the noise over all of them. (go run ./bench/matrix does the
+# same for every lock and cell at once, and writes the results.)
 #
 # usage: [ROUNDS=6] [P=2] [ITERS=2e7] [WL=counter] scripts/peers-ab.sh NAME=CMD ...
 #   NAME=CMD   a label and a driver command line (the driver contract of
-#              ../shared/peers/README.md), which may start with VAR=value
-#              environment settings, e.g.
-#   scripts/peers-ab.sh "pthread=../shared/peers/bin/c_pthread_mutex_nonrobust" \
-#                       "shmlock=./shmctl bench --lock spin"
-# LINERT=1 prints, before each round, the cache-line round trip between the
-# two CPUs (scripts/linert): the host's placement of the vCPUs, on which
-# 2-process results depend.
+#              bench/README.md), which may start with VAR=value environment
+#              settings, e.g., from the repository's root:
+#   scripts/peers-ab.sh "pthread=bench/bin/pthread_mutex_robust" \
+#                       "shmlock=bench/bin/shmctl bench --lock spin"
+# The script first builds the drivers (make -C bench) and shmctl into
+# bench/bin. LINERT=1 prints, before each round, the cache-line round trip
+# between the two CPUs (scripts/linert): the host's placement of the vCPUs,
+# on which 2-process results depend.
 # The drivers get --workload WL --procs P --iters ITERS --path /dev/shm/ab-PID.
 set -euo pipefail
 ROUNDS=${ROUNDS:-6}; P=${P:-2}; ITERS=${ITERS:-2e7}; WL=${WL:-counter}
-[ $# -gt 0 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+make -s -C "$root/bench" >&2 || echo "peers-ab: WARNING: some drivers did not build (see above)" >&2
+(cd "$root" && go build -o bench/bin/shmctl ./cmd/shmctl)
 out=$(mktemp)
 linert=
 trap 'rm -f "$out" "$linert" /dev/shm/ab-$$*' EXIT

@@ -19,7 +19,7 @@ import (
 // The benchmarks put the upgrade mutex beside sync.RWMutex, the in-process
 // reference: the same calls, the same workloads. The peers across
 // processes (pthread rwlock, Boost's upgradable mutex, fcntl, flock) are
-// measured with shmctl bench and ../shared/peers (see README.md).
+// measured side by side with go run ./bench/matrix (see bench/README.md).
 
 // benchSegment makes a segment with one upgrade mutex and room for 64
 // reader records.

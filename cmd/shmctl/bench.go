@@ -39,8 +39,9 @@ func newCmdBench(ios *IOStreams, runF func(*benchOptions) error) *cobra.Command 
 		Use:   "bench --workload W --procs P --iters N [--path FILE] [--lock spin|spin-token|upgrade|lockmgr]",
 		Short: "Run one cell of the cross-process lock benchmark",
 		Long: `Run one benchmark cell as a driver of the peer-benchmark contract
-(shared/peers/README.md), so that shmlock's spinlock can be measured beside
-pthread, Boost and the other peers by the same run.sh.
+(bench/README.md in the repository), so that shmlock's locks are measured
+beside pthread, Boost, flock and the other drivers there by the same
+command (go run ./bench/matrix).
 
 The driver creates and maps FILE (64 KiB, the contract's layout), creates
 the lock's segment in FILE.shm, starts P worker processes (this program again, killed

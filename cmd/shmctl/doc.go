@@ -45,7 +45,7 @@
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
 //	shmctl bench --workload W --procs P --iters N --path FILE [--lock spin|spin-token|upgrade|lockmgr]
-//	    one cell of the peer benchmark (shared/peers/README.md): one JSON line
+//	    one cell of the lock benchmark (bench/README.md): one JSON line
 //	    (rw90 runs on the upgrade mutex, the other workloads on the spinlock,
 //	    unless --lock says otherwise)
 //

@@ -1,7 +1,7 @@
 // Package peerwork holds the pieces of the peer benchmarks' workloads
-// (../shared/peers/README.md) that more than one harness runs: shmctl
+// (bench/README.md) that more than one harness runs: shmctl
 // bench's drivers and the upgrade package's testing.B benchmarks. The loops
-// are peers/harness/harness.go's, statement for statement, so that every
+// are bench/c/harness.h's, statement for statement, so that every
 // peer runs the same sequence of operations.
 package peerwork
 

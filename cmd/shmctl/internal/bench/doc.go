@@ -1,8 +1,8 @@
 // Package bench is shmctl bench: the peer-benchmark driver contract of
-// shared/peers/README.md, re-implemented for shmlock's own locks because the
-// peers module (peers/harness) cannot be imported from this module.
+// bench/README.md, for shmlock's own locks. The other drivers of the
+// contract are C and C++ programs on bench/c/harness.h.
 //
-// It follows peers/harness/harness.go line for line where the numbers
+// It follows harness.h line for line where the numbers
 // depend on it: the 64 KiB shared file and its offsets, the start barrier,
 // the workload loops (uncontended, counter, pingpong, pingpong_retry, rw90),
 // the per-worker stat slots, seconds = max(end) - t0 on CLOCK_MONOTONIC,

@@ -53,7 +53,7 @@ func (k lockKind) supports(w string) bool {
 // barrierPoll is how often the driver looks at the ready count.
 const barrierPoll = 50 * time.Microsecond
 
-// Drive runs the driver side of one benchmark, as harness.go's drive: it
+// Drive runs the driver side of one benchmark, as bench/c/harness.h's main: it
 // creates the shared file and the lock's segment, starts cfg.Procs workers
 // with spawn (which returns a command, not yet started, that runs Work for
 // worker me in a new process), opens the start barrier, waits for every

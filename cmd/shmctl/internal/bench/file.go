@@ -13,8 +13,8 @@ import (
 	"github.com/shmlock/shmlock/internal/memview"
 )
 
-// Shared file layout, identical to peers/harness/harness.go and
-// peers/c/harness.h: every peer's workers meet in the same 64 KiB.
+// Shared file layout, identical to bench/c/harness.h's struct h_file: every
+// driver's workers meet in the same 64 KiB.
 const (
 	ShmSize         = 64 << 10
 	OffReady        = 0x0000 // uint32: workers attached

@@ -17,7 +17,7 @@ type RWLocker = peerwork.RWLocker
 var yield = futex.Yield
 
 // work runs worker me's loop of cfg.Workload and fills its stat slot. The
-// loops are peers/harness/harness.go's, statement for statement.
+// loops are bench/c/harness.h's h_run, statement for statement.
 func work(s *shared, cfg Config, me int, l sync.Locker) {
 	st := s.stats[me]
 	n := cfg.Iters

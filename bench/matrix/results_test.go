@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMedianSpread(t *testing.T) {
+	t.Parallel()
+	require.True(t, math.IsNaN(median(nil)))
+	require.Equal(t, 3.0, median([]float64{5, 1, 3}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+	xs := []float64{9, 10, 12}
+	require.InDelta(t, 0.3, spread(xs), 1e-12)
+	require.Equal(t, []float64{9, 10, 12}, xs, "not reordered")
+}
+
+// Ratios pair each round with the reference's same round and skip rounds
+// that either lacks.
+func TestPairedRatio(t *testing.T) {
+	t.Parallel()
+	ref := []Sample{{1, 100}, {2, 200}, {3, 100}}
+	x := []Sample{{1, 150}, {2, 200}, {4, 1000}}
+	require.Equal(t, 1.25, pairedRatio(x, ref)) // rounds 1 and 2: 1.5 and 1.0
+	require.Equal(t, 0.0, pairedRatio([]Sample{{5, 1}}, ref))
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	c := Cell{Workload: "counter", Procs: 2, Entries: []Entry{
+		{Name: "x", Samples: []Sample{{1, 30}, {2, 10}, {3, 20}}},
+		{Name: "pthread_mutex_robust", Failed: []Failure{{0, "calibration failed"}}},
+		{Name: "pthread_rwlock", Samples: []Sample{{1, 10}, {2, 10}, {3, 10}}},
+	}}
+	c.summarize([]string{"pthread_mutex_robust", "pthread_rwlock"})
+	require.Equal(t, "pthread_rwlock", c.Reference, "the first reference with samples")
+	x := c.Entries[0]
+	require.Equal(t, 20.0, x.Median)
+	require.Equal(t, 1.0, x.Spread)
+	require.Equal(t, 5e7, x.NsPerOp)
+	require.Equal(t, 2.0, x.Ratio)
+	require.Equal(t, 1.0, c.Entries[2].Ratio)
+	require.Zero(t, c.Entries[1].Median)
+}
+
+func TestRoundSig2(t *testing.T) {
+	t.Parallel()
+	for x, want := range map[float64]uint64{0.2: 1, 7.4: 7, 123_456: 120_000, 9_960: 10_000, 55: 55} {
+		require.Equal(t, want, roundSig2(x), "%v", x)
+	}
+}
+
+func TestSI(t *testing.T) {
+	t.Parallel()
+	for x, want := range map[float64]string{1: "1.00", 999: "999", 1000: "1.00k", 27_560_000: "27.6M", 2.1e9: "2.10G", 999_999: "1.00M"} {
+		require.Equal(t, want, si(x), "%v", x)
+	}
+	require.Equal(t, "9.70 ns", duration(9.7))
+	require.Equal(t, "1.40 µs", duration(1400))
+}
+
+func TestParseCells(t *testing.T) {
+	t.Parallel()
+	cells, err := parseCells(defaultCells)
+	require.NoError(t, err)
+	require.Len(t, cells, 9)
+	require.Equal(t, cell{"rw90", 8}, cells[8])
+	for _, bad := range []string{"counter", "counter:0", "counter:65", "sleep:2", "uncontended:2", "pingpong:4", "pingpong_retry:1", "counter:2,"} {
+		_, err := parseCells(bad)
+		require.Error(t, err, bad)
+	}
+	_, err = lookupContenders("pthread_mutex,nolock")
+	require.ErrorContains(t, err, `unknown contender "nolock"`)
+	cs, err := lookupContenders("flock,shmlock_spin")
+	require.NoError(t, err)
+	require.Equal(t, []string{"flock", "shmlock_spin"}, contenderNames(cs))
+}
+
+// The markdown has one row per contender and one column per cell, the
+// reference's ratio 1.00x, a dash where a lock has no such workload, and
+// says which runs failed.
+func TestMarkdown(t *testing.T) {
+	t.Parallel()
+	res := &Results{
+		Date: "2026-01-02T03:04:05Z", Command: "go run ./bench/matrix", Commit: "abc",
+		Machine:   Machine{CPU: "Some CPU", CPUs: 2, Virtual: true, Kernel: "Linux 6.1"},
+		Versions:  Versions{Go: "go1.26", CC: "cc 12", Glibc: "2.36", Boost: "1.74"},
+		Settings:  Settings{Rounds: 2, TargetSeconds: 0.5, Contenders: []string{"a", "pthread_mutex_robust", "pthread_rwlock"}},
+		Placement: []Probe{{Before: "round 1", Ns: 451.2}, {Before: "round 2", Error: "no CPU 1"}, {Before: "end", Ns: 120}},
+		Cells: []Cell{
+			{Workload: "uncontended", Procs: 1, Unit: "lock+unlock pairs/s", Entries: []Entry{
+				{Name: "a", Samples: []Sample{{1, 1e8}, {2, 1e8}}},
+				{Name: "pthread_mutex_robust", Samples: []Sample{{1, 5e7}, {2, 5e7}}},
+			}},
+			{Workload: "rw90", Procs: 2, Unit: "ops/s", Entries: []Entry{
+				{Name: "a", Samples: []Sample{{2, 3e6}}, Failed: []Failure{{1, "boom"}}},
+				{Name: "pthread_rwlock", Samples: []Sample{{1, 2e6}, {2, 2e6}}},
+			}, Unsupported: []string{"pthread_mutex_robust"}},
+		},
+	}
+	for i := range res.Cells {
+		res.Cells[i].summarize([]string{"pthread_mutex_robust", "pthread_rwlock"})
+	}
+	var buf bytes.Buffer
+	require.NoError(t, res.writeMarkdown(&buf))
+	md := buf.String()
+	for _, want := range []string{
+		"Measured 2026-01-02 03:04 UTC by `go run ./bench/matrix` (commit abc).",
+		"2 CPUs (virtual machine)",
+		"451, failed, 120 ns",
+		"pthread_mutex_robust for uncontended:1; pthread_rwlock for rw90:2",
+		"| lock | uncontended P=1 (time per lock+unlock) | rw90 P=2 (ops/s) |",
+		"| a | 10.0 ns (2.00x) | 3.00M (1.50x), 1 of 2 failed |",
+		"| pthread_mutex_robust | 20.0 ns (1.00x) | — |",
+		"| pthread_rwlock | — | 2.00M (1.00x) |",
+		"| a | 0% (n=2) | 0% (n=1) |",
+	} {
+		require.Contains(t, md, want)
+	}
+	require.Equal(t, 2, strings.Count(md, "|---|---:|---:|"), "two tables")
+}
