@@ -110,7 +110,7 @@ func ExampleTxn_Link() {
 }
 
 // A transaction begun in barrier mode is closed through the global
-// barrier (the seed's Option B), in a batch with others.
+// barrier, in a batch with others.
 func ExampleBarrier_Close() {
 	seg, done := exampleSegment("barrier")
 	defer done()

@@ -69,8 +69,8 @@ func quickStart(path string) error {
 	return nil
 }
 
-// The seed's scoped upgrade: Upgrade returns a guard whose Close goes back
-// to the upgrade lock. A cancelled upgrade leaves the upgrade lock held.
+// A scoped upgrade: Upgrade returns a guard whose Close goes back to the
+// upgrade lock. A cancelled upgrade leaves the upgrade lock held.
 func ExampleMutex_Upgrade() {
 	path := fmt.Sprintf("/dev/shm/shmlock-upgrade-example2-%d", os.Getpid())
 	seg, err := shm.Create(path, shm.Options{})

@@ -15,8 +15,8 @@ import (
 // the seed files and their directory, the seeds themselves, our sessions.
 var internalRef = regexp.MustCompile(`(?i)design 00\d|shared/seeds|\bseeds?\b|\bseed's\b|option [ab]\b|\bsession \d`)
 
-// The README and every comment of the packages' Go files (tests are for
-// us) say nothing a user cannot look up.
+// The README and every comment of the packages' Go files and examples
+// (other tests are for us) say nothing a user cannot look up.
 func TestNoInternalReferences(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join("..", "..")
@@ -36,7 +36,9 @@ func TestNoInternalReferences(t *testing.T) {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		// Examples are tests that godoc shows: they are checked too.
+		example := strings.HasSuffix(path, "example_test.go")
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") && !example {
 			return nil
 		}
 		fset := token.NewFileSet()
