@@ -15,6 +15,8 @@ var (
 	// ErrBadMode: Open or Named was given a Mode that is neither PIDTID
 	// nor Token.
 	ErrBadMode = errors.New("spinlock: unknown mode")
+	// ErrNoSlot: OpenAt was given no owner slot.
+	ErrNoSlot = errors.New("spinlock: no owner slot")
 	// ErrModeMismatch: Named found the slot claimed for the other mode. It
 	// also matches shm.ErrUseMismatch.
 	ErrModeMismatch = errors.New("spinlock: named lock is used in the other mode")

@@ -64,4 +64,8 @@ func TestOpenErrors(t *testing.T) {
 	require.ErrorIs(t, err, spinlock.ErrBadMode)
 	_, err = seg.Lookup(layout.KindOwnerSlots, "x")
 	require.ErrorIs(t, err, shm.ErrNotFound, "a Named with a bad mode claims nothing")
+	_, err = spinlock.OpenAt(seg, nil, spinlock.PIDTID)
+	require.ErrorIs(t, err, spinlock.ErrNoSlot)
+	_, err = spinlock.OpenAt(seg, spinlock.NewInProcessState(), spinlock.Mode(7))
+	require.ErrorIs(t, err, spinlock.ErrBadMode)
 }

@@ -116,7 +116,9 @@ func (l *Lock) Close() error {
 // New returns a lock over slot (a slot of a segment, or one made with
 // NewInProcessState). Owners are checked for liveness with the process
 // table alone; use Open for a slot of a segment, which also knows when the
-// segment's owners come from an earlier boot.
+// segment's owners come from an earlier boot. New panics on a nil slot or
+// an unknown mode, as a constructor given no object does; Open, OpenAt and
+// Named return errors instead.
 func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 	if mode != PIDTID && mode != Token {
 		panic(fmt.Sprintf("spinlock: unknown mode %d", mode))
@@ -156,6 +158,9 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) {
 	if mode != PIDTID && mode != Token {
 		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
+	}
+	if slot == nil {
+		return nil, ErrNoSlot
 	}
 	if seg.Closed() {
 		return nil, shm.ErrClosed
