@@ -36,6 +36,7 @@ type Member struct {
 	Endpoint string // the client URL, http://127.0.0.1:PORT
 	e        *embed.Etcd
 	cfg      *embed.Config
+	bridge   *bridge // between the clients and the member, in a cluster
 }
 
 // Cluster is a set of members that form one etcd cluster.
@@ -48,6 +49,7 @@ type Cluster struct {
 func Start(dir string, n int) (*Cluster, error) {
 	cfgs := make([]*embed.Config, n)
 	var initial []string
+	var bridges []*bridge
 	for i := range cfgs {
 		ports, err := freePorts(2)
 		if err != nil {
@@ -59,6 +61,14 @@ func Start(dir string, n int) (*Cluster, error) {
 		client := mustURL(fmt.Sprintf("http://127.0.0.1:%d", ports[0]))
 		peer := mustURL(fmt.Sprintf("http://127.0.0.1:%d", ports[1]))
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		if n > 1 {
+			b, err := newBridge(client.Host)
+			if err != nil {
+				return nil, err
+			}
+			bridges = append(bridges, b)
+			cfg.AdvertiseClientUrls = []url.URL{mustURL("http://" + b.addr())}
+		}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 		cfg.TickMs, cfg.ElectionMs = tickMs, electionMs
 		// Quiet: a test that fails says why; the server's own errors at a
@@ -75,13 +85,20 @@ func Start(dir string, n int) (*Cluster, error) {
 	}
 	// Members of a new cluster wait for each other: start them all, then
 	// wait for each.
-	for _, cfg := range cfgs {
+	for i, cfg := range cfgs {
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
 			c.Close()
+			for _, b := range bridges[len(c.Members):] {
+				b.close()
+			}
 			return nil, fmt.Errorf("etcdtest: starting %s: %w", cfg.Name, err)
 		}
-		c.Members = append(c.Members, &Member{Name: cfg.Name, Endpoint: cfg.AdvertiseClientUrls[0].String(), e: e, cfg: cfg})
+		m := &Member{Name: cfg.Name, Endpoint: cfg.AdvertiseClientUrls[0].String(), e: e, cfg: cfg}
+		if bridges != nil {
+			m.bridge = bridges[i]
+		}
+		c.Members = append(c.Members, m)
 	}
 	for _, m := range c.Members {
 		select {
@@ -113,10 +130,17 @@ func (c *Cluster) Leader() *Member {
 	return nil
 }
 
-// Stop stops member m (its data stays): the others elect a leader among
-// themselves if m led.
+// Stop stops member m as a crash would (its data stays): the connections
+// of its clients break, its raft node stops at once, so the others elect a
+// leader among themselves if m led, and then its servers close. (A
+// graceful stop would keep the clients' requests to m waiting for up to
+// its request timeout, 6 s.)
 func (c *Cluster) Stop(m *Member) {
 	if m.e != nil {
+		if m.bridge != nil {
+			m.bridge.close()
+		}
+		m.e.Server.HardStop()
 		m.e.Close()
 		m.e = nil
 	}
