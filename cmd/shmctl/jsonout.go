@@ -224,9 +224,10 @@ import (
 //
 // shmctl locks --json prints a locksJSON:
 //
-//	path                string   resolved path of the segment file
+//	path                string   resolved path of the segment file, or
+//	                             etcd://ENDPOINTS/PREFIX with --etcd
 //	declared_only       bool     only declared resources can be acquired
-//	capacity            number   resources the table can hold
+//	capacity            number   resources the table can hold (0 in etcd)
 //	resources           array    one object per listed resource, in table order:
 //	  resource          string     its name
 //	  mode              string     "exclusive", "collaborative", or "-" when
@@ -240,6 +241,7 @@ import (
 //	  holders           array      one object per hold:
 //	    owner           string       the owner name given to Acquire
 //	    pid             number       the holding process
+//	    host            string       its host (--etcd only; absent for a segment)
 //	    companion_pid   number       the process whose life also keeps the
 //	                                 hold (the command of shmctl lock); 0 if none
 //	    alive           bool         the holding or the companion process lives
@@ -252,7 +254,8 @@ import (
 //
 // shmctl stats --json prints a statsJSON (lockmgr.Stats):
 //
-//	path                 string  resolved path of the segment file
+//	path                 string  resolved path of the segment file, or
+//	                             etcd://ENDPOINTS/PREFIX with --etcd
 //	total_locks          number  holds ever granted
 //	active_locks         number  holds now live (not past their TTL)
 //	expired_locks        number  holds ended by their TTL, plus those past it
@@ -498,6 +501,7 @@ type (
 	lockHolderJSON struct {
 		Owner        string     `json:"owner"`
 		PID          int        `json:"pid"`
+		Host         string     `json:"host,omitempty"`
 		CompanionPID int        `json:"companion_pid"`
 		Alive        bool       `json:"alive"`
 		State        string     `json:"state"`

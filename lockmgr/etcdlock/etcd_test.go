@@ -166,6 +166,8 @@ func TestServerStaysOutOfTheLibrary(t *testing.T) {
 	lib := deps("github.com/shmlock/shmlock/lockmgr/etcdlock")
 	require.Contains(t, lib, "go.etcd.io/etcd/client/v3\n")
 	require.NotContains(t, lib, "go.etcd.io/etcd/server")
-	require.NotContains(t, deps("github.com/shmlock/shmlock/cmd/shmctl"), "go.etcd.io/etcd/server")
+	cli := deps("github.com/shmlock/shmlock/cmd/shmctl")
+	require.Contains(t, cli, "go.etcd.io/etcd/client/v3\n", "shmctl lock --etcd")
+	require.NotContains(t, cli, "go.etcd.io/etcd/server")
 	require.NotContains(t, deps("github.com/shmlock/shmlock/lockmgr"), "go.etcd.io")
 }
