@@ -116,17 +116,19 @@ func (a *acquisition) conflictFree() clientv3.Cmp {
 // ledgers first (to find holds that ended unnoticed), put the key (on the
 // hold's lease, keeping its create revision if it was queued), the
 // ledger, the version and the grant counter, and read the inconsistent
-// mark and the queue.
+// mark and the queue. The ranges are of keys only: the owners and the
+// create revisions are in the keys, and the rare ledger whose hold ended
+// unnoticed is read again in full.
 func (a *acquisition) grantOps() []clientv3.Op {
 	hv := a.holdValue(true)
 	return []clientv3.Op{
-		clientv3.OpGet(a.k.ledgerPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(a.k.ledgerPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpPut(a.k.holdKey(a.mode), hv.encode(), clientv3.WithLease(a.lease)),
 		clientv3.OpPut(a.k.ledger, hv.encode()),
 		clientv3.OpPut(a.k.version, ""),
 		clientv3.OpPut(a.m.counter(ctrGrants), ""),
 		clientv3.OpGet(a.k.incons),
-		clientv3.OpGet(a.k.hold, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(a.k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	}
 }
 
@@ -154,7 +156,7 @@ func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
 		if wait {
 			refuse = append(refuse, clientv3.OpPut(k.holdKey(a.mode), a.holdValue(false).encode(), clientv3.WithLease(m.session)))
 		}
-		refuse = append(refuse, clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
+		refuse = append(refuse, clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
 		resp, err := m.c.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(k.excl), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(k.collab), "=", 0),
@@ -466,7 +468,7 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 	mine := clientv3.Compare(clientv3.CreateRevision(k.holdKey(a.mode)), "=", a.myRev)
 	notGranted := []clientv3.Op{
 		clientv3.OpGet(k.holdKey(a.mode)),
-		clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	}
 	var then clientv3.Op
 	if a.mode == lockmgr.Exclusive {

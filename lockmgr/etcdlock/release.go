@@ -307,6 +307,17 @@ func (m *Manager) MarkConsistent(resource, owner string) error {
 // lease expired): see endOrphanKV. It notes for the acquisition whether
 // the hold had no TTL (its Manager's session ended: reclaimed).
 func (a *acquisition) endOrphan(ctx context.Context, l *mvccpb.KeyValue, told bool) (int64, error) {
+	if len(l.Value) == 0 {
+		// Read keys only: read the ledger itself.
+		resp, err := a.m.c.Get(ctx, string(l.Key))
+		if err != nil {
+			return 0, a.m.rpcErr(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0, nil // recorded by someone else meanwhile
+		}
+		l = resp.Kvs[0]
+	}
 	if hv, err := decodeHold(l.Value); err == nil && hv.TTL == 0 {
 		a.reclaim = true
 	}
