@@ -516,8 +516,10 @@ func (a *acquisition) leave() {
 	defer cancel()
 	key := a.k.holdKey(a.mode)
 	if a.myRev > 0 {
+		// A grant whose answer was lost wrote a ledger beside the key:
+		// it goes too (the owner is unique, so the ledger is this one's).
 		_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", a.myRev)).
-			Then(clientv3.OpDelete(key)).Commit()
+			Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
 	} else {
 		// The key is this acquisition's if it is on one of its leases;
 		// so is the ledger beside it then (the grant wrote both).

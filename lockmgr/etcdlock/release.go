@@ -88,9 +88,9 @@ func (m *Manager) Release(resource, owner string) error {
 	if err := checkNames(resource, owner); err != nil {
 		return err
 	}
-	if err := m.usable(); err != nil {
-		return err
-	}
+	// No usable check: a hold with a TTL outlives the session, and its
+	// owner may still give it back (as the shm Manager's Release works
+	// after its segment's Close).
 	ctx, cancel := m.reqCtx()
 	defer cancel()
 	k := m.keys(resource, owner)
