@@ -51,6 +51,7 @@ func Run(t *testing.T, b Backend) {
 		{"ExclusiveConflict", exclusiveConflict},
 		{"AlreadyHeld", alreadyHeld},
 		{"CollaborativeCoexist", collaborativeCoexist},
+		{"CollaborativeWaitersJoinTogether", collaborativeWaiters},
 		{"ReleaseErrors", releaseErrors},
 		{"VersionFencing", versionFencing},
 		{"WaiterWokenByRelease", waiterWoken},
@@ -219,6 +220,29 @@ func collaborativeCoexist(t *testing.T, b Backend) {
 	require.Greater(t, r.info.Version, bb.Version)
 	require.Equal(t, []string{"x"}, holders(t, l, "r"))
 	release(t, other, "r", "x")
+}
+
+// collaborativeWaiters: collaborative waiters behind an exclusive holder
+// are all let in by its release, and hold together.
+func collaborativeWaiters(t *testing.T, b Backend) {
+	l, other := b.New(t)
+	x := acquire(t, l, "r", "x", X, none)
+	var chs []<-chan result
+	for i, h := range []lockmgr.Locker{l, other, other} {
+		opts, waits := waiting()
+		chs = append(chs, background(t, h, ctx(t), "r", string(rune('a'+i)), C, opts))
+		awaitSignal(t, waits, "wait")
+	}
+	release(t, l, "r", "x")
+	for _, ch := range chs {
+		r := await(t, ch)
+		require.NoError(t, r.err)
+		require.Greater(t, r.info.Version, x.Version)
+	}
+	require.ElementsMatch(t, []string{"a", "b", "c"}, holders(t, l, "r"))
+	release(t, l, "r", "a")
+	release(t, other, "r", "b")
+	release(t, other, "r", "c")
 }
 
 func releaseErrors(t *testing.T, b Backend) {

@@ -149,7 +149,25 @@ func TestClose(t *testing.T) {
 	require.True(t, info.Reclaimed, "the closed Manager's hold ended without its release")
 	_, err = m.Acquire(testCtx(t), "r2", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.ErrorIs(t, err, lockmgr.ErrSessionLost)
+
+	// A waiter whose Manager closes stops waiting, and leaves no key.
+	third := newManager(t, p)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := third.Acquire(testCtx(t), "r", "c", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
+		errs <- err
+	}()
+	testproc.WaitFor(t, func() bool {
+		o, err := other.Overview()
+		require.NoError(t, err)
+		return o.Stats.ConflictsDetected == 2
+	}, "the second waiter to queue")
+	require.NoError(t, third.Close())
+	require.ErrorIs(t, testproc.Receive(t, errs, "the closed waiter's end"), lockmgr.ErrSessionLost)
 	require.NoError(t, other.Release("r", "b"))
+	_, err = other.Acquire(testCtx(t), "r", "d", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err, "nothing is left queued")
+	require.NoError(t, other.Release("r", "d"))
 }
 
 // TestServerStaysOutOfTheLibrary: the etcd server is a test dependency;
