@@ -23,8 +23,9 @@
 // watches only the key ahead of it, so a release wakes one waiter (or the
 // collaborative waiters it let in), not every waiter.
 //
-// An uncontended Acquire is one transaction (two with a TTL: the lease is
-// granted first), and Release is one: each checks, writes the hold and
+// An uncontended Acquire is one transaction (with a TTL, one more request
+// grants the hold's lease first), and Release is one (a TTL hold's lease
+// is revoked after it, in the background): each checks, writes the hold and
 // its ledger, bumps the version and counts the event at once. A grant
 // after a wait is one more transaction, made when the watch reports the
 // predecessor's deletion.

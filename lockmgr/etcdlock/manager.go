@@ -83,6 +83,7 @@ type Manager struct {
 	holds map[holdID]*hold // this Manager's holds
 
 	held heldStats
+	bg   sync.WaitGroup // background revocations, waited for by Close
 }
 
 type holdID struct{ resource, owner string }
@@ -169,6 +170,7 @@ func (m *Manager) Close() error {
 	}
 	m.stopKeepAlive()
 	<-m.done
+	m.bg.Wait()
 	err := m.foldHeld()
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()

@@ -140,7 +140,10 @@ func (m *Manager) Release(resource, owner string) error {
 		if resp.Succeeded {
 			m.forget(resource, owner)
 			if h != nil && h.ttl > 0 {
-				m.revoke(h.lease)
+				// The key is gone; its lease only costs the server
+				// memory until it expires: give it back, but not on the
+				// release's time.
+				m.bg.Go(func() { m.revoke(h.lease) })
 			}
 			return nil
 		}
