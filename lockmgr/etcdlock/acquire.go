@@ -134,13 +134,6 @@ func (a *acquisition) grantOps() []clientv3.Op {
 
 const grantOpCount = 7
 
-// The outcomes of the enter transaction.
-const (
-	enterGranted = iota
-	enterRefused // conflict: counted, and queued if the acquisition waits
-	enterBlocked // the owner's keys, or the declared-only switch, stand in the way
-)
-
 // enter is the first transaction: it grants at once if nothing
 // conflicts, or else counts the conflict and, if the acquisition may
 // wait, queues the owner's key, all in one request.
