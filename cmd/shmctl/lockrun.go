@@ -199,6 +199,10 @@ func openLockRunTable(opts *lockOptions) (*lockRunTable, func(), error) {
 // before it execs the command (the pid and start time stay the same
 // across exec, so the record names the command from its first
 // instruction).
+//
+// On etcd there is no record: the hold lives on shmctl's session, so it
+// ends when shmctl dies, and the command with it (Pdeathsig, restored by
+// lock-exec for a command that gains privileges).
 func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path string, sigs chan os.Signal) (int, error) {
 	var cmd *exec.Cmd
 	var ready *os.File // the lock-exec stage's go-ahead
