@@ -85,6 +85,7 @@ func TestUseAfterClose(t *testing.T) {
 		{"Declare", func() error { return m.Declare("other") }},
 		{"Undeclare", func() error { return m.Undeclare("declared") }},
 		{"SetDeclaredOnly", func() error { return m.SetDeclaredOnly(true) }},
+		{"Overview", func() error { _, err := m.Overview(); return err }},
 		{"Open", func() error { _, err := lockmgr.Open(seg, lockmgr.Options{}); return err }},
 	}
 	for _, o := range ops {

@@ -22,6 +22,10 @@
 // grow, so the memory for this is the resource's holder records. The version only grows, across expiry, reclaim and
 // the recycling of table entries, so it serves as a fencing token.
 //
+// Locker is the part of this API that the etcd backend
+// (lockmgr/etcdlock) honours too: a caller written against it moves from
+// one host to many by constructing the other backend.
+//
 // Acquisitions follow a state machine (Unlocked, Waiting,
 // Acquired, Failed, Released, Expired; see State), which LockInfo and
 // ResourceInfo report. Errors wrap sentinels that carry the design's codes

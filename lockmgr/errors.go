@@ -37,6 +37,13 @@ var (
 	ErrBadOptions       = newError("INVALID_OPTIONS", "invalid options")
 	ErrNoTable          = newError("NO_LOCK_TABLE", "segment has no lock-manager table")
 	ErrReadOnly         = newError("READ_ONLY", "segment is open read-only")
+
+	// The errors of a networked backend (lockmgr/etcdlock): the store could
+	// not be reached or failed the request, so the outcome is unknown; or
+	// the Manager's session (the lease its holds without a TTL live on)
+	// ended, and with it those holds: the Manager must be replaced.
+	ErrUnavailable = newError("UNAVAILABLE", "lock store unavailable")
+	ErrSessionLost = newError("SESSION_LOST", "session lease lost")
 )
 
 // Code returns the code of the lock-manager error in err's chain, or "" if

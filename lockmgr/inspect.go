@@ -27,8 +27,9 @@ type ResourceInfo struct {
 // HolderInfo describes one hold.
 type HolderInfo struct {
 	Owner      string
-	PID        int // the holding process
-	Companion  int // the companion process (SetCompanion); 0 if none
+	PID        int    // the holding process
+	Host       string // the holding process's host; "" on the shm backend (this host)
+	Companion  int    // the companion process (SetCompanion); 0 if none
 	AcquiredAt time.Time
 	ExpiresAt  time.Time // zero if the hold does not expire
 	State      State     // Acquired or Expired

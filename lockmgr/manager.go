@@ -198,8 +198,8 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 	if err == nil && mode != Exclusive && mode != Collaborative {
 		err = fmt.Errorf("%w: %d", ErrBadMode, mode)
 	}
-	if err == nil && (opts.TTL < 0 || opts.Wait < 0 || opts.Retries < RetryForever || (opts.Backoff != Backoff{} && !opts.Backoff.valid())) {
-		err = fmt.Errorf("%w: %+v", ErrBadOptions, opts)
+	if err == nil {
+		err = opts.Check()
 	}
 	if err == nil {
 		err = m.writable()

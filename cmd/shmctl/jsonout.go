@@ -336,7 +336,7 @@ type (
 		docHeader
 		Path         string     `json:"path"`
 		DeclaredOnly bool       `json:"declared_only"`
-		Capacity     int        `json:"capacity"`
+		Capacity     *int       `json:"capacity"` // nil in etcd: no fixed capacity
 		Resources    []lockJSON `json:"resources"`
 	}
 	lockJSON struct {
@@ -351,6 +351,7 @@ type (
 	lockHolderJSON struct {
 		Owner       string       `json:"owner"`
 		Process     *processJSON `json:"process"`
+		Host        *string      `json:"host"` // etcd: the holder's host; nil for a segment (this host)
 		Companion   *processJSON `json:"companion"`
 		State       string       `json:"state"`
 		Acquired    time.Time    `json:"acquired"`
@@ -369,7 +370,7 @@ type (
 		Released           uint64  `json:"released"`
 		Reclaimed          uint64  `json:"reclaimed"`
 		Resources          int     `json:"resources"`
-		Capacity           int     `json:"capacity"`
+		Capacity           *int    `json:"capacity"` // nil in etcd
 		DeclaredOnly       bool    `json:"declared_only"`
 	}
 )

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
 )
 
 // minTTL is the shortest lease shmctl lock accepts: renewed every third of
@@ -36,7 +37,7 @@ const (
 const (
 	envVersion   = "SHMLOCK_VERSION"   // the hold's fencing version
 	envReclaimed = "SHMLOCK_RECLAIMED" // 1: an earlier hold ended without its release
-	envSegment   = "SHMLOCK_SEGMENT"   // the segment's path
+	envSegment   = "SHMLOCK_SEGMENT"   // the segment's path (with --etcd: SHMLOCK_ETCD, the endpoints)
 	envResource  = "SHMLOCK_RESOURCE"  // the resource
 )
 
@@ -60,6 +61,9 @@ type lockOptions struct {
 	HoldFor int
 	Verbose bool
 	Command []string
+	// Etcd, when on, names the lock table in etcd that replaces the
+	// segment.
+	Etcd etcdOptions
 }
 
 // lockFlags are the flags of shmctl lock that flock(1) also has, kept
@@ -76,7 +80,7 @@ func newCmdLock(ios *IOStreams, runF func(*lockOptions) error) *cobra.Command {
 	var timeout time.Duration
 	fl.timeout = secondsValue{d: &timeout}
 	cmd := &cobra.Command{
-		Use:   "lock [flags] <segment> <resource> [--] <command> [args...]",
+		Use:   "lock [flags] <segment> <resource> [--] <command> [args...]\n  shmctl lock --etcd HOST:PORT[,...] [flags] <resource> [--] <command> [args...]",
 		Short: "Run a command while holding a named resource lock (a flock(1) replacement)",
 		Long: `Take the named resource lock, run the command, and release the lock when the
 command exits; the command's exit status becomes shmctl's. The options are
@@ -107,6 +111,14 @@ unlock SEGMENT RESOURCE --hold-for PID' releases it, and so does the
 process's end (a waiter reclaims the hold of a dead process within about a
 second).
 
+With --etcd (or SHMLOCK_ETCD set), the lock lives in etcd, shared by
+every host that reaches it, and no segment is named: the same flags, exit
+statuses and environment apply, with SHMLOCK_ETCD in place of
+SHMLOCK_SEGMENT. The hold is kept by shmctl's etcd session: if shmctl dies
+(the command is then killed too), it ends when the session's lease lapses,
+within 10 seconds. --ttl is at least 1s there (etcd's leases count whole
+seconds), and --hold-for is not available: the session ends with shmctl.
+
 Exit status: the command's; 75 (-E) if the lock was taken (-n) or the wait
 timed out (-w), the command not run; 128+N if signal N ended the wait or
 killed the command; 126 if the command could not be run, 127 if it was not
@@ -117,6 +129,7 @@ the command exited 0.`,
   shmctl lock -n jobs deploy -- ./deploy.sh || echo "a deploy is running"
   shmctl lock -w 30 -E 3 jobs deploy -c 'make deploy'
   shmctl lock -s jobs report ./append-report.sh
+  shmctl lock --etcd 10.0.0.1:2379,10.0.0.2:2379 deploy -- ./deploy.sh
 
   # a block of a script, released by the unlock or by the shell's end
   out=$(shmctl lock --hold-for $$ jobs deploy) || exit; eval "$out"
@@ -124,17 +137,30 @@ the command exited 0.`,
   shmctl unlock jobs deploy --hold-for $$`,
 		Args: cobra.ArbitraryArgs, // split by lockArgs
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pos, command, err := lockArgs(cmd, args)
+			want := func() int {
+				if opts.Etcd.on() {
+					return 1 // no segment
+				}
+				return 2
+			}
+			pos, command, err := lockArgs(cmd, args, want)
 			if err != nil {
 				return err
 			}
 			if help, _ := cmd.Flags().GetBool("help"); help {
 				return cmd.Help()
 			}
-			if len(pos) != 2 {
+			switch {
+			case want() == 1 && len(pos) == 1:
+				opts.Resource = pos[0]
+			case want() == 1:
+				return newUsageError(cmd, "lock --etcd takes a resource, then the command")
+			case len(pos) != 2:
 				return newUsageError(cmd, "lock takes a segment and a resource, then the command")
+			default:
+				opts.Segment, opts.Resource = pos[0], pos[1]
 			}
-			opts.Segment, opts.Resource, opts.Command = pos[0], pos[1], command
+			opts.Command = command
 			opts.Group = groupFlag(cmd)
 			opts.Timeout = timeout
 			if err := opts.resolve(cmd, &fl); err != nil {
@@ -165,6 +191,7 @@ the command exited 0.`,
 	f.StringVar(&opts.Owner, "owner", "", `owner name of the hold (default "shmctl-PID", or "hold-PID-START" with --hold-for)`)
 	f.DurationVar(&opts.TTL, "ttl", 0, "lease of the hold, renewed while the command runs (0: none)")
 	f.IntVar(&opts.HoldFor, "hold-for", 0, "hold the lock for process PID (a shell: $$) until 'shmctl unlock' or its end; no command")
+	addEtcdFlags(cmd, &opts.Etcd)
 	for _, name := range []string{"exclusive-e", "nb", "close", "no-fork", "unlock"} {
 		_ = f.MarkHidden(name)
 	}
@@ -172,11 +199,12 @@ the command exited 0.`,
 }
 
 // lockArgs splits shmctl lock's arguments into the segment and resource
-// and the command. Like flock(1), shmctl stops taking flags at the command
-// (cobra stops at the first argument: SetInterspersed(false)), so that
-// "shmctl lock jobs r ls -l" runs ls -l; flags may stand before, between
-// and after the segment and the resource, and "--" ends them.
-func lockArgs(cmd *cobra.Command, args []string) (pos, command []string, err error) {
+// (want of them: the resource alone with --etcd) and the command. Like
+// flock(1), shmctl stops taking flags at the command (cobra stops at the
+// first argument: SetInterspersed(false)), so that "shmctl lock jobs r ls
+// -l" runs ls -l; flags may stand before, between and after the segment
+// and the resource, and "--" ends them.
+func lockArgs(cmd *cobra.Command, args []string, want func() int) (pos, command []string, err error) {
 	fs := cmd.Flags()
 	dashed := cmd.ArgsLenAtDash() == 0
 	rest := args
@@ -193,9 +221,12 @@ func lockArgs(cmd *cobra.Command, args []string) (pos, command []string, err err
 		dashed = used > 0 && args[len(args)-len(rest)-1] == "--"
 		return nil
 	}
-	for len(pos) < 2 {
+	for len(pos) < want() {
 		if err := parse(); err != nil {
 			return nil, nil, err
+		}
+		if len(pos) >= want() {
+			break // the flags just parsed asked for fewer (--etcd)
 		}
 		if len(rest) == 0 {
 			return pos, nil, nil
@@ -226,6 +257,10 @@ func (o *lockOptions) resolve(cmd *cobra.Command, fl *lockFlags) error {
 		return newUsageError(cmd, "-E/--conflict-exit-code: %d is not an exit status, 0-255", o.ConflictExit)
 	case o.TTL < 0:
 		return newUsageError(cmd, "--ttl must not be negative")
+	case o.Etcd.on() && o.HoldFor != 0:
+		return newUsageError(cmd, "--hold-for is not available with --etcd: the hold lives on shmctl's etcd session, which ends with shmctl")
+	case o.Etcd.on() && o.TTL != 0 && o.TTL < etcdlock.MinTTL:
+		return newUsageError(cmd, "--ttl must be 0 (no lease) or at least %v with --etcd (etcd's leases count whole seconds), got %v", etcdlock.MinTTL, o.TTL)
 	case o.TTL != 0 && o.TTL < minTTL:
 		// The hold is renewed every TTL/3: a shorter lease would lapse
 		// between renewals on a busy machine.

@@ -20,6 +20,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -38,7 +39,8 @@ func TestLockFlags(t *testing.T) {
 	if shell == "" {
 		shell = "/bin/sh"
 	}
-	base := lockOptions{Segment: "jobs", Resource: "r", Owner: pid, Mode: "exclusive", Block: true, ConflictExit: exitConflict}
+	base := lockOptions{Segment: "jobs", Resource: "r", Owner: pid, Mode: "exclusive", Block: true, ConflictExit: exitConflict,
+		Etcd: etcdOptions{Prefix: etcdlock.DefaultPrefix}}
 	with := func(f func(o *lockOptions)) lockOptions {
 		o := base
 		f(&o)
@@ -71,6 +73,13 @@ func TestLockFlags(t *testing.T) {
 		{[]string{"-e", "--nb", "jobs", "r", "true"}, with(func(o *lockOptions) { o.Block, o.Command = false, []string{"true"} })},
 		{[]string{"--hold-for", "123", "jobs", "r"}, with(func(o *lockOptions) { o.Owner, o.HoldFor = "", 123 })},
 		{[]string{"--", "jobs", "-r", "-n"}, with(func(o *lockOptions) { o.Resource, o.Command = "-r", []string{"-n"} })},
+		// With --etcd, no segment: the resource comes first.
+		{[]string{"--etcd", "h:1,h:2", "r", "--", "true"}, with(func(o *lockOptions) {
+			o.Segment, o.Etcd.Endpoints, o.Command = "", "h:1,h:2", []string{"true"}
+		})},
+		{[]string{"r", "--etcd", "h:1", "--etcd-prefix", "p/", "ls", "-l"}, with(func(o *lockOptions) {
+			o.Segment, o.Etcd, o.Command = "", etcdOptions{Endpoints: "h:1", Prefix: "p/"}, []string{"ls", "-l"}
+		})},
 	}
 	for _, tt := range tests {
 		got, ios := parsedOptions(t, newCmdLock, tt.args)
@@ -98,6 +107,9 @@ func TestLockFlags(t *testing.T) {
 		{"lock", "--hold-for", "-1", "jobs", "r"},
 		{"lock", "--hold-for", "5", "--ttl", "1m", "jobs", "r"},
 		{"lock", "jobs", "r", "--no-such-flag", "true"},
+		{"lock", "--etcd", "h:1", "r"},                                 // no command
+		{"lock", "--etcd", "h:1", "--hold-for", "1", "r"},              // the session ends with shmctl
+		{"lock", "--etcd", "h:1", "--ttl", "500ms", "r", "--", "true"}, // below etcd's lease
 	} {
 		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
 		assert.Contains(t, line, "shmctl lock --help", "args %q", args)
@@ -242,7 +254,7 @@ func TestLocksAndStats(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"resource", "mode", "state", "generation", "declared", "inconsistent", "holders"}, keys(db))
 	h := db["holders"].([]any)[0].(map[string]any)
-	require.ElementsMatch(t, []string{"owner", "process", "companion", "state", "acquired", "expires",
+	require.ElementsMatch(t, []string{"owner", "process", "host", "companion", "state", "acquired", "expires",
 		"age_seconds", "left_seconds"}, keys(h))
 	require.Equal(t, "agent-1", h["owner"])
 	require.EqualValues(t, pid, h["process"].(map[string]any)["pid"])
@@ -255,7 +267,7 @@ func TestLocksAndStats(t *testing.T) {
 	var st statsJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
 	require.Equal(t, statsJSON{docHeader: docHeader{Schema: 1, Command: "stats"}, Path: seg.Path(), TotalLocks: 4, ActiveLocks: 3, ConflictsDetected: 1,
-		AverageHoldSeconds: st.AverageHoldSeconds, Released: 1, Resources: 3, Capacity: 7}, st)
+		AverageHoldSeconds: st.AverageHoldSeconds, Released: 1, Resources: 3, Capacity: ptr(7)}, st)
 	doc = nil
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	require.ElementsMatch(t, []string{"schema", "command", "path", "total_locks", "active_locks", "expired_locks", "conflicts_detected",

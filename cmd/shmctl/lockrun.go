@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,18 +48,12 @@ func runLock(opts *lockOptions) error {
 			owner = holdOwner(id)
 		}
 	}
-	seg, err := shm.OpenOrCreate(opts.Segment, shm.Options{GroupAccess: opts.Group})
+	t, closeTable, err := openLockRunTable(opts)
 	if err != nil {
 		return err
 	}
-	defer seg.Close()
-	if err := needTables(seg, layout.KindLockMgr); err != nil {
-		return err
-	}
-	m, err := lockmgr.Open(seg, lockmgr.Options{})
-	if err != nil {
-		return err
-	}
+	defer closeTable()
+	m := t.l
 	// A signal that arrives while waiting for the lock ends the wait; later
 	// ones go to the command. The watcher is gone before the command
 	// starts, so no signal is taken by both or lost between them.
@@ -101,12 +96,12 @@ func runLock(opts *lockOptions) error {
 	}
 	if opts.Verbose {
 		fmt.Fprintf(opts.IO.ErrOut, "shmctl: took %s %q (%s) after %v: version %d, reclaimed %s\n",
-			opts.Mode, opts.Resource, seg.Path(), time.Since(began).Round(time.Microsecond), info.Version, reclaimedEnv(info))
+			opts.Mode, opts.Resource, t.where, time.Since(began).Round(time.Microsecond), info.Version, reclaimedEnv(info))
 	}
 	if opts.HoldFor > 0 {
-		return holdForProcess(m, opts, holder, info)
+		return holdForProcess(t.shm, opts, holder, info)
 	}
-	code, runErr := runLocked(m, opts, info, path, seg.Path(), sigs)
+	code, runErr := runLocked(t, opts, info, path, sigs)
 	if runErr != nil {
 		printError(opts.IO.ErrOut, runErr)
 	}
@@ -139,13 +134,55 @@ func reclaimedEnv(info lockmgr.LockInfo) string {
 	return "0"
 }
 
-// lockEnv is what the command's environment adds to env: the hold's facts.
-func lockEnv(env []string, seg string, info lockmgr.LockInfo) []string {
+// lockEnv is what the command's environment adds to env: the hold's facts
+// and where the table is (where: SHMLOCK_SEGMENT=PATH or
+// SHMLOCK_ETCD=ENDPOINTS).
+func lockEnv(env []string, where string, info lockmgr.LockInfo) []string {
 	return append(env,
 		envVersion+"="+strconv.FormatUint(info.Version, 10),
 		envReclaimed+"="+reclaimedEnv(info),
-		envSegment+"="+seg,
+		where,
 		envResource+"="+info.Resource)
+}
+
+// lockRunTable is the lock table shmctl lock takes its lock in: a
+// segment's, or etcd's.
+type lockRunTable struct {
+	l     lockmgr.Locker
+	where string // for messages: the segment's path, or etcd://...
+	env   string // SHMLOCK_SEGMENT=PATH or SHMLOCK_ETCD=ENDPOINTS
+	// shm is the segment's Manager; nil on etcd, where the command needs
+	// no companion record: it dies with shmctl (Pdeathsig) and the hold
+	// with shmctl's session.
+	shm *lockmgr.Manager
+}
+
+// openLockRunTable opens the table opts name: the segment, created if
+// missing, or etcd's.
+func openLockRunTable(opts *lockOptions) (*lockRunTable, func(), error) {
+	if opts.Etcd.on() {
+		ctx, cancel := context.WithTimeout(context.Background(), etcdDialTimeout)
+		defer cancel()
+		m, closeAll, err := opts.Etcd.open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &lockRunTable{l: m, where: opts.Etcd.where(), env: envEtcd + "=" + strings.Join(opts.Etcd.endpoints(), ",")}, closeAll, nil
+	}
+	seg, err := shm.OpenOrCreate(opts.Segment, shm.Options{GroupAccess: opts.Group})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := needTables(seg, layout.KindLockMgr); err != nil {
+		_ = seg.Close()
+		return nil, nil, err
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		_ = seg.Close()
+		return nil, nil, err
+	}
+	return &lockRunTable{l: m, where: seg.Path(), env: envSegment + "=" + seg.Path(), shm: m}, func() { _ = seg.Close() }, nil
 }
 
 // runLocked runs the command while the lock is held and returns its exit
@@ -162,7 +199,11 @@ func lockEnv(env []string, seg string, info lockmgr.LockInfo) []string {
 // before it execs the command (the pid and start time stay the same
 // across exec, so the record names the command from its first
 // instruction).
-func runLocked(m *lockmgr.Manager, opts *lockOptions, info lockmgr.LockInfo, path, segPath string, sigs chan os.Signal) (int, error) {
+//
+// On etcd there is no record: the hold lives on shmctl's session, so it
+// ends when shmctl dies, and the command with it (Pdeathsig, restored by
+// lock-exec for a command that gains privileges).
+func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path string, sigs chan os.Signal) (int, error) {
 	var cmd *exec.Cmd
 	var ready *os.File // the lock-exec stage's go-ahead
 	if gainsPrivileges(path) {
@@ -181,7 +222,7 @@ func runLocked(m *lockmgr.Manager, opts *lockOptions, info lockmgr.LockInfo, pat
 	} else {
 		cmd = &exec.Cmd{Path: path, Args: opts.Command, SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
 	}
-	cmd.Env = lockEnv(cmd.Environ(), segPath, info)
+	cmd.Env = lockEnv(cmd.Environ(), t.env, info)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, opts.IO.Out, opts.IO.ErrOut
 	// Pdeathsig fires when the thread that started the child exits, not
 	// the process: keep this goroutine on its thread until the child is
@@ -194,10 +235,12 @@ func runLocked(m *lockmgr.Manager, opts *lockOptions, info lockmgr.LockInfo, pat
 	if ready != nil {
 		_ = cmd.ExtraFiles[0].Close()
 	}
-	if err := m.SetCompanion(opts.Resource, info.Owner, cmd.Process.Pid); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return exitError, fmt.Errorf("recording the command in the hold: %w", err)
+	if t.shm != nil {
+		if err := t.shm.SetCompanion(opts.Resource, info.Owner, cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return exitError, fmt.Errorf("recording the command in the hold: %w", err)
+		}
 	}
 	if ready != nil {
 		if _, err := ready.Write([]byte{1}); err != nil {
@@ -212,7 +255,7 @@ func runLocked(m *lockmgr.Manager, opts *lockOptions, info lockmgr.LockInfo, pat
 	defer close(done)
 	go forward(sigs, cmd.Process, done)
 	if opts.TTL > 0 {
-		go renew(m, opts, info.Owner, done)
+		go renew(t.l, opts, info.Owner, done)
 	}
 	err := cmd.Wait()
 	if err == nil {
@@ -253,7 +296,7 @@ func forward(sigs chan os.Signal, p *os.Process, done chan struct{}) {
 }
 
 // renew refreshes the lease every third of it until done.
-func renew(m *lockmgr.Manager, opts *lockOptions, owner string, done chan struct{}) {
+func renew(m lockmgr.Locker, opts *lockOptions, owner string, done chan struct{}) {
 	t := time.NewTicker(opts.TTL / 3)
 	defer t.Stop()
 	for {

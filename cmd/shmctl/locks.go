@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -18,6 +20,7 @@ type locksOptions struct {
 	Group   bool // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	All     bool // also resources that nobody holds
 	JSON    bool
+	Etcd    etcdOptions // when on: the table in etcd, no segment
 
 	now func() time.Time // for tests; nil means time.Now
 }
@@ -25,7 +28,7 @@ type locksOptions struct {
 func newCmdLocks(ios *IOStreams, runF func(*locksOptions) error) *cobra.Command {
 	opts := &locksOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:     "locks <segment>",
+		Use:     "locks <segment> | locks --etcd HOST:PORT[,...]",
 		Aliases: []string{"resources"}, // the package's noun
 		Short:   "List the named resource locks (lockmgr)",
 		Long: `List the named resource locks of the segment's lock-manager table, one row
@@ -38,12 +41,19 @@ died), the hold's age in seconds, and the seconds left before it expires
 ("-" if it never does; negative if it expired and nobody has ended it yet).
 
 Without --all, resources that nobody holds and that were not declared are
-left out. The segment is opened read-only and nothing in it changes.`,
+left out. The segment is opened read-only and nothing in it changes.
+
+With --etcd (or SHMLOCK_ETCD set), the table in etcd is listed instead
+(no segment): path is then etcd://ENDPOINTS/PREFIX, capacity null (none),
+a holder's host is given, and its liveness says whether its lease runs.`,
 		Example: `  shmctl locks jobs
-  shmctl locks jobs --all --json`,
-		Args: exactArgs(1, "one segment"),
+  shmctl locks jobs --all --json
+  shmctl locks --etcd 10.0.0.1:2379`,
+		Args: segmentOrEtcd(&opts.Etcd),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Segment = args[0]
+			if len(args) > 0 {
+				opts.Segment = args[0]
+			}
 			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)
@@ -53,6 +63,7 @@ left out. The segment is opened read-only and nothing in it changes.`,
 	}
 	cmd.Flags().BoolVarP(&opts.All, "all", "a", false, "list also the resources that nobody holds")
 	addJSONFlag(cmd, &opts.JSON)
+	addEtcdFlags(cmd, &opts.Etcd)
 	return cmd
 }
 
@@ -72,16 +83,15 @@ func openLockTable(path string, opts shm.Options) (*shm.Segment, *lockmgr.Manage
 }
 
 func runLocks(opts *locksOptions) error {
-	seg, m, err := openLockTable(opts.Segment, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
+	table, err := readTable(opts.Segment, opts.Group, &opts.Etcd)
 	if err != nil {
 		return err
 	}
-	defer seg.Close()
 	now := time.Now()
 	if opts.now != nil {
 		now = opts.now()
 	}
-	doc := readLocks(seg, m, opts.All, now)
+	doc := readLocks(table, opts.All, now)
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
@@ -110,10 +120,79 @@ func secondsCell(s float64) string {
 	return strconv.FormatFloat(s, 'f', 3, 64)
 }
 
-func readLocks(seg *shm.Segment, m *lockmgr.Manager, all bool, now time.Time) *locksJSON {
-	doc := &locksJSON{docHeader: header("locks"), Path: seg.Path(), DeclaredOnly: m.DeclaredOnly(),
-		Capacity: m.Capacity(), Resources: []lockJSON{}}
-	for _, r := range m.List() {
+// lockTable is the whole lock table, the segment's or etcd's, as the
+// read commands show it.
+type lockTable struct {
+	where    string           // the JSON's path: the segment, or etcd://ENDPOINTS/PREFIX
+	ov       lockmgr.Overview // resources, statistics, declared-only
+	capacity *int             // nil in etcd: no fixed capacity
+	// process describes a holder's process (packed identity w, pid): the
+	// segment's liveness rules, or etcd's (alive while the lease runs).
+	process func(h lockmgr.HolderInfo, companion bool) *processJSON
+}
+
+// readTable reads the lock table of segment, or etcd's with --etcd.
+func readTable(segment string, group bool, e *etcdOptions) (*lockTable, error) {
+	if e.on() {
+		ctx, cancel := context.WithTimeout(context.Background(), etcdDialTimeout)
+		defer cancel()
+		m, closeAll, err := e.open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll()
+		ov, err := m.Overview()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.where(), err)
+		}
+		return &lockTable{where: e.where(), ov: ov, process: etcdProcess}, nil
+	}
+	seg, m, err := openLockTable(segment, shm.Options{ReadOnly: true, GroupAccess: group})
+	if err != nil {
+		return nil, err
+	}
+	defer seg.Close()
+	ov, err := m.Overview()
+	if err != nil {
+		return nil, err
+	}
+	capacity := m.Capacity()
+	return &lockTable{where: seg.Path(), ov: ov, capacity: &capacity,
+		process: func(h lockmgr.HolderInfo, companion bool) *processJSON {
+			if companion {
+				return processOf(seg, h.CompanionProcess)
+			}
+			return processOf(seg, h.Process)
+		}}, nil
+}
+
+// etcdProcess is a holder's process in etcd: a pid of another host, alive
+// while its lease runs; no start time is known.
+func etcdProcess(h lockmgr.HolderInfo, companion bool) *processJSON {
+	if companion || h.PID == 0 {
+		return nil
+	}
+	p := &processJSON{PID: uint32(h.PID), Liveness: livenessDead}
+	if h.Alive {
+		p.Liveness = livenessAlive
+	}
+	return p
+}
+
+// segmentOrEtcd accepts a segment, or none with --etcd (or SHMLOCK_ETCD).
+func segmentOrEtcd(e *etcdOptions) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if e.on() {
+			return exactArgs(0, "no segment with --etcd")(cmd, args)
+		}
+		return exactArgs(1, "one segment")(cmd, args)
+	}
+}
+
+func readLocks(t *lockTable, all bool, now time.Time) *locksJSON {
+	doc := &locksJSON{docHeader: header("locks"), Path: t.where, DeclaredOnly: t.ov.DeclaredOnly,
+		Capacity: t.capacity, Resources: []lockJSON{}}
+	for _, r := range t.ov.Resources {
 		if !all && len(r.Holders) == 0 && !r.Declared {
 			continue
 		}
@@ -124,8 +203,12 @@ func readLocks(seg *shm.Segment, m *lockmgr.Manager, all bool, now time.Time) *l
 			l.Mode = &mode
 		}
 		for _, h := range r.Holders {
-			hj := lockHolderJSON{Owner: h.Owner, Process: processOf(seg, h.Process), Companion: processOf(seg, h.CompanionProcess),
+			hj := lockHolderJSON{Owner: h.Owner, Process: t.process(h, false), Companion: t.process(h, true),
 				State: h.State.String(), Acquired: h.AcquiredAt.UTC(), AgeSeconds: now.Sub(h.AcquiredAt).Seconds()}
+			if h.Host != "" {
+				host := h.Host
+				hj.Host = &host
+			}
 			if !h.ExpiresAt.IsZero() {
 				exp := h.ExpiresAt.UTC()
 				left := h.ExpiresAt.Sub(now).Seconds()

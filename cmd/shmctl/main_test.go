@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	// The workers of bench and demo run this test binary's "shmctl"
 	// helper, which is the real program.
 	selfCommand = func(args ...string) (*exec.Cmd, error) { return testproc.Command("shmctl", args...), nil }
-	testproc.Main(m, helpers)
+	testproc.MainWith(m, helpers, func() (func(), error) { return stopEtcd, nil })
 }
 
 var helpers = map[string]func(args []string) int{

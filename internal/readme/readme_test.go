@@ -60,6 +60,7 @@ func TestREADMEShowsTheExamples(t *testing.T) {
 		{"Upgrade mutex", "upgrade"},
 		{"Transactions", "txn"},
 		{"Named resource locks", "lockmgr"},
+		{"Beyond one machine", "lockmgr/etcdlock"},
 	} {
 		t.Run(tt.pkg, func(t *testing.T) {
 			t.Parallel()

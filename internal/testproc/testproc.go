@@ -35,6 +35,13 @@ const (
 // segment made by SegmentPath is still in /dev/shm, or if one of checks
 // (run after passing tests, such as a goroutine-leak check) fails.
 func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...func() error) {
+	MainWith(m, helpers, nil, checks...)
+}
+
+// MainWith is Main with setup, which runs before the tests (not in a
+// helper process); the teardown it returns runs after them, before the
+// checks. A setup that fails fails the binary without running the tests.
+func MainWith(m *testing.M, helpers map[string]func(args []string) int, setup func() (teardown func(), err error), checks ...func() error) {
 	if name := os.Getenv(envHelper); name != "" {
 		h, ok := helpers[name]
 		if !ok {
@@ -52,7 +59,16 @@ func Main(m *testing.M, helpers map[string]func(args []string) int, checks ...fu
 		}
 		os.Exit(h(args))
 	}
+	teardown := func() {}
+	if setup != nil {
+		var err error
+		if teardown, err = setup(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
+	teardown()
 	removeSharedBinary()
 	for _, check := range checks {
 		if code != 0 {

@@ -1,0 +1,549 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// Acquire takes resource for owner in mode, as lockmgr.Manager.Acquire
+// does, in one transaction when nothing conflicts. On a conflict it fails
+// at once with ErrResourceLocked, unless opts ask for retries or a wait:
+// then the acquisition takes its place in the resource's queue (FIFO by
+// the create revision of its key) and waits, watching only the key just
+// ahead of it, so a release wakes the next waiter alone (collaborative
+// waiters behind one exclusive holder are woken together). The backoff
+// schedule does not pace any polling: each of its waits that passes
+// without a grant is one failed attempt (OnWait is called before it,
+// Retries bounds their number, ErrAcquisitionFailed after the last).
+// Leaving the queue (cancellation, timeout, retries exhausted) deletes the
+// waiter's key, so nothing is left behind.
+//
+// Unlike the shm table, a collaborative acquisition queues behind an
+// exclusive waiter that came first, even while collaborative holders are
+// inside: no writer starves. A hold with a TTL lives on a lease of its own
+// (one more request to grant it), of whole seconds, at least MinTTL.
+func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode lockmgr.Mode, opts lockmgr.AcquireOptions) (lockmgr.LockInfo, error) {
+	info := lockmgr.LockInfo{Resource: resource, Owner: owner, Mode: mode, State: lockmgr.Failed}
+	err := checkNames(resource, owner)
+	if err == nil && mode != lockmgr.Exclusive && mode != lockmgr.Collaborative {
+		err = fmt.Errorf("%w: %d", lockmgr.ErrBadMode, mode)
+	}
+	if err == nil {
+		err = opts.Check()
+	}
+	if err == nil && opts.TTL > 0 && opts.TTL < MinTTL {
+		err = fmt.Errorf("%w: TTL %v is below etcd's minimum lease of %v", lockmgr.ErrBadOptions, opts.TTL, MinTTL)
+	}
+	if err == nil {
+		err = m.usable()
+	}
+	if err != nil {
+		return info, err
+	}
+	if err := ctx.Err(); err != nil {
+		return info, err
+	}
+	a := &acquisition{m: m, k: m.keys(resource, owner), mode: mode, opts: opts, info: info, start: time.Now()}
+	return a.run(ctx)
+}
+
+// acquisition is the state of one Acquire.
+type acquisition struct {
+	m     *Manager
+	k     *resKeys
+	mode  lockmgr.Mode
+	opts  lockmgr.AcquireOptions
+	info  lockmgr.LockInfo
+	start time.Time
+
+	ttl      int64            // seconds; 0: the hold lives on the session
+	lease    clientv3.LeaseID // the hold's lease: the session's or its own
+	renewed  time.Time        // when the hold's own lease was last granted or renewed
+	myRev    int64            // create revision of the queued key; 0 before
+	reclaim  bool             // an orphan ended by this acquisition had no TTL
+	attempts int
+}
+
+func (a *acquisition) run(ctx context.Context) (lockmgr.LockInfo, error) {
+	m := a.m
+	a.lease = m.session
+	if a.opts.TTL > 0 {
+		a.renewed = time.Now()
+		id, secs, err := m.grant(ctx, a.opts.TTL)
+		if err != nil {
+			return a.info, err
+		}
+		a.lease, a.ttl = id, secs
+	}
+	info, err := a.enter(ctx)
+	if err != nil && a.ttl > 0 {
+		m.revoke(a.lease)
+	}
+	return info, err
+}
+
+// holdValue is the value of the hold's key and ledger at the grant.
+func (a *acquisition) holdValue(granted bool) holdValue {
+	hv := holdValue{Owner: a.k.owner, Mode: a.mode.String(), Host: a.m.host, PID: a.m.pid, TTL: a.ttl}
+	if granted {
+		hv.Acquired = time.Now().UnixNano()
+		hv.Lease = int64(a.lease)
+	}
+	return hv
+}
+
+// conflictFree is true when a key of mode could be granted at once: no
+// key at all for an exclusive one, no exclusive key for a collaborative
+// one (a comparison over an empty range compares a zero revision).
+func (a *acquisition) conflictFree() clientv3.Cmp {
+	if a.mode == lockmgr.Exclusive {
+		return clientv3.Compare(clientv3.CreateRevision(a.k.hold), "=", 0).WithPrefix()
+	}
+	return clientv3.Compare(clientv3.CreateRevision(a.k.exclPrefix), "=", 0).WithPrefix()
+}
+
+// grantOps turn the owner's key into a granted hold: they read the
+// ledgers first (to find holds that ended unnoticed), put the key (on the
+// hold's lease, keeping its create revision if it was queued), the
+// ledger, the version and the grant counter, and read the inconsistent
+// mark and the queue. The ranges are of keys only: the owners and the
+// create revisions are in the keys, and the rare ledger whose hold ended
+// unnoticed is read again in full.
+func (a *acquisition) grantOps() []clientv3.Op {
+	hv := a.holdValue(true)
+	return []clientv3.Op{
+		clientv3.OpGet(a.k.ledgerPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpPut(a.k.holdKey(a.mode), hv.encode(), clientv3.WithLease(a.lease)),
+		clientv3.OpPut(a.k.ledger, hv.encode()),
+		clientv3.OpPut(a.k.version, ""),
+		clientv3.OpPut(a.m.counter(ctrGrants), ""),
+		clientv3.OpGet(a.k.incons),
+		clientv3.OpGet(a.k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+	}
+}
+
+const grantOpCount = 7
+
+// enter is the first transaction: it grants at once if nothing
+// conflicts, or else counts the conflict and, if the acquisition may
+// wait, queues the owner's key, all in one request.
+func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
+	m, k := a.m, a.k
+	for tries := 0; ; tries++ {
+		declCmp := clientv3.Compare(clientv3.CreateRevision(k.declaredOnly), "=", 0)
+		if m.declaredOnly.Load() {
+			declCmp = clientv3.Compare(clientv3.CreateRevision(k.decl), ">", 0)
+		}
+		refuse := []clientv3.Op{clientv3.OpPut(m.counter(ctrConflicts), "")}
+		wait := a.opts.MaxRetries() != 0
+		if wait {
+			refuse = append(refuse, clientv3.OpPut(k.holdKey(a.mode), a.holdValue(false).encode(), clientv3.WithLease(m.session)))
+		}
+		refuse = append(refuse, clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
+		resp, err := m.c.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(k.excl), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(k.collab), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(k.ledger), "=", 0),
+			declCmp,
+		).Then(
+			clientv3.OpTxn([]clientv3.Cmp{a.conflictFree()}, a.grantOps(), refuse),
+		).Else(
+			clientv3.OpGet(k.excl), clientv3.OpGet(k.collab), clientv3.OpGet(k.ledger),
+			clientv3.OpGet(k.declaredOnly), clientv3.OpGet(k.decl),
+		).Commit()
+		if err != nil {
+			// The request may have queued the key, or granted it, before
+			// it failed: take back what it did.
+			a.myRev = -1
+			a.leave()
+			return a.info, m.rpcErr(ctx, err)
+		}
+		if resp.Succeeded {
+			inner := resp.Responses[0].GetResponseTxn()
+			if inner.Succeeded {
+				a.attempts = 1
+				return a.granted(ctx, resp.Header.Revision, resp.Header.Revision, inner.Responses)
+			}
+			ops := inner.Responses
+			queue := ranged(ops[len(ops)-1])
+			a.attempts = 1
+			if !wait {
+				a.info.Attempts = 1
+				return a.info, fmt.Errorf("%w: %w", lockmgr.ErrResourceLocked, a.blockedBy(queue))
+			}
+			a.myRev = resp.Header.Revision
+			return a.wait(ctx, queue, resp.Header.Revision)
+		}
+		held, ledger, dOnly, decl := ranged(resp.Responses[0]), ranged(resp.Responses[2]), ranged(resp.Responses[3]), ranged(resp.Responses[4])
+		if len(held) == 0 {
+			held = ranged(resp.Responses[1])
+		}
+		m.declaredOnly.Store(len(dOnly) > 0)
+		switch {
+		case len(held) > 0:
+			return a.info, fmt.Errorf("%w: %q by %q", lockmgr.ErrAlreadyHeld, k.res, k.owner)
+		case len(ledger) > 0:
+			// The owner's own earlier hold ended without its release
+			// (its lease expired) and nobody noticed yet: this grant is
+			// told, as the shm table tells an expired owner that comes
+			// back.
+			if _, err := a.endOrphan(ctx, ledger[0], true); err != nil {
+				return a.info, err
+			}
+		case len(dOnly) > 0 && len(decl) == 0:
+			return a.info, fmt.Errorf("%w: %q", lockmgr.ErrResourceNotFound, k.res)
+		}
+		if tries > 8 {
+			// Each try sees a change by someone else; so many in a row
+			// means the switch flips faster than a request: give up.
+			return a.info, fmt.Errorf("%w: %q: the table kept changing", lockmgr.ErrUnavailable, k.res)
+		}
+	}
+}
+
+// granted finishes a grant made at revision rev by a transaction whose
+// grant operations answered ops: it ends the holds that ended unnoticed
+// (ledgers without a key), and records the hold.
+func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb.ResponseOp) (lockmgr.LockInfo, error) {
+	m, k := a.m, a.k
+	ledgers, incons, queue := ranged(ops[0]), ranged(ops[5]), ranged(ops[6])
+	version := rev
+	inconsistent := len(incons) > 0
+	live := make(map[string]bool, len(queue))
+	for _, kv := range queue {
+		live[ownerOfKey(kv.Key)] = true
+	}
+	for _, l := range ledgers {
+		if live[ownerOfKey(l.Key)] {
+			continue
+		}
+		v, err := a.endOrphan(ctx, l, false)
+		if err != nil {
+			// The hold is granted, but the grant cannot be reported
+			// without what it must say: give it back.
+			a.myRev = created
+			a.leave()
+			return a.info, err
+		}
+		version = max(version, v)
+		inconsistent = true
+	}
+	h := &hold{key: k.holdKey(a.mode), rev: created, mode: a.mode, lease: a.lease, ttl: a.ttl, acquired: time.Now()}
+	var deadline time.Time
+	if a.ttl > 0 {
+		deadline = a.renewed.Add(time.Duration(a.ttl) * time.Second)
+	}
+	h.lost = newLostSignal(deadline)
+	m.remember(k.res, k.owner, h)
+	a.info.State = lockmgr.Acquired
+	a.info.AcquiredAt = h.acquired
+	a.info.Version = uint64(version)
+	a.info.Inconsistent = inconsistent
+	a.info.Reclaimed = a.reclaim
+	a.info.Attempts = a.attempts
+	if a.ttl > 0 {
+		a.info.Timeout = time.Duration(a.ttl) * time.Second
+		a.info.ExpiresAt = deadline
+	}
+	return a.info, nil
+}
+
+// blockedBy describes the first hold of the queue, for a conflict's error.
+func (a *acquisition) blockedBy(queue []*mvccpb.KeyValue) error {
+	for _, kv := range queue {
+		if a.myRev > 0 && kv.CreateRevision >= a.myRev {
+			break
+		}
+		return fmt.Errorf("%q is held by %q (%v)", a.k.res, ownerOfKey(kv.Key), modeOfKey(kv.Key))
+	}
+	return fmt.Errorf("%q is held", a.k.res)
+}
+
+// predecessor is the key the queued key of mode waits for: the last key
+// created before it that conflicts (any key for an exclusive waiter, an
+// exclusive key for a collaborative one); nil if none is left.
+func (a *acquisition) predecessor(queue []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	var pred *mvccpb.KeyValue
+	for _, kv := range queue {
+		if kv.CreateRevision >= a.myRev {
+			break
+		}
+		if a.mode == lockmgr.Exclusive || modeOfKey(kv.Key) == lockmgr.Exclusive {
+			pred = kv
+		}
+	}
+	return pred
+}
+
+// wait waits in the queue: queue is the queue as read at revision rev.
+func (a *acquisition) wait(ctx context.Context, queue []*mvccpb.KeyValue, rev int64) (lockmgr.LockInfo, error) {
+	retries := a.opts.MaxRetries()
+	var deadline time.Time
+	if a.opts.Wait > 0 {
+		deadline = a.start.Add(a.opts.Wait)
+	}
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
+	for {
+		pred := a.predecessor(queue)
+		if pred == nil {
+			info, done, q, r, err := a.grantQueued(ctx)
+			if err != nil || done {
+				if err != nil {
+					a.leave()
+				}
+				return info, err
+			}
+			queue, rev = q, r
+			continue
+		}
+		woke, err := a.watchDelete(ctx, pred, rev, deadline, retries)
+		if err != nil {
+			a.leave()
+			return a.info, err
+		}
+		if !woke {
+			continue // a watch that broke: read the queue again
+		}
+		info, done, q, r, err := a.grantQueued(ctx)
+		if err != nil || done {
+			if err != nil {
+				a.leave()
+			}
+			return info, err
+		}
+		queue, rev = q, r
+	}
+}
+
+// watchDelete waits until pred is deleted (true), or the watch broke
+// (false: the caller reads again), counting an attempt at each backoff
+// wait that passes; an error ends the acquisition.
+func (a *acquisition) watchDelete(ctx context.Context, pred *mvccpb.KeyValue, rev int64, deadline time.Time, retries int) (bool, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The watch starts at the server's current revision, not at rev+1: a
+	// watch from a past revision is served by etcd's catch-up loop, every
+	// 100 ms, which would be the wake-up latency of every busy queue. A
+	// deletion between rev and the watch's start is found by a read once
+	// the watch is in place.
+	wch := a.m.c.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	created := false
+	timer := time.NewTimer(time.Hour) // Reset before each wait
+	defer timer.Stop()
+	met := fmt.Errorf("%q is held by %q (%v)", a.k.res, ownerOfKey(pred.Key), modeOfKey(pred.Key))
+	for {
+		d := a.opts.Backoff.Jittered(a.attempts - 1)
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false, a.timeout(ctx, met)
+			}
+			d = min(d, left)
+		}
+		if a.opts.OnWait != nil {
+			a.info.State, a.info.Attempts = lockmgr.Waiting, a.attempts
+			a.opts.OnWait(a.info, d)
+			a.info.State = lockmgr.Failed
+		}
+		timer.Reset(d)
+		woke, broken, err := a.slice(ctx, wch, timer, pred, rev, &created, met)
+		if woke || broken || err != nil {
+			return woke, err // broken: the caller reads the queue again
+		}
+		a.attempts++
+		a.info.Attempts = a.attempts
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return false, a.timeout(ctx, met)
+		}
+		if retries != lockmgr.RetryForever && a.attempts > retries {
+			return false, fmt.Errorf("%w after %d attempts: %w", lockmgr.ErrAcquisitionFailed, a.attempts, met)
+		}
+	}
+}
+
+// slice waits for one backoff wait (timer) on the watch: woke when pred
+// was deleted, broken when the watch ended, neither when the wait passed.
+func (a *acquisition) slice(ctx context.Context, wch clientv3.WatchChan, timer *time.Timer, pred *mvccpb.KeyValue, rev int64, created *bool, met error) (woke, broken bool, err error) {
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				timer.Stop() // no stale tick after Stop (Go 1.23 timers)
+				if err := ctx.Err(); err != nil {
+					return false, false, a.ctxErr(err, met)
+				}
+				if err := a.m.usable(); err != nil {
+					return false, false, err
+				}
+				return false, true, nil
+			}
+			if len(wr.Events) > 0 {
+				return true, false, nil
+			}
+			if wr.Created && !*created {
+				*created = true
+				if wr.Header.Revision > rev {
+					gone, err := a.gone(ctx, pred)
+					if err != nil || gone {
+						return gone, false, err
+					}
+				}
+			}
+			// Not a deletion: the wait goes on.
+		case <-ctx.Done():
+			return false, false, a.ctxErr(ctx.Err(), met)
+		case <-a.m.done:
+			return false, false, a.m.usable()
+		case <-timer.C:
+			return false, false, nil
+		}
+	}
+}
+
+// gone reports whether pred was deleted (or replaced) since it was read.
+func (a *acquisition) gone(ctx context.Context, pred *mvccpb.KeyValue) (bool, error) {
+	resp, err := a.m.c.Get(ctx, string(pred.Key))
+	if err != nil {
+		return false, a.m.rpcErr(ctx, err)
+	}
+	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != pred.CreateRevision, nil
+}
+
+// timeout is the error of a wait whose deadline passed: opts.Wait's or
+// the context's.
+func (a *acquisition) timeout(ctx context.Context, met error) error {
+	if a.opts.Wait > 0 && !time.Now().Before(a.start.Add(a.opts.Wait)) {
+		return fmt.Errorf("%w after %v: %w", lockmgr.ErrTimeout, a.opts.Wait, met)
+	}
+	<-ctx.Done() // the context's deadline, a moment away
+	return a.ctxErr(ctx.Err(), met)
+}
+
+func (a *acquisition) ctxErr(err, met error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w (%w)", lockmgr.ErrTimeout, err, met)
+	}
+	return err
+}
+
+// grantQueued tries to grant the queued key: in one transaction, if the
+// key is still there and nothing conflicting was created before it. It
+// returns the acquisition's result once done, else the queue as read.
+func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, []*mvccpb.KeyValue, int64, error) {
+	m, k := a.m, a.k
+	if a.ttl > 0 {
+		// The lease has run since the acquisition began: renew it for a
+		// full TTL from the grant, or grant a new one if it ran out.
+		a.renewed = time.Now()
+		if _, err := m.c.KeepAliveOnce(ctx, a.lease); err != nil {
+			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return a.info, false, nil, 0, m.rpcErr(ctx, err)
+			}
+			id, _, err := m.grant(ctx, time.Duration(a.ttl)*time.Second)
+			if err != nil {
+				return a.info, false, nil, 0, err
+			}
+			a.lease = id
+		}
+	}
+	mine := clientv3.Compare(clientv3.CreateRevision(k.holdKey(a.mode)), "=", a.myRev)
+	notGranted := []clientv3.Op{
+		clientv3.OpGet(k.holdKey(a.mode)),
+		clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+	}
+	var then clientv3.Op
+	if a.mode == lockmgr.Exclusive {
+		// Every key left was created no earlier than mine.
+		first := clientv3.Compare(clientv3.CreateRevision(k.hold), ">", a.myRev-1).WithPrefix()
+		then = clientv3.OpTxn([]clientv3.Cmp{first}, a.grantOps(), notGranted)
+	} else {
+		// No exclusive key at all, or none created before mine: two
+		// comparisons, for one over an empty range compares a zero.
+		none := clientv3.Compare(clientv3.CreateRevision(k.exclPrefix), "=", 0).WithPrefix()
+		later := clientv3.Compare(clientv3.CreateRevision(k.exclPrefix), ">", a.myRev-1).WithPrefix()
+		then = clientv3.OpTxn([]clientv3.Cmp{none}, a.grantOps(),
+			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{later}, a.grantOps(), notGranted)})
+	}
+	resp, err := m.c.Txn(ctx).If(mine).Then(then).Else(notGranted...).Commit()
+	if err != nil {
+		return a.info, false, nil, 0, m.rpcErr(ctx, err)
+	}
+	ops := resp.Responses
+	for len(ops) == 1 && ops[0].GetResponseTxn() != nil {
+		ops = ops[0].GetResponseTxn().Responses
+	}
+	if len(ops) == grantOpCount {
+		info, err := a.granted(ctx, resp.Header.Revision, a.myRev, ops)
+		return info, true, nil, 0, err
+	}
+	if len(ranged(ops[0])) == 0 {
+		// The queued key is gone: the session's lease ended under it.
+		if err := m.usable(); err != nil {
+			return a.info, false, nil, 0, err
+		}
+		return a.info, false, nil, 0, fmt.Errorf("%w: the queued key of %q by %q vanished", lockmgr.ErrSessionLost, k.res, k.owner)
+	}
+	return a.info, false, ranged(ops[1]), resp.Header.Revision, nil
+}
+
+// leave deletes the queued key (if it is still the one queued), so that a
+// failed acquisition leaves the queue as it found it. myRev -1: a request
+// failed without saying whether it queued or granted the key.
+func (a *acquisition) leave() {
+	if a.myRev == 0 {
+		return
+	}
+	ctx, cancel := a.m.reqCtx()
+	defer cancel()
+	key := a.k.holdKey(a.mode)
+	if a.myRev > 0 {
+		// A grant whose answer was lost wrote a ledger beside the key:
+		// it goes too (the owner is unique, so the ledger is this one's).
+		_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", a.myRev)).
+			Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
+	} else {
+		// The key is this acquisition's if it is on one of its leases;
+		// so is the ledger beside it then (the grant wrote both).
+		for _, id := range []clientv3.LeaseID{a.m.session, a.lease} {
+			_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", id)).
+				Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
+		}
+	}
+	a.myRev = 0
+}
+
+// ranged is the key-values of a range response (none for another kind).
+func ranged(op *pb.ResponseOp) []*mvccpb.KeyValue {
+	if r := op.GetResponseRange(); r != nil {
+		return r.Kvs
+	}
+	return nil
+}
+
+// ownerOfKey is the owner a hold key or a ledger names: its last segment.
+func ownerOfKey(key []byte) string {
+	s := string(key)
+	return unescape(s[strings.LastIndexByte(s, '/')+1:])
+}
+
+// modeOfKey is the mode of a hold key (…/h/x/O or …/h/c/O).
+func modeOfKey(key []byte) lockmgr.Mode {
+	s := string(key)
+	s = s[:strings.LastIndexByte(s, '/')]
+	if strings.HasSuffix(s, "/x") {
+		return lockmgr.Exclusive
+	}
+	return lockmgr.Collaborative
+}

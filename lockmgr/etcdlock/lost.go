@@ -1,0 +1,152 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// lostSignal is the Lost channel of a hold, closed once when the hold
+// ends. The watch that notices a hold's end by others (its lease
+// expired, an operator deleted it) starts at the first call of Lost only:
+// a caller that never asks pays nothing.
+type lostSignal struct {
+	ch       chan struct{}
+	once     sync.Once
+	start    sync.Once
+	stop     context.CancelFunc // the watch's, once started
+	mu       sync.Mutex
+	deadline atomic.Int64 // Unix ns after which a TTL hold must be taken as lost; 0: none
+}
+
+func newLostSignal(deadline time.Time) *lostSignal {
+	l := &lostSignal{ch: make(chan struct{})}
+	l.setDeadline(deadline)
+	return l
+}
+
+func (l *lostSignal) setDeadline(t time.Time) {
+	if t.IsZero() {
+		l.deadline.Store(0)
+		return
+	}
+	l.deadline.Store(t.UnixNano())
+}
+
+func (l *lostSignal) fire() {
+	l.once.Do(func() {
+		close(l.ch)
+		l.mu.Lock()
+		if l.stop != nil {
+			l.stop()
+		}
+		l.mu.Unlock()
+	})
+}
+
+// Lost returns a channel that is closed when owner's hold of resource,
+// granted by this Manager, ends: by Release, or without it, because its
+// lease expired (its TTL passed without a Refresh, or the session was
+// lost: Done), or because its key was deleted by someone else. A holder
+// selects on it while it works, and stops writing when it closes.
+//
+// A TTL hold is taken as lost as soon as its TTL has passed on this
+// host's clock since the last renewal was sent, which is never later
+// than etcd's own expiry (etcd counts from when the renewal arrives).
+// A partition from etcd is noticed through the session (Done) within its
+// TTL. ErrLockNotHeld if this Manager holds no such hold.
+func (m *Manager) Lost(resource, owner string) (<-chan struct{}, error) {
+	if err := checkNames(resource, owner); err != nil {
+		return nil, err
+	}
+	h := m.local(resource, owner)
+	if h == nil {
+		return nil, fmt.Errorf("%w: %q by %q (not granted by this Manager)", lockmgr.ErrLockNotHeld, resource, owner)
+	}
+	h.lost.start.Do(func() { m.watchLost(h) })
+	return h.lost.ch, nil
+}
+
+// watchLost starts the goroutine that fires h's lost signal when its key
+// is deleted or its deadline passes.
+func (m *Manager) watchLost(h *hold) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.lost.mu.Lock()
+	h.lost.stop = cancel
+	h.lost.mu.Unlock()
+	select {
+	case <-h.lost.ch: // ended before the watch started
+		cancel()
+		return
+	default:
+	}
+	wch := m.c.Watch(ctx, h.key, clientv3.WithRev(h.rev), clientv3.WithFilterPut())
+	go func() {
+		defer cancel()
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		for {
+			if dl := h.lost.deadline.Load(); dl != 0 {
+				left := time.Until(time.Unix(0, dl))
+				if left <= 0 {
+					m.loseHold(h)
+					return
+				}
+				timer.Reset(left)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			case wr, ok := <-wch:
+				if !ok {
+					return // cancelled: the hold ended
+				}
+				if err := wr.Err(); err != nil {
+					if errors.Is(err, context.Canceled) {
+						return
+					}
+					// Compacted past the hold's revision, or the watch
+					// broke: look at the key itself, then watch on.
+					if m.holdGone(ctx, h) {
+						m.loseHold(h)
+						return
+					}
+					wch = m.c.Watch(ctx, h.key, clientv3.WithRev(wr.Header.Revision+1), clientv3.WithFilterPut())
+					continue
+				}
+				if len(wr.Events) > 0 {
+					m.loseHold(h)
+					return
+				}
+			}
+		}
+	}()
+}
+
+// holdGone reports whether h's key no longer exists as h (or the answer
+// cannot be had: then it is not safe to go on writing).
+func (m *Manager) holdGone(ctx context.Context, h *hold) bool {
+	resp, err := m.c.Get(ctx, h.key)
+	return err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev
+}
+
+// loseHold fires h's signal and drops this Manager's record of it, if it
+// is still the record of that hold.
+func (m *Manager) loseHold(h *hold) {
+	m.mu.Lock()
+	for id, x := range m.holds {
+		if x == h {
+			delete(m.holds, id)
+		}
+	}
+	m.mu.Unlock()
+	h.lost.fire()
+}

@@ -1,0 +1,294 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// Limits and defaults.
+const (
+	// MinTTL is the shortest TTL a hold or a session may have: etcd
+	// counts leases in whole seconds. A server may raise its minimum
+	// above this (it grants at least 1.5 election timeouts); a TTL below
+	// the server's minimum is refused too (ErrBadOptions), never silently
+	// lengthened.
+	MinTTL = time.Second
+	// DefaultSessionTTL is the lease of a Manager's session: how long
+	// its holds without a TTL outlive a holder that died or lost etcd.
+	DefaultSessionTTL = 10 * time.Second
+	// DefaultPrefix is where a Manager's keys live.
+	DefaultPrefix = "shmlock/"
+	// DefaultRequestTimeout bounds the requests of the calls that take no
+	// context (Release, Refresh, Inspect, ...).
+	DefaultRequestTimeout = 5 * time.Second
+	// tombstoneTTL is how long the news of a hold that ended without its
+	// release waits for its owner's late Release (ErrLockTimeout): the
+	// shm table keeps it until the room is needed; etcd has room, but
+	// not forever.
+	tombstoneTTL = time.Hour
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Prefix is the key prefix of the lock table; Managers with the same
+	// prefix on the same cluster share their locks. "" means
+	// DefaultPrefix; a missing trailing "/" is added.
+	Prefix string
+	// SessionTTL is the lease of the Manager's session, rounded up to
+	// whole seconds; 0 means DefaultSessionTTL, at least MinTTL.
+	SessionTTL time.Duration
+	// RequestTimeout bounds each request of a call that takes no
+	// context; 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Logger receives the warning for the release of a lock that does not
+	// exist; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager is a lock table kept in etcd: every Manager on the same
+// cluster and prefix, in any process on any host, sees the same named
+// locks. It satisfies lockmgr.Locker. A Manager may be used by any number
+// of goroutines; it owns a session (a lease it keeps alive) on which its
+// holds without a TTL live, so they end when the process dies or loses
+// etcd for longer than the session's TTL.
+type Manager struct {
+	c          *clientv3.Client
+	prefix     string
+	session    clientv3.LeaseID
+	sessionTTL int64 // seconds
+	timeout    time.Duration
+	log        *slog.Logger
+	host       string
+	pid        int
+
+	stopKeepAlive context.CancelFunc
+	done          chan struct{} // closed when the session ends
+	closed        atomic.Bool
+	declaredOnly  atomic.Bool // as last seen: picks the acquisition's comparison
+
+	mu    sync.Mutex
+	holds map[holdID]*hold // this Manager's holds
+
+	held heldStats
+	bg   sync.WaitGroup // background revocations, waited for by Close
+}
+
+type holdID struct{ resource, owner string }
+
+// hold is a hold this Manager granted.
+type hold struct {
+	key      string
+	rev      int64 // the key's create revision
+	mode     lockmgr.Mode
+	lease    clientv3.LeaseID // the session's, or the hold's own (TTL)
+	ttl      int64            // seconds; 0 on the session's lease
+	acquired time.Time
+	lost     *lostSignal
+}
+
+// New starts a Manager on client: it grants the session's lease and keeps
+// it alive until Close. ctx bounds only the start.
+func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: no etcd client", lockmgr.ErrBadOptions)
+	}
+	if opts.SessionTTL < 0 || (opts.SessionTTL > 0 && opts.SessionTTL < MinTTL) || opts.RequestTimeout < 0 {
+		return nil, fmt.Errorf("%w: session TTL %v (at least %v), request timeout %v",
+			lockmgr.ErrBadOptions, opts.SessionTTL, MinTTL, opts.RequestTimeout)
+	}
+	m := &Manager{c: client, prefix: opts.Prefix, timeout: opts.RequestTimeout, log: opts.Logger,
+		pid: os.Getpid(), done: make(chan struct{}), holds: make(map[holdID]*hold)}
+	if m.prefix == "" {
+		m.prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(m.prefix, "/") {
+		m.prefix += "/"
+	}
+	if m.timeout == 0 {
+		m.timeout = DefaultRequestTimeout
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	m.host, _ = os.Hostname()
+	ttl := opts.SessionTTL
+	if ttl == 0 {
+		ttl = DefaultSessionTTL
+	}
+	id, secs, err := m.grant(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	m.session, m.sessionTTL = id, secs
+	// The keep-alive runs on a context of its own: ctx bounds the start
+	// only, the session lasts until Close.
+	kctx, cancel := context.WithCancel(context.Background())
+	ch, err := client.KeepAlive(kctx, id)
+	if err != nil {
+		cancel()
+		m.revoke(id)
+		return nil, unavailable(err)
+	}
+	m.stopKeepAlive = cancel
+	go func() {
+		// The client closes ch when the lease is gone or was not renewed
+		// within its TTL: from then on the session's holds may be gone.
+		for range ch {
+		}
+		close(m.done)
+		m.endSessionHolds()
+	}()
+	return m, nil
+}
+
+// Done is closed when the Manager's session ends: by Close, or because
+// its lease expired or could not be renewed in time (etcd unreachable).
+// Its holds without a TTL are then lost, and every call returns
+// lockmgr.ErrSessionLost.
+func (m *Manager) Done() <-chan struct{} { return m.done }
+
+// Close ends the session: it revokes the session's lease, which ends every
+// hold of this Manager without a TTL at once (its waiters are woken), and
+// stops keeping it alive. Holds with a TTL run out on their own. The
+// client stays open: it is the caller's.
+func (m *Manager) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	m.stopKeepAlive()
+	<-m.done
+	m.bg.Wait()
+	err := m.foldHeld()
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	if _, rerr := m.c.Revoke(ctx, m.session); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+		err = errors.Join(err, unavailable(rerr))
+	}
+	return err
+}
+
+// usable is nil while the Manager may take and change holds.
+func (m *Manager) usable() error {
+	if m.closed.Load() {
+		return fmt.Errorf("%w: the Manager is closed", lockmgr.ErrSessionLost)
+	}
+	select {
+	case <-m.done:
+		return fmt.Errorf("%w: lease %x", lockmgr.ErrSessionLost, int64(m.session))
+	default:
+		return nil
+	}
+}
+
+// reqCtx is the context of a request of a call that takes none.
+func (m *Manager) reqCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), m.timeout)
+}
+
+// seconds is d in whole seconds, rounded up: the unit of etcd's leases.
+func seconds(d time.Duration) int64 {
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// grant grants a lease of ttl (rounded up to seconds); ErrBadOptions if
+// the server would grant a longer one (its minimum is higher).
+func (m *Manager) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, int64, error) {
+	secs := seconds(ttl)
+	resp, err := m.c.Grant(ctx, secs)
+	if err != nil {
+		return 0, 0, m.rpcErr(ctx, err)
+	}
+	if resp.TTL != secs {
+		m.revoke(resp.ID)
+		return 0, 0, fmt.Errorf("%w: TTL %v is below the etcd server's minimum lease of %ds",
+			lockmgr.ErrBadOptions, ttl, resp.TTL)
+	}
+	return resp.ID, secs, nil
+}
+
+// revoke revokes a lease the Manager no longer needs; a failure only
+// leaves it to expire.
+func (m *Manager) revoke(id clientv3.LeaseID) {
+	ctx, cancel := m.reqCtx()
+	defer cancel()
+	_, _ = m.c.Revoke(ctx, id)
+}
+
+// rpcErr is the error of a failed request: ctx's own error if ctx ended,
+// ErrSessionLost if the session's lease is gone, else ErrUnavailable.
+func (m *Manager) rpcErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return cerr
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: %w", lockmgr.ErrSessionLost, err)
+	}
+	return unavailable(err)
+}
+
+func unavailable(err error) error { return fmt.Errorf("%w: %w", lockmgr.ErrUnavailable, err) }
+
+// checkNames checks a resource and an owner as every backend does.
+func checkNames(resource, owner string) error {
+	if err := lockmgr.CheckResource(resource); err != nil {
+		return err
+	}
+	return lockmgr.CheckOwner(owner)
+}
+
+// local returns this Manager's hold of resource by owner, if any.
+func (m *Manager) local(resource, owner string) *hold {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.holds[holdID{resource, owner}]
+}
+
+func (m *Manager) remember(resource, owner string, h *hold) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.holds[holdID{resource, owner}] = h
+}
+
+// forget drops this Manager's record of a hold that ended, and tells its
+// Lost channel.
+func (m *Manager) forget(resource, owner string) {
+	m.mu.Lock()
+	h := m.holds[holdID{resource, owner}]
+	delete(m.holds, holdID{resource, owner})
+	m.mu.Unlock()
+	if h != nil {
+		h.lost.fire()
+	}
+}
+
+// endSessionHolds tells the Lost channels of the holds on the session's
+// lease, which ended with it.
+func (m *Manager) endSessionHolds() {
+	m.mu.Lock()
+	var ended []*hold
+	for id, h := range m.holds {
+		if h.lease == m.session {
+			ended = append(ended, h)
+			delete(m.holds, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, h := range ended {
+		h.lost.fire()
+	}
+}
+
+var _ lockmgr.Locker = (*Manager)(nil)

@@ -1,0 +1,366 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// state is what etcd holds about one owner of one resource.
+type state struct {
+	key    *mvccpb.KeyValue // the owner's h key (held or queued); nil if none
+	ledger *mvccpb.KeyValue // nil if no granted hold is recorded
+	tomb   *mvccpb.KeyValue // nil if no ended hold waits to be told
+	others int              // h keys of other owners
+	rev    int64            // the revision read at
+}
+
+// read reads the owner's keys of k.
+func (m *Manager) read(ctx context.Context, k *resKeys) (state, error) {
+	resp, err := m.c.Txn(ctx).Then(
+		clientv3.OpGet(k.excl), clientv3.OpGet(k.collab), clientv3.OpGet(k.ledger), clientv3.OpGet(k.tomb),
+		clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return state{}, m.rpcErr(ctx, err)
+	}
+	var st state
+	st.rev = resp.Header.Revision
+	if kvs := ranged(resp.Responses[0]); len(kvs) > 0 {
+		st.key = kvs[0]
+	} else if kvs := ranged(resp.Responses[1]); len(kvs) > 0 {
+		st.key = kvs[0]
+	}
+	if kvs := ranged(resp.Responses[2]); len(kvs) > 0 {
+		st.ledger = kvs[0]
+	}
+	if kvs := ranged(resp.Responses[3]); len(kvs) > 0 {
+		st.tomb = kvs[0]
+	}
+	st.others = len(ranged(resp.Responses[4]))
+	if st.key != nil {
+		st.others--
+	}
+	return st, nil
+}
+
+// notHeld is the error of a Release or Refresh by an owner without a live
+// hold, as st shows; nil (with a warning, for a Release) if nobody holds.
+func (m *Manager) notHeld(ctx context.Context, k *resKeys, st state, releasing bool) error {
+	switch {
+	case st.key == nil && st.ledger != nil:
+		// The hold's lease expired; nobody noticed before its owner.
+		if _, err := m.endOrphanKV(ctx, k, st.ledger, true); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %q by %q", lockmgr.ErrLockTimeout, k.res, k.owner)
+	case st.tomb != nil:
+		// Told now: the tombstone has served.
+		_, _ = m.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k.tomb), "=", st.tomb.ModRevision)).
+			Then(clientv3.OpDelete(k.tomb)).Commit()
+		if string(st.tomb.Value) == tombForced {
+			return fmt.Errorf("%w: %q by %q: an operator ended the hold", lockmgr.ErrLockNotHeld, k.res, k.owner)
+		}
+		return fmt.Errorf("%w: %q by %q", lockmgr.ErrLockTimeout, k.res, k.owner)
+	case st.key != nil || st.others > 0 || !releasing:
+		// A queued key is no hold either.
+		return fmt.Errorf("%w: %q by %q", lockmgr.ErrLockNotHeld, k.res, k.owner)
+	}
+	m.log.Warn("lockmgr: release of a lock that does not exist", "resource", k.res, "owner", k.owner)
+	return nil
+}
+
+// Release ends owner's hold of resource in one transaction, which also
+// counts it and, if it was the resource's last key, deletes its version
+// (the next grant's revision is higher anyway). Like the shm Manager's:
+// ErrLockNotHeld if owner holds it not but someone else does;
+// ErrLockTimeout if the hold ended without this release (its lease
+// expired); a warning and nil if nobody holds it. Any Manager may release
+// any owner's hold; the one that granted it needs no read first.
+func (m *Manager) Release(resource, owner string) error {
+	if err := checkNames(resource, owner); err != nil {
+		return err
+	}
+	// No usable check: a hold with a TTL outlives the session, and its
+	// owner may still give it back (as the shm Manager's Release works
+	// after its segment's Close).
+	ctx, cancel := m.reqCtx()
+	defer cancel()
+	k := m.keys(resource, owner)
+	h := m.local(resource, owner)
+	var key string
+	var rev int64
+	var acquired time.Time
+	if h != nil {
+		key, rev, acquired = h.key, h.rev, h.acquired
+	}
+	for tries := 0; ; tries++ {
+		if key == "" {
+			st, err := m.read(ctx, k)
+			if err != nil {
+				return err
+			}
+			if st.key == nil || st.ledger == nil {
+				m.forget(resource, owner)
+				return m.notHeld(ctx, k, st, true)
+			}
+			key, rev = string(st.key.Key), st.key.CreateRevision
+			if hv, err := decodeHold(st.key.Value); err == nil && hv.Acquired != 0 {
+				acquired = time.Unix(0, hv.Acquired)
+			}
+		}
+		d := max(time.Since(acquired), 0)
+		seq, total := m.held.add(d)
+		resp, err := m.c.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
+			clientv3.Compare(clientv3.CreateRevision(k.ledger), ">", 0),
+		).Then(
+			clientv3.OpDelete(key),
+			clientv3.OpDelete(k.ledger),
+			clientv3.OpPut(m.counter(ctrReleases), ""),
+			m.heldOp(seq, total),
+			// The version: deleted with the resource's last key (unless
+			// the resource is declared or inconsistent), else bumped.
+			clientv3.OpTxn([]clientv3.Cmp{
+				clientv3.Compare(clientv3.CreateRevision(k.hold), "=", rev).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(k.incons), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(k.decl), "=", 0),
+			}, []clientv3.Op{clientv3.OpDelete(k.version)}, []clientv3.Op{clientv3.OpPut(k.version, "")}),
+		).Commit()
+		if err != nil {
+			return m.rpcErr(ctx, err)
+		}
+		if resp.Succeeded {
+			m.forget(resource, owner)
+			if h != nil && h.ttl > 0 {
+				// The key is gone; its lease only costs the server
+				// memory until it expires: give it back, but not on the
+				// release's time.
+				m.bg.Go(func() { m.revoke(h.lease) })
+			}
+			return nil
+		}
+		m.held.undo(d)
+		if tries > 0 || h == nil {
+			// Read afresh and decide from what is there.
+			st, err := m.read(ctx, k)
+			if err != nil {
+				return err
+			}
+			if st.key == nil || st.ledger == nil || tries > 2 {
+				m.forget(resource, owner)
+				return m.notHeld(ctx, k, st, true)
+			}
+			key, rev = string(st.key.Key), st.key.CreateRevision
+			continue
+		}
+		key, h = "", nil // this Manager's record is stale: read
+	}
+}
+
+// Refresh extends owner's live hold of resource to ttl from now: a
+// keep-alive of the hold's lease when ttl is its TTL, else the hold moves
+// to a new lease of ttl (0: the session's lease, so it lasts while the
+// Manager does). ErrLockTimeout if it had expired already,
+// ErrLockNotHeld if owner does not hold it; ttl is whole seconds (rounded
+// up), at least MinTTL.
+func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.LockInfo, error) {
+	info := lockmgr.LockInfo{Resource: resource, Owner: owner, State: lockmgr.Failed}
+	err := checkNames(resource, owner)
+	if err == nil && (ttl < 0 || (ttl > 0 && ttl < MinTTL)) {
+		err = fmt.Errorf("%w: ttl %v (0, or at least %v)", lockmgr.ErrBadOptions, ttl, MinTTL)
+	}
+	if err == nil {
+		err = m.usable()
+	}
+	if err != nil {
+		return info, err
+	}
+	ctx, cancel := m.reqCtx()
+	defer cancel()
+	k := m.keys(resource, owner)
+	st, err := m.read(ctx, k)
+	if err != nil {
+		return info, err
+	}
+	if st.key == nil || st.ledger == nil {
+		m.forget(resource, owner)
+		return info, m.notHeld(ctx, k, st, false)
+	}
+	hv, err := decodeHold(st.key.Value)
+	if err != nil {
+		return info, err
+	}
+	secs := seconds(ttl)
+	lease := clientv3.LeaseID(st.key.Lease)
+	sent := time.Now()
+	if secs > 0 && secs == hv.TTL && lease != m.session {
+		if _, err := m.c.KeepAliveOnce(ctx, lease); err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				// Expired between the read and the keep-alive.
+				st.key = nil
+				return info, m.notHeld(ctx, k, st, false)
+			}
+			return info, m.rpcErr(ctx, err)
+		}
+	} else {
+		newLease := m.session
+		if secs > 0 {
+			if newLease, _, err = m.grant(ctx, ttl); err != nil {
+				return info, err
+			}
+		}
+		hv.TTL, hv.Lease = secs, int64(newLease)
+		resp, err := m.c.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(string(st.key.Key)), "=", st.key.CreateRevision),
+			clientv3.Compare(clientv3.CreateRevision(k.ledger), ">", 0),
+		).Then(
+			clientv3.OpPut(string(st.key.Key), hv.encode(), clientv3.WithLease(newLease)),
+			clientv3.OpPut(k.ledger, hv.encode()),
+		).Commit()
+		if err == nil && !resp.Succeeded {
+			err = fmt.Errorf("%w: %q by %q: the hold ended meanwhile", lockmgr.ErrLockTimeout, resource, owner)
+		}
+		if err != nil {
+			if newLease != m.session {
+				m.revoke(newLease)
+			}
+			return info, m.rpcErr(ctx, err)
+		}
+		if lease != m.session && lease != newLease {
+			m.revoke(lease)
+		}
+		lease = newLease
+	}
+	var deadline time.Time
+	if secs > 0 {
+		deadline = sent.Add(time.Duration(secs) * time.Second)
+		info.Timeout, info.ExpiresAt = time.Duration(secs)*time.Second, deadline
+	}
+	if h := m.local(resource, owner); h != nil && h.rev == st.key.CreateRevision {
+		m.mu.Lock()
+		h.lease, h.ttl = lease, secs
+		m.mu.Unlock()
+		h.lost.setDeadline(deadline)
+	}
+	info.Mode = hv.mode()
+	info.AcquiredAt = time.Unix(0, hv.Acquired)
+	info.State = lockmgr.Acquired
+	ver, err := m.version(ctx, k)
+	if err != nil {
+		return info, err
+	}
+	info.Version = uint64(ver)
+	return info, nil
+}
+
+// version is the resource's current version: its version key's revision.
+func (m *Manager) version(ctx context.Context, k *resKeys) (int64, error) {
+	resp, err := m.c.Get(ctx, k.version)
+	if err != nil {
+		return 0, m.rpcErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return resp.Kvs[0].ModRevision, nil
+}
+
+// MarkConsistent says that the data the resource protects is whole again:
+// later grants are no longer told (LockInfo.Inconsistent). ErrLockNotHeld
+// if owner holds no live hold of resource.
+func (m *Manager) MarkConsistent(resource, owner string) error {
+	if err := checkNames(resource, owner); err != nil {
+		return err
+	}
+	if err := m.usable(); err != nil {
+		return err
+	}
+	ctx, cancel := m.reqCtx()
+	defer cancel()
+	k := m.keys(resource, owner)
+	st, err := m.read(ctx, k)
+	if err != nil {
+		return err
+	}
+	if st.key == nil || st.ledger == nil {
+		return fmt.Errorf("%w: %q by %q", lockmgr.ErrLockNotHeld, resource, owner)
+	}
+	resp, err := m.c.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(string(st.key.Key)), "=", st.key.CreateRevision),
+		clientv3.Compare(clientv3.CreateRevision(k.ledger), ">", 0),
+	).Then(clientv3.OpDelete(k.incons)).Commit()
+	if err != nil {
+		return m.rpcErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %q by %q", lockmgr.ErrLockNotHeld, resource, owner)
+	}
+	return nil
+}
+
+// endOrphan ends the hold that ledger l records, whose key is gone (its
+// lease expired): see endOrphanKV. It notes for the acquisition whether
+// the hold had no TTL (its Manager's session ended: reclaimed).
+func (a *acquisition) endOrphan(ctx context.Context, l *mvccpb.KeyValue, told bool) (int64, error) {
+	if len(l.Value) == 0 {
+		// Read keys only: read the ledger itself.
+		resp, err := a.m.c.Get(ctx, string(l.Key))
+		if err != nil {
+			return 0, a.m.rpcErr(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0, nil // recorded by someone else meanwhile
+		}
+		l = resp.Kvs[0]
+	}
+	if hv, err := decodeHold(l.Value); err == nil && hv.TTL == 0 {
+		a.reclaim = true
+	}
+	return a.m.endOrphanKV(ctx, a.m.keys(a.k.res, ownerOfKey(l.Key)), l, told)
+}
+
+// endOrphanKV records the end of a hold that ended without its release:
+// in one transaction, if nobody did it first, the ledger gives way to a
+// tombstone (unless its owner is being told now: told), the resource
+// becomes inconsistent, its version moves, and the expiry is counted
+// (reclaimed if the hold lived on its Manager's session). It returns the
+// new version, or 0 if someone else recorded the end first.
+func (m *Manager) endOrphanKV(ctx context.Context, k *resKeys, l *mvccpb.KeyValue, told bool) (int64, error) {
+	ctr := ctrExpired
+	if hv, err := decodeHold(l.Value); err == nil && hv.TTL == 0 {
+		ctr = ctrReclaimed
+	}
+	ops := []clientv3.Op{
+		clientv3.OpDelete(k.ledger),
+		clientv3.OpPut(k.incons, ""),
+		clientv3.OpPut(k.version, ""),
+		clientv3.OpPut(m.counter(ctr), ""),
+	}
+	if !told {
+		lease, err := m.c.Grant(ctx, int64(tombstoneTTL/time.Second))
+		if err != nil {
+			return 0, m.rpcErr(ctx, err)
+		}
+		ops = append(ops, clientv3.OpPut(k.tomb, tombExpired, clientv3.WithLease(lease.ID)))
+	}
+	resp, err := m.c.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(k.ledger), "=", l.ModRevision),
+		clientv3.Compare(clientv3.CreateRevision(k.excl), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(k.collab), "=", 0),
+	).Then(ops...).Commit()
+	if err != nil {
+		return 0, m.rpcErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return 0, nil
+	}
+	return resp.Header.Revision, nil
+}
