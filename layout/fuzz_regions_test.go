@@ -44,7 +44,7 @@ func regionSeeds(tb testing.TB) []regionSeed {
 		{"sound-empty", regionDir(tb, 2), 4096},
 		{"sound-three", three, 4096},
 		{"sound-full", regionDir(tb, 1, layout.RegionDesc{Name: "all", Size: 4096}), 4096},
-		{"torn-free-entry", edit(func(d []byte) { copy(entryAt(d, 3)[24:], "half") }), 4096},
+		{"sound-torn-free-entry", edit(func(d []byte) { copy(entryAt(d, 3)[24:], "half") }), 4096},
 		{"overlap", edit(func(d []byte) { le.PutUint64(entryAt(d, 1)[16:], 129) }), 4096},
 		{"same-name", edit(func(d []byte) { copy(entryAt(d, 1)[24:], "queue") }), 4096},
 		{"bad-state", edit(func(d []byte) { le.PutUint32(entryAt(d, 2)[0:], 7) }), 4096},

@@ -121,13 +121,18 @@ func (r RegionDesc) End() uint64 { return alignUp(r.Offset+r.Size, RegionAlign) 
 type RegionTable struct {
 	Regions  []RegionDesc // the sound claimed entries, by index
 	Problems []error      // a *FormatError for each damaged entry, by index
-	Free     int          // the first entry in state RegionFree; -1 if none
+	// Abandoned are the free entries that are not zeroed, by index: what a
+	// claimant that died before publishing its claim leaves. No damage: a
+	// free entry's words mean nothing, and a claim zeroes the entry it
+	// takes first.
+	Abandoned []int
+	Free      int // the first entry in state RegionFree; -1 if none
 	// End is where the next region starts: past every region of Regions,
 	// on a RegionAlign boundary.
 	End uint64
 	// Sound is false if a claimed entry, or one in no known state, is
 	// damaged: its region is unknown, so no new region may be placed
-	// beside it. Damaged free entries (a dead claimant's) do not count.
+	// beside it.
 	Sound bool
 }
 
@@ -182,7 +187,7 @@ func DecodeRegions(dir []byte, dataBytes uint64) RegionTable {
 				t.Free = i
 			}
 			if !allZero(b) {
-				problem(i, ErrMalformed, "a free entry that is not zeroed (a claimant died before publishing it; the next claim takes it over)")
+				t.Abandoned = append(t.Abandoned, i)
 			}
 			continue
 		case RegionClaimed:

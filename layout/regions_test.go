@@ -3,6 +3,7 @@ package layout_test
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,12 +32,12 @@ func TestDecodeRegionsSound(t *testing.T) {
 	t.Parallel()
 	const area = 1024
 	tests := []struct {
-		name    string
-		dir     []byte
-		want    []layout.RegionDesc
-		free    int
-		end     uint64
-		problem bool // a free entry with words set: reported, still sound
+		name      string
+		dir       []byte
+		want      []layout.RegionDesc
+		free      int
+		end       uint64
+		abandoned bool // a free entry with words set: in Abandoned, no problem
 	}{
 		{"empty table", nil, nil, -1, 0, false},
 		{"nothing claimed", regionDir(t, 3), nil, 0, 0, false},
@@ -79,11 +80,11 @@ func TestDecodeRegionsSound(t *testing.T) {
 			if got.End != tc.end {
 				t.Errorf("End: got %d, want %d", got.End, tc.end)
 			}
-			if (len(got.Problems) > 0) != tc.problem {
-				t.Errorf("Problems: got %v, want some = %v", got.Problems, tc.problem)
+			if len(got.Problems) > 0 {
+				t.Errorf("Problems: got %v, want none", got.Problems)
 			}
-			for _, p := range got.Problems {
-				checkFormatError(t, p, layout.ErrMalformed)
+			if (len(got.Abandoned) > 0) != tc.abandoned {
+				t.Errorf("Abandoned: got %v, want some = %v", got.Abandoned, tc.abandoned)
 			}
 		})
 	}
@@ -130,8 +131,6 @@ func TestDecodeRegionsDamage(t *testing.T) {
 		{"overlaps the next", u64(1, 16, 129), 2, layout.ErrTableOverlap, 2, false},
 		{"same offset", u64(2, 8, 64), 2, layout.ErrTableOverlap, 2, false},
 		{"name claimed twice", func(d []byte) { entryAt(d, 2)[24] = 'a' }, 2, layout.ErrMalformed, 2, false},
-		{"free entry with a size", u64(3, 16, 64), 3, layout.ErrMalformed, 3, true},
-		{"free entry with a name byte", func(d []byte) { entryAt(d, 3)[63] = 1 }, 3, layout.ErrMalformed, 3, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,5 +245,23 @@ func TestRegionEntryAppendEntry(t *testing.T) {
 	}
 	if w := layout.NameWords(strings.Repeat("z", layout.MaxNameLen)); w[len(w)-1] != 0x7a7a7a7a7a7a7a7a {
 		t.Errorf("NameWords of a full name: last word %#x, want the name's last eight bytes", w[len(w)-1])
+	}
+}
+
+// A free entry with words set (a claimant died before publishing it) is
+// listed in Abandoned, and is no problem: the table stays sound.
+func TestDecodeRegionsAbandoned(t *testing.T) {
+	t.Parallel()
+	const area = 1024
+	for name, damage := range map[string]func(d []byte){
+		"a size":      func(d []byte) { binary.LittleEndian.PutUint64(entryAt(d, 3)[16:], 64) },
+		"a name byte": func(d []byte) { entryAt(d, 3)[63] = 1 },
+	} {
+		dir := regionDir(t, 4, layout.RegionDesc{Name: "a", Offset: 0, Size: 1})
+		damage(dir)
+		got := layout.DecodeRegions(dir, area)
+		if len(got.Problems) != 0 || !got.Sound || !slices.Equal(got.Abandoned, []int{3}) {
+			t.Errorf("%s: got problems %v, sound %v, abandoned %v; want none, true, [3]", name, got.Problems, got.Sound, got.Abandoned)
+		}
 	}
 }

@@ -10,8 +10,7 @@ import (
 // CheckDirectories validates the claim directories of the owner-slot and
 // upgrade-mutex tables, the claim references and the region directory
 // without changing anything, and returns a line for each damaged entry: a
-// state no claim can leave, a free entry that is not zeroed, a claimed one
-// with a bad name or claimer, a name claimed twice, a data region out of
+// state no claim can leave, a claimed entry with a bad name or claimer, a name claimed twice, a data region out of
 // the data area, misaligned or overlapping another (layout.DecodeRegions).
 // (A claim with no reference is no damage: its lock was still held when
 // the last reference went.) Nothing found: nil. It reads without the registry
@@ -28,10 +27,7 @@ func (s *Segment) CheckDirectories() ([]string, error) {
 			}
 			where := fmt.Sprintf("%v[%d]", dk, i)
 			switch st := e.State.Load(); st {
-			case layout.DirFree:
-				if e.Refs.Load() != 0 || e.NameLen.Load() != 0 || e.Use.Load() != 0 || e.Claimer.Load() != 0 || layout.NameOf(e) != "" {
-					found = append(found, where+": a free entry that is not zeroed")
-				}
+			case layout.DirFree: // its other words mean nothing: see AbandonedClaims
 			case layout.DirClaimed:
 				found = append(found, checkClaim(where, e, names, i)...)
 			default:
@@ -52,6 +48,37 @@ func (s *Segment) CheckDirectories() ([]string, error) {
 	}
 	return found, nil
 }
+
+// AbandonedClaims returns a line for each free directory entry (of the
+// owner-slot, upgrade-mutex and region directories) that is not zeroed:
+// what a claimant that died before publishing its claim leaves. That is no
+// damage (a free entry's words mean nothing, and the next claim of the
+// entry zeroes it first), but a tool may say so.
+func (s *Segment) AbandonedClaims() ([]string, error) {
+	var found []string
+	for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
+		dk, _ := directoryOf(k)
+		for i := range s.Len(k) {
+			e, err := entry[layout.DirEntry](s, dk, i)
+			if err != nil {
+				return nil, err
+			}
+			if e.State.Load() == layout.DirFree &&
+				(e.Refs.Load() != 0 || e.NameLen.Load() != 0 || e.Use.Load() != 0 || e.Claimer.Load() != 0 || layout.NameOf(e) != "") {
+				found = append(found, fmt.Sprintf("%v[%d]: %s", dk, i, abandoned))
+			}
+		}
+	}
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	for _, i := range s.readRegions().Abandoned {
+		found = append(found, fmt.Sprintf("%v[%d]: %s", layout.KindRegionDirectory, i, abandoned))
+	}
+	return found, nil
+}
+
+const abandoned = "a claim its claimant did not finish (it died); free, and the next claim reuses the entry"
 
 // checkRefs validates the claim references: each names a claimed entry of
 // a claimable table and a process, and the references counted for an

@@ -35,7 +35,9 @@ drain mask), the lock-manager table (kinds, names, hashes, modes, holder
 chains), the transactions (states, owners, arenas) and the region directory
 (names, and regions inside the data area, aligned, none overlapping). Each finding is one
 line; the exit status is 1 if there is any. Holds of dead processes are
-not damage ('shmctl reclaim' frees them).
+not damage ('shmctl reclaim' frees them), nor are claims that a claimant
+killed in the middle of its claim left unfinished: each is one line
+"note: ...", and the next claim reuses the entry.
 
 It reads without locks: under traffic a finding may be a moment's, so
 check a quiet segment, or check again. reclaim and unlock refuse a segment
@@ -66,7 +68,14 @@ func runCheck(opts *checkOptions) error {
 	if err != nil {
 		return err
 	}
-	doc := checkJSON{docHeader: header("check"), Path: seg.Path(), OK: len(found) == 0, Findings: found}
+	notes, err := seg.AbandonedClaims()
+	if err != nil {
+		return err
+	}
+	if notes == nil {
+		notes = []string{}
+	}
+	doc := checkJSON{docHeader: header("check"), Path: seg.Path(), OK: len(found) == 0, Findings: found, Notes: notes}
 	if opts.JSON {
 		if err := writeJSON(opts.IO.Out, doc); err != nil {
 			return err
@@ -74,6 +83,9 @@ func runCheck(opts *checkOptions) error {
 	} else {
 		for _, f := range found {
 			fmt.Fprintln(opts.IO.Out, f)
+		}
+		for _, n := range notes {
+			fmt.Fprintln(opts.IO.Out, "note: "+n)
 		}
 		if len(found) == 0 && opts.IO.IsStdoutTTY() {
 			fmt.Fprintf(opts.IO.ErrOut, "%s: no damage found\n", seg.Path())

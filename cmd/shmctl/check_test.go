@@ -78,9 +78,6 @@ func TestCheckFindsDamage(t *testing.T) {
 		{"directory state", "neither free (0) nor claimed (1)", func(t *testing.T, seg *shm.Segment) {
 			dirEntry(t, seg, layout.KindSlotDirectory, 0).State.Store(7)
 		}},
-		{"free directory entry not zeroed", "a free entry that is not zeroed", func(t *testing.T, seg *shm.Segment) {
-			dirEntry(t, seg, layout.KindSlotDirectory, 5).Refs.Store(1)
-		}},
 		{"claim with no claimer", "claimed by no process", func(t *testing.T, seg *shm.Segment) {
 			dirEntry(t, seg, layout.KindUpgradeDirectory, 0).Claimer.Store(0)
 		}},
@@ -192,4 +189,34 @@ func dirEntry(t *testing.T, seg *shm.Segment, k layout.Kind, i int) *layout.DirE
 	d, err := memview.At[layout.DirEntry](mem, uint64(i)*layout.DirEntrySize)
 	require.NoError(t, err)
 	return d
+}
+
+// A claim a claimant did not finish (it died before publishing it) leaves
+// a free entry that is not zeroed: check tells it as a note, not damage,
+// and reclaim does not refuse the segment for it.
+func TestCheckNotesAbandonedClaims(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	dirEntry(t, seg, layout.KindSlotDirectory, 5).Refs.Store(1)
+	dir, err := seg.Region(layout.KindRegionDirectory)
+	require.NoError(t, err)
+	dir[3*layout.RegionEntrySize+63] = 1
+	notes := []string{
+		"slot_directory[5]: a claim its claimant did not finish (it died); free, and the next claim reuses the entry",
+		"region_directory[3]: a claim its claimant did not finish (it died); free, and the next claim reuses the entry",
+	}
+
+	r := shmctl(t, false, "check", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr %s", r.stderr)
+	assert.Equal(t, "note: "+notes[0]+"\nnote: "+notes[1]+"\n", r.stdout)
+	r = shmctl(t, false, "check", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr %s", r.stderr)
+	var doc checkJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.True(t, doc.OK)
+	assert.Empty(t, doc.Findings)
+	assert.Equal(t, notes, doc.Notes)
+
+	r = shmctl(t, false, "reclaim", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr %s", r.stderr)
 }

@@ -240,6 +240,9 @@ type (
 		Path     string   `json:"path"`
 		OK       bool     `json:"ok"`
 		Findings []string `json:"findings"`
+		// Notes are what is no damage but worth knowing: claims that
+		// dead claimants did not finish (shm.Segment.AbandonedClaims).
+		Notes []string `json:"notes"`
 	}
 	// unlockJSON says what unlock --force freed.
 	unlockJSON struct {
