@@ -50,8 +50,9 @@ func (s *Segment) CheckDirectories() ([]string, error) {
 }
 
 // AbandonedClaims returns a line for each free directory entry (of the
-// owner-slot, upgrade-mutex and region directories) that is not zeroed:
-// what a claimant that died before publishing its claim leaves. That is no
+// owner-slot, upgrade-mutex and region directories) and each free claim
+// reference record that is not zeroed: what a process that died before
+// publishing its claim or reference leaves. That is no
 // damage (a free entry's words mean nothing, and the next claim of the
 // entry zeroes it first), but a tool may say so.
 func (s *Segment) AbandonedClaims() ([]string, error) {
@@ -67,6 +68,15 @@ func (s *Segment) AbandonedClaims() ([]string, error) {
 				(e.Refs.Load() != 0 || e.NameLen.Load() != 0 || e.Use.Load() != 0 || e.Claimer.Load() != 0 || layout.NameOf(e) != "") {
 				found = append(found, fmt.Sprintf("%v[%d]: %s", dk, i, abandoned))
 			}
+		}
+	}
+	for j := range s.Len(layout.KindClaimRefs) {
+		r, err := entry[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return nil, err
+		}
+		if r.Owner.Load() == 0 && (r.Target.Load() != 0 || r.Count.Load() != 0) {
+			found = append(found, fmt.Sprintf("%v[%d]: a reference record its process did not finish (it died); free, and the next reference reuses it", layout.KindClaimRefs, j))
 		}
 	}
 	if s.closed.Load() {
@@ -93,10 +103,7 @@ func (s *Segment) checkRefs() []string {
 		}
 		o := r.Owner.Load()
 		where := fmt.Sprintf("%v[%d]", layout.KindClaimRefs, j)
-		if o == 0 {
-			if r.Target.Load() != 0 || r.Count.Load() != 0 {
-				found = append(found, where+": a free record that is not zeroed")
-			}
+		if o == 0 { // its other words mean nothing: see AbandonedClaims
 			continue
 		}
 		if id, _ := proc.Unpack(o); id.PID == 0 {
