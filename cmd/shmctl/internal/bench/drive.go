@@ -94,7 +94,12 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 	defer seg.Close()
 
 	// Start the workers.
-	exited := make(chan error, cfg.Procs)
+	// exited gets each worker's index and exit error.
+	type exit struct {
+		worker int
+		err    error
+	}
+	exited := make(chan exit, cfg.Procs)
 	for i := 0; i < cfg.Procs; i++ {
 		cmd, err := spawn(i)
 		if err == nil {
@@ -107,11 +112,11 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 			}
 			return fail(ExitFailed, "start worker: "+err.Error())
 		}
-		go func() { exited <- cmd.Wait() }()
+		go func() { exited <- exit{i, cmd.Wait()} }()
 	}
 
 	// Barrier: wait until every worker has attached, then start the clock.
-	nexited, failed := 0, 0
+	nexited := 0
 	for s.ready.Load() < uint32(cfg.Procs) {
 		select {
 		case <-exited:
@@ -126,23 +131,26 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 	}
 	t0 := nowNs()
 	s.goFlag.Store(goStart)
+	exitFailed := make([]bool, cfg.Procs)
 	for ; nexited < cfg.Procs; nexited++ {
-		if err := <-exited; err != nil {
-			failed++
-		}
+		e := <-exited
+		exitFailed[e.worker] = e.err != nil
 	}
-	return s.validate(cfg, kind, t0, failed)
+	return s.validate(cfg, kind, t0, exitFailed)
 }
 
-// validate sums the stat slots and checks the workload's invariant.
-func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, failed int) (Result, int) {
+// validate sums the stat slots and checks the workload's invariant. A
+// worker failed if it exited with an error or did not finish (one count
+// for a worker that did both, as a killed one does).
+func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, exitFailed []bool) (Result, int) {
+	failed := 0
 	res := Result{Peer: kind.peer, Workload: cfg.Workload, Procs: cfg.Procs, Iters: cfg.Iters}
 	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
 	tend := t0
 	var reads, writes, torn, errors, retries uint64
 	for i := 0; i < cfg.Procs; i++ {
 		st := s.stats[i]
-		if atomic.LoadUint64(&st.Done) != 1 {
+		if exitFailed[i] || atomic.LoadUint64(&st.Done) != 1 {
 			failed++
 		}
 		tend = max(tend, st.EndNs)

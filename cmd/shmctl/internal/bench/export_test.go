@@ -39,7 +39,7 @@ func RunInProcess(cfg Config, l sync.Locker) (Result, int) {
 	t0 := nowNs()
 	s.goFlag.Store(goStart)
 	wg.Wait()
-	return s.validate(cfg, lockKind{peer: "inprocess", shared: true}, t0, 0)
+	return s.validate(cfg, lockKind{peer: "inprocess", shared: true}, t0, make([]bool, cfg.Procs))
 }
 
 // AttachThenFail is a worker that passes the start barrier and fails.
