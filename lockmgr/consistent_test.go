@@ -3,7 +3,6 @@ package lockmgr_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -120,24 +119,7 @@ func TestDeadProcessesNamesComeBack(t *testing.T) {
 	if testproc.Race {
 		procs = 200
 	}
-	const atOnce = 3
-	for i := 0; i < procs; i += atOnce {
-		var batch []*testproc.Child
-		for j := i; j < min(i+atOnce, procs); j++ {
-			how := "exit"
-			if j%5 == 0 {
-				how = "wait"
-			}
-			batch = append(batch, testproc.Start(t, "claim-exit", path, fmt.Sprintf("job-%d", j), how))
-		}
-		for _, c := range batch {
-			if c.WaitLine(t, "ready"); strings.Contains(c.Out.String(), "exiting") {
-				c.WaitOK(t)
-			} else {
-				c.Kill(t)
-			}
-		}
-	}
+	testproc.Churn(t, procs, 3, "claim-exit", path, "job")
 }
 
 // claimExitHelper acquires and releases resource NAME, then exits or

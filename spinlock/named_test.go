@@ -3,7 +3,6 @@ package spinlock_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -181,24 +180,7 @@ func TestDeadProcessesNamesComeBack(t *testing.T) {
 	if testproc.Race {
 		procs = 200
 	}
-	const atOnce = 4
-	for i := 0; i < procs; i += atOnce {
-		var batch []*testproc.Child
-		for j := i; j < min(i+atOnce, procs); j++ {
-			how := "exit"
-			if j%5 == 0 {
-				how = "wait" // killed with SIGKILL below
-			}
-			batch = append(batch, testproc.Start(t, "claim-exit", path, fmt.Sprintf("job-%d", j), how))
-		}
-		for _, c := range batch {
-			if c.WaitLine(t, "ready"); strings.Contains(c.Out.String(), "exiting") {
-				c.WaitOK(t)
-			} else {
-				c.Kill(t)
-			}
-		}
-	}
+	testproc.Churn(t, procs, 4, "claim-exit", path, "job")
 	i, err := seg.Lookup(layout.KindOwnerSlots, "live")
 	require.NoError(t, err, "the live process's claim stays")
 	claims, err := seg.Claims(layout.KindOwnerSlots)

@@ -216,24 +216,7 @@ func TestDeadProcessesNamesComeBack(t *testing.T) {
 	if testproc.Race {
 		procs = 200
 	}
-	const atOnce = 2
-	for i := 0; i < procs; i += atOnce {
-		var batch []*testproc.Child
-		for j := i; j < min(i+atOnce, procs); j++ {
-			how := "exit"
-			if j%5 == 0 {
-				how = "wait"
-			}
-			batch = append(batch, testproc.Start(t, "claim-exit", path, fmt.Sprintf("table-%d", j), how))
-		}
-		for _, c := range batch {
-			if c.WaitLine(t, "ready"); strings.Contains(c.Out.String(), "exiting") {
-				c.WaitOK(t)
-			} else {
-				c.Kill(t)
-			}
-		}
-	}
+	testproc.Churn(t, procs, 2, "claim-exit", path, "table")
 	found, err := seg.CheckDirectories()
 	require.NoError(t, err)
 	require.Empty(t, found)
