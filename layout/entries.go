@@ -263,4 +263,14 @@ type ClaimRef struct {
 }
 
 // ClaimTarget encodes entry i of table k for ClaimRef.Target.
-func ClaimTarget(k Kind, i int) uint32 { return uint32(k)<<24 | uint32(i) }
+func ClaimTarget(k Kind, i int) uint32 { return uint32(k)<<claimTargetShift | uint32(i) }
+
+// SplitClaimTarget is ClaimTarget's inverse: the table and the index a
+// ClaimRef.Target names.
+func SplitClaimTarget(t uint32) (Kind, int) {
+	return Kind(t >> claimTargetShift), int(t & (1<<claimTargetShift - 1))
+}
+
+// claimTargetShift places the kind above the index in ClaimRef.Target: 24
+// bits of index, more than any claimable table's MaxSlots or MaxUpgrades.
+const claimTargetShift = 24

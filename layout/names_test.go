@@ -73,3 +73,16 @@ func TestNameOf(t *testing.T) {
 		}
 	}
 }
+
+func TestClaimTargetRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		k layout.Kind
+		i int
+	}{{layout.KindOwnerSlots, 0}, {layout.KindUpgrades, 15}, {layout.KindOwnerSlots, layout.MaxSlots - 1}, {layout.KindUpgrades, layout.MaxUpgrades - 1}} {
+		k, i := layout.SplitClaimTarget(layout.ClaimTarget(tc.k, tc.i))
+		if k != tc.k || i != tc.i {
+			t.Errorf("SplitClaimTarget(ClaimTarget(%v, %d)) = %v, %d", tc.k, tc.i, k, i)
+		}
+	}
+}

@@ -110,7 +110,7 @@ func (s *Segment) checkRefs() []string {
 			found = append(found, fmt.Sprintf("%s: owner %#x has no pid", where, o))
 		}
 		t := r.Target.Load()
-		k, i := layout.Kind(t>>24), int(t&(1<<24-1))
+		k, i := layout.SplitClaimTarget(t)
 		dk, err := directoryOf(k)
 		if err != nil || i >= s.Len(k) {
 			found = append(found, fmt.Sprintf("%s: names %v[%d], which is no claimable entry", where, k, i))

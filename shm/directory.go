@@ -284,7 +284,7 @@ func (s *Segment) deadRefs() []DroppedClaim {
 			continue
 		}
 		t := r.Target.Load()
-		k, i := layout.Kind(t>>24), int(t&(1<<24-1))
+		k, i := layout.SplitClaimTarget(t)
 		dc := DroppedClaim{Kind: k, Index: i, Owner: o, Count: r.Count.Load()}
 		if dk, err := directoryOf(k); err == nil {
 			if d, err := entryOf[layout.DirEntry](s, dk, i); err == nil {
@@ -310,7 +310,7 @@ func (s *Segment) dropDeadRefs() int {
 			continue
 		}
 		t, n := r.Target.Load(), r.Count.Load()
-		k, i := layout.Kind(t>>24), int(t&(1<<24-1))
+		k, i := layout.SplitClaimTarget(t)
 		if dk, err := directoryOf(k); err == nil && i < s.Len(k) {
 			if d, err := entryOf[layout.DirEntry](s, dk, i); err == nil && d.State.Load() == layout.DirClaimed {
 				refs := d.Refs.Load()
