@@ -240,7 +240,7 @@ func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
 	if e.State.Load()&(UpgradeStateHeld|UpgradeStateInconsistent) != 0 || e.Upgrader.Load() != 0 {
 		return false
 	}
-	if w := e.Writer.Load(); w != 0 && !(w&upgradeHungry != 0 && w&upgradePIDField == 0) { // a handoff is free
+	if w := e.Writer.Load(); w != 0 && !IsUpgradeHandoff(w) { // a handoff is free
 		return false
 	}
 	for _, r := range rs {
@@ -250,6 +250,11 @@ func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
 	}
 	return true
 }
+
+// IsUpgradeHandoff reports whether w, an upgrade mutex's Writer word, is
+// a handoff: the hungry bit with no identity (no process has pid 0), which
+// a release leaves for the waiting writers; the lock is then free.
+func IsUpgradeHandoff(w uint64) bool { return w&upgradeHungry != 0 && w&upgradePIDField == 0 }
 
 // ClaimRef records the references one process holds to one claimed entry
 // (an owner slot or an upgrade mutex): package shm keeps it beside the

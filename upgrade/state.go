@@ -5,6 +5,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
 )
 
 // The state word (layout.UpgradeEntry.State) has these bits:
@@ -214,7 +215,14 @@ func handoffWord() uint64 {
 }
 
 // isHandoff reports whether the Writer word o is a handoff.
-func isHandoff(o uint64) bool { return o&writerHungry != 0 && o&pidField == 0 }
+func isHandoff(o uint64) bool { return layout.IsUpgradeHandoff(o) }
+
+// The layout package reads these words too (layout.UpgradeFree, for the
+// recycling of a mutex's name): its constants must be these.
+var (
+	_ = [1]struct{}{}[layout.UpgradeStateHeld^(stateWrite|stateUpgrade|statePending)]
+	_ = [1]struct{}{}[layout.UpgradeStateInconsistent^stateInconsistent]
+)
 
 // handoffExpired reports whether the handoff o is stale (see above).
 func handoffExpired(o uint64) bool {
