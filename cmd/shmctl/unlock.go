@@ -179,19 +179,16 @@ func unlockKind(seg *shm.Segment, name, want string) (string, error) {
 	}
 	switch {
 	case len(found) == 0 || want != "":
-		return "", fmt.Errorf("%w: no %s named %q in %s", shm.ErrNotFound, orList(nonEmpty(want, "lock")), name, seg.Path())
+		what := want
+		if what == "" {
+			what = "lock"
+		}
+		return "", fmt.Errorf("%w: no %s named %q in %s", shm.ErrNotFound, what, name, seg.Path())
 	}
 	return "", fmt.Errorf("%w: %q names a %s in %s: say which with --kind", errAmbiguous, name, orList(found), seg.Path())
 }
 
 var errAmbiguous = errors.New("ambiguous name")
-
-func nonEmpty(s, otherwise string) []string {
-	if s == "" {
-		return []string{otherwise}
-	}
-	return []string{s}
-}
 
 func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
 	i, err := seg.Lookup(layout.KindOwnerSlots, name)
