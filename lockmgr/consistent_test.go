@@ -144,3 +144,31 @@ func claimExitHelper(args []string) int {
 	time.Sleep(2 * testTimeout)
 	return fail("not killed")
 }
+
+// A waiter asleep behind a holder that dies (kill -9) takes the resource
+// over at its next sleep slice, not at the end of its backoff: here an
+// hour, far past the wait's deadline.
+func TestSleeperNoticesDeadHolder(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 4, lockmgr.Options{})
+	holder := testproc.Start(t, "hold", path, "r", "dies", "exclusive")
+	holder.WaitLine(t, "held")
+
+	// Cancelled, not timed out: a deadline would wake the sleeper itself.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer time.AfterFunc(testTimeout, cancel).Stop()
+	defer cancel()
+	got := make(chan error, 1)
+	var info lockmgr.LockInfo
+	go func() {
+		var err error
+		info, err = m.Acquire(ctx, "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{
+			Retries: lockmgr.RetryForever, Backoff: lockmgr.Backoff{Initial: time.Hour, Max: time.Hour}})
+		got <- err
+	}()
+	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 1 }, "the waiter to meet the holder")
+	holder.Kill(t)
+	require.NoError(t, testproc.Receive(t, got, "the waiter's grant"))
+	require.True(t, info.Reclaimed)
+	require.Equal(t, 2, info.Attempts)
+}

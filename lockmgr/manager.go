@@ -183,8 +183,8 @@ func (c *conflict) error(res *resKey) error {
 // cancelled (ctx.Err()). A hold whose TTL passed, or whose process died,
 // does not conflict: it is ended (Expired) and the grant proceeds (a death
 // is noticed by the first attempt at least 50 ms after it: answers "alive"
-// are cached that long; a sleeping waiter is not woken by a death, its
-// backoff bounds the delay). A resource with
+// are cached that long; a sleeping waiter looks for dead holders between
+// its sleep slices, every 100 ms, and attempts again when it finds one). A resource with
 // MaxHolders holders is busy for a waiting acquisition, and
 // ErrTooManyHolders for one that does not wait. An owner that holds the
 // resource already gets ErrAlreadyHeld: holds do not nest. The holder of a
@@ -655,10 +655,39 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		sleepers.Register(&e.Sleepers)
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
 		sleepers.Unregister(&e.Sleepers)
-		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil || m.closed() {
+		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil || m.closed() || m.holderDied(e) {
 			return
 		}
 	}
+}
+
+// holderDied reports whether a hold of e belongs to processes that are
+// all gone, so that the next attempt would end it. A death wakes nobody:
+// a waiter asks between its sleep slices (every maxSleepSlice), so it takes
+// a dead holder's resource over within a slice rather than at the end of
+// its backoff. The words are copied under e's lock, taken only if free at
+// once (a process busy with e is alive), and judged outside it.
+func (m *Manager) holderDied(e *layout.LockMgrEntry) bool {
+	if !m.t.tryLockEntry(e) {
+		return false
+	}
+	var ids [MaxHolders][2]uint64 // process, companion
+	n := 0
+	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		if p := h.Process.Load(); p != 0 && n < len(ids) {
+			ids[n] = [2]uint64{p, h.Companion.Load()}
+			n++
+		}
+		return true
+	})
+	m.t.unlockEntry(e)
+	now := m.clock.now()
+	for _, id := range ids[:n] {
+		if !m.t.isAlive(id[0], now) && !m.t.isAlive(id[1], now) {
+			return true
+		}
+	}
+	return false
 }
 
 // Release ends owner's hold of resource, also after the segment's Close

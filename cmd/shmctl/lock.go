@@ -108,8 +108,8 @@ the command.
 a block of a script: shmctl takes the lock, ties it to that process and
 exits, printing SHMLOCK_VERSION=N and SHMLOCK_RECLAIMED=0|1 lines; 'shmctl
 unlock SEGMENT RESOURCE --hold-for PID' releases it, and so does the
-process's end (a waiter reclaims the hold of a dead process within about a
-second).
+process's end (a waiter takes over the hold of a dead process within a tenth
+of a second).
 
 With --etcd (or SHMLOCK_ETCD set), the lock lives in etcd, shared by
 every host that reaches it, and no segment is named: the same flags, exit
