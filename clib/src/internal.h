@@ -1,0 +1,302 @@
+/* internal.h: what the parts of libshmlock share and users never see.
+ *
+ * The structs are the words of docs/FORMAT.md (format version 3), offset for
+ * offset; the _Static_asserts hold them to it. Every word that several
+ * processes change is an _Atomic and is read and written whole with the
+ * seq_cst atomics of <stdatomic.h> (what Go's sync/atomic compiles to), never
+ * with a plain load or store. Little-endian hosts only (x86-64, arm64).
+ *
+ * The parts (one .c file each, one owner each):
+ *   errors.c     shmlock_strerror, codes, the thread's errno
+ *   ident.c      packed identities, liveness, holder ids, the clock
+ *   futex.c      futex wait/wake and the sleepers-word protocol
+ *   segment.c    open/create/close/validate, CRC-32C, the reboot rewrite
+ *   directory.c  the registry lock, claim directories and claim refs
+ *   spinlock.c   owner slots
+ *   upgrade.c    upgrade mutexes
+ *   lockmgr.c    the lock manager
+ */
+#ifndef SHMLOCK_INTERNAL_H
+#define SHMLOCK_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shmlock.h"
+
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "libshmlock supports x86-64 and arm64 (little-endian, lock-free 64-bit atomics)"
+#endif
+
+#define SHM_EXPORT __attribute__((visibility("default")))
+#define SHM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SHM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+typedef _Atomic uint32_t a32;
+typedef _Atomic uint64_t a64;
+
+/* ------------------------------------------------------------------ layout */
+
+#define SHM_MAGIC "SHMLOCK\0"
+#define SHM_VERSION 3
+#define SHM_HEADER_SIZE 512
+#define SHM_TABLE_COUNT 11
+#define SHM_READY 0x52454459u
+#define SHM_NAME_LEN 40      /* names of claim and region directories, resources */
+#define SHM_OWNER_NAME_LEN 32 /* lock manager owner names */
+
+enum shm_table_kind {
+	SHM_OWNER_SLOTS = 1,
+	SHM_SLOT_DIRECTORY = 2,
+	SHM_UPGRADES = 3,
+	SHM_UPGRADE_DIRECTORY = 4,
+	SHM_TXN_RECORDS = 5,
+	SHM_TXN_ARENA = 6,
+	SHM_LOCKMGR = 7,
+	SHM_UPGRADE_READERS = 8,
+	SHM_CLAIM_REFS = 9,
+	SHM_REGION_DIRECTORY = 10,
+	SHM_DATA = 11,
+};
+
+struct shm_table_desc {
+	uint32_t kind;
+	uint32_t entry_size;
+	uint64_t count;
+	uint64_t offset;
+	uint64_t reserved;
+};
+
+struct shm_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t total_size;
+	uint64_t created;
+	uint8_t boot_id[16];
+	uint64_t pidns;
+	uint64_t creator;
+	uint32_t table_count;
+	uint32_t flags;
+	uint8_t reserved1[24];
+	struct shm_table_desc tables[SHM_TABLE_COUNT];
+	a32 ready;
+	uint32_t checksum;
+	a64 registry;
+	uint8_t owners_boot[16]; /* changed only under the registry lock, by whole u64 words */
+	a64 registry_gen;
+	uint8_t reserved2[24];
+};
+
+/* Identities (FORMAT.md, Identities). */
+#define SHM_PID_BITS 22
+#define SHM_START_BITS 41
+#define SHM_PID_MASK ((UINT64_C(1) << SHM_PID_BITS) - 1)
+#define SHM_START_MASK ((UINT64_C(1) << SHM_START_BITS) - 1)
+#define SHM_STALE_BIT (UINT64_C(1) << 63)
+
+struct shm_owner_slot {
+	a64 pid;
+	a64 tid;
+	a64 token;
+	a32 recursion;
+	a32 pad; /* a sleepers word */
+};
+#define SHM_SLOT_INCONSISTENT (UINT32_C(1) << 31)
+#define SHM_SLOT_RECURSION_MASK (SHM_SLOT_INCONSISTENT - 1)
+
+struct shm_dir_entry {
+	a32 state;
+	a32 refs;
+	a32 name_len;
+	a32 use;
+	a64 claimer;
+	a64 name[5];
+};
+enum { SHM_DIR_FREE = 0, SHM_DIR_CLAIMED = 1 };
+
+struct shm_claim_ref {
+	a64 owner;
+	a32 target; /* kind << 24 | index */
+	a32 count;
+};
+
+struct shm_upgrade_entry {
+	a32 state;
+	a32 shared_gate;
+	a32 unique_gate;
+	a32 waiters;
+	a64 writer;
+	a64 writer_tid;
+	a64 upgrader;
+	a64 upgrader_tid;
+	a64 generation;
+	a32 writer_gate;
+	a32 writer_sleepers;
+};
+#define SHM_UPG_WRITE (UINT32_C(1) << 31)
+#define SHM_UPG_UPGRADE (UINT32_C(1) << 30)
+#define SHM_UPG_PENDING (UINT32_C(1) << 29)
+#define SHM_UPG_INCONSISTENT (UINT32_C(1) << 28)
+
+struct shm_reader_record {
+	a64 owner;
+	a32 count;
+	a32 pad;
+};
+
+struct shm_lockmgr_holder {
+	a64 process;
+	a64 companion;
+	a64 acquired;
+	a64 expires;
+	a64 owner[4];
+};
+
+struct shm_lockmgr_entry {
+	a64 lock;
+	a32 ctl;
+	a32 gate;
+	a32 sleepers;
+	a32 next;
+	a64 version;
+	a64 hash;
+	a64 last_expired;
+	a64 grants;
+	a64 releases;
+	a64 hold_nanos;
+	a64 conflicts;
+	a32 expired;
+	a32 reclaimed;
+	a64 name[5];
+	struct shm_lockmgr_holder holders[2];
+};
+
+struct shm_region_entry {
+	a32 state;
+	a32 name_len;
+	a64 offset;
+	a64 size;
+	a64 name[5];
+};
+
+_Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE, "header size");
+_Static_assert(offsetof(struct shm_header, table_count) == 64, "TableCount");
+_Static_assert(offsetof(struct shm_header, tables) == 96, "Tables");
+_Static_assert(offsetof(struct shm_header, ready) == 448, "Ready");
+_Static_assert(offsetof(struct shm_header, registry) == 456, "Registry");
+_Static_assert(offsetof(struct shm_header, owners_boot) == 464, "OwnersBoot");
+_Static_assert(offsetof(struct shm_header, registry_gen) == 480, "RegistryGen");
+_Static_assert(sizeof(struct shm_table_desc) == 32, "table descriptor");
+_Static_assert(sizeof(struct shm_owner_slot) == 32, "OwnerSlot");
+_Static_assert(sizeof(struct shm_dir_entry) == 64, "DirEntry");
+_Static_assert(offsetof(struct shm_dir_entry, name) == 24, "DirEntry.Name");
+_Static_assert(sizeof(struct shm_claim_ref) == 16, "ClaimRef");
+_Static_assert(sizeof(struct shm_upgrade_entry) == 64, "UpgradeEntry");
+_Static_assert(offsetof(struct shm_upgrade_entry, writer_gate) == 56, "WriterGate");
+_Static_assert(sizeof(struct shm_reader_record) == 16, "ReaderRecord");
+_Static_assert(sizeof(struct shm_lockmgr_holder) == 64, "LockMgrHolder");
+_Static_assert(sizeof(struct shm_lockmgr_entry) == 256, "LockMgrEntry");
+_Static_assert(offsetof(struct shm_lockmgr_entry, name) == 88, "LockMgrEntry.Name");
+_Static_assert(offsetof(struct shm_lockmgr_entry, holders) == 128, "LockMgrEntry.Holders");
+_Static_assert(sizeof(struct shm_region_entry) == 64, "RegionEntry");
+_Static_assert(sizeof(a64) == 8 && _Alignof(a64) == 8, "64-bit atomics");
+
+/* ---------------------------------------------------------------- segments */
+
+struct shm_table {
+	void *base;      /* NULL when the table is absent (count 0) */
+	uint64_t count;
+	uint32_t entry_size;
+};
+
+struct shmlock_segment {
+	int fd;
+	bool read_only;
+	atomic_bool closed;
+	uint8_t *base;
+	size_t size;
+	struct shm_header *hdr;
+	struct shm_table tables[SHM_TABLE_COUNT + 1]; /* by kind; [0] unused */
+	char *path;
+};
+
+/* The table of kind, or NULL if absent; *count gets its entries. */
+static inline void *shm_table_of(shmlock_segment *seg, int kind, uint64_t *count)
+{
+	*count = seg->tables[kind].count;
+	return seg->tables[kind].base;
+}
+
+static inline bool shm_closed(const shmlock_segment *seg)
+{
+	return atomic_load_explicit(&((shmlock_segment *)seg)->closed, memory_order_acquire);
+}
+
+/* ------------------------------------------------------ errors (errors.c) */
+
+/* Records errno for shmlock_errno and returns SHMLOCK_ESYS. */
+int shm_sys_error(int err);
+
+/* ---------------------------------------------- identities, clock (ident.c) */
+
+/* This process's packed identity (recomputed after fork). */
+uint64_t shm_self(void);
+/* Liveness of a packed identity; 0 and stale words are dead. Answers
+ * "alive" may be cached for up to 50 ms (as Go's callers cache them). */
+bool shm_alive(uint64_t identity);
+/* Liveness from /proc, never cached. */
+bool shm_alive_uncached(uint64_t identity);
+/* A random non-zero 64-bit number (getrandom, then a per-thread generator). */
+uint64_t shm_random64(void);
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t shm_now_ns(void);
+/* The running kernel's boot id (16 bytes); 0 or an error. */
+int shm_boot_id(uint8_t out[16]);
+
+/* ------------------------------------------------ futex, sleepers (futex.c) */
+
+/* FUTEX_WAIT (shared, not private: the word is in a MAP_SHARED file) while
+ * *w == val, for at most timeout_ns (negative: no limit). 0 woken, changed
+ * or interrupted; SHMLOCK_ETIMEDOUT. */
+int shm_futex_wait(a32 *w, uint32_t val, int64_t timeout_ns);
+/* FUTEX_WAKE up to n; returns how many were woken (0 on error). */
+int shm_futex_wake(a32 *w, int n);
+
+/* The sleepers word (internal/sleepers): bits 0-23 registered sleepers,
+ * 24-30 futile wakes in a row, 31 a woken sleeper has not run yet. */
+#define SHM_SLEEPERS_COUNT 0x00ffffffu
+#define SHM_SLEEPERS_FUTILE_SHIFT 24
+#define SHM_SLEEPERS_FUTILE (0x7fu << SHM_SLEEPERS_FUTILE_SHIFT)
+#define SHM_SLEEPERS_WAKE_PENDING (UINT32_C(1) << 31)
+void shm_sleepers_register(a32 *w);
+void shm_sleepers_unregister(a32 *w);
+/* UnregisterIn: count is the subset of the count bits, other low bits kept. */
+void shm_sleepers_unregister_in(a32 *w, uint32_t count);
+void shm_sleepers_wake_one(a32 *w, a32 *gate);
+void shm_sleepers_wake_all(a32 *w, a32 *gate);
+void shm_sleepers_futile_in(a32 *w, uint32_t count);
+
+/* ---------------------------------------------------- names (directory.c) */
+
+/* Packs a lock name (1..40 bytes of UTF-8, no control characters) into five
+ * little-endian words; SHMLOCK_EBADNAME. */
+int shm_pack_name(const char *name, uint64_t words[5], uint32_t *len);
+
+/* ------------------------------------------- claim directories (directory.c) */
+
+/* Claims the entry of table kind (SHM_OWNER_SLOTS or SHM_UPGRADES) named
+ * name for use (0 unsaid), as shm.Segment.ClaimAs: *index gets the entry. */
+int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, size_t *index);
+/* Releases one claim of this process on entry index (shm.Claim.Release). */
+int shm_release_claim(shmlock_segment *seg, int kind, size_t index);
+/* The registry lock of the header (held while changing a directory). */
+int shm_registry_lock(shmlock_segment *seg);
+void shm_registry_unlock(shmlock_segment *seg);
+
+#endif
