@@ -317,7 +317,12 @@ func (p *upgProc) waitOK(t *testing.T) {
 // unique) and readers on one mutex; the record is never torn and its
 // counter is exactly the writes made.
 func TestUpgradeMixedCounter(t *testing.T) {
-	segPath, recPath, _ := upgSegment(t)
+	segPath, recPath, seg := upgSegment(t)
+	m, err := upgrade.Named(seg, upgName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	rounds := "1200"
 	if testproc.Long() {
 		rounds = "30000"
@@ -343,6 +348,10 @@ func TestUpgradeMixedCounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.LockShared(); err != nil {
+		t.Fatal(err)
+	}
+	defer m.UnlockShared()
 	if !whole(rec) || rec[0] != uint64(writes) {
 		t.Fatalf("record %v, want every word %d", *rec, writes)
 	}
@@ -448,6 +457,11 @@ func TestUpgradeWakeAcross(t *testing.T) {
 // end with the record whole and nothing left to repair.
 func TestUpgradeKillTorture(t *testing.T) {
 	segPath, recPath, seg := upgSegment(t)
+	m, err := upgrade.Named(seg, upgName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	kills := 12
 	if testproc.Long() {
 		kills = 200
@@ -503,11 +517,6 @@ func TestUpgradeKillTorture(t *testing.T) {
 		t.Errorf("%d reports for %d kills", reports, killed)
 	}
 	// Everyone is dead: the next writer reclaims what they held.
-	m, err := upgrade.Named(seg, upgName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
 	if err := m.Lock(); err != nil {
 		t.Fatal(err)
 	}
