@@ -20,7 +20,6 @@ type contender struct {
 var contenders = []contender{
 	{"shmlock_spin", "shmlock spinlock, pid/tid mode (robust)", []string{"shmctl", "bench", "--lock", "spin"}, true},
 	{"shmlock_upgrade", "shmlock upgrade mutex, unique and shared holds (robust)", []string{"shmctl", "bench", "--lock", "upgrade"}, true},
-	{"libshmlock_upgrade", "libshmlock (C) upgrade mutex, unique and shared holds (robust)", []string{"libshmlock_upgrade"}, true},
 	{"pthread_mutex_robust", "glibc pthread mutex, process-shared, robust", []string{"pthread_mutex_robust"}, false},
 	{"pthread_mutex", "glibc pthread mutex, process-shared, not robust", []string{"pthread_mutex"}, false},
 	{"pthread_rwlock", "glibc pthread rwlock, process-shared, not robust", []string{"pthread_rwlock"}, false},
