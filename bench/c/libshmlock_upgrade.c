@@ -1,0 +1,79 @@
+/* libshmlock_upgrade.c: libshmlock's upgrade mutex (the C port of package
+ * upgrade) in a shmlock segment beside the bench file (PATH.shmlock), one
+ * handle per worker process. The exclusive workloads take the unique lock;
+ * rw90 reads under shared holds. A reclaim report (OWNERDEAD,
+ * INCONSISTENT) counts as a lock error: nobody dies in a bench. */
+#define PEER_NAME "libshmlock_upgrade"
+#define PEER_ABOUT "libshmlock upgrade mutex (C), robust"
+#define PEER_SHARED 1
+#include "harness.h"
+
+#include "shmlock.h"
+
+static shmlock_upgrade *h_upg;
+static char h_seg_path[4096];
+static pid_t h_seg_creator;
+
+static void h_seg_remove(void)
+{
+    if (getpid() == h_seg_creator) shmlock_remove(h_seg_path);
+}
+
+static int h_upg_open(const char *path, int create)
+{
+    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
+    shmlock_segment *seg;
+    shmlock_options o = {0};
+    o.upgrades = 1;
+    o.upgrade_readers = H_MAX_PROCS;
+    int rc = create ? shmlock_create(h_seg_path, &o, &seg) : shmlock_open(h_seg_path, NULL, &seg);
+    if (rc == 0) rc = shmlock_upgrade_open(seg, 0, &h_upg);
+    if (rc == SHMLOCK_ESYS) return shmlock_errno();
+    return rc ? EINVAL : 0;
+}
+
+static int peer_setup(void *area, const char *path)
+{
+    (void)area;
+    h_seg_creator = getpid();
+    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
+    shmlock_remove(h_seg_path); /* a leftover of an interrupted run */
+    int err = h_upg_open(path, 1);
+    if (!err) atexit(h_seg_remove);
+    return err;
+}
+
+static int peer_attach(void *area, const char *path)
+{
+    (void)area;
+    return h_upg_open(path, 0);
+}
+
+static inline void peer_lock(void *area)
+{
+    (void)area;
+    int rc = shmlock_upgrade_lock(h_upg);
+    if (rc < 0) h_die("shmlock_upgrade_lock", -rc);
+    if (rc > 0) h_lock_error();
+}
+
+static inline void peer_unlock(void *area)
+{
+    (void)area;
+    int rc = shmlock_upgrade_unlock(h_upg);
+    if (rc != 0) h_die("shmlock_upgrade_unlock", -rc);
+}
+
+static inline void peer_lock_shared(void *area)
+{
+    (void)area;
+    int rc = shmlock_upgrade_lock_shared(h_upg);
+    if (rc != 0) h_die("shmlock_upgrade_lock_shared", -rc);
+}
+
+static inline void peer_unlock_shared(void *area)
+{
+    (void)area;
+    int rc = shmlock_upgrade_unlock_shared(h_upg);
+    if (rc != 0) h_die("shmlock_upgrade_unlock_shared", -rc);
+}

@@ -1,0 +1,1289 @@
+/* upgrade.c: upgrade mutexes (package upgrade), word for word.
+ *
+ * An upgrade mutex is one UpgradeEntry and its reader records
+ * (docs/FORMAT.md, Upgrade mutexes). Go and C handles contend on the same
+ * words with the same protocol, so everything here follows the Go files of upgrade/;
+ * the comments name the Go function each C function is.
+ *
+ * The state word (UpgradeEntry.State):
+ *
+ *	bit 31  UPG_WRITE        the unique lock is held (alone: by the writer
+ *	                         in Writer; with UPG_UPGRADE: by the upgrade
+ *	                         holder, after an upgrade to unique)
+ *	bit 30  UPG_UPGRADE      the upgrade lock is held by Upgrader
+ *	bit 29  UPG_PENDING      the upgrade holder waits for readers to drain
+ *	bit 28  UPG_INCONSISTENT a dead holder's unique hold was freed and no
+ *	                         unique holder has marked the data consistent
+ *	bits 0-27                always 0
+ *
+ * Readers are counted in reader records (owner process, count), one per
+ * handle; a reader adds 1 to its record and then loads State, backing off
+ * if UPG_WRITE or UPG_PENDING is set (Dekker with the drainer, who sets its
+ * bit and then reads the records: all seq_cst). Bit j%32 of record 0's Pad
+ * is set once record j was ever claimed (the drain mask).
+ *
+ * The Writer word is the writers' own mutex: a packed identity, possibly
+ * with WRITER_HUNGRY (a writer has waited: the release hands the word to
+ * the waiting writers), or a handoff: WRITER_HUNGRY, pid field 0, the
+ * release time (CLOCK_MONOTONIC >> 20) in bits 22-61. A handoff older than
+ * HANDOFF_EXPIRY units is a free word.
+ *
+ * The Waiters word: bits 0-21 sleepers on SharedGate (readers, upgrade
+ * seekers), bit 22 the Writer word's holder sleeps on UniqueGate, bit 23
+ * the upgrade holder does, bits 24-30 futile wakes of SharedGate.
+ * WriterSleepers is a sleepers word over WriterGate (writers waiting for
+ * the Writer word; a release wakes one).
+ *
+ * A C handle is used by one thread at a time (shmlock.h), so its own
+ * fields are plain; every word of the segment is a seq_cst atomic.
+ */
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* State bits. */
+#define UPG_WRITE SHM_UPG_WRITE
+#define UPG_UPGRADE SHM_UPG_UPGRADE
+#define UPG_PENDING SHM_UPG_PENDING
+#define UPG_INCONSISTENT SHM_UPG_INCONSISTENT
+#define UPG_BLOCK_READERS (UPG_WRITE | UPG_PENDING) /* make a new reader wait */
+
+/* Waiters bits. */
+#define WAITERS_SHARED 1u
+#define WAITERS_SHARED_MASK ((1u << 22) - 1)
+#define UNIQUE_WRITER (1u << 22)
+#define UNIQUE_UPGRADER (1u << 23)
+#define WAITERS_UNIQUE (UNIQUE_WRITER | UNIQUE_UPGRADER)
+
+/* The Writer word's handoff (see the top of the file). */
+#define WRITER_HUNGRY (UINT64_C(1) << 62)
+#define STAMP_SHIFT 20
+#define STAMP_MASK ((UINT64_C(1) << (62 - SHM_PID_BITS)) - 1)
+#define HANDOFF_EXPIRY 2 /* stamp units: at least 1.05 ms */
+
+/* Limits and waiting (upgrade/state.go). */
+#define MAX_SHARED ((UINT32_C(1) << 29) - 1)
+#define SPIN_LOADS 100
+#define SPIN_YIELDS 4
+#define WRITER_KEEP_OFF_NS 250
+#define LIVENESS_NS (50 * INT64_C(1000000))
+#define SOFT_DRAIN_NS INT64_C(1000000)
+#define MIN_SLEEP_NS INT64_C(1000)
+#define RECORDS_PER_LINE 4
+#define MASK_BITS 32
+
+struct shmlock_upgrade {
+	shmlock_segment *seg;
+	struct shm_upgrade_entry *e;
+	struct shm_reader_record *readers; /* nreaders records */
+	size_t nreaders;
+	size_t index;
+	uint64_t pid; /* packed identity of this process */
+	uint64_t tid; /* this handle's holder id */
+	uint8_t boot[16];
+	struct shm_reader_record *rec; /* this handle's record, once claimed */
+	bool named;
+};
+
+/* ------------------------------------------------------------- atomics */
+
+static inline uint32_t ld32(a32 *p) { return atomic_load(p); }
+static inline uint64_t ld64(a64 *p) { return atomic_load(p); }
+static inline bool cas32(a32 *p, uint32_t old, uint32_t new)
+{
+	return atomic_compare_exchange_strong(p, &old, new);
+}
+static inline bool cas64(a64 *p, uint64_t old, uint64_t new)
+{
+	return atomic_compare_exchange_strong(p, &old, new);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+	__builtin_ia32_pause();
+#else
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* ------------------------------------------------------------ handoffs */
+
+static inline bool is_handoff(uint64_t o) { return (o & WRITER_HUNGRY) && (o & SHM_PID_MASK) == 0; }
+
+static inline uint64_t stamp_now(void) { return ((uint64_t)shm_now_ns() >> STAMP_SHIFT) & STAMP_MASK; }
+
+/* handoffWord: the Writer word of a release handed to the hungry now. */
+static inline uint64_t handoff_word(void) { return WRITER_HUNGRY | stamp_now() << SHM_PID_BITS; }
+
+static bool handoff_expired(uint64_t o)
+{
+	uint64_t stamp = (o >> SHM_PID_BITS) & STAMP_MASK;
+	return ((stamp_now() - stamp) & STAMP_MASK) >= HANDOFF_EXPIRY;
+}
+
+/* writerID: the identity in the Writer word, 0 if free or handed off. */
+static inline uint64_t writer_id(uint64_t o) { return is_handoff(o) ? 0 : o & ~WRITER_HUNGRY; }
+
+/* ----------------------------------------------------------- the handle */
+
+static inline bool seg_closed(const shmlock_upgrade *m) { return shm_closed(m->seg); }
+
+/* OwnerAlive: a holder recorded under another boot is dead. */
+static bool alive(const shmlock_upgrade *m, uint64_t id)
+{
+	uint64_t *ob = (uint64_t *)(void *)m->seg->hdr->owners_boot;
+	uint64_t lo = __atomic_load_n(&ob[0], __ATOMIC_SEQ_CST);
+	uint64_t hi = __atomic_load_n(&ob[1], __ATOMIC_SEQ_CST);
+	uint64_t blo, bhi;
+	memcpy(&blo, m->boot, 8);
+	memcpy(&bhi, m->boot + 8, 8);
+	if (lo != blo || hi != bhi)
+		return false;
+	return shm_alive(id);
+}
+
+static inline bool holds_writer(shmlock_upgrade *m)
+{
+	return (ld64(&m->e->writer) & ~WRITER_HUNGRY) == m->pid && ld64(&m->e->writer_tid) == m->tid;
+}
+
+static inline bool holds_upgrader(shmlock_upgrade *m)
+{
+	return ld64(&m->e->upgrader) == m->pid && ld64(&m->e->upgrader_tid) == m->tid;
+}
+
+static inline uint32_t shared_holds(shmlock_upgrade *m) { return m->rec ? ld32(&m->rec->count) : 0; }
+
+static inline int open_err(shmlock_upgrade *m) { return seg_closed(m) ? SHMLOCK_ECLOSED : 0; }
+
+/* ------------------------------------------------------------ deadlines */
+
+/* A deadline on CLOCK_MONOTONIC; at < 0: none (Go's Background context). */
+struct deadline {
+	int64_t at;
+};
+
+static struct deadline deadline_in(int64_t timeout_ns)
+{
+	struct deadline d = {-1};
+	if (timeout_ns >= 0) {
+		int64_t now = shm_now_ns();
+		d.at = timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
+	}
+	return d;
+}
+
+static inline int deadline_err(const struct deadline *d)
+{
+	return d->at >= 0 && shm_now_ns() >= d->at ? SHMLOCK_ETIMEDOUT : 0;
+}
+
+/* ---------------------------------------------------------- gates, wakes */
+
+struct gate {
+	a32 *word;
+	uint32_t unit; /* a sleeper's registration */
+	uint32_t all;  /* the bits of every sleeper of the gate */
+};
+
+static inline struct gate shared_gate(shmlock_upgrade *m)
+{
+	return (struct gate){&m->e->shared_gate, WAITERS_SHARED, WAITERS_SHARED_MASK};
+}
+
+/* uniqueGateAs: role is UNIQUE_WRITER or UNIQUE_UPGRADER for a sleeper,
+ * 0 for a waker. */
+static inline struct gate unique_gate_as(shmlock_upgrade *m, uint32_t role)
+{
+	return (struct gate){&m->e->unique_gate, role, WAITERS_UNIQUE};
+}
+
+static inline struct gate unique_gate(shmlock_upgrade *m) { return unique_gate_as(m, 0); }
+
+static void gate_register(shmlock_upgrade *m, struct gate g)
+{
+	if (g.unit == WAITERS_SHARED)
+		atomic_fetch_add(&m->e->waiters, WAITERS_SHARED);
+	else
+		atomic_fetch_or(&m->e->waiters, g.unit);
+}
+
+static void gate_unregister(shmlock_upgrade *m, struct gate g)
+{
+	if (g.unit != WAITERS_SHARED)
+		atomic_fetch_and(&m->e->waiters, ~g.unit);
+	else
+		shm_sleepers_unregister_in(&m->e->waiters, WAITERS_SHARED_MASK);
+}
+
+/* wake: every sleeper of g, if it has any; the caller changed the state. */
+static void wake(shmlock_upgrade *m, struct gate g)
+{
+	if ((ld32(&m->e->waiters) & g.all) == 0)
+		return;
+	atomic_fetch_add(g.word, 1);
+	if (shm_futex_wake(g.word, INT_MAX) == 0 && g.all == WAITERS_SHARED_MASK)
+		shm_sleepers_futile_in(&m->e->waiters, WAITERS_SHARED_MASK);
+}
+
+/* wakeWriter: one writer asleep on WriterGate; the gate moves first. */
+static void wake_writer(shmlock_upgrade *m)
+{
+	atomic_fetch_add(&m->e->writer_gate, 1);
+	shm_sleepers_wake_one(&m->e->writer_sleepers, &m->e->writer_gate);
+}
+
+/* ------------------------------------------------------------- waiting */
+
+/* liveness: a waiter's schedule of checks for dead holders. */
+struct liveness {
+	int64_t next; /* 0 before the first sleep */
+	bool again;   /* the last wait ended with a check: sleep at once */
+};
+
+static bool liveness_due(struct liveness *lv, bool timed_out)
+{
+	int64_t now = shm_now_ns();
+	if (!timed_out && (lv->next == 0 || now < lv->next)) {
+		if (lv->next == 0)
+			lv->next = now + LIVENESS_NS;
+		return false;
+	}
+	lv->next = now + LIVENESS_NS;
+	return true;
+}
+
+typedef bool (*ready_fn)(shmlock_upgrade *m);
+
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* wait (upgrade/wait.go): returns 0 once ready (the caller tries again),
+ * or with *slice set once a liveness check is due, or ETIMEDOUT at the
+ * deadline, or ECLOSED once the segment is closed. */
+static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d, struct liveness *lv,
+                    ready_fn ready, bool *slice)
+{
+	*slice = false;
+	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS && !lv->again; i++) {
+		if (ready(m))
+			return open_err(m);
+		if (i >= SPIN_LOADS)
+			sched_yield();
+	}
+	lv->again = false;
+	int rc = deadline_err(d);
+	if (rc)
+		return rc;
+	int64_t now = shm_now_ns();
+	if (lv->next == 0)
+		lv->next = now + LIVENESS_NS;
+	int64_t sleep = max64(lv->next - now, MIN_SLEEP_NS);
+	if (d->at >= 0)
+		sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));
+	if (seg_closed(m))
+		return SHMLOCK_ECLOSED;
+	gate_register(m, g);
+	uint32_t seq = ld32(g.word);
+	if (ready(m) || seg_closed(m)) {
+		gate_unregister(m, g);
+		return open_err(m);
+	}
+	rc = shm_futex_wait(g.word, seq, sleep);
+	gate_unregister(m, g);
+	if (seg_closed(m))
+		return SHMLOCK_ECLOSED;
+	int derr = deadline_err(d);
+	if (derr)
+		return derr;
+	*slice = liveness_due(lv, rc == SHMLOCK_ETIMEDOUT);
+	lv->again = *slice;
+	return 0;
+}
+
+/* readersZero: no shared hold recorded in the records the mask names. */
+static bool readers_zero(shmlock_upgrade *m)
+{
+	if (m->nreaders == 0)
+		return true;
+	for (uint32_t mask = ld32(&m->readers[0].pad); mask != 0; mask &= mask - 1)
+		for (size_t j = (size_t)__builtin_ctz(mask); j < m->nreaders; j += MASK_BITS)
+			if (ld32(&m->readers[j].count) != 0)
+				return false;
+	return true;
+}
+
+static bool ready_upgrade_clear(shmlock_upgrade *m) { return (ld32(&m->e->state) & UPG_UPGRADE) == 0; }
+static bool ready_upgrader_free(shmlock_upgrade *m) { return ld64(&m->e->upgrader) == 0; }
+static bool ready_readers_unblocked(shmlock_upgrade *m)
+{
+	return (ld32(&m->e->state) & UPG_BLOCK_READERS) == 0;
+}
+
+/* ------------------------------------------------- releases and takeovers */
+
+/* releaseWriterWord: holder id, then generation, then the word (a handoff
+ * if a writer is hungry); then one waiting writer is woken. */
+static void release_writer_word(shmlock_upgrade *m)
+{
+	atomic_store(&m->e->writer_tid, 0);
+	atomic_fetch_add(&m->e->generation, 1);
+	for (;;) {
+		uint64_t o = ld64(&m->e->writer);
+		uint64_t next = (o & WRITER_HUNGRY) ? handoff_word() : 0;
+		if (cas64(&m->e->writer, o, next))
+			break;
+	}
+	if (ld32(&m->e->writer_sleepers) != 0)
+		wake_writer(m);
+}
+
+static void release_upgrader_word(shmlock_upgrade *m)
+{
+	atomic_store(&m->e->upgrader_tid, 0);
+	atomic_fetch_add(&m->e->generation, 1);
+	atomic_store(&m->e->upgrader, 0);
+}
+
+/* clearWriteBit: a writer's UPG_WRITE (only without UPG_UPGRADE). */
+static void clear_write_bit(shmlock_upgrade *m)
+{
+	for (;;) {
+		uint32_t s = ld32(&m->e->state);
+		if (!(s & UPG_WRITE) || (s & UPG_UPGRADE) || cas32(&m->e->state, s, s & ~UPG_WRITE))
+			return;
+	}
+}
+
+/* clearUpgradeBits: the upgrade holder's bits; returns the state found (0
+ * if UPG_UPGRADE was clear). With mark, a unique hold cleared sets
+ * UPG_INCONSISTENT in the same CAS (Go sets it by a second operation just
+ * after; one CAS never lets a reader in before the mark). */
+static uint32_t clear_upgrade_bits(shmlock_upgrade *m, bool mark)
+{
+	for (;;) {
+		uint32_t s = ld32(&m->e->state);
+		if (!(s & UPG_UPGRADE))
+			return 0;
+		uint32_t next = s & ~(UPG_UPGRADE | UPG_PENDING | UPG_WRITE);
+		if (mark && (s & UPG_WRITE))
+			next |= UPG_INCONSISTENT;
+		if (cas32(&m->e->state, s, next))
+			return s;
+	}
+}
+
+/* takeOverWriter: the Writer word o, if its holder is dead. */
+static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
+{
+	uint64_t id = writer_id(o);
+	if (id == 0 || alive(m, id) || !cas64(&m->e->writer, o, m->pid))
+		return false;
+	atomic_fetch_and(&m->e->waiters, ~UNIQUE_WRITER);
+	if ((ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE)
+		atomic_fetch_or(&m->e->state, UPG_INCONSISTENT);
+	return true;
+}
+
+static bool take_over_upgrader(shmlock_upgrade *m, uint64_t o)
+{
+	if (o == 0 || alive(m, o) || !cas64(&m->e->upgrader, o, m->pid))
+		return false;
+	atomic_fetch_and(&m->e->waiters, ~UNIQUE_UPGRADER);
+	return true;
+}
+
+static bool release_stale_handoff(shmlock_upgrade *m, uint64_t o)
+{
+	if (!cas64(&m->e->writer, o, 0))
+		return false;
+	wake(m, shared_gate(m));
+	wake_writer(m);
+	return true;
+}
+
+/* releaseDeadWriter: release the writer's lock if its holder is dead. */
+static bool release_dead_writer(shmlock_upgrade *m)
+{
+	uint64_t o = ld64(&m->e->writer);
+	if (is_handoff(o)) {
+		if (handoff_expired(o))
+			release_stale_handoff(m, o);
+		return false;
+	}
+	if (!take_over_writer(m, o))
+		return false;
+	atomic_store(&m->e->writer_tid, m->tid);
+	clear_write_bit(m);
+	release_writer_word(m);
+	wake(m, shared_gate(m));
+	wake(m, unique_gate(m));
+	return true;
+}
+
+/* releaseDeadUpgrader: *unique reports that the dead one held the unique
+ * lock. */
+static bool release_dead_upgrader(shmlock_upgrade *m, bool *unique)
+{
+	*unique = false;
+	if (!take_over_upgrader(m, ld64(&m->e->upgrader)))
+		return false;
+	atomic_store(&m->e->upgrader_tid, m->tid);
+	*unique = (clear_upgrade_bits(m, true) & UPG_WRITE) != 0;
+	release_upgrader_word(m);
+	wake(m, shared_gate(m));
+	wake(m, unique_gate(m));
+	return true;
+}
+
+/* freeDeadRecord: CAS the owner to us, zero the count, free the record. */
+static void free_dead_record(shmlock_upgrade *m, struct shm_reader_record *r)
+{
+	uint64_t o = ld64(&r->owner);
+	if (o == 0 || alive(m, o) || !cas64(&r->owner, o, m->pid))
+		return;
+	atomic_store(&r->count, 0);
+	atomic_store(&r->owner, 0);
+}
+
+static void clear_dead_readers(shmlock_upgrade *m)
+{
+	for (size_t j = 0; j < m->nreaders; j++)
+		if (ld32(&m->readers[j].count) != 0)
+			free_dead_record(m, &m->readers[j]);
+}
+
+/* repairBlockers: release whichever dead holder blocks readers. */
+static void repair_blockers(shmlock_upgrade *m)
+{
+	uint32_t s = ld32(&m->e->state);
+	bool unique;
+	if (s & UPG_UPGRADE)
+		release_dead_upgrader(m, &unique);
+	else if (s & UPG_WRITE)
+		release_dead_writer(m);
+}
+
+/* -------------------------------------------------------- reader records */
+
+static void mark_record(shmlock_upgrade *m, size_t j)
+{
+	uint32_t bit = UINT32_C(1) << (j % MASK_BITS);
+	if (!(ld32(&m->readers[0].pad) & bit))
+		atomic_fetch_or(&m->readers[0].pad, bit);
+}
+
+/* claimRecord: a free record, one per cache line first, or a dead one's. */
+static struct shm_reader_record *claim_record(shmlock_upgrade *m)
+{
+	size_t n = m->nreaders;
+	for (size_t first = 0; first < RECORDS_PER_LINE; first++) {
+		for (size_t j = first; j < n; j += RECORDS_PER_LINE) {
+			struct shm_reader_record *r = &m->readers[j];
+			if (ld64(&r->owner) == 0 && cas64(&r->owner, 0, m->pid)) {
+				atomic_store(&r->count, 0);
+				mark_record(m, j);
+				return r;
+			}
+		}
+	}
+	for (size_t j = 0; j < n; j++) {
+		struct shm_reader_record *r = &m->readers[j];
+		uint64_t o = ld64(&r->owner);
+		if (o != 0 && !alive(m, o) && cas64(&r->owner, o, m->pid)) {
+			atomic_store(&r->count, 0); /* the dead process's holds go with it */
+			mark_record(m, j);
+			return r;
+		}
+	}
+	return NULL;
+}
+
+static int record(shmlock_upgrade *m, struct shm_reader_record **out)
+{
+	if (!m->rec) {
+		if (seg_closed(m))
+			return SHMLOCK_ECLOSED;
+		m->rec = claim_record(m);
+		if (!m->rec)
+			return SHMLOCK_ETOOMANYREADERS;
+	}
+	*out = m->rec;
+	return 0;
+}
+
+/* backOff: take back a shared hold; the last one a drainer waits for wakes it. */
+static void back_off(shmlock_upgrade *m, struct shm_reader_record *r)
+{
+	if (atomic_fetch_sub(&r->count, 1) == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
+		wake(m, unique_gate(m));
+}
+
+/* ------------------------------------------------------- the writers' word */
+
+static void pass_writer_wake(shmlock_upgrade *m)
+{
+	uint64_t o = ld64(&m->e->writer);
+	if (is_handoff(o))
+		cas64(&m->e->writer, o, 0);
+	if (ld64(&m->e->writer) == 0 && ld32(&m->e->writer_sleepers) != 0)
+		wake_writer(m);
+}
+
+static void give_up_writer_wait(shmlock_upgrade *m)
+{
+	uint64_t o = ld64(&m->e->writer);
+	if ((o & WRITER_HUNGRY) && !is_handoff(o))
+		cas64(&m->e->writer, o, o & ~WRITER_HUNGRY);
+	pass_writer_wake(m);
+}
+
+/* claimHungry: take the word if free or handed off, else mark it hungry. */
+static bool claim_hungry(shmlock_upgrade *m)
+{
+	uint64_t o = ld64(&m->e->writer);
+	if (o == 0 || is_handoff(o))
+		return cas64(&m->e->writer, o, m->pid);
+	if (!(o & WRITER_HUNGRY))
+		cas64(&m->e->writer, o, o | WRITER_HUNGRY);
+	return false;
+}
+
+static void keep_off(int64_t ns)
+{
+	for (int64_t start = shm_now_ns(); shm_now_ns() - start < ns;)
+		cpu_relax();
+}
+
+/* acquireWriterWord (upgrade/wait.go). */
+static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, bool try, bool *reclaimed,
+                               bool *waited)
+{
+	a64 *w = &m->e->writer;
+	if (cas64(w, 0, m->pid))
+		return 0;
+	if (try) {
+		uint64_t o = ld64(w);
+		if (is_handoff(o) && handoff_expired(o) && cas64(w, o, m->pid))
+			return 0;
+		return SHMLOCK_EWOULDBLOCK;
+	}
+	*waited = true;
+	keep_off(WRITER_KEEP_OFF_NS);
+	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS; i++) {
+		if (ld64(w) == 0 && cas64(w, 0, m->pid))
+			return 0;
+		cpu_relax();
+	}
+	for (int i = 0; i < SPIN_LOADS; i++)
+		if (claim_hungry(m))
+			return 0;
+	struct liveness lv = {0, false};
+	for (;;) {
+		int rc = deadline_err(d);
+		if (rc) {
+			give_up_writer_wait(m);
+			return rc;
+		}
+		int64_t now = shm_now_ns();
+		if (lv.next == 0)
+			lv.next = now + LIVENESS_NS;
+		int64_t sleep = max64(lv.next - now, MIN_SLEEP_NS);
+		if (d->at >= 0)
+			sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));
+		shm_sleepers_register(&m->e->writer_sleepers);
+		uint32_t seq = ld32(&m->e->writer_gate);
+		uint64_t o = ld64(w);
+		if (o == 0 || is_handoff(o)) {
+			shm_sleepers_unregister(&m->e->writer_sleepers);
+			if (cas64(w, o, m->pid))
+				return 0;
+			continue;
+		} else if (o & WRITER_HUNGRY) {
+			/* Only writers on a CPU ask for handoffs. */
+			cas64(w, o, o & ~WRITER_HUNGRY);
+		}
+		rc = shm_futex_wait(&m->e->writer_gate, seq, sleep);
+		shm_sleepers_unregister(&m->e->writer_sleepers);
+		if (seg_closed(m)) {
+			give_up_writer_wait(m);
+			return SHMLOCK_ECLOSED;
+		}
+		for (int i = 0; i < SPIN_LOADS; i++)
+			if (claim_hungry(m))
+				return 0;
+		if (liveness_due(&lv, rc == SHMLOCK_ETIMEDOUT) && take_over_writer(m, ld64(w))) {
+			atomic_fetch_add(&m->e->generation, 1);
+			*reclaimed = true;
+			return 0;
+		}
+	}
+}
+
+/* ---------------------------------------------------------- unique holds */
+
+/* abandonWriter: undo a Lock that could not finish. */
+static void abandon_writer(shmlock_upgrade *m)
+{
+	clear_write_bit(m);
+	release_writer_word(m);
+	wake(m, shared_gate(m));
+	wake(m, unique_gate(m));
+}
+
+/* The report of a unique acquisition: this call took over a dead holder,
+ * or one died since the last MarkConsistent (Go: Reclaimed()). */
+static int unique_report(shmlock_upgrade *m, bool reclaimed)
+{
+	if (reclaimed)
+		return SHMLOCK_OWNERDEAD;
+	return (ld32(&m->e->state) & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+}
+
+/* writerGranted. */
+static int writer_granted(shmlock_upgrade *m, bool reclaimed, bool waited)
+{
+	if (waited && seg_closed(m)) {
+		abandon_writer(m);
+		return SHMLOCK_ECLOSED;
+	}
+	return unique_report(m, reclaimed);
+}
+
+static int drain_readers(shmlock_upgrade *m, const struct deadline *d, uint32_t role)
+{
+	struct liveness lv = {0, false};
+	while (!readers_zero(m)) {
+		bool slice;
+		int rc = upg_wait(m, unique_gate_as(m, role), d, &lv, readers_zero, &slice);
+		if (rc)
+			return rc;
+		if (slice)
+			clear_dead_readers(m);
+	}
+	return 0;
+}
+
+/* setWriteBit: UPG_WRITE for the Writer word's holder once the upgrade
+ * lock is free, releasing a dead upgrade holder's lock if it must. */
+static int set_write_bit(shmlock_upgrade *m, const struct deadline *d, bool try, bool *reclaimed,
+                         bool *waited)
+{
+	struct liveness lv = {0, false};
+	for (;;) {
+		uint32_t s = ld32(&m->e->state);
+		if (!(s & UPG_UPGRADE)) {
+			if ((s & UPG_WRITE) || cas32(&m->e->state, s, s | UPG_WRITE))
+				return 0;
+			continue;
+		}
+		if (try) {
+			abandon_writer(m);
+			return SHMLOCK_EWOULDBLOCK;
+		}
+		*waited = true;
+		bool slice, unique;
+		int rc = upg_wait(m, unique_gate_as(m, UNIQUE_WRITER), d, &lv, ready_upgrade_clear, &slice);
+		if (rc) {
+			abandon_writer(m);
+			return rc;
+		}
+		if (slice && release_dead_upgrader(m, &unique) && unique)
+			*reclaimed = true; /* it died holding the unique lock */
+	}
+}
+
+/* finishLock: the Writer word is ours; set UPG_WRITE and drain readers,
+ * with a grace period (SOFT_DRAIN_NS) in which UPG_WRITE is cleared again
+ * while readers are slow to leave. */
+static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, bool reclaimed, bool waited)
+{
+	int64_t grace_end = 0;
+	for (;;) {
+		int rc = set_write_bit(m, d, try, &reclaimed, &waited);
+		if (rc)
+			return rc;
+		for (int i = 0; i < SPIN_LOADS; i++) {
+			if (readers_zero(m))
+				return writer_granted(m, reclaimed, waited);
+			if (try) {
+				abandon_writer(m);
+				return SHMLOCK_EWOULDBLOCK;
+			}
+		}
+		int64_t now = shm_now_ns();
+		if (grace_end == 0)
+			grace_end = now + SOFT_DRAIN_NS;
+		if (now >= grace_end)
+			break;
+		clear_write_bit(m);
+		wake(m, shared_gate(m));
+		waited = true;
+		if (seg_closed(m)) {
+			release_writer_word(m);
+			wake(m, shared_gate(m));
+			return SHMLOCK_ECLOSED;
+		}
+		while (!readers_zero(m) && shm_now_ns() < grace_end) {
+			if ((rc = deadline_err(d)) != 0) {
+				release_writer_word(m);
+				wake(m, shared_gate(m));
+				return rc;
+			}
+			sched_yield();
+		}
+	}
+	int rc = drain_readers(m, d, UNIQUE_WRITER);
+	if (rc) {
+		abandon_writer(m);
+		return rc;
+	}
+	return writer_granted(m, reclaimed, true);
+}
+
+static int check_open(shmlock_upgrade *m)
+{
+	if (!m)
+		return SHMLOCK_EINVAL;
+	return open_err(m);
+}
+
+static int lock_slow(shmlock_upgrade *m, const struct deadline *d, bool try)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	if (holds_writer(m) || holds_upgrader(m) || shared_holds(m) != 0)
+		return SHMLOCK_EHELD;
+	bool reclaimed = false, waited = false;
+	rc = acquire_writer_word(m, d, try, &reclaimed, &waited);
+	if (rc)
+		return rc;
+	atomic_store(&m->e->writer_tid, m->tid);
+	return finish_lock(m, d, try, reclaimed, waited);
+}
+
+static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
+{
+	/* Fast path: nobody holds or wants anything. */
+	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid)) {
+		atomic_store(&m->e->writer_tid, m->tid);
+		if (cas32(&m->e->state, 0, UPG_WRITE)) {
+			if (readers_zero(m))
+				return SHMLOCK_OK;
+		} else if (holds_upgrader(m)) {
+			abandon_writer(m);
+			return SHMLOCK_EHELD;
+		}
+		return finish_lock(m, d, false, false, false);
+	}
+	return lock_slow(m, d, false);
+}
+
+SHM_EXPORT int shmlock_upgrade_lock(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return lock_unique(m, &d);
+}
+
+SHM_EXPORT int shmlock_upgrade_trylock(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return lock_slow(m, &d, true);
+}
+
+SHM_EXPORT int shmlock_upgrade_timedlock(shmlock_upgrade *m, int64_t timeout_ns)
+{
+	if (timeout_ns == 0)
+		return shmlock_upgrade_trylock(m);
+	struct deadline d = deadline_in(timeout_ns);
+	return lock_unique(m, &d);
+}
+
+SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	if (!holds_writer(m)) {
+		if (writer_id(ld64(&m->e->writer)) != 0 &&
+		    (ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE)
+			return SHMLOCK_ENOTOWNER;
+		return SHMLOCK_ENOTHELD;
+	}
+	atomic_fetch_and(&m->e->state, ~UPG_WRITE); /* ours: nobody else changes it now */
+	release_writer_word(m);
+	wake(m, shared_gate(m)); /* UniqueGate has no sleeper now */
+	return SHMLOCK_OK;
+}
+
+/* Inconsistent: a unique holder died and nobody has marked it since. */
+SHM_EXPORT int shmlock_upgrade_inconsistent(const shmlock_upgrade *m)
+{
+	if (!m || seg_closed(m))
+		return 0;
+	return (ld32(&m->e->state) & UPG_INCONSISTENT) != 0;
+}
+
+SHM_EXPORT int shmlock_upgrade_mark_consistent(shmlock_upgrade *m)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	uint32_t s = ld32(&m->e->state);
+	bool unique = (holds_writer(m) && (s & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE) ||
+	              (holds_upgrader(m) && (s & (UPG_WRITE | UPG_UPGRADE)) == (UPG_WRITE | UPG_UPGRADE));
+	if (!unique)
+		return SHMLOCK_ENOTHELD;
+	if (s & UPG_INCONSISTENT)
+		atomic_fetch_and(&m->e->state, ~UPG_INCONSISTENT); /* others set it only for dead holders */
+	return SHMLOCK_OK;
+}
+
+/* ---------------------------------------------------------- shared holds */
+
+static bool lock_shared_fast(shmlock_upgrade *m)
+{
+	struct shm_reader_record *r = m->rec;
+	if (r && !seg_closed(m)) {
+		if (atomic_fetch_add(&r->count, 1) + 1 <= MAX_SHARED &&
+		    !(ld32(&m->e->state) & UPG_BLOCK_READERS))
+			return true;
+		back_off(m, r);
+	}
+	return false;
+}
+
+static int lock_shared_slow(shmlock_upgrade *m, const struct deadline *d, bool try)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	if (holds_writer(m) || (holds_upgrader(m) && (ld32(&m->e->state) & UPG_WRITE)))
+		return SHMLOCK_EHELD; /* it would wait for itself */
+	struct shm_reader_record *r;
+	if ((rc = record(m, &r)) != 0)
+		return rc;
+	bool waited = false;
+	struct liveness lv = {0, false};
+	for (;;) {
+		if (atomic_fetch_add(&r->count, 1) + 1 > MAX_SHARED) {
+			back_off(m, r);
+			return SHMLOCK_EOVERFLOW;
+		}
+		if (!(ld32(&m->e->state) & UPG_BLOCK_READERS)) {
+			if (waited && seg_closed(m)) {
+				back_off(m, r);
+				return SHMLOCK_ECLOSED;
+			}
+			return SHMLOCK_OK;
+		}
+		back_off(m, r);
+		if (try)
+			return SHMLOCK_EWOULDBLOCK;
+		waited = true;
+		for (;;) {
+			bool slice;
+			rc = upg_wait(m, shared_gate(m), d, &lv, ready_readers_unblocked, &slice);
+			if (rc)
+				return rc;
+			if (!slice)
+				break;
+			repair_blockers(m);
+		}
+	}
+}
+
+SHM_EXPORT int shmlock_upgrade_lock_shared(shmlock_upgrade *m)
+{
+	if (m && lock_shared_fast(m))
+		return SHMLOCK_OK;
+	struct deadline d = {-1};
+	return lock_shared_slow(m, &d, false);
+}
+
+SHM_EXPORT int shmlock_upgrade_trylock_shared(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return lock_shared_slow(m, &d, true);
+}
+
+SHM_EXPORT int shmlock_upgrade_timedlock_shared(shmlock_upgrade *m, int64_t timeout_ns)
+{
+	if (timeout_ns == 0)
+		return shmlock_upgrade_trylock_shared(m);
+	if (m && lock_shared_fast(m))
+		return SHMLOCK_OK;
+	struct deadline d = deadline_in(timeout_ns);
+	return lock_shared_slow(m, &d, false);
+}
+
+SHM_EXPORT int shmlock_upgrade_unlock_shared(shmlock_upgrade *m)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	struct shm_reader_record *r = m->rec;
+	if (!r)
+		return SHMLOCK_ENOTHELD;
+	for (;;) {
+		uint32_t n = ld32(&r->count);
+		if (n == 0)
+			return SHMLOCK_ENOTHELD;
+		if (cas32(&r->count, n, n - 1)) {
+			if (n == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
+				wake(m, unique_gate(m));
+			return SHMLOCK_OK;
+		}
+	}
+}
+
+/* --------------------------------------------------------- upgrade holds */
+
+/* writerWordFree: no writer holds or waits for the unique lock. */
+static bool writer_word_free(shmlock_upgrade *m)
+{
+	uint64_t o = ld64(&m->e->writer);
+	if (o == 0)
+		return true;
+	return is_handoff(o) && handoff_expired(o) && (cas64(&m->e->writer, o, 0) || ld64(&m->e->writer) == 0);
+}
+
+static bool ready_for_upgrade(shmlock_upgrade *m)
+{
+	return !(ld32(&m->e->state) & UPG_WRITE) && writer_word_free(m);
+}
+
+static void abandon_upgrader(shmlock_upgrade *m)
+{
+	release_upgrader_word(m);
+	wake(m, shared_gate(m));
+}
+
+static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	if (holds_writer(m) || holds_upgrader(m))
+		return SHMLOCK_EHELD;
+	bool reclaimed = false, waited = false, slice;
+	struct liveness lv = {0, false};
+	while (!cas64(&m->e->upgrader, 0, m->pid)) {
+		if (try)
+			return SHMLOCK_EWOULDBLOCK;
+		waited = true;
+		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_upgrader_free, &slice)) != 0)
+			return rc;
+		if (slice && take_over_upgrader(m, ld64(&m->e->upgrader))) {
+			atomic_fetch_add(&m->e->generation, 1);
+			reclaimed = true;
+			break;
+		}
+	}
+	atomic_store(&m->e->upgrader_tid, m->tid);
+	lv = (struct liveness){0, false};
+	for (;;) {
+		uint32_t s = ld32(&m->e->state);
+		if (s & UPG_UPGRADE) {
+			/* Left by the dead holder we took over: keep the upgrade
+			 * lock, drop its pending upgrade or unique hold (recorded
+			 * for the next unique holder). */
+			uint32_t next = s & ~(UPG_PENDING | UPG_WRITE);
+			if (s & UPG_WRITE)
+				next |= UPG_INCONSISTENT;
+			if (cas32(&m->e->state, s, next)) {
+				if (s & (UPG_PENDING | UPG_WRITE))
+					wake(m, shared_gate(m));
+				break;
+			}
+			continue;
+		}
+		/* A writer holding the writers' mutex goes first (fairness). */
+		if (!(s & UPG_WRITE) && writer_word_free(m)) {
+			if (cas32(&m->e->state, s, s | UPG_UPGRADE))
+				break;
+			continue;
+		}
+		if (try) {
+			abandon_upgrader(m);
+			return SHMLOCK_EWOULDBLOCK;
+		}
+		waited = true;
+		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_for_upgrade, &slice)) != 0) {
+			abandon_upgrader(m);
+			return rc;
+		}
+		if (slice)
+			release_dead_writer(m);
+	}
+	if (waited && seg_closed(m)) {
+		clear_upgrade_bits(m, false);
+		release_upgrader_word(m);
+		wake(m, shared_gate(m));
+		wake(m, unique_gate(m));
+		return SHMLOCK_ECLOSED;
+	}
+	return reclaimed ? SHMLOCK_OWNERDEAD : SHMLOCK_OK;
+}
+
+SHM_EXPORT int shmlock_upgrade_lock_upgrade(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return lock_upgrade(m, &d, false);
+}
+
+SHM_EXPORT int shmlock_upgrade_trylock_upgrade(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return lock_upgrade(m, &d, true);
+}
+
+SHM_EXPORT int shmlock_upgrade_timedlock_upgrade(shmlock_upgrade *m, int64_t timeout_ns)
+{
+	struct deadline d = deadline_in(timeout_ns);
+	return lock_upgrade(m, &d, timeout_ns == 0);
+}
+
+/* upgraderState: the state word, if the handle holds the upgrade lock. */
+static int upgrader_state(shmlock_upgrade *m, uint32_t *s)
+{
+	if (holds_upgrader(m)) {
+		*s = ld32(&m->e->state);
+		if (*s & UPG_UPGRADE)
+			return 0;
+	}
+	if (ld64(&m->e->upgrader) != 0 && (ld32(&m->e->state) & UPG_UPGRADE))
+		return SHMLOCK_ENOTOWNER;
+	return SHMLOCK_ENOTHELD;
+}
+
+SHM_EXPORT int shmlock_upgrade_unlock_upgrade(shmlock_upgrade *m)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	uint32_t s;
+	if ((rc = upgrader_state(m, &s)) != 0)
+		return rc;
+	if (s & UPG_WRITE)
+		return SHMLOCK_ENOTHELD; /* leave the unique lock first */
+	atomic_fetch_and(&m->e->state, ~(UPG_UPGRADE | UPG_PENDING));
+	release_upgrader_word(m);
+	if (ld32(&m->e->waiters) != 0) {
+		wake(m, shared_gate(m));
+		wake(m, unique_gate(m));
+	}
+	return SHMLOCK_OK;
+}
+
+/* ----------------------------------------------------------- conversions */
+
+static void cancel_pending(shmlock_upgrade *m)
+{
+	atomic_fetch_and(&m->e->state, ~UPG_PENDING);
+	wake(m, shared_gate(m));
+}
+
+static int upgrade_to_unique(shmlock_upgrade *m, const struct deadline *d, bool try)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	uint32_t s;
+	if ((rc = upgrader_state(m, &s)) != 0)
+		return rc;
+	if ((s & UPG_WRITE) || shared_holds(m) != 0)
+		return SHMLOCK_EHELD;
+	/* While UPG_UPGRADE is ours nobody else changes the state word. */
+	atomic_fetch_or(&m->e->state, UPG_PENDING);
+	if (!readers_zero(m)) {
+		if (try) {
+			cancel_pending(m);
+			return SHMLOCK_EWOULDBLOCK;
+		}
+		rc = drain_readers(m, d, UNIQUE_UPGRADER);
+		if (!rc && seg_closed(m))
+			rc = SHMLOCK_ECLOSED;
+		if (rc) {
+			cancel_pending(m);
+			return rc;
+		}
+	}
+	for (;;) {
+		s = ld32(&m->e->state);
+		if (cas32(&m->e->state, s, (s & ~UPG_PENDING) | UPG_WRITE))
+			return (s & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+	}
+}
+
+SHM_EXPORT int shmlock_upgrade_upgrade_to_unique(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return upgrade_to_unique(m, &d, false);
+}
+
+SHM_EXPORT int shmlock_upgrade_try_upgrade_to_unique(shmlock_upgrade *m)
+{
+	struct deadline d = {-1};
+	return upgrade_to_unique(m, &d, true);
+}
+
+SHM_EXPORT int shmlock_upgrade_timed_upgrade_to_unique(shmlock_upgrade *m, int64_t timeout_ns)
+{
+	struct deadline d = deadline_in(timeout_ns);
+	return upgrade_to_unique(m, &d, timeout_ns == 0);
+}
+
+static int not_unique(shmlock_upgrade *m)
+{
+	return (ld32(&m->e->state) & UPG_WRITE) ? SHMLOCK_ENOTOWNER : SHMLOCK_ENOTHELD;
+}
+
+SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	if (holds_upgrader(m) && (ld32(&m->e->state) & (UPG_UPGRADE | UPG_WRITE)) == (UPG_UPGRADE | UPG_WRITE)) {
+		atomic_fetch_and(&m->e->state, ~UPG_WRITE);
+		wake(m, shared_gate(m)); /* readers; writers still wait for the upgrade lock */
+		return SHMLOCK_OK;
+	}
+	if (!holds_writer(m))
+		return not_unique(m);
+	if (!cas64(&m->e->upgrader, 0, m->pid))
+		return SHMLOCK_EWOULDBLOCK;
+	atomic_store(&m->e->upgrader_tid, m->tid);
+	/* The writer's UPG_WRITE becomes UPG_UPGRADE in one step, then the
+	 * writers' mutex goes. */
+	for (;;) {
+		uint32_t s = ld32(&m->e->state);
+		if (cas32(&m->e->state, s, (s & ~UPG_WRITE) | UPG_UPGRADE))
+			break;
+	}
+	release_writer_word(m);
+	wake(m, shared_gate(m));
+	wake(m, unique_gate(m));
+	return SHMLOCK_OK;
+}
+
+SHM_EXPORT int shmlock_upgrade_unique_to_shared(shmlock_upgrade *m)
+{
+	int rc = check_open(m);
+	if (rc)
+		return rc;
+	bool writer = holds_writer(m);
+	bool upgrader = !writer && holds_upgrader(m) &&
+	                (ld32(&m->e->state) & (UPG_UPGRADE | UPG_WRITE)) == (UPG_UPGRADE | UPG_WRITE);
+	if (!writer && !upgrader)
+		return not_unique(m);
+	struct shm_reader_record *r;
+	if ((rc = record(m, &r)) != 0)
+		return rc;
+	/* The shared hold is counted before the exclusive one goes. */
+	if (atomic_fetch_add(&r->count, 1) + 1 > MAX_SHARED) {
+		atomic_fetch_sub(&r->count, 1);
+		return SHMLOCK_EOVERFLOW;
+	}
+	if (writer) {
+		atomic_fetch_and(&m->e->state, ~UPG_WRITE);
+		release_writer_word(m);
+	} else {
+		atomic_fetch_and(&m->e->state, ~(UPG_WRITE | UPG_UPGRADE | UPG_PENDING));
+		release_upgrader_word(m);
+	}
+	wake(m, shared_gate(m));
+	wake(m, unique_gate(m));
+	return SHMLOCK_OK;
+}
+
+/* ------------------------------------------------------ opening, closing */
+
+SHM_EXPORT int shmlock_upgrade_open(shmlock_segment *seg, size_t index, shmlock_upgrade **out)
+{
+	if (!seg || !out)
+		return SHMLOCK_EINVAL;
+	if (shm_closed(seg))
+		return SHMLOCK_ECLOSED;
+	if (seg->read_only)
+		return SHMLOCK_EREADONLY;
+	uint64_t count, nrec;
+	void *entries = shm_table_of(seg, SHM_UPGRADES, &count);
+	void *records = shm_table_of(seg, SHM_UPGRADE_READERS, &nrec);
+	if (!entries || index >= count)
+		return SHMLOCK_EINDEX;
+	shmlock_upgrade *m = calloc(1, sizeof *m);
+	if (!m)
+		return SHMLOCK_ENOMEM;
+	m->seg = seg;
+	m->e = (struct shm_upgrade_entry *)entries + index;
+	m->nreaders = records ? (size_t)(nrec / count) : 0;
+	m->readers = m->nreaders ? (struct shm_reader_record *)records + index * m->nreaders : NULL;
+	m->index = index;
+	m->pid = shm_self();
+	m->tid = shm_random64();
+	if (shm_boot_id(m->boot) != 0) {
+		free(m);
+		return SHMLOCK_ESYS;
+	}
+	*out = m;
+	return SHMLOCK_OK;
+}
+
+SHM_EXPORT int shmlock_upgrade_named(shmlock_segment *seg, const char *name, shmlock_upgrade **out)
+{
+	if (!seg || !name || !out)
+		return SHMLOCK_EINVAL;
+	uint64_t words[5];
+	uint32_t len;
+	int rc = shm_pack_name(name, words, &len); /* the empty name too */
+	if (rc)
+		return rc;
+	size_t i;
+	if ((rc = shm_claim(seg, SHM_UPGRADES, name, 0, &i)) != 0)
+		return rc;
+	if ((rc = shmlock_upgrade_open(seg, i, out)) != 0) {
+		shm_release_claim(seg, SHM_UPGRADES, i);
+		return rc;
+	}
+	(*out)->named = true;
+	return SHMLOCK_OK;
+}
+
+/* Close: the handle's reader record and, if named, its claim reference.
+ * SHMLOCK_EHELD, leaving the handle open, if it still holds the lock. */
+SHM_EXPORT int shmlock_upgrade_close(shmlock_upgrade *m)
+{
+	if (!m)
+		return SHMLOCK_EINVAL;
+	int rc = 0;
+	if (!seg_closed(m)) {
+		if (shared_holds(m) != 0 || holds_writer(m) || holds_upgrader(m))
+			return SHMLOCK_EHELD;
+		if (m->rec)
+			cas64(&m->rec->owner, m->pid, 0); /* count is 0: the record is free */
+		if (m->named)
+			rc = shm_release_claim(m->seg, SHM_UPGRADES, m->index);
+	}
+	free(m);
+	return rc;
+}
+
+SHM_EXPORT int shmlock_upgrade_index(const shmlock_upgrade *m)
+{
+	return m ? (int)m->index : SHMLOCK_EINVAL;
+}
+
+/* Generation: bumped by every release of Writer or Upgrader and every
+ * takeover; 0 once the segment is closed. */
+SHM_EXPORT uint64_t shmlock_upgrade_generation(const shmlock_upgrade *m)
+{
+	if (!m || seg_closed(m))
+		return 0;
+	return ld64(&m->e->generation);
+}

@@ -1,0 +1,403 @@
+/* test_upgrade.c: the upgrade mutex (upgrade.c) in one process, its
+ * threads and forked children killed with SIGKILL. */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "check.h"
+
+static char path[256];
+static shmlock_segment *seg;
+
+static void setup(void)
+{
+	check_temp_path(path, sizeof path, "upgrade");
+	shmlock_options o = {0};
+	o.upgrades = 8;
+	o.upgrade_readers = 16;
+	int rc = shmlock_create(path, &o, &seg);
+	CHECK_RC(rc, 0);
+	if (rc)
+		exit(1);
+}
+
+static void teardown(void)
+{
+	CHECK_RC(shmlock_close(seg), 0);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
+static shmlock_upgrade *named(const char *name)
+{
+	shmlock_upgrade *m = NULL;
+	int rc = shmlock_upgrade_named(seg, name, &m);
+	CHECK_RC(rc, 0);
+	if (rc)
+		exit(1);
+	return m;
+}
+
+static void test_unique(void)
+{
+	shmlock_upgrade *a = named("unique"), *b = named("unique");
+	CHECK(shmlock_upgrade_index(a) == shmlock_upgrade_index(b));
+	uint64_t g0 = shmlock_upgrade_generation(a);
+	CHECK_RC(shmlock_upgrade_lock(a), 0);
+	CHECK_RC(shmlock_upgrade_trylock(b), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timedlock(b, 0), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timedlock(b, 2000000), SHMLOCK_ETIMEDOUT);
+	CHECK_RC(shmlock_upgrade_trylock_shared(b), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timedlock_shared(b, 1000000), SHMLOCK_ETIMEDOUT);
+	CHECK_RC(shmlock_upgrade_trylock_upgrade(b), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timedlock_upgrade(b, 1000000), SHMLOCK_ETIMEDOUT);
+	/* Misuse. */
+	CHECK_RC(shmlock_upgrade_lock(a), SHMLOCK_EHELD);
+	CHECK_RC(shmlock_upgrade_lock_shared(a), SHMLOCK_EHELD);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(a), SHMLOCK_EHELD);
+	CHECK_RC(shmlock_upgrade_unlock(b), SHMLOCK_ENOTOWNER);
+	CHECK_RC(shmlock_upgrade_unlock_shared(a), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(a), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(a), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_unique_to_shared(b), SHMLOCK_ENOTOWNER);
+	CHECK_RC(shmlock_upgrade_mark_consistent(b), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_mark_consistent(a), 0);
+	CHECK_RC(shmlock_upgrade_close(a), SHMLOCK_EHELD);
+	CHECK(!shmlock_upgrade_inconsistent(a));
+	CHECK_RC(shmlock_upgrade_unlock(a), 0);
+	CHECK(shmlock_upgrade_generation(a) > g0); /* failed tries bump it too */
+	CHECK_RC(shmlock_upgrade_unlock(a), SHMLOCK_ENOTHELD);
+	g0 = shmlock_upgrade_generation(a);
+	CHECK_RC(shmlock_upgrade_lock(a), 0);
+	CHECK(shmlock_upgrade_generation(b) == g0);
+	CHECK_RC(shmlock_upgrade_unlock(a), 0);
+	CHECK(shmlock_upgrade_generation(b) == g0 + 1);
+	CHECK_RC(shmlock_upgrade_trylock(b), 0);
+	CHECK_RC(shmlock_upgrade_unlock(b), 0);
+	CHECK_RC(shmlock_upgrade_close(a), 0);
+	CHECK_RC(shmlock_upgrade_close(b), 0);
+}
+
+static void test_shared(void)
+{
+	shmlock_upgrade *a = named("shared"), *b = named("shared"), *w = named("shared");
+	CHECK_RC(shmlock_upgrade_lock_shared(a), 0);
+	CHECK_RC(shmlock_upgrade_lock_shared(a), 0); /* nests */
+	CHECK_RC(shmlock_upgrade_trylock_shared(b), 0);
+	CHECK_RC(shmlock_upgrade_trylock(w), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timedlock(w, 3000000), SHMLOCK_ETIMEDOUT);
+	CHECK_RC(shmlock_upgrade_lock(a), SHMLOCK_EHELD);
+	CHECK_RC(shmlock_upgrade_close(a), SHMLOCK_EHELD);
+	/* A timed-out writer left nothing behind: readers still come in. */
+	CHECK_RC(shmlock_upgrade_trylock_shared(w), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(w), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(w), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_unlock_shared(a), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(a), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(a), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_trylock(w), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_unlock_shared(b), 0);
+	CHECK_RC(shmlock_upgrade_trylock(w), 0);
+	CHECK_RC(shmlock_upgrade_unlock(w), 0);
+	CHECK_RC(shmlock_upgrade_close(a), 0);
+	CHECK_RC(shmlock_upgrade_close(b), 0);
+	CHECK_RC(shmlock_upgrade_close(w), 0);
+}
+
+static void test_upgrade(void)
+{
+	shmlock_upgrade *u = named("upg"), *r = named("upg"), *o = named("upg");
+	CHECK_RC(shmlock_upgrade_lock_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(u), SHMLOCK_EHELD);
+	CHECK_RC(shmlock_upgrade_trylock_upgrade(o), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(o), SHMLOCK_ENOTOWNER);
+	CHECK_RC(shmlock_upgrade_trylock(o), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_lock_shared(r), 0); /* readers share with the upgrade holder */
+	CHECK_RC(shmlock_upgrade_try_upgrade_to_unique(u), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timed_upgrade_to_unique(u, 0), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_timed_upgrade_to_unique(u, 2000000), SHMLOCK_ETIMEDOUT);
+	/* The cancelled upgrade lets readers in again. */
+	CHECK_RC(shmlock_upgrade_trylock_shared(o), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(o), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(u), 0);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(u), SHMLOCK_EHELD);
+	CHECK_RC(shmlock_upgrade_trylock_shared(r), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), SHMLOCK_ENOTHELD); /* leave the unique lock first */
+	CHECK_RC(shmlock_upgrade_unlock(u), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_mark_consistent(u), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_trylock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_try_upgrade_to_unique(u), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_shared(u), 0); /* drops the upgrade lock too */
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_trylock_upgrade(o), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(u), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(o), 0);
+	/* Writer to upgrade, and to shared. */
+	CHECK_RC(shmlock_upgrade_lock(u), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_trylock(o), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_trylock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_lock(u), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_shared(u), 0);
+	CHECK_RC(shmlock_upgrade_trylock(o), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_unlock_shared(u), 0);
+	/* A writer's downgrade to upgrade needs the upgrade lock free. */
+	CHECK_RC(shmlock_upgrade_lock(u), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(o), SHMLOCK_ENOTOWNER);
+	CHECK_RC(shmlock_upgrade_unlock(u), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(u), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_unique_to_shared(u), SHMLOCK_ENOTHELD);
+	CHECK_RC(shmlock_upgrade_close(u), 0);
+	CHECK_RC(shmlock_upgrade_close(r), 0);
+	CHECK_RC(shmlock_upgrade_close(o), 0);
+}
+
+static void test_bad_input(void)
+{
+	shmlock_upgrade *m = NULL;
+	CHECK_RC(shmlock_upgrade_named(NULL, "x", &m), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_named(seg, NULL, &m), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_named(seg, "", &m), SHMLOCK_EBADNAME);
+	CHECK_RC(shmlock_upgrade_named(seg, "01234567890123456789012345678901234567890", &m), SHMLOCK_EBADNAME);
+	CHECK_RC(shmlock_upgrade_open(seg, 8, &m), SHMLOCK_EINDEX);
+	CHECK_RC(shmlock_upgrade_open(seg, 0, NULL), SHMLOCK_EINVAL);
+	CHECK(m == NULL);
+	CHECK_RC(shmlock_upgrade_lock(NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_trylock(NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_lock_shared(NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_unlock_shared(NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_upgrade_close(NULL), SHMLOCK_EINVAL);
+	CHECK(shmlock_upgrade_generation(NULL) == 0);
+	CHECK(shmlock_upgrade_inconsistent(NULL) == 0);
+}
+
+/* Too many readers: every record taken by a live handle. */
+static void test_records(void)
+{
+	shmlock_upgrade *h[17];
+	for (int i = 0; i < 17; i++)
+		h[i] = named("records");
+	for (int i = 0; i < 16; i++)
+		CHECK_RC(shmlock_upgrade_lock_shared(h[i]), 0);
+	CHECK_RC(shmlock_upgrade_lock_shared(h[16]), SHMLOCK_ETOOMANYREADERS);
+	CHECK_RC(shmlock_upgrade_unlock_shared(h[0]), 0);
+	CHECK_RC(shmlock_upgrade_close(h[0]), 0); /* frees its record */
+	CHECK_RC(shmlock_upgrade_lock_shared(h[16]), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(h[16]), 0);
+	for (int i = 1; i < 16; i++)
+		CHECK_RC(shmlock_upgrade_unlock_shared(h[i]), 0);
+	for (int i = 1; i < 17; i++)
+		CHECK_RC(shmlock_upgrade_close(h[i]), 0);
+}
+
+/* Threads, one handle each: writers increment a plain counter and a
+ * record of words, readers check the record is whole. */
+enum { THREADS = 4, ROUNDS = 3000, WORDS = 8 };
+static volatile uint64_t data[WORDS];
+static volatile uint64_t counter;
+static int torn;
+
+static void *worker(void *arg)
+{
+	long id = (long)arg;
+	shmlock_upgrade *m = named("threads");
+	for (int i = 0; i < ROUNDS; i++) {
+		int kind = (int)((id + i) % 4);
+		if (kind == 0 || kind == 1) {
+			if (kind == 0)
+				CHECK_RC(shmlock_upgrade_lock(m), 0);
+			else {
+				CHECK_RC(shmlock_upgrade_lock_upgrade(m), 0);
+				CHECK_RC(shmlock_upgrade_upgrade_to_unique(m), 0);
+			}
+			uint64_t v = counter + 1;
+			counter = v;
+			for (int j = 0; j < WORDS; j++)
+				data[j] = v;
+			if (kind == 0)
+				CHECK_RC(shmlock_upgrade_unlock(m), 0);
+			else {
+				CHECK_RC(shmlock_upgrade_unique_to_upgrade(m), 0);
+				CHECK_RC(shmlock_upgrade_unlock_upgrade(m), 0);
+			}
+		} else {
+			CHECK_RC(shmlock_upgrade_lock_shared(m), 0);
+			for (int j = 1; j < WORDS; j++)
+				if (data[j] != data[0])
+					__atomic_add_fetch(&torn, 1, __ATOMIC_SEQ_CST);
+			CHECK_RC(shmlock_upgrade_unlock_shared(m), 0);
+		}
+	}
+	CHECK_RC(shmlock_upgrade_close(m), 0);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	pthread_t t[THREADS];
+	for (long i = 0; i < THREADS; i++)
+		pthread_create(&t[i], NULL, worker, (void *)i);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(t[i], NULL);
+	CHECK(counter == (uint64_t)THREADS * ROUNDS / 2);
+	CHECK(torn == 0);
+}
+
+/* A forked child takes a hold in mode and reports it on a pipe; it is then
+ * SIGKILLed and reaped. */
+enum { HOLD_UNIQUE, HOLD_SHARED, HOLD_UPGRADED, HOLD_UPGRADE };
+
+static void child_holds(const char *name, int mode)
+{
+	int p[2];
+	CHECK(pipe(p) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		shmlock_upgrade *m;
+		if (shmlock_upgrade_named(seg, name, &m) != 0)
+			_exit(1);
+		int rc = 0;
+		switch (mode) {
+		case HOLD_UNIQUE: rc = shmlock_upgrade_lock(m); break;
+		case HOLD_SHARED: rc = shmlock_upgrade_lock_shared(m); break;
+		case HOLD_UPGRADE: rc = shmlock_upgrade_lock_upgrade(m); break;
+		case HOLD_UPGRADED:
+			rc = shmlock_upgrade_lock_upgrade(m);
+			if (rc >= 0)
+				rc = shmlock_upgrade_upgrade_to_unique(m);
+			break;
+		}
+		char c = rc >= 0 ? 'y' : 'n';
+		if (write(p[1], &c, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	char c = 0;
+	CHECK(read(p[0], &c, 1) == 1 && c == 'y');
+	kill(pid, SIGKILL);
+	int st;
+	waitpid(pid, &st, 0);
+	close(p[0]);
+	close(p[1]);
+}
+
+static void test_dead_writer(void)
+{
+	shmlock_upgrade *m = named("deadw"), *r = named("deadw");
+	child_holds("deadw", HOLD_UNIQUE);
+	CHECK(!shmlock_upgrade_inconsistent(m));
+	uint64_t g = shmlock_upgrade_generation(m);
+	CHECK_RC(shmlock_upgrade_trylock(m), SHMLOCK_EWOULDBLOCK); /* a try never takes over */
+	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_OWNERDEAD);
+	CHECK(shmlock_upgrade_generation(m) > g);
+	CHECK(shmlock_upgrade_inconsistent(m));
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(m), 0);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_upgrade_mark_consistent(m), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(m), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(m), 0);
+	CHECK(!shmlock_upgrade_inconsistent(m));
+	CHECK_RC(shmlock_upgrade_lock(m), 0);
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	/* A reader frees a dead writer on its way in; the next writer is told. */
+	child_holds("deadw", HOLD_UNIQUE);
+	CHECK_RC(shmlock_upgrade_lock_shared(r), 0);
+	CHECK(shmlock_upgrade_inconsistent(r));
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_upgrade_mark_consistent(m), 0);
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	CHECK_RC(shmlock_upgrade_close(m), 0);
+	CHECK_RC(shmlock_upgrade_close(r), 0);
+}
+
+static void test_dead_reader_and_upgrader(void)
+{
+	shmlock_upgrade *m = named("deadr");
+	child_holds("deadr", HOLD_SHARED);
+	CHECK_RC(shmlock_upgrade_trylock(m), SHMLOCK_EWOULDBLOCK);
+	CHECK_RC(shmlock_upgrade_lock(m), 0); /* a dead reader's hold is dropped, no report */
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	/* A dead upgrade holder: the next upgrade holder takes it over. */
+	child_holds("deadr", HOLD_UPGRADE);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(m), SHMLOCK_OWNERDEAD);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(m), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(m), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(m), 0);
+	/* Dead while upgraded: a writer frees it, and is told. */
+	child_holds("deadr", HOLD_UPGRADED);
+	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_OWNERDEAD);
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_upgrade_mark_consistent(m), 0);
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	/* Dead while upgraded: an upgrade seeker takes it over. */
+	child_holds("deadr", HOLD_UPGRADED);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(m), SHMLOCK_OWNERDEAD);
+	CHECK_RC(shmlock_upgrade_upgrade_to_unique(m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_upgrade_mark_consistent(m), 0);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(m), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(m), 0);
+	CHECK_RC(shmlock_upgrade_close(m), 0);
+}
+
+/* A sleeping writer is woken by a reader's release. */
+static shmlock_upgrade *sleeper;
+static int sleeper_rc = 99;
+static void *sleep_writer(void *arg)
+{
+	sleeper_rc = shmlock_upgrade_lock(sleeper);
+	return arg;
+}
+
+static void test_wake(void)
+{
+	shmlock_upgrade *r = named("wake");
+	sleeper = named("wake");
+	CHECK_RC(shmlock_upgrade_lock_shared(r), 0);
+	pthread_t t;
+	pthread_create(&t, NULL, sleep_writer, NULL);
+	/* Wait until the writer has taken the writers' mutex and sleeps. */
+	for (;;) {
+		int rc = shmlock_upgrade_trylock_upgrade(r);
+		if (rc == SHMLOCK_EWOULDBLOCK)
+			break;
+		CHECK_RC(rc, 0);
+		CHECK_RC(shmlock_upgrade_unlock_upgrade(r), 0);
+		usleep(1000);
+	}
+	usleep(20000); /* not needed for correctness: lets it reach its futex */
+	CHECK(__atomic_load_n(&sleeper_rc, __ATOMIC_SEQ_CST) == 99);
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	pthread_join(t, NULL);
+	CHECK_RC(sleeper_rc, 0);
+	CHECK_RC(shmlock_upgrade_unlock(sleeper), 0);
+	CHECK_RC(shmlock_upgrade_close(r), 0);
+	CHECK_RC(shmlock_upgrade_close(sleeper), 0);
+}
+
+int main(void)
+{
+	setup();
+	RUN(test_unique);
+	RUN(test_shared);
+	RUN(test_upgrade);
+	RUN(test_bad_input);
+	RUN(test_records);
+	RUN(test_threads);
+	RUN(test_dead_writer);
+	RUN(test_dead_reader_and_upgrader);
+	RUN(test_wake);
+	teardown();
+	return CHECK_DONE();
+}
