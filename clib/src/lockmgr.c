@@ -282,7 +282,7 @@ static bool lock_entry_slow(shmlock_lockmgr *m, entry_t *e, uint64_t self)
 		int64_t now = shm_now_ns();
 		if (checked == 0 || now - checked >= LM_LIVENESS_NS) {
 			checked = now;
-			if (w != self && !shm_alive_uncached(w) &&
+			if (w != self && !shm_owner_alive(m->seg, w) &&
 			    atomic_compare_exchange_strong(&e->lock, &w, self)) {
 				ST(&e->gate, LD(&e->gate) + 1);
 				wake_all(e);
@@ -604,13 +604,14 @@ static void end_hold(entry_t *e, holder_t *h, enum ending why, int64_t now)
 static inline bool expired_at(uint64_t expires, int64_t now) { return expires != 0 && now >= (int64_t)expires; }
 
 /* alive says whether process word w (a holder's Process or Companion)
- * lives; shm_alive remembers "alive" answers for 50 ms, so a waiter that
- * retries against a live holder does not read /proc every attempt. */
-static bool alive(uint64_t w, uint64_t self)
+ * lives (shm.Segment.OwnerAlive); "alive" answers are remembered for 50 ms,
+ * so a waiter that retries against a live holder does not read /proc every
+ * attempt, and a late "dead" only delays a reclaim. */
+static bool alive(shmlock_lockmgr *m, uint64_t w, uint64_t self)
 {
 	if (w == 0)
 		return false;
-	return w == self || shm_alive(w);
+	return w == self || shm_owner_alive(m->seg, w);
 }
 
 /* ended_without reports whether own's hold of e ended without its
@@ -704,7 +705,7 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 			uint64_t p = LD(&h->process);
 			if (p == 0)
 				continue;
-			if (alive(p, self) || alive(LD(&h->companion), self)) {
+			if (alive(m, p, self) || alive(m, LD(&h->companion), self)) {
 				int64_t exp = (int64_t)LD(&h->expires);
 				if (exp != 0 && (o->expiry == 0 || exp < o->expiry))
 					o->expiry = exp;
@@ -775,7 +776,7 @@ static bool holder_died(shmlock_lockmgr *m, entry_t *e, uint64_t self)
 	}
 	unlock_entry(e);
 	for (int i = 0; i < k; i++)
-		if (!alive(ids[i][0], self) && !alive(ids[i][1], self))
+		if (!alive(m, ids[i][0], self) && !alive(m, ids[i][1], self))
 			return true;
 	return false;
 }
@@ -887,6 +888,7 @@ SHM_EXPORT int shmlock_lockmgr_open(shmlock_segment *seg, shmlock_lockmgr **out)
 	m->head = &m->entries[0];
 	m->n = count - 1;
 	m->ro = seg->read_only;
+	shm_seg_get(seg); /* the table stays mapped until this handle closes */
 	*out = m;
 	return 0;
 }
@@ -895,6 +897,7 @@ SHM_EXPORT int shmlock_lockmgr_close(shmlock_lockmgr *m)
 {
 	if (m == NULL)
 		return SHMLOCK_EINVAL;
+	shm_seg_put(m->seg);
 	free(m);
 	return 0;
 }
@@ -1026,7 +1029,9 @@ static int lookup(shmlock_lockmgr *m, const struct key *res, uint64_t self, entr
 	return i == SEARCH_GAVE_UP ? SHMLOCK_ECLOSED : 0;
 }
 
-/* Release ends owner's hold. Releasing a resource that does not exist, or
+/* Release ends owner's hold, also after the segment's close (the handle
+ * keeps the mapping); SHMLOCK_ECLOSED only if it then had to wait for an
+ * entry lock that another process keeps. Releasing a resource that does not exist, or
  * that nobody holds, succeeds (Go logs a warning). */
 SHM_EXPORT int shmlock_lockmgr_release(shmlock_lockmgr *m, const char *resource, const char *owner)
 {
@@ -1037,9 +1042,7 @@ SHM_EXPORT int shmlock_lockmgr_release(shmlock_lockmgr *m, const char *resource,
 	if (rc != 0)
 		return rc;
 	if (m->ro)
-		return SHMLOCK_EREADONLY;
-	if (closed(m))
-		return SHMLOCK_ECLOSED; /* the table is unmapped: nothing to release into */
+		return SHMLOCK_EREADONLY; /* a release works after the segment's close, though */
 	uint64_t self = shm_self();
 	int64_t now = shm_now_ns();
 	entry_t *e;
