@@ -1,0 +1,1177 @@
+/* lockmgr.c: the lock manager (package lockmgr): named resources held
+ * exclusively or collaboratively by named owners, with expiry, fencing
+ * versions and the reclaim of dead processes' holds.
+ *
+ * This is a second implementation of lockmgr/{manager,entry,table}.go on
+ * the same table: every word is written as Go writes it, in the same order
+ * and under the same entry lock, so that Go and C processes grant, wait,
+ * wake and reclaim each other's holds, and Go's Manager.Check and Inspect
+ * read C's holds as their own.
+ *
+ * The table (docs/FORMAT.md, Lock manager). Entry 0 is the table's header;
+ * entries 1..n hold resources. A resource lives at the first free or
+ * never-used entry of its probe sequence 1 + ((hash mod n) + d) mod n,
+ * d = 0, 1, ... Entry 0's Next is the longest d ever used (lookups stop
+ * there), its Lock is the insert lock (taken before any entry lock, around
+ * every change of an entry's kind), its Version is the highest version of
+ * any recycled resource (new resources start there, so a version never goes
+ * back), its statistics those of recycled entries, and its Ctl bit 2 the
+ * declared-only mode.
+ *
+ * Each entry has its lock word, Lock: 0 free, else the packed identity of
+ * the process changing the entry. Every field but Gate and Sleepers
+ * changes only under it. A process that dies holding it is found dead by a
+ * waiter that has waited 50 ms, which takes the lock over by CAS and bumps
+ * the gate (the dead process may have ended a hold and not woken anyone).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Ctl of a resource entry:
+ *
+ *	bits 0-1  kind: never used, resource, free (recycled: probes continue
+ *	          past it), overflow (more holder records of the resource whose
+ *	          chain links it through Next)
+ *	bit  2    declared (Declare); never recycled. In entry 0: declared-only
+ *	          mode, where undeclared names are refused
+ *	bits 3-4  the mode of the current holders; 0 when there are none
+ *	bit  5    inconsistent: a hold ended without its owner's release and no
+ *	          holder has marked the resource consistent since
+ */
+#define LM_KIND_MASK 3u
+#define LM_KIND_EMPTY 0u
+#define LM_KIND_RESOURCE 1u
+#define LM_KIND_FREE 2u
+#define LM_KIND_OVERFLOW 3u
+#define LM_CTL_DECLARED (1u << 2)
+#define LM_CTL_DECLARED_ONLY (1u << 2) /* entry 0 */
+#define LM_CTL_MODE_SHIFT 3
+#define LM_CTL_MODE_MASK (3u << LM_CTL_MODE_SHIFT)
+#define LM_CTL_INCONSISTENT (1u << 5)
+
+/* Limits: two holder records in a resource's entry and two in each of at
+ * most LM_MAX_OVERFLOW overflow entries. */
+#define LM_RECORDS 2
+#define LM_MAX_OVERFLOW 7
+#define LM_MAX_HOLDERS (LM_RECORDS * (1 + LM_MAX_OVERFLOW))
+#define LM_OWNER_WORDS (SHM_OWNER_NAME_LEN / 8)
+#define LM_NAME_WORDS (SHM_NAME_LEN / 8)
+
+/* Tombstones: a hold that ends without its owner's release leaves its
+ * record free (Process 0) with the owner's name and one of these in
+ * Companion (no packed identity has a zero pid field), so that the owner's
+ * late release or refresh is told SHMLOCK_ELOCK_TIMEOUT (or, after an
+ * operator's ForceRelease, SHMLOCK_ELOCK_NOT_HELD). LastExpired holds the
+ * owner hash of the last such end, bit 63 flipped when an operator ended it. */
+#define LM_TOMB_EXPIRED (UINT64_C(1) << 62)
+#define LM_TOMB_FORCED ((UINT64_C(1) << 62) | (UINT64_C(1) << 61))
+#define LM_FORCED_MARK (UINT64_C(1) << 63)
+
+/* Waiting for an entry lock: its holder is a few instructions from
+ * unlocking, so spin, yield, then nap in growing steps, asking every 50 ms
+ * whether the holder still lives. */
+#define LM_SPIN_LOADS 64
+#define LM_SPIN_YIELDS 16
+#define LM_MAX_NAP_NS 1000000LL
+#define LM_LIVENESS_NS 50000000LL
+
+/* Waiting for a resource: watch the gate for a few loads, then sleep on it
+ * in slices of at most 100 ms, registered in Sleepers for one slice at a
+ * time, looking for dead holders between slices (a death wakes nobody). */
+#define LM_WAIT_SPINS 200
+#define LM_WAIT_YIELDS 20
+#define LM_SLEEP_SLICE_NS 100000000LL
+
+/* The default backoff (design 004): 100 ms doubling to 1 s, each wait
+ * shortened by up to 20% at random. */
+#define LM_BACKOFF_INITIAL_NS 100000000LL
+#define LM_BACKOFF_MAX_NS 1000000000LL
+#define LM_BACKOFF_FACTOR 2.0
+#define LM_BACKOFF_JITTER 0.2
+
+struct shmlock_lockmgr {
+	shmlock_segment *seg;
+	struct shm_lockmgr_entry *entries; /* entries[0] is the header */
+	struct shm_lockmgr_entry *head;
+	uint64_t n; /* resource entries: count - 1 */
+	bool ro;
+};
+
+typedef struct shm_lockmgr_entry entry_t;
+typedef struct shm_lockmgr_holder holder_t;
+
+/* Loads and stores of shared words: always whole and sequentially
+ * consistent, as Go's sync/atomic. */
+#define LD(p) atomic_load(p)
+#define ST(p, v) atomic_store((p), (v))
+
+static inline uint32_t kind_of(uint32_t ctl) { return ctl & LM_KIND_MASK; }
+static inline int mode_of(uint32_t ctl) { return (int)((ctl & LM_CTL_MODE_MASK) >> LM_CTL_MODE_SHIFT); }
+static inline uint32_t with_mode(uint32_t ctl, int mode)
+{
+	return (ctl & ~LM_CTL_MODE_MASK) | ((uint32_t)mode << LM_CTL_MODE_SHIFT);
+}
+
+static bool closed(const shmlock_lockmgr *m) { return shm_closed(m->seg); }
+
+/* ------------------------------------------------------------------ names */
+
+/* A checked resource or owner name packed as the table stores it
+ * (NUL-padded little-endian words), with its hash. */
+struct key {
+	uint64_t w[LM_NAME_WORDS];
+	uint64_t hash;
+};
+
+/* hash_words is lockmgr's hashWords: FNV-1a over the name's words (not its
+ * bytes: a multiply per word), each step folded, then a 64-bit finaliser;
+ * never 0. */
+static uint64_t hash_words(const uint64_t *w, size_t n)
+{
+	uint64_t h = UINT64_C(14695981039346656037);
+	for (size_t i = 0; i < n; i++) {
+		h = (h ^ w[i]) * UINT64_C(1099511628211);
+		h ^= h >> 29;
+	}
+	h *= UINT64_C(0xbf58476d1ce4e5b9);
+	h ^= h >> 32;
+	return h ? h : 1;
+}
+
+/* valid_utf8 is Go's utf8.ValidString with unicode.IsControl: no overlong
+ * forms, surrogates or code points past U+10FFFF, and no C1 control
+ * (U+0080..U+009F, which Go counts as control characters). */
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		unsigned char b = s[i];
+		if (b < 0x80) {
+			i++;
+			continue;
+		}
+		size_t len;
+		unsigned char lo = 0x80, hi = 0xbf;
+		if (b >= 0xc2 && b <= 0xdf) {
+			len = 2;
+			if (b == 0xc2)
+				lo = 0xa0; /* U+0080..U+009F are control characters */
+		} else if (b >= 0xe0 && b <= 0xef) {
+			len = 3;
+			if (b == 0xe0)
+				lo = 0xa0;
+			else if (b == 0xed)
+				hi = 0x9f;
+		} else if (b >= 0xf0 && b <= 0xf4) {
+			len = 4;
+			if (b == 0xf0)
+				lo = 0x90;
+			else if (b == 0xf4)
+				hi = 0x8f;
+		} else {
+			return false;
+		}
+		if (n - i < len || s[i + 1] < lo || s[i + 1] > hi)
+			return false;
+		for (size_t j = 2; j < len; j++)
+			if (s[i + j] < 0x80 || s[i + j] > 0xbf)
+				return false;
+		i += len;
+	}
+	return true;
+}
+
+/* set_key checks s as lockmgr's checkName does (1..max bytes of UTF-8, no
+ * control characters, so no NUL) and packs it into k. */
+static bool set_key(struct key *k, const char *s, size_t max)
+{
+	memset(k, 0, sizeof *k);
+	if (s == NULL)
+		return false;
+	size_t len = strnlen(s, max + 1);
+	if (len == 0 || len > max)
+		return false;
+	bool ascii = true;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char b = (unsigned char)s[i];
+		if (b < 0x20 || b == 0x7f)
+			return false;
+		ascii = ascii && b < 0x80;
+		k->w[i >> 3] |= (uint64_t)b << (8 * (i & 7));
+	}
+	if (!ascii && !valid_utf8((const unsigned char *)s, len))
+		return false;
+	k->hash = hash_words(k->w, (len + 7) >> 3);
+	return true;
+}
+
+static int check_names(struct key *res, struct key *own, const char *resource, const char *owner)
+{
+	if (!set_key(res, resource, SHM_NAME_LEN))
+		return SHMLOCK_EINVALID_RESOURCE;
+	if (!set_key(own, owner, SHM_OWNER_NAME_LEN))
+		return SHMLOCK_EINVALID_OWNER;
+	return 0;
+}
+
+static bool same_name(entry_t *e, const struct key *k)
+{
+	for (int i = 0; i < LM_NAME_WORDS; i++)
+		if (LD(&e->name[i]) != k->w[i])
+			return false;
+	return true;
+}
+
+static bool same_owner(holder_t *h, const struct key *k)
+{
+	for (int i = 0; i < LM_OWNER_WORDS; i++)
+		if (LD(&h->owner[i]) != k->w[i])
+			return false;
+	return true;
+}
+
+/* owner_hash is the hash of h's owner from its stored words (a name has no
+ * NUL, so its words end at the first word of NULs). */
+static uint64_t owner_hash(holder_t *h)
+{
+	uint64_t w[LM_OWNER_WORDS];
+	size_t n = 0;
+	while (n < LM_OWNER_WORDS && (w[n] = LD(&h->owner[n])) != 0)
+		n++;
+	return hash_words(w, n);
+}
+
+/* ------------------------------------------------------------ entry locks */
+
+static void nap(int64_t ns)
+{
+	struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+static void wake_one(entry_t *e) { shm_sleepers_wake_one(&e->sleepers, &e->gate); }
+static void wake_all(entry_t *e) { shm_sleepers_wake_all(&e->sleepers, &e->gate); }
+
+/* lock_entry_slow waits for e's lock; false, without it, if the segment
+ * closed meanwhile. A holder found dead is taken over; it may have stopped
+ * between a hold's end and the wake that goes with it, so every sleeper is
+ * woken. */
+static bool lock_entry_slow(shmlock_lockmgr *m, entry_t *e, uint64_t self)
+{
+	int64_t step = 1000, checked = 0;
+	for (int i = 0;; i++) {
+		uint64_t w = LD(&e->lock);
+		if (w == 0) {
+			uint64_t zero = 0;
+			if (atomic_compare_exchange_strong(&e->lock, &zero, self))
+				return true;
+			continue;
+		}
+		if (i < LM_SPIN_LOADS)
+			continue;
+		if (i < LM_SPIN_LOADS + LM_SPIN_YIELDS) {
+			sched_yield();
+			continue;
+		}
+		int64_t now = shm_now_ns();
+		if (checked == 0 || now - checked >= LM_LIVENESS_NS) {
+			checked = now;
+			if (w != self && !shm_owner_alive(m->seg, w) &&
+			    atomic_compare_exchange_strong(&e->lock, &w, self)) {
+				ST(&e->gate, LD(&e->gate) + 1);
+				wake_all(e);
+				return true;
+			}
+		}
+		if (closed(m))
+			return false;
+		nap(step);
+		step = step * 2 < LM_MAX_NAP_NS ? step * 2 : LM_MAX_NAP_NS;
+	}
+}
+
+/* lock_entry takes e's lock word: one CAS when nobody else is changing e. */
+static inline bool lock_entry(shmlock_lockmgr *m, entry_t *e, uint64_t self)
+{
+	uint64_t zero = 0;
+	return atomic_compare_exchange_strong(&e->lock, &zero, self) || lock_entry_slow(m, e, self);
+}
+
+static inline bool try_lock_entry(entry_t *e, uint64_t self)
+{
+	uint64_t zero = 0;
+	return atomic_compare_exchange_strong(&e->lock, &zero, self);
+}
+
+static inline void unlock_entry(entry_t *e) { ST(&e->lock, 0); }
+
+/* ------------------------------------------------------------ the table */
+
+static inline entry_t *probe(shmlock_lockmgr *m, uint64_t hash, uint64_t d)
+{
+	return &m->entries[1 + (hash % m->n + d) % m->n];
+}
+
+static inline uint32_t probe_index(shmlock_lockmgr *m, uint64_t hash, uint64_t d)
+{
+	return (uint32_t)(1 + (hash % m->n + d) % m->n);
+}
+
+/* overflow returns overflow entry i, or NULL if i names none (a corrupted
+ * link ends the chain). */
+static entry_t *overflow(shmlock_lockmgr *m, uint32_t i)
+{
+	if (i == 0 || i > m->n)
+		return NULL;
+	entry_t *o = &m->entries[i];
+	return kind_of(LD(&o->ctl)) == LM_KIND_OVERFLOW ? o : NULL;
+}
+
+/* holders collects the holder records of e and of its overflow chain,
+ * used or not, in the order Go visits them; returns how many. Under e's
+ * lock the chain does not change. */
+static int holders(shmlock_lockmgr *m, entry_t *e, holder_t *out[LM_MAX_HOLDERS])
+{
+	int n = 0;
+	for (int j = 0; j < LM_RECORDS; j++)
+		out[n++] = &e->holders[j];
+	uint32_t i = LD(&e->next);
+	for (int steps = 0; steps < LM_MAX_OVERFLOW; steps++) {
+		entry_t *o = overflow(m, i);
+		if (o == NULL)
+			break;
+		for (int j = 0; j < LM_RECORDS; j++)
+			out[n++] = &o->holders[j];
+		i = LD(&o->next);
+	}
+	return n;
+}
+
+static int holder_count(shmlock_lockmgr *m, entry_t *e)
+{
+	holder_t *hs[LM_MAX_HOLDERS];
+	int n = holders(m, e, hs), used = 0;
+	for (int i = 0; i < n; i++)
+		used += LD(&hs[i]->process) != 0;
+	return used;
+}
+
+enum { SEARCH_NONE = -1, SEARCH_GAVE_UP = -2 };
+
+/* search returns the index of resource k's entry, or SEARCH_NONE: with
+ * lock, the entry is returned locked and its name checked under the lock
+ * (SEARCH_GAVE_UP if the segment closed while it waited for the lock). It
+ * probes no farther than entry 0's longest distance and stops at an entry
+ * never used. */
+static int64_t search(shmlock_lockmgr *m, const struct key *k, bool lock, uint64_t self)
+{
+	if (m->n == 0)
+		return SEARCH_NONE;
+	uint64_t limit = LD(&m->head->next);
+	if (limit > m->n - 1)
+		limit = m->n - 1;
+	for (uint64_t d = 0; d <= limit; d++) {
+		uint32_t i = probe_index(m, k->hash, d);
+		entry_t *e = &m->entries[i];
+		if (LD(&e->hash) != k->hash) {
+			if (kind_of(LD(&e->ctl)) == LM_KIND_EMPTY)
+				return SEARCH_NONE;
+			continue;
+		}
+		if (lock && !lock_entry(m, e, self))
+			return SEARCH_GAVE_UP;
+		if (kind_of(LD(&e->ctl)) == LM_KIND_RESOURCE && same_name(e, k))
+			return i;
+		if (lock)
+			unlock_entry(e);
+	}
+	return SEARCH_NONE;
+}
+
+/* find returns resource k's entry, locked, or NULL. */
+static entry_t *find(shmlock_lockmgr *m, const struct key *k, uint64_t self)
+{
+	int64_t i = search(m, k, true, self);
+	return i >= 0 ? &m->entries[i] : NULL;
+}
+
+/* retire folds a resource entry's statistics and version into the header
+ * and frees its overflow entries. Under the insert lock and e's lock. */
+static void retire(shmlock_lockmgr *m, entry_t *e)
+{
+	entry_t *h = m->head;
+	atomic_fetch_add(&h->grants, LD(&e->grants));
+	atomic_fetch_add(&h->releases, LD(&e->releases));
+	atomic_fetch_add(&h->hold_nanos, LD(&e->hold_nanos));
+	atomic_fetch_add(&h->conflicts, LD(&e->conflicts));
+	atomic_fetch_add(&h->expired, LD(&e->expired));
+	atomic_fetch_add(&h->reclaimed, LD(&e->reclaimed));
+	uint64_t v = LD(&e->version);
+	if (v > LD(&h->version))
+		ST(&h->version, v);
+	uint32_t i = LD(&e->next);
+	for (int steps = 0; i != 0 && steps < LM_MAX_OVERFLOW; steps++) {
+		entry_t *o = overflow(m, i);
+		if (o == NULL)
+			break;
+		i = LD(&o->next);
+		ST(&o->next, 0);
+		ST(&o->ctl, LM_KIND_FREE);
+	}
+	ST(&e->next, 0);
+	ST(&e->ctl, LM_KIND_FREE);
+}
+
+/* recycle frees, for a new resource, the first resource along hash's probe
+ * sequence that nobody holds, nobody declared and that is not inconsistent
+ * (its next holder must be told), and returns it locked with its distance.
+ * Under the insert lock, when no entry is free. */
+static entry_t *recycle(shmlock_lockmgr *m, uint64_t hash, uint64_t *at, uint64_t self)
+{
+	for (uint64_t d = 0; d < m->n; d++) {
+		entry_t *e = probe(m, hash, d);
+		if (kind_of(LD(&e->ctl)) != LM_KIND_RESOURCE || !try_lock_entry(e, self))
+			continue;
+		uint32_t c = LD(&e->ctl);
+		if (kind_of(c) != LM_KIND_RESOURCE || (c & (LM_CTL_DECLARED | LM_CTL_INCONSISTENT)) != 0 ||
+		    holder_count(m, e) != 0) {
+			unlock_entry(e);
+			continue;
+		}
+		retire(m, e);
+		*at = d;
+		return e;
+	}
+	return NULL;
+}
+
+/* insert adds resource k (or finds it, added meanwhile) and returns its
+ * entry locked. Under the insert lock no entry changes its kind, so the
+ * scan is exact. The name is written before the kind says "resource". */
+static int insert(shmlock_lockmgr *m, const struct key *k, uint64_t self, entry_t **out)
+{
+	if (m->n == 0)
+		return SHMLOCK_ELOCK_TABLE_FULL;
+	if (!lock_entry(m, m->head, self))
+		return SHMLOCK_ECLOSED;
+	int rc = 0;
+	entry_t *free = NULL;
+	uint64_t free_at = 0;
+	for (uint64_t d = 0; d < m->n; d++) {
+		entry_t *e = probe(m, k->hash, d);
+		uint32_t c = kind_of(LD(&e->ctl));
+		if (c == LM_KIND_EMPTY) {
+			if (free == NULL)
+				free = e, free_at = d;
+			break;
+		}
+		if (c == LM_KIND_FREE && free == NULL)
+			free = e, free_at = d;
+		if (c == LM_KIND_RESOURCE && LD(&e->hash) == k->hash) {
+			if (!lock_entry(m, e, self)) {
+				rc = SHMLOCK_ECLOSED;
+				goto out;
+			}
+			if (kind_of(LD(&e->ctl)) == LM_KIND_RESOURCE && same_name(e, k)) {
+				*out = e;
+				goto out;
+			}
+			unlock_entry(e);
+		}
+	}
+	if (free != NULL) {
+		if (!lock_entry(m, free, self)) {
+			rc = SHMLOCK_ECLOSED;
+			goto out;
+		}
+	} else if ((free = recycle(m, k->hash, &free_at, self)) == NULL) {
+		rc = SHMLOCK_ELOCK_TABLE_FULL;
+		goto out;
+	}
+	for (int i = 0; i < LM_NAME_WORDS; i++)
+		ST(&free->name[i], k->w[i]);
+	ST(&free->hash, k->hash);
+	ST(&free->version, LD(&m->head->version));
+	ST(&free->last_expired, 0);
+	ST(&free->next, 0);
+	ST(&free->grants, 0);
+	ST(&free->releases, 0);
+	ST(&free->hold_nanos, 0);
+	ST(&free->conflicts, 0);
+	ST(&free->expired, 0);
+	ST(&free->reclaimed, 0);
+	for (int j = 0; j < LM_RECORDS; j++)
+		ST(&free->holders[j].companion, 0); /* no tombstone of the entry's last use */
+	if (free_at > LD(&m->head->next))
+		ST(&m->head->next, (uint32_t)free_at);
+	ST(&free->ctl, LM_KIND_RESOURCE);
+	*out = free;
+out:
+	unlock_entry(m->head);
+	return rc;
+}
+
+/* grow links one more overflow entry to resource k's chain, unless the
+ * chain has a free record already or is as long as it may be. Insert lock
+ * first, then the resource's entry, as insert. */
+static int grow(shmlock_lockmgr *m, const struct key *k, uint64_t self)
+{
+	if (!lock_entry(m, m->head, self))
+		return SHMLOCK_ECLOSED;
+	int rc = 0;
+	entry_t *e = find(m, k, self);
+	if (e == NULL)
+		goto out_head; /* recycled meanwhile: the caller starts again */
+	holder_t *hs[LM_MAX_HOLDERS];
+	int n = holders(m, e, hs);
+	for (int i = 0; i < n; i++) {
+		uint64_t c = LD(&hs[i]->companion);
+		if (LD(&hs[i]->process) == 0 && c != LM_TOMB_EXPIRED && c != LM_TOMB_FORCED)
+			goto out; /* a spare record */
+	}
+	entry_t *last = e;
+	int links = 0;
+	for (entry_t *o = overflow(m, LD(&e->next)); o != NULL && links < LM_MAX_OVERFLOW;
+	     o = overflow(m, LD(&o->next)))
+		last = o, links++;
+	if (links >= LM_MAX_OVERFLOW) {
+		rc = SHMLOCK_ETOO_MANY_HOLDERS;
+		goto out;
+	}
+	rc = SHMLOCK_ELOCK_TABLE_FULL;
+	for (uint64_t d = 0; d < m->n; d++) {
+		entry_t *o = probe(m, k->hash, d);
+		uint32_t c = kind_of(LD(&o->ctl));
+		if (c != LM_KIND_EMPTY && c != LM_KIND_FREE)
+			continue;
+		for (int j = 0; j < LM_RECORDS; j++) {
+			ST(&o->holders[j].process, 0);
+			ST(&o->holders[j].companion, 0); /* no tombstone of the entry's last use */
+		}
+		ST(&o->hash, 0);
+		ST(&o->next, 0);
+		ST(&o->ctl, LM_KIND_OVERFLOW);
+		ST(&last->next, probe_index(m, k->hash, d));
+		rc = 0;
+		break;
+	}
+out:
+	unlock_entry(e);
+out_head:
+	unlock_entry(m->head);
+	return rc;
+}
+
+/* --------------------------------------------------------------- holds */
+
+enum ending { END_RELEASED, END_EXPIRED, END_RECLAIMED };
+
+/* end_hold ends hold h of e: the Process word first, so a process that dies
+ * half-way leaves the record free. Under e's lock; the caller wakes the
+ * sleepers after unlocking. */
+static void end_hold(entry_t *e, holder_t *h, enum ending why, int64_t now)
+{
+	int64_t acquired = (int64_t)LD(&h->acquired);
+	ST(&h->process, 0);
+	ST(&h->companion, why == END_RELEASED ? 0 : LM_TOMB_EXPIRED);
+	switch (why) {
+	case END_RELEASED:
+		ST(&e->releases, LD(&e->releases) + 1);
+		if (now - acquired > 0)
+			ST(&e->hold_nanos, LD(&e->hold_nanos) + (uint64_t)(now - acquired));
+		break;
+	case END_EXPIRED:
+		ST(&e->expired, LD(&e->expired) + 1);
+		ST(&e->last_expired, owner_hash(h));
+		ST(&e->ctl, LD(&e->ctl) | LM_CTL_INCONSISTENT);
+		break;
+	case END_RECLAIMED:
+		ST(&e->reclaimed, LD(&e->reclaimed) + 1);
+		ST(&e->last_expired, owner_hash(h));
+		ST(&e->ctl, LD(&e->ctl) | LM_CTL_INCONSISTENT);
+		break;
+	}
+	ST(&e->version, LD(&e->version) + 1);
+	ST(&e->gate, LD(&e->gate) + 1);
+}
+
+static inline bool expired_at(uint64_t expires, int64_t now) { return expires != 0 && now >= (int64_t)expires; }
+
+/* alive says whether process word w (a holder's Process or Companion)
+ * lives (shm.Segment.OwnerAlive); "alive" answers are remembered for 50 ms,
+ * so a waiter that retries against a live holder does not read /proc every
+ * attempt, and a late "dead" only delays a reclaim. */
+static bool alive(shmlock_lockmgr *m, uint64_t w, uint64_t self)
+{
+	if (w == 0)
+		return false;
+	return w == self || shm_owner_alive(m->seg, w);
+}
+
+/* ended_without reports whether own's hold of e ended without its
+ * release: timed_out if it expired or its process died, forced if an
+ * operator ended it. It consumes what it found, so one late release is
+ * told once. Under e's lock. */
+static void ended_without(shmlock_lockmgr *m, entry_t *e, const struct key *own, bool *timed_out, bool *forced)
+{
+	*timed_out = *forced = false;
+	holder_t *hs[LM_MAX_HOLDERS];
+	int n = holders(m, e, hs);
+	for (int i = 0; i < n; i++) {
+		holder_t *h = hs[i];
+		if (LD(&h->process) != 0)
+			continue;
+		uint64_t c = LD(&h->companion);
+		if ((c != LM_TOMB_EXPIRED && c != LM_TOMB_FORCED) || !same_owner(h, own))
+			continue;
+		if (c == LM_TOMB_FORCED)
+			*forced = true;
+		else
+			*timed_out = true;
+		ST(&h->companion, 0);
+		break;
+	}
+	uint64_t last = LD(&e->last_expired);
+	if (last == own->hash)
+		*timed_out = !*forced;
+	else if (last == (own->hash ^ LM_FORCED_MARK))
+		*forced = !*timed_out;
+	else
+		return;
+	ST(&e->last_expired, 0);
+}
+
+/* The outcome of one attempt under the entry lock. */
+struct outcome {
+	bool granted;
+	bool already;      /* the owner holds the resource already */
+	bool need_room;    /* compatible, but no free holder record */
+	bool woke;         /* a hold ended: wake the sleepers after unlocking */
+	bool reclaimed;    /* a dead holder's hold was ended */
+	bool inconsistent; /* the resource is marked inconsistent */
+	bool tombs;        /* the only free records are tombstones */
+	uint64_t version;  /* after the grant */
+	uint32_t seq;      /* Gate at the conflict, for the futex wait */
+	int64_t expiry;    /* earliest expiry of a blocking hold; 0 none */
+};
+
+/* try_grant is one attempt to grant own a hold of e, under e's lock: it
+ * ends the holds that expired; on a conflict it ends the holds of dead
+ * processes too, and grants if that removed every conflict. The record a
+ * grant takes: one never used or released first, else that of the last
+ * hold this attempt ended (so the one who ended a dead holder's hold is the
+ * one granted, and alone told reclaimed), a tombstone only when the chain
+ * cannot grow (reuse_tombs). */
+static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int mode, int64_t ttl, int64_t now,
+                      bool first, bool reuse_tombs, uint64_t self, struct outcome *o)
+{
+	holder_t *hs[LM_MAX_HOLDERS], *free = NULL, *ended = NULL, *tomb = NULL;
+	int n = holders(m, e, hs), held = 0;
+	memset(o, 0, sizeof *o);
+	for (int i = 0; i < n; i++) {
+		holder_t *h = hs[i];
+		if (LD(&h->process) == 0) {
+			uint64_t c = LD(&h->companion);
+			if (c == LM_TOMB_EXPIRED || c == LM_TOMB_FORCED) {
+				if (tomb == NULL)
+					tomb = h;
+			} else if (free == NULL) {
+				free = h;
+			}
+			continue;
+		}
+		if (expired_at(LD(&h->expires), now)) {
+			end_hold(e, h, END_EXPIRED, now);
+			o->woke = true;
+			ended = h;
+			continue;
+		}
+		if (same_owner(h, own)) {
+			o->already = true;
+			return;
+		}
+		held++;
+	}
+	uint32_t ctl = LD(&e->ctl);
+	if (held > 0 && (mode == SHMLOCK_EXCLUSIVE || mode_of(ctl) != mode)) {
+		for (int i = 0; i < n; i++) {
+			holder_t *h = hs[i];
+			uint64_t p = LD(&h->process);
+			if (p == 0)
+				continue;
+			if (alive(m, p, self) || alive(m, LD(&h->companion), self)) {
+				int64_t exp = (int64_t)LD(&h->expires);
+				if (exp != 0 && (o->expiry == 0 || exp < o->expiry))
+					o->expiry = exp;
+				continue;
+			}
+			end_hold(e, h, END_RECLAIMED, now);
+			o->woke = o->reclaimed = true;
+			held--;
+			ended = h;
+		}
+		ctl |= LD(&e->ctl) & LM_CTL_INCONSISTENT; /* a reclaim above marked it */
+		if (held > 0) {
+			if (first)
+				ST(&e->conflicts, LD(&e->conflicts) + 1);
+			o->seq = LD(&e->gate);
+			return;
+		}
+	}
+	if (held == 0)
+		ctl = with_mode(ctl, 0);
+	if (free == NULL)
+		free = ended != NULL ? ended : reuse_tombs ? tomb : NULL;
+	if (free == NULL) {
+		o->need_room = true;
+		o->tombs = tomb != NULL;
+		o->seq = LD(&e->gate);
+		ST(&e->ctl, ctl);
+		return;
+	}
+	o->version = LD(&e->version) + 1;
+	ST(&e->version, o->version);
+	for (int i = 0; i < LM_OWNER_WORDS; i++)
+		ST(&free->owner[i], own->w[i]);
+	ST(&free->companion, 0);
+	ST(&free->acquired, (uint64_t)now);
+	ST(&free->expires, ttl > 0 ? (uint64_t)(now + ttl) : 0);
+	ST(&free->process, self);
+	ST(&e->grants, LD(&e->grants) + 1);
+	if (held == 0)
+		ctl = with_mode(ctl, mode);
+	ST(&e->ctl, ctl);
+	if (LD(&e->last_expired) == own->hash)
+		ST(&e->last_expired, 0);
+	o->granted = true;
+	o->inconsistent = (ctl & LM_CTL_INCONSISTENT) != 0;
+}
+
+/* ------------------------------------------------------------- waiting */
+
+/* holder_died reports whether a hold of e belongs to processes that are
+ * all gone, so that the next attempt would end it. The words are copied
+ * under e's lock, taken only if free at once (a process busy with e is
+ * alive), and judged outside it. */
+static bool holder_died(shmlock_lockmgr *m, entry_t *e, uint64_t self)
+{
+	if (!try_lock_entry(e, self))
+		return false;
+	uint64_t ids[LM_MAX_HOLDERS][2];
+	holder_t *hs[LM_MAX_HOLDERS];
+	int n = holders(m, e, hs), k = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t p = LD(&hs[i]->process);
+		if (p != 0) {
+			ids[k][0] = p;
+			ids[k][1] = LD(&hs[i]->companion);
+			k++;
+		}
+	}
+	unlock_entry(e);
+	for (int i = 0; i < k; i++)
+		if (!alive(m, ids[i][0], self) && !alive(m, ids[i][1], self))
+			return true;
+	return false;
+}
+
+/* wait sleeps for d or until a hold of e ends (its gate moves from seq),
+ * the segment closes, or a holder is found dead between sleep slices. */
+static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, uint64_t self)
+{
+	if (d <= 0)
+		return;
+	/* A contended hold is often short: watch the gate a little before
+	 * paying for a sleep and a wake in the kernel. */
+	for (int i = 0; i < LM_WAIT_SPINS; i++) {
+		if (LD(&e->gate) != seq)
+			return;
+		if (i >= LM_WAIT_SPINS - LM_WAIT_YIELDS)
+			sched_yield();
+	}
+	int64_t end = shm_now_ns() + d;
+	for (;;) {
+		/* Registered for one slice at a time: a registration dropped as
+		 * stale costs a live sleeper one slice at most. */
+		shm_sleepers_register(&e->sleepers);
+		(void)shm_futex_wait(&e->gate, seq, d < LM_SLEEP_SLICE_NS ? d : LM_SLEEP_SLICE_NS);
+		shm_sleepers_unregister(&e->sleepers);
+		d = end - shm_now_ns();
+		if (d <= 0 || LD(&e->gate) != seq || closed(m) || holder_died(m, e, self))
+			return;
+	}
+}
+
+/* backoff_delay is the wait after the n'th failed attempt (n from 0),
+ * shortened by the jitter. */
+static int64_t backoff_delay(const shmlock_acquire_options *o, int n)
+{
+	double init = o->backoff_initial_ns > 0 ? (double)o->backoff_initial_ns : (double)LM_BACKOFF_INITIAL_NS;
+	double max = o->backoff_max_ns > 0 ? (double)o->backoff_max_ns : (double)LM_BACKOFF_MAX_NS;
+	double d = init;
+	for (int i = 0; i < n && d < max; i++)
+		d *= LM_BACKOFF_FACTOR;
+	if (d > max)
+		d = max;
+	double r = (double)(shm_random64() >> 11) / 9007199254740992.0; /* [0, 1) */
+	d -= LM_BACKOFF_JITTER * r * d;
+	return (int64_t)d;
+}
+
+static int check_options(const shmlock_acquire_options *o)
+{
+	if (o->ttl_ns < 0 || o->wait_ns < 0 || o->retries < SHMLOCK_RETRY_FOREVER || o->backoff_initial_ns < 0 ||
+	    o->backoff_max_ns < 0)
+		return SHMLOCK_EINVALID_OPTIONS;
+	int64_t init = o->backoff_initial_ns ? o->backoff_initial_ns : LM_BACKOFF_INITIAL_NS;
+	int64_t max = o->backoff_max_ns ? o->backoff_max_ns : LM_BACKOFF_MAX_NS;
+	if ((o->backoff_initial_ns || o->backoff_max_ns) && init > max)
+		return SHMLOCK_EINVALID_OPTIONS;
+	return 0;
+}
+
+/* writable is 0 if the table may be changed. */
+static int writable(shmlock_lockmgr *m)
+{
+	if (closed(m))
+		return SHMLOCK_ECLOSED;
+	if (m->ro)
+		return SHMLOCK_EREADONLY;
+	return 0;
+}
+
+/* entry_for returns res's entry, locked, inserting it unless the table
+ * accepts declared resources only. */
+static int entry_for(shmlock_lockmgr *m, const struct key *res, uint64_t self, entry_t **out)
+{
+	if (m->n != 0 && (LD(&m->head->ctl) & LM_CTL_DECLARED_ONLY) != 0) {
+		entry_t *e = find(m, res, self);
+		if (e == NULL)
+			return closed(m) ? SHMLOCK_ECLOSED : SHMLOCK_ERESOURCE_NOT_FOUND;
+		if ((LD(&e->ctl) & LM_CTL_DECLARED) == 0) {
+			unlock_entry(e);
+			return SHMLOCK_ERESOURCE_NOT_FOUND;
+		}
+		*out = e;
+		return 0;
+	}
+	if ((*out = find(m, res, self)) != NULL)
+		return 0;
+	return insert(m, res, self, out);
+}
+
+/* -------------------------------------------------------------- the API */
+
+SHM_EXPORT int shmlock_lockmgr_open(shmlock_segment *seg, shmlock_lockmgr **out)
+{
+	if (seg == NULL || out == NULL)
+		return SHMLOCK_EINVAL;
+	if (shm_closed(seg))
+		return SHMLOCK_ECLOSED;
+	uint64_t count;
+	void *base = shm_table_of(seg, SHM_LOCKMGR, &count);
+	if (base == NULL || count == 0)
+		return SHMLOCK_ENOTABLE;
+	if (seg->tables[SHM_LOCKMGR].entry_size != sizeof(entry_t))
+		return SHMLOCK_EMALFORMED;
+	shmlock_lockmgr *m = calloc(1, sizeof *m);
+	if (m == NULL)
+		return SHMLOCK_ENOMEM;
+	m->seg = seg;
+	m->entries = base;
+	m->head = &m->entries[0];
+	m->n = count - 1;
+	m->ro = seg->read_only;
+	shm_seg_get(seg); /* the table stays mapped until this handle closes */
+	*out = m;
+	return 0;
+}
+
+SHM_EXPORT int shmlock_lockmgr_close(shmlock_lockmgr *m)
+{
+	if (m == NULL)
+		return SHMLOCK_EINVAL;
+	shm_seg_put(m->seg);
+	free(m);
+	return 0;
+}
+
+static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *own, int mode,
+                   const shmlock_acquire_options *opts, shmlock_lock_info *info)
+{
+	uint64_t self = shm_self();
+	int retries = opts->retries == 0 && opts->wait_ns > 0 ? SHMLOCK_RETRY_FOREVER : opts->retries;
+	int64_t start = 0;
+	bool reclaimed = false, reuse_tombs = false;
+	/* A hold's end wakes one sleeper: one that gives up after sleeping
+	 * may have taken that wake, so it passes it on. */
+	entry_t *slept = NULL;
+	int rc;
+	for (int attempt = 0;;) {
+		/* The clock is read before the entry is locked, as in Go. */
+		int64_t now = shm_now_ns();
+		entry_t *e;
+		if ((rc = entry_for(m, res, self, &e)) != 0)
+			goto failed;
+		if (start == 0)
+			start = now;
+		struct outcome o;
+		try_grant(m, e, own, mode, opts->ttl_ns, now, attempt == 0, reuse_tombs, self, &o);
+		unlock_entry(e);
+		if (o.granted && mode == SHMLOCK_COLLABORATIVE && (o.woke || slept != NULL))
+			wake_all(e); /* whoever waited behind the holds that ended may join too */
+		else if (o.woke && !o.granted)
+			wake_one(e);
+		reclaimed = reclaimed || o.reclaimed;
+		if (o.granted) {
+			info->version = o.version;
+			info->acquired_ns = now;
+			info->expires_ns = opts->ttl_ns > 0 ? now + opts->ttl_ns : 0;
+			info->reclaimed = reclaimed;
+			info->inconsistent = o.inconsistent;
+			info->attempts = attempt + 1;
+			return 0;
+		}
+		if (o.already) {
+			rc = SHMLOCK_EALREADY_HELD;
+			goto failed;
+		}
+		if (o.need_room) {
+			rc = grow(m, res, self);
+			if (rc == 0)
+				continue; /* not a retry: nothing conflicted */
+			if (o.tombs && !reuse_tombs && (rc == SHMLOCK_ETOO_MANY_HOLDERS || rc == SHMLOCK_ELOCK_TABLE_FULL)) {
+				reuse_tombs = true; /* no more room: a tombstone's news gives way */
+				continue;
+			}
+			/* A resource with as many holders as it may have is busy for
+			 * an acquisition that asked to wait. */
+			if (rc != SHMLOCK_ETOO_MANY_HOLDERS || retries == 0)
+				goto failed;
+		}
+		attempt++;
+		info->attempts = attempt;
+		if (retries == 0) {
+			rc = SHMLOCK_ERESOURCE_LOCKED;
+			goto failed;
+		}
+		if (retries != SHMLOCK_RETRY_FOREVER && attempt > retries) {
+			rc = SHMLOCK_EACQUISITION_FAILED;
+			goto failed;
+		}
+		int64_t d = backoff_delay(opts, attempt - 1);
+		now = shm_now_ns();
+		if (opts->wait_ns > 0) {
+			int64_t left = start + opts->wait_ns - now;
+			if (left <= 0) {
+				rc = SHMLOCK_EWAIT_TIMEOUT;
+				goto failed;
+			}
+			if (d > left)
+				d = left;
+		}
+		if (o.expiry != 0) {
+			if (d > o.expiry - now)
+				d = o.expiry - now;
+			if (d < 0)
+				d = 0;
+		}
+		wait_gate(m, e, o.seq, d, self);
+		slept = e;
+		if (closed(m)) {
+			rc = SHMLOCK_ECLOSED;
+			goto failed;
+		}
+	}
+failed:
+	if (slept != NULL)
+		wake_one(slept);
+	return rc;
+}
+
+SHM_EXPORT int shmlock_lockmgr_acquire(shmlock_lockmgr *m, const char *resource, const char *owner, int mode,
+                                       const shmlock_acquire_options *opts, shmlock_lock_info *info)
+{
+	static const shmlock_acquire_options none;
+	shmlock_lock_info scratch;
+	if (info == NULL)
+		info = &scratch;
+	memset(info, 0, sizeof *info);
+	if (m == NULL)
+		return SHMLOCK_EINVAL;
+	if (opts == NULL)
+		opts = &none;
+	struct key res, own;
+	int rc = check_names(&res, &own, resource, owner);
+	if (rc == 0 && mode != SHMLOCK_EXCLUSIVE && mode != SHMLOCK_COLLABORATIVE)
+		rc = SHMLOCK_EINVALID_MODE;
+	if (rc == 0)
+		rc = check_options(opts);
+	if (rc == 0)
+		rc = writable(m);
+	if (rc != 0)
+		return rc;
+	return acquire(m, &res, &own, mode, opts, info);
+}
+
+/* lookup is find that tells a resource not found (0, *out NULL) from a
+ * wait for its entry lock that the segment's close ended. */
+static int lookup(shmlock_lockmgr *m, const struct key *res, uint64_t self, entry_t **out)
+{
+	int64_t i = search(m, res, true, self);
+	*out = i >= 0 ? &m->entries[i] : NULL;
+	return i == SEARCH_GAVE_UP ? SHMLOCK_ECLOSED : 0;
+}
+
+/* Release ends owner's hold, also after the segment's close (the handle
+ * keeps the mapping); SHMLOCK_ECLOSED only if it then had to wait for an
+ * entry lock that another process keeps. Releasing a resource that does not exist, or
+ * that nobody holds, succeeds (Go logs a warning). */
+SHM_EXPORT int shmlock_lockmgr_release(shmlock_lockmgr *m, const char *resource, const char *owner)
+{
+	if (m == NULL)
+		return SHMLOCK_EINVAL;
+	struct key res, own;
+	int rc = check_names(&res, &own, resource, owner);
+	if (rc != 0)
+		return rc;
+	if (m->ro)
+		return SHMLOCK_EREADONLY; /* a release works after the segment's close, though */
+	uint64_t self = shm_self();
+	int64_t now = shm_now_ns();
+	entry_t *e;
+	if ((rc = lookup(m, &res, self, &e)) != 0 || e == NULL)
+		return rc;
+	holder_t *hs[LM_MAX_HOLDERS], *mine = NULL;
+	int n = holders(m, e, hs), others = 0;
+	for (int i = 0; i < n; i++) {
+		if (LD(&hs[i]->process) == 0)
+			continue;
+		if (mine == NULL && same_owner(hs[i], &own))
+			mine = hs[i];
+		else
+			others++;
+	}
+	if (mine == NULL) {
+		bool timed_out, forced;
+		ended_without(m, e, &own, &timed_out, &forced);
+		unlock_entry(e);
+		if (forced)
+			return SHMLOCK_ELOCK_NOT_HELD;
+		if (timed_out)
+			return SHMLOCK_ELOCK_TIMEOUT;
+		return others > 0 ? SHMLOCK_ELOCK_NOT_HELD : 0;
+	}
+	if (expired_at(LD(&mine->expires), now)) {
+		end_hold(e, mine, END_EXPIRED, now);
+		ST(&e->last_expired, 0); /* told now, by this release */
+		ST(&mine->companion, 0);
+		rc = SHMLOCK_ELOCK_TIMEOUT;
+	} else {
+		end_hold(e, mine, END_RELEASED, now);
+	}
+	if (others == 0)
+		ST(&e->ctl, with_mode(LD(&e->ctl), 0));
+	unlock_entry(e);
+	wake_one(e);
+	return rc;
+}
+
+SHM_EXPORT int shmlock_lockmgr_refresh(shmlock_lockmgr *m, const char *resource, const char *owner, int64_t ttl_ns,
+                                       shmlock_lock_info *info)
+{
+	shmlock_lock_info scratch;
+	if (info == NULL)
+		info = &scratch;
+	memset(info, 0, sizeof *info);
+	if (m == NULL)
+		return SHMLOCK_EINVAL;
+	struct key res, own;
+	int rc = check_names(&res, &own, resource, owner);
+	if (rc == 0 && ttl_ns < 0)
+		rc = SHMLOCK_EINVALID_OPTIONS;
+	if (rc == 0)
+		rc = writable(m);
+	if (rc != 0)
+		return rc;
+	uint64_t self = shm_self();
+	entry_t *e = find(m, &res, self);
+	if (e == NULL)
+		return closed(m) ? SHMLOCK_ECLOSED : SHMLOCK_ELOCK_NOT_HELD;
+	int64_t now = shm_now_ns();
+	holder_t *hs[LM_MAX_HOLDERS], *mine = NULL;
+	int n = holders(m, e, hs);
+	for (int i = 0; i < n && mine == NULL; i++)
+		if (LD(&hs[i]->process) != 0 && same_owner(hs[i], &own))
+			mine = hs[i];
+	if (mine == NULL) {
+		bool timed_out, forced;
+		ended_without(m, e, &own, &timed_out, &forced);
+		unlock_entry(e);
+		return timed_out && !forced ? SHMLOCK_ELOCK_TIMEOUT : SHMLOCK_ELOCK_NOT_HELD;
+	}
+	if (expired_at(LD(&mine->expires), now)) {
+		end_hold(e, mine, END_EXPIRED, now);
+		ST(&mine->companion, 0); /* told now, by this refresh */
+		unlock_entry(e);
+		wake_one(e);
+		return SHMLOCK_ELOCK_TIMEOUT;
+	}
+	uint64_t exp = ttl_ns > 0 ? (uint64_t)(now + ttl_ns) : 0;
+	ST(&mine->expires, exp);
+	info->version = LD(&e->version);
+	info->acquired_ns = (int64_t)LD(&mine->acquired);
+	info->expires_ns = (int64_t)exp;
+	unlock_entry(e);
+	return 0;
+}
+
+SHM_EXPORT int shmlock_lockmgr_mark_consistent(shmlock_lockmgr *m, const char *resource, const char *owner)
+{
+	if (m == NULL)
+		return SHMLOCK_EINVAL;
+	struct key res, own;
+	int rc = check_names(&res, &own, resource, owner);
+	if (rc == 0)
+		rc = writable(m);
+	if (rc != 0)
+		return rc;
+	uint64_t self = shm_self();
+	int64_t now = shm_now_ns();
+	entry_t *e;
+	if ((rc = lookup(m, &res, self, &e)) != 0)
+		return rc;
+	if (e == NULL)
+		return SHMLOCK_ELOCK_NOT_HELD;
+	holder_t *hs[LM_MAX_HOLDERS];
+	int n = holders(m, e, hs);
+	bool held = false;
+	for (int i = 0; i < n && !held; i++)
+		held = LD(&hs[i]->process) != 0 && same_owner(hs[i], &own) && !expired_at(LD(&hs[i]->expires), now);
+	if (held)
+		ST(&e->ctl, LD(&e->ctl) & ~LM_CTL_INCONSISTENT);
+	unlock_entry(e);
+	return held ? 0 : SHMLOCK_ELOCK_NOT_HELD;
+}
+
+SHM_EXPORT int shmlock_lockmgr_check_version(shmlock_lockmgr *m, const char *resource, uint64_t version)
+{
+	if (m == NULL)
+		return SHMLOCK_EINVAL;
+	struct key res;
+	if (!set_key(&res, resource, SHM_NAME_LEN))
+		return SHMLOCK_EINVALID_RESOURCE;
+	if (closed(m))
+		return SHMLOCK_ECLOSED;
+	int64_t i = search(m, &res, false, 0);
+	uint64_t cur = i >= 0 ? LD(&m->entries[i].version) : 0;
+	if (closed(m))
+		return SHMLOCK_ECLOSED;
+	return i >= 0 && cur == version ? 0 : SHMLOCK_EVERSION_CONFLICT;
+}

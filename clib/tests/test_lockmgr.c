@@ -1,0 +1,420 @@
+/* test_lockmgr.c: the lock manager in one process (and its forked
+ * children), under ASan and UBSan. The words are read through internal.h
+ * where a test must see what the table holds. */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "check.h"
+#include "internal.h"
+
+static const int64_t MS = 1000000;
+
+static void sleep_ns(int64_t ns)
+{
+	struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+	while (nanosleep(&ts, &ts) != 0) {
+	}
+}
+
+/* A fresh segment with a lock-manager table of entries entries (the
+ * header included); the caller closes it and removes path. */
+static shmlock_segment *new_segment(char *path, size_t n, int64_t entries)
+{
+	check_temp_path(path, n, "lockmgr");
+	shmlock_options o = {.lockmgr_entries = entries};
+	shmlock_segment *seg = NULL;
+	int rc = shmlock_create(path, &o, &seg);
+	CHECK_RC(rc, 0);
+	if (rc != 0) {
+		fprintf(stderr, "cannot create %s\n", path);
+		exit(1);
+	}
+	return seg;
+}
+
+static void done_segment(shmlock_segment *seg, shmlock_lockmgr *m, const char *path)
+{
+	if (m)
+		CHECK_RC(shmlock_lockmgr_close(m), 0);
+	CHECK_RC(shmlock_close(seg), 0);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
+/* The entry of resource name, found by scanning the table, or NULL. */
+static struct shm_lockmgr_entry *entry_named(shmlock_segment *seg, const char *name)
+{
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	for (uint64_t i = 1; i < count; i++) {
+		if ((atomic_load(&t[i].ctl) & 3) != 1)
+			continue;
+		char buf[41] = {0};
+		for (int j = 0; j < 5; j++) {
+			uint64_t w = atomic_load(&t[i].name[j]);
+			for (int k = 0; k < 8; k++)
+				buf[j * 8 + k] = (char)(w >> (8 * k));
+		}
+		if (strcmp(buf, name) == 0)
+			return &t[i];
+	}
+	return NULL;
+}
+
+/* The hashes Go's lockmgr stored for these names (its hashWords). */
+static void test_hash_matches_go(void)
+{
+	static const struct {
+		const char *name;
+		uint64_t hash;
+	} want[] = {
+		{"a", UINT64_C(0xf7e8e6f7ad8fab5f)},
+		{"orders", UINT64_C(0xa634ba29732225d1)},
+		{"exactly8", UINT64_C(0x76d97995024cdd9a)},
+		{"ninechars", UINT64_C(0x40f531e410663472)},
+		{"r\xc3\xa9sum\xc3\xa9-\xc3\xbc", UINT64_C(0x379c0c902913a1b5)},
+		{"0123456789012345678901234567890123456789", UINT64_C(0x6481706114802244)},
+	};
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 64);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	CHECK(count == 64);
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		CHECK_RC(shmlock_lockmgr_acquire(m, want[i].name, "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+		struct shm_lockmgr_entry *e = entry_named(seg, want[i].name);
+		CHECK(e != NULL);
+		if (e == NULL)
+			continue;
+		CHECK(atomic_load(&e->hash) == want[i].hash);
+		if (i == 0) /* the first resource sits at its home entry */
+			CHECK(e == &t[1 + want[i].hash % (count - 1)]);
+		CHECK(atomic_load(&e->lock) == 0);
+		CHECK_RC(shmlock_lockmgr_release(m, want[i].name, "o"), 0);
+	}
+	done_segment(seg, m, path);
+}
+
+static void test_grant_release(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "alice", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.version == 1 && info.attempts == 1 && !info.reclaimed && !info.inconsistent);
+	CHECK(info.acquired_ns > 0 && info.expires_ns == 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "bob", SHMLOCK_EXCLUSIVE, NULL, &info), SHMLOCK_ERESOURCE_LOCKED);
+	CHECK(info.attempts == 1);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "bob", SHMLOCK_COLLABORATIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "alice", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EALREADY_HELD);
+	shmlock_acquire_options o = {.retries = 2, .backoff_initial_ns = 1 * MS};
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "bob", SHMLOCK_EXCLUSIVE, &o, &info), SHMLOCK_EACQUISITION_FAILED);
+	CHECK(info.attempts == 3);
+	o = (shmlock_acquire_options){.wait_ns = 20 * MS, .backoff_initial_ns = 1 * MS};
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "bob", SHMLOCK_EXCLUSIVE, &o, NULL), SHMLOCK_EWAIT_TIMEOUT);
+	CHECK_RC(shmlock_lockmgr_check_version(m, "orders", 1), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "orders", "bob"), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_release(m, "orders", "alice"), 0);
+	CHECK_RC(shmlock_lockmgr_check_version(m, "orders", 1), SHMLOCK_EVERSION_CONFLICT);
+	CHECK_RC(shmlock_lockmgr_check_version(m, "orders", 2), 0);
+	CHECK_RC(shmlock_lockmgr_check_version(m, "nothing", 0), SHMLOCK_EVERSION_CONFLICT);
+	/* Releasing what nobody holds, or what does not exist, succeeds. */
+	CHECK_RC(shmlock_lockmgr_release(m, "orders", "alice"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "nothing", "alice"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "orders", "bob", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.version == 3);
+	struct shm_lockmgr_entry *e = entry_named(seg, "orders");
+	CHECK(e != NULL);
+	if (e) {
+		CHECK(atomic_load(&e->grants) == 2 && atomic_load(&e->releases) == 1);
+		CHECK(atomic_load(&e->conflicts) == 4); /* counted at the first attempt of each */
+		CHECK(((atomic_load(&e->ctl) >> 3) & 3) == SHMLOCK_EXCLUSIVE);
+	}
+	CHECK_RC(shmlock_lockmgr_release(m, "orders", "bob"), 0);
+	if (e)
+		CHECK(atomic_load(&e->ctl) == 1); /* a resource, no mode, consistent */
+	done_segment(seg, m, path);
+}
+
+static void test_collaborative_overflow(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	char owner[32];
+	uint64_t last = 0;
+	for (int i = 0; i < 16; i++) {
+		shmlock_lock_info info;
+		snprintf(owner, sizeof owner, "owner-%d", i);
+		CHECK_RC(shmlock_lockmgr_acquire(m, "doc", owner, SHMLOCK_COLLABORATIVE, NULL, &info), 0);
+		CHECK(info.version > last);
+		last = info.version;
+	}
+	CHECK_RC(shmlock_lockmgr_acquire(m, "doc", "one-more", SHMLOCK_COLLABORATIVE, NULL, NULL),
+	         SHMLOCK_ETOO_MANY_HOLDERS);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "doc", "writer", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	/* Seven overflow entries hold the 14 holders past the first two. */
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	int overflows = 0;
+	for (uint64_t i = 1; i < count; i++)
+		overflows += (atomic_load(&t[i].ctl) & 3) == 3;
+	CHECK(overflows == 7);
+	/* Released in another order than granted. */
+	for (int i = 15; i >= 0; i -= 2) {
+		snprintf(owner, sizeof owner, "owner-%d", i);
+		CHECK_RC(shmlock_lockmgr_release(m, "doc", owner), 0);
+	}
+	CHECK_RC(shmlock_lockmgr_acquire(m, "doc", "writer", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	for (int i = 0; i < 16; i += 2) {
+		snprintf(owner, sizeof owner, "owner-%d", i);
+		CHECK_RC(shmlock_lockmgr_release(m, "doc", owner), 0);
+	}
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "doc", "writer", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.version == last + 17); /* 16 ends, then this grant */
+	CHECK_RC(shmlock_lockmgr_release(m, "doc", "writer"), 0);
+	done_segment(seg, m, path);
+}
+
+static void test_ttl_expiry_refresh(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	shmlock_acquire_options o = {.ttl_ns = 20 * MS};
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "short", SHMLOCK_EXCLUSIVE, &o, &info), 0);
+	CHECK(info.expires_ns == info.acquired_ns + 20 * MS);
+	uint64_t v = info.version;
+	sleep_ns(30 * MS);
+	/* Expired: the next acquisition ends it and is told inconsistent. */
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "next", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.version == v + 2 && !info.reclaimed && info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "short"), SHMLOCK_ELOCK_TIMEOUT);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "short"), SHMLOCK_ELOCK_NOT_HELD); /* told once */
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "short", 0, NULL), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "job", "short"), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "job", "next"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "next"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "next", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(!info.inconsistent);
+	/* Refresh: to no expiry, then to a short one that passes. */
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", 10 * MS, &info), 0);
+	CHECK(info.expires_ns >= info.acquired_ns + 10 * MS);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", 0, &info), 0);
+	CHECK(info.expires_ns == 0);
+	sleep_ns(15 * MS);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "other", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", 5 * MS, &info), 0);
+	sleep_ns(10 * MS);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", 0, NULL), SHMLOCK_ELOCK_TIMEOUT);
+	/* As in Go, the refresh consumed the tombstone but not LastExpired. */
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "next"), SHMLOCK_ELOCK_TIMEOUT);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "other", 0, NULL), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", -1, NULL), SHMLOCK_EINVALID_OPTIONS);
+	done_segment(seg, m, path);
+}
+
+/* Versions only grow, also when entries are recycled for other names. */
+static void test_versions_recycled(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 4); /* three resources */
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	uint64_t seen[8] = {0}, max = 0;
+	char name[16];
+	for (int round = 0; round < 40; round++) {
+		int r = (round * 5) % 8;
+		snprintf(name, sizeof name, "res-%d", r);
+		shmlock_lock_info info;
+		CHECK_RC(shmlock_lockmgr_acquire(m, name, "o", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+		CHECK(info.version > seen[r]);
+		seen[r] = info.version;
+		max = info.version > max ? info.version : max;
+		CHECK_RC(shmlock_lockmgr_release(m, name, "o"), 0);
+	}
+	/* With every entry held, a fourth name finds no room. */
+	CHECK_RC(shmlock_lockmgr_acquire(m, "res-0", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "res-1", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "res-2", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "res-3", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ELOCK_TABLE_FULL);
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	CHECK(atomic_load(&t[0].grants) > 0); /* recycled entries' statistics */
+	CHECK(atomic_load(&t[0].lock) == 0);
+	done_segment(seg, m, path);
+}
+
+static void test_bad_input(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 8);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(NULL, &m), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	static const char *bad[] = {
+		"", "a\nb", "tab\there", "del\x7f", "\xc2\x85next-line", "\xff", "\xc3", "\xed\xa0\x80surrogate",
+		"\xe0\x80\x80overlong", "01234567890123456789012345678901234567890",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		CHECK_RC(shmlock_lockmgr_acquire(m, bad[i], "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EINVALID_RESOURCE);
+		CHECK_RC(shmlock_lockmgr_acquire(m, "r", bad[i], SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EINVALID_OWNER);
+		CHECK_RC(shmlock_lockmgr_release(m, bad[i], "o"), SHMLOCK_EINVALID_RESOURCE);
+		CHECK_RC(shmlock_lockmgr_check_version(m, bad[i], 0), SHMLOCK_EINVALID_RESOURCE);
+	}
+	CHECK_RC(shmlock_lockmgr_acquire(m, NULL, "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EINVALID_RESOURCE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", NULL, SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EINVALID_OWNER);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "012345678901234567890123456789012", SHMLOCK_EXCLUSIVE, NULL, NULL),
+	         SHMLOCK_EINVALID_OWNER);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "01234567890123456789012345678901", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "0123456789012345678901234567890123456789", "\xe2\x82\xac", SHMLOCK_EXCLUSIVE,
+	                                 NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", 0, NULL, NULL), SHMLOCK_EINVALID_MODE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", 3, NULL, NULL), SHMLOCK_EINVALID_MODE);
+	shmlock_acquire_options o[] = {
+		{.ttl_ns = -1}, {.wait_ns = -1}, {.retries = -2},
+		{.backoff_initial_ns = 2000 * MS}, {.backoff_initial_ns = 10 * MS, .backoff_max_ns = 5 * MS},
+	};
+	for (size_t i = 0; i < sizeof o / sizeof o[0]; i++)
+		CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, &o[i], NULL), SHMLOCK_EINVALID_OPTIONS);
+	CHECK_RC(shmlock_lockmgr_acquire(NULL, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_lockmgr_release(NULL, "r", "o"), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_lockmgr_refresh(NULL, "r", "o", 0, NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(NULL, "r", "o"), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_lockmgr_check_version(NULL, "r", 0), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_lockmgr_close(NULL), SHMLOCK_EINVAL);
+	done_segment(seg, m, path);
+
+	/* A segment without a lock-manager table. */
+	seg = new_segment(path, sizeof path, -1);
+	m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), SHMLOCK_ENOTABLE);
+	done_segment(seg, NULL, path);
+}
+
+/* A forked child takes the lock and is killed holding it: the next
+ * acquisition reclaims it, is told so once, and the resource stays
+ * inconsistent until a holder marks it consistent. */
+static void test_dead_holder_reclaimed(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	int p[2];
+	CHECK(pipe(p) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		int rc = shmlock_lockmgr_acquire(m, "job", "child", SHMLOCK_EXCLUSIVE, NULL, NULL);
+		char c = rc == 0 ? 'y' : 'n';
+		if (write(p[1], &c, 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	char c = 0;
+	CHECK(read(p[0], &c, 1) == 1 && c == 'y');
+	close(p[0]);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	kill(pid, SIGKILL);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	shmlock_acquire_options o = {.retries = SHMLOCK_RETRY_FOREVER, .backoff_initial_ns = 5 * MS};
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, &o, &info), 0);
+	CHECK(info.reclaimed && info.inconsistent && info.version == 3);
+	struct shm_lockmgr_entry *e = entry_named(seg, "job");
+	CHECK(e && atomic_load(&e->reclaimed) == 1);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(!info.reclaimed && info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "job", "parent"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(!info.reclaimed && !info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
+	done_segment(seg, m, path);
+}
+
+/* Threads of one process as different owners: an exact counter, and
+ * waiters woken by releases (the gate). */
+struct worker {
+	shmlock_lockmgr *m;
+	int id, rounds;
+	uint64_t *counter;
+	int failures;
+};
+
+static void *hammer(void *arg)
+{
+	struct worker *w = arg;
+	char owner[16];
+	snprintf(owner, sizeof owner, "thread-%d", w->id);
+	shmlock_acquire_options o = {.retries = SHMLOCK_RETRY_FOREVER};
+	uint64_t last = 0;
+	for (int i = 0; i < w->rounds; i++) {
+		shmlock_lock_info info;
+		if (shmlock_lockmgr_acquire(w->m, "counter", owner, SHMLOCK_EXCLUSIVE, &o, &info) != 0 ||
+		    info.version <= last) {
+			w->failures++;
+			continue;
+		}
+		last = info.version;
+		uint64_t v = __atomic_load_n(w->counter, __ATOMIC_RELAXED);
+		if (i % 16 == 0)
+			sched_yield();
+		__atomic_store_n(w->counter, v + 1, __ATOMIC_RELAXED);
+		if (shmlock_lockmgr_release(w->m, "counter", owner) != 0)
+			w->failures++;
+	}
+	return NULL;
+}
+
+static void test_threads_counter(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	uint64_t counter = 0;
+	struct worker w[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){.m = m, .id = i, .rounds = 2000, .counter = &counter};
+		CHECK(pthread_create(&th[i], NULL, hammer, &w[i]) == 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(w[i].failures == 0);
+	}
+	CHECK(counter == 8000);
+	struct shm_lockmgr_entry *e = entry_named(seg, "counter");
+	CHECK(e && atomic_load(&e->grants) == 8000 && atomic_load(&e->releases) == 8000);
+	CHECK(e && (atomic_load(&e->sleepers) & SHM_SLEEPERS_COUNT) == 0);
+	done_segment(seg, m, path);
+}
+
+int main(void)
+{
+	RUN(test_hash_matches_go);
+	RUN(test_grant_release);
+	RUN(test_collaborative_overflow);
+	RUN(test_ttl_expiry_refresh);
+	RUN(test_versions_recycled);
+	RUN(test_bad_input);
+	RUN(test_dead_holder_reclaimed);
+	RUN(test_threads_counter);
+	return CHECK_DONE();
+}
