@@ -166,11 +166,6 @@ int shmlock_data(shmlock_segment *seg, const char *name, size_t size, void **out
  * zombie, not recorded under an earlier boot), else 0. */
 int shmlock_identity_alive(uint64_t identity);
 
-/* The data region named name, of size bytes: claimed (zeroed) on first use
- * and then the same memory for every process, Go or C, that names it (Go's
- * Segment.Data). It is never freed or moved; a lock of the segment guards it. */
-int shmlock_data(shmlock_segment *seg, const char *name, size_t size, void **out);
-
 /* --------------------------------------------------------------- spinlocks */
 
 typedef struct shmlock_spin shmlock_spin;
