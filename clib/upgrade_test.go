@@ -247,8 +247,8 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 	return w.b.Write(b)
 }
 
-// startC starts the C helper with args; startGo the Go worker.
-func startC(t *testing.T, args ...string) *upgProc {
+// startUpgradeC starts the C helper with args; startGo the Go worker.
+func startUpgradeC(t *testing.T, args ...string) *upgProc {
 	return startUpg(t, "C "+args[0], exec.Command(helper("upgrade"), args...))
 }
 
@@ -329,7 +329,7 @@ func TestUpgradeMixedCounter(t *testing.T) {
 	}
 	var ps []*upgProc
 	for _, role := range []string{"m", "w", "u", "r"} {
-		ps = append(ps, startC(t, "worker", segPath, recPath, upgName, role, rounds))
+		ps = append(ps, startUpgradeC(t, "worker", segPath, recPath, upgName, role, rounds))
 		ps = append(ps, startGo(t, segPath, recPath, upgName, role, rounds))
 	}
 	writes, reads := 0, 0
@@ -387,7 +387,7 @@ func TestUpgradeWakeAcross(t *testing.T) {
 		if err := m.Lock(); err != nil {
 			t.Fatal(err)
 		}
-		p := startC(t, "wait", segPath, upgName, c.mode)
+		p := startUpgradeC(t, "wait", segPath, upgName, c.mode)
 		p.waitLine(t, "waiting")
 		testproc.WaitFor(t, func() bool { return c.asleep(status()) }, "C %s waiter asleep", c.mode)
 		if err := m.Unlock(); err != nil {
@@ -410,7 +410,7 @@ func TestUpgradeWakeAcross(t *testing.T) {
 		{"upgrade", "upgrade", m.LockUpgrade, m.UnlockUpgrade, func(s upgrade.Status) bool { return s.SharedWaiters == 1 }},
 		{"shared", "unique", m.Lock, m.Unlock, func(s upgrade.Status) bool { return s.UniqueWaiters == 1 }},
 	} {
-		p := startC(t, "hold", segPath, upgName, c.hold)
+		p := startUpgradeC(t, "hold", segPath, upgName, c.hold)
 		p.waitLine(t, "held")
 		got := make(chan error, 1)
 		go func() { got <- c.take() }()
@@ -427,7 +427,7 @@ func TestUpgradeWakeAcross(t *testing.T) {
 		}
 	}
 	// A Go upgrade draining a C reader is woken by its release.
-	p := startC(t, "hold", segPath, upgName, "shared")
+	p := startUpgradeC(t, "hold", segPath, upgName, "shared")
 	p.waitLine(t, "held")
 	if err := m.LockUpgrade(); err != nil {
 		t.Fatal(err)
@@ -470,7 +470,7 @@ func TestUpgradeKillTorture(t *testing.T) {
 	start := func(i int) *upgProc {
 		role := string("mwur"[i%4])
 		if i%2 == 0 {
-			return startC(t, "worker", segPath, recPath, upgName, role, "-1")
+			return startUpgradeC(t, "worker", segPath, recPath, upgName, role, "-1")
 		}
 		return startGo(t, segPath, recPath, upgName, role, "-1")
 	}
