@@ -1,0 +1,177 @@
+/* test_ident.c: identities, liveness, holders, tokens, the sleepers word. */
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "internal.h"
+
+static void test_self(void)
+{
+	uint64_t id = shm_self();
+	CHECK((id & SHM_PID_MASK) == (uint64_t)getpid());
+	CHECK((id >> SHM_PID_BITS & SHM_START_MASK) != 0);
+	CHECK(shmlock_self_identity() == id);
+	CHECK(shmlock_identity_alive(id) == 1);
+	CHECK(shm_alive(id));
+	CHECK(!shm_alive(0));
+	CHECK(!shm_alive(id | SHM_STALE_BIT));
+	CHECK(!shm_alive_uncached(id | SHM_STALE_BIT));
+	/* Same pid, another start time: a reused pid. */
+	CHECK(!shm_alive_uncached(id ^ (UINT64_C(1) << SHM_PID_BITS)));
+}
+
+static void test_fork(void)
+{
+	uint64_t parent = shm_self(), tok = shmlock_token_new();
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		uint64_t v[2] = {shm_self(), shmlock_token_new()};
+		ssize_t n = write(fds[1], v, sizeof v);
+		_exit(n == sizeof v ? 0 : 1);
+	}
+	uint64_t v[2] = {0, 0};
+	CHECK(read(fds[0], v, sizeof v) == sizeof v);
+	CHECK((v[0] & SHM_PID_MASK) == (uint64_t)pid);
+	CHECK(v[0] != parent);
+	CHECK(v[1] != shmlock_token_new()); /* the child reseeded */
+	(void)tok;
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	/* Dead and reaped. */
+	CHECK(!shm_alive_uncached(v[0]));
+	CHECK(!shm_alive(v[0]));
+	close(fds[0]);
+	close(fds[1]);
+}
+
+static void test_zombie(void)
+{
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(0);
+	/* Wait until it is a zombie, without reaping it. */
+	siginfo_t si;
+	CHECK(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0);
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK(fgets(buf, sizeof buf, f) != NULL);
+		fclose(f);
+		char *p = strrchr(buf, ')');
+		unsigned long long start = 0;
+		int field = 2;
+		for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
+			if (++field == 22)
+				start = strtoull(t, NULL, 10);
+		uint64_t id = (uint64_t)pid | (start & SHM_START_MASK) << SHM_PID_BITS;
+		CHECK(!shm_alive_uncached(id));
+	}
+	waitpid(pid, NULL, 0);
+}
+
+static void *thread_holder(void *arg)
+{
+	*(uint64_t *)arg = shmlock_holder_thread();
+	return NULL;
+}
+
+static void test_holders(void)
+{
+	uint64_t h = shmlock_holder_thread();
+	CHECK(h == shmlock_holder_thread());
+	CHECK((h & 0xffffffffu) == (uint64_t)syscall(SYS_gettid));
+	uint64_t other = 0;
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, thread_holder, &other) == 0);
+	pthread_join(t, NULL);
+	CHECK(other != 0 && other != h);
+	for (int i = 0; i < 1000; i++) {
+		CHECK(shmlock_holder_new() != 0);
+		CHECK((uint32_t)shmlock_token_new() != 0);
+	}
+	CHECK(shmlock_holder_new() != shmlock_holder_new());
+}
+
+static void test_boot_clock(void)
+{
+	uint8_t a[16], zero[16] = {0};
+	CHECK_RC(shm_boot_id(a), 0);
+	CHECK(memcmp(a, zero, 16) != 0);
+	int64_t t0 = shm_now_ns(), t1 = shm_now_ns();
+	CHECK(t0 > 0 && t1 >= t0);
+}
+
+static void test_sleepers(void)
+{
+	a32 w = 0, gate = 0;
+	shm_sleepers_register(&w);
+	shm_sleepers_register(&w);
+	CHECK(atomic_load(&w) == 2);
+	/* Nobody in the kernel: the wake is futile and clears wake-pending. */
+	shm_sleepers_wake_one(&w, &gate);
+	CHECK(atomic_load(&w) == (2 | 1u << SHM_SLEEPERS_FUTILE_SHIFT));
+	for (int i = 0; i < 125; i++)
+		shm_sleepers_wake_one(&w, &gate);
+	CHECK(atomic_load(&w) == (2 | 126u << SHM_SLEEPERS_FUTILE_SHIFT));
+	shm_sleepers_wake_all(&w, &gate); /* the 127th: the count is dropped */
+	CHECK(atomic_load(&w) == 0);
+	shm_sleepers_unregister(&w); /* never below zero */
+	CHECK(atomic_load(&w) == 0);
+	atomic_store(&w, 3 | SHM_SLEEPERS_WAKE_PENDING | 5u << SHM_SLEEPERS_FUTILE_SHIFT);
+	shm_sleepers_unregister(&w);
+	CHECK(atomic_load(&w) == 2);
+	/* UnregisterIn keeps the caller's flags. */
+	atomic_store(&w, 0x3 | 1u << 22 | 1u << 23 | 4u << SHM_SLEEPERS_FUTILE_SHIFT);
+	shm_sleepers_unregister_in(&w, (1u << 22) - 1);
+	CHECK(atomic_load(&w) == (0x2 | 1u << 22 | 1u << 23));
+	CHECK_RC(shm_futex_wait(&gate, 1, 0), 0); /* value differs */
+	CHECK_RC(shm_futex_wait(&gate, 0, 1000000), SHMLOCK_ETIMEDOUT);
+}
+
+struct sleeper {
+	a32 *w, *gate;
+	a32 done;
+};
+
+static void *sleep_on(void *arg)
+{
+	struct sleeper *s = arg;
+	shm_sleepers_register(s->w);
+	while (atomic_load(s->gate) == 0)
+		shm_futex_wait(s->gate, 0, -1);
+	shm_sleepers_unregister(s->w);
+	atomic_store(&s->done, 1);
+	return NULL;
+}
+
+static void test_wake(void)
+{
+	a32 w = 0, gate = 0;
+	struct sleeper s = {&w, &gate, 0};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, sleep_on, &s) == 0);
+	while ((atomic_load(&w) & SHM_SLEEPERS_COUNT) == 0)
+		sched_yield();
+	atomic_store(&gate, 1);
+	shm_sleepers_wake_one(&w, &gate);
+	pthread_join(t, NULL);
+	CHECK(atomic_load(&s.done) == 1);
+	CHECK(atomic_load(&w) == 0);
+}
+
+int main(void)
+{
+	RUN(test_self);
+	RUN(test_fork);
+	RUN(test_zombie);
+	RUN(test_holders);
+	RUN(test_boot_clock);
+	RUN(test_sleepers);
+	RUN(test_wake);
+	return CHECK_DONE();
+}
