@@ -17,6 +17,7 @@
  * pending. Registered sleepers that died are noticed by FutileMax futile
  * wakes in a row, which drop the count.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>

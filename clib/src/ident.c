@@ -14,6 +14,7 @@
  * drawing the same tokens) are reset by a pthread_atfork child handler,
  * which bumps fork_gen; per-thread caches compare their generation with it.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

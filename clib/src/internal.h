@@ -22,6 +22,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -224,7 +225,26 @@ struct shmlock_segment {
 	struct shm_header *hdr;
 	struct shm_table tables[SHM_TABLE_COUNT + 1]; /* by kind; [0] unused */
 	char *path;
+	bool creator;                 /* this handle created the segment */
+	atomic_uint refs;             /* the segment's own + one per handle (shm_seg_get) */
+	pthread_mutex_t registry_mu;  /* this process's directory changes, one at a time */
 };
+
+/* Lock handles hold a reference to their segment from open to close: the
+ * mapping stays until the last is dropped, so a handle's release after
+ * shmlock_close still releases in the file (as Go's do). Check shm_closed
+ * before every acquisition. */
+void shm_seg_get(shmlock_segment *seg);
+void shm_seg_put(shmlock_segment *seg);
+/* Whether a recorded identity is alive as far as the segment can tell
+ * (shm.Segment.OwnerAlive): never while the segment's owners were recorded
+ * under another boot (a read-only handle can see that), else shm_alive. */
+bool shm_owner_alive(shmlock_segment *seg, uint64_t identity);
+/* CRC-32C (Castagnoli) of buf. */
+uint32_t shm_crc32c(const void *buf, size_t n);
+/* layout.Validate of the first n bytes of a file of file_size bytes; fills
+ * out[1..11] with the table descriptors. */
+int shm_validate(const uint8_t *hdr, size_t n, uint64_t file_size, struct shm_table_desc out[SHM_TABLE_COUNT + 1]);
 
 /* The table of kind, or NULL if absent; *count gets its entries. */
 static inline void *shm_table_of(shmlock_segment *seg, int kind, uint64_t *count)
@@ -298,5 +318,13 @@ int shm_release_claim(shmlock_segment *seg, int kind, size_t index);
 /* The registry lock of the header (held while changing a directory). */
 int shm_registry_lock(shmlock_segment *seg);
 void shm_registry_unlock(shmlock_segment *seg);
+
+/* The data region named name (shm.Segment.Data): found, or claimed with
+ * size bytes if no region has that name (size 0 only finds). *out gets its
+ * memory. SHMLOCK_EINVAL for another
+ * size (shm.ErrRegionSize), SHMLOCK_ETABLEFULL when the data area or the
+ * directory is full (shm.ErrDataFull, ErrTableFull), SHMLOCK_EMALFORMED
+ * for a damaged directory, SHMLOCK_ENOTFOUND. */
+int shm_region(shmlock_segment *seg, const char *name, uint64_t size, void **out);
 
 #endif

@@ -1,0 +1,813 @@
+/* segment.c: opening, creating, closing and removing segments, as package
+ * shm does (shm.Open, Create, OpenOrCreate, Close, Remove), the header's
+ * validation (layout.Validate), CRC-32C, and the rewrite of recorded
+ * identities after a reboot (shm/reboot.go).
+ *
+ * A segment is published complete: Create writes an unnamed file
+ * (O_TMPFILE), sizes it, writes the header with the ready word last and only
+ * then links it under its name, so an opener finds no file or a whole one.
+ * An opener validates a private copy of the header, read with pread before
+ * mapping, and takes the tables from that copy: the mapped header's
+ * immutable part is never trusted after the check.
+ *
+ * Lifetime: the segment holds references (refs): one of its own, dropped by
+ * shmlock_close, and one per lock handle (shm_seg_get/shm_seg_put). The
+ * mapping lives until the last is dropped, so a handle's release after the
+ * segment's close still releases in the file, as in Go.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define DEFAULT_DIR "/dev/shm"
+#define CACHE_LINE 64
+#define PAGE 4096
+#define OFF_MUTABLE 448
+#define RESERVED_START 72
+#define TABLES_OFF 96
+#define FLAG_GROUP_ACCESS 1u
+#define DEFAULT_READY_TIMEOUT_NS (2 * INT64_C(1000000000))
+
+/* Limits (layout/tables.go). */
+#define MAX_UPGRADE_READERS (1 << 12)
+#define MAX_TOTAL_SIZE (UINT64_C(1) << 40)
+
+/* Entry sizes and count limits by kind (layout/tables.go). */
+static const uint32_t entry_sizes[SHM_TABLE_COUNT + 1] = {
+	0, 32, 64, 64, 64, 128, 64, 256, 16, 16, 64, 64,
+};
+static const uint64_t max_counts[SHM_TABLE_COUNT + 1] = {
+	0,
+	1 << 20,                       /* owner slots */
+	1 << 20,                       /* slot directory */
+	1 << 20,                       /* upgrades */
+	1 << 20,                       /* upgrade directory */
+	1 << 20,                       /* txn records */
+	(UINT64_C(1) << 36) / 64,      /* txn arena units */
+	1 << 20,                       /* lock manager */
+	1 << 24,                       /* upgrade readers */
+	1 << 22,                       /* claim refs */
+	1 << 16,                       /* region directory */
+	(UINT64_C(1) << 36) / 64,      /* data units */
+};
+
+/* Defaults of layout.Options.WithDefaults. */
+#define DEFAULT_SLOTS 64
+#define DEFAULT_UPGRADES 16
+#define DEFAULT_TXN_RECORDS 16
+#define DEFAULT_TXN_ARENA_BYTES (256 << 10)
+#define DEFAULT_LOCKMGR_ENTRIES 64
+#define DEFAULT_UPGRADE_READERS 32
+#define DEFAULT_DATA_BYTES (64 << 10)
+#define DEFAULT_DATA_REGIONS 32
+#define MIN_DEFAULT_CLAIM_REFS 16
+
+/* ------------------------------------------------------------- CRC-32C */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1; /* Castagnoli, reflected */
+		crc_table[i] = c;
+	}
+}
+
+uint32_t shm_crc32c(const void *buf, size_t n)
+{
+	pthread_once(&crc_once, crc_init);
+	const uint8_t *p = buf;
+	uint32_t c = 0xffffffffu;
+	while (n--)
+		c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+	return c ^ 0xffffffffu;
+}
+
+/* ------------------------------------------------------------- header */
+
+static uint32_t le32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t le64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) & ~(a - 1); }
+
+/* Validates the first n bytes of a segment file of file_size bytes as
+ * layout.Validate does, in its order, and fills out[1..11] with the table
+ * descriptors. The ready word is not checked. */
+int shm_validate(const uint8_t *h, size_t n, uint64_t file_size, struct shm_table_desc out[SHM_TABLE_COUNT + 1])
+{
+	if (n < 8)
+		return SHMLOCK_ETRUNCATED;
+	if (memcmp(h, SHM_MAGIC, 8) != 0)
+		return SHMLOCK_EBADMAGIC;
+	if (n < SHM_HEADER_SIZE || file_size < SHM_HEADER_SIZE)
+		return SHMLOCK_ETRUNCATED;
+	if (le32(h + 8) != SHM_VERSION)
+		return SHMLOCK_EVERSION;
+	if (le32(h + 12) != SHM_HEADER_SIZE)
+		return SHMLOCK_EMALFORMED;
+	uint64_t total = le64(h + 16);
+	if (total > MAX_TOTAL_SIZE)
+		return SHMLOCK_ELIMIT;
+	if (total < SHM_HEADER_SIZE || total % PAGE != 0)
+		return SHMLOCK_EMALFORMED;
+	if (total != file_size)
+		return SHMLOCK_ESIZE;
+	if (le32(h + 64) != SHM_TABLE_COUNT)
+		return SHMLOCK_EMALFORMED;
+	if (le32(h + 68) & ~FLAG_GROUP_ACCESS)
+		return SHMLOCK_EMALFORMED;
+	if (!all_zero(h + RESERVED_START, TABLES_OFF - RESERVED_START))
+		return SHMLOCK_EMALFORMED;
+	uint64_t prev_end = SHM_HEADER_SIZE;
+	for (int k = 1; k <= SHM_TABLE_COUNT; k++) {
+		const uint8_t *d = h + TABLES_OFF + (k - 1) * 32;
+		struct shm_table_desc t = {le32(d), le32(d + 4), le64(d + 8), le64(d + 16), le64(d + 24)};
+		if (t.kind != (uint32_t)k)
+			return SHMLOCK_EMALFORMED; /* layout.ErrUnknownTable */
+		if (t.entry_size != entry_sizes[k])
+			return SHMLOCK_EMALFORMED;
+		if (t.count > max_counts[k])
+			return SHMLOCK_ELIMIT;
+		if (t.offset % CACHE_LINE != 0)
+			return SHMLOCK_ETABLERANGE;
+		uint64_t size = t.count * t.entry_size; /* both bounded: no overflow */
+		if (t.offset > total || size > total - t.offset)
+			return SHMLOCK_ETABLERANGE;
+		if (t.offset < prev_end)
+			return SHMLOCK_ETABLEOVERLAP;
+		if (t.reserved != 0)
+			return SHMLOCK_EMALFORMED;
+		out[k] = t;
+		prev_end = t.offset + size;
+	}
+	uint64_t up = out[SHM_UPGRADES].count, rd = out[SHM_UPGRADE_READERS].count;
+	if ((up == 0 && rd != 0) || (up != 0 && (rd % up != 0 || rd / up > MAX_UPGRADE_READERS)))
+		return SHMLOCK_EMALFORMED;
+	/* Descriptors past the eleventh (none fit: the area is exactly 11). */
+	if (le32(h + 452) != shm_crc32c(h, OFF_MUTABLE))
+		return SHMLOCK_ECHECKSUM;
+	return 0;
+}
+
+/* --------------------------------------------------------------- paths */
+
+/* Lexically cleans a path as Go's filepath.Clean (the path is not empty). */
+static void clean_path(char *p)
+{
+	bool rooted = p[0] == '/';
+	size_t n = strlen(p), w = rooted ? 1 : 0, r = w, dotdot = w;
+	while (r < n) {
+		if (p[r] == '/') {
+			r++;
+		} else if (p[r] == '.' && (r + 1 == n || p[r + 1] == '/')) {
+			r++;
+		} else if (p[r] == '.' && p[r + 1] == '.' && (r + 2 == n || p[r + 2] == '/')) {
+			r += 2;
+			if (w > dotdot) {
+				w--;
+				while (w > dotdot && p[w] != '/')
+					w--;
+			} else if (!rooted) {
+				if (w > 0)
+					p[w++] = '/';
+				p[w++] = '.';
+				p[w++] = '.';
+				dotdot = w;
+			}
+		} else {
+			if ((rooted && w != 1) || (!rooted && w != 0))
+				p[w++] = '/';
+			for (; r < n && p[r] != '/'; r++)
+				p[w++] = p[r];
+		}
+	}
+	if (w == 0)
+		p[w++] = '.';
+	p[w] = 0;
+}
+
+/* shm.ResolvePath: a name without a slash is a file in /dev/shm. */
+static int resolve_path(const char *name, char **out)
+{
+	if (!name || !*name || !strcmp(name, ".") || !strcmp(name, ".."))
+		return SHMLOCK_EBADPATH;
+	size_t n = strlen(name);
+	char *p;
+	if (!strchr(name, '/')) {
+		p = malloc(sizeof DEFAULT_DIR + 1 + n);
+		if (!p)
+			return SHMLOCK_ENOMEM;
+		sprintf(p, "%s/%s", DEFAULT_DIR, name);
+	} else {
+		if (name[n - 1] == '/')
+			return SHMLOCK_EBADPATH;
+		p = strdup(name);
+		if (!p)
+			return SHMLOCK_ENOMEM;
+		clean_path(p);
+	}
+	*out = p;
+	return 0;
+}
+
+/* ------------------------------------------------------- access checks */
+
+static bool in_group(gid_t gid)
+{
+	if (getegid() == gid)
+		return true;
+	int n = getgroups(0, NULL);
+	if (n <= 0)
+		return false;
+	gid_t *g = calloc((size_t)n, sizeof *g);
+	if (!g)
+		return false;
+	n = getgroups(n, g);
+	bool found = false;
+	for (int i = 0; i < n && !found; i++)
+		found = g[i] == gid;
+	free(g);
+	return found;
+}
+
+/* shm's checkAccess. */
+static int check_access(const struct stat *st, unsigned flags)
+{
+	mode_t perm = st->st_mode & 0777;
+	if (st->st_uid != geteuid() && !(flags & SHMLOCK_ALLOW_FOREIGN_OWNER)) {
+		if (!(flags & SHMLOCK_GROUP_ACCESS) || !in_group(st->st_gid) || (perm & 060) != 060)
+			return SHMLOCK_EFOREIGNOWNER;
+	}
+	if ((perm & 007) && !(flags & SHMLOCK_ALLOW_OTHERS_ACCESS))
+		return SHMLOCK_EPERMISSIVE;
+	if ((perm & 070) && !(flags & (SHMLOCK_GROUP_ACCESS | SHMLOCK_ALLOW_OTHERS_ACCESS)))
+		return SHMLOCK_EPERMISSIVE;
+	return 0;
+}
+
+static int pid_namespace(uint64_t *ino)
+{
+	struct stat st;
+	if (stat("/proc/self/ns/pid", &st) != 0)
+		return shm_sys_error(errno);
+	*ino = (uint64_t)st.st_ino;
+	return 0;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static shmlock_segment *seg_new(int fd, char *path)
+{
+	shmlock_segment *seg = calloc(1, sizeof *seg);
+	if (!seg)
+		return NULL;
+	seg->fd = fd;
+	seg->path = path;
+	atomic_init(&seg->closed, false);
+	atomic_init(&seg->refs, 1);
+	pthread_mutex_init(&seg->registry_mu, NULL);
+	return seg;
+}
+
+/* Maps the tables of the validated descriptors into seg->tables. */
+static void seg_bind(shmlock_segment *seg, uint8_t *base, size_t size, const struct shm_table_desc *d)
+{
+	seg->base = base;
+	seg->size = size;
+	seg->hdr = (struct shm_header *)base;
+	for (int k = 1; k <= SHM_TABLE_COUNT; k++) {
+		seg->tables[k].count = d[k].count;
+		seg->tables[k].entry_size = d[k].entry_size;
+		seg->tables[k].base = d[k].count ? base + d[k].offset : NULL;
+	}
+}
+
+void shm_seg_get(shmlock_segment *seg) { atomic_fetch_add(&seg->refs, 1); }
+
+void shm_seg_put(shmlock_segment *seg)
+{
+	if (atomic_fetch_sub(&seg->refs, 1) != 1)
+		return;
+	if (seg->base)
+		munmap(seg->base, seg->size);
+	if (seg->fd >= 0)
+		close(seg->fd);
+	pthread_mutex_destroy(&seg->registry_mu);
+	free(seg->path);
+	free(seg);
+}
+
+/* ------------------------------------------------------------- reboots */
+
+static a64 *owners_boot_word(shmlock_segment *seg, int i)
+{
+	return (a64 *)(void *)&seg->hdr->owners_boot[8 * i];
+}
+
+static bool owners_boot_is(shmlock_segment *seg, const uint8_t boot[16])
+{
+	uint64_t w[2] = {atomic_load(owners_boot_word(seg, 0)), atomic_load(owners_boot_word(seg, 1))};
+	return memcmp(w, boot, 16) == 0;
+}
+
+bool shm_owner_alive(shmlock_segment *seg, uint64_t identity)
+{
+	uint8_t boot[16];
+	if (shm_boot_id(boot) != 0 || !owners_boot_is(seg, boot))
+		return false;
+	return shm_alive(identity);
+}
+
+/* Sets the stale bit of w by CAS from the word read (a live owner's newer
+ * word is kept); 0 stays 0. */
+static void stale_word(a64 *w)
+{
+	uint64_t old = atomic_load(w);
+	while (old != 0 && !(old & SHM_STALE_BIT) && !atomic_compare_exchange_weak(w, &old, old | SHM_STALE_BIT))
+		;
+}
+
+/* The identity words of every table (shm's markStale, table by table). */
+static void mark_stale(shmlock_segment *seg)
+{
+	uint64_t n;
+	struct shm_owner_slot *slots = shm_table_of(seg, SHM_OWNER_SLOTS, &n);
+	struct shm_dir_entry *sdir = seg->tables[SHM_SLOT_DIRECTORY].base;
+	for (uint64_t i = 0; i < n; i++) {
+		stale_word(&slots[i].pid);
+		stale_word(&sdir[i].claimer);
+	}
+	struct shm_upgrade_entry *ups = shm_table_of(seg, SHM_UPGRADES, &n);
+	struct shm_dir_entry *udir = seg->tables[SHM_UPGRADE_DIRECTORY].base;
+	for (uint64_t i = 0; i < n; i++) {
+		stale_word(&ups[i].writer);
+		stale_word(&ups[i].upgrader);
+		stale_word(&udir[i].claimer);
+	}
+	struct shm_lockmgr_entry *lm = shm_table_of(seg, SHM_LOCKMGR, &n);
+	for (uint64_t i = 0; i < n; i++) {
+		stale_word(&lm[i].lock);
+		for (int h = 0; h < 2; h++) {
+			stale_word(&lm[i].holders[h].process);
+			stale_word(&lm[i].holders[h].companion);
+		}
+	}
+	struct shm_reader_record *rr = shm_table_of(seg, SHM_UPGRADE_READERS, &n);
+	for (uint64_t i = 0; i < n; i++)
+		stale_word(&rr[i].owner);
+	struct shm_claim_ref *refs = shm_table_of(seg, SHM_CLAIM_REFS, &n);
+	for (uint64_t i = 0; i < n; i++)
+		stale_word(&refs[i].owner);
+}
+
+/* shm's recoverFromReboot: the first writable open of a boot marks every
+ * recorded identity stale, frees the registry lock, and only then records
+ * this boot; a flock serialises recoverers (the kernel drops it if one dies). */
+static int recover_from_reboot(shmlock_segment *seg)
+{
+	uint8_t boot[16];
+	int rc = shm_boot_id(boot);
+	if (rc != 0)
+		return rc;
+	if (owners_boot_is(seg, boot))
+		return 0;
+	while (flock(seg->fd, LOCK_EX) != 0)
+		if (errno != EINTR)
+			return shm_sys_error(errno);
+	if (!owners_boot_is(seg, boot)) {
+		atomic_store(&seg->hdr->registry, 0);
+		mark_stale(seg);
+		atomic_fetch_add(&seg->hdr->registry_gen, 1);
+		uint64_t w[2];
+		memcpy(w, boot, 16);
+		atomic_store(owners_boot_word(seg, 0), w[0]);
+		atomic_store(owners_boot_word(seg, 1), w[1]);
+	}
+	flock(seg->fd, LOCK_UN);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- open */
+
+static int open_error(int err)
+{
+	switch (err) {
+	case ELOOP:
+		return SHMLOCK_ESYMLINK;
+	case EISDIR:
+		return SHMLOCK_ENOTREGULAR;
+	}
+	return shm_sys_error(err);
+}
+
+static void sleep_ns(int64_t ns)
+{
+	struct timespec ts = {ns / 1000000000, ns % 1000000000};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* shm's readCompleteHeader: checks the file and reads its header once the
+ * ready word is set, waiting at most the ready timeout. */
+static int read_complete_header(int fd, const shmlock_options *o, uint8_t h[SHM_HEADER_SIZE], uint64_t *size)
+{
+	int64_t timeout = o->ready_timeout_ns > 0 ? o->ready_timeout_ns : DEFAULT_READY_TIMEOUT_NS;
+	int64_t deadline = shm_now_ns() + timeout;
+	struct shm_table_desc d[SHM_TABLE_COUNT + 1];
+	for (int64_t backoff = 1000000;; backoff = backoff * 2 < 50000000 ? backoff * 2 : 50000000) {
+		struct stat st;
+		if (fstat(fd, &st) != 0)
+			return shm_sys_error(errno);
+		if (!S_ISREG(st.st_mode))
+			return SHMLOCK_ENOTREGULAR;
+		int rc = check_access(&st, o->flags);
+		if (rc)
+			return rc;
+		size_t n = 0;
+		while (n < SHM_HEADER_SIZE) {
+			ssize_t r = pread(fd, h + n, SHM_HEADER_SIZE - n, (off_t)n);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				return shm_sys_error(errno);
+			if (r == 0)
+				break;
+			n += (size_t)r;
+		}
+		if (n == SHM_HEADER_SIZE && le32(h + OFF_MUTABLE) == SHM_READY) {
+			*size = (uint64_t)st.st_size;
+			return 0;
+		}
+		/* Only a complete, valid header is worth waiting for. */
+		rc = shm_validate(h, n, (uint64_t)st.st_size, d);
+		if (rc)
+			return rc;
+		if (shm_now_ns() > deadline)
+			return SHMLOCK_ENOTREADY;
+		sleep_ns(backoff);
+	}
+}
+
+static int open_fd(shmlock_segment *seg, const shmlock_options *o)
+{
+	uint8_t h[SHM_HEADER_SIZE];
+	uint64_t size = 0;
+	struct shm_table_desc d[SHM_TABLE_COUNT + 1];
+	int rc = read_complete_header(seg->fd, o, h, &size);
+	if (rc)
+		return rc;
+	if ((rc = shm_validate(h, sizeof h, size, d)) != 0)
+		return rc;
+	if (!(o->flags & SHMLOCK_ALLOW_FOREIGN_PIDNS)) {
+		uint64_t ns = 0;
+		if ((rc = pid_namespace(&ns)) != 0)
+			return rc;
+		if (ns != le64(h + 48))
+			return SHMLOCK_EFOREIGNPIDNS;
+	}
+	bool ro = o->flags & SHMLOCK_READ_ONLY;
+	uint64_t total = le64(h + 16);
+	void *m = mmap(NULL, total, ro ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+	if (m == MAP_FAILED)
+		return shm_sys_error(errno);
+	seg_bind(seg, m, total, d);
+	seg->read_only = ro;
+	if (!ro && (rc = recover_from_reboot(seg)) != 0)
+		return rc; /* seg_put unmaps */
+	return 0;
+}
+
+static const shmlock_options zero_options;
+
+static int do_open(const char *path, const shmlock_options *o, shmlock_segment **out)
+{
+	char *p;
+	int rc = resolve_path(path, &p);
+	if (rc)
+		return rc;
+	bool ro = o->flags & SHMLOCK_READ_ONLY;
+	int fd = open(p, (ro ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		free(p);
+		return open_error(errno);
+	}
+	shmlock_segment *seg = seg_new(fd, p);
+	if (!seg) {
+		close(fd);
+		free(p);
+		return SHMLOCK_ENOMEM;
+	}
+	if ((rc = open_fd(seg, o)) != 0) {
+		int err = shmlock_errno();
+		shm_seg_put(seg);
+		if (rc == SHMLOCK_ESYS)
+			shm_sys_error(err);
+		return rc;
+	}
+	*out = seg;
+	return 0;
+}
+
+SHM_EXPORT int shmlock_open(const char *path, const shmlock_options *opts, shmlock_segment **out)
+{
+	if (!out)
+		return SHMLOCK_EINVAL;
+	return do_open(path, opts ? opts : &zero_options, out);
+}
+
+/* -------------------------------------------------------------- create */
+
+/* The table sizes of layout.Options.WithDefaults, as entry counts of each
+ * kind (layout.Plan). */
+static int plan(const shmlock_options *o, struct shm_table_desc d[SHM_TABLE_COUNT + 1], uint64_t *total)
+{
+#define DEF(v, def) ((v) == 0 ? (int64_t)(def) : (v))
+#define POS(v) ((v) < 0 ? 0 : (v))
+	int64_t slots = DEF(o->slots, DEFAULT_SLOTS), ups = DEF(o->upgrades, DEFAULT_UPGRADES);
+	int64_t txn = DEF(o->txn_records, DEFAULT_TXN_RECORDS);
+	int64_t arena = DEF(o->txn_arena_bytes, DEFAULT_TXN_ARENA_BYTES);
+	int64_t lm = DEF(o->lockmgr_entries, DEFAULT_LOCKMGR_ENTRIES);
+	int64_t readers = DEF(o->upgrade_readers, DEFAULT_UPGRADE_READERS);
+	int64_t refs = o->claim_refs;
+	if (refs == 0) {
+		refs = 2 * (POS(slots) + POS(ups));
+		if (refs < MIN_DEFAULT_CLAIM_REFS)
+			refs = MIN_DEFAULT_CLAIM_REFS;
+	}
+	int64_t data = DEF(o->data_bytes, DEFAULT_DATA_BYTES);
+	int64_t regions = o->data_regions;
+	if (regions == 0 && data > 0)
+		regions = DEFAULT_DATA_REGIONS;
+	slots = POS(slots), ups = POS(ups), txn = POS(txn), arena = POS(arena), lm = POS(lm);
+	readers = POS(readers), refs = POS(refs), data = POS(data), regions = POS(regions);
+#undef DEF
+#undef POS
+	if (readers > MAX_UPGRADE_READERS)
+		return SHMLOCK_ELIMIT;
+	int64_t nreaders = ups > 0 && ups <= (int64_t)max_counts[SHM_UPGRADES] ? readers * ups : 0;
+	int64_t counts[SHM_TABLE_COUNT + 1] = {
+		0, slots, slots, ups, ups, txn, arena / 64 + (arena % 64 != 0), lm, nreaders, refs, regions,
+		data / 64 + (data % 64 != 0),
+	};
+	uint64_t off = SHM_HEADER_SIZE;
+	for (int k = 1; k <= SHM_TABLE_COUNT; k++) {
+		if ((uint64_t)counts[k] > max_counts[k])
+			return SHMLOCK_ELIMIT;
+		d[k] = (struct shm_table_desc){(uint32_t)k, entry_sizes[k], (uint64_t)counts[k], off, 0};
+		off = align_up(off + d[k].count * d[k].entry_size, CACHE_LINE);
+	}
+	*total = align_up(off, PAGE);
+	return *total > MAX_TOTAL_SIZE ? SHMLOCK_ELIMIT : 0;
+}
+
+/* layout.Encode: the immutable part and its checksum, and the owners' boot
+ * (the creator's). The ready word is stored by the caller, last. */
+static void encode(uint8_t *b, uint64_t total, const struct shm_table_desc *d, const uint8_t boot[16],
+                   uint64_t pidns, uint32_t flags)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	memset(b, 0, OFF_MUTABLE);
+	memcpy(b, SHM_MAGIC, 8);
+	put32(b + 8, SHM_VERSION);
+	put32(b + 12, SHM_HEADER_SIZE);
+	put64(b + 16, total);
+	put64(b + 24, (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec);
+	memcpy(b + 32, boot, 16);
+	put64(b + 48, pidns);
+	put64(b + 56, shm_self());
+	put32(b + 64, SHM_TABLE_COUNT);
+	put32(b + 68, flags);
+	for (int k = 1; k <= SHM_TABLE_COUNT; k++) {
+		uint8_t *p = b + TABLES_OFF + (k - 1) * 32;
+		put32(p, d[k].kind);
+		put32(p + 4, d[k].entry_size);
+		put64(p + 8, d[k].count);
+		put64(p + 16, d[k].offset);
+	}
+	put32(b + 452, shm_crc32c(b, OFF_MUTABLE));
+	memcpy(b + 464, boot, 16); /* the file is private yet: plain stores */
+}
+
+/* fsys.CreatePending: an unnamed file in dir with exactly mode; where the
+ * file system has no O_TMPFILE, a hidden name removed again after linking. */
+static int create_pending(const char *dir, mode_t mode, char **tmp)
+{
+	*tmp = NULL;
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		for (int attempt = 0; fd < 0 && attempt <= 10; attempt++) {
+			char *name = malloc(strlen(dir) + 64);
+			if (!name)
+				return SHMLOCK_ENOMEM;
+			sprintf(name, "%s/.shmlock-init-%d-%llx", dir, (int)getpid(),
+			        (unsigned long long)shm_random64());
+			fd = open(name, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, mode);
+			if (fd >= 0)
+				*tmp = name;
+			else
+				free(name);
+			if (fd < 0 && errno != EEXIST)
+				break;
+		}
+	}
+	if (fd < 0)
+		return shm_sys_error(errno);
+	if (fchmod(fd, mode) != 0) {
+		int err = errno;
+		close(fd);
+		if (*tmp) {
+			unlink(*tmp);
+			free(*tmp);
+		}
+		return shm_sys_error(err);
+	}
+	return fd;
+}
+
+static int publish(int fd, char *tmp, const char *path)
+{
+	int r;
+	if (!tmp) {
+		char proc[64];
+		snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+		r = linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+	} else {
+		r = link(tmp, path);
+	}
+	int err = errno;
+	if (tmp) {
+		unlink(tmp);
+		free(tmp);
+	}
+	if (r == 0)
+		return 0;
+	return err == EEXIST ? SHMLOCK_EEXIST : shm_sys_error(err);
+}
+
+static char *dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return strdup(".");
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+static int do_create(const char *path, const shmlock_options *o, shmlock_segment **out)
+{
+	char *p;
+	int rc = resolve_path(path, &p);
+	if (rc)
+		return rc;
+	struct shm_table_desc d[SHM_TABLE_COUNT + 1];
+	uint64_t total = 0, pidns = 0;
+	uint8_t boot[16];
+	if ((rc = plan(o, d, &total)) != 0 || (rc = shm_boot_id(boot)) != 0 || (rc = pid_namespace(&pidns)) != 0) {
+		free(p);
+		return rc;
+	}
+	bool group = o->flags & SHMLOCK_GROUP_ACCESS;
+	char *dir = dir_of(p), *tmp;
+	if (!dir) {
+		free(p);
+		return SHMLOCK_ENOMEM;
+	}
+	int fd = create_pending(dir, group ? 0660 : 0600, &tmp);
+	free(dir);
+	if (fd < 0) {
+		free(p);
+		return fd;
+	}
+	shmlock_segment *seg = seg_new(fd, p);
+	if (!seg) {
+		close(fd);
+		if (tmp) {
+			unlink(tmp);
+			free(tmp);
+		}
+		free(p);
+		return SHMLOCK_ENOMEM;
+	}
+	void *m = MAP_FAILED;
+	if (ftruncate(fd, (off_t)total) != 0 ||
+	    (m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		rc = shm_sys_error(errno);
+		goto fail;
+	}
+	seg_bind(seg, m, total, d);
+	encode(m, total, d, boot, pidns, group ? FLAG_GROUP_ACCESS : 0);
+	atomic_store(&seg->hdr->ready, SHM_READY); /* last: the header is complete */
+	rc = publish(fd, tmp, p);
+	tmp = NULL;
+	if (rc)
+		goto fail;
+	seg->creator = true;
+	*out = seg;
+	return 0;
+fail:;
+	int err = shmlock_errno();
+	if (tmp) {
+		unlink(tmp);
+		free(tmp);
+	}
+	shm_seg_put(seg);
+	if (rc == SHMLOCK_ESYS)
+		shm_sys_error(err);
+	return rc;
+}
+
+SHM_EXPORT int shmlock_create(const char *path, const shmlock_options *opts, shmlock_segment **out)
+{
+	if (!out)
+		return SHMLOCK_EINVAL;
+	return do_create(path, opts ? opts : &zero_options, out);
+}
+
+/* Exactly one of several processes racing creates; the others open. */
+SHM_EXPORT int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmlock_segment **out)
+{
+	if (!out)
+		return SHMLOCK_EINVAL;
+	const shmlock_options *o = opts ? opts : &zero_options;
+	for (;;) {
+		int rc = do_open(path, o, out);
+		if (rc != SHMLOCK_ESYS || shmlock_errno() != ENOENT)
+			return rc;
+		rc = do_create(path, o, out);
+		if (rc != SHMLOCK_EEXIST)
+			return rc;
+		/* Another process published between our open and create. */
+	}
+}
+
+SHM_EXPORT int shmlock_close(shmlock_segment *seg)
+{
+	if (!seg)
+		return SHMLOCK_EINVAL;
+	bool was = false;
+	if (!atomic_compare_exchange_strong(&seg->closed, &was, true))
+		return SHMLOCK_ECLOSED;
+	/* A directory change of this process in progress ends first. */
+	pthread_mutex_lock(&seg->registry_mu);
+	pthread_mutex_unlock(&seg->registry_mu);
+	shm_seg_put(seg);
+	return 0;
+}
+
+/* shm.Remove: only a regular file with the magic is removed. */
+SHM_EXPORT int shmlock_remove(const char *path)
+{
+	char *p;
+	int rc = resolve_path(path, &p);
+	if (rc)
+		return rc;
+	int fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		rc = open_error(errno);
+		free(p);
+		return rc;
+	}
+	struct stat st;
+	uint8_t magic[8];
+	ssize_t n = 0;
+	if (fstat(fd, &st) != 0)
+		rc = shm_sys_error(errno);
+	else if (!S_ISREG(st.st_mode))
+		rc = SHMLOCK_ENOTREGULAR;
+	else if ((n = pread(fd, magic, sizeof magic, 0)) < (ssize_t)sizeof magic)
+		rc = SHMLOCK_ETRUNCATED;
+	else if (memcmp(magic, SHM_MAGIC, 8) != 0)
+		rc = SHMLOCK_EBADMAGIC;
+	else if (unlink(p) != 0)
+		rc = shm_sys_error(errno);
+	close(fd);
+	free(p);
+	return rc;
+}
