@@ -1,0 +1,412 @@
+/* spinlock.c: spinlocks over owner slots (package spinlock in Go).
+ *
+ * The words (docs/FORMAT.md, Owner slots):
+ *
+ *   pid        pid/tid mode: the holder's packed process identity; 0 free.
+ *              The lock word of that mode.
+ *   tid        pid/tid mode: the holder id within the process; 0 free.
+ *   token      token mode: the holder's token, 0 free (the lock word).
+ *              pid/tid mode: the generation, bumped by every release and
+ *              every reclaim.
+ *   recursion  bits 0-30 (SHM_SLOT_RECURSION_MASK): re-entries of the
+ *              holder beyond the first; bit 31 (SHM_SLOT_INCONSISTENT): a
+ *              holder died and nobody has said the data is whole since.
+ *   pad        a sleepers word (futex.c): sleepers, futile wakes,
+ *              wake-pending.
+ *
+ * Acquire is one CAS of the lock word from 0; in pid/tid mode the holder
+ * then stores its tid. Release clears tid, bumps the generation and stores
+ * 0 to the lock word last, so whoever sees the word free sees the rest
+ * reset; then, only if pad is non-zero, it wakes one sleeper. The
+ * uncontended path makes no system call.
+ *
+ * Sleepers sleep on the futex of the low 32 bits of the lock word: never 0
+ * while the lock is held (a token's low half is non-zero by construction, a
+ * packed identity's low bits are the pid) and 0 once it is free. A waiter
+ * reads the word, registers in pad, and the kernel compares the low half
+ * before sleeping, so a release either sees the registration (both are
+ * sequentially consistent) or changed the word first: no lost wake-up.
+ * This is the Go protocol word for word; Go and C waiters share one pad.
+ *
+ * A sleeper wakes at least every SPIN_LIVENESS_NS to look at the holder: a
+ * pid/tid holder whose process is dead (or recorded under an earlier boot)
+ * is taken over with one CAS from the dead word, so exactly one of several
+ * waiters wins; the winner stores its tid, sets recursion to the
+ * inconsistent bit alone and bumps the generation, as if the dead holder
+ * had released. Token mode has no owner to check and is not robust.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The waiting policy of spinlock/slow.go (see there for the measurements
+ * behind each number). A waiter keeps off the lock's cache line for a
+ * moment so that a holder with short critical sections runs a series, then
+ * polls the lock word, yields the CPU once (the holder may be waiting for
+ * it), and only then sleeps. Go also makes four runtime.Gosched rounds for
+ * holders that are goroutines of the same process; a C thread has no
+ * such holders, the polls cover them. */
+#define SPIN_KEEP_OFF_NS 250
+#define SPIN_LOADS 300
+#define SPIN_OS_YIELDS 1
+#define SPIN_LIVENESS_NS (50 * INT64_C(1000000)) /* longest sleep between liveness checks */
+
+struct shmlock_spin {
+	struct shm_owner_slot *slot;
+	a64 *word;  /* the lock word: &slot->pid or &slot->token */
+	a32 *fword; /* its low half (little-endian): the futex word */
+	shmlock_segment *seg;
+	int mode;
+	int index;
+	bool named; /* made by shmlock_spin_named: close releases the claim */
+};
+
+/* ---------------------------------------------------------- identities */
+
+/* The lock word that holder writes in l's mode, or 0 if it does not fit:
+ * the futex compares the low half, which must be non-zero while held. */
+static inline uint64_t spin_word_of(const shmlock_spin *l, uint64_t holder)
+{
+	if (l->mode == SHMLOCK_TOKEN)
+		return (uint32_t)holder != 0 ? holder : 0;
+	if (holder == 0)
+		return 0;
+	uint64_t self = shm_self();
+	return (uint32_t)self != 0 ? self : 0;
+}
+
+/* spin_store_owned stores a word that only the lock's holder writes (its
+ * tid, the generation), as Go's memview.StoreOwned does: an atomic store
+ * without the full fence (XCHG on x86-64) of a sequentially consistent one.
+ * The holder's later seq_cst store or CAS of the lock word publishes it to
+ * every observer; until then a concurrent load sees the old or the new
+ * value, never a torn one. */
+static inline void spin_store_owned(a64 *w, uint64_t v)
+{
+	atomic_store_explicit(w, v, memory_order_relaxed);
+}
+
+static inline bool spin_closed(const shmlock_spin *l)
+{
+	return shm_closed(l->seg);
+}
+
+/* The report of an acquisition that did not reclaim: every holder is told
+ * while the inconsistent bit is set (Guard.Inconsistent in Go). */
+static inline int spin_report(const struct shm_owner_slot *s)
+{
+	uint32_t r = atomic_load((a32 *)&s->recursion);
+	return (r & SHM_SLOT_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+}
+
+/* spin_try is the fast path: one CAS of the free lock word. */
+static inline bool spin_try(shmlock_spin *l, uint64_t word, uint64_t holder)
+{
+	uint64_t free_word = 0;
+	if (!atomic_compare_exchange_strong(l->word, &free_word, word))
+		return false;
+	if (l->mode == SHMLOCK_PIDTID)
+		spin_store_owned(&l->slot->tid, holder);
+	return true;
+}
+
+static bool spin_held_by(const shmlock_spin *l, uint64_t word, uint64_t holder)
+{
+	struct shm_owner_slot *s = l->slot;
+	if (l->mode == SHMLOCK_TOKEN)
+		return atomic_load(&s->token) == word;
+	return atomic_load(&s->pid) == word && atomic_load(&s->tid) == holder;
+}
+
+/* ------------------------------------------------------------- waking */
+
+static void spin_wake_one(shmlock_spin *l)
+{
+	shm_sleepers_wake_one(&l->slot->pad, l->fword);
+}
+
+/* spin_pass_wake is for a waiter that gives up: it may have consumed the
+ * wake meant to hand the lock on, so if the lock is free the next sleeper
+ * is woken. If it is held, its release will. */
+static void spin_pass_wake(shmlock_spin *l)
+{
+	if (atomic_load(l->word) == 0 && atomic_load(&l->slot->pad) != 0)
+		spin_wake_one(l);
+}
+
+/* ------------------------------------------------------------ reclaim */
+
+/* The holders of a segment whose owners were recorded under another boot
+ * are all dead, whatever the process table says now (shm.Segment.OwnerAlive).
+ * OwnersBoot changes only under the registry lock, a u64 word at a time. */
+static bool spin_owner_alive(shmlock_segment *seg, uint64_t owner)
+{
+	uint8_t boot[16];
+	if (shm_boot_id(boot) != 0)
+		return false;
+	a64 *ob = (a64 *)(void *)seg->hdr->owners_boot;
+	uint64_t w[2] = {atomic_load(&ob[0]), atomic_load(&ob[1])};
+	if (memcmp(w, boot, sizeof w) != 0)
+		return false;
+	return shm_alive(owner);
+}
+
+/* spin_reclaim takes the lock over from owner if owner is a dead process:
+ * one CAS, so that of several waiters finding the same dead owner exactly
+ * one wins. */
+static bool spin_reclaim(shmlock_spin *l, uint64_t word, uint64_t holder, uint64_t owner)
+{
+	struct shm_owner_slot *s = l->slot;
+	if (l->mode != SHMLOCK_PIDTID || owner == 0 || spin_owner_alive(l->seg, owner))
+		return false;
+	if (!atomic_compare_exchange_strong(&s->pid, &owner, word))
+		return false;
+	atomic_store(&s->tid, holder);
+	atomic_store(&s->recursion, SHM_SLOT_INCONSISTENT);
+	atomic_fetch_add(&s->token, 1);
+	return true;
+}
+
+/* ----------------------------------------------------------- waiting */
+
+static void spin_keep_off(void)
+{
+	for (int64_t start = shm_now_ns(); shm_now_ns() - start < SPIN_KEEP_OFF_NS;) {
+	}
+}
+
+/* spin_lock_slow is everything but the first CAS: recursion, the try's
+ * refusal, spinning, sleeping and reclaiming. deadline is a CLOCK_MONOTONIC
+ * time, or negative for none; try means do not wait at all. */
+static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t word, uint64_t holder,
+                                                   int64_t deadline, bool try)
+{
+	struct shm_owner_slot *s = l->slot;
+	if (l->mode == SHMLOCK_PIDTID && spin_held_by(l, word, holder)) {
+		uint32_t r = atomic_load(&s->recursion);
+		if ((r & SHM_SLOT_RECURSION_MASK) == SHM_SLOT_RECURSION_MASK)
+			return SHMLOCK_ERECURSION;
+		atomic_fetch_add(&s->recursion, 1);
+		return spin_report(s);
+	}
+	if (try)
+		return SHMLOCK_EWOULDBLOCK;
+
+	spin_keep_off();
+	for (int i = 0; i < SPIN_LOADS + SPIN_OS_YIELDS; i++) {
+		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
+			return spin_report(s);
+		if (i >= SPIN_LOADS)
+			sched_yield();
+	}
+	for (;;) {
+		if (spin_closed(l))
+			return SHMLOCK_ECLOSED; /* the mapping is gone: nothing to pass on */
+		int64_t sleep = SPIN_LIVENESS_NS;
+		if (deadline >= 0) {
+			int64_t left = deadline - shm_now_ns();
+			if (left <= 0) {
+				spin_pass_wake(l);
+				return SHMLOCK_ETIMEDOUT;
+			}
+			if (left < sleep)
+				sleep = left;
+		}
+		uint64_t owner = atomic_load(l->word);
+		if (owner == 0) {
+			if (spin_try(l, word, holder))
+				return spin_report(s);
+			continue;
+		}
+		shm_sleepers_register(&s->pad);
+		int rc = shm_futex_wait(l->fword, (uint32_t)owner, sleep);
+		shm_sleepers_unregister(&s->pad);
+		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
+			return spin_report(s);
+		if (rc == SHMLOCK_ETIMEDOUT && spin_reclaim(l, word, holder, owner))
+			return SHMLOCK_OWNERDEAD;
+	}
+}
+
+/* spin_acquire checks what every acquisition checks, then tries the fast
+ * path. timeout_ns: negative waits forever, 0 tries once. */
+static inline int spin_acquire(shmlock_spin *l, uint64_t holder, int64_t timeout_ns)
+{
+	if (SHM_UNLIKELY(l == NULL))
+		return SHMLOCK_EINVAL;
+	uint64_t word = spin_word_of(l, holder);
+	if (SHM_UNLIKELY(word == 0))
+		return SHMLOCK_EBADIDENTITY;
+	if (SHM_UNLIKELY(spin_closed(l)))
+		return SHMLOCK_ECLOSED;
+	if (SHM_LIKELY(spin_try(l, word, holder)))
+		return spin_report(l->slot);
+	int64_t deadline = -1;
+	if (timeout_ns > 0) {
+		int64_t now = shm_now_ns();
+		deadline = timeout_ns > INT64_MAX - now ? -1 : now + timeout_ns;
+	}
+	return spin_lock_slow(l, word, holder, deadline, timeout_ns == 0);
+}
+
+SHM_EXPORT int shmlock_spin_lock(shmlock_spin *l, uint64_t holder)
+{
+	return spin_acquire(l, holder, -1);
+}
+
+SHM_EXPORT int shmlock_spin_trylock(shmlock_spin *l, uint64_t holder)
+{
+	return spin_acquire(l, holder, 0);
+}
+
+SHM_EXPORT int shmlock_spin_timedlock(shmlock_spin *l, uint64_t holder, int64_t timeout_ns)
+{
+	return spin_acquire(l, holder, timeout_ns);
+}
+
+/* ----------------------------------------------------------- release */
+
+SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
+{
+	if (SHM_UNLIKELY(l == NULL))
+		return SHMLOCK_EINVAL;
+	uint64_t word = spin_word_of(l, holder);
+	if (SHM_UNLIKELY(word == 0))
+		return SHMLOCK_EBADIDENTITY;
+	/* Go releases after its segment's Close too; here Close unmapped it. */
+	if (SHM_UNLIKELY(spin_closed(l)))
+		return SHMLOCK_ECLOSED;
+	struct shm_owner_slot *s = l->slot;
+	if (l->mode == SHMLOCK_TOKEN) {
+		if (!atomic_compare_exchange_strong(&s->token, &word, 0))
+			return SHMLOCK_ENOTOWNER;
+	} else {
+		if (atomic_load(&s->pid) != word || atomic_load(&s->tid) != holder)
+			return SHMLOCK_ENOTOWNER;
+		uint32_t r = atomic_load(&s->recursion);
+		if (r & SHM_SLOT_RECURSION_MASK) {
+			atomic_store(&s->recursion, r - 1); /* keeps the inconsistent bit */
+			return SHMLOCK_OK;
+		}
+		spin_store_owned(&s->tid, 0);
+		spin_store_owned(&s->token, atomic_load_explicit(&s->token, memory_order_relaxed) + 1);
+		atomic_store(&s->pid, 0); /* last: the lock is free from here */
+	}
+	if (SHM_UNLIKELY(atomic_load(&s->pad) != 0))
+		spin_wake_one(l);
+	return SHMLOCK_OK;
+}
+
+SHM_EXPORT int shmlock_spin_mark_consistent(shmlock_spin *l, uint64_t holder)
+{
+	if (l == NULL)
+		return SHMLOCK_EINVAL;
+	uint64_t word = spin_word_of(l, holder);
+	if (word == 0)
+		return SHMLOCK_EBADIDENTITY;
+	if (spin_closed(l))
+		return SHMLOCK_ECLOSED;
+	if (!spin_held_by(l, word, holder))
+		return SHMLOCK_ENOTOWNER;
+	struct shm_owner_slot *s = l->slot;
+	uint32_t r = atomic_load(&s->recursion);
+	if (r & SHM_SLOT_INCONSISTENT)
+		atomic_store(&s->recursion, r & ~SHM_SLOT_INCONSISTENT); /* the holder's word */
+	return SHMLOCK_OK;
+}
+
+SHM_EXPORT int shmlock_spin_inconsistent(const shmlock_spin *l)
+{
+	if (l == NULL || spin_closed(l))
+		return 0;
+	return spin_report(l->slot) == SHMLOCK_INCONSISTENT;
+}
+
+SHM_EXPORT uint64_t shmlock_spin_generation(const shmlock_spin *l)
+{
+	if (l == NULL || l->mode == SHMLOCK_TOKEN || spin_closed(l))
+		return 0;
+	return atomic_load(&l->slot->token);
+}
+
+/* ----------------------------------------------------------- handles */
+
+static bool spin_mode_ok(int mode)
+{
+	return mode == SHMLOCK_PIDTID || mode == SHMLOCK_TOKEN;
+}
+
+SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, shmlock_spin **out)
+{
+	if (seg == NULL || out == NULL || !spin_mode_ok(mode))
+		return SHMLOCK_EINVAL;
+	if (shm_closed(seg))
+		return SHMLOCK_ECLOSED;
+	uint64_t count;
+	struct shm_owner_slot *slots = shm_table_of(seg, SHM_OWNER_SLOTS, &count);
+	if (slots == NULL || index >= count || index > INT32_MAX)
+		return SHMLOCK_EINDEX;
+	shmlock_spin *l = calloc(1, sizeof *l);
+	if (l == NULL)
+		return SHMLOCK_ENOMEM;
+	l->slot = &slots[index];
+	l->word = mode == SHMLOCK_TOKEN ? &l->slot->token : &l->slot->pid;
+	l->fword = (a32 *)(void *)l->word; /* little-endian: the low half comes first */
+	l->seg = seg;
+	l->mode = mode;
+	l->index = (int)index;
+	*out = l;
+	return SHMLOCK_OK;
+}
+
+SHM_EXPORT int shmlock_spin_named(shmlock_segment *seg, const char *name, int mode, shmlock_spin **out)
+{
+	if (seg == NULL || name == NULL || out == NULL)
+		return SHMLOCK_EINVAL;
+	uint64_t words[5];
+	uint32_t len;
+	int rc = shm_pack_name(name, words, &len); /* as Go: a bad name before a bad mode */
+	if (rc < 0)
+		return rc;
+	if (!spin_mode_ok(mode))
+		return SHMLOCK_EINVAL;
+	size_t index;
+	/* The claim records the mode (use = mode + 1, spinlock.Mode.ClaimUse):
+	 * SHMLOCK_EUSEMISMATCH if others named the slot for the other mode. */
+	rc = shm_claim(seg, SHM_OWNER_SLOTS, name, (uint32_t)mode + 1, &index);
+	if (rc < 0)
+		return rc;
+	shmlock_spin *l;
+	rc = shmlock_spin_open(seg, index, mode, &l);
+	if (rc < 0) {
+		shm_release_claim(seg, SHM_OWNER_SLOTS, index);
+		return rc;
+	}
+	l->named = true;
+	*out = l;
+	return SHMLOCK_OK;
+}
+
+/* Close drops the claim that named took and frees the handle. It does not
+ * release the lock: a lock still held keeps its claim until it is released
+ * and claimed anew (as in Go). If the segment was closed first the claim
+ * cannot be dropped (the mapping is gone): the handle is freed all the same
+ * and SHMLOCK_ECLOSED says so. */
+SHM_EXPORT int shmlock_spin_close(shmlock_spin *l)
+{
+	if (l == NULL)
+		return SHMLOCK_EINVAL;
+	int rc = SHMLOCK_OK;
+	if (l->named)
+		rc = shm_closed(l->seg) ? SHMLOCK_ECLOSED : shm_release_claim(l->seg, SHM_OWNER_SLOTS, (size_t)l->index);
+	free(l);
+	return rc;
+}
+
+SHM_EXPORT int shmlock_spin_index(const shmlock_spin *l)
+{
+	return l == NULL ? SHMLOCK_EINVAL : l->index;
+}
