@@ -246,9 +246,9 @@ func TestSegmentChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer seg.Close()
-	rounds := "300"
+	rounds := "2000"
 	if testproc.Long() {
-		rounds = "5000"
+		rounds = "50000"
 	}
 	var goKids []*testproc.Child
 	for range 2 {
