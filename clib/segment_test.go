@@ -59,8 +59,8 @@ func goChurn(args []string) int {
 	return 0
 }
 
-// startC starts C helper name and returns it with a reader of its stdout.
-func startC(t *testing.T, name string, args ...string) (*exec.Cmd, *bufio.Scanner) {
+// startSegmentC starts C helper name and returns it with a reader of its stdout.
+func startSegmentC(t *testing.T, name string, args ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
 	cmd := exec.Command(helper(name), args...)
 	cmd.Stderr = os.Stderr
@@ -108,7 +108,7 @@ func TestSegmentGoCreatesCClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, out := startC(t, "segment", "claim", path)
+	cmd, out := startSegmentC(t, "segment", "claim", path)
 	got := map[string]int{}
 	for out.Scan() && out.Text() != "ready" {
 		f := strings.Fields(out.Text())
@@ -183,7 +183,7 @@ func cmdIdentity(t *testing.T, cmd *exec.Cmd) uint64 {
 // claims and regions, and its checks pass.
 func TestSegmentCCreatesGoOpens(t *testing.T) {
 	path := testproc.SegmentPath(t)
-	cmd, out := startC(t, "segment", "create", path)
+	cmd, out := startSegmentC(t, "segment", "create", path)
 	if !out.Scan() || out.Text() != "created" {
 		t.Fatalf("C helper: %q", out.Text())
 	}
@@ -256,12 +256,12 @@ func TestSegmentChurn(t *testing.T) {
 	}
 	var cKids []*exec.Cmd
 	for range 2 {
-		cmd, _ := startC(t, "segment", "churn", path, rounds)
+		cmd, _ := startSegmentC(t, "segment", "churn", path, rounds)
 		cKids = append(cKids, cmd)
 	}
 	// Victims: C churners killed as soon as they are under way.
 	for range 2 {
-		cmd, out := startC(t, "segment", "churn", path, "1000000")
+		cmd, out := startSegmentC(t, "segment", "churn", path, "1000000")
 		go func() {
 			for out.Scan() {
 			}
