@@ -154,6 +154,14 @@ int shmlock_close(shmlock_segment *seg);
 int shmlock_remove(const char *path);
 /* The packed identity (docs/FORMAT.md, Identities) of the calling process. */
 uint64_t shmlock_self_identity(void);
+/* The data region named name (at most 40 bytes of UTF-8), claimed with
+ * size bytes on first use (shm.Segment.Data): every process that names it
+ * gets the same memory, zero when new, kept for the life of the segment.
+ * size 0 only finds. SHMLOCK_EINVAL if the region has another size,
+ * SHMLOCK_ETABLEFULL if the data area or its directory is full,
+ * SHMLOCK_ENOTFOUND, SHMLOCK_EREADONLY (a claim on a read-only segment).
+ * Words others change concurrently are reached with atomics only. */
+int shmlock_data(shmlock_segment *seg, const char *name, size_t size, void **out);
 /* 1 if the process a packed identity names is alive (same start time, not a
  * zombie, not recorded under an earlier boot), else 0. */
 int shmlock_identity_alive(uint64_t identity);

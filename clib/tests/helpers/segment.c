@@ -1,0 +1,100 @@
+/* segment.c: the C side of segment_test.go.
+ *
+ *   segment claim PATH        claims slots alpha (use 1) and beta, upgrade
+ *                             gamma, regions gocounter (16) and cdata (100);
+ *                             prints "slot NAME IDX", "upgrade NAME IDX",
+ *                             "data NAME OFF", then "ready", and sleeps until
+ *                             killed
+ *   segment create PATH       creates PATH with the defaults, claims slot x
+ *                             (use 1) and region d (64 bytes, 42 in its first
+ *                             word), prints "created" and exits holding them
+ *   segment churn PATH N      N rounds of: claim slots shared and own-PID,
+ *                             region r-(round%8) (64 bytes), release both
+ *                             slots; prints "done N"
+ */
+#include "helper.h"
+#include "internal.h"
+
+static shmlock_segment *open_seg(const char *path)
+{
+	shmlock_segment *s;
+	int rc = shmlock_open(path, NULL, &s);
+	if (rc)
+		die("open", rc);
+	return s;
+}
+
+static size_t claim(shmlock_segment *s, int kind, const char *name, uint32_t use)
+{
+	size_t i;
+	int rc = shm_claim(s, kind, name, use, &i);
+	if (rc)
+		die(name, rc);
+	return i;
+}
+
+static uint64_t data(shmlock_segment *s, const char *name, size_t size)
+{
+	void *p;
+	int rc = shmlock_data(s, name, size, &p);
+	if (rc)
+		die(name, rc);
+	return (uint64_t)((uint8_t *)p - (uint8_t *)s->tables[SHM_DATA].base);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return 2;
+	const char *cmd = argv[1], *path = argv[2];
+	if (!strcmp(cmd, "claim")) {
+		shmlock_segment *s = open_seg(path);
+		say("slot alpha %zu", claim(s, SHM_OWNER_SLOTS, "alpha", 1));
+		say("slot beta %zu", claim(s, SHM_OWNER_SLOTS, "beta", 0));
+		say("upgrade gamma %zu", claim(s, SHM_UPGRADES, "gamma", 0));
+		say("data gocounter %" PRIu64, data(s, "gocounter", 16));
+		say("data cdata %" PRIu64, data(s, "cdata", 100));
+		say("ready");
+		for (;;)
+			pause();
+	}
+	if (!strcmp(cmd, "create")) {
+		shmlock_segment *s;
+		int rc = shmlock_create(path, NULL, &s);
+		if (rc)
+			die("create", rc);
+		claim(s, SHM_OWNER_SLOTS, "x", 1);
+		void *p;
+		if ((rc = shmlock_data(s, "d", 64, &p)) != 0)
+			die("data", rc);
+		atomic_store((a64 *)p, 42);
+		say("created");
+		shmlock_close(s);
+		return 0;
+	}
+	if (!strcmp(cmd, "churn") && argc == 4) {
+		shmlock_segment *s = open_seg(path);
+		long n = helper_atol(argv[3]);
+		char own[32], region[32];
+		snprintf(own, sizeof own, "c-%d", (int)getpid());
+		for (long r = 0; r < n; r++) {
+			size_t a = claim(s, SHM_OWNER_SLOTS, "shared", 1);
+			size_t b = claim(s, SHM_OWNER_SLOTS, own, 1);
+			if (a == b) {
+				fprintf(stderr, "shared and %s at one index %zu\n", own, a);
+				return 1;
+			}
+			snprintf(region, sizeof region, "r-%ld", r % 8);
+			data(s, region, 64);
+			int rc = shm_release_claim(s, SHM_OWNER_SLOTS, b);
+			if (rc == 0)
+				rc = shm_release_claim(s, SHM_OWNER_SLOTS, a);
+			if (rc)
+				die("release", rc);
+		}
+		say("done %ld", n);
+		shmlock_close(s);
+		return 0;
+	}
+	return 2;
+}

@@ -1,0 +1,452 @@
+/* test_segment.c: opening the golden images, refusals of bad files (which
+ * change nothing), create/open round trips, claims, releases, regions. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "internal.h"
+
+#define LIVE UINT64_C(0x7530001092)
+#define DEAD UINT64_C(0x8000007ef40010f7)
+#define LIVE_TID UINT64_C(0x1111222233334444)
+#define DEAD_TID UINT64_C(0x5555666677778888)
+
+static const shmlock_options golden_ro = {
+	.flags = SHMLOCK_READ_ONLY | SHMLOCK_ALLOW_OTHERS_ACCESS | SHMLOCK_ALLOW_FOREIGN_OWNER | SHMLOCK_ALLOW_FOREIGN_PIDNS,
+};
+
+static shmlock_segment *open_golden(const char *name)
+{
+	char path[512];
+	check_testdata(path, sizeof path, name);
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_open(path, &golden_ro, &s), 0);
+	return s;
+}
+
+/* Header words every image shares (testdata/segments/README.md). */
+static void check_common(shmlock_segment *s)
+{
+	static const uint8_t boot[16] = {0xb0, 0x07, 0x1d, 0x00, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1};
+	struct shm_header *h = s->hdr;
+	CHECK(h->version == 3 && h->header_size == 512 && h->table_count == 11);
+	CHECK(h->created == UINT64_C(1704067200000000000));
+	CHECK(memcmp(h->boot_id, boot, 16) == 0);
+	CHECK(memcmp(h->owners_boot, boot, 16) == 0);
+	CHECK(h->pidns == UINT64_C(4026531836));
+	CHECK(h->creator == UINT64_C(0x4e20003e8));
+	CHECK(atomic_load(&h->ready) == SHM_READY);
+	CHECK(atomic_load(&h->registry_gen) == 9);
+	CHECK(h->total_size == s->size);
+	for (int k = 1; k <= SHM_TABLE_COUNT; k++)
+		CHECK(h->tables[k - 1].kind == (uint32_t)k && s->tables[k].count == h->tables[k - 1].count);
+}
+
+static void test_golden_owner_slots(void)
+{
+	shmlock_segment *s = open_golden("segments/owner-slots.seg");
+	if (!s)
+		return;
+	check_common(s);
+	CHECK(atomic_load(&s->hdr->registry) == 0);
+	CHECK(s->tables[SHM_OWNER_SLOTS].count == 4 && s->hdr->tables[0].offset == 512);
+	CHECK(s->tables[SHM_SLOT_DIRECTORY].count == 4 && s->hdr->tables[1].offset == 640);
+	CHECK(s->tables[SHM_CLAIM_REFS].count == 4 && s->hdr->tables[8].offset == 896);
+	CHECK(s->tables[SHM_UPGRADES].base == NULL);
+	struct shm_owner_slot *sl = s->tables[SHM_OWNER_SLOTS].base;
+	CHECK(atomic_load(&sl[0].pid) == LIVE && atomic_load(&sl[0].tid) == LIVE_TID && atomic_load(&sl[0].token) == 3);
+	CHECK(atomic_load(&sl[1].pid) == DEAD && atomic_load(&sl[1].tid) == DEAD_TID && atomic_load(&sl[1].token) == 7);
+	CHECK(atomic_load(&sl[1].recursion) == 1);
+	CHECK(atomic_load(&sl[2].token) == UINT64_C(0x0123456789abcdef) && atomic_load(&sl[2].pid) == 0);
+	CHECK(atomic_load(&sl[3].pid) == 0 && atomic_load(&sl[3].token) == 0);
+	struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+	CHECK(atomic_load(&d[0].state) == 1 && atomic_load(&d[0].refs) == 1 && atomic_load(&d[0].use) == 1);
+	CHECK(atomic_load(&d[0].name_len) == 5 && atomic_load(&d[0].claimer) == LIVE);
+	CHECK(atomic_load(&d[1].claimer) == DEAD && atomic_load(&d[2].refs) == 2 && atomic_load(&d[2].use) == 2);
+	CHECK(atomic_load(&d[3].state) == 0);
+	struct shm_claim_ref *r = s->tables[SHM_CLAIM_REFS].base;
+	for (int i = 0; i < 4; i++)
+		CHECK((atomic_load(&r[i].target) >> 24) == 1 && atomic_load(&r[i].count) == 1);
+	/* The recorded identities are of another boot: dead here. */
+	CHECK(!shm_owner_alive(s, LIVE));
+	size_t idx;
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "queue", 1, &idx), SHMLOCK_EREADONLY);
+	CHECK_RC(shmlock_close(s), 0);
+}
+
+static void test_golden_upgrades(void)
+{
+	shmlock_segment *s = open_golden("segments/upgrades.seg");
+	if (!s)
+		return;
+	check_common(s);
+	CHECK(s->tables[SHM_UPGRADES].count == 2 && s->tables[SHM_UPGRADE_READERS].count == 4);
+	struct shm_upgrade_entry *u = s->tables[SHM_UPGRADES].base;
+	CHECK(atomic_load(&u[0].state) == 0x80000000u && atomic_load(&u[0].writer) == LIVE);
+	CHECK(atomic_load(&u[0].writer_tid) == LIVE_TID && atomic_load(&u[0].generation) == 2);
+	CHECK(atomic_load(&u[1].state) == 0x40000000u && atomic_load(&u[1].upgrader) == DEAD);
+	CHECK(atomic_load(&u[1].generation) == 5);
+	struct shm_reader_record *rr = s->tables[SHM_UPGRADE_READERS].base;
+	CHECK(atomic_load(&rr[2].owner) == LIVE && atomic_load(&rr[2].count) == 2 && atomic_load(&rr[2].pad) == 3);
+	CHECK(atomic_load(&rr[3].owner) == DEAD && atomic_load(&rr[3].count) == 1);
+	CHECK_RC(shmlock_close(s), 0);
+}
+
+static void test_golden_lockmgr_txn(void)
+{
+	shmlock_segment *s = open_golden("segments/lockmgr.seg");
+	if (s) {
+		check_common(s);
+		CHECK(s->tables[SHM_LOCKMGR].count == 4 && s->size == 4096);
+		shmlock_close(s);
+	}
+	s = open_golden("segments/txn.seg");
+	if (s) {
+		check_common(s);
+		CHECK(s->tables[SHM_TXN_RECORDS].count == 2 && s->tables[SHM_TXN_ARENA].count == 64 && s->size == 8192);
+		shmlock_close(s);
+	}
+}
+
+static void test_golden_regions(void)
+{
+	shmlock_segment *s = open_golden("segments/data-regions.seg");
+	if (!s)
+		return;
+	check_common(s);
+	CHECK(atomic_load(&s->hdr->registry) == DEAD);
+	uint8_t *data = s->tables[SHM_DATA].base;
+	void *p = NULL;
+	CHECK_RC(shmlock_data(s, "queue", 0, &p), 0);
+	CHECK(p == data);
+	CHECK_RC(shmlock_data(s, "queue", 100, &p), 0);
+	CHECK_RC(shmlock_data(s, "queue", 99, &p), SHMLOCK_EINVAL);
+	if (p == data) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		CHECK(w == 42 && memcmp((char *)p + 8, "hello", 5) == 0);
+	}
+	CHECK_RC(shmlock_data(s, "stats", 0, &p), 0);
+	CHECK(p == data + 128);
+	CHECK_RC(shmlock_data(s, "größe", 1, &p), 0);
+	CHECK(p == data + 192);
+	CHECK_RC(shmlock_data(s, "half", 0, &p), SHMLOCK_ENOTFOUND);
+	CHECK_RC(shmlock_data(s, "half", 8, &p), SHMLOCK_EREADONLY);
+	CHECK_RC(shmlock_data(s, "bad\nname", 8, &p), SHMLOCK_EBADNAME);
+	/* A handle's reference keeps the segment: closed, not freed. */
+	shm_seg_get(s);
+	CHECK_RC(shmlock_close(s), 0);
+	CHECK_RC(shmlock_close(s), SHMLOCK_ECLOSED);
+	CHECK_RC(shmlock_data(s, "queue", 0, &p), SHMLOCK_ECLOSED);
+	shm_seg_put(s);
+}
+
+/* Copies a golden image to a private 0600 file. */
+static void copy_golden(const char *name, const char *to)
+{
+	char path[512];
+	check_testdata(path, sizeof path, name);
+	FILE *in = fopen(path, "rb");
+	CHECK(in != NULL);
+	if (!in)
+		return;
+	char buf[8192];
+	size_t n = fread(buf, 1, sizeof buf, in);
+	fclose(in);
+	int fd = open(to, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CHECK(fd >= 0 && write(fd, buf, n) == (ssize_t)n);
+	close(fd);
+}
+
+/* A writable open of an image of another boot: every identity is stale, the
+ * dead claimant's registry lock is freed, and a claim takes entry 3. */
+static void test_reboot_and_claims(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "reboot");
+	copy_golden("segments/data-regions.seg", path);
+	shmlock_options o = {.flags = SHMLOCK_ALLOW_FOREIGN_PIDNS};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_open(path, &o, &s), 0);
+	if (s) {
+		uint8_t boot[16];
+		shm_boot_id(boot);
+		CHECK(memcmp(s->hdr->owners_boot, boot, 16) == 0);
+		CHECK(atomic_load(&s->hdr->registry) == 0);
+		CHECK(atomic_load(&s->hdr->registry_gen) == 10);
+		void *p = NULL;
+		CHECK_RC(shmlock_data(s, "half", 10, &p), 0);
+		CHECK(p == (uint8_t *)s->tables[SHM_DATA].base + 256);
+		struct shm_region_entry *e = s->tables[SHM_REGION_DIRECTORY].base;
+		CHECK(atomic_load(&e[3].state) == 1 && atomic_load(&e[3].offset) == 256 && atomic_load(&e[3].size) == 10);
+		CHECK_RC(shmlock_data(s, "more", 1000, &p), SHMLOCK_ETABLEFULL);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+
+	check_temp_path(path, sizeof path, "reboot2");
+	copy_golden("segments/owner-slots.seg", path);
+	CHECK_RC(shmlock_open(path, &o, &s), 0);
+	if (s) {
+		struct shm_owner_slot *sl = s->tables[SHM_OWNER_SLOTS].base;
+		CHECK(atomic_load(&sl[0].pid) == (LIVE | SHM_STALE_BIT));
+		CHECK(atomic_load(&sl[1].pid) == DEAD);
+		struct shm_claim_ref *r = s->tables[SHM_CLAIM_REFS].base;
+		CHECK(atomic_load(&r[0].owner) == (LIVE | SHM_STALE_BIT));
+		/* Every record is a dead process's: the claim drops them all. */
+		size_t idx = 99;
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "queue", 1, &idx), 0);
+		CHECK(idx == 0);
+		struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+		CHECK(atomic_load(&d[0].refs) == 1);
+		CHECK(atomic_load(&d[1].refs) == 0 && atomic_load(&d[1].state) == 1); /* held by the dead: kept */
+		CHECK(atomic_load(&d[2].refs) == 0 && atomic_load(&d[2].state) == 1); /* token held: kept */
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "queue", 2, &idx), SHMLOCK_EUSEMISMATCH);
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "new", 1, &idx), 0);
+		CHECK(idx == 3);
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "full", 1, &idx), SHMLOCK_ETABLEFULL);
+		/* Free slot 1's lock: the next claim recycles its claim. */
+		atomic_store(&sl[1].pid, 0);
+		atomic_store(&sl[1].recursion, 0);
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "full", 1, &idx), 0);
+		CHECK(idx == 1 && atomic_load(&sl[1].token) == 0 && atomic_load(&d[1].refs) == 1);
+		CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, 3), 0);
+		CHECK(atomic_load(&d[3].state) == 0);
+		CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, 3), SHMLOCK_ENOTFOUND);
+		CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, 4), SHMLOCK_EINDEX);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
+static size_t read_file(const char *path, uint8_t *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	ssize_t r = read(fd, buf, n);
+	close(fd);
+	return r < 0 ? 0 : (size_t)r;
+}
+
+static void write_file(const char *path, const uint8_t *buf, size_t n, mode_t mode)
+{
+	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, mode);
+	CHECK(fd >= 0 && write(fd, buf, n) == (ssize_t)n);
+	fchmod(fd, mode);
+	close(fd);
+}
+
+/* Opens a variant of a valid segment; the code is want and the file is unchanged. */
+static void check_bad(const char *what, const uint8_t *img, size_t n, mode_t mode, int want)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, what);
+	write_file(path, img, n, mode);
+	shmlock_segment *s = NULL;
+	shmlock_options o = {.ready_timeout_ns = 1};
+	int rc = shmlock_open(path, &o, &s);
+	if (rc != want)
+		fprintf(stderr, "bad input %s:\n", what);
+	CHECK_RC(rc, want);
+	static uint8_t after[1 << 20];
+	CHECK(read_file(path, after, sizeof after) == n && memcmp(after, img, n) == 0);
+	if (rc == 0)
+		shmlock_close(s);
+	unlink(path);
+}
+
+static void test_bad_inputs(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "good");
+	shmlock_options small = {.slots = 4, .upgrades = -1, .txn_records = -1, .txn_arena_bytes = -1,
+	                         .lockmgr_entries = -1, .data_bytes = -1};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &small, &s), 0);
+	if (!s)
+		return;
+	size_t n = s->size;
+	CHECK(n == 4096);
+	shmlock_close(s);
+	static uint8_t img[4096], bad[4096];
+	CHECK(read_file(path, img, sizeof img) == n);
+	check_bad("copy", img, n, 0600, 0);
+	check_bad("trunc", img, 100, 0600, SHMLOCK_ETRUNCATED);
+	check_bad("empty", img, 0, 0600, SHMLOCK_ETRUNCATED);
+	memcpy(bad, img, n);
+	bad[0] = 'X';
+	check_bad("magic", bad, n, 0600, SHMLOCK_EBADMAGIC);
+	memcpy(bad, img, n);
+	bad[8] = 2;
+	check_bad("version", bad, n, 0600, SHMLOCK_EVERSION);
+	memcpy(bad, img, n);
+	bad[452] ^= 1;
+	check_bad("checksum", bad, n, 0600, SHMLOCK_ECHECKSUM);
+	memcpy(bad, img, n);
+	bad[100] = 0; /* kind of the first descriptor */
+	check_bad("kind", bad, n, 0600, SHMLOCK_EMALFORMED);
+	memcpy(bad, img, n);
+	bad[96 + 16] = 8; /* owner slots at 520: misaligned */
+	check_bad("align", bad, n, 0600, SHMLOCK_ETABLERANGE);
+	memcpy(bad, img, n);
+	bad[96 + 32 + 16] = 0; /* slot directory at 512: overlaps */
+	bad[96 + 32 + 17] = 2;
+	check_bad("overlap", bad, n, 0600, SHMLOCK_ETABLEOVERLAP);
+	memcpy(bad, img, n);
+	atomic_store((a32 *)(void *)(bad + 448), 0);
+	check_bad("notready", bad, n, 0600, SHMLOCK_ENOTREADY);
+	check_bad("mode", img, n, 0644, SHMLOCK_EPERMISSIVE);
+	check_bad("group", img, n, 0640, SHMLOCK_EPERMISSIVE);
+	static uint8_t big[8192];
+	memcpy(big, img, n);
+	check_bad("size", big, sizeof big, 0600, SHMLOCK_ESIZE);
+
+	/* A symlink to a valid segment, a directory, a missing file, bad paths. */
+	char link[300];
+	snprintf(link, sizeof link, "%s-link", path);
+	CHECK(symlink(path, link) == 0);
+	CHECK_RC(shmlock_open(link, NULL, &s), SHMLOCK_ESYMLINK);
+	CHECK_RC(shmlock_remove(link), SHMLOCK_ESYMLINK);
+	unlink(link);
+	char dir[300];
+	snprintf(dir, sizeof dir, "%s-dir", path);
+	CHECK(mkdir(dir, 0700) == 0);
+	CHECK_RC(shmlock_open(dir, NULL, &s), SHMLOCK_ENOTREGULAR);
+	shmlock_options ro = {.flags = SHMLOCK_READ_ONLY};
+	CHECK_RC(shmlock_open(dir, &ro, &s), SHMLOCK_ENOTREGULAR);
+	CHECK_RC(shmlock_remove(dir), SHMLOCK_ENOTREGULAR);
+	rmdir(dir);
+	CHECK_RC(shmlock_open("/dev/shm/shmlock-ctest-none-such", NULL, &s), SHMLOCK_ESYS);
+	CHECK(shmlock_errno() == ENOENT);
+	CHECK_RC(shmlock_open("", NULL, &s), SHMLOCK_EBADPATH);
+	CHECK_RC(shmlock_open("..", NULL, &s), SHMLOCK_EBADPATH);
+	CHECK_RC(shmlock_open("/dev/shm/", NULL, &s), SHMLOCK_EBADPATH);
+	CHECK_RC(shmlock_open(path, NULL, NULL), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_create(path, NULL, &s), SHMLOCK_EEXIST);
+	shmlock_options huge = {.slots = 1 << 21};
+	char p2[256];
+	check_temp_path(p2, sizeof p2, "huge");
+	CHECK_RC(shmlock_create(p2, &huge, &s), SHMLOCK_ELIMIT);
+	CHECK(access(p2, F_OK) != 0);
+	/* Remove refuses what is not a segment. */
+	write_file(p2, (const uint8_t *)"not a segment", 13, 0600);
+	CHECK_RC(shmlock_remove(p2), SHMLOCK_EBADMAGIC);
+	unlink(p2);
+	CHECK_RC(shmlock_remove(path), 0);
+	CHECK_RC(shmlock_remove(path), SHMLOCK_ESYS);
+}
+
+static void test_round_trip(void)
+{
+	char path[256], name[128];
+	check_temp_path(path, sizeof path, "rt");
+	shmlock_segment *s = NULL, *t = NULL;
+	shmlock_options g = {.flags = SHMLOCK_GROUP_ACCESS};
+	CHECK_RC(shmlock_create(path, &g, &s), 0);
+	if (!s)
+		return;
+	struct stat st;
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0660);
+	CHECK(s->hdr->flags == 1 && s->creator);
+	CHECK(s->tables[SHM_OWNER_SLOTS].count == 64 && s->tables[SHM_CLAIM_REFS].count == 160);
+	CHECK(s->tables[SHM_UPGRADE_READERS].count == 16 * 32 && s->tables[SHM_DATA].count == 1024);
+	CHECK(s->hdr->creator == shm_self());
+	CHECK_RC(shmlock_open(path, NULL, &t), SHMLOCK_EPERMISSIVE);
+	CHECK_RC(shmlock_open(path, &g, &t), 0);
+	if (t) {
+		CHECK(!t->creator && t->size == s->size);
+		size_t a, b;
+		CHECK_RC(shm_claim(s, SHM_UPGRADES, "m", 0, &a), 0);
+		CHECK_RC(shm_claim(t, SHM_UPGRADES, "m", 0, &b), 0);
+		CHECK(a == b);
+		struct shm_dir_entry *d = t->tables[SHM_UPGRADE_DIRECTORY].base;
+		CHECK(atomic_load(&d[a].refs) == 2);
+		struct shm_claim_ref *r = t->tables[SHM_CLAIM_REFS].base;
+		CHECK(atomic_load(&r[0].owner) == shm_self() && atomic_load(&r[0].count) == 2);
+		CHECK(atomic_load(&r[0].target) == (3u << 24 | (uint32_t)a));
+		CHECK_RC(shm_release_claim(s, SHM_UPGRADES, a), 0);
+		CHECK_RC(shm_release_claim(t, SHM_UPGRADES, a), 0);
+		CHECK(atomic_load(&d[a].state) == 0 && atomic_load(&r[0].owner) == 0);
+		/* Unnamed claims never share. */
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, NULL, 0, &a), 0);
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "", 0, &b), 0);
+		CHECK(a != b);
+		void *p, *q;
+		CHECK_RC(shmlock_data(s, "counter", 8, &p), 0);
+		CHECK_RC(shmlock_data(t, "counter", 8, &q), 0);
+		CHECK((uint8_t *)p - s->base == (uint8_t *)q - t->base);
+		CHECK_RC(shmlock_data(t, "second", 65, &q), 0);
+		CHECK((uint8_t *)q - (uint8_t *)t->tables[SHM_DATA].base == 64);
+		CHECK_RC(shmlock_data(t, "third", 1, &q), 0);
+		CHECK((uint8_t *)q - (uint8_t *)t->tables[SHM_DATA].base == 192);
+		/* 41 bytes is too long a name. */
+		memset(name, 'a', 41);
+		name[41] = 0;
+		CHECK_RC(shmlock_data(t, name, 1, &q), SHMLOCK_EBADNAME);
+		CHECK_RC(shm_claim(t, SHM_OWNER_SLOTS, name, 0, &a), SHMLOCK_EBADNAME);
+		CHECK_RC(shm_claim(t, SHM_OWNER_SLOTS, "\xc3\x28", 0, &a), SHMLOCK_EBADNAME);
+		CHECK_RC(shm_claim(t, SHM_OWNER_SLOTS, "\xc2\x85", 0, &a), SHMLOCK_EBADNAME); /* U+0085 */
+		shm_seg_get(t);
+		shmlock_close(t);
+		CHECK_RC(shm_claim(t, SHM_OWNER_SLOTS, "x", 0, &a), SHMLOCK_ECLOSED);
+		CHECK_RC(shm_release_claim(t, SHM_OWNER_SLOTS, b), 0); /* releases work after close */
+		shm_seg_put(t);
+	}
+	shmlock_close(s);
+	/* open_or_create opens it now. */
+	CHECK_RC(shmlock_open_or_create(path, &g, &s), 0);
+	if (s) {
+		CHECK(!s->creator);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+	CHECK_RC(shmlock_open_or_create(path, NULL, &s), 0);
+	if (s) {
+		CHECK(s->creator);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
+/* A child dies holding a claim: the next claim that finds no room drops its reference. */
+static void test_dead_claimant(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "dead");
+	shmlock_options o = {.slots = 2, .claim_refs = 2};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	size_t a;
+	pid_t pid = fork();
+	if (pid == 0) {
+		size_t i, j;
+		int rc = shm_claim(s, SHM_OWNER_SLOTS, "one", 1, &i) | shm_claim(s, SHM_OWNER_SLOTS, "two", 1, &j);
+		_exit(rc == 0 ? 0 : 1);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+	CHECK(atomic_load(&d[0].refs) == 1 && atomic_load(&d[1].refs) == 1);
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "three", 1, &a), 0);
+	CHECK(a == 0 && atomic_load(&d[1].state) == 0);
+	shmlock_close(s);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
+int main(void)
+{
+	RUN(test_golden_owner_slots);
+	RUN(test_golden_upgrades);
+	RUN(test_golden_lockmgr_txn);
+	RUN(test_golden_regions);
+	RUN(test_reboot_and_claims);
+	RUN(test_bad_inputs);
+	RUN(test_round_trip);
+	RUN(test_dead_claimant);
+	return CHECK_DONE();
+}
