@@ -19,6 +19,7 @@ type contender struct {
 // contenders are every lock the matrix knows, in the order of its table.
 var contenders = []contender{
 	{"shmlock_spin", "shmlock spinlock, pid/tid mode (robust)", []string{"shmctl", "bench", "--lock", "spin"}, true},
+	{"shmlock_spin_c", "libshmlock spinlock from C, pid/tid mode (robust)", []string{"shmlock_spin_c"}, true},
 	{"shmlock_upgrade", "shmlock upgrade mutex, unique and shared holds (robust)", []string{"shmctl", "bench", "--lock", "upgrade"}, true},
 	{"pthread_mutex_robust", "glibc pthread mutex, process-shared, robust", []string{"pthread_mutex_robust"}, false},
 	{"pthread_mutex", "glibc pthread mutex, process-shared, not robust", []string{"pthread_mutex"}, false},

@@ -35,10 +35,8 @@
  * inconsistent bit alone and bumps the generation, as if the dead holder
  * had released. Token mode has no owner to check and is not robust.
  */
-#include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "internal.h"
 
@@ -139,28 +137,13 @@ static void spin_pass_wake(shmlock_spin *l)
 
 /* ------------------------------------------------------------ reclaim */
 
-/* The holders of a segment whose owners were recorded under another boot
- * are all dead, whatever the process table says now (shm.Segment.OwnerAlive).
- * OwnersBoot changes only under the registry lock, a u64 word at a time. */
-static bool spin_owner_alive(shmlock_segment *seg, uint64_t owner)
-{
-	uint8_t boot[16];
-	if (shm_boot_id(boot) != 0)
-		return false;
-	a64 *ob = (a64 *)(void *)seg->hdr->owners_boot;
-	uint64_t w[2] = {atomic_load(&ob[0]), atomic_load(&ob[1])};
-	if (memcmp(w, boot, sizeof w) != 0)
-		return false;
-	return shm_alive(owner);
-}
-
 /* spin_reclaim takes the lock over from owner if owner is a dead process:
  * one CAS, so that of several waiters finding the same dead owner exactly
  * one wins. */
 static bool spin_reclaim(shmlock_spin *l, uint64_t word, uint64_t holder, uint64_t owner)
 {
 	struct shm_owner_slot *s = l->slot;
-	if (l->mode != SHMLOCK_PIDTID || owner == 0 || spin_owner_alive(l->seg, owner))
+	if (l->mode != SHMLOCK_PIDTID || owner == 0 || shm_owner_alive(l->seg, owner))
 		return false;
 	if (!atomic_compare_exchange_strong(&s->pid, &owner, word))
 		return false;
@@ -203,8 +186,10 @@ static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t wo
 			sched_yield();
 	}
 	for (;;) {
-		if (spin_closed(l))
-			return SHMLOCK_ECLOSED; /* the mapping is gone: nothing to pass on */
+		if (spin_closed(l)) {
+			spin_pass_wake(l); /* the wake it may have consumed goes on */
+			return SHMLOCK_ECLOSED;
+		}
 		int64_t sleep = SPIN_LIVENESS_NS;
 		if (deadline >= 0) {
 			int64_t left = deadline - shm_now_ns();
@@ -276,9 +261,8 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 	uint64_t word = spin_word_of(l, holder);
 	if (SHM_UNLIKELY(word == 0))
 		return SHMLOCK_EBADIDENTITY;
-	/* Go releases after its segment's Close too; here Close unmapped it. */
-	if (SHM_UNLIKELY(spin_closed(l)))
-		return SHMLOCK_ECLOSED;
+	/* No closed check: a hold taken before shmlock_close is still given
+	 * back (the handle keeps the mapping), as in Go. */
 	struct shm_owner_slot *s = l->slot;
 	if (l->mode == SHMLOCK_TOKEN) {
 		if (!atomic_compare_exchange_strong(&s->token, &word, 0))
@@ -307,8 +291,6 @@ SHM_EXPORT int shmlock_spin_mark_consistent(shmlock_spin *l, uint64_t holder)
 	uint64_t word = spin_word_of(l, holder);
 	if (word == 0)
 		return SHMLOCK_EBADIDENTITY;
-	if (spin_closed(l))
-		return SHMLOCK_ECLOSED;
 	if (!spin_held_by(l, word, holder))
 		return SHMLOCK_ENOTOWNER;
 	struct shm_owner_slot *s = l->slot;
@@ -320,14 +302,14 @@ SHM_EXPORT int shmlock_spin_mark_consistent(shmlock_spin *l, uint64_t holder)
 
 SHM_EXPORT int shmlock_spin_inconsistent(const shmlock_spin *l)
 {
-	if (l == NULL || spin_closed(l))
+	if (l == NULL)
 		return 0;
 	return spin_report(l->slot) == SHMLOCK_INCONSISTENT;
 }
 
 SHM_EXPORT uint64_t shmlock_spin_generation(const shmlock_spin *l)
 {
-	if (l == NULL || l->mode == SHMLOCK_TOKEN || spin_closed(l))
+	if (l == NULL || l->mode == SHMLOCK_TOKEN)
 		return 0;
 	return atomic_load(&l->slot->token);
 }
@@ -358,6 +340,7 @@ SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, s
 	l->seg = seg;
 	l->mode = mode;
 	l->index = (int)index;
+	shm_seg_get(seg); /* the mapping lives as long as the handle */
 	*out = l;
 	return SHMLOCK_OK;
 }
@@ -390,18 +373,17 @@ SHM_EXPORT int shmlock_spin_named(shmlock_segment *seg, const char *name, int mo
 	return SHMLOCK_OK;
 }
 
-/* Close drops the claim that named took and frees the handle. It does not
- * release the lock: a lock still held keeps its claim until it is released
- * and claimed anew (as in Go). If the segment was closed first the claim
- * cannot be dropped (the mapping is gone): the handle is freed all the same
- * and SHMLOCK_ECLOSED says so. */
+/* Close drops the claim that named took, the handle's reference to its
+ * segment, and frees the handle. It does not release the lock: a lock still
+ * held keeps its claim until it is released and claimed anew (as in Go). */
 SHM_EXPORT int shmlock_spin_close(shmlock_spin *l)
 {
 	if (l == NULL)
 		return SHMLOCK_EINVAL;
 	int rc = SHMLOCK_OK;
 	if (l->named)
-		rc = shm_closed(l->seg) ? SHMLOCK_ECLOSED : shm_release_claim(l->seg, SHM_OWNER_SLOTS, (size_t)l->index);
+		rc = shm_release_claim(l->seg, SHM_OWNER_SLOTS, (size_t)l->index);
+	shm_seg_put(l->seg);
 	free(l);
 	return rc;
 }
