@@ -1,9 +1,9 @@
-/* libshmlock_upgrade.c: libshmlock's upgrade mutex (the C port of package
+/* shmlock_upgrade.c: libshmlock's upgrade mutex (the C port of package
  * upgrade) in a shmlock segment beside the bench file (PATH.shmlock), one
  * handle per worker process. The exclusive workloads take the unique lock;
  * rw90 reads under shared holds. A reclaim report (OWNERDEAD,
  * INCONSISTENT) counts as a lock error: nobody dies in a bench. */
-#define PEER_NAME "libshmlock_upgrade"
+#define PEER_NAME "shmlock_upgrade_c"
 #define PEER_ABOUT "libshmlock upgrade mutex (C), robust"
 #define PEER_SHARED 1
 #include "harness.h"
