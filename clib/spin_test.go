@@ -27,7 +27,7 @@ import (
 // region, whose words both sides lay out alike:
 const (
 	spinRegionName = "clib.spin.region"
-	spinRegionSize = 4096
+	spinRegionSize = 32768
 	spinCounter    = 0  // plain: changed only under the lock
 	spinMarker     = 8  // atomic: the pid inside the critical section, or 0
 	spinStop       = 16 // atomic: the workers stop when it is non-zero

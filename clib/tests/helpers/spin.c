@@ -20,7 +20,7 @@
 /* The region's words, as spin_test.go lays them out. */
 #define REGION_NAME "clib.spin.region"
 enum {
-	REGION_SIZE = 4096,
+	REGION_SIZE = 32768,
 	OFF_COUNTER = 0,   /* plain: changed only under the lock */
 	OFF_MARKER = 8,    /* atomic: the pid inside the critical section, or 0 */
 	OFF_STOP = 16,     /* atomic: the workers stop when it is non-zero */
