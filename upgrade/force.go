@@ -48,9 +48,7 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	if u := m.e.Upgrader.Load(); u != 0 && m.e.Upgrader.CompareAndSwap(u, m.pid) {
 		m.e.Waiters.And(^uniqueUpgrader)
 		m.e.UpgraderTID.Store(m.tid)
-		if m.clearUpgradeBits()&stateWrite != 0 {
-			m.e.State.Or(stateInconsistent)
-		}
+		m.clearUpgradeBits() // sets stateInconsistent if it had upgraded
 		m.releaseUpgraderWord()
 		f.Upgrader = u
 	}

@@ -474,26 +474,31 @@ func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
 	}
 	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
-	if unique {
-		m.e.State.Or(stateInconsistent)
-	}
 	m.releaseUpgraderWord()
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
 	return true, unique
 }
 
-// clearUpgradeBits clears the upgrade holder's bits and returns the state
-// it found. While stateUpgrade is set nobody but the Upgrader word's holder
+// clearUpgradeBits clears the bits of an upgrade holder that is not the
+// caller (dead, forced out, or abandoned at Close) and returns the state it
+// found. While stateUpgrade is set nobody but the Upgrader word's holder
 // (the caller) changes the state; while it is clear, stateWrite is a
-// writer's and is left alone.
+// writer's and is left alone. If the holder had upgraded (stateWrite), its
+// unique hold ends here without its release: stateInconsistent is set in
+// the same CAS, so that nobody who gets in next sees the unique hold gone
+// and the bit not yet set.
 func (m *Mutex) clearUpgradeBits() uint32 {
 	for {
 		s := m.e.State.Load()
 		if s&stateUpgrade == 0 {
 			return 0
 		}
-		if m.e.State.CompareAndSwap(s, s&^(stateUpgrade|statePending|stateWrite)) {
+		next := s &^ (stateUpgrade | statePending | stateWrite)
+		if s&stateWrite != 0 {
+			next |= stateInconsistent
+		}
+		if m.e.State.CompareAndSwap(s, next) {
 			return s
 		}
 	}
