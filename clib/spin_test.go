@@ -177,7 +177,7 @@ func TestSpinCounterMixed(t *testing.T) {
 // cChild runs the C helper spin as a testproc.Child: the Go helper
 // spin-exec replaces itself with it (same pid, same start time), so that
 // the tests stop, kill and wait for C processes as for Go ones.
-func cChild(t *testing.T, args ...string) *testproc.Child {
+func cChild(t testing.TB, args ...string) *testproc.Child {
 	t.Helper()
 	return testproc.Start(t, "spin-exec", append([]string{helper("spin")}, args...)...)
 }
