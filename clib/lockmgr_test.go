@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,27 +42,13 @@ const (
 )
 
 func init() {
-	helpers["lockmgr-exec-c"] = lmExecC
 	helpers["lockmgr-count"] = lmCountHelper
 	helpers["lockmgr-hold"] = lmHoldHelper
 }
 
-// lmExecC replaces this helper process with the C program args[0]: a
-// testproc.Child that runs C code, so that Torture can stop and kill C
-// workers as it does Go ones.
-func lmExecC(args []string) int {
-	err := syscall.Exec(args[0], args, os.Environ())
-	fmt.Fprintf(os.Stderr, "exec %s: %v\n", args[0], err)
-	return 1
-}
-
-// startC starts the C lockmgr helper with args as a testproc.Child.
-func startC(t *testing.T, args ...string) *testproc.Child {
-	return testproc.Start(t, "lockmgr-exec-c", append([]string{helper("lockmgr")}, args...)...)
-}
-
-func startCWithStdin(t *testing.T, args ...string) *testproc.Child {
-	return testproc.StartWithStdin(t, "lockmgr-exec-c", append([]string{helper("lockmgr")}, args...)...)
+// startLockMgrC starts the C lockmgr helper with args as a testproc.Child.
+func startLockMgrC(t *testing.T, args ...string) *testproc.Child {
+	return startC(t, "lockmgr", args...)
 }
 
 type lmScratch struct{ r *shm.Region }
@@ -231,7 +216,7 @@ func lmEntry(t *testing.T, seg *shm.Segment, name string) *layout.LockMgrEntry {
 
 // tryC makes one acquisition in a C process and returns its report.
 func tryC(t *testing.T, path, res, owner, mode string) string {
-	c := startC(t, "try", path, res, owner, mode)
+	c := startLockMgrC(t, "try", path, res, owner, mode)
 	c.WaitOK(t)
 	return c.WaitLine(t, "rc=")
 }
@@ -276,7 +261,7 @@ func TestLockMgrCounterMixed(t *testing.T) {
 		if i%2 == 0 {
 			kids = append(kids, testproc.Start(t, "lockmgr-count", path, strconv.Itoa(i), strconv.Itoa(rounds)))
 		} else {
-			kids = append(kids, startC(t, "count", path, strconv.Itoa(i), strconv.Itoa(rounds)))
+			kids = append(kids, startLockMgrC(t, "count", path, strconv.Itoa(i), strconv.Itoa(rounds)))
 		}
 	}
 	for _, c := range kids {
@@ -304,7 +289,7 @@ func TestLockMgrCollaborativeMixed(t *testing.T) {
 			_, err := m.Acquire(ctx, "doc", fmt.Sprintf("go-%d", i), lockmgr.Collaborative, lockmgr.AcquireOptions{})
 			require.NoError(t, err)
 		}
-		c := startCWithStdin(t, "hold", path, "doc", fmt.Sprintf("c-%d", i), "collaborative")
+		c := startCWithStdin(t, "lockmgr", "hold", path, "doc", fmt.Sprintf("c-%d", i), "collaborative")
 		c.WaitLine(t, "held ")
 		cs = append(cs, c)
 	}
@@ -351,7 +336,7 @@ func TestLockMgrWakeAcrossLanguages(t *testing.T) {
 	_, err := m.Acquire(ctx, "gate", "go", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	e := lmEntry(t, seg, "gate")
-	c := startCWithStdin(t, "hold", path, "gate", "c", "exclusive")
+	c := startCWithStdin(t, "lockmgr", "hold", path, "gate", "c", "exclusive")
 	c.WaitLine(t, "waiting")
 	waitSleeper(t, e)
 	require.NoError(t, m.Release("gate", "go"))
@@ -379,7 +364,7 @@ func TestLockMgrWakeAcrossLanguages(t *testing.T) {
 func TestLockMgrDeadHolderAcrossLanguages(t *testing.T) {
 	path, _, m, _ := newLockMgrSegment(t, 16)
 	ctx := context.Background()
-	c := startCWithStdin(t, "hold", path, "res", "c", "exclusive")
+	c := startCWithStdin(t, "lockmgr", "hold", path, "res", "c", "exclusive")
 	c.WaitLine(t, "held ")
 	got := make(chan error, 1)
 	var info lockmgr.LockInfo
@@ -398,7 +383,7 @@ func TestLockMgrDeadHolderAcrossLanguages(t *testing.T) {
 	require.NoError(t, m.Release("res", "go"))
 	g := testproc.StartWithStdin(t, "lockmgr-hold", path, "res", "go-holder", "exclusive")
 	require.Equal(t, "version=5 reclaimed=0 inconsistent=1", g.WaitLine(t, "held "))
-	c = startCWithStdin(t, "hold", path, "res", "c2", "exclusive")
+	c = startCWithStdin(t, "lockmgr", "hold", path, "res", "c2", "exclusive")
 	c.WaitLine(t, "waiting")
 	g.Kill(t)
 	require.Equal(t, "version=7 reclaimed=1 inconsistent=1", c.WaitLine(t, "held "))
@@ -463,7 +448,7 @@ func TestLockMgrKillMixed(t *testing.T) {
 			if started%2 == 0 {
 				c = testproc.Start(t, "lockmgr-count", path, strconv.Itoa(started), "0")
 			} else {
-				c = startC(t, "count", path, strconv.Itoa(started), "0")
+				c = startLockMgrC(t, "count", path, strconv.Itoa(started), "0")
 			}
 			started++
 			c.WaitLine(t, "ready")

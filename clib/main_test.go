@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -20,6 +21,30 @@ var helpers = map[string]func(args []string) int{}
 var build string
 
 func TestMain(m *testing.M) { testproc.MainWith(m, helpers, buildLibrary) }
+
+func init() { helpers["exec-c"] = execCHelper }
+
+// execCHelper replaces this helper process with the C program args[0]
+// (same pid, same start time): so a test starts, stops, kills and waits
+// for C processes as testproc does Go ones (startC).
+func execCHelper(args []string) int {
+	err := syscall.Exec(args[0], args, os.Environ())
+	fmt.Fprintf(os.Stderr, "exec %s: %v\n", args[0], err)
+	return 1
+}
+
+// startC starts the C helper program (tests/helpers/program.c) with args
+// as a testproc.Child.
+func startC(tb testing.TB, program string, args ...string) *testproc.Child {
+	tb.Helper()
+	return testproc.Start(tb, "exec-c", append([]string{helper(program)}, args...)...)
+}
+
+// startCWithStdin is startC with the child's standard input a pipe.
+func startCWithStdin(tb testing.TB, program string, args ...string) *testproc.Child {
+	tb.Helper()
+	return testproc.StartWithStdin(tb, "exec-c", append([]string{helper(program)}, args...)...)
+}
 
 // buildLibrary runs make into a temporary directory once per test binary.
 func buildLibrary() (func(), error) {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -45,7 +44,6 @@ func init() {
 	helpers["spin-worker"] = spinWorkerHelper // PATH NAME REC SEED
 	helpers["spin-hold"] = spinHoldHelper     // PATH NAME MODE
 	helpers["spin-wait"] = spinWaitHelper     // PATH NAME MODE
-	helpers["spin-exec"] = spinExecHelper     // C-HELPER ARGS...: becomes the C helper
 }
 
 // spinRegion is the shared region of one segment.
@@ -174,18 +172,8 @@ func TestSpinCounterMixed(t *testing.T) {
 	}
 }
 
-// cChild runs the C helper spin as a testproc.Child: the Go helper
-// spin-exec replaces itself with it (same pid, same start time), so that
-// the tests stop, kill and wait for C processes as for Go ones.
-func cChild(t testing.TB, args ...string) *testproc.Child {
-	t.Helper()
-	return testproc.Start(t, "spin-exec", append([]string{helper("spin")}, args...)...)
-}
-
-func spinExecHelper(args []string) int {
-	err := syscall.Exec(args[0], args, os.Environ())
-	return spinFail("exec %s: %v", args[0], err)
-}
+// cChild runs the C helper spin as a testproc.Child.
+func cChild(t testing.TB, args ...string) *testproc.Child { return startC(t, "spin", args...) }
 
 func spinWorkerHelper(args []string) int {
 	rec, _ := strconv.Atoi(args[2])
