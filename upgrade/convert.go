@@ -13,7 +13,9 @@ import (
 // the upgrade lock free. ErrNotHeld (ErrNotOwner) if the handle does not
 // hold the upgrade lock; ErrHeld if it holds it upgraded already, or
 // holds shared locks of its own, which it would wait for forever.
-func (m *Mutex) UpgradeToUnique() error { return m.upgradeToUnique(context.Background(), false) }
+func (m *Mutex) UpgradeToUnique() error {
+	return m.endWait(m.upgradeToUnique(context.Background(), false))
+}
 
 // TryUpgradeToUnique upgrades only if no reader holds the lock;
 // ErrWouldBlock otherwise, still holding the upgrade lock.
@@ -23,7 +25,7 @@ func (m *Mutex) TryUpgradeToUnique() error { return m.upgradeToUnique(context.Ba
 // it then returns ctx.Err(), still holds the upgrade lock, and the upgrade
 // is no longer pending.
 func (m *Mutex) UpgradeToUniqueContext(ctx context.Context) error {
-	return m.upgradeToUnique(ctx, false)
+	return m.endWait(m.upgradeToUnique(ctx, false))
 }
 
 func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {

@@ -43,9 +43,9 @@ func (m *Mutex) lock(ctx context.Context) error {
 			m.abandonWriter()
 			return ErrHeld
 		}
-		return m.finishLock(ctx, false, false, false)
+		return m.endWait(m.finishLock(ctx, false, false, false))
 	}
-	return m.lockSlow(ctx, false)
+	return m.endWait(m.lockSlow(ctx, false))
 }
 
 func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
@@ -103,6 +103,7 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bo
 		if !now.Before(graceEnd) {
 			break
 		}
+		m.beginWait()
 		m.clearWriteBit()
 		m.wake(m.sharedGate())
 		waited = true
@@ -282,14 +283,16 @@ func (m *Mutex) Unlock() error {
 // finish; readers do not block it. If the previous upgrade holder died,
 // its lock is taken over (downgraded to the upgrade lock, if it had
 // upgraded) and Reclaimed reports it.
-func (m *Mutex) LockUpgrade() error { return m.lockUpgrade(context.Background(), false) }
+func (m *Mutex) LockUpgrade() error { return m.endWait(m.lockUpgrade(context.Background(), false)) }
 
 // TryLockUpgrade takes the upgrade lock only if that needs no waiting;
 // ErrWouldBlock otherwise.
 func (m *Mutex) TryLockUpgrade() error { return m.lockUpgrade(context.Background(), true) }
 
 // LockUpgradeContext is LockUpgrade, giving up when ctx is done.
-func (m *Mutex) LockUpgradeContext(ctx context.Context) error { return m.lockUpgrade(ctx, false) }
+func (m *Mutex) LockUpgradeContext(ctx context.Context) error {
+	return m.endWait(m.lockUpgrade(ctx, false))
+}
 
 func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	if err := m.checkOpen(ctx); err != nil {
