@@ -13,9 +13,7 @@ import (
 // the upgrade lock free. ErrNotHeld (ErrNotOwner) if the handle does not
 // hold the upgrade lock; ErrHeld if it holds it upgraded already, or
 // holds shared locks of its own, which it would wait for forever.
-func (m *Mutex) UpgradeToUnique() error {
-	return m.endWait(m.upgradeToUnique(context.Background(), false))
-}
+func (m *Mutex) UpgradeToUnique() error { return m.upgradeToUnique(context.Background(), false) }
 
 // TryUpgradeToUnique upgrades only if no reader holds the lock;
 // ErrWouldBlock otherwise, still holding the upgrade lock.
@@ -25,7 +23,7 @@ func (m *Mutex) TryUpgradeToUnique() error { return m.upgradeToUnique(context.Ba
 // it then returns ctx.Err(), still holds the upgrade lock, and the upgrade
 // is no longer pending.
 func (m *Mutex) UpgradeToUniqueContext(ctx context.Context) error {
-	return m.endWait(m.upgradeToUnique(ctx, false))
+	return m.upgradeToUnique(ctx, false)
 }
 
 func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
@@ -54,9 +52,10 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 		if err != nil {
 			m.cancelPending()
 			w.done()
-			return err
+			return m.endWait(err)
 		}
-		defer w.done() // after the CAS below
+		defer m.endWait(nil) // after the CAS below: a granted wait
+		defer w.done()       // after the CAS below
 	}
 	for {
 		s := m.e.State.Load()

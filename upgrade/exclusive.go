@@ -283,16 +283,14 @@ func (m *Mutex) Unlock() error {
 // finish; readers do not block it. If the previous upgrade holder died,
 // its lock is taken over (downgraded to the upgrade lock, if it had
 // upgraded) and Reclaimed reports it.
-func (m *Mutex) LockUpgrade() error { return m.endWait(m.lockUpgrade(context.Background(), false)) }
+func (m *Mutex) LockUpgrade() error { return m.lockUpgrade(context.Background(), false) }
 
 // TryLockUpgrade takes the upgrade lock only if that needs no waiting;
 // ErrWouldBlock otherwise.
 func (m *Mutex) TryLockUpgrade() error { return m.lockUpgrade(context.Background(), true) }
 
 // LockUpgradeContext is LockUpgrade, giving up when ctx is done.
-func (m *Mutex) LockUpgradeContext(ctx context.Context) error {
-	return m.endWait(m.lockUpgrade(ctx, false))
-}
+func (m *Mutex) LockUpgradeContext(ctx context.Context) error { return m.lockUpgrade(ctx, false) }
 
 func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 	if err := m.checkOpen(ctx); err != nil {
@@ -311,7 +309,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		waited = true
 		slice, err := m.wait(ctx, m.sharedGate(), nil, &lv, func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
-			return err
+			return m.endWait(err)
 		}
 		if slice && m.takeOverUpgrader(m.e.Upgrader.Load()) {
 			m.e.Generation.Add(1)
@@ -358,7 +356,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		if err != nil {
 			m.abandonUpgrader()
 			w.done()
-			return err
+			return m.endWait(err)
 		}
 		if slice {
 			m.releaseDeadWriter()
@@ -371,10 +369,13 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		m.wake(m.sharedGate())
 		m.wake(m.uniqueGate())
 		w.done()
-		return shm.ErrClosed
+		return m.endWait(shm.ErrClosed)
 	}
 	w.done()
 	m.setReclaimed(reclaimed)
+	if waited { // only here: the uncontended path has no wait to record
+		return m.endWait(nil)
+	}
 	return nil
 }
 

@@ -9,7 +9,7 @@ import (
 // Contention counters (layout.LockStats): only slow paths touch them. An
 // acquisition that misses its first try notes when (beginWait, at the
 // start of every wait: the first one counts) and records its wait as it
-// returns (endWait, in the exported methods). The start lives in the
+// returns (endWait, on the paths that waited). The start lives in the
 // handle, not on the stack, because the waits are deep in helpers shared
 // by every kind of acquisition; a handle is used by one holder at a time,
 // and the word is atomic only so that misuse stays memory-safe.
@@ -26,7 +26,8 @@ func (m *Mutex) beginWait() {
 // waited: a grant, or a give-up (timeout, cancellation, close) if err is
 // not nil.
 func (m *Mutex) endWait(err error) error {
-	if start := m.waitStart.Swap(0); start != 0 {
+	if start := m.waitStart.Load(); start != 0 {
+		m.waitStart.Store(0)
 		m.stats.RecordWait(time.Duration(mono.Now()-start), err != nil)
 	}
 	return err
