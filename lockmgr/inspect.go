@@ -186,14 +186,21 @@ type Stats struct {
 	ActiveLocks int    // holds now, not expired
 	// ExpiredLocks counts holds that expired: those ended by their TTL and
 	// those past it that nobody has ended yet.
-	ExpiredLocks      uint64
+	ExpiredLocks uint64
+	// ExpiredHolds are the holds now past their TTL that nobody has ended
+	// yet, counted in ExpiredLocks too: ExpiredLocks less ExpiredHolds only
+	// grows, as a Prometheus counter must (package metrics).
+	ExpiredHolds      int
 	ConflictsDetected uint64 // acquisitions that met a conflict (once each)
 	// AverageHoldTime is the mean length of the released holds.
 	AverageHoldTime time.Duration
-	Released        uint64 // holds ended by Release
-	Reclaimed       uint64 // holds ended because their processes died
-	Resources       int    // resources in the table
-	Capacity        int    // resources the table can hold
+	// HoldTime is the total length of the released holds: with Released,
+	// the mean over any interval, not only since the table was made.
+	HoldTime  time.Duration
+	Released  uint64 // holds ended by Release
+	Reclaimed uint64 // holds ended because their processes died
+	Resources int    // resources in the table
+	Capacity  int    // resources the table can hold
 }
 
 // Stats sums the statistics of the table; all zero once the segment is
@@ -226,11 +233,13 @@ func (m *Manager) Stats() Stats {
 		for _, hs := range s.holders {
 			if expiredAt(hs.expires, now) {
 				st.ExpiredLocks++
+				st.ExpiredHolds++
 			} else {
 				st.ActiveLocks++
 			}
 		}
 	}
+	st.HoldTime = time.Duration(holdNanos)
 	if st.Released > 0 {
 		st.AverageHoldTime = time.Duration(holdNanos / st.Released)
 	}
