@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Entry sizes (format version 3).
+// Entry sizes (format version 4).
 const (
 	OwnerSlotSize    = 32
 	DirEntrySize     = 64
@@ -19,6 +19,7 @@ const (
 	ClaimRefSize     = 16
 	RegionEntrySize  = 64
 	DataUnit         = 64
+	LockStatsSize    = 64
 )
 
 // OwnerSlot is the unified owner record: one 32-byte record that says

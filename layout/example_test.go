@@ -20,18 +20,19 @@ func ExamplePlan() {
 	}
 	fmt.Println("total size", h.TotalSize)
 	// Output:
-	// owner_slots       offset 0x200 count 8
-	// slot_directory    offset 0x300 count 8
-	// upgrades          offset 0x500 count 2
-	// upgrade_directory offset 0x580 count 2
-	// txn_records       offset 0x600 count 0
-	// txn_arena         offset 0x600 count 0
-	// lockmgr           offset 0x600 count 4
-	// upgrade_readers   offset 0xa00 count 8
-	// claim_refs        offset 0xa80 count 20
-	// region_directory  offset 0xbc0 count 2
-	// data              offset 0xc40 count 4
-	// total size 4096
+	// owner_slots       offset 0x400 count 8
+	// slot_directory    offset 0x500 count 8
+	// upgrades          offset 0x700 count 2
+	// upgrade_directory offset 0x780 count 2
+	// txn_records       offset 0x800 count 0
+	// txn_arena         offset 0x800 count 0
+	// lockmgr           offset 0x800 count 4
+	// upgrade_readers   offset 0xc00 count 8
+	// claim_refs        offset 0xc80 count 20
+	// region_directory  offset 0xdc0 count 2
+	// data              offset 0xe40 count 4
+	// lock_stats        offset 0xf40 count 14
+	// total size 8192
 }
 
 // Validate tells a file that is not a segment from a damaged segment.

@@ -43,6 +43,7 @@ func TestFormatDocMatchesLayout(t *testing.T) {
 	checkFormatStruct(t, "LockMgrHolder", layout.LockMgrHolder{})
 	checkFormatStruct(t, "ClaimRef", layout.ClaimRef{})
 	checkFormatStruct(t, "RegionEntry", layout.RegionEntry{})
+	checkFormatStruct(t, "LockStats", layout.LockStats{})
 
 	rows, err := readme.FormatTable(formatDoc, "Header")
 	require.NoError(t, err)

@@ -13,9 +13,11 @@ const (
 	// txn arena's control area holds package txn's own locks (version 1
 	// claimed owner slots for them, out of the user's table). 3: the data
 	// area and its region directory, two more tables (and the descriptors
-	// moved up to make room for them).
-	Version    = 3
-	HeaderSize = 512        // bytes before the first table
+	// moved up to make room for them). 4: the lock_stats table, and a
+	// 1024-byte header with room for more descriptors (the mutable line
+	// moved from 0x1C0 to 0x3C0).
+	Version    = 4
+	HeaderSize = 1024       // bytes before the first table
 	CacheLine  = 64         // every table starts on a multiple of this
 	PageSize   = 4096       // the total size is rounded up to this
 	ReadyMark  = 0x52454459 // "YDER": the ready word once the header is complete
@@ -37,12 +39,12 @@ const (
 	OffFlags       = 0x044 // u32 creation flags (FlagGroupAccess)
 	offReserved    = 0x048 // [offReserved, OffTables) reserved, zero
 	OffTables      = 0x060 // NumTables descriptors of TableDescSize bytes
-	OffMutable     = 0x1C0 // start of the mutable cache line
-	OffReady       = 0x1C0 // u32 ReadyMark once the creator finished; 0 before
-	OffChecksum    = 0x1C4 // u32 CRC-32C of header bytes [0, OffMutable)
-	OffRegistry    = 0x1C8 // u64 packed identity holding the directory lock; 0 if free
-	OffOwnersBoot  = 0x1D0 // [16]byte boot id under which the recorded owners live
-	OffRegistryGen = 0x1E0 // u64 bumped by every directory change (claim, release, reclaim)
+	OffMutable     = 0x3C0 // start of the mutable cache line
+	OffReady       = 0x3C0 // u32 ReadyMark once the creator finished; 0 before
+	OffChecksum    = 0x3C4 // u32 CRC-32C of header bytes [0, OffMutable)
+	OffRegistry    = 0x3C8 // u64 packed identity holding the directory lock; 0 if free
+	OffOwnersBoot  = 0x3D0 // [16]byte boot id under which the recorded owners live
+	OffRegistryGen = 0x3E0 // u64 bumped by every directory change (claim, release, reclaim)
 )
 
 // Table descriptor: {kind u32, entry_size u32, count u64, offset u64, reserved u64}.

@@ -14,7 +14,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-const goldenSmall = "testdata/header-v3-small.golden"
+const goldenSmall = "testdata/header-v4-small.golden"
 
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -119,7 +119,7 @@ func TestIsReady(t *testing.T) {
 }
 
 // TestGolden pins the encoding of a small header. Run with -update to
-// rewrite testdata/header-v3-small.golden after an intended format change
+// rewrite testdata/header-v4-small.golden after an intended format change
 // (which must also bump Version).
 func TestGolden(t *testing.T) {
 	t.Parallel()
@@ -152,37 +152,42 @@ func TestGolden(t *testing.T) {
 		name      string
 		got, want uint64
 	}{
-		{"version", uint64(le.Uint32(want[0x008:])), 3},
-		{"header_size", uint64(le.Uint32(want[0x00C:])), 512},
+		{"version", uint64(le.Uint32(want[0x008:])), 4},
+		{"header_size", uint64(le.Uint32(want[0x00C:])), 1024},
 		{"total_size", le.Uint64(want[0x010:]), 4096},
 		{"created", le.Uint64(want[0x018:]), 1700000000_000000123},
 		{"pid_ns", le.Uint64(want[0x030:]), 4026531836},
 		{"creator", le.Uint64(want[0x038:]), 0x0000_1234_5600_0042},
-		{"table_count", uint64(le.Uint32(want[0x040:])), 11},
+		{"table_count", uint64(le.Uint32(want[0x040:])), 12},
 		{"reserved", le.Uint64(want[0x048:]) | le.Uint64(want[0x050:]) | le.Uint64(want[0x058:]), 0},
 		{"owner_slots kind", uint64(le.Uint32(want[0x060:])), 1},
-		{"owner_slots offset", le.Uint64(want[0x060+16:]), 0x200},
+		{"owner_slots offset", le.Uint64(want[0x060+16:]), 0x400},
 		{"lockmgr kind", uint64(le.Uint32(want[0x120:])), 7},
 		{"lockmgr entry size", uint64(le.Uint32(want[0x124:])), 256},
 		{"lockmgr count", le.Uint64(want[0x128:]), 2},
-		{"lockmgr offset", le.Uint64(want[0x130:]), 0x580},
+		{"lockmgr offset", le.Uint64(want[0x130:]), 0x780},
 		{"upgrade_readers kind", uint64(le.Uint32(want[0x140:])), 8},
 		{"upgrade_readers entry size", uint64(le.Uint32(want[0x144:])), 16},
 		{"upgrade_readers count", le.Uint64(want[0x148:]), 4},
-		{"upgrade_readers offset", le.Uint64(want[0x150:]), 0x780},
+		{"upgrade_readers offset", le.Uint64(want[0x150:]), 0x980},
 		{"claim_refs kind", uint64(le.Uint32(want[0x160:])), 9},
 		{"claim_refs entry size", uint64(le.Uint32(want[0x164:])), 16},
 		{"claim_refs count", le.Uint64(want[0x168:]), 16},
-		{"claim_refs offset", le.Uint64(want[0x170:]), 0x7C0},
+		{"claim_refs offset", le.Uint64(want[0x170:]), 0x9C0},
 		{"region_directory kind", uint64(le.Uint32(want[0x180:])), 10},
 		{"region_directory entry size", uint64(le.Uint32(want[0x184:])), 64},
 		{"region_directory count", le.Uint64(want[0x188:]), 2},
-		{"region_directory offset", le.Uint64(want[0x190:]), 0x8C0},
+		{"region_directory offset", le.Uint64(want[0x190:]), 0xAC0},
 		{"data kind", uint64(le.Uint32(want[0x1A0:])), 11},
 		{"data entry size", uint64(le.Uint32(want[0x1A4:])), 64},
 		{"data count", le.Uint64(want[0x1A8:]), 4},
-		{"data offset", le.Uint64(want[0x1B0:]), 0x940},
-		{"ready", uint64(le.Uint32(want[0x1C0:])), 0},
+		{"data offset", le.Uint64(want[0x1B0:]), 0xB40},
+		{"lock_stats kind", uint64(le.Uint32(want[0x1C0:])), 12},
+		{"lock_stats entry size", uint64(le.Uint32(want[0x1C4:])), 64},
+		{"lock_stats count", le.Uint64(want[0x1C8:]), 9}, // 4 slots + 2 upgrades + 2 lockmgr + 1 txn record
+		{"lock_stats offset", le.Uint64(want[0x1D0:]), 0xC40},
+		{"descriptor 13", le.Uint64(want[0x1E0:]), 0},
+		{"ready", uint64(le.Uint32(want[0x3C0:])), 0},
 	}
 	for _, s := range spots {
 		if s.got != s.want {

@@ -63,6 +63,7 @@ func checkPlan(tb testing.TB, h layout.Header, opts layout.Options) {
 		uint64(opts.TxnRecords), uint64(arenaUnits), uint64(opts.LockMgrEntries),
 		uint64(max(opts.Upgrades, 0) * opts.UpgradeReaders), uint64(opts.ClaimRefs),
 		uint64(opts.DataRegions), uint64(dataUnits),
+		uint64(opts.Slots + opts.Upgrades + opts.LockMgrEntries + opts.TxnRecords),
 	}
 	if h.Version != layout.Version {
 		tb.Errorf("Version: got %d, want %d", h.Version, layout.Version)

@@ -118,6 +118,7 @@ func TestKindEntrySize(t *testing.T) {
 		{layout.KindClaimRefs, "claim_refs", layout.ClaimRefSize},
 		{layout.KindRegionDirectory, "region_directory", layout.RegionEntrySize},
 		{layout.KindData, "data", layout.DataUnit},
+		{layout.KindLockStats, "lock_stats", layout.LockStatsSize},
 	}
 	if got, want := len(tests), layout.NumTables; got != want {
 		t.Fatalf("kinds under test: got %d, want NumTables = %d", got, want)
@@ -281,5 +282,20 @@ func TestLockMgrEntryLayout(t *testing.T) {
 		{"Acquired", unsafe.Offsetof(h.Acquired), 16},
 		{"Expires", unsafe.Offsetof(h.Expires), 24},
 		{"Owner", unsafe.Offsetof(h.Owner), 32},
+	})
+}
+
+func TestLockStatsLayout(t *testing.T) {
+	t.Parallel()
+	var s layout.LockStats
+	checkSize(t, "LockStats", unsafe.Sizeof(s), layout.LockStatsSize)
+	checkOffsets(t, "LockStats", []fieldOffset{
+		{"Contended", unsafe.Offsetof(s.Contended), 0},
+		{"Sleeps", unsafe.Offsetof(s.Sleeps), 8},
+		{"Wakeups", unsafe.Offsetof(s.Wakeups), 16},
+		{"WaitNanos", unsafe.Offsetof(s.WaitNanos), 24},
+		{"Reclaims", unsafe.Offsetof(s.Reclaims), 32},
+		{"Timeouts", unsafe.Offsetof(s.Timeouts), 36},
+		{"WaitHist", unsafe.Offsetof(s.WaitHist), 40},
 	})
 }

@@ -21,12 +21,13 @@ const (
 	KindClaimRefs                        // per-process references to claimed slots and mutexes
 	KindRegionDirectory                  // name, offset and size of each data region
 	KindData                             // the data area the regions are cut from, in DataUnit units
-	NumTables            = int(KindData)
+	KindLockStats                        // contention counters, one entry per lock (LockStats)
+	NumTables            = int(KindLockStats)
 )
 
 var kindNames = [NumTables]string{"owner_slots", "slot_directory", "upgrades",
 	"upgrade_directory", "txn_records", "txn_arena", "lockmgr", "upgrade_readers", "claim_refs",
-	"region_directory", "data"}
+	"region_directory", "data", "lock_stats"}
 
 func (k Kind) String() string {
 	if k >= 1 && int(k) <= NumTables {
@@ -39,7 +40,7 @@ func (k Kind) String() string {
 var entrySizes = [NumTables]uint32{
 	OwnerSlotSize, DirEntrySize, UpgradeEntrySize, DirEntrySize,
 	TxnRecordSize, ArenaUnit, LockMgrEntrySize, ReaderRecordSize, ClaimRefSize,
-	RegionEntrySize, DataUnit,
+	RegionEntrySize, DataUnit, LockStatsSize,
 }
 
 // EntrySize is the size in bytes of one entry of a table of kind k.
@@ -53,18 +54,19 @@ const (
 	MaxTxnRecords     = 1 << 20
 	MaxTxnArenaBytes  = 1 << 36
 	MaxLockMgrEntries = 1 << 20
-	MaxUpgradeReaders = 1 << 12 // reader records per upgrade mutex
-	MaxReaderRecords  = 1 << 24 // reader records in all
-	MaxClaimRefs      = 1 << 22 // claim references in all
-	MaxDataRegions    = 1 << 16 // entries of the region directory
-	MaxDataBytes      = 1 << 36 // bytes of the data area
+	MaxUpgradeReaders = 1 << 12                                                    // reader records per upgrade mutex
+	MaxReaderRecords  = 1 << 24                                                    // reader records in all
+	MaxClaimRefs      = 1 << 22                                                    // claim references in all
+	MaxDataRegions    = 1 << 16                                                    // entries of the region directory
+	MaxDataBytes      = 1 << 36                                                    // bytes of the data area
+	MaxLockStats      = MaxSlots + MaxUpgrades + MaxLockMgrEntries + MaxTxnRecords // one per lock
 	MaxTotalSize      = 1 << 40
 )
 
 var maxCounts = [NumTables]uint64{
 	MaxSlots, MaxSlots, MaxUpgrades, MaxUpgrades,
 	MaxTxnRecords, MaxTxnArenaBytes / ArenaUnit, MaxLockMgrEntries, MaxReaderRecords, MaxClaimRefs,
-	MaxDataRegions, MaxDataBytes / DataUnit,
+	MaxDataRegions, MaxDataBytes / DataUnit, MaxLockStats,
 }
 
 // ReadersPerUpgrade is the number of reader records of each upgrade mutex
@@ -155,7 +157,12 @@ func Plan(opts Options) (Header, error) {
 		int64(opts.Slots), int64(opts.Slots), int64(opts.Upgrades), int64(opts.Upgrades),
 		int64(opts.TxnRecords), ceilDiv(opts.TxnArenaBytes, ArenaUnit), int64(opts.LockMgrEntries),
 		readers, int64(opts.ClaimRefs),
-		int64(opts.DataRegions), ceilDiv(opts.DataBytes, DataUnit),
+		int64(opts.DataRegions), ceilDiv(opts.DataBytes, DataUnit), 0,
+	}
+	for _, k := range statsKinds {
+		if n := counts[k-1]; n > 0 && uint64(n) <= maxCounts[k-1] {
+			counts[KindLockStats-1] += n // each bounded: no overflow
+		}
 	}
 	h := Header{Version: Version}
 	off := uint64(HeaderSize)

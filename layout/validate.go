@@ -28,7 +28,7 @@ func Validate(header []byte, fileSize int64) (Header, error) {
 		return h, formatErr(ErrTruncated, "file", "%d bytes, need at least %d", fileSize, HeaderSize)
 	}
 	if h.Version = le.Uint32(header[OffVersion:]); h.Version != Version {
-		return h, formatErr(ErrVersion, "version", "%d, this build reads %d", h.Version, Version)
+		return h, versionErr(h.Version)
 	}
 	if hs := le.Uint32(header[OffHeaderSize:]); hs != HeaderSize {
 		return h, formatErr(ErrMalformed, "header_size", "%d, want %d", hs, HeaderSize)
@@ -103,6 +103,10 @@ func decodeTables(header []byte, h *Header) error {
 		h.Tables[i] = t
 		prevEnd, prevKind = t.End(), field
 	}
+	// One stats entry per lock, in the order of StatsIndex.
+	if got, want := h.Table(KindLockStats).Count, h.lockCount(); got != want {
+		return formatErr(ErrMalformed, KindLockStats.String(), "%d entries for %d locks", got, want)
+	}
 	// Every upgrade mutex has the same number of reader records.
 	up, rd := h.Table(KindUpgrades).Count, h.Table(KindUpgradeReaders).Count
 	if up == 0 && rd != 0 || up != 0 && (rd%up != 0 || rd/up > MaxUpgradeReaders) {
@@ -114,6 +118,17 @@ func decodeTables(header []byte, h *Header) error {
 		}
 	}
 	return nil
+}
+
+// versionErr explains a segment of another format version: an older one
+// was made by an older shmlock and cannot be read by this one (its header
+// has another size), so it must be made again.
+func versionErr(v uint32) error {
+	if v >= 1 && v < Version {
+		return formatErr(ErrVersion, "version", "%d: the segment was made by an older shmlock (format %d); "+
+			"this build reads format %d only: recreate it (shmctl create again)", v, v, Version)
+	}
+	return formatErr(ErrVersion, "version", "%d, this build reads %d", v, Version)
 }
 
 func allZero(b []byte) bool {

@@ -42,6 +42,7 @@ var malformed = []struct {
 	{name: "version 0", corrupt: putU32(layout.OffVersion, 0), want: layout.ErrVersion},
 	{name: "version 1", corrupt: putU32(layout.OffVersion, 1), want: layout.ErrVersion},
 	{name: "version 2 (no data regions)", corrupt: putU32(layout.OffVersion, 2), want: layout.ErrVersion},
+	{name: "version 3 (no lock stats)", corrupt: putU32(layout.OffVersion, 3), want: layout.ErrVersion},
 	{name: "next version", corrupt: putU32(layout.OffVersion, layout.Version+1), want: layout.ErrVersion},
 	{name: "version big-endian 1", corrupt: putU32(layout.OffVersion, 1<<24), want: layout.ErrVersion},
 	{name: "header_size 256", corrupt: putU32(layout.OffHeaderSize, 256), want: layout.ErrMalformed},
@@ -73,7 +74,11 @@ var malformed = []struct {
 	}, want: layout.ErrUnknownTable},
 	{name: "kind 0", corrupt: putDesc32(layout.KindUpgrades, layout.DescKind, 0), want: layout.ErrUnknownTable},
 	{name: "kind beyond NumTables", corrupt: putDesc32(layout.KindLockMgr, layout.DescKind, uint32(layout.NumTables+1)), want: layout.ErrUnknownTable},
-	{name: "last byte of the descriptor area (the data table's reserved word)", corrupt: func(b []byte) []byte { b[layout.OffMutable-1] = 1; return b }, want: layout.ErrMalformed},
+	{name: "last byte of the descriptor area (an empty descriptor)", corrupt: func(b []byte) []byte { b[layout.OffMutable-1] = 1; return b }, want: layout.ErrUnknownTable},
+	{name: "the lock_stats table's reserved word", corrupt: putDesc64(layout.KindLockStats, layout.DescReserved, 1<<56), want: layout.ErrMalformed},
+	{name: "a stats entry too few", corrupt: putDesc64(layout.KindLockStats, layout.DescCount, 8), want: layout.ErrMalformed},
+	{name: "a stats entry too many", corrupt: putDesc64(layout.KindLockStats, layout.DescCount, 10), want: layout.ErrMalformed},
+	{name: "no stats table", corrupt: putDesc64(layout.KindLockStats, layout.DescCount, 0), want: layout.ErrMalformed},
 	{name: "wrong entry size", corrupt: putDesc32(layout.KindOwnerSlots, layout.DescEntrySize, 64), want: layout.ErrMalformed},
 	{name: "entry size zero", corrupt: putDesc32(layout.KindTxnArena, layout.DescEntrySize, 0), want: layout.ErrMalformed},
 	{name: "slot count over the limit", corrupt: putDesc64(layout.KindOwnerSlots, layout.DescCount, layout.MaxSlots+1), want: layout.ErrLimit},
@@ -81,7 +86,7 @@ var malformed = []struct {
 	{name: "count max uint64", corrupt: putDesc64(layout.KindLockMgr, layout.DescCount, math.MaxUint64), want: layout.ErrLimit},
 	{name: "misaligned offset", corrupt: addDesc64(layout.KindLockMgr, layout.DescOffset, 8), want: layout.ErrTableRange},
 	{name: "offset off by one", corrupt: addDesc64(layout.KindSlotDirectory, layout.DescOffset, 1), want: layout.ErrTableRange},
-	{name: "table past the end of the file", corrupt: putDesc64(layout.KindData, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.DataUnit+1), want: layout.ErrTableRange},
+	{name: "table past the end of the file", corrupt: putDesc64(layout.KindLockStats, layout.DescOffset, layout.PageSize-lastTableSize+layout.CacheLine), want: layout.ErrTableRange},
 	{name: "region directory count over the limit", corrupt: putDesc64(layout.KindRegionDirectory, layout.DescCount, layout.MaxDataRegions+1), want: layout.ErrLimit},
 	{name: "data count over the limit", corrupt: putDesc64(layout.KindData, layout.DescCount, layout.MaxDataBytes/layout.DataUnit+1), want: layout.ErrLimit},
 	{name: "region directory entry size", corrupt: putDesc32(layout.KindRegionDirectory, layout.DescEntrySize, 32), want: layout.ErrMalformed},
@@ -154,8 +159,12 @@ func TestValidateMalformed(t *testing.T) {
 }
 
 // TestValidateAccepts covers valid headers other than the ones Plan makes.
-// lastTableOffset is where smallOpts puts its last table, data.
-const lastTableOffset = 0x940
+// lastTableOffset is where smallOpts puts its last table, lock_stats, and
+// lastTableSize its size (9 locks); data is just before it.
+const (
+	lastTableOffset = 0xC40
+	lastTableSize   = 9 * layout.LockStatsSize
+)
 
 func TestValidateAccepts(t *testing.T) {
 	t.Parallel()
@@ -173,14 +182,14 @@ func TestValidateAccepts(t *testing.T) {
 			clear(b[layout.OffOwnersBoot : layout.OffOwnersBoot+16])
 			return b
 		}},
-		{"gap between tables", addDesc64(layout.KindData, layout.DescOffset, layout.CacheLine)},
-		{"empty table at the end of the file", func(b []byte) []byte {
+		{"gap between tables", addDesc64(layout.KindLockStats, layout.DescOffset, layout.CacheLine)},
+		{"empty table at the next one's offset", func(b []byte) []byte {
 			d := desc(b, layout.KindData)
 			le.PutUint64(d[layout.DescCount:], 0)
-			le.PutUint64(d[layout.DescOffset:], layout.PageSize)
+			le.PutUint64(d[layout.DescOffset:], lastTableOffset)
 			return b
 		}},
-		{"table ending at the end of the file", putDesc64(layout.KindData, layout.DescCount, (layout.PageSize-lastTableOffset)/layout.DataUnit)},
+		{"table ending at the end of the file", putDesc64(layout.KindLockStats, layout.DescOffset, layout.PageSize-lastTableSize)},
 		{"region directory without a data area", putDesc64(layout.KindData, layout.DescCount, 0)},
 		{"created before 1970", putU64(layout.OffCreated, 1<<63)},
 	}
@@ -209,7 +218,7 @@ func TestFormatError(t *testing.T) {
 	t.Parallel()
 	_, err := layout.Validate(nil, 0)
 	checkFormatError(t, err, layout.ErrTruncated)
-	const want = "layout: truncated: header: 0 bytes, need 512"
+	const want = "layout: truncated: header: 0 bytes, need 1024"
 	if got := err.Error(); got != want {
 		t.Errorf("Error(): got %q, want %q", got, want)
 	}

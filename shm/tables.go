@@ -87,3 +87,20 @@ func (s *Segment) zeroEntry(k layout.Kind, i int) error {
 	}
 	return nil
 }
+
+// LockStats returns the contention counters of lock index of table kind
+// (KindOwnerSlots, KindUpgrades, KindLockMgr or KindTxnRecords), or nil if
+// the segment has no such lock or no lock_stats table. The pointer stays
+// valid until Close (after it, it points at a quarantined copy); every
+// counter is an atomic that any process may bump.
+func (s *Segment) LockStats(kind layout.Kind, index int) *layout.LockStats {
+	i := s.header.StatsIndex(kind, index)
+	if i < 0 {
+		return nil
+	}
+	st, err := entryOf[layout.LockStats](s, layout.KindLockStats, i)
+	if err != nil {
+		return nil
+	}
+	return st
+}

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define SHMLOCK_FORMAT_VERSION 3
+#define SHMLOCK_FORMAT_VERSION 4
 
 /* Reports of an acquisition that succeeded (the lock is held). */
 enum {

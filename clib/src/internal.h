@@ -1,6 +1,6 @@
 /* internal.h: what the parts of libshmlock share and users never see.
  *
- * The structs are the words of docs/FORMAT.md (format version 3), offset for
+ * The structs are the words of docs/FORMAT.md (format version 4), offset for
  * offset; the _Static_asserts hold them to it. Every word that several
  * processes change is an _Atomic and is read and written whole with the
  * seq_cst atomics of <stdatomic.h> (what Go's sync/atomic compiles to), never
@@ -15,6 +15,7 @@
  *   spinlock.c   owner slots
  *   upgrade.c    upgrade mutexes
  *   lockmgr.c    the lock manager
+ *   stats.c      the contention counters (lock_stats)
  */
 #ifndef SHMLOCK_INTERNAL_H
 #define SHMLOCK_INTERNAL_H
@@ -44,9 +45,12 @@ typedef _Atomic uint64_t a64;
 /* ------------------------------------------------------------------ layout */
 
 #define SHM_MAGIC "SHMLOCK\0"
-#define SHM_VERSION 3
-#define SHM_HEADER_SIZE 512
-#define SHM_TABLE_COUNT 11
+#define SHM_VERSION 4
+#define SHM_HEADER_SIZE 1024
+#define SHM_TABLE_COUNT 12
+#define SHM_OFF_MUTABLE 0x3C0 /* the mutable line; the checksum covers [0, SHM_OFF_MUTABLE) */
+#define SHM_TABLES_OFF 0x60
+#define SHM_DESC_ROOM ((SHM_OFF_MUTABLE - SHM_TABLES_OFF) / 32) /* descriptors that fit */
 #define SHM_READY 0x52454459u
 #define SHM_NAME_LEN 40      /* names of claim and region directories, resources */
 #define SHM_OWNER_NAME_LEN 32 /* lock manager owner names */
@@ -63,6 +67,7 @@ enum shm_table_kind {
 	SHM_CLAIM_REFS = 9,
 	SHM_REGION_DIRECTORY = 10,
 	SHM_DATA = 11,
+	SHM_LOCK_STATS = 12,
 };
 
 struct shm_table_desc {
@@ -86,6 +91,7 @@ struct shm_header {
 	uint32_t flags;
 	uint8_t reserved1[24];
 	struct shm_table_desc tables[SHM_TABLE_COUNT];
+	uint8_t reserved_desc[(SHM_DESC_ROOM - SHM_TABLE_COUNT) * 32]; /* room for more, zero */
 	a32 ready;
 	uint32_t checksum;
 	a64 registry;
@@ -178,6 +184,20 @@ struct shm_lockmgr_entry {
 	struct shm_lockmgr_holder holders[2];
 };
 
+/* LockStats (layout/stats.go): one per lock, bumped on slow paths only;
+ * entries [0,S) owner slots, then upgrades, lock-manager entries, txn
+ * records. */
+#define SHM_STATS_BUCKETS 6
+struct shm_lock_stats {
+	a64 contended;  /* acquisitions not granted at the first try */
+	a64 sleeps;     /* futex sleeps */
+	a64 wakeups;    /* wakes by the releasing side that woke someone */
+	a64 wait_nanos; /* first failed try to grant or give-up */
+	a32 reclaims;   /* holds taken from or ended for dead processes */
+	a32 timeouts;   /* waits that gave up */
+	a32 wait_hist[SHM_STATS_BUCKETS]; /* <=10us, <=100us, <=1ms, <=10ms, <=100ms, longer */
+};
+
 struct shm_region_entry {
 	a32 state;
 	a32 name_len;
@@ -189,10 +209,11 @@ struct shm_region_entry {
 _Static_assert(sizeof(struct shm_header) == SHM_HEADER_SIZE, "header size");
 _Static_assert(offsetof(struct shm_header, table_count) == 64, "TableCount");
 _Static_assert(offsetof(struct shm_header, tables) == 96, "Tables");
-_Static_assert(offsetof(struct shm_header, ready) == 448, "Ready");
-_Static_assert(offsetof(struct shm_header, registry) == 456, "Registry");
-_Static_assert(offsetof(struct shm_header, owners_boot) == 464, "OwnersBoot");
-_Static_assert(offsetof(struct shm_header, registry_gen) == 480, "RegistryGen");
+_Static_assert(offsetof(struct shm_header, ready) == 0x3C0, "Ready");
+_Static_assert(offsetof(struct shm_header, checksum) == 0x3C4, "Checksum");
+_Static_assert(offsetof(struct shm_header, registry) == 0x3C8, "Registry");
+_Static_assert(offsetof(struct shm_header, owners_boot) == 0x3D0, "OwnersBoot");
+_Static_assert(offsetof(struct shm_header, registry_gen) == 0x3E0, "RegistryGen");
 _Static_assert(sizeof(struct shm_table_desc) == 32, "table descriptor");
 _Static_assert(sizeof(struct shm_owner_slot) == 32, "OwnerSlot");
 _Static_assert(sizeof(struct shm_dir_entry) == 64, "DirEntry");
@@ -206,6 +227,9 @@ _Static_assert(sizeof(struct shm_lockmgr_entry) == 256, "LockMgrEntry");
 _Static_assert(offsetof(struct shm_lockmgr_entry, name) == 88, "LockMgrEntry.Name");
 _Static_assert(offsetof(struct shm_lockmgr_entry, holders) == 128, "LockMgrEntry.Holders");
 _Static_assert(sizeof(struct shm_region_entry) == 64, "RegionEntry");
+_Static_assert(sizeof(struct shm_lock_stats) == 64, "LockStats");
+_Static_assert(offsetof(struct shm_lock_stats, reclaims) == 32, "LockStats.Reclaims");
+_Static_assert(offsetof(struct shm_lock_stats, wait_hist) == 40, "LockStats.WaitHist");
 _Static_assert(sizeof(a64) == 8 && _Alignof(a64) == 8, "64-bit atomics");
 
 /* ---------------------------------------------------------------- segments */
@@ -240,10 +264,22 @@ void shm_seg_put(shmlock_segment *seg);
  * (shm.Segment.OwnerAlive): never while the segment's owners were recorded
  * under another boot (a read-only handle can see that), else shm_alive. */
 bool shm_owner_alive(shmlock_segment *seg, uint64_t identity);
+/* The LockStats of entry index of table kind (SHM_OWNER_SLOTS, SHM_UPGRADES,
+ * SHM_LOCKMGR, SHM_TXN_RECORDS), or NULL (no stats table, no such lock). */
+struct shm_lock_stats *shm_lock_stats(shmlock_segment *seg, int kind, uint64_t index);
+/* Records a finished wait that missed its first try (LockStats.RecordWait):
+ * since is shm_now_ns() at the first failed try. NULL-safe. */
+void shm_stats_wait(struct shm_lock_stats *st, int64_t since, bool gave_up);
+/* Counts one event in a counter of a possibly NULL entry. */
+#define SHM_STATS_ADD(st, field) \
+	do { \
+		if (st) \
+			atomic_fetch_add(&(st)->field, 1); \
+	} while (0)
 /* CRC-32C (Castagnoli) of buf. */
 uint32_t shm_crc32c(const void *buf, size_t n);
 /* layout.Validate of the first n bytes of a file of file_size bytes; fills
- * out[1..11] with the table descriptors. */
+ * out[1..12] with the table descriptors. */
 int shm_validate(const uint8_t *hdr, size_t n, uint64_t file_size, struct shm_table_desc out[SHM_TABLE_COUNT + 1]);
 
 /* The table of kind, or NULL if absent; *count gets its entries. */

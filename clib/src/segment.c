@@ -33,9 +33,11 @@
 #define DEFAULT_DIR "/dev/shm"
 #define CACHE_LINE 64
 #define PAGE 4096
-#define OFF_MUTABLE 448
+#define OFF_MUTABLE SHM_OFF_MUTABLE
+#define OFF_CHECKSUM (SHM_OFF_MUTABLE + 4)
+#define OFF_OWNERS_BOOT (SHM_OFF_MUTABLE + 16)
 #define RESERVED_START 72
-#define TABLES_OFF 96
+#define TABLES_OFF SHM_TABLES_OFF
 #define FLAG_GROUP_ACCESS 1u
 #define DEFAULT_READY_TIMEOUT_NS (2 * INT64_C(1000000000))
 
@@ -45,7 +47,7 @@
 
 /* Entry sizes and count limits by kind (layout/tables.go). */
 static const uint32_t entry_sizes[SHM_TABLE_COUNT + 1] = {
-	0, 32, 64, 64, 64, 128, 64, 256, 16, 16, 64, 64,
+	0, 32, 64, 64, 64, 128, 64, 256, 16, 16, 64, 64, 64,
 };
 static const uint64_t max_counts[SHM_TABLE_COUNT + 1] = {
 	0,
@@ -60,7 +62,11 @@ static const uint64_t max_counts[SHM_TABLE_COUNT + 1] = {
 	1 << 22,                       /* claim refs */
 	1 << 16,                       /* region directory */
 	(UINT64_C(1) << 36) / 64,      /* data units */
+	4 << 20,                       /* lock stats: one per slot, upgrade, lockmgr entry, txn record */
 };
+
+/* The tables with a lock_stats entry per entry, in the stats table's order. */
+static const int stats_kinds[] = {SHM_OWNER_SLOTS, SHM_UPGRADES, SHM_LOCKMGR, SHM_TXN_RECORDS};
 
 /* Defaults of layout.Options.WithDefaults. */
 #define DEFAULT_SLOTS 64
@@ -116,7 +122,7 @@ static bool all_zero(const uint8_t *p, size_t n)
 static uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) & ~(a - 1); }
 
 /* Validates the first n bytes of a segment file of file_size bytes as
- * layout.Validate does, in its order, and fills out[1..11] with the table
+ * layout.Validate does, in its order, and fills out[1..12] with the table
  * descriptors. The ready word is not checked. */
 int shm_validate(const uint8_t *h, size_t n, uint64_t file_size, struct shm_table_desc out[SHM_TABLE_COUNT + 1])
 {
@@ -168,8 +174,14 @@ int shm_validate(const uint8_t *h, size_t n, uint64_t file_size, struct shm_tabl
 	uint64_t up = out[SHM_UPGRADES].count, rd = out[SHM_UPGRADE_READERS].count;
 	if ((up == 0 && rd != 0) || (up != 0 && (rd % up != 0 || rd / up > MAX_UPGRADE_READERS)))
 		return SHMLOCK_EMALFORMED;
-	/* Descriptors past the eleventh (none fit: the area is exactly 11). */
-	if (le32(h + 452) != shm_crc32c(h, OFF_MUTABLE))
+	uint64_t locks = 0;
+	for (size_t i = 0; i < sizeof stats_kinds / sizeof stats_kinds[0]; i++)
+		locks += out[stats_kinds[i]].count;
+	if (out[SHM_LOCK_STATS].count != locks)
+		return SHMLOCK_EMALFORMED;
+	if (!all_zero(h + TABLES_OFF + SHM_TABLE_COUNT * 32, (SHM_DESC_ROOM - SHM_TABLE_COUNT) * 32))
+		return SHMLOCK_EMALFORMED; /* layout.ErrUnknownTable */
+	if (le32(h + OFF_CHECKSUM) != shm_crc32c(h, OFF_MUTABLE))
 		return SHMLOCK_ECHECKSUM;
 	return 0;
 }
@@ -572,8 +584,11 @@ static int plan(const shmlock_options *o, struct shm_table_desc d[SHM_TABLE_COUN
 	int64_t nreaders = ups > 0 && ups <= (int64_t)max_counts[SHM_UPGRADES] ? readers * ups : 0;
 	int64_t counts[SHM_TABLE_COUNT + 1] = {
 		0, slots, slots, ups, ups, txn, arena / 64 + (arena % 64 != 0), lm, nreaders, refs, regions,
-		data / 64 + (data % 64 != 0),
+		data / 64 + (data % 64 != 0), 0,
 	};
+	for (size_t i = 0; i < sizeof stats_kinds / sizeof stats_kinds[0]; i++)
+		if ((uint64_t)counts[stats_kinds[i]] <= max_counts[stats_kinds[i]])
+			counts[SHM_LOCK_STATS] += counts[stats_kinds[i]];
 	uint64_t off = SHM_HEADER_SIZE;
 	for (int k = 1; k <= SHM_TABLE_COUNT; k++) {
 		if ((uint64_t)counts[k] > max_counts[k])
@@ -610,8 +625,8 @@ static void encode(uint8_t *b, uint64_t total, const struct shm_table_desc *d, c
 		put64(p + 8, d[k].count);
 		put64(p + 16, d[k].offset);
 	}
-	put32(b + 452, shm_crc32c(b, OFF_MUTABLE));
-	memcpy(b + 464, boot, 16); /* the file is private yet: plain stores */
+	put32(b + OFF_CHECKSUM, shm_crc32c(b, OFF_MUTABLE));
+	memcpy(b + OFF_OWNERS_BOOT, boot, 16); /* the file is private yet: plain stores */
 }
 
 /* fsys.CreatePending: an unnamed file in dir with exactly mode; where the

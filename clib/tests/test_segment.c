@@ -31,7 +31,7 @@ static void check_common(shmlock_segment *s)
 {
 	static const uint8_t boot[16] = {0xb0, 0x07, 0x1d, 0x00, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1};
 	struct shm_header *h = s->hdr;
-	CHECK(h->version == 3 && h->header_size == 512 && h->table_count == 11);
+	CHECK(h->version == 4 && h->header_size == 1024 && h->table_count == 12);
 	CHECK(h->created == UINT64_C(1704067200000000000));
 	CHECK(memcmp(h->boot_id, boot, 16) == 0);
 	CHECK(memcmp(h->owners_boot, boot, 16) == 0);
@@ -51,9 +51,9 @@ static void test_golden_owner_slots(void)
 		return;
 	check_common(s);
 	CHECK(atomic_load(&s->hdr->registry) == 0);
-	CHECK(s->tables[SHM_OWNER_SLOTS].count == 4 && s->hdr->tables[0].offset == 512);
-	CHECK(s->tables[SHM_SLOT_DIRECTORY].count == 4 && s->hdr->tables[1].offset == 640);
-	CHECK(s->tables[SHM_CLAIM_REFS].count == 4 && s->hdr->tables[8].offset == 896);
+	CHECK(s->tables[SHM_OWNER_SLOTS].count == 4 && s->hdr->tables[0].offset == 1024);
+	CHECK(s->tables[SHM_SLOT_DIRECTORY].count == 4 && s->hdr->tables[1].offset == 1152);
+	CHECK(s->tables[SHM_CLAIM_REFS].count == 4 && s->hdr->tables[8].offset == 1408);
 	CHECK(s->tables[SHM_UPGRADES].base == NULL);
 	struct shm_owner_slot *sl = s->tables[SHM_OWNER_SLOTS].base;
 	CHECK(atomic_load(&sl[0].pid) == LIVE && atomic_load(&sl[0].tid) == LIVE_TID && atomic_load(&sl[0].token) == 3);
@@ -280,23 +280,31 @@ static void test_bad_inputs(void)
 	bad[0] = 'X';
 	check_bad("magic", bad, n, 0600, SHMLOCK_EBADMAGIC);
 	memcpy(bad, img, n);
-	bad[8] = 2;
+	bad[8] = 3; /* made by an older shmlock */
 	check_bad("version", bad, n, 0600, SHMLOCK_EVERSION);
 	memcpy(bad, img, n);
-	bad[452] ^= 1;
+	bad[SHM_TABLES_OFF + 11 * 32 + 8] ^= 1; /* lock_stats count: not one per lock */
+	bad[SHM_OFF_MUTABLE + 4] = 0; /* checksum fixed below */
+	{
+		uint32_t c = shm_crc32c(bad, SHM_OFF_MUTABLE);
+		memcpy(bad + SHM_OFF_MUTABLE + 4, &c, 4);
+	}
+	check_bad("stats count", bad, n, 0600, SHMLOCK_EMALFORMED);
+	memcpy(bad, img, n);
+	bad[SHM_OFF_MUTABLE + 4] ^= 1;
 	check_bad("checksum", bad, n, 0600, SHMLOCK_ECHECKSUM);
 	memcpy(bad, img, n);
 	bad[100] = 0; /* kind of the first descriptor */
 	check_bad("kind", bad, n, 0600, SHMLOCK_EMALFORMED);
 	memcpy(bad, img, n);
-	bad[96 + 16] = 8; /* owner slots at 520: misaligned */
+	bad[96 + 16] = 8; /* owner slots at 1032: misaligned */
 	check_bad("align", bad, n, 0600, SHMLOCK_ETABLERANGE);
 	memcpy(bad, img, n);
-	bad[96 + 32 + 16] = 0; /* slot directory at 512: overlaps */
-	bad[96 + 32 + 17] = 2;
+	bad[96 + 32 + 16] = 0; /* slot directory at 1024: overlaps */
+	bad[96 + 32 + 17] = 4;
 	check_bad("overlap", bad, n, 0600, SHMLOCK_ETABLEOVERLAP);
 	memcpy(bad, img, n);
-	atomic_store((a32 *)(void *)(bad + 448), 0);
+	atomic_store((a32 *)(void *)(bad + SHM_OFF_MUTABLE), 0);
 	check_bad("notready", bad, n, 0600, SHMLOCK_ENOTREADY);
 	check_bad("mode", img, n, 0644, SHMLOCK_EPERMISSIVE);
 	check_bad("group", img, n, 0640, SHMLOCK_EPERMISSIVE);

@@ -52,23 +52,24 @@ func TestCreateFlags(t *testing.T) {
 }
 
 // The sizes of TestCreateThenInfo and where they put each table: tables
-// follow the 512-byte header, each on a 64-byte line, and the file is
+// follow the 1024-byte header, each on a 64-byte line, and the file is
 // rounded up to whole 4096-byte pages.
 var (
 	customSizes = []string{"--slots", "10", "--upgrades", "3", "--upgrade-readers", "5", "--txn-records", "2", "--txn-arena", "1000", "--lockmgr-entries", "5",
 		"--data", "1000", "--data-regions", "3"}
 	customRows = "" +
-		"owner_slots\t32\t10\t10\t512\t320\t0\n" +
-		"slot_directory\t64\t10\t10\t832\t640\t-\n" +
-		"upgrades\t64\t3\t3\t1472\t192\t0\n" +
-		"upgrade_directory\t64\t3\t3\t1664\t192\t-\n" +
-		"txn_records\t128\t2\t2\t1856\t256\t-\n" +
-		"txn_arena\t64\t16\t16\t2112\t1024\t-\n" + // 1000 bytes round up to 16 units
-		"lockmgr\t256\t5\t4\t3136\t1280\t-\n" + // the first entry is the table's header
-		"upgrade_readers\t16\t15\t15\t4416\t240\t-\n" + // 5 records for each of the 3 mutexes
-		"claim_refs\t16\t26\t26\t4672\t416\t-\n" + // twice the slots and mutexes
-		"region_directory\t64\t3\t3\t5120\t192\t0\n" +
-		"data\t64\t16\t16\t5312\t1024\t0\n" // 1000 bytes round up to 16 units
+		"owner_slots\t32\t10\t10\t1024\t320\t0\n" +
+		"slot_directory\t64\t10\t10\t1344\t640\t-\n" +
+		"upgrades\t64\t3\t3\t1984\t192\t0\n" +
+		"upgrade_directory\t64\t3\t3\t2176\t192\t-\n" +
+		"txn_records\t128\t2\t2\t2368\t256\t-\n" +
+		"txn_arena\t64\t16\t16\t2624\t1024\t-\n" + // 1000 bytes round up to 16 units
+		"lockmgr\t256\t5\t4\t3648\t1280\t-\n" + // the first entry is the table's header
+		"upgrade_readers\t16\t15\t15\t4928\t240\t-\n" + // 5 records for each of the 3 mutexes
+		"claim_refs\t16\t26\t26\t5184\t416\t-\n" + // twice the slots and mutexes
+		"region_directory\t64\t3\t3\t5632\t192\t0\n" +
+		"data\t64\t16\t16\t5824\t1024\t0\n" + // 1000 bytes round up to 16 units
+		"lock_stats\t64\t20\t20\t6848\t1280\t-\n" // one per slot, mutex, lock-manager entry and txn record
 	customTotal = 8192
 )
 
@@ -85,7 +86,7 @@ func TestCreateThenInfo(t *testing.T) {
 	require.NoError(t, err)
 	want := fmt.Sprintf(""+
 		"path\t%s\n"+
-		"format_version\t3\n"+
+		"format_version\t4\n"+
 		"total_bytes\t%d\n"+
 		"created\t%s\n"+
 		"creator.pid\t%d\n"+
@@ -121,12 +122,12 @@ func TestInfoTerminal(t *testing.T) {
 	assert.Contains(t, r.stdout, "\ncreator.liveness    alive\n")
 	assert.Contains(t, r.stdout, "\n\n"+
 		"KIND               ENTRY_BYTES  ENTRIES  CAPACITY  OFFSET  BYTES  CLAIMED\n"+
-		"owner_slots        32           10       10        512     320    0\n"+
-		"slot_directory     64           10       10        832     640    -\n"+
-		"upgrades           64           3        3         1472    192    1\n")
+		"owner_slots        32           10       10        1024    320    0\n"+
+		"slot_directory     64           10       10        1344    640    -\n"+
+		"upgrades           64           3        3         1984    192    1\n")
 	assert.Contains(t, r.stdout, "\n"+
-		"region_directory   64           32       32        6400    2048   1\n"+
-		"data               64           1024     1024      8448    65536  2\n")
+		"region_directory   64           32       32        6912    2048   1\n"+
+		"data               64           1024     1024      8960    65536  2\n")
 }
 
 func TestCreateJSON(t *testing.T) {

@@ -72,7 +72,7 @@ func TestProcessPipe(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
 	assert.True(t, strings.HasPrefix(stdout.String(), "path\t"+path+"\n"), "stdout: %q", stdout.String())
-	assert.Contains(t, stdout.String(), "\nowner_slots\t32\t2\t2\t512\t64\t0\n")
+	assert.Contains(t, stdout.String(), "\nowner_slots\t32\t2\t2\t1024\t64\t0\n")
 	assert.Contains(t, stdout.String(), "\nKIND\t", "a table keeps its header in a pipe")
 
 	cmd = testproc.Command("shmctl", "info", "--no-header", path)
