@@ -22,6 +22,12 @@ type ResourceInfo struct {
 	// has called MarkConsistent since (see LockInfo.Inconsistent).
 	Inconsistent bool
 	Holders      []HolderInfo
+	// Entry is the resource's entry in the segment's table, which names
+	// its contention counters (shm.Segment.LockStats with
+	// layout.KindLockMgr); 0, the table's header, where there is none
+	// (etcd). A resource recycled out of the table and added again may
+	// get another entry.
+	Entry int
 }
 
 // HolderInfo describes one hold.
@@ -147,6 +153,7 @@ func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 	if i := m.t.search(&res, false); i >= 0 {
 		if s := m.t.read(m.t.entries[i]); kindOf(s.ctl) == kindResource && s.name == resource {
 			ri = m.info(s, m.clock.now())
+			ri.Entry = i
 		}
 	}
 	if m.closed() {
@@ -163,12 +170,14 @@ func (m *Manager) List() []ResourceInfo {
 	}
 	now := m.clock.now()
 	var out []ResourceInfo
-	for _, e := range m.t.entries[1:] {
+	for i, e := range m.t.entries[1:] {
 		if kindOf(e.Ctl.Load()) != kindResource {
 			continue
 		}
 		if s := m.t.read(e); kindOf(s.ctl) == kindResource {
-			out = append(out, m.info(s, now))
+			ri := m.info(s, now)
+			ri.Entry = 1 + i // entries[0] is the header
+			out = append(out, ri)
 		}
 	}
 	if m.closed() {
