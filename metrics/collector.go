@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -24,6 +25,8 @@ type Collector struct {
 	grants, releases, conflicts, expired, reclaimed     *prometheus.Desc
 	holdSeconds, activeHolds, expiredHolds              *prometheus.Desc
 	capacity, used                                      *prometheus.Desc
+	contended, sleeps, wakeups, reclaims, timeouts      *prometheus.Desc
+	wait                                                *prometheus.Desc
 	dataSize, dataUsed, regions, segSize                *prometheus.Desc
 }
 
@@ -61,6 +64,12 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 	c.waiters = desc("lock_waiters", "Waiters asleep on the lock (not recorded for lockmgr resources).", lock...)
 	c.inconsistent = desc("lock_inconsistent", "Whether a holder died holding the lock and nobody has marked its data consistent since (1) or not (0).", lock...)
 	c.holdAge = desc("lock_hold_age_seconds", "Age of the lock's oldest hold (recorded for lockmgr resources only).", lock...)
+	c.contended = desc("lock_contended_total", "Acquisitions of the lock that did not get it at the first try.", lock...)
+	c.sleeps = desc("lock_sleeps_total", "Futex sleeps of the lock's waiters.", lock...)
+	c.wakeups = desc("lock_wakeups_total", "Wakes by a release of the lock that woke a sleeper.", lock...)
+	c.reclaims = desc("lock_reclaims_total", "Holds of the lock taken from, or ended for, dead processes.", lock...)
+	c.timeouts = desc("lock_timeouts_total", "Waits for the lock that gave up (timeout, cancellation, close).", lock...)
+	c.wait = desc("lock_wait_seconds", "Waits for the lock that did not get it at the first try, from the first failed try to the grant or the give-up.", lock...)
 	c.grants = desc("lockmgr_grants_total", "Lock-manager holds granted.")
 	c.releases = desc("lockmgr_releases_total", "Lock-manager holds ended by their owner's release.")
 	c.conflicts = desc("lockmgr_conflicts_total", "Lock-manager acquisitions that met a conflict (once each).")
@@ -82,6 +91,7 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.held, c.holders, c.dead, c.waiters, c.inconsistent, c.holdAge,
 		c.grants, c.releases, c.conflicts, c.expired, c.reclaimed, c.holdSeconds, c.activeHolds, c.expiredHolds,
+		c.contended, c.sleeps, c.wakeups, c.reclaims, c.timeouts, c.wait,
 		c.capacity, c.used, c.dataSize, c.dataUsed, c.regions, c.segSize} {
 		ch <- d
 	}
@@ -98,8 +108,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, x float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, labels...)
 	}
-	counter := func(d *prometheus.Desc, x float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, x)
+	counter := func(d *prometheus.Desc, x float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, x, labels...)
 	}
 	for _, l := range v.Locks {
 		k := string(l.Kind)
@@ -112,6 +122,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.HoldAge >= 0 {
 			gauge(c.holdAge, l.HoldAge.Seconds(), k, l.Label)
+		}
+		if ct := l.Contention; ct != nil {
+			counter(c.contended, float64(ct.Contended), k, l.Label)
+			counter(c.sleeps, float64(ct.Sleeps), k, l.Label)
+			counter(c.wakeups, float64(ct.Wakeups), k, l.Label)
+			counter(c.reclaims, float64(ct.Reclaims), k, l.Label)
+			counter(c.timeouts, float64(ct.Timeouts), k, l.Label)
+			count, buckets := cumulative(ct.WaitHist)
+			ch <- prometheus.MustNewConstHistogram(c.wait, count, ct.Wait.Seconds(), buckets, k, l.Label)
 		}
 	}
 	if st := v.LockMgr; st != nil {
@@ -134,6 +153,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.dataUsed, float64(v.DataUsedBytes))
 	gauge(c.regions, float64(v.Regions))
 	gauge(c.segSize, float64(v.SizeBytes))
+}
+
+// cumulative turns the segment's wait histogram (a count per bucket) into
+// Prometheus's: the count of waits up to each bound, and the total. The
+// total is the buckets' sum, not Contended, which a wait being recorded
+// may already have bumped: the histogram stays consistent with itself.
+func cumulative(hist [layout.StatsBucketCount]uint64) (uint64, map[float64]uint64) {
+	buckets := make(map[float64]uint64, len(layout.StatsBuckets))
+	var n uint64
+	for i, count := range hist {
+		n += count
+		if i < len(layout.StatsBuckets) {
+			buckets[layout.StatsBuckets[i].Seconds()] = n
+		}
+	}
+	return n, buckets
 }
 
 // bit is a boolean as a gauge's value.

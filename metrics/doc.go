@@ -37,6 +37,17 @@
 //	shmlock_lock_inconsistent          1 while marked inconsistent
 //	shmlock_lock_hold_age_seconds      age of the oldest hold (lockmgr)
 //
+// and, on a segment of format version 4 or later, the contention counters
+// every process bumps on its slow paths (layout.LockStats):
+//
+//	shmlock_lock_contended_total       acquisitions not granted at the first try
+//	shmlock_lock_sleeps_total          futex sleeps of its waiters
+//	shmlock_lock_wakeups_total         releases that woke a sleeper
+//	shmlock_lock_reclaims_total        holds taken from dead processes
+//	shmlock_lock_timeouts_total        waits that gave up
+//	shmlock_lock_wait_seconds          histogram of those waits (buckets
+//	                                   layout.StatsBuckets: 10µs to 100ms)
+//
 // The lock manager's waiters are not recorded in the segment (a waiter
 // retries with a backoff, asleep in its own process) and neither are the
 // times at which a spinlock or an upgrade mutex was taken (the fast path

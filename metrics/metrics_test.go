@@ -296,3 +296,88 @@ func TestTwoSegments(t *testing.T) {
 	_, err = reg.Gather()
 	require.ErrorIs(t, err, shm.ErrClosed)
 }
+
+// The contention counters of format version 4, as counters and a
+// histogram of the wait times, with the values written into the segment.
+func TestContention(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer seg.Close()
+	st := seg.LockStats(layout.KindOwnerSlots, 0) // "queue", the first slot claimed
+	require.NotNil(t, st)
+	st.RecordWait(5*time.Microsecond, false)
+	st.RecordWait(2*time.Millisecond, false)
+	st.RecordWait(time.Second, true)
+	st.AddSleep()
+	st.AddSleep()
+	st.AddWakeup()
+	st.AddReclaim()
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Positive(t, ri.Entry)
+	seg.LockStats(layout.KindLockMgr, ri.Entry).RecordWait(50*time.Millisecond, false)
+
+	want := `# HELP shmlock_lock_contended_total Acquisitions of the lock that did not get it at the first try.
+# TYPE shmlock_lock_contended_total counter
+shmlock_lock_contended_total{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_contended_total{kind="spinlock",lock="queue",segment="test"} 3
+shmlock_lock_contended_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_reclaims_total Holds of the lock taken from, or ended for, dead processes.
+# TYPE shmlock_lock_reclaims_total counter
+shmlock_lock_reclaims_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_reclaims_total{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_reclaims_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_sleeps_total Futex sleeps of the lock's waiters.
+# TYPE shmlock_lock_sleeps_total counter
+shmlock_lock_sleeps_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_sleeps_total{kind="spinlock",lock="queue",segment="test"} 2
+shmlock_lock_sleeps_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_timeouts_total Waits for the lock that gave up (timeout, cancellation, close).
+# TYPE shmlock_lock_timeouts_total counter
+shmlock_lock_timeouts_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_timeouts_total{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_timeouts_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_wait_seconds Waits for the lock that did not get it at the first try, from the first failed try to the grant or the give-up.
+# TYPE shmlock_lock_wait_seconds histogram
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="1e-05"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.0001"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.001"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.01"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.1"} 1
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="+Inf"} 1
+shmlock_lock_wait_seconds_sum{kind="lockmgr",lock="job",segment="test"} 0.05
+shmlock_lock_wait_seconds_count{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="1e-05"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.0001"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.001"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.01"} 2
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.1"} 2
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="+Inf"} 3
+shmlock_lock_wait_seconds_sum{kind="spinlock",lock="queue",segment="test"} 1.002005
+shmlock_lock_wait_seconds_count{kind="spinlock",lock="queue",segment="test"} 3
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="1e-05"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.0001"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.001"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.01"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.1"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="+Inf"} 0
+shmlock_lock_wait_seconds_sum{kind="upgrade",lock="table",segment="test"} 0
+shmlock_lock_wait_seconds_count{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_wakeups_total Wakes by a release of the lock that woke a sleeper.
+# TYPE shmlock_lock_wakeups_total counter
+shmlock_lock_wakeups_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_wakeups_total{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_wakeups_total{kind="upgrade",lock="table",segment="test"} 0
+`
+	c := metrics.NewCollector(openRO(t, path), metrics.SegmentLabel("test"))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "shmlock_lock_contended_total",
+		"shmlock_lock_sleeps_total", "shmlock_lock_wakeups_total", "shmlock_lock_reclaims_total",
+		"shmlock_lock_timeouts_total", "shmlock_lock_wait_seconds"))
+	problems, err := testutil.CollectAndLint(c)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}

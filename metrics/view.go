@@ -45,6 +45,41 @@ type Lock struct {
 	// HoldAge is the age of the oldest hold; -1 where the segment does not
 	// record when a lock was taken (spinlocks, upgrade mutexes).
 	HoldAge time.Duration
+	// Contention is what waiting for the lock cost, over every process;
+	// nil if the segment has no contention counters (before format
+	// version 4).
+	Contention *Contention
+}
+
+// Contention is a copy of a lock's contention counters (layout.LockStats).
+// They are bumped without a lock, so one copy may fall between the words
+// of one wait's record; and they wrap around (Reclaims and Timeouts at
+// 2^32, the others at 2^64), which Prometheus takes for a counter reset.
+type Contention struct {
+	Contended uint64        // acquisitions that did not get the lock at the first try
+	Sleeps    uint64        // futex sleeps of waiters
+	Wakeups   uint64        // futex wakes that woke a sleeper
+	Wait      time.Duration // total time waited, from the first failed try to the grant or the give-up
+	Reclaims  uint64        // holds taken from, or ended for, dead processes
+	Timeouts  uint64        // waits that gave up
+	// WaitHist counts the waits by length: bucket i holds those up to
+	// layout.StatsBuckets[i] (and above the bucket before), the last one
+	// the longer ones.
+	WaitHist [layout.StatsBucketCount]uint64
+}
+
+// contention copies the counters of entry i of table k; nil if none.
+func contention(seg *shm.Segment, k layout.Kind, i int) *Contention {
+	st := seg.LockStats(k, i)
+	if st == nil {
+		return nil
+	}
+	c := &Contention{Contended: st.Contended.Load(), Sleeps: st.Sleeps.Load(), Wakeups: st.Wakeups.Load(),
+		Wait: time.Duration(st.WaitNanos.Load()), Reclaims: uint64(st.Reclaims.Load()), Timeouts: uint64(st.Timeouts.Load())}
+	for b := range c.WaitHist {
+		c.WaitHist[b] = uint64(st.WaitHist[b].Load())
+	}
+	return c
 }
 
 // Table is how full one table is.
@@ -140,7 +175,8 @@ func readSlots(seg *shm.Segment, v *View, _ time.Time) error {
 		mode, said := spinlock.ModeOfClaimUse(c.Use)
 		held := pid != 0 || (token != 0 && (!said || mode == spinlock.Token))
 		l := Lock{Kind: KindSpinlock, Label: byIndex.label(i), Index: i, Held: held,
-			Waiters: int(s.Sleepers()), Inconsistent: rc&layout.SlotInconsistent != 0, HoldAge: -1}
+			Waiters: int(s.Sleepers()), Inconsistent: rc&layout.SlotInconsistent != 0, HoldAge: -1,
+			Contention: contention(seg, layout.KindOwnerSlots, i)}
 		if held {
 			l.Holders = 1
 			if pid != 0 && !seg.OwnerAlive(pid) { // a token holder has no process to judge
@@ -170,7 +206,8 @@ func readUpgrades(seg *shm.Segment, v *View, _ time.Time) error {
 			return err
 		}
 		l := Lock{Kind: KindUpgrade, Label: byIndex.label(i), Index: i, Inconsistent: st.Inconsistent,
-			Waiters: int(st.SharedWaiters + st.UniqueWaiters + st.WriterWaiters), HoldAge: -1}
+			Waiters: int(st.SharedWaiters + st.UniqueWaiters + st.WriterWaiters), HoldAge: -1,
+			Contention: contention(seg, layout.KindUpgrades, i)}
 		for _, r := range st.Readers {
 			if r.Count > 0 {
 				l.Holders++
@@ -221,6 +258,9 @@ func readLockMgr(seg *shm.Segment, v *View, now time.Time) error {
 	for _, r := range ov.Resources {
 		l := Lock{Kind: KindLockMgr, Label: r.Resource, Index: -1, Held: len(r.Holders) > 0,
 			Holders: len(r.Holders), Waiters: -1, Inconsistent: r.Inconsistent, HoldAge: -1}
+		if r.Entry > 0 {
+			l.Contention = contention(seg, layout.KindLockMgr, r.Entry)
+		}
 		for _, h := range r.Holders {
 			if !h.Alive {
 				l.DeadHolders++

@@ -33,9 +33,12 @@ the tables' use (entries in use of the capacity, and the data area's bytes),
 a line of the lock manager's counters, and a row per lock in use: its kind
 (spinlock, upgrade, lockmgr), its name (or index), whether it is held, its
 holders and how many of them are dead, its sleepers (WAITERS; "-" for a
-named resource, whose waiters the segment does not record), the age of its
-oldest hold (AGE_SECONDS; only named resources record it) and whether it is
-inconsistent. The busiest locks come first: most waiters, then most dead
+named resource, whose waiters the segment does not record), the
+acquisitions that had to wait (CONTENDED) and the seconds they waited in
+all (WAIT_SECONDS), over every process since the segment was made ("-"
+before format version 4), the age of its oldest hold (AGE_SECONDS; only
+named resources record it) and whether it is inconsistent. The busiest
+locks come first: most waiters, then most contended, then most dead
 holders, then most holders.
 
 The view is read again and redrawn in place every --interval (cursor home,
@@ -101,24 +104,37 @@ func topFrame(opts *topOptions) error {
 	fmt.Fprintln(out)
 	locks := slices.Clone(v.Locks)
 	slices.SortStableFunc(locks, busier)
-	t := newTablePrinter(opts.IO, "KIND", "LOCK", "HELD", "HOLDERS", "DEAD", "WAITERS", "AGE_SECONDS", "INCONSISTENT")
+	t := newTablePrinter(opts.IO, "KIND", "LOCK", "HELD", "HOLDERS", "DEAD", "WAITERS", "CONTENDED", "WAIT_SECONDS",
+		"AGE_SECONDS", "INCONSISTENT")
 	for _, l := range locks {
-		waiters, age := "-", "-"
+		waiters, contended, wait, age := "-", "-", "-", "-"
 		if l.Waiters >= 0 {
 			waiters = fmt.Sprint(l.Waiters)
+		}
+		if c := l.Contention; c != nil {
+			contended, wait = fmt.Sprint(c.Contended), secondsCell(c.Wait.Seconds())
 		}
 		if l.HoldAge >= 0 {
 			age = secondsCell(l.HoldAge.Seconds())
 		}
-		t.AddRow(l.Kind, l.Label, yesNo(l.Held), l.Holders, l.DeadHolders, waiters, age, yesNo(l.Inconsistent))
+		t.AddRow(l.Kind, l.Label, yesNo(l.Held), l.Holders, l.DeadHolders, waiters, contended, wait, age, yesNo(l.Inconsistent))
 	}
 	return t.Render()
 }
 
 // busier orders the locks worth a look first: most waiters (contention
-// now), then most dead holders (to reclaim), then most holders; the
-// table order otherwise. Waiters that are not recorded (-1) count as none.
+// now), then most contended acquisitions (contention so far), then most
+// dead holders (to reclaim), then most holders; the table order
+// otherwise. Waiters that are not recorded (-1) count as none.
 func busier(a, b metrics.Lock) int {
-	return cmp.Or(cmp.Compare(max(b.Waiters, 0), max(a.Waiters, 0)), cmp.Compare(b.DeadHolders, a.DeadHolders),
-		cmp.Compare(b.Holders, a.Holders))
+	return cmp.Or(cmp.Compare(max(b.Waiters, 0), max(a.Waiters, 0)), cmp.Compare(contended(b), contended(a)),
+		cmp.Compare(b.DeadHolders, a.DeadHolders), cmp.Compare(b.Holders, a.Holders))
+}
+
+// contended is l's contended acquisitions; 0 without counters.
+func contended(l metrics.Lock) uint64 {
+	if l.Contention == nil {
+		return 0
+	}
+	return l.Contention.Contended
 }

@@ -30,7 +30,8 @@ func TestTopFlags(t *testing.T) {
 
 // One frame of a known segment: a spinlock held with a waiter asleep,
 // one held without, one claimed and free, an upgrade mutex with a shared
-// hold, a resource held for 2.5 seconds; the busiest first.
+// hold, a resource held for 2.5 seconds with two waits recorded; the
+// busiest first.
 func TestTopOnce(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 4, Upgrades: 2, UpgradeReaders: 2, TxnRecords: -1, LockMgrEntries: 4, DataBytes: 4096})
@@ -78,6 +79,10 @@ func TestTopOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, info.Version, ri.Version)
 	now := ri.Holders[0].AcquiredAt.Add(2500 * time.Millisecond)
+	// Two waits recorded for job put it before the uncontended locks.
+	st := seg.LockStats(layout.KindLockMgr, ri.Entry)
+	st.RecordWait(10*time.Millisecond, false)
+	st.RecordWait(20*time.Millisecond, false)
 
 	opts, _ := parsedOptions(t, newCmdTop, []string{seg.Path(), "--once"})
 	buf := new(strings.Builder)
@@ -88,12 +93,12 @@ func TestTopOnce(t *testing.T) {
 tables: spinlock 3/4 upgrade 1/2 lockmgr 1/3  data 128/4096 bytes in 1 regions
 lockmgr: grants 1  releases 0  conflicts 0  expired 0  reclaimed 0  active 1
 
-KIND	LOCK	HELD	HOLDERS	DEAD	WAITERS	AGE_SECONDS	INCONSISTENT
-spinlock	queue	yes	1	0	1	-	no
-spinlock	first	yes	1	0	0	-	no
-upgrade	table	yes	1	0	0	-	no
-lockmgr	job	yes	1	0	-	2.500	no
-spinlock	idle	no	0	0	0	-	no
+KIND	LOCK	HELD	HOLDERS	DEAD	WAITERS	CONTENDED	WAIT_SECONDS	AGE_SECONDS	INCONSISTENT
+spinlock	queue	yes	1	0	1	0	0.000	-	no
+lockmgr	job	yes	1	0	-	2	0.030	2.500	no
+spinlock	first	yes	1	0	0	0	0.000	-	no
+upgrade	table	yes	1	0	0	0	0.000	-	no
+spinlock	idle	no	0	0	0	0	0.000	-	no
 `
 	require.Equal(t, want, buf.String())
 }
