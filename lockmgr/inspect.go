@@ -22,6 +22,12 @@ type ResourceInfo struct {
 	// has called MarkConsistent since (see LockInfo.Inconsistent).
 	Inconsistent bool
 	Holders      []HolderInfo
+	// Entry is the resource's entry in the segment's table, which names
+	// its contention counters (shm.Segment.LockStats with
+	// layout.KindLockMgr); 0, the table's header, where there is none
+	// (etcd). A resource recycled out of the table and added again may
+	// get another entry.
+	Entry int
 }
 
 // HolderInfo describes one hold.
@@ -147,6 +153,7 @@ func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 	if i := m.t.search(&res, false); i >= 0 {
 		if s := m.t.read(m.t.entries[i]); kindOf(s.ctl) == kindResource && s.name == resource {
 			ri = m.info(s, m.clock.now())
+			ri.Entry = i
 		}
 	}
 	if m.closed() {
@@ -163,12 +170,14 @@ func (m *Manager) List() []ResourceInfo {
 	}
 	now := m.clock.now()
 	var out []ResourceInfo
-	for _, e := range m.t.entries[1:] {
+	for i, e := range m.t.entries[1:] {
 		if kindOf(e.Ctl.Load()) != kindResource {
 			continue
 		}
 		if s := m.t.read(e); kindOf(s.ctl) == kindResource {
-			out = append(out, m.info(s, now))
+			ri := m.info(s, now)
+			ri.Entry = 1 + i // entries[0] is the header
+			out = append(out, ri)
 		}
 	}
 	if m.closed() {
@@ -186,14 +195,21 @@ type Stats struct {
 	ActiveLocks int    // holds now, not expired
 	// ExpiredLocks counts holds that expired: those ended by their TTL and
 	// those past it that nobody has ended yet.
-	ExpiredLocks      uint64
+	ExpiredLocks uint64
+	// ExpiredHolds are the holds now past their TTL that nobody has ended
+	// yet, counted in ExpiredLocks too: ExpiredLocks less ExpiredHolds only
+	// grows, as a Prometheus counter must (package metrics).
+	ExpiredHolds      int
 	ConflictsDetected uint64 // acquisitions that met a conflict (once each)
 	// AverageHoldTime is the mean length of the released holds.
 	AverageHoldTime time.Duration
-	Released        uint64 // holds ended by Release
-	Reclaimed       uint64 // holds ended because their processes died
-	Resources       int    // resources in the table
-	Capacity        int    // resources the table can hold
+	// HoldTime is the total length of the released holds: with Released,
+	// the mean over any interval, not only since the table was made.
+	HoldTime  time.Duration
+	Released  uint64 // holds ended by Release
+	Reclaimed uint64 // holds ended because their processes died
+	Resources int    // resources in the table
+	Capacity  int    // resources the table can hold
 }
 
 // Stats sums the statistics of the table; all zero once the segment is
@@ -226,11 +242,13 @@ func (m *Manager) Stats() Stats {
 		for _, hs := range s.holders {
 			if expiredAt(hs.expires, now) {
 				st.ExpiredLocks++
+				st.ExpiredHolds++
 			} else {
 				st.ActiveLocks++
 			}
 		}
 	}
+	st.HoldTime = time.Duration(holdNanos)
 	if st.Released > 0 {
 		st.AverageHoldTime = time.Duration(holdNanos / st.Released)
 	}

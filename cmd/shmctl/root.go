@@ -66,6 +66,8 @@ New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
 		newCmdUnlock(ios, nil),
 		newCmdCheck(ios, nil),
 		newCmdData(ios, nil),
+		newCmdServe(ios, nil),
+		newCmdTop(ios, nil),
 		newCmdGenMan(),
 	)
 	addNoHeaderFlag(root, ios)

@@ -157,6 +157,7 @@ func (m *Manager) Overview() (lockmgr.Overview, error) {
 			if r.holds[ownerOfKey(l.Key)] == nil {
 				if hv, err := decodeHold(l.Value); err == nil && hv.TTL > 0 {
 					o.Stats.ExpiredLocks++ // past its TTL, not yet recorded
+					o.Stats.ExpiredHolds++
 				}
 			}
 		}
@@ -183,6 +184,7 @@ func (m *Manager) Overview() (lockmgr.Overview, error) {
 			o.Stats.Reclaimed = n
 		}
 	}
+	o.Stats.HoldTime = held
 	if o.Stats.Released > 0 {
 		o.Stats.AverageHoldTime = held / time.Duration(o.Stats.Released)
 	}

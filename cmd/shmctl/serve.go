@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/metrics"
+	"github.com/shmlock/shmlock/shm"
+)
+
+type serveOptions struct {
+	IO *IOStreams
+
+	Segments []string
+	Group    bool   // --group: the segments are shared with a group (shm.Options.GroupAccess)
+	Listen   string // host:port
+	Public   bool   // --public: a --listen address beyond this machine is meant
+}
+
+// defaultListen is where serve listens unless told: this machine only.
+const defaultListen = "127.0.0.1:9464"
+
+// serveShutdown bounds the wait for scrapes under way at SIGINT or SIGTERM.
+const serveShutdown = 5 * time.Second
+
+func newCmdServe(ios *IOStreams, runF func(*serveOptions) error) *cobra.Command {
+	opts := &serveOptions{IO: ios}
+	cmd := &cobra.Command{
+		Use:   "serve <segment>... [--listen ADDR]",
+		Short: "Serve the segments' locks as Prometheus metrics over HTTP",
+		Long: `Serve the state of one or more segments at /metrics, in the Prometheus text
+format: for every lock in use whether it is held, by how many holders and
+how many of them are dead, its sleepers, whether it is inconsistent, the
+age of a named resource's oldest hold; the lock manager's counters; how
+full each table is (package metrics describes every series). Each segment's
+series carry its path in the label segment. The segments are read at each
+scrape, read-only: nothing in them changes, and nothing is cached.
+
+serve listens on 127.0.0.1:9464 unless --listen says otherwise, and refuses
+an address other processes than this machine's could reach (another
+interface, or all of them with ":PORT") unless --public is given: the
+metrics name every lock and resource. A segment is its owner's alone (mode
+0600), so run serve as the user that owns the segments (or with --group for
+group segments). The address serve listens on is printed on stdout, as
+"serving http://ADDR/metrics", once it accepts scrapes. SIGINT and SIGTERM
+end it with status 0 after the scrapes under way.
+
+A segment deleted and created again under the same path is not followed:
+serve keeps the file it opened, so restart it then.`,
+		Example: `  shmctl serve jobs
+  shmctl serve jobs queue --listen 127.0.0.1:9500
+  shmctl serve jobs --listen :9464 --public
+  curl -s localhost:9464/metrics | grep shmlock_lock_held`,
+		Args: minArgs(1, "one or more segments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Segments = args
+			opts.Group = groupFlag(cmd)
+			if err := checkListen(cmd, opts.Listen, opts.Public); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runServe(opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Listen, "listen", defaultListen, "listen on `ADDR` (host:port; port 0 picks a free one)")
+	cmd.Flags().BoolVar(&opts.Public, "public", false, "allow a --listen address other machines can reach")
+	return cmd
+}
+
+// checkListen refuses an address that is not a loopback one unless
+// public: a monitor exposed beyond the machine by a typo would hand out
+// the names of every lock.
+func checkListen(cmd *cobra.Command, addr string, public bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return newUsageError(cmd, "--listen %q: %v", addr, err)
+	}
+	if public || isLoopback(host) {
+		return nil
+	}
+	return newUsageError(cmd, "--listen %q is not a loopback address: other machines could read the metrics; add --public if that is meant", addr)
+}
+
+func runServe(opts *serveOptions) error {
+	reg := prometheus.NewRegistry()
+	for _, path := range opts.Segments {
+		seg, err := shm.Open(path, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
+		if err != nil {
+			return err
+		}
+		defer seg.Close()
+		if err := reg.Register(metrics.NewCollector(seg)); err != nil {
+			return fmt.Errorf("%s: named twice: %w", seg.Path(), err)
+		}
+	}
+	if host, _, _ := net.SplitHostPort(opts.Listen); opts.Public && !isLoopback(host) {
+		fmt.Fprintf(opts.IO.ErrOut, "shmctl: warning: serving on %s, which other machines may reach: the metrics name every lock\n", opts.Listen)
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	// One segment that cannot be read fails only its own series (logged
+	// on stderr): the others are still served.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      log.New(opts.IO.ErrOut, "shmctl: serve: ", 0),
+	}))
+	// "/" is kept for a page of its own; until then it points at /metrics.
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "shmctl serve: the metrics are at /metrics")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(opts.IO.ErrOut, "shmctl: serve: ", 0)}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	fmt.Fprintf(opts.IO.Out, "serving http://%s/metrics\n", ln.Addr())
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), serveShutdown)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// isLoopback reports whether host (of a --listen address) is this
+// machine's alone.
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+func TestServeFlags(t *testing.T) {
+	t.Parallel()
+	opts, _ := parsedOptions(t, newCmdServe, []string{"a", "b"})
+	require.Equal(t, []string{"a", "b"}, opts.Segments)
+	require.Equal(t, "127.0.0.1:9464", opts.Listen)
+	require.False(t, opts.Public)
+	for _, listen := range []string{"localhost:0", "[::1]:9464", "127.0.0.2:80"} {
+		opts, _ = parsedOptions(t, newCmdServe, []string{"a", "--listen", listen})
+		require.Equal(t, listen, opts.Listen)
+	}
+	opts, _ = parsedOptions(t, newCmdServe, []string{"a", "--listen", ":9464", "--public"})
+	require.True(t, opts.Public)
+}
+
+// serve refuses an address beyond this machine without --public, and
+// bad usage, with one line and status 2.
+func TestServeRefuses(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "seg", "--listen", ":9464"},
+		{"serve", "seg", "--listen", "0.0.0.0:0"},
+		{"serve", "seg", "--listen", "10.1.2.3:9464"},
+		{"serve", "seg", "--listen", "nohost"},
+		{"serve"},
+	} {
+		requireOneLineError(t, shmctl(t, false, args...), exitUsage)
+	}
+	line := requireOneLineError(t, shmctl(t, false, "serve", "seg", "--listen", ":9464"), exitUsage)
+	require.Contains(t, line, "--public")
+}
+
+// serve, a process of its own on a free port, exposes the held spinlock
+// and resource of a segment, the change after their release, and ends
+// with status 0 at SIGTERM.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1, LockMgrEntries: 3})
+	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
+	require.NoError(t, err)
+	defer l.Close()
+	g, err := l.Lock(spinlock.NewHolder())
+	require.NoError(t, err)
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	_, err = m.Acquire(context.Background(), "job", "w1", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+
+	c := testproc.Start(t, "shmctl", "serve", seg.Path(), "--listen", "127.0.0.1:0")
+	url := strings.TrimSpace(c.WaitLine(t, "serving "))
+	lk := `{kind="spinlock",lock="queue",segment="` + seg.Path() + `"}`
+	res := `{kind="lockmgr",lock="job",segment="` + seg.Path() + `"}`
+	tab := `{segment="` + seg.Path() + `"}`
+	body := get(t, url)
+	for _, want := range []string{"shmlock_lock_held" + lk + " 1", "shmlock_lock_holders" + lk + " 1",
+		"shmlock_lock_held" + res + " 1", "shmlock_lockmgr_grants_total" + tab + " 1",
+		"shmlock_lockmgr_active_holds" + tab + " 1", "shmlock_lockmgr_releases_total" + tab + " 0"} {
+		require.Contains(t, body, want+"\n")
+	}
+
+	require.NoError(t, g.Release())
+	require.NoError(t, m.Release("job", "w1"))
+	body = get(t, url)
+	for _, want := range []string{"shmlock_lock_held" + lk + " 0", "shmlock_lock_holders" + lk + " 0",
+		"shmlock_lockmgr_active_holds" + tab + " 0", "shmlock_lockmgr_releases_total" + tab + " 1"} {
+		require.Contains(t, body, want+"\n")
+	}
+	require.NotContains(t, body, "shmlock_lock_held"+res, "a free resource nobody declared is not listed")
+
+	root := get(t, strings.TrimSuffix(url, "metrics"))
+	require.Equal(t, "shmctl serve: the metrics are at /metrics\n", root)
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, c.Wait(t))
+}
+
+// get is the body of a 200 answer to a GET of url.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", url, b)
+	return string(b)
+}

@@ -1,0 +1,383 @@
+package metrics_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/metrics"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+func TestMain(m *testing.M) { testproc.Main(m, helpers) }
+
+var helpers = map[string]func(args []string) int{
+	// hold PATH: take the spinlock "queue", a shared hold of the upgrade
+	// mutex "table" and the resource "job" (owner "w1"), print "held",
+	// and release all three at the first line read from stdin.
+	"hold": holdHelper,
+}
+
+func holdHelper(args []string) int {
+	fail := func(err error) int { fmt.Println("error:", err); return 1 }
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	defer seg.Close()
+	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
+	if err != nil {
+		return fail(err)
+	}
+	defer l.Close()
+	g, err := l.Lock(spinlock.NewHolder())
+	if err != nil {
+		return fail(err)
+	}
+	u, err := upgrade.Named(seg, "table")
+	if err != nil {
+		return fail(err)
+	}
+	defer u.Close()
+	if err := u.LockShared(); err != nil {
+		return fail(err)
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := m.Acquire(context.Background(), "job", "w1", lockmgr.Exclusive, lockmgr.AcquireOptions{}); err != nil {
+		return fail(err)
+	}
+	fmt.Println("held")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	for _, err := range []error{g.Release(), u.UnlockShared(), m.Release("job", "w1")} {
+		if err != nil {
+			return fail(err)
+		}
+	}
+	fmt.Println("released")
+	return 0
+}
+
+// sizes are the test segments' tables: small, so that the capacities in
+// the expected text are short.
+var sizes = layout.Options{Slots: 4, Upgrades: 2, UpgradeReaders: 2, TxnRecords: -1, LockMgrEntries: 4, DataBytes: 4096}
+
+// newSegment creates a segment with the named locks of the hold helper
+// (so that they stay in the tables after its release), the resource "job"
+// declared and a data region of 100 bytes; it returns its path.
+func newSegment(t *testing.T) string {
+	t.Helper()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: sizes})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	u, err := upgrade.Named(seg, "table")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = u.Close() })
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	require.NoError(t, m.Declare("job"))
+	_, err = seg.Data("q", 100)
+	require.NoError(t, err)
+	return path
+}
+
+// openRO opens path read-only, as a monitor does, until the test ends.
+func openRO(t *testing.T, path string) *shm.Segment {
+	t.Helper()
+	seg, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	return seg
+}
+
+// acquired is when the hold of resource began.
+func acquired(t *testing.T, seg *shm.Segment, resource string) time.Time {
+	t.Helper()
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	ri, err := m.Inspect(resource)
+	require.NoError(t, err)
+	require.Len(t, ri.Holders, 1)
+	return ri.Holders[0].AcquiredAt
+}
+
+// The per-lock and per-table series, while a helper process holds a
+// spinlock, an upgrade mutex's shared lock and a resource, and after it
+// released them. (shmlock_lockmgr_hold_seconds_total, the real length of
+// the hold, is checked apart.)
+func TestScrape(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	seg := openRO(t, path)
+	h := testproc.StartWithStdin(t, "hold", path)
+	h.WaitLine(t, "held")
+
+	at := acquired(t, seg, "job")
+	c := metrics.NewCollector(seg, metrics.SegmentLabel("test"),
+		metrics.Clock(func() time.Time { return at.Add(1500 * time.Millisecond) }))
+	names := []string{"shmlock_lock_held", "shmlock_lock_holders", "shmlock_lock_dead_holders", "shmlock_lock_waiters",
+		"shmlock_lock_inconsistent", "shmlock_lock_hold_age_seconds", "shmlock_lockmgr_grants_total",
+		"shmlock_lockmgr_releases_total", "shmlock_lockmgr_conflicts_total", "shmlock_lockmgr_expired_total",
+		"shmlock_lockmgr_reclaimed_total", "shmlock_lockmgr_active_holds", "shmlock_lockmgr_expired_holds",
+		"shmlock_table_capacity", "shmlock_table_used", "shmlock_data_size_bytes", "shmlock_data_used_bytes",
+		"shmlock_data_regions"}
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(heldText), names...))
+
+	h.Send(t, "release")
+	h.WaitLine(t, "released")
+	h.WaitOK(t)
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(releasedText), names...))
+
+	// The hold's real length, as the lock manager summed it.
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	held := m.Stats().HoldTime
+	require.Positive(t, held)
+	want := fmt.Sprintf(`# HELP shmlock_lockmgr_hold_seconds_total Total length of the released lock-manager holds.
+# TYPE shmlock_lockmgr_hold_seconds_total counter
+shmlock_lockmgr_hold_seconds_total{segment="test"} %v
+`, held.Seconds())
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "shmlock_lockmgr_hold_seconds_total"))
+}
+
+// Text of the series TestScrape compares; the HELP lines are the
+// collector's.
+const (
+	heldText = `# HELP shmlock_data_regions Data regions claimed.
+# TYPE shmlock_data_regions gauge
+shmlock_data_regions{segment="test"} 1
+# HELP shmlock_data_size_bytes Size of the segment's data area.
+# TYPE shmlock_data_size_bytes gauge
+shmlock_data_size_bytes{segment="test"} 4096
+# HELP shmlock_data_used_bytes Bytes of the data area its regions take.
+# TYPE shmlock_data_used_bytes gauge
+shmlock_data_used_bytes{segment="test"} 128
+# HELP shmlock_lock_dead_holders Holders of the lock whose process is gone (shmctl reclaim frees them).
+# TYPE shmlock_lock_dead_holders gauge
+shmlock_lock_dead_holders{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_dead_holders{kind="spinlock",lock="queue",segment="test"} 0
+shmlock_lock_dead_holders{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_held Whether the lock is held (1) or free (0).
+# TYPE shmlock_lock_held gauge
+shmlock_lock_held{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_held{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_held{kind="upgrade",lock="table",segment="test"} 1
+# HELP shmlock_lock_hold_age_seconds Age of the lock's oldest hold (recorded for lockmgr resources only).
+# TYPE shmlock_lock_hold_age_seconds gauge
+shmlock_lock_hold_age_seconds{kind="lockmgr",lock="job",segment="test"} 1.5
+# HELP shmlock_lock_holders Holders of the lock: a spinlock's holder, an upgrade mutex's readers and unique or upgrade holder, a resource's holds.
+# TYPE shmlock_lock_holders gauge
+shmlock_lock_holders{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_holders{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_holders{kind="upgrade",lock="table",segment="test"} 1
+# HELP shmlock_lock_inconsistent Whether a holder died holding the lock and nobody has marked its data consistent since (1) or not (0).
+# TYPE shmlock_lock_inconsistent gauge
+shmlock_lock_inconsistent{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_inconsistent{kind="spinlock",lock="queue",segment="test"} 0
+shmlock_lock_inconsistent{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_waiters Waiters asleep on the lock (not recorded for lockmgr resources).
+# TYPE shmlock_lock_waiters gauge
+shmlock_lock_waiters{kind="spinlock",lock="queue",segment="test"} 0
+shmlock_lock_waiters{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lockmgr_active_holds Lock-manager holds now, not expired.
+# TYPE shmlock_lockmgr_active_holds gauge
+shmlock_lockmgr_active_holds{segment="test"} 1
+# HELP shmlock_lockmgr_conflicts_total Lock-manager acquisitions that met a conflict (once each).
+# TYPE shmlock_lockmgr_conflicts_total counter
+shmlock_lockmgr_conflicts_total{segment="test"} 0
+# HELP shmlock_lockmgr_expired_holds Lock-manager holds past their TTL that nobody has ended yet.
+# TYPE shmlock_lockmgr_expired_holds gauge
+shmlock_lockmgr_expired_holds{segment="test"} 0
+# HELP shmlock_lockmgr_expired_total Lock-manager holds ended because their TTL passed.
+# TYPE shmlock_lockmgr_expired_total counter
+shmlock_lockmgr_expired_total{segment="test"} 0
+# HELP shmlock_lockmgr_grants_total Lock-manager holds granted.
+# TYPE shmlock_lockmgr_grants_total counter
+shmlock_lockmgr_grants_total{segment="test"} 1
+# HELP shmlock_lockmgr_reclaimed_total Lock-manager holds ended because their processes died.
+# TYPE shmlock_lockmgr_reclaimed_total counter
+shmlock_lockmgr_reclaimed_total{segment="test"} 0
+# HELP shmlock_lockmgr_releases_total Lock-manager holds ended by their owner's release.
+# TYPE shmlock_lockmgr_releases_total counter
+shmlock_lockmgr_releases_total{segment="test"} 0
+# HELP shmlock_table_capacity Entries the table has: owner slots, upgrade mutexes, resources, transaction records.
+# TYPE shmlock_table_capacity gauge
+shmlock_table_capacity{kind="lockmgr",segment="test"} 3
+shmlock_table_capacity{kind="spinlock",segment="test"} 4
+shmlock_table_capacity{kind="upgrade",segment="test"} 2
+# HELP shmlock_table_used Entries of the table in use: claimed slots and mutexes, resources, live transactions.
+# TYPE shmlock_table_used gauge
+shmlock_table_used{kind="lockmgr",segment="test"} 1
+shmlock_table_used{kind="spinlock",segment="test"} 1
+shmlock_table_used{kind="upgrade",segment="test"} 1
+`
+)
+
+var releasedText = strings.NewReplacer(
+	`shmlock_lock_held{kind="lockmgr",lock="job",segment="test"} 1`, `shmlock_lock_held{kind="lockmgr",lock="job",segment="test"} 0`,
+	`shmlock_lock_held{kind="spinlock",lock="queue",segment="test"} 1`, `shmlock_lock_held{kind="spinlock",lock="queue",segment="test"} 0`,
+	`shmlock_lock_held{kind="upgrade",lock="table",segment="test"} 1`, `shmlock_lock_held{kind="upgrade",lock="table",segment="test"} 0`,
+	`shmlock_lock_holders{kind="lockmgr",lock="job",segment="test"} 1`, `shmlock_lock_holders{kind="lockmgr",lock="job",segment="test"} 0`,
+	`shmlock_lock_holders{kind="spinlock",lock="queue",segment="test"} 1`, `shmlock_lock_holders{kind="spinlock",lock="queue",segment="test"} 0`,
+	`shmlock_lock_holders{kind="upgrade",lock="table",segment="test"} 1`, `shmlock_lock_holders{kind="upgrade",lock="table",segment="test"} 0`,
+	// no hold, no age
+	"# HELP shmlock_lock_hold_age_seconds Age of the lock's oldest hold (recorded for lockmgr resources only).\n"+
+		"# TYPE shmlock_lock_hold_age_seconds gauge\n"+
+		`shmlock_lock_hold_age_seconds{kind="lockmgr",lock="job",segment="test"} 1.5`+"\n", "",
+	`shmlock_lockmgr_active_holds{segment="test"} 1`, `shmlock_lockmgr_active_holds{segment="test"} 0`,
+	`shmlock_lockmgr_releases_total{segment="test"} 0`, `shmlock_lockmgr_releases_total{segment="test"} 1`,
+).Replace(heldText)
+
+// promlint finds nothing wrong with the names, units, types or help of
+// any series, on a segment with every kind of lock in use.
+func TestLint(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	h := testproc.StartWithStdin(t, "hold", path)
+	h.WaitLine(t, "held")
+	problems, err := testutil.CollectAndLint(metrics.NewCollector(openRO(t, path)))
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	h.Send(t, "release")
+	h.WaitOK(t)
+}
+
+// A holder killed with kill -9 is counted as a dead holder until someone
+// reclaims its holds.
+func TestDeadHolder(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	h := testproc.StartWithStdin(t, "hold", path)
+	h.WaitLine(t, "held")
+	h.Kill(t)
+	h.WaitKilled(t)
+	want := `# HELP shmlock_lock_dead_holders Holders of the lock whose process is gone (shmctl reclaim frees them).
+# TYPE shmlock_lock_dead_holders gauge
+shmlock_lock_dead_holders{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_dead_holders{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_dead_holders{kind="upgrade",lock="table",segment="test"} 1
+`
+	c := metrics.NewCollector(openRO(t, path), metrics.SegmentLabel("test"))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "shmlock_lock_dead_holders"))
+}
+
+// Collectors of two segments share a registry; the segment label tells
+// their series apart. A scrape after a segment is closed fails.
+func TestTwoSegments(t *testing.T) {
+	t.Parallel()
+	a, b := openRO(t, newSegment(t)), openRO(t, newSegment(t))
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(a)))
+	require.NoError(t, reg.Register(metrics.NewCollector(b)))
+	require.Error(t, reg.Register(metrics.NewCollector(b)), "the same segment twice")
+	n, err := testutil.GatherAndCount(reg, "shmlock_table_capacity")
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+	require.NoError(t, b.Close())
+	_, err = reg.Gather()
+	require.ErrorIs(t, err, shm.ErrClosed)
+}
+
+// The contention counters of format version 4, as counters and a
+// histogram of the wait times, with the values written into the segment.
+func TestContention(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer seg.Close()
+	st := seg.LockStats(layout.KindOwnerSlots, 0) // "queue", the first slot claimed
+	require.NotNil(t, st)
+	st.RecordWait(5*time.Microsecond, false)
+	st.RecordWait(2*time.Millisecond, false)
+	st.RecordWait(time.Second, true)
+	st.AddSleep()
+	st.AddSleep()
+	st.AddWakeup()
+	st.AddReclaim()
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	ri, err := m.Inspect("job")
+	require.NoError(t, err)
+	require.Positive(t, ri.Entry)
+	seg.LockStats(layout.KindLockMgr, ri.Entry).RecordWait(50*time.Millisecond, false)
+
+	want := `# HELP shmlock_lock_contended_total Acquisitions of the lock that did not get it at the first try.
+# TYPE shmlock_lock_contended_total counter
+shmlock_lock_contended_total{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_contended_total{kind="spinlock",lock="queue",segment="test"} 3
+shmlock_lock_contended_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_reclaims_total Holds of the lock taken from, or ended for, dead processes.
+# TYPE shmlock_lock_reclaims_total counter
+shmlock_lock_reclaims_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_reclaims_total{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_reclaims_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_sleeps_total Futex sleeps of the lock's waiters.
+# TYPE shmlock_lock_sleeps_total counter
+shmlock_lock_sleeps_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_sleeps_total{kind="spinlock",lock="queue",segment="test"} 2
+shmlock_lock_sleeps_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_timeouts_total Waits for the lock that gave up (timeout, cancellation, close).
+# TYPE shmlock_lock_timeouts_total counter
+shmlock_lock_timeouts_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_timeouts_total{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_timeouts_total{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_wait_seconds Waits for the lock that did not get it at the first try, from the first failed try to the grant or the give-up.
+# TYPE shmlock_lock_wait_seconds histogram
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="1e-05"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.0001"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.001"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.01"} 0
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.1"} 1
+shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="+Inf"} 1
+shmlock_lock_wait_seconds_sum{kind="lockmgr",lock="job",segment="test"} 0.05
+shmlock_lock_wait_seconds_count{kind="lockmgr",lock="job",segment="test"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="1e-05"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.0001"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.001"} 1
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.01"} 2
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="0.1"} 2
+shmlock_lock_wait_seconds_bucket{kind="spinlock",lock="queue",segment="test",le="+Inf"} 3
+shmlock_lock_wait_seconds_sum{kind="spinlock",lock="queue",segment="test"} 1.002005
+shmlock_lock_wait_seconds_count{kind="spinlock",lock="queue",segment="test"} 3
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="1e-05"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.0001"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.001"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.01"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="0.1"} 0
+shmlock_lock_wait_seconds_bucket{kind="upgrade",lock="table",segment="test",le="+Inf"} 0
+shmlock_lock_wait_seconds_sum{kind="upgrade",lock="table",segment="test"} 0
+shmlock_lock_wait_seconds_count{kind="upgrade",lock="table",segment="test"} 0
+# HELP shmlock_lock_wakeups_total Wakes by a release of the lock that woke a sleeper.
+# TYPE shmlock_lock_wakeups_total counter
+shmlock_lock_wakeups_total{kind="lockmgr",lock="job",segment="test"} 0
+shmlock_lock_wakeups_total{kind="spinlock",lock="queue",segment="test"} 1
+shmlock_lock_wakeups_total{kind="upgrade",lock="table",segment="test"} 0
+`
+	c := metrics.NewCollector(openRO(t, path), metrics.SegmentLabel("test"))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "shmlock_lock_contended_total",
+		"shmlock_lock_sleeps_total", "shmlock_lock_wakeups_total", "shmlock_lock_reclaims_total",
+		"shmlock_lock_timeouts_total", "shmlock_lock_wait_seconds"))
+	problems, err := testutil.CollectAndLint(c)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}

@@ -1,0 +1,305 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/txn"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// Kind is the kind of a lock or table, as the label kind carries it.
+type Kind string
+
+// The kinds of locks and tables.
+const (
+	KindSpinlock Kind = "spinlock" // owner slots (package spinlock)
+	KindUpgrade  Kind = "upgrade"  // upgrade mutexes (package upgrade)
+	KindLockMgr  Kind = "lockmgr"  // named resources (package lockmgr)
+	KindTxn      Kind = "txn"      // transaction records (package txn); a table only
+)
+
+// Lock is one lock in use.
+type Lock struct {
+	Kind Kind
+	// Label is the lock's name (a spinlock's or upgrade mutex's claimed
+	// name, a resource), or the entry index of an unnamed one.
+	Label string
+	Index int // the entry index; -1 for a resource
+	Held  bool
+	// Holders: 0 or 1 for a spinlock; an upgrade mutex's reader records
+	// with holds plus its unique or upgrade holder; a resource's holds
+	// (expired ones that nobody has ended included).
+	Holders     int
+	DeadHolders int // of Holders, those whose process (and companion) is gone
+	// Waiters are the sleepers on the lock; -1 where the segment does not
+	// record them (lock-manager resources).
+	Waiters      int
+	Inconsistent bool
+	// HoldAge is the age of the oldest hold; -1 where the segment does not
+	// record when a lock was taken (spinlocks, upgrade mutexes).
+	HoldAge time.Duration
+	// Contention is what waiting for the lock cost, over every process;
+	// nil if the segment has no contention counters (before format
+	// version 4).
+	Contention *Contention
+}
+
+// Contention is a copy of a lock's contention counters (layout.LockStats).
+// They are bumped without a lock, so one copy may fall between the words
+// of one wait's record; and they wrap around (Reclaims and Timeouts at
+// 2^32, the others at 2^64), which Prometheus takes for a counter reset.
+type Contention struct {
+	Contended uint64        // acquisitions that did not get the lock at the first try
+	Sleeps    uint64        // futex sleeps of waiters
+	Wakeups   uint64        // futex wakes that woke a sleeper
+	Wait      time.Duration // total time waited, from the first failed try to the grant or the give-up
+	Reclaims  uint64        // holds taken from, or ended for, dead processes
+	Timeouts  uint64        // waits that gave up
+	// WaitHist counts the waits by length: bucket i holds those up to
+	// layout.StatsBuckets[i] (and above the bucket before), the last one
+	// the longer ones.
+	WaitHist [layout.StatsBucketCount]uint64
+}
+
+// contention copies the counters of entry i of table k; nil if none.
+func contention(seg *shm.Segment, k layout.Kind, i int) *Contention {
+	st := seg.LockStats(k, i)
+	if st == nil {
+		return nil
+	}
+	c := &Contention{Contended: st.Contended.Load(), Sleeps: st.Sleeps.Load(), Wakeups: st.Wakeups.Load(),
+		Wait: time.Duration(st.WaitNanos.Load()), Reclaims: uint64(st.Reclaims.Load()), Timeouts: uint64(st.Timeouts.Load())}
+	for b := range c.WaitHist {
+		c.WaitHist[b] = uint64(st.WaitHist[b].Load())
+	}
+	return c
+}
+
+// Table is how full one table is.
+type Table struct {
+	Kind     Kind
+	Capacity int
+	Used     int
+}
+
+// View is the state of a segment's locks at one moment (as near one as
+// reading word by word without a lock allows).
+type View struct {
+	Path      string
+	SizeBytes uint64
+	Locks     []Lock  // spinlocks, then upgrade mutexes, by index; then resources in table order
+	Tables    []Table // the tables the segment has, of the kinds above
+	// LockMgr is the lock manager's statistics; nil without its table.
+	LockMgr *lockmgr.Stats
+	// The data area: its size, the bytes its regions take, the regions.
+	DataBytes, DataUsedBytes, Regions int
+}
+
+// Read reads the locks and tables of seg, which may be read-only; now is
+// the time hold ages are measured to. shm.ErrClosed once seg is closed.
+func Read(seg *shm.Segment, now time.Time) (*View, error) {
+	if seg.Closed() {
+		return nil, shm.ErrClosed
+	}
+	v := &View{Path: seg.Path(), SizeBytes: seg.Header().TotalSize}
+	for _, read := range []func(*shm.Segment, *View, time.Time) error{readSlots, readUpgrades, readLockMgr, readTxns, readData} {
+		if err := read(seg, v, now); err != nil {
+			return nil, err
+		}
+	}
+	if seg.Closed() {
+		return nil, shm.ErrClosed // closed while read: part of it was zeros
+	}
+	return v, nil
+}
+
+// labels names the entries of a claimable table: a claimed name, else the
+// index. An unnamed entry whose index is also another entry's name is
+// "#index", so that no two locks of a kind share a label.
+type labels map[int]shm.Claim
+
+func claims(seg *shm.Segment, k layout.Kind) (labels, error) {
+	cs, err := seg.Claims(k)
+	if err != nil {
+		return nil, fmt.Errorf("reading the %v directory: %w", k, err)
+	}
+	byIndex := make(labels, len(cs))
+	for _, c := range cs {
+		byIndex[c.Index] = c
+	}
+	return byIndex, nil
+}
+
+func (l labels) label(i int) string {
+	if c, ok := l[i]; ok && c.Name != "" {
+		return c.Name
+	}
+	s := strconv.Itoa(i)
+	for _, c := range l {
+		if c.Name == s {
+			return "#" + s
+		}
+	}
+	return s
+}
+
+func readSlots(seg *shm.Segment, v *View, _ time.Time) error {
+	n := seg.Len(layout.KindOwnerSlots)
+	if n == 0 {
+		return nil
+	}
+	byIndex, err := claims(seg, layout.KindOwnerSlots)
+	if err != nil {
+		return err
+	}
+	v.Tables = append(v.Tables, Table{Kind: KindSpinlock, Capacity: n, Used: len(byIndex)})
+	for i := range n {
+		s, err := seg.Slot(i)
+		if err != nil {
+			return err
+		}
+		pid, token, rc := s.PID.Load(), s.Token.Load(), s.RecursionCount.Load()
+		c, claimed := byIndex[i]
+		// The token word is a token-mode holder's token but a pid/tid
+		// slot's generation, which stays after the release: the mode
+		// recorded at the claim says which; without one, a slot with a pid
+		// is pid/tid and one with only a token is guessed held in token
+		// mode, as 'shmctl slots' guesses.
+		mode, said := spinlock.ModeOfClaimUse(c.Use)
+		held := pid != 0 || (token != 0 && (!said || mode == spinlock.Token))
+		l := Lock{Kind: KindSpinlock, Label: byIndex.label(i), Index: i, Held: held,
+			Waiters: int(s.Sleepers()), Inconsistent: rc&layout.SlotInconsistent != 0, HoldAge: -1,
+			Contention: contention(seg, layout.KindOwnerSlots, i)}
+		if held {
+			l.Holders = 1
+			if pid != 0 && !seg.OwnerAlive(pid) { // a token holder has no process to judge
+				l.DeadHolders = 1
+			}
+		}
+		if claimed || held || l.Waiters != 0 || l.Inconsistent {
+			v.Locks = append(v.Locks, l)
+		}
+	}
+	return nil
+}
+
+func readUpgrades(seg *shm.Segment, v *View, _ time.Time) error {
+	n := seg.Len(layout.KindUpgrades)
+	if n == 0 {
+		return nil
+	}
+	byIndex, err := claims(seg, layout.KindUpgrades)
+	if err != nil {
+		return err
+	}
+	v.Tables = append(v.Tables, Table{Kind: KindUpgrade, Capacity: n, Used: len(byIndex)})
+	for i := range n {
+		st, err := upgrade.Inspect(seg, i)
+		if err != nil {
+			return err
+		}
+		l := Lock{Kind: KindUpgrade, Label: byIndex.label(i), Index: i, Inconsistent: st.Inconsistent,
+			Waiters: int(st.SharedWaiters + st.UniqueWaiters + st.WriterWaiters), HoldAge: -1,
+			Contention: contention(seg, layout.KindUpgrades, i)}
+		for _, r := range st.Readers {
+			if r.Count > 0 {
+				l.Holders++
+				if !seg.OwnerAlive(r.Owner) {
+					l.DeadHolders++
+				}
+			}
+		}
+		// The unique lock's holder is the upgrade holder after
+		// UpgradeToUnique, else the writer; the Writer word alone may be a
+		// writer still draining readers, which holds nothing yet.
+		var holder uint64
+		switch {
+		case st.UpgradeLocked:
+			holder = st.Upgrader
+		case st.WriteLocked && l.Holders == 0:
+			holder = st.Writer
+		}
+		if holder != 0 {
+			l.Holders++
+			if !seg.OwnerAlive(holder) {
+				l.DeadHolders++
+			}
+		}
+		l.Held = l.Holders > 0
+		_, claimed := byIndex[i]
+		if claimed || st.State != 0 || l.Held || l.Waiters != 0 || l.Inconsistent || st.Writer != 0 {
+			v.Locks = append(v.Locks, l)
+		}
+	}
+	return nil
+}
+
+func readLockMgr(seg *shm.Segment, v *View, now time.Time) error {
+	if seg.Len(layout.KindLockMgr) == 0 {
+		return nil
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return err
+	}
+	ov, err := m.Overview()
+	if err != nil {
+		return err
+	}
+	v.LockMgr = &ov.Stats
+	v.Tables = append(v.Tables, Table{Kind: KindLockMgr, Capacity: m.Capacity(), Used: ov.Stats.Resources})
+	for _, r := range ov.Resources {
+		l := Lock{Kind: KindLockMgr, Label: r.Resource, Index: -1, Held: len(r.Holders) > 0,
+			Holders: len(r.Holders), Waiters: -1, Inconsistent: r.Inconsistent, HoldAge: -1}
+		if r.Entry > 0 {
+			l.Contention = contention(seg, layout.KindLockMgr, r.Entry)
+		}
+		for _, h := range r.Holders {
+			if !h.Alive {
+				l.DeadHolders++
+			}
+			l.HoldAge = max(l.HoldAge, now.Sub(h.AcquiredAt))
+		}
+		// Resources nobody holds stay in the table until recycled: only
+		// those worth a look are listed, as 'shmctl locks' lists them.
+		if l.Held || r.Declared || l.Inconsistent {
+			v.Locks = append(v.Locks, l)
+		}
+	}
+	return nil
+}
+
+func readTxns(seg *shm.Segment, v *View, _ time.Time) error {
+	if seg.Len(layout.KindTxnRecords) == 0 || seg.Len(layout.KindTxnArena) == 0 {
+		return nil
+	}
+	snap, err := txn.Inspect(seg, false)
+	if errors.Is(err, txn.ErrNoSpace) { // an arena too small for transactions: none can run
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	v.Tables = append(v.Tables, Table{Kind: KindTxn, Capacity: snap.Records, Used: len(snap.Txns)})
+	return nil
+}
+
+func readData(seg *shm.Segment, v *View, _ time.Time) error {
+	size, used, err := seg.DataArea()
+	if err != nil {
+		return err
+	}
+	regions, err := seg.Regions()
+	if err != nil {
+		return err
+	}
+	v.DataBytes, v.DataUsedBytes, v.Regions = size, used, len(regions)
+	return nil
+}
