@@ -134,6 +134,12 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 	if err := s.zeroEntry(dk, free); err != nil {
 		return -1, false, err
 	}
+	// The counters start again with the new claim: they are its name's.
+	if st := s.header.StatsIndex(k, free); st >= 0 {
+		if err := s.zeroEntry(layout.KindLockStats, st); err != nil {
+			return -1, false, err
+		}
+	}
 	copy(e.Name[:], name)
 	e.NameLen.Store(uint32(len(name)))
 	e.Use.Store(use)

@@ -892,3 +892,32 @@ func TestPermissiveModeRefused(t *testing.T) {
 		})
 	}
 }
+
+// A lock's contention counters belong to its claim: another claim of the
+// same name keeps them, a fresh claim of the entry under a new name starts
+// them at zero.
+func TestLockStatsResetByFreshClaim(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 1, Upgrades: 1}})
+	for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
+		a, err := seg.Claim(k, "a")
+		require.NoError(t, err)
+		st := seg.LockStats(k, a)
+		require.NotNil(t, st)
+		st.RecordWait(time.Millisecond, true)
+		again, err := seg.Claim(k, "a")
+		require.NoError(t, err)
+		require.Equal(t, a, again)
+		require.EqualValues(t, 1, st.Contended.Load(), "%v: a second claim of the name keeps its counters", k)
+		require.NoError(t, seg.Release(k, a))
+		require.NoError(t, seg.Release(k, a))
+
+		b, err := seg.Claim(k, "b")
+		require.NoError(t, err)
+		require.Equal(t, a, b, "%v: the only entry, freed and claimed anew", k)
+		require.Zero(t, st.Contended.Load(), "%v", k)
+		require.Zero(t, st.Timeouts.Load(), "%v", k)
+		require.Zero(t, st.WaitNanos.Load(), "%v", k)
+		require.NoError(t, seg.Release(k, b))
+	}
+}

@@ -419,6 +419,13 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 	struct shm_dir_entry *e = dir_entry(seg, dk, i);
 	zero_entry(seg, kind, i);
 	zero_entry(seg, dk, i);
+	/* The counters start again with the new claim: they are its name's. */
+	struct shm_lock_stats *st = shm_lock_stats(seg, kind, i);
+	if (st) {
+		a64 *w = (a64 *)(void *)st;
+		for (size_t j = 0; j < sizeof *st / 8; j++)
+			atomic_store(&w[j], 0);
+	}
 	for (int w = 0; w < 5; w++)
 		atomic_store(&e->name[w], words[w]);
 	atomic_store(&e->name_len, len);

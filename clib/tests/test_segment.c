@@ -446,6 +446,39 @@ static void test_dead_claimant(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A fresh claim under a new name starts the entry's contention counters
+ * at zero; another claim of the same name keeps them (as shm in Go). */
+static void test_stats_reset_by_fresh_claim(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "stats-reset");
+	shmlock_options o = {0};
+	o.slots = 1;
+	o.upgrades = 1;
+	shmlock_segment *s;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	static const int kinds[] = {SHM_OWNER_SLOTS, SHM_UPGRADES};
+	for (int k = 0; k < 2; k++) {
+		size_t a, again, b;
+		CHECK_RC(shm_claim(s, kinds[k], "a", 0, &a), 0);
+		struct shm_lock_stats *st = shm_lock_stats(s, kinds[k], a);
+		CHECK(st != NULL);
+		if (!st)
+			break;
+		shm_stats_wait(st, shm_now_ns(), true);
+		CHECK_RC(shm_claim(s, kinds[k], "a", 0, &again), 0);
+		CHECK(again == a && atomic_load(&st->contended) == 1);
+		CHECK_RC(shm_release_claim(s, kinds[k], a), 0);
+		CHECK_RC(shm_release_claim(s, kinds[k], a), 0);
+		CHECK_RC(shm_claim(s, kinds[k], "b", 0, &b), 0);
+		CHECK(b == a);
+		CHECK(atomic_load(&st->contended) == 0 && atomic_load(&st->timeouts) == 0);
+		CHECK_RC(shm_release_claim(s, kinds[k], b), 0);
+	}
+	CHECK_RC(shmlock_close(s), 0);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 int main(void)
 {
 	RUN(test_golden_owner_slots);
@@ -456,5 +489,6 @@ int main(void)
 	RUN(test_bad_inputs);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
+	RUN(test_stats_reset_by_fresh_claim);
 	return CHECK_DONE();
 }
