@@ -46,6 +46,7 @@ typedef _Atomic uint64_t a64;
 
 #define SHM_MAGIC "SHMLOCK\0"
 #define SHM_VERSION 4
+_Static_assert(SHM_VERSION == SHMLOCK_FORMAT_VERSION, "the public header names the format it speaks");
 #define SHM_HEADER_SIZE 1024
 #define SHM_TABLE_COUNT 12
 #define SHM_OFF_MUTABLE 0x3C0 /* the mutable line; the checksum covers [0, SHM_OFF_MUTABLE) */
