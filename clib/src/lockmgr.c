@@ -100,6 +100,7 @@ struct shmlock_lockmgr {
 	struct shm_lockmgr_entry *head;
 	uint64_t n; /* resource entries: count - 1 */
 	bool ro;
+	struct shm_lock_stats *stats; /* entry 0's contention counters, the others follow; NULL if none or read-only */
 };
 
 typedef struct shm_lockmgr_entry entry_t;
@@ -255,8 +256,28 @@ static void nap(int64_t ns)
 	}
 }
 
-static void wake_one(entry_t *e) { shm_sleepers_wake_one(&e->sleepers, &e->gate); }
-static void wake_all(entry_t *e) { shm_sleepers_wake_all(&e->sleepers, &e->gate); }
+/* stats_of: the contention counters of e (slow paths only; table.statsOf),
+ * or NULL if there are none or the table is only read. */
+static struct shm_lock_stats *stats_of(const shmlock_lockmgr *m, const entry_t *e)
+{
+	if (m->stats == NULL || e < m->entries || e > m->entries + m->n)
+		return NULL;
+	return m->stats + (e - m->entries);
+}
+
+/* The wakes of a hold's end (table.wakeOne, wakeAll): one that woke someone
+ * counts a wake-up. */
+static void wake_one(const shmlock_lockmgr *m, entry_t *e)
+{
+	if (shm_sleepers_wake_one(&e->sleepers, &e->gate))
+		SHM_STATS_ADD(stats_of(m, e), wakeups);
+}
+
+static void wake_all(const shmlock_lockmgr *m, entry_t *e)
+{
+	if (shm_sleepers_wake_all(&e->sleepers, &e->gate))
+		SHM_STATS_ADD(stats_of(m, e), wakeups);
+}
 
 /* lock_entry_slow waits for e's lock; false, without it, if the segment
  * closed meanwhile. A holder found dead is taken over; it may have stopped
@@ -285,7 +306,7 @@ static bool lock_entry_slow(shmlock_lockmgr *m, entry_t *e, uint64_t self)
 			if (w != self && !shm_owner_alive(m->seg, w) &&
 			    atomic_compare_exchange_strong(&e->lock, &w, self)) {
 				ST(&e->gate, LD(&e->gate) + 1);
-				wake_all(e);
+				wake_all(m, e);
 				return true;
 			}
 		}
@@ -575,7 +596,7 @@ enum ending { END_RELEASED, END_EXPIRED, END_RECLAIMED };
 /* end_hold ends hold h of e: the Process word first, so a process that dies
  * half-way leaves the record free. Under e's lock; the caller wakes the
  * sleepers after unlocking. */
-static void end_hold(entry_t *e, holder_t *h, enum ending why, int64_t now)
+static void end_hold(const shmlock_lockmgr *m, entry_t *e, holder_t *h, enum ending why, int64_t now)
 {
 	int64_t acquired = (int64_t)LD(&h->acquired);
 	ST(&h->process, 0);
@@ -593,6 +614,7 @@ static void end_hold(entry_t *e, holder_t *h, enum ending why, int64_t now)
 		break;
 	case END_RECLAIMED:
 		ST(&e->reclaimed, LD(&e->reclaimed) + 1);
+		SHM_STATS_ADD(stats_of(m, e), reclaims);
 		ST(&e->last_expired, owner_hash(h));
 		ST(&e->ctl, LD(&e->ctl) | LM_CTL_INCONSISTENT);
 		break;
@@ -687,7 +709,7 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 			continue;
 		}
 		if (expired_at(LD(&h->expires), now)) {
-			end_hold(e, h, END_EXPIRED, now);
+			end_hold(m, e, h, END_EXPIRED, now);
 			o->woke = true;
 			ended = h;
 			continue;
@@ -711,7 +733,7 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 					o->expiry = exp;
 				continue;
 			}
-			end_hold(e, h, END_RECLAIMED, now);
+			end_hold(m, e, h, END_RECLAIMED, now);
 			o->woke = o->reclaimed = true;
 			held--;
 			ended = h;
@@ -800,6 +822,7 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, u
 		/* Registered for one slice at a time: a registration dropped as
 		 * stale costs a live sleeper one slice at most. */
 		shm_sleepers_register(&e->sleepers);
+		SHM_STATS_ADD(stats_of(m, e), sleeps);
 		(void)shm_futex_wait(&e->gate, seq, d < LM_SLEEP_SLICE_NS ? d : LM_SLEEP_SLICE_NS);
 		shm_sleepers_unregister(&e->sleepers);
 		d = end - shm_now_ns();
@@ -888,6 +911,7 @@ SHM_EXPORT int shmlock_lockmgr_open(shmlock_segment *seg, shmlock_lockmgr **out)
 	m->head = &m->entries[0];
 	m->n = count - 1;
 	m->ro = seg->read_only;
+	m->stats = m->ro ? NULL : shm_lock_stats(seg, SHM_LOCKMGR, 0); /* a read-only handle must not count */
 	shm_seg_get(seg); /* the table stays mapped until this handle closes */
 	*out = m;
 	return 0;
@@ -925,9 +949,9 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 		try_grant(m, e, own, mode, opts->ttl_ns, now, attempt == 0, reuse_tombs, self, &o);
 		unlock_entry(e);
 		if (o.granted && mode == SHMLOCK_COLLABORATIVE && (o.woke || slept != NULL))
-			wake_all(e); /* whoever waited behind the holds that ended may join too */
+			wake_all(m, e); /* whoever waited behind the holds that ended may join too */
 		else if (o.woke && !o.granted)
-			wake_one(e);
+			wake_one(m, e);
 		reclaimed = reclaimed || o.reclaimed;
 		if (o.granted) {
 			info->version = o.version;
@@ -936,6 +960,8 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 			info->reclaimed = reclaimed;
 			info->inconsistent = o.inconsistent;
 			info->attempts = attempt + 1;
+			if (slept != NULL) /* it waited: a contended acquisition, granted */
+				shm_stats_wait(stats_of(m, slept), start, false);
 			return 0;
 		}
 		if (o.already) {
@@ -990,8 +1016,10 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 		}
 	}
 failed:
-	if (slept != NULL)
-		wake_one(slept);
+	if (slept != NULL) {
+		wake_one(m, slept);
+		shm_stats_wait(stats_of(m, slept), start, true); /* a contended acquisition, given up */
+	}
 	return rc;
 }
 
@@ -1069,17 +1097,17 @@ SHM_EXPORT int shmlock_lockmgr_release(shmlock_lockmgr *m, const char *resource,
 		return others > 0 ? SHMLOCK_ELOCK_NOT_HELD : 0;
 	}
 	if (expired_at(LD(&mine->expires), now)) {
-		end_hold(e, mine, END_EXPIRED, now);
+		end_hold(m, e, mine, END_EXPIRED, now);
 		ST(&e->last_expired, 0); /* told now, by this release */
 		ST(&mine->companion, 0);
 		rc = SHMLOCK_ELOCK_TIMEOUT;
 	} else {
-		end_hold(e, mine, END_RELEASED, now);
+		end_hold(m, e, mine, END_RELEASED, now);
 	}
 	if (others == 0)
 		ST(&e->ctl, with_mode(LD(&e->ctl), 0));
 	unlock_entry(e);
-	wake_one(e);
+	wake_one(m, e);
 	return rc;
 }
 
@@ -1117,10 +1145,10 @@ SHM_EXPORT int shmlock_lockmgr_refresh(shmlock_lockmgr *m, const char *resource,
 		return timed_out && !forced ? SHMLOCK_ELOCK_TIMEOUT : SHMLOCK_ELOCK_NOT_HELD;
 	}
 	if (expired_at(LD(&mine->expires), now)) {
-		end_hold(e, mine, END_EXPIRED, now);
+		end_hold(m, e, mine, END_EXPIRED, now);
 		ST(&mine->companion, 0); /* told now, by this refresh */
 		unlock_entry(e);
-		wake_one(e);
+		wake_one(m, e);
 		return SHMLOCK_ELOCK_TIMEOUT;
 	}
 	uint64_t exp = ttl_ns > 0 ? (uint64_t)(now + ttl_ns) : 0;

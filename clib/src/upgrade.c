@@ -85,6 +85,8 @@ struct shmlock_upgrade {
 	uint64_t tid; /* this handle's holder id */
 	struct shm_reader_record *rec; /* this handle's record, once claimed */
 	bool named;
+	struct shm_lock_stats *stats; /* the mutex's contention counters; NULL if none (stats below) */
+	int64_t wait_start;           /* shm_now_ns() when the current acquisition began to wait; 0 if it has not */
 };
 
 /* ------------------------------------------------------------- atomics */
@@ -147,6 +149,32 @@ static inline bool holds_upgrader(shmlock_upgrade *m)
 static inline uint32_t shared_holds(shmlock_upgrade *m) { return m->rec ? ld32(&m->rec->count) : 0; }
 
 static inline int open_err(shmlock_upgrade *m) { return seg_closed(m) ? SHMLOCK_ECLOSED : 0; }
+
+/* ------------------------------------------------- contention counters */
+
+/* upgrade/stats.go: only slow paths touch the counters. An acquisition that
+ * misses its first try notes when (begin_wait, at the start of every wait:
+ * the first one counts) and records its wait as it returns (end_wait, on
+ * the paths that waited). The start lives in the handle because the waits
+ * are deep in helpers shared by every kind of acquisition; a handle is used
+ * by one thread at a time. */
+static inline void begin_wait(shmlock_upgrade *m)
+{
+	if (m->wait_start == 0)
+		m->wait_start = shm_now_ns();
+}
+
+/* endWait: records the wait of the acquisition that returns rc, if it
+ * waited: a grant (rc >= 0), or a give-up (timeout, close) if rc < 0. */
+static inline int end_wait(shmlock_upgrade *m, int rc)
+{
+	if (m && m->wait_start != 0) {
+		int64_t start = m->wait_start;
+		m->wait_start = 0;
+		shm_stats_wait(m->stats, start, rc < 0);
+	}
+	return rc;
+}
 
 /* ------------------------------------------------------------ deadlines */
 
@@ -214,7 +242,9 @@ static void wake(shmlock_upgrade *m, struct gate g)
 	if ((ld32(&m->e->waiters) & g.all) == 0)
 		return;
 	atomic_fetch_add(g.word, 1);
-	if (shm_futex_wake(g.word, INT_MAX) == 0 && g.all == WAITERS_SHARED_MASK)
+	if (shm_futex_wake(g.word, INT_MAX) > 0)
+		SHM_STATS_ADD(m->stats, wakeups);
+	else if (g.all == WAITERS_SHARED_MASK)
 		shm_sleepers_futile_in(&m->e->waiters, WAITERS_SHARED_MASK);
 }
 
@@ -222,7 +252,8 @@ static void wake(shmlock_upgrade *m, struct gate g)
 static void wake_writer(shmlock_upgrade *m)
 {
 	atomic_fetch_add(&m->e->writer_gate, 1);
-	shm_sleepers_wake_one(&m->e->writer_sleepers, &m->e->writer_gate);
+	if (shm_sleepers_wake_one(&m->e->writer_sleepers, &m->e->writer_gate))
+		SHM_STATS_ADD(m->stats, wakeups);
 }
 
 /* ------------------------------------------------------------- waiting */
@@ -257,6 +288,7 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
                     ready_fn ready, bool *slice)
 {
 	*slice = false;
+	begin_wait(m);
 	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS && !lv->again; i++) {
 		if (ready(m))
 			return open_err(m);
@@ -281,6 +313,7 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 		gate_unregister(m, g);
 		return open_err(m);
 	}
+	SHM_STATS_ADD(m->stats, sleeps);
 	rc = shm_futex_wait(g.word, seq, sleep);
 	gate_unregister(m, g);
 	if (seg_closed(m))
@@ -374,6 +407,7 @@ static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
 	atomic_fetch_and(&m->e->waiters, ~UNIQUE_WRITER);
 	if ((ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE)
 		atomic_fetch_or(&m->e->state, UPG_INCONSISTENT);
+	SHM_STATS_ADD(m->stats, reclaims);
 	return true;
 }
 
@@ -382,6 +416,7 @@ static bool take_over_upgrader(shmlock_upgrade *m, uint64_t o)
 	if (o == 0 || alive(m, o) || !cas64(&m->e->upgrader, o, m->pid))
 		return false;
 	atomic_fetch_and(&m->e->waiters, ~UNIQUE_UPGRADER);
+	SHM_STATS_ADD(m->stats, reclaims);
 	return true;
 }
 
@@ -434,8 +469,11 @@ static void free_dead_record(shmlock_upgrade *m, struct shm_reader_record *r)
 	uint64_t o = ld64(&r->owner);
 	if (o == 0 || alive(m, o) || !cas64(&r->owner, o, m->pid))
 		return;
+	uint32_t count = ld32(&r->count); /* the record is ours: its count is final */
 	atomic_store(&r->count, 0);
 	atomic_store(&r->owner, 0);
+	if (count != 0)
+		SHM_STATS_ADD(m->stats, reclaims); /* shared holds ended for the dead */
 }
 
 static void clear_dead_readers(shmlock_upgrade *m)
@@ -561,6 +599,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 		return SHMLOCK_EWOULDBLOCK;
 	}
 	*waited = true;
+	begin_wait(m);
 	keep_off(WRITER_KEEP_OFF_NS);
 	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS; i++) {
 		if (ld64(w) == 0 && cas64(w, 0, m->pid))
@@ -595,6 +634,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 			/* Only writers on a CPU ask for handoffs. */
 			cas64(w, o, o & ~WRITER_HUNGRY);
 		}
+		SHM_STATS_ADD(m->stats, sleeps);
 		rc = shm_futex_wait(&m->e->writer_gate, seq, sleep);
 		shm_sleepers_unregister(&m->e->writer_sleepers);
 		if (seg_closed(m)) {
@@ -708,6 +748,7 @@ static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, b
 			grace_end = now + SOFT_DRAIN_NS;
 		if (now >= grace_end)
 			break;
+		begin_wait(m);
 		clear_write_bit(m);
 		wake(m, shared_gate(m));
 		waited = true;
@@ -767,9 +808,9 @@ static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 			abandon_writer(m);
 			return SHMLOCK_EHELD;
 		}
-		return finish_lock(m, d, false, false, false);
+		return end_wait(m, finish_lock(m, d, false, false, false));
 	}
-	return lock_slow(m, d, false);
+	return end_wait(m, lock_slow(m, d, false));
 }
 
 SHM_EXPORT int shmlock_upgrade_lock(shmlock_upgrade *m)
@@ -891,7 +932,7 @@ SHM_EXPORT int shmlock_upgrade_lock_shared(shmlock_upgrade *m)
 	if (m && lock_shared_fast(m))
 		return SHMLOCK_OK;
 	struct deadline d = {-1};
-	return lock_shared_slow(m, &d, false);
+	return end_wait(m, lock_shared_slow(m, &d, false));
 }
 
 SHM_EXPORT int shmlock_upgrade_trylock_shared(shmlock_upgrade *m)
@@ -907,7 +948,7 @@ SHM_EXPORT int shmlock_upgrade_timedlock_shared(shmlock_upgrade *m, int64_t time
 	if (m && lock_shared_fast(m))
 		return SHMLOCK_OK;
 	struct deadline d = deadline_in(timeout_ns);
-	return lock_shared_slow(m, &d, false);
+	return end_wait(m, lock_shared_slow(m, &d, false));
 }
 
 SHM_EXPORT int shmlock_upgrade_unlock_shared(shmlock_upgrade *m)
@@ -966,7 +1007,7 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 			return SHMLOCK_EWOULDBLOCK;
 		waited = true;
 		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_upgrader_free, &slice)) != 0)
-			return rc;
+			return end_wait(m, rc);
 		if (slice && take_over_upgrader(m, ld64(&m->e->upgrader))) {
 			atomic_fetch_add(&m->e->generation, 1);
 			reclaimed = true;
@@ -1004,7 +1045,7 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 		waited = true;
 		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_for_upgrade, &slice)) != 0) {
 			abandon_upgrader(m);
-			return rc;
+			return end_wait(m, rc);
 		}
 		if (slice)
 			release_dead_writer(m);
@@ -1014,9 +1055,12 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 		release_upgrader_word(m);
 		wake(m, shared_gate(m));
 		wake(m, unique_gate(m));
-		return SHMLOCK_ECLOSED;
+		return end_wait(m, SHMLOCK_ECLOSED);
 	}
-	return reclaimed ? SHMLOCK_OWNERDEAD : SHMLOCK_OK;
+	rc = reclaimed ? SHMLOCK_OWNERDEAD : SHMLOCK_OK;
+	if (waited) /* only here: the uncontended path has no wait to record */
+		return end_wait(m, rc);
+	return rc;
 }
 
 SHM_EXPORT int shmlock_upgrade_lock_upgrade(shmlock_upgrade *m)
@@ -1099,13 +1143,14 @@ static int upgrade_to_unique(shmlock_upgrade *m, const struct deadline *d, bool 
 			rc = SHMLOCK_ECLOSED;
 		if (rc) {
 			cancel_pending(m);
-			return rc;
+			return end_wait(m, rc);
 		}
 	}
 	for (;;) {
 		s = ld32(&m->e->state);
 		if (cas32(&m->e->state, s, (s & ~UPG_PENDING) | UPG_WRITE))
-			return (s & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+			/* after the CAS: a granted wait, if it waited */
+			return end_wait(m, (s & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK);
 	}
 }
 
@@ -1215,6 +1260,7 @@ SHM_EXPORT int shmlock_upgrade_open(shmlock_segment *seg, size_t index, shmlock_
 	m->index = index;
 	m->pid = shm_self();
 	m->tid = shm_random64();
+	m->stats = shm_lock_stats(seg, SHM_UPGRADES, index); /* the segment is writable: checked above */
 	shm_seg_get(seg); /* the segment (and its closed flag) outlives the handle */
 	*out = m;
 	return SHMLOCK_OK;

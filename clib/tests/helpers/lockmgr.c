@@ -7,6 +7,9 @@
  *                                      only a release or a death gets it going), print
  *                                      "held ...", wait for a line on stdin, release
  *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE", releases
+ *   lockmgr timeouts PATH RES OWNER N MS
+ *                                      N exclusive acquisitions waiting MS ms each,
+ *                                      every one of which must time out; prints "done"
  *
  * The scratch words are in the data region "lockmgr-test" (see
  * lockmgr_test.go for the offsets): the counter, the version of the last
@@ -179,6 +182,25 @@ static int try(const char *path, const char *res, const char *owner, int mode)
 	return 0;
 }
 
+static int timeouts(const char *path, const char *res, const char *owner, long n, long ms)
+{
+	shmlock_segment *seg;
+	shmlock_lockmgr *m = open_all(path, &seg);
+	shmlock_acquire_options o = {.wait_ns = ms * 1000000LL};
+	for (long i = 0; i < n; i++) {
+		shmlock_lock_info info;
+		int rc = shmlock_lockmgr_acquire(m, res, owner, SHMLOCK_EXCLUSIVE, &o, &info);
+		if (rc != SHMLOCK_EWAIT_TIMEOUT) {
+			fprintf(stderr, "acquisition %ld: %d (%s), want a timeout\n", i, rc, shmlock_strerror(rc));
+			return 1;
+		}
+	}
+	say("done");
+	shmlock_lockmgr_close(m);
+	shmlock_close(seg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 5 && strcmp(argv[1], "count") == 0)
@@ -187,6 +209,8 @@ int main(int argc, char **argv)
 		return hold(argv[2], argv[3], argv[4], parse_mode(argv[5]));
 	if (argc == 6 && strcmp(argv[1], "try") == 0)
 		return try(argv[2], argv[3], argv[4], parse_mode(argv[5]));
-	fprintf(stderr, "usage: lockmgr count PATH RECORD ROUNDS | hold|try PATH RES OWNER MODE\n");
+	if (argc == 7 && strcmp(argv[1], "timeouts") == 0)
+		return timeouts(argv[2], argv[3], argv[4], helper_atol(argv[5]), helper_atol(argv[6]));
+	fprintf(stderr, "usage: lockmgr count PATH RECORD ROUNDS | hold|try PATH RES OWNER MODE | timeouts PATH RES OWNER N MS\n");
 	return 2;
 }

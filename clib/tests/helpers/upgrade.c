@@ -14,6 +14,10 @@
  *	prints "held", waits for a line on stdin, releases, prints "released".
  *   upgrade wait SEG NAME MODE     prints "waiting", takes it (blocking),
  *	prints "got RC", releases.
+ *   upgrade timeouts SEG NAME MODE N MS
+ *	N timed takes of MS ms each, every one of which must time out; MODE
+ *	to-unique takes the upgrade lock (at once) and times out upgrading it.
+ *	Prints "done".
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -202,6 +206,47 @@ static int hold_or_wait(int argc, char **argv, bool hold)
 	return 0;
 }
 
+static int timeouts(int argc, char **argv)
+{
+	if (argc != 7)
+		return 2;
+	shmlock_segment *seg;
+	shmlock_upgrade *m = open_mutex(argv[2], argv[3], &seg);
+	const char *mode = argv[4];
+	long n = helper_atol(argv[5]);
+	int64_t timeout = helper_atol(argv[6]) * 1000000LL;
+	for (long i = 0; i < n; i++) {
+		int rc;
+		if (!strcmp(mode, "unique")) {
+			rc = shmlock_upgrade_timedlock(m, timeout);
+		} else if (!strcmp(mode, "shared")) {
+			rc = shmlock_upgrade_timedlock_shared(m, timeout);
+		} else if (!strcmp(mode, "upgrade")) {
+			rc = shmlock_upgrade_timedlock_upgrade(m, timeout);
+		} else if (!strcmp(mode, "to-unique")) {
+			if ((rc = shmlock_upgrade_trylock_upgrade(m)) != 0)
+				die("trylock_upgrade", rc);
+			rc = shmlock_upgrade_timed_upgrade_to_unique(m, timeout);
+			int urc = shmlock_upgrade_unlock_upgrade(m);
+			if (urc != 0)
+				die("unlock_upgrade", urc);
+		} else {
+			fprintf(stderr, "unknown mode %s\n", mode);
+			return 2;
+		}
+		if (rc != SHMLOCK_ETIMEDOUT) {
+			fprintf(stderr, "%s take %ld: %d (%s), want a timeout\n", mode, i, rc, shmlock_strerror(rc));
+			return 1;
+		}
+	}
+	say("done");
+	int rc = shmlock_upgrade_close(m);
+	if (rc != 0)
+		die("close", rc);
+	shmlock_close(seg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -210,6 +255,8 @@ int main(int argc, char **argv)
 		return worker(argc, argv);
 	if (!strcmp(argv[1], "hold"))
 		return hold_or_wait(argc, argv, true);
+	if (!strcmp(argv[1], "timeouts"))
+		return timeouts(argc, argv);
 	if (!strcmp(argv[1], "wait"))
 		return hold_or_wait(argc, argv, false);
 	fprintf(stderr, "unknown command %s\n", argv[1]);
