@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 	"github.com/stretchr/testify/require"
@@ -116,4 +117,10 @@ func TestExamplesCountTogether(t *testing.T) {
 	got := binary.LittleEndian.Uint64(region.Bytes())
 	require.NoError(t, g.Release())
 	require.Equal(t, want, got)
+
+	// The C++ example's upgrade mutex was left free: its claim, released
+	// when the example closed its handle, went with it (a claim whose lock
+	// is still held stays).
+	_, err = seg.Lookup(layout.KindUpgrades, "record")
+	require.ErrorIs(t, err, shm.ErrNotFound, "the upgrade mutex was left held")
 }

@@ -62,6 +62,7 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 		}
 	}
 	t.head = t.entries[0]
+	t.counting = !seg.ReadOnly()
 	m := &Manager{t: t, clock: newClock(opts.Clock), log: opts.Logger, ro: seg.ReadOnly()}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -260,6 +261,9 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		cancel.stop()
 		if slept != nil && info.State == Failed {
 			m.t.wakeOne(slept)
+		}
+		if slept != nil { // it waited: a contended acquisition, granted or given up
+			m.t.statsOf(slept).RecordWait(time.Duration(m.clock.now()-start), info.State == Failed)
 		}
 	}()
 	for attempt := 0; ; {
@@ -561,6 +565,7 @@ func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why e
 		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
 	default:
 		memview.StoreOwned32(&e.Reclaimed, e.Reclaimed.Load()+1)
+		m.t.statsOf(e).AddReclaim()
 		memview.StoreOwned(&e.LastExpired, ownerHash(h))
 		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
 	}
@@ -653,6 +658,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		// Registered for one slice at a time: a registration dropped as
 		// stale (internal/sleepers) costs a live sleeper one slice at most.
 		sleepers.Register(&e.Sleepers)
+		m.t.statsOf(e).AddSleep()
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
 		sleepers.Unregister(&e.Sleepers)
 		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil || m.closed() || m.holderDied(e) {

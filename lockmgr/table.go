@@ -25,6 +25,21 @@ type table struct {
 
 	aliveMu sync.Mutex
 	alive   map[uint64]int64 // identities seen alive, and when (segment time)
+
+	counting bool // the segment is writable: slow paths bump the entries' layout.LockStats
+}
+
+// statsOf returns the contention counters of entry e (slow paths only), or
+// nil if there are none or the table is only read.
+func (t *table) statsOf(e *layout.LockMgrEntry) *layout.LockStats {
+	if !t.counting {
+		return nil
+	}
+	i := memview.Index(t.head, e)
+	if i < 0 || i >= len(t.entries) {
+		return nil
+	}
+	return t.seg.LockStats(layout.KindLockMgr, i)
 }
 
 // home is the first entry a lookup of hash probes; probe k is k entries on.
@@ -381,10 +396,18 @@ const maxSleepSlice = 100 * time.Millisecond
 // that holder's end wakes the next; if it gives up, it passes the wake on.
 // Waking every sleeper would make them all fight for the entry's lock
 // word, of whom one wins.
-func (t *table) wakeOne(e *layout.LockMgrEntry) { sleepers.WakeOne(&e.Sleepers, &e.Gate) }
+func (t *table) wakeOne(e *layout.LockMgrEntry) {
+	if sleepers.WakeOne(&e.Sleepers, &e.Gate) {
+		t.statsOf(e).AddWakeup()
+	}
+}
 
 // wakeAll wakes every waiter asleep on e's gate.
-func (t *table) wakeAll(e *layout.LockMgrEntry) { sleepers.WakeAll(&e.Sleepers, &e.Gate) }
+func (t *table) wakeAll(e *layout.LockMgrEntry) {
+	if sleepers.WakeAll(&e.Sleepers, &e.Gate) {
+		t.statsOf(e).AddWakeup()
+	}
+}
 
 // endedWithout reports whether own's hold of e ended without its release:
 // timedOut if it expired or its process died, forced if an operator ended

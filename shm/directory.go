@@ -70,6 +70,7 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	testHookBetweenSteps()
 	if err := s.addRef(k, i); err != nil {
 		s.undoClaim(k, dk, i, fresh)
 		return -1, err
@@ -358,6 +359,7 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 		return fmt.Errorf("%w: %v[%d] has no reference left", ErrNotClaimed, k, i)
 	}
 	s.dropRef(k, i)
+	testHookBetweenSteps()
 	if e.Refs.Add(^uint32(0)) == 0 && s.lockFree(k, i, e.Use.Load()) {
 		if err := s.freeEntry(k, dk, i); err != nil {
 			return err
@@ -525,6 +527,7 @@ func (s *Segment) lockRegistryFor(release bool) error {
 		if attempt%registryLivenessStep == registryLivenessStep-1 && !s.OwnerAlive(holder) {
 			if s.registry.CompareAndSwap(holder, self) {
 				s.regGen.Add(1) // the dead holder's change, if any, is abandoned
+				s.recountRefs()
 				return nil
 			}
 			continue
@@ -538,6 +541,50 @@ func (s *Segment) lockRegistryFor(release bool) error {
 	}
 }
 
+// recountRefs sets each claimed entry's Refs to the sum of the Counts of
+// the reference records naming it, after a takeover of the registry lock
+// from a dead holder. Under the lock the two agree, for every change of
+// either happens under it; a holder killed between its two steps (a claim
+// that counted Refs but not yet its record, a release that took its record
+// but not yet Refs) leaves Refs one too high, a reference that no record
+// names and so no DropDeadClaims could ever drop. A claim whose count falls
+// to 0 this way and whose lock is free is freed, as a release would. A
+// segment made without records (claim_refs of count 0) counts the totals
+// alone, and has nothing to recount from.
+func (s *Segment) recountRefs() {
+	n := s.Len(layout.KindClaimRefs)
+	if n == 0 || s.readOnly {
+		return
+	}
+	counts := map[uint32]uint32{}
+	for j := range n {
+		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
+		if err != nil {
+			return
+		}
+		if r.Owner.Load() != 0 {
+			counts[r.Target.Load()] += r.Count.Load()
+		}
+	}
+	for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
+		dk, _ := directoryOf(k)
+		for i := range s.Len(k) {
+			d, err := entryOf[layout.DirEntry](s, dk, i)
+			if err != nil || d.State.Load() != layout.DirClaimed {
+				continue
+			}
+			want := counts[layout.ClaimTarget(k, i)]
+			if d.Refs.Load() == want {
+				continue
+			}
+			d.Refs.Store(want)
+			if want == 0 && s.lockFree(k, i, d.Use.Load()) {
+				_ = s.freeEntry(k, dk, i)
+			}
+		}
+	}
+}
+
 func (s *Segment) unlockRegistry() {
 	s.registry.Store(0)
 	s.registryMu.Unlock()
@@ -546,3 +593,8 @@ func (s *Segment) unlockRegistry() {
 // testHookBeforePublish runs between writing a new claim and publishing
 // it; tests replace it to die mid-claim.
 var testHookBeforePublish = func() {}
+
+// testHookBetweenSteps runs between a claim's (or a release's) change of
+// the entry's Refs and of the process's reference record; tests replace it
+// to die there.
+var testHookBetweenSteps = func() {}

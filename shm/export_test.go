@@ -7,3 +7,11 @@ func SetTestHookBeforePublish(f func()) (restore func()) {
 	testHookBeforePublish = f
 	return func() { testHookBeforePublish = old }
 }
+
+// SetTestHookBetweenSteps replaces the hook that runs between a claim's
+// (or release's) two counts, and returns a function that restores it.
+func SetTestHookBetweenSteps(f func()) (restore func()) {
+	old := testHookBetweenSteps
+	testHookBetweenSteps = f
+	return func() { testHookBetweenSteps = old }
+}

@@ -59,6 +59,28 @@ var helpers = map[string]func(args []string) int{
 		_, _ = seg.Claim(layout.KindOwnerSlots, args[1])
 		return 3 // not reached
 	},
+	// die-between-steps PATH NAME claim|release: claim NAME (and with
+	// release, claim it once more unhindered, then release), and kill -9
+	// itself between the two counts of the last claim or release.
+	"die-between-steps": func(args []string) int {
+		seg, err := shm.Open(args[0], shm.Options{})
+		if err != nil {
+			return 1
+		}
+		die := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+		if args[2] == "claim" {
+			shm.SetTestHookBetweenSteps(die)
+			_, _ = seg.Claim(layout.KindOwnerSlots, args[1])
+			return 3 // not reached
+		}
+		i, err := seg.Claim(layout.KindOwnerSlots, args[1])
+		if err != nil {
+			return 1
+		}
+		shm.SetTestHookBetweenSteps(die)
+		_ = seg.Release(layout.KindOwnerSlots, i)
+		return 3 // not reached
+	},
 	// create-as PATH group|private: Create under umask 077, with GroupAccess
 	// for group; print "ok" or the error.
 	"create-as": func(args []string) int {

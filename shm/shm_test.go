@@ -191,6 +191,44 @@ func TestClaimantDiesMidClaim(t *testing.T) {
 	require.EqualValues(t, 1, claims[0].Refs)
 }
 
+// A process killed between the two counts of a claim (Refs counted, its
+// reference record not yet) or of a release (its record dropped, Refs not
+// yet) leaves a reference no record names; the next taker of the registry
+// lock, which it died holding, recounts Refs from the records, so the
+// claim is not kept forever.
+func TestKilledBetweenCountsIsRecounted(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"claim", "release"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			seg, path := create(t, shm.Options{Options: layout.Options{Slots: 4}})
+			// Another live reference, which the recount must keep.
+			mine, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+			require.NoError(t, err)
+			err = testproc.Command("die-between-steps", path, "jobs", step).Run()
+			var exit *execExitError
+			require.ErrorAs(t, err, &exit)
+			require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+
+			claims, err := seg.Claims(layout.KindOwnerSlots)
+			require.NoError(t, err)
+			require.Len(t, claims, 1)
+			require.EqualValues(t, 2, claims[0].Refs, "the dead process's uncounted reference")
+
+			_, err = seg.DropDeadClaims(false) // takes the dead holder's registry lock over
+			require.NoError(t, err)
+			claims, err = seg.Claims(layout.KindOwnerSlots)
+			require.NoError(t, err)
+			require.Len(t, claims, 1)
+			require.EqualValues(t, 1, claims[0].Refs, "only this process's reference is left")
+			require.NoError(t, seg.Release(layout.KindOwnerSlots, mine))
+			claims, err = seg.Claims(layout.KindOwnerSlots)
+			require.NoError(t, err)
+			require.Empty(t, claims)
+		})
+	}
+}
+
 func TestClaimRelease(t *testing.T) {
 	t.Parallel()
 	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1}})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/internal/spin"
 	"github.com/shmlock/shmlock/layout"
@@ -93,6 +94,15 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	if try {
 		return outcome{}, ErrWouldBlock
 	}
+	start := mono.Now()
+	o, err := l.wait(ctx, id, deadline)
+	l.stats.RecordWait(time.Duration(mono.Now()-start), err != nil)
+	return o, err
+}
+
+// wait is the waiting part of acquireSlow: spin, yield, then sleep on the
+// futex until the lock is free, its holder dead, or the caller gives up.
+func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outcome, error) {
 	spin.KeepOff(keepOff)
 	for i := range spinLoads + spinYields + osYields {
 		if l.word.Load() == 0 && l.tryAcquire(id) {
@@ -137,6 +147,7 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 			continue
 		}
 		sleepers.Register(&l.slot.Pad)
+		l.stats.AddSleep()
 		err := futex.Wait(l.fword, seq, sleep)
 		sleepers.Unregister(&l.slot.Pad)
 		if l.word.Load() == 0 && l.tryAcquire(id) {
@@ -180,6 +191,7 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 	l.slot.TID.Store(id.TID)
 	l.slot.RecursionCount.Store(layout.SlotInconsistent)
 	l.slot.Token.Add(1)
+	l.stats.AddReclaim()
 	return true
 }
 

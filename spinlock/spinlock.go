@@ -73,10 +73,11 @@ type Lock struct {
 	fword *atomic.Uint32 // the low half of the lock word: the futex word
 	mode  Mode
 	alive func(owner uint64) bool
-	index int          // the slot's index in its segment; -1 for New
-	seg   *shm.Segment // the segment of Open and Named, whose Close ends the lock; noSegment for New
-	named bool         // made by Named: Close drops its reference to the claim
-	shut  atomic.Bool  // Close was called
+	index int               // the slot's index in its segment; -1 for New
+	seg   *shm.Segment      // the segment of Open and Named, whose Close ends the lock; noSegment for New
+	named bool              // made by Named: Close drops its reference to the claim
+	shut  atomic.Bool       // Close was called
+	stats *layout.LockStats // the slot's contention counters (slow paths only); nil for New, OpenAt and a segment without them
 }
 
 // noSegment stands for the segment of a lock made with New: it is never
@@ -147,6 +148,9 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	l.alive = seg.OwnerAlive
 	l.index = index
 	l.seg = seg
+	if !seg.ReadOnly() {
+		l.stats = seg.LockStats(layout.KindOwnerSlots, index)
+	}
 	return l, nil
 }
 
@@ -308,4 +312,8 @@ func (l *Lock) release(id Identity) error {
 
 // wakeOne wakes one sleeper unless none is registered or a woken one has
 // not run yet (internal/sleepers: Pad is a sleepers word).
-func (l *Lock) wakeOne() { sleepers.WakeOne(&l.slot.Pad, l.fword) }
+func (l *Lock) wakeOne() {
+	if sleepers.WakeOne(&l.slot.Pad, l.fword) {
+		l.stats.AddWakeup()
+	}
+}

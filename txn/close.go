@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -154,20 +155,26 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int, late bool) er
 	}
 	dead := map[uint64]bool{}
 	check := false
+	st := s.recordStats(col)
+	var start int64 // when the wait began; 0 while the pins have not made it wait
 	for {
 		if !late && s.seg.Closed() {
-			return shm.ErrClosed
+			return s.waited(st, start, shm.ErrClosed)
 		}
 		sleepers.Register(d.sleepers)
 		seq := d.seq.Load()
 		if s.pinCount(col, dead, check) == 0 {
 			sleepers.Unregister(d.sleepers)
-			return nil
+			return s.waited(st, start, nil)
 		}
+		if start == 0 {
+			start = mono.Now()
+		}
+		st.AddSleep()
 		err := futex.Wait(d.seq, seq, livenessInterval)
 		sleepers.Unregister(d.sleepers)
 		if err := ctx.Err(); err != nil {
-			return err
+			return s.waited(st, start, err)
 		}
 		// Only a sleep that timed out looks at liveness: a wake means a
 		// pin was released, and pins normally are.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -307,20 +308,26 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 		stop := context.AfterFunc(ctx, func() { _, _ = futex.WakeAll(&rec.Drain) })
 		defer stop()
 	}
+	st := s.recordStats(int(t.Txn))
+	var start int64 // when the wait began; 0 before it slept
 	for {
 		if !late && s.seg.Closed() {
-			return shm.ErrClosed
+			return s.waited(st, start, shm.ErrClosed)
 		}
 		sleepers.Register(&rec.Sleepers)
 		seq := rec.Drain.Load()
 		if c := rec.Ctl.Load() &^ flagBarrier; c != closing && c != finishing {
 			sleepers.Unregister(&rec.Sleepers)
-			return nil
+			return s.waited(st, start, nil)
 		}
+		if start == 0 {
+			start = mono.Now()
+		}
+		st.AddSleep()
 		_ = futex.Wait(&rec.Drain, seq, livenessInterval)
 		sleepers.Unregister(&rec.Sleepers)
 		if err := ctx.Err(); err != nil {
-			return err
+			return s.waited(st, start, err)
 		}
 	}
 }

@@ -52,9 +52,10 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 		if err != nil {
 			m.cancelPending()
 			w.done()
-			return err
+			return m.endWait(err)
 		}
-		defer w.done() // after the CAS below
+		defer m.endWait(nil) // after the CAS below: a granted wait
+		defer w.done()       // after the CAS below
 	}
 	for {
 		s := m.e.State.Load()

@@ -43,9 +43,9 @@ func (m *Mutex) lock(ctx context.Context) error {
 			m.abandonWriter()
 			return ErrHeld
 		}
-		return m.finishLock(ctx, false, false, false)
+		return m.endWait(m.finishLock(ctx, false, false, false))
 	}
-	return m.lockSlow(ctx, false)
+	return m.endWait(m.lockSlow(ctx, false))
 }
 
 func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
@@ -103,6 +103,7 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bo
 		if !now.Before(graceEnd) {
 			break
 		}
+		m.beginWait()
 		m.clearWriteBit()
 		m.wake(m.sharedGate())
 		waited = true
@@ -308,7 +309,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		waited = true
 		slice, err := m.wait(ctx, m.sharedGate(), nil, &lv, func() bool { return m.e.Upgrader.Load() == 0 })
 		if err != nil {
-			return err
+			return m.endWait(err)
 		}
 		if slice && m.takeOverUpgrader(m.e.Upgrader.Load()) {
 			m.e.Generation.Add(1)
@@ -355,7 +356,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		if err != nil {
 			m.abandonUpgrader()
 			w.done()
-			return err
+			return m.endWait(err)
 		}
 		if slice {
 			m.releaseDeadWriter()
@@ -368,10 +369,13 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		m.wake(m.sharedGate())
 		m.wake(m.uniqueGate())
 		w.done()
-		return shm.ErrClosed
+		return m.endWait(shm.ErrClosed)
 	}
 	w.done()
 	m.setReclaimed(reclaimed)
+	if waited { // only here: the uncontended path has no wait to record
+		return m.endWait(nil)
+	}
 	return nil
 }
 

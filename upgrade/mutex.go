@@ -48,6 +48,9 @@ type Mutex struct {
 
 	reclaimed atomic.Bool   // the current writer or upgrade hold was taken from the dead
 	repairs   atomic.Uint64 // dead holders this handle took over or released
+
+	stats     *layout.LockStats // the mutex's contention counters; nil if the segment has none
+	waitStart atomic.Int64      // CLOCK_MONOTONIC when the current acquisition began to wait; 0 if it has not (stats.go)
 }
 
 // Open returns a handle on upgrade mutex index of seg, which must be
@@ -69,6 +72,9 @@ func open(seg *shm.Segment, index int) (*Mutex, error) {
 	n := seg.ReadersPerUpgrade()
 	m := &Mutex{e: e, readers: make([]*layout.ReaderRecord, n), seg: seg, index: index,
 		pid: proc.Self().Pack(), tid: proc.HolderID(), alive: seg.OwnerAlive}
+	if !seg.ReadOnly() { // a read-only handle only reads: it must not count
+		m.stats = seg.LockStats(layout.KindUpgrades, index)
+	}
 	for j := range n {
 		if m.readers[j], err = seg.UpgradeReader(index, j); err != nil {
 			return nil, err

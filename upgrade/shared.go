@@ -13,7 +13,7 @@ func (m *Mutex) LockShared() error {
 	if m.lockSharedFast() {
 		return nil
 	}
-	return m.lockSharedSlow(context.Background(), false)
+	return m.endWait(m.lockSharedSlow(context.Background(), false))
 }
 
 // TryLockShared takes a shared hold only if that needs no waiting;
@@ -27,7 +27,7 @@ func (m *Mutex) LockSharedContext(ctx context.Context) error {
 	if ctx.Err() == nil && m.lockSharedFast() {
 		return nil
 	}
-	return m.lockSharedSlow(ctx, false)
+	return m.endWait(m.lockSharedSlow(ctx, false))
 }
 
 // lockSharedFast takes a shared hold if the handle's record exists (so

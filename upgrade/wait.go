@@ -87,6 +87,7 @@ func (l *liveness) due(timedOut bool) bool {
 // while it waits, and registers before it first yields or sleeps. lv is
 // the caller's liveness schedule, one for each loop of waits.
 func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, lv *liveness, ready func() bool) (slice bool, err error) {
+	m.beginWait()
 	for i := range spinLoads + spinYields {
 		if lv.again {
 			break
@@ -131,6 +132,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, lv *liveness, r
 		m.unregister(g)
 		return false, m.openErr()
 	}
+	m.stats.AddSleep()
 	err = futex.Wait(g.word, seq, sleep)
 	m.unregister(g)
 	if m.segClosed() {
@@ -203,7 +205,10 @@ func (m *Mutex) wake(g gate) {
 		return
 	}
 	g.word.Add(1)
-	if n, err := futex.WakeAll(g.word); (n == 0 || err != nil) && g.all == waitersSharedMask {
+	n, err := futex.WakeAll(g.word)
+	if n > 0 && err == nil {
+		m.stats.AddWakeup()
+	} else if g.all == waitersSharedMask {
 		sleepers.FutileIn(&m.e.Waiters, waitersSharedMask)
 	}
 }
@@ -242,6 +247,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		}
 		return false, false, ErrWouldBlock
 	}
+	m.beginWait()
 	spin.KeepOff(writerKeepOff)
 	for i := range spinLoads + spinYields {
 		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
@@ -289,6 +295,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 			// until it runs: only writers on a CPU ask for handoffs.
 			w.CompareAndSwap(o, o&^writerHungry)
 		}
+		m.stats.AddSleep()
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()
 		if m.segClosed() {
@@ -348,7 +355,9 @@ func (m *Mutex) unregisterWriter() { sleepers.Unregister(&m.e.WriterSleepers) }
 // call does not sleep.
 func (m *Mutex) wakeWriter() {
 	m.e.WriterGate.Add(1)
-	sleepers.WakeOne(&m.e.WriterSleepers, &m.e.WriterGate)
+	if sleepers.WakeOne(&m.e.WriterSleepers, &m.e.WriterGate) {
+		m.stats.AddWakeup()
+	}
 }
 
 // passWriterWake is for a writer that gives up waiting: if the Writer word
@@ -386,6 +395,9 @@ func (m *Mutex) freeDeadRecord(r *layout.ReaderRecord) (owner uint64, count uint
 	r.Count.Store(0)
 	r.Owner.Store(0)
 	m.repairs.Add(1)
+	if count != 0 {
+		m.stats.AddReclaim() // shared holds ended for the dead
+	}
 	return o, count, true
 }
 
@@ -438,6 +450,7 @@ func (m *Mutex) takeOverWriter(o uint64) bool {
 		m.e.State.Or(stateInconsistent) // the write bit is ours now: nobody else clears it
 	}
 	m.repairs.Add(1)
+	m.stats.AddReclaim()
 	return true
 }
 
@@ -448,6 +461,7 @@ func (m *Mutex) takeOverUpgrader(o uint64) bool {
 	}
 	m.e.Waiters.And(^uniqueUpgrader)
 	m.repairs.Add(1)
+	m.stats.AddReclaim()
 	return true
 }
 

@@ -109,6 +109,7 @@ public:
 			Close(std::exchange(p_, nullptr));
 	}
 	T *get() const noexcept { return p_; }
+	T *release() noexcept { return std::exchange(p_, nullptr); }
 
 private:
 	T *p_ = nullptr;
@@ -249,6 +250,23 @@ public:
 		detail::check(shmlock_upgrade_named(seg.get(), name.c_str(), &m), "shmlock: upgrade mutex");
 		h_ = detail::handle<shmlock_upgrade, shmlock_upgrade_close>(m);
 	}
+	upgrade_mutex(upgrade_mutex &&) = default;
+	upgrade_mutex &operator=(upgrade_mutex &&) = default;
+	// Destroying a handle that still holds the mutex (an exception passing
+	// through a scope that locked it by hand) releases its holds first:
+	// kept, they would stall every other process until this one exits.
+	~upgrade_mutex()
+	{
+		shmlock_upgrade *m = h_.release();
+		if (m && shmlock_upgrade_close(m) == SHMLOCK_EHELD) {
+			shmlock_upgrade_unlock(m);            // a unique hold taken by lock()
+			shmlock_upgrade_unique_to_upgrade(m); // an upgraded one goes back first
+			shmlock_upgrade_unlock_upgrade(m);
+			while (shmlock_upgrade_unlock_shared(m) == SHMLOCK_OK) {
+			}
+			shmlock_upgrade_close(m);
+		}
+	}
 
 	void lock() { report_ = detail::check(shmlock_upgrade_lock(h_.get()), "shmlock: lock"); }
 	bool try_lock() { return held(shmlock_upgrade_trylock(h_.get())); }
@@ -289,6 +307,9 @@ public:
 	void unlock_upgrade() { detail::check(shmlock_upgrade_unlock_upgrade(h_.get()), "shmlock: unlock_upgrade"); }
 
 	// Conversions (the handle keeps holding in the old mode if one fails).
+	// A unique hold reached from the upgrade lock is left with
+	// unlock_and_lock_upgrade or unlock_and_lock_shared, not unlock(), as
+	// in Go (upgrade_lock does this for you).
 	void unlock_upgrade_and_lock()
 	{
 		report_ = detail::check(shmlock_upgrade_upgrade_to_unique(h_.get()), "shmlock: upgrade to unique");
@@ -332,7 +353,9 @@ public:
 	~upgrade_lock()
 	{
 		try {
-			unique_ ? m_.unlock() : m_.unlock_upgrade();
+			if (unique_)
+				m_.unlock_and_lock_upgrade(); // an upgraded hold goes back to upgrade, then ends
+			m_.unlock_upgrade();
 		} catch (...) {
 			// A destructor must not throw; the release of a hold this
 			// guard took fails only on a corrupted segment.

@@ -116,6 +116,8 @@ static bool dir_named(struct shm_dir_entry *e, const char *name, uint32_t len)
 
 /* -------------------------------------------------------- registry lock */
 
+static void recount_refs(shmlock_segment *seg);
+
 static int registry_lock_for(shmlock_segment *seg, bool release)
 {
 	pthread_mutex_lock(&seg->registry_mu);
@@ -135,6 +137,7 @@ static int registry_lock_for(shmlock_segment *seg, bool release)
 		if (attempt % REGISTRY_LIVENESS_STEP == REGISTRY_LIVENESS_STEP - 1 && !shm_owner_alive(seg, holder)) {
 			if (atomic_compare_exchange_strong(&seg->hdr->registry, &holder, self)) {
 				atomic_fetch_add(&seg->hdr->registry_gen, 1); /* the dead's change is abandoned */
+				recount_refs(seg);
 				return 0;
 			}
 			continue;
@@ -264,6 +267,38 @@ static void free_entry(shmlock_segment *seg, int kind, int dk, uint64_t i)
 		uint64_t n = readers_per_upgrade(seg);
 		for (uint64_t j = 0; j < n; j++)
 			zero_entry(seg, SHM_UPGRADE_READERS, i * n + j);
+	}
+}
+
+/* recountRefs (shm/directory.go): after taking the registry lock over from
+ * a dead holder, sets each claimed entry's Refs to the sum of the Counts of
+ * the records naming it. Under the lock the two agree; a holder killed
+ * between a claim's (or release's) two counts leaves Refs one too high, a
+ * reference no record names. A claim left with none and a free lock is
+ * freed, as a release would. Without records there is nothing to recount. */
+static void recount_refs(shmlock_segment *seg)
+{
+	uint64_t nrefs;
+	struct shm_claim_ref *refs = shm_table_of(seg, SHM_CLAIM_REFS, &nrefs);
+	if (!refs || nrefs == 0 || seg->read_only)
+		return;
+	static const int kinds[] = {SHM_OWNER_SLOTS, SHM_UPGRADES};
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		int kind = kinds[k], dk = directory_of(kind);
+		for (uint64_t i = 0; i < seg->tables[kind].count; i++) {
+			struct shm_dir_entry *d = dir_entry(seg, dk, i);
+			if (atomic_load(&d->state) != SHM_DIR_CLAIMED)
+				continue;
+			uint32_t target = claim_target(kind, i), want = 0;
+			for (uint64_t j = 0; j < nrefs; j++)
+				if (atomic_load(&refs[j].owner) != 0 && atomic_load(&refs[j].target) == target)
+					want += atomic_load(&refs[j].count);
+			if (atomic_load(&d->refs) == want)
+				continue;
+			atomic_store(&d->refs, want);
+			if (want == 0 && lock_free(seg, kind, i, atomic_load(&d->use)))
+				free_entry(seg, kind, dk, i);
+		}
 	}
 }
 

@@ -98,28 +98,34 @@ static void futile(a32 *w, uint32_t count, uint32_t clear)
 	}
 }
 
-void shm_sleepers_wake_one(a32 *w, a32 *gate)
+bool shm_sleepers_wake_one(a32 *w, a32 *gate)
 {
 	uint32_t v = atomic_load(w);
 	for (;;) {
 		if ((v & SHM_SLEEPERS_COUNT) == 0 || (v & SHM_SLEEPERS_WAKE_PENDING))
-			return;
+			return false;
 		if (atomic_compare_exchange_weak(w, &v, v | SHM_SLEEPERS_WAKE_PENDING))
 			break;
 	}
 	/* Nobody woken: the sleepers are not in the kernel yet (they will find
 	 * the gate changed) or they died; nobody is on the way to clear the bit. */
-	if (shm_futex_wake(gate, 1) == 0)
+	if (shm_futex_wake(gate, 1) == 0) {
 		futile(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_WAKE_PENDING);
+		return false;
+	}
+	return true;
 }
 
 /* Leaves wake-pending alone: it belongs to a wake_one whose sleeper clears it. */
-void shm_sleepers_wake_all(a32 *w, a32 *gate)
+bool shm_sleepers_wake_all(a32 *w, a32 *gate)
 {
 	if ((atomic_load(w) & SHM_SLEEPERS_COUNT) == 0)
-		return;
-	if (shm_futex_wake(gate, INT_MAX) == 0)
+		return false;
+	if (shm_futex_wake(gate, INT_MAX) == 0) {
 		futile(w, SHM_SLEEPERS_COUNT, 0);
+		return false;
+	}
+	return true;
 }
 
 void shm_sleepers_futile_in(a32 *w, uint32_t count) { futile(w, count, 0); }

@@ -334,8 +334,10 @@ void shm_sleepers_register(a32 *w);
 void shm_sleepers_unregister(a32 *w);
 /* UnregisterIn: count is the subset of the count bits, other low bits kept. */
 void shm_sleepers_unregister_in(a32 *w, uint32_t count);
-void shm_sleepers_wake_one(a32 *w, a32 *gate);
-void shm_sleepers_wake_all(a32 *w, a32 *gate);
+/* The wakes report whether they found a sleeper in the kernel (for the
+ * contention counters). */
+bool shm_sleepers_wake_one(a32 *w, a32 *gate);
+bool shm_sleepers_wake_all(a32 *w, a32 *gate);
 void shm_sleepers_futile_in(a32 *w, uint32_t count);
 
 /* ---------------------------------------------------- names (directory.c) */

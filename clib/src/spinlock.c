@@ -57,6 +57,7 @@ struct shmlock_spin {
 	a64 *word;  /* the lock word: &slot->pid or &slot->token */
 	a32 *fword; /* its low half (little-endian): the futex word */
 	shmlock_segment *seg;
+	struct shm_lock_stats *stats; /* the slot's contention counters; NULL if none or read-only */
 	int mode;
 	int index;
 	bool named; /* made by shmlock_spin_named: close releases the claim */
@@ -123,7 +124,8 @@ static bool spin_held_by(const shmlock_spin *l, uint64_t word, uint64_t holder)
 
 static void spin_wake_one(shmlock_spin *l)
 {
-	shm_sleepers_wake_one(&l->slot->pad, l->fword);
+	if (shm_sleepers_wake_one(&l->slot->pad, l->fword))
+		SHM_STATS_ADD(l->stats, wakeups);
 }
 
 /* spin_pass_wake is for a waiter that gives up: it may have consumed the
@@ -150,6 +152,7 @@ static bool spin_reclaim(shmlock_spin *l, uint64_t word, uint64_t holder, uint64
 	atomic_store(&s->tid, holder);
 	atomic_store(&s->recursion, SHM_SLOT_INCONSISTENT);
 	atomic_fetch_add(&s->token, 1);
+	SHM_STATS_ADD(l->stats, reclaims);
 	return true;
 }
 
@@ -161,9 +164,12 @@ static void spin_keep_off(void)
 	}
 }
 
+static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t deadline);
+
 /* spin_lock_slow is everything but the first CAS: recursion, the try's
- * refusal, spinning, sleeping and reclaiming. deadline is a CLOCK_MONOTONIC
- * time, or negative for none; try means do not wait at all. */
+ * refusal, spinning, sleeping and reclaiming (in spin_wait, whose wait it
+ * counts). deadline is a CLOCK_MONOTONIC time, or negative for none; try
+ * means do not wait at all. */
 static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t word, uint64_t holder,
                                                    int64_t deadline, bool try)
 {
@@ -177,7 +183,17 @@ static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t wo
 	}
 	if (try)
 		return SHMLOCK_EWOULDBLOCK;
+	int64_t since = shm_now_ns();
+	int rc = spin_wait(l, word, holder, deadline);
+	shm_stats_wait(l->stats, since, rc < 0);
+	return rc;
+}
 
+/* spin_wait is the waiting part of spin_lock_slow: spin, yield, then sleep
+ * until the lock is free, its holder dead, or the caller gives up. */
+static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t deadline)
+{
+	struct shm_owner_slot *s = l->slot;
 	spin_keep_off();
 	for (int i = 0; i < SPIN_LOADS + SPIN_OS_YIELDS; i++) {
 		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
@@ -207,6 +223,7 @@ static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t wo
 			continue;
 		}
 		shm_sleepers_register(&s->pad);
+		SHM_STATS_ADD(l->stats, sleeps);
 		int rc = shm_futex_wait(l->fword, (uint32_t)owner, sleep);
 		shm_sleepers_unregister(&s->pad);
 		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
@@ -340,6 +357,7 @@ SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, s
 	l->seg = seg;
 	l->mode = mode;
 	l->index = (int)index;
+	l->stats = seg->read_only ? NULL : shm_lock_stats(seg, SHM_OWNER_SLOTS, index);
 	shm_seg_get(seg); /* the mapping lives as long as the handle */
 	*out = l;
 	return SHMLOCK_OK;

@@ -83,7 +83,6 @@ struct shmlock_upgrade {
 	size_t index;
 	uint64_t pid; /* packed identity of this process */
 	uint64_t tid; /* this handle's holder id */
-	uint8_t boot[16];
 	struct shm_reader_record *rec; /* this handle's record, once claimed */
 	bool named;
 };
@@ -133,18 +132,7 @@ static inline uint64_t writer_id(uint64_t o) { return is_handoff(o) ? 0 : o & ~W
 static inline bool seg_closed(const shmlock_upgrade *m) { return shm_closed(m->seg); }
 
 /* OwnerAlive: a holder recorded under another boot is dead. */
-static bool alive(const shmlock_upgrade *m, uint64_t id)
-{
-	uint64_t *ob = (uint64_t *)(void *)m->seg->hdr->owners_boot;
-	uint64_t lo = __atomic_load_n(&ob[0], __ATOMIC_SEQ_CST);
-	uint64_t hi = __atomic_load_n(&ob[1], __ATOMIC_SEQ_CST);
-	uint64_t blo, bhi;
-	memcpy(&blo, m->boot, 8);
-	memcpy(&bhi, m->boot + 8, 8);
-	if (lo != blo || hi != bhi)
-		return false;
-	return shm_alive(id);
-}
+static bool alive(const shmlock_upgrade *m, uint64_t id) { return shm_owner_alive(m->seg, id); }
 
 static inline bool holds_writer(shmlock_upgrade *m)
 {
@@ -1227,10 +1215,7 @@ SHM_EXPORT int shmlock_upgrade_open(shmlock_segment *seg, size_t index, shmlock_
 	m->index = index;
 	m->pid = shm_self();
 	m->tid = shm_random64();
-	if (shm_boot_id(m->boot) != 0) {
-		free(m);
-		return SHMLOCK_ESYS;
-	}
+	shm_seg_get(seg); /* the segment (and its closed flag) outlives the handle */
 	*out = m;
 	return SHMLOCK_OK;
 }
@@ -1270,6 +1255,7 @@ SHM_EXPORT int shmlock_upgrade_close(shmlock_upgrade *m)
 		if (m->named)
 			rc = shm_release_claim(m->seg, SHM_UPGRADES, m->index);
 	}
+	shm_seg_put(m->seg);
 	free(m);
 	return rc;
 }

@@ -386,6 +386,24 @@ static void test_wake(void)
 	CHECK_RC(shmlock_upgrade_close(sleeper), 0);
 }
 
+/* A handle outlives the segment's close: its calls fail with ECLOSED and
+ * its close frees it (ASan sees any use of freed segment memory). */
+static void test_segment_closed_first(void)
+{
+	char p2[256];
+	check_temp_path(p2, sizeof p2, "upgrade-closed");
+	shmlock_segment *s2;
+	CHECK_RC(shmlock_create(p2, NULL, &s2), 0);
+	shmlock_upgrade *m;
+	CHECK_RC(shmlock_upgrade_open(s2, 0, &m), 0);
+	CHECK_RC(shmlock_close(s2), 0);
+	CHECK_RC(shmlock_upgrade_trylock(m), SHMLOCK_ECLOSED);
+	CHECK_RC(shmlock_upgrade_lock_shared(m), SHMLOCK_ECLOSED);
+	CHECK(shmlock_upgrade_generation(m) == 0);
+	CHECK_RC(shmlock_upgrade_close(m), 0);
+	CHECK_RC(shmlock_remove(p2), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -398,6 +416,7 @@ int main(void)
 	RUN(test_dead_writer);
 	RUN(test_dead_reader_and_upgrader);
 	RUN(test_wake);
+	RUN(test_segment_closed_first);
 	teardown();
 	return CHECK_DONE();
 }

@@ -49,3 +49,16 @@ func Uint64(mem []byte, off uint64) (*atomic.Uint64, error) { return At[atomic.U
 // for futex calls (the kernel compares and waits on 32-bit words only). It
 // relies on the little-endian layout that package layout enforces.
 func LowHalf(w *atomic.Uint64) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(w)) }
+
+// Index returns the index of p in an array of T that starts at base, or -1
+// if p is not an element of it (before base, or not on an element's
+// boundary). It reads no memory.
+func Index[T any](base, p *T) int {
+	var zero T
+	size := unsafe.Sizeof(zero)
+	b, q := uintptr(unsafe.Pointer(base)), uintptr(unsafe.Pointer(p))
+	if size == 0 || q < b || (q-b)%size != 0 {
+		return -1
+	}
+	return int((q - b) / size)
+}

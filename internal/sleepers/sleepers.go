@@ -46,12 +46,13 @@ func UnregisterIn(w *atomic.Uint32, count uint32) {
 }
 
 // WakeOne wakes one sleeper on gate unless w has none registered or a
-// woken one has not run yet.
-func WakeOne(w, gate *atomic.Uint32) {
+// woken one has not run yet. It reports whether the wake found a sleeper
+// in the kernel (for the contention counters, layout.LockStats).
+func WakeOne(w, gate *atomic.Uint32) bool {
 	for {
 		v := w.Load()
 		if v&CountMask == 0 || v&WakePending != 0 {
-			return
+			return false
 		}
 		if w.CompareAndSwap(v, v|WakePending) {
 			break
@@ -62,19 +63,23 @@ func WakeOne(w, gate *atomic.Uint32) {
 		// the gate changed), or they are dead. Nobody is on the way to
 		// clear the bit.
 		futile(w, CountMask, WakePending)
+		return false
 	}
+	return true
 }
 
 // WakeAll wakes every sleeper on gate if w has any registered. It leaves
 // wake-pending alone: that bit belongs to a WakeOne whose woken sleeper
-// clears it.
-func WakeAll(w, gate *atomic.Uint32) {
+// clears it. It reports whether the wake found a sleeper in the kernel.
+func WakeAll(w, gate *atomic.Uint32) bool {
 	if w.Load()&CountMask == 0 {
-		return
+		return false
 	}
 	if n, err := futex.WakeAll(gate); n == 0 || err != nil {
 		futile(w, CountMask, 0)
+		return false
 	}
+	return true
 }
 
 // FutileIn counts a wake of the sleepers counted in the bits count of w

@@ -30,7 +30,7 @@ func TestWakeWithNobodyAsleep(t *testing.T) {
 	tests := []struct {
 		name       string
 		word       uint32
-		wake       func(w, gate *atomic.Uint32)
+		wake       func(w, gate *atomic.Uint32) bool
 		want       uint32
 		wantReason string
 	}{
@@ -46,7 +46,7 @@ func TestWakeWithNobodyAsleep(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var w, gate atomic.Uint32
 			w.Store(tt.word)
-			tt.wake(&w, &gate)
+			require.False(t, tt.wake(&w, &gate), "a wake that found nobody reports false")
 			require.Equal(t, tt.want, w.Load(), tt.wantReason)
 		})
 	}

@@ -222,6 +222,20 @@ static int cmd_wait(int mode)
 	return 0;
 }
 
+/* cmd_timeouts waits n times for 10 ms and wants a timeout each time (the
+ * lock is held by the parent), for the contention counters' test. */
+static int cmd_timeouts(int mode, long n)
+{
+	uint64_t h = holder_for(mode);
+	for (long i = 0; i < n; i++) {
+		int rc = shmlock_spin_timedlock(lock, h, 10 * INT64_C(1000000));
+		if (rc != SHMLOCK_ETIMEDOUT)
+			die("timedlock: want a timeout", rc);
+	}
+	say("done");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 4)
@@ -237,6 +251,9 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "hold") && argc == 5) {
 		open_all(argv[2], argv[3], parse_mode(argv[4]));
 		rc = cmd_hold(parse_mode(argv[4]));
+	} else if (!strcmp(cmd, "timeouts") && argc == 6) {
+		open_all(argv[2], argv[3], parse_mode(argv[4]));
+		rc = cmd_timeouts(parse_mode(argv[4]), helper_atol(argv[5]));
 	} else if (!strcmp(cmd, "wait") && argc == 5) {
 		open_all(argv[2], argv[3], parse_mode(argv[4]));
 		rc = cmd_wait(parse_mode(argv[4]));
@@ -246,6 +263,6 @@ int main(int argc, char **argv)
 	close_all();
 	return rc;
 usage:
-	fprintf(stderr, "usage: spin count|worker|hold|wait PATH NAME ...\n");
+	fprintf(stderr, "usage: spin count|worker|hold|wait|timeouts PATH NAME ...\n");
 	return 2;
 }

@@ -1,0 +1,44 @@
+package lockmgr_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// A contended resource's counters: N acquisitions that wait 10 ms behind a
+// holder and give up count N contended waits and N timeouts in the stats
+// entry of the resource's lock-manager entry; the uncontended grant counts
+// nothing.
+func TestLockStatsTimeouts(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	m, seg := newManager(t, 8, lockmgr.Options{})
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "res", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	for range n {
+		_, err := m.Acquire(ctx, "res", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 10 * time.Millisecond})
+		require.True(t, errors.Is(err, lockmgr.ErrTimeout), "got %v, want ErrTimeout", err)
+	}
+	var contended uint64
+	var timeouts, hist uint32
+	for i := range seg.Len(layout.KindLockMgr) {
+		st := seg.LockStats(layout.KindLockMgr, i)
+		require.NotNil(t, st)
+		contended += st.Contended.Load()
+		timeouts += st.Timeouts.Load()
+		for j := range st.WaitHist {
+			hist += st.WaitHist[j].Load()
+		}
+	}
+	require.Equal(t, uint64(n), contended, "Contended")
+	require.Equal(t, uint32(n), timeouts, "Timeouts")
+	require.Equal(t, uint32(n), hist, "waits in the histogram")
+}

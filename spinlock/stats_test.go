@@ -1,0 +1,89 @@
+package spinlock_test
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+func init() {
+	helpers["stats-timeouts"] = statsTimeoutsHelper // PATH N
+}
+
+// The contention counters of a slot, exact across processes: a child that
+// times out N times behind the parent's hold counts N contended waits and
+// N timeouts, all in the slot's stats entry; the parent's reclaim of a
+// killed holder counts one reclaim; the parent's uncontended locks count
+// nothing.
+func TestStatsAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	seg, path := newSegment(t)
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	st := seg.LockStats(layout.KindOwnerSlots, 0)
+	require.NotNil(t, st)
+
+	me := spinlock.NewHolder()
+	for range 3 { // uncontended: nothing counted
+		g, err := l.Lock(me)
+		require.NoError(t, err)
+		require.NoError(t, g.Release())
+	}
+	require.Zero(t, st.Contended.Load(), "uncontended locks")
+
+	g, err := l.Lock(me)
+	require.NoError(t, err)
+	testproc.Start(t, "stats-timeouts", path, strconv.Itoa(n)).WaitOK(t)
+	require.NoError(t, g.Release())
+	require.Equal(t, uint64(n), st.Contended.Load(), "Contended")
+	require.Equal(t, uint32(n), st.Timeouts.Load(), "Timeouts")
+	require.Zero(t, st.Reclaims.Load(), "Reclaims")
+	require.GreaterOrEqual(t, st.WaitNanos.Load(), uint64(n*10*time.Millisecond), "WaitNanos: %d waits of 10 ms", n)
+	var hist uint32
+	for i := range st.WaitHist {
+		hist += st.WaitHist[i].Load()
+	}
+	require.Equal(t, uint32(n), hist, "waits in the histogram")
+	require.Zero(t, st.WaitHist[0].Load()+st.WaitHist[1].Load()+st.WaitHist[2].Load(), "no wait under 1 ms")
+	require.Positive(t, st.Sleeps.Load(), "a 10 ms wait sleeps")
+
+	holder := testproc.Start(t, "hold", path, "1")
+	holder.WaitLine(t, "held")
+	holder.Kill(t)
+	holder.WaitKilled(t)
+	g, err = l.TryLockFor(me, testTimeout)
+	require.NoError(t, err)
+	require.True(t, g.Reclaimed())
+	require.NoError(t, g.Release())
+	require.Equal(t, uint32(1), st.Reclaims.Load(), "Reclaims")
+	require.Equal(t, uint64(n+1), st.Contended.Load(), "Contended")
+	require.Equal(t, uint32(n), st.Timeouts.Load(), "Timeouts: the reclaim was granted")
+	require.Nil(t, seg.LockStats(layout.KindOwnerSlots, 8), "no such slot")
+}
+
+// statsTimeoutsHelper waits for slot 0 for 10 ms, N times, and wants a
+// timeout each time: PATH N.
+func statsTimeoutsHelper(args []string) int {
+	n, _ := strconv.Atoi(args[1])
+	seg, l, _, err := openLock(args[0], spinlock.PIDTID)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	for i := range n {
+		if _, err := l.TryLockFor(spinlock.NewHolder(), 10*time.Millisecond); !errors.Is(err, spinlock.ErrTimeout) {
+			return fail("wait %d: got %v, want ErrTimeout", i, err)
+		}
+	}
+	fmt.Println("done")
+	return 0
+}
