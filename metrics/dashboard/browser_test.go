@@ -154,7 +154,7 @@ func TestBrowser(t *testing.T) {
 	require.Equal(t, "pid "+strconv.Itoa(os.Getpid()), r.Holders)
 	require.Contains(t, r.State, "reclaimed")
 	if path := os.Getenv("SHMLOCK_DASHBOARD_SCREENSHOT"); path != "" {
-		png, err := chromedp.Run(tab, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, png, 0o644))
 	}
