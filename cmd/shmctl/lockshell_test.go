@@ -222,7 +222,7 @@ func TestLockStagesPrivilegedCommand(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	prog := filepath.Join(dir, "setuid-script")
-	require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\necho $$ > "+pidFile+"\nexec sleep 60\n"), 0o755))
+	testproc.WriteExecutable(t, prog, "#!/bin/sh\necho $$ > "+pidFile+"\nexec sleep 60\n")
 	require.NoError(t, os.Chmod(prog, 0o755|fs.ModeSetuid))
 	require.True(t, gainsPrivileges(prog))
 	require.False(t, gainsPrivileges("/bin/sh"))

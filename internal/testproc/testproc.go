@@ -120,10 +120,22 @@ func Script(tb testing.TB, name string) string {
 	path := filepath.Join(tb.TempDir(), name)
 	body := fmt.Sprintf("#!/bin/sh\nunset %s\n%s=%s GORACE=atexit_sleep_ms=0 exec %s \"$@\"\n",
 		envArgs, envHelper, shellQuote(name), shellQuote(exe))
-	if err := os.WriteFile(path, []byte(body), 0o700); err != nil {
-		tb.Fatalf("writing %s: %v", path, err)
-	}
+	WriteExecutable(tb, path, body)
 	return path
+}
+
+// WriteExecutable writes an executable file (mode 0700) with content body.
+// A child of sh writes it, not this process: a file this process had open
+// for writing could be inherited, for the instant between fork and exec,
+// by a child another goroutine starts, and exec of the file would then
+// fail with ETXTBSY ("Text file busy").
+func WriteExecutable(tb testing.TB, path, body string) {
+	tb.Helper()
+	write := exec.Command("/bin/sh", "-c", `umask 077 && cat > "$1" && chmod 700 "$1"`, "sh", path)
+	write.Stdin = strings.NewReader(body)
+	if out, err := write.CombinedOutput(); err != nil {
+		tb.Fatalf("writing %s: %v\n%s", path, err, out)
+	}
 }
 
 // shellQuote quotes s for sh(1).
