@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/metrics"
+	"github.com/shmlock/shmlock/metrics/dashboard"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -48,6 +49,14 @@ full each table is (package metrics describes every series). Each segment's
 series carry its path in the label segment. The segments are read at each
 scrape, read-only: nothing in them changes, and nothing is cached.
 
+At / serve shows the same locks on a live page for a browser (package
+metrics/dashboard): a table per segment with each lock's holders and their
+pids, waiters, hold age, contention rate and a sparkline of its last
+minute, updated every second; dead holders, reclaims and inconsistent
+locks are highlighted. The page is one file served by shmctl itself and
+loads nothing from elsewhere. It reads /events (server-sent events); the
+same snapshot is at /view.json for scripts that poll.
+
 serve listens on 127.0.0.1:9464 unless --listen says otherwise, and refuses
 an address other processes than this machine's could reach (another
 interface, or all of them with ":PORT") unless --public is given: the
@@ -62,7 +71,8 @@ serve keeps the file it opened, so restart it then.`,
 		Example: `  shmctl serve jobs
   shmctl serve jobs queue --listen 127.0.0.1:9500
   shmctl serve jobs --listen :9464 --public
-  curl -s localhost:9464/metrics | grep shmlock_lock_held`,
+  curl -s localhost:9464/metrics | grep shmlock_lock_held
+  curl -s localhost:9464/view.json`,
 		Args: minArgs(1, "one or more segments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segments = args
@@ -97,12 +107,14 @@ func checkListen(cmd *cobra.Command, addr string, public bool) error {
 
 func runServe(opts *serveOptions) error {
 	reg := prometheus.NewRegistry()
+	var segs []*shm.Segment
 	for _, path := range opts.Segments {
 		seg, err := shm.Open(path, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
 		if err != nil {
 			return err
 		}
 		defer seg.Close()
+		segs = append(segs, seg)
 		if err := reg.Register(metrics.NewCollector(seg)); err != nil {
 			return fmt.Errorf("%s: named twice: %w", seg.Path(), err)
 		}
@@ -121,13 +133,16 @@ func runServe(opts *serveOptions) error {
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      log.New(opts.IO.ErrOut, "shmctl: serve: ", 0),
 	}))
-	// "/" is kept for a page of its own; until then it points at /metrics.
-	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "shmctl serve: the metrics are at /metrics")
-	})
+	// The live page at /, its /events and /view.json.
+	mux.Handle("/", dashboard.New(segs, dashboard.Options{}))
+	// The requests' context ends at shutdown, so that the page's event
+	// streams, which never go idle, end then too.
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(opts.IO.ErrOut, "shmctl: serve: ", 0)}
+		ErrorLog:    log.New(opts.IO.ErrOut, "shmctl: serve: ", 0),
+		BaseContext: func(net.Listener) context.Context { return base }}
+	srv.RegisterOnShutdown(cancelBase)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

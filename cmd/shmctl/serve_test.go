@@ -85,8 +85,15 @@ func TestServe(t *testing.T) {
 	}
 	require.NotContains(t, body, "shmlock_lock_held"+res, "a free resource nobody declared is not listed")
 
-	root := get(t, strings.TrimSuffix(url, "metrics"))
-	require.Equal(t, "shmctl serve: the metrics are at /metrics\n", root)
+	// The dashboard beside /metrics: its page and its snapshot, which an
+	// event stream left open does not keep from ending at SIGTERM.
+	root := strings.TrimSuffix(url, "metrics")
+	require.Contains(t, get(t, root), "<title>shmlock: locks</title>")
+	require.Contains(t, get(t, root+"view.json"), `"label":"queue","index":0,"held":false`)
+	events, err := http.Get(root + "events")
+	require.NoError(t, err)
+	defer events.Body.Close()
+	require.Equal(t, "text/event-stream", events.Header.Get("Content-Type"))
 	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, c.Wait(t))
 }

@@ -1,0 +1,201 @@
+package dashboard
+
+import (
+	"time"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/metrics"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// Snapshot is what /view.json answers and each event of /events carries,
+// as JSON: the segments' locks at one moment.
+type Snapshot struct {
+	Time     time.Time `json:"time"`
+	Segments []Segment `json:"segments"`
+}
+
+// Segment is one segment of a Snapshot.
+type Segment struct {
+	Path string `json:"path"`
+	// Error says why the segment could not be read (then Locks and Tables
+	// are empty); "" if it was.
+	Error string `json:"error,omitempty"`
+	// Contention: the segment has contention counters (a lock_stats
+	// table), so each Lock has them.
+	Contention bool    `json:"contention"`
+	Tables     []Table `json:"tables"`
+	Locks      []Lock  `json:"locks"`
+}
+
+// Table is how full one table is (metrics.Table).
+type Table struct {
+	Kind     string `json:"kind"`
+	Capacity int    `json:"capacity"`
+	Used     int    `json:"used"`
+}
+
+// Lock is one lock in use (metrics.Lock) with its holders' processes.
+type Lock struct {
+	Kind  string `json:"kind"`  // spinlock, upgrade or lockmgr
+	Label string `json:"label"` // its name, resource or entry index
+	Index int    `json:"index"` // its entry index; -1 for a resource
+	Held  bool   `json:"held"`
+	// HolderCount is metrics.Lock.Holders; Holders lists those whose
+	// process is recorded (a token-mode spinlock's holder is not). The
+	// two are read one after the other, so a hold that begins or ends
+	// between them may be in one and not in the other.
+	HolderCount  int      `json:"holderCount"`
+	Holders      []Holder `json:"holders"`
+	DeadHolders  int      `json:"deadHolders"`
+	Waiters      int      `json:"waiters"` // -1 where not recorded (resources)
+	Inconsistent bool     `json:"inconsistent"`
+	// HoldAge is the age of the oldest hold in seconds; -1 where not
+	// recorded (spinlocks, upgrade mutexes).
+	HoldAge    float64     `json:"holdAgeSeconds"`
+	Contention *Contention `json:"contention,omitempty"` // nil without contention counters
+}
+
+// Holder is one holding process.
+type Holder struct {
+	PID   int    `json:"pid"`
+	Alive bool   `json:"alive"`
+	Mode  string `json:"mode,omitempty"`  // upgrade: shared, upgrade or unique; lockmgr: its mode
+	Owner string `json:"owner,omitempty"` // a resource's owner name
+}
+
+// Contention is a lock's contention counters (metrics.Contention), over
+// every process since the segment was made.
+type Contention struct {
+	Contended   uint64  `json:"contended"`
+	Sleeps      uint64  `json:"sleeps"`
+	Wakeups     uint64  `json:"wakeups"`
+	Reclaims    uint64  `json:"reclaims"`
+	Timeouts    uint64  `json:"timeouts"`
+	WaitSeconds float64 `json:"waitSeconds"`
+}
+
+// Read reads a Snapshot of segs at now. A segment that cannot be read has
+// its Error set; the others are read all the same.
+func Read(segs []*shm.Segment, now time.Time) Snapshot {
+	s := Snapshot{Time: now, Segments: make([]Segment, 0, len(segs))}
+	for _, seg := range segs {
+		s.Segments = append(s.Segments, readSegment(seg, now))
+	}
+	return s
+}
+
+func readSegment(seg *shm.Segment, now time.Time) Segment {
+	out := Segment{Path: seg.Path(), Tables: []Table{}, Locks: []Lock{}}
+	v, err := metrics.Read(seg, now)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	out.Contention = seg.Len(layout.KindLockStats) > 0
+	for _, t := range v.Tables {
+		out.Tables = append(out.Tables, Table{Kind: string(t.Kind), Capacity: t.Capacity, Used: t.Used})
+	}
+	resources := resourceHolders(seg)
+	for _, l := range v.Locks {
+		lk := Lock{Kind: string(l.Kind), Label: l.Label, Index: l.Index, Held: l.Held, HolderCount: l.Holders,
+			Holders: []Holder{}, DeadHolders: l.DeadHolders, Waiters: l.Waiters, Inconsistent: l.Inconsistent, HoldAge: -1}
+		if l.HoldAge >= 0 {
+			lk.HoldAge = l.HoldAge.Seconds()
+		}
+		if c := l.Contention; c != nil {
+			lk.Contention = &Contention{Contended: c.Contended, Sleeps: c.Sleeps, Wakeups: c.Wakeups,
+				Reclaims: c.Reclaims, Timeouts: c.Timeouts, WaitSeconds: c.Wait.Seconds()}
+		}
+		switch l.Kind {
+		case metrics.KindSpinlock:
+			lk.Holders = slotHolders(seg, l.Index)
+		case metrics.KindUpgrade:
+			lk.Holders = upgradeHolders(seg, l.Index)
+		case metrics.KindLockMgr:
+			if hs, ok := resources[l.Label]; ok {
+				lk.Holders = hs
+			}
+		}
+		out.Locks = append(out.Locks, lk)
+	}
+	return out
+}
+
+// holder is the Holder of packed identity w; ok is false for 0.
+func holder(seg *shm.Segment, w uint64, mode string) (h Holder, ok bool) {
+	if w == 0 {
+		return Holder{}, false
+	}
+	id, _ := proc.Unpack(w)
+	return Holder{PID: int(id.PID), Alive: seg.OwnerAlive(w), Mode: mode}, true
+}
+
+// slotHolders is the process holding spinlock i: none when free or held
+// in token mode, which records no process.
+func slotHolders(seg *shm.Segment, i int) []Holder {
+	s, err := seg.Slot(i)
+	if err != nil {
+		return []Holder{}
+	}
+	if h, ok := holder(seg, s.PID.Load(), ""); ok {
+		return []Holder{h}
+	}
+	return []Holder{}
+}
+
+// upgradeHolders are the processes holding upgrade mutex i, as
+// metrics.Read counts them: readers with holds, then the upgrade or
+// unique holder.
+func upgradeHolders(seg *shm.Segment, i int) []Holder {
+	hs := []Holder{}
+	st, err := upgrade.Inspect(seg, i)
+	if err != nil {
+		return hs
+	}
+	for _, r := range st.Readers {
+		if r.Count > 0 {
+			if h, ok := holder(seg, r.Owner, "shared"); ok {
+				hs = append(hs, h)
+			}
+		}
+	}
+	var h Holder
+	var ok bool
+	switch {
+	case st.Unique():
+		h, ok = holder(seg, st.Upgrader, "unique")
+	case st.UpgradeLocked:
+		h, ok = holder(seg, st.Upgrader, "upgrade")
+	case st.WriteLocked && len(hs) == 0: // else a writer draining readers, which holds nothing yet
+		h, ok = holder(seg, st.Writer, "unique")
+	}
+	if ok {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// resourceHolders are the holds of every resource of seg's lock manager,
+// by resource; nil without a lock-manager table.
+func resourceHolders(seg *shm.Segment) map[string][]Holder {
+	if seg.Len(layout.KindLockMgr) == 0 {
+		return nil
+	}
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	if err != nil {
+		return nil
+	}
+	byName := make(map[string][]Holder)
+	for _, r := range m.List() {
+		hs := make([]Holder, 0, len(r.Holders))
+		for _, h := range r.Holders {
+			hs = append(hs, Holder{PID: h.PID, Alive: h.Alive, Mode: r.Mode.String(), Owner: h.Owner})
+		}
+		byName[r.Resource] = hs
+	}
+	return byName
+}
