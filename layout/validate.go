@@ -126,7 +126,7 @@ func decodeTables(header []byte, h *Header) error {
 func versionErr(v uint32) error {
 	if v >= 1 && v < Version {
 		return formatErr(ErrVersion, "version", "%d: the segment was made by an older shmlock (format %d); "+
-			"this build reads format %d only: recreate it (shmctl create again)", v, v, Version)
+			"this build reads format %d only: remove it (shmctl rm) once nobody uses it, and create it again", v, v, Version)
 	}
 	return formatErr(ErrVersion, "version", "%d, this build reads %d", v, Version)
 }

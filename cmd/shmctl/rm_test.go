@@ -105,3 +105,24 @@ func TestRmRefusesSegmentInUse(t *testing.T) {
 	_, err = os.Stat(seg.Path())
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// A segment of a format this build does not read (an older release's) is
+// still removed when nobody maps it: its locks cannot be read, but its
+// users would map it.
+func TestRmOlderFormat(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	require.NoError(t, seg.Close())
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{3, 0, 0, 0}, layout.OffVersion)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = shm.Open(path, shm.Options{})
+	require.ErrorIs(t, err, layout.ErrVersion)
+
+	assert.Equal(t, result{code: exitOK}, shmctl(t, false, "rm", path))
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
