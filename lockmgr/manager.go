@@ -288,9 +288,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 			m.t.wakeOne(e)
 		}
 		reclaimed = reclaimed || o.reclaimed
-		met := conflict{owner: o.blocker, mode: o.blockMode}
-		switch {
-		case o.granted:
+		if o.granted {
 			info.State = st.to(Acquired)
 			info.AcquiredAt = m.clock.time(now)
 			info.Version, info.Reclaimed, info.Attempts = o.version, reclaimed, attempt+1
@@ -299,6 +297,11 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 				info.Timeout, info.ExpiresAt = opts.TTL, info.AcquiredAt.Add(opts.TTL)
 			}
 			return info, nil
+		}
+		// Built only past a grant: the blocker's words are a copy that the
+		// uncontended path has no use for.
+		met := conflict{owner: o.blocker, mode: o.blockMode}
+		switch {
 		case o.already:
 			info.State = st.to(Failed)
 			return info, fmt.Errorf("%w: %q by %q", ErrAlreadyHeld, res.s, own.s)
