@@ -60,22 +60,26 @@ static int utf8_decode(const unsigned char *s, size_t n, uint32_t *r)
 	return len;
 }
 
-/* layout.CheckName: 1..40 bytes of valid UTF-8 without control characters
- * (Unicode Cc: U+0000-U+001F, U+007F-U+009F). */
+bool shm_name_chars_valid(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		uint32_t r;
+		int l = utf8_decode((const unsigned char *)s + i, n - i, &r);
+		if (l == 0 || r < 0x20 || (r >= 0x7f && r <= 0x9f))
+			return false;
+		i += (size_t)l;
+	}
+	return true;
+}
+
+/* layout.CheckName: 1..40 bytes of valid UTF-8 without control characters. */
 static int check_name(const char *name, size_t *len)
 {
 	if (!name)
 		return SHMLOCK_EBADNAME;
 	size_t n = strnlen(name, SHM_NAME_LEN + 1);
-	if (n == 0 || n > SHM_NAME_LEN)
+	if (n == 0 || n > SHM_NAME_LEN || !shm_name_chars_valid(name, n))
 		return SHMLOCK_EBADNAME;
-	for (size_t i = 0; i < n;) {
-		uint32_t r;
-		int l = utf8_decode((const unsigned char *)name + i, n - i, &r);
-		if (l == 0 || r < 0x20 || (r >= 0x7f && r <= 0x9f))
-			return SHMLOCK_EBADNAME;
-		i += (size_t)l;
-	}
 	*len = n;
 	return 0;
 }

@@ -343,6 +343,12 @@ void shm_sleepers_futile_in(a32 *w, uint32_t count);
 
 /* ---------------------------------------------------- names (directory.c) */
 
+/* Whether the n bytes at s are valid UTF-8 (as Go decodes it: no overlong
+ * forms, surrogates or code points past U+10FFFF) without a control
+ * character (Unicode Cc: U+0000-U+001F, U+007F-U+009F): the characters of
+ * every name of the format (layout.CheckName, lockmgr's checkName). */
+bool shm_name_chars_valid(const char *s, size_t n);
+
 /* Packs a lock name (1..40 bytes of UTF-8, no control characters) into five
  * little-endian words; SHMLOCK_EBADNAME. */
 int shm_pack_name(const char *name, uint64_t words[5], uint32_t *len);

@@ -144,49 +144,6 @@ static uint64_t hash_words(const uint64_t *w, size_t n)
 	return h ? h : 1;
 }
 
-/* valid_utf8 is Go's utf8.ValidString with unicode.IsControl: no overlong
- * forms, surrogates or code points past U+10FFFF, and no C1 control
- * (U+0080..U+009F, which Go counts as control characters). */
-static bool valid_utf8(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		unsigned char b = s[i];
-		if (b < 0x80) {
-			i++;
-			continue;
-		}
-		size_t len;
-		unsigned char lo = 0x80, hi = 0xbf;
-		if (b >= 0xc2 && b <= 0xdf) {
-			len = 2;
-			if (b == 0xc2)
-				lo = 0xa0; /* U+0080..U+009F are control characters */
-		} else if (b >= 0xe0 && b <= 0xef) {
-			len = 3;
-			if (b == 0xe0)
-				lo = 0xa0;
-			else if (b == 0xed)
-				hi = 0x9f;
-		} else if (b >= 0xf0 && b <= 0xf4) {
-			len = 4;
-			if (b == 0xf0)
-				lo = 0x90;
-			else if (b == 0xf4)
-				hi = 0x8f;
-		} else {
-			return false;
-		}
-		if (n - i < len || s[i + 1] < lo || s[i + 1] > hi)
-			return false;
-		for (size_t j = 2; j < len; j++)
-			if (s[i + j] < 0x80 || s[i + j] > 0xbf)
-				return false;
-		i += len;
-	}
-	return true;
-}
-
 /* set_key checks s as lockmgr's checkName does (1..max bytes of UTF-8, no
  * control characters, so no NUL) and packs it into k. */
 static bool set_key(struct key *k, const char *s, size_t max)
@@ -205,7 +162,7 @@ static bool set_key(struct key *k, const char *s, size_t max)
 		ascii = ascii && b < 0x80;
 		k->w[i >> 3] |= (uint64_t)b << (8 * (i & 7));
 	}
-	if (!ascii && !valid_utf8((const unsigned char *)s, len))
+	if (!ascii && !shm_name_chars_valid(s, len))
 		return false;
 	k->hash = hash_words(k->w, (len + 7) >> 3);
 	return true;
