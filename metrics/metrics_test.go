@@ -142,6 +142,19 @@ func TestScrape(t *testing.T) {
 		"shmlock_data_regions"}
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(heldText), names...))
 
+	// Read names the holders' processes with the counts it reports.
+	v, err := metrics.Read(seg, at)
+	require.NoError(t, err)
+	got := map[string][]metrics.Process{}
+	for _, l := range v.Locks {
+		require.Len(t, l.Processes, l.Holders, "%s %s", l.Kind, l.Label)
+		got[l.Label] = l.Processes
+	}
+	pid := h.PID()
+	require.Equal(t, []metrics.Process{{PID: pid, Alive: true}}, got["queue"])
+	require.Equal(t, []metrics.Process{{PID: pid, Alive: true, Mode: "shared"}}, got["table"])
+	require.Equal(t, []metrics.Process{{PID: pid, Alive: true, Mode: "exclusive", Owner: "w1"}}, got["job"])
+
 	h.Send(t, "release")
 	h.WaitLine(t, "released")
 	h.WaitOK(t)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
@@ -38,6 +39,9 @@ type Lock struct {
 	// (expired ones that nobody has ended included).
 	Holders     int
 	DeadHolders int // of Holders, those whose process (and companion) is gone
+	// Processes are the holders whose process the segment records (all
+	// of Holders but a token-mode spinlock's holder), read with them.
+	Processes []Process
 	// Waiters are the sleepers on the lock; -1 where the segment does not
 	// record them (lock-manager resources).
 	Waiters      int
@@ -49,6 +53,29 @@ type Lock struct {
 	// nil if the segment has no contention counters (before format
 	// version 4).
 	Contention *Contention
+}
+
+// Process is one holder of a lock whose process is recorded.
+type Process struct {
+	PID   int
+	Alive bool   // the process (or a resource holder's companion) lives
+	Mode  string // upgrade: shared, upgrade or unique; lockmgr: its mode; "" for a spinlock
+	Owner string // a resource holder's owner name; "" otherwise
+}
+
+// addHolder counts the holder of packed identity w (0: one whose process
+// is not recorded) in mode.
+func (l *Lock) addHolder(seg *shm.Segment, w uint64, mode string) {
+	l.Holders++
+	if w == 0 {
+		return
+	}
+	id, _ := proc.Unpack(w)
+	alive := seg.OwnerAlive(w)
+	if !alive {
+		l.DeadHolders++
+	}
+	l.Processes = append(l.Processes, Process{PID: int(id.PID), Alive: alive, Mode: mode})
 }
 
 // Contention is a copy of a lock's contention counters (layout.LockStats).
@@ -178,10 +205,7 @@ func readSlots(seg *shm.Segment, v *View, _ time.Time) error {
 			Waiters: int(s.Sleepers()), Inconsistent: rc&layout.SlotInconsistent != 0, HoldAge: -1,
 			Contention: contention(seg, layout.KindOwnerSlots, i)}
 		if held {
-			l.Holders = 1
-			if pid != 0 && !seg.OwnerAlive(pid) { // a token holder has no process to judge
-				l.DeadHolders = 1
-			}
+			l.addHolder(seg, pid, "") // pid 0: a token holder has no process to judge
 		}
 		if claimed || held || l.Waiters != 0 || l.Inconsistent {
 			v.Locks = append(v.Locks, l)
@@ -210,27 +234,22 @@ func readUpgrades(seg *shm.Segment, v *View, _ time.Time) error {
 			Contention: contention(seg, layout.KindUpgrades, i)}
 		for _, r := range st.Readers {
 			if r.Count > 0 {
-				l.Holders++
-				if !seg.OwnerAlive(r.Owner) {
-					l.DeadHolders++
-				}
+				l.addHolder(seg, r.Owner, "shared")
 			}
 		}
 		// The unique lock's holder is the upgrade holder after
 		// UpgradeToUnique, else the writer; the Writer word alone may be a
 		// writer still draining readers, which holds nothing yet.
-		var holder uint64
 		switch {
-		case st.UpgradeLocked:
-			holder = st.Upgrader
-		case st.WriteLocked && l.Holders == 0:
-			holder = st.Writer
-		}
-		if holder != 0 {
-			l.Holders++
-			if !seg.OwnerAlive(holder) {
-				l.DeadHolders++
+		case st.UpgradeLocked && st.Upgrader != 0:
+			mode := "upgrade"
+			if st.Unique() {
+				mode = "unique"
 			}
+			l.addHolder(seg, st.Upgrader, mode)
+		case st.UpgradeLocked:
+		case st.WriteLocked && l.Holders == 0 && st.Writer != 0:
+			l.addHolder(seg, st.Writer, "unique")
 		}
 		l.Held = l.Holders > 0
 		_, claimed := byIndex[i]
@@ -265,6 +284,7 @@ func readLockMgr(seg *shm.Segment, v *View, now time.Time) error {
 			if !h.Alive {
 				l.DeadHolders++
 			}
+			l.Processes = append(l.Processes, Process{PID: h.PID, Alive: h.Alive, Mode: r.Mode.String(), Owner: h.Owner})
 			l.HoldAge = max(l.HoldAge, now.Sub(h.AcquiredAt))
 		}
 		// Resources nobody holds stay in the table until recycled: only

@@ -3,12 +3,9 @@ package dashboard
 import (
 	"time"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/metrics"
 	"github.com/shmlock/shmlock/shm"
-	"github.com/shmlock/shmlock/upgrade"
 )
 
 // Snapshot is what /view.json answers and each event of /events carries,
@@ -45,9 +42,8 @@ type Lock struct {
 	Index int    `json:"index"` // its entry index; -1 for a resource
 	Held  bool   `json:"held"`
 	// HolderCount is metrics.Lock.Holders; Holders lists those whose
-	// process is recorded (a token-mode spinlock's holder is not). The
-	// two are read one after the other, so a hold that begins or ends
-	// between them may be in one and not in the other.
+	// process is recorded (a token-mode spinlock's holder is not), read
+	// with them (metrics.Lock.Processes).
 	HolderCount  int      `json:"holderCount"`
 	Holders      []Holder `json:"holders"`
 	DeadHolders  int      `json:"deadHolders"`
@@ -99,7 +95,6 @@ func readSegment(seg *shm.Segment, now time.Time) Segment {
 	for _, t := range v.Tables {
 		out.Tables = append(out.Tables, Table{Kind: string(t.Kind), Capacity: t.Capacity, Used: t.Used})
 	}
-	resources := resourceHolders(seg)
 	for _, l := range v.Locks {
 		lk := Lock{Kind: string(l.Kind), Label: l.Label, Index: l.Index, Held: l.Held, HolderCount: l.Holders,
 			Holders: []Holder{}, DeadHolders: l.DeadHolders, Waiters: l.Waiters, Inconsistent: l.Inconsistent, HoldAge: -1}
@@ -110,92 +105,10 @@ func readSegment(seg *shm.Segment, now time.Time) Segment {
 			lk.Contention = &Contention{Contended: c.Contended, Sleeps: c.Sleeps, Wakeups: c.Wakeups,
 				Reclaims: c.Reclaims, Timeouts: c.Timeouts, WaitSeconds: c.Wait.Seconds()}
 		}
-		switch l.Kind {
-		case metrics.KindSpinlock:
-			lk.Holders = slotHolders(seg, l.Index)
-		case metrics.KindUpgrade:
-			lk.Holders = upgradeHolders(seg, l.Index)
-		case metrics.KindLockMgr:
-			if hs, ok := resources[l.Label]; ok {
-				lk.Holders = hs
-			}
+		for _, p := range l.Processes {
+			lk.Holders = append(lk.Holders, Holder{PID: p.PID, Alive: p.Alive, Mode: p.Mode, Owner: p.Owner})
 		}
 		out.Locks = append(out.Locks, lk)
 	}
 	return out
-}
-
-// holder is the Holder of packed identity w; ok is false for 0.
-func holder(seg *shm.Segment, w uint64, mode string) (h Holder, ok bool) {
-	if w == 0 {
-		return Holder{}, false
-	}
-	id, _ := proc.Unpack(w)
-	return Holder{PID: int(id.PID), Alive: seg.OwnerAlive(w), Mode: mode}, true
-}
-
-// slotHolders is the process holding spinlock i: none when free or held
-// in token mode, which records no process.
-func slotHolders(seg *shm.Segment, i int) []Holder {
-	s, err := seg.Slot(i)
-	if err != nil {
-		return []Holder{}
-	}
-	if h, ok := holder(seg, s.PID.Load(), ""); ok {
-		return []Holder{h}
-	}
-	return []Holder{}
-}
-
-// upgradeHolders are the processes holding upgrade mutex i, as
-// metrics.Read counts them: readers with holds, then the upgrade or
-// unique holder.
-func upgradeHolders(seg *shm.Segment, i int) []Holder {
-	hs := []Holder{}
-	st, err := upgrade.Inspect(seg, i)
-	if err != nil {
-		return hs
-	}
-	for _, r := range st.Readers {
-		if r.Count > 0 {
-			if h, ok := holder(seg, r.Owner, "shared"); ok {
-				hs = append(hs, h)
-			}
-		}
-	}
-	var h Holder
-	var ok bool
-	switch {
-	case st.Unique():
-		h, ok = holder(seg, st.Upgrader, "unique")
-	case st.UpgradeLocked:
-		h, ok = holder(seg, st.Upgrader, "upgrade")
-	case st.WriteLocked && len(hs) == 0: // else a writer draining readers, which holds nothing yet
-		h, ok = holder(seg, st.Writer, "unique")
-	}
-	if ok {
-		hs = append(hs, h)
-	}
-	return hs
-}
-
-// resourceHolders are the holds of every resource of seg's lock manager,
-// by resource; nil without a lock-manager table.
-func resourceHolders(seg *shm.Segment) map[string][]Holder {
-	if seg.Len(layout.KindLockMgr) == 0 {
-		return nil
-	}
-	m, err := lockmgr.Open(seg, lockmgr.Options{})
-	if err != nil {
-		return nil
-	}
-	byName := make(map[string][]Holder)
-	for _, r := range m.List() {
-		hs := make([]Holder, 0, len(r.Holders))
-		for _, h := range r.Holders {
-			hs = append(hs, Holder{PID: h.PID, Alive: h.Alive, Mode: r.Mode.String(), Owner: h.Owner})
-		}
-		byName[r.Resource] = hs
-	}
-	return byName
 }
