@@ -73,6 +73,8 @@ enum {
 	SHMLOCK_ENOTFOUND = -32,      /* shm.ErrNotFound */
 	SHMLOCK_EUSEMISMATCH = -33,   /* shm.ErrUseMismatch, spinlock.ErrModeMismatch */
 	SHMLOCK_ENOTABLE = -34,       /* the segment has no such table (spinlock.ErrNoSlot, lockmgr.ErrNoTable) */
+	SHMLOCK_EREGIONSIZE = -35,    /* shm.ErrRegionSize: a data region claimed with another size */
+	SHMLOCK_EDATAFULL = -36,      /* shm.ErrDataFull: the data area has not the bytes left */
 	/* Locks (spinlock.Err*, upgrade.Err*). */
 	SHMLOCK_EWOULDBLOCK = -40,    /* a try found the lock held */
 	SHMLOCK_ETIMEDOUT = -41,      /* a timed wait ran out */
@@ -157,8 +159,9 @@ uint64_t shmlock_self_identity(void);
 /* The data region named name (at most 40 bytes of UTF-8), claimed with
  * size bytes on first use (shm.Segment.Data): every process that names it
  * gets the same memory, zero when new, kept for the life of the segment.
- * size 0 only finds. SHMLOCK_EINVAL if the region has another size,
- * SHMLOCK_ETABLEFULL if the data area or its directory is full,
+ * size 0 only finds. SHMLOCK_EREGIONSIZE if the region has another size,
+ * SHMLOCK_EDATAFULL if the data area is full, SHMLOCK_ETABLEFULL if its
+ * directory is,
  * SHMLOCK_ENOTFOUND, SHMLOCK_EREADONLY (a claim on a read-only segment).
  * Words others change concurrently are reached with atomics only. */
 int shmlock_data(shmlock_segment *seg, const char *name, size_t size, void **out);

@@ -651,7 +651,7 @@ static struct region *find_region(struct region_table *t, const char *name, uint
 static int region_of(shmlock_segment *seg, struct region *r, uint64_t size, void **out)
 {
 	if (size != 0 && size != r->size)
-		return SHMLOCK_EINVAL; /* shm.ErrRegionSize */
+		return SHMLOCK_EREGIONSIZE;
 	uint64_t data_bytes = seg->tables[SHM_DATA].count * DATA_UNIT;
 	if (r->offset > data_bytes || r->size > data_bytes - r->offset)
 		return SHMLOCK_ETABLERANGE;
@@ -691,7 +691,7 @@ static int claim_region(shmlock_segment *seg, const char *name, uint32_t len, co
 	if (!t.sound)
 		rc = SHMLOCK_EMALFORMED; /* a damaged region is unknown: a new one could overlap it */
 	else if (size > area - used)
-		rc = SHMLOCK_ETABLEFULL; /* shm.ErrDataFull */
+		rc = SHMLOCK_EDATAFULL;
 	else if (t.free < 0)
 		rc = SHMLOCK_ETABLEFULL;
 	if (rc) {

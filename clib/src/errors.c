@@ -54,6 +54,8 @@ static const struct code codes[] = {
 	{SHMLOCK_ENOTFOUND, NULL, "no entry by that name"},
 	{SHMLOCK_EUSEMISMATCH, NULL, "entry is claimed for another use"},
 	{SHMLOCK_ENOTABLE, "NO_LOCK_TABLE", "segment has no such table"},
+	{SHMLOCK_EREGIONSIZE, NULL, "bad data region size"},
+	{SHMLOCK_EDATAFULL, NULL, "data area is full"},
 	{SHMLOCK_EWOULDBLOCK, NULL, "lock is held"},
 	{SHMLOCK_ETIMEDOUT, NULL, "timed out"},
 	{SHMLOCK_ENOTOWNER, NULL, "not held by this holder"},

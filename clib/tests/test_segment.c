@@ -122,7 +122,7 @@ static void test_golden_regions(void)
 	CHECK_RC(shmlock_data(s, "queue", 0, &p), 0);
 	CHECK(p == data);
 	CHECK_RC(shmlock_data(s, "queue", 100, &p), 0);
-	CHECK_RC(shmlock_data(s, "queue", 99, &p), SHMLOCK_EINVAL);
+	CHECK_RC(shmlock_data(s, "queue", 99, &p), SHMLOCK_EREGIONSIZE);
 	if (p == data) {
 		uint64_t w;
 		memcpy(&w, p, 8);
@@ -181,7 +181,7 @@ static void test_reboot_and_claims(void)
 		CHECK(p == (uint8_t *)s->tables[SHM_DATA].base + 256);
 		struct shm_region_entry *e = s->tables[SHM_REGION_DIRECTORY].base;
 		CHECK(atomic_load(&e[3].state) == 1 && atomic_load(&e[3].offset) == 256 && atomic_load(&e[3].size) == 10);
-		CHECK_RC(shmlock_data(s, "more", 1000, &p), SHMLOCK_ETABLEFULL);
+		CHECK_RC(shmlock_data(s, "more", 1000, &p), SHMLOCK_EDATAFULL);
 		shmlock_close(s);
 	}
 	CHECK_RC(shmlock_remove(path), 0);
