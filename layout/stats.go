@@ -12,7 +12,16 @@ import (
 // The counters are bumped on slow paths only: a lock taken at the first
 // try costs nothing extra, not even one atomic add. A waiter counts its
 // wait once it ends (granted or given up), with RecordWait; a process
-// killed mid-wait simply never records that wait. Every counter is a plain
+// killed mid-wait simply never records that wait.
+//
+// Only waits that yield the CPU or sleep are timed. A wait granted while
+// it still spins (a few hundred loads of the lock word: microseconds) is
+// counted with RecordSpunWait, in Contended and the first bucket of
+// WaitHist, and adds nothing to WaitNanos: timing it would take two clock
+// reads (about 25 ns each on a KVM guest), as much as a short handoff
+// itself, on the path where a lock passes between processes. A timed wait
+// runs from the waiter's first failed try (the spinlock) or at the latest
+// its first yield (the upgrade mutex, the lock manager) to its end. Every counter is a plain
 // atomic add, by any process, in any order: the entry has no lock and no
 // invariant between its words (Contended is not exactly the sum of the
 // histogram while waits are being recorded). Counters wrap around.
@@ -27,7 +36,7 @@ type LockStats struct {
 	Contended atomic.Uint64 // acquisitions that did not get the lock at the first try
 	Sleeps    atomic.Uint64 // futex sleeps of waiters
 	Wakeups   atomic.Uint64 // futex wakes by a releasing side that woke someone
-	WaitNanos atomic.Uint64 // total time from the first failed try to the grant or the give-up
+	WaitNanos atomic.Uint64 // total time of the timed waits (those that yielded or slept)
 	Reclaims  atomic.Uint32 // holds taken from, or ended for, dead processes
 	Timeouts  atomic.Uint32 // waits that gave up: timeout, cancellation, close
 	WaitHist  [StatsBucketCount]atomic.Uint32
@@ -71,6 +80,16 @@ func (s *LockStats) RecordWait(d time.Duration, gaveUp bool) {
 	s.WaitHist[StatsBucket(d)].Add(1)
 	if gaveUp {
 		s.Timeouts.Add(1)
+	}
+}
+
+// RecordSpunWait records one wait that was granted while it spun, before
+// it yielded or slept: Contended and the first bucket, no time (see the
+// comment on LockStats). A nil s records nothing.
+func (s *LockStats) RecordSpunWait() {
+	if s != nil {
+		s.Contended.Add(1)
+		s.WaitHist[0].Add(1)
 	}
 }
 

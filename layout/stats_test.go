@@ -30,8 +30,19 @@ func TestRecordWait(t *testing.T) {
 	if got, want := s.WaitNanos.Load(), uint64(1106021*time.Microsecond); got != want {
 		t.Errorf("WaitNanos: got %d, want %d", got, want)
 	}
+	s.RecordSpunWait() // counted in the first bucket, with no time
+	if got, want := s.Contended.Load(), uint64(len(waits)+1); got != want {
+		t.Errorf("Contended after a spun wait: got %d, want %d", got, want)
+	}
+	if got := s.WaitHist[0].Load(); got != want[0]+1 {
+		t.Errorf("WaitHist[0] after a spun wait: got %d, want %d", got, want[0]+1)
+	}
+	if got, want := s.WaitNanos.Load(), uint64(1106021*time.Microsecond); got != want {
+		t.Errorf("WaitNanos after a spun wait: got %d, want %d (unchanged)", got, want)
+	}
 	var none *layout.LockStats
 	none.RecordWait(time.Second, true) // a segment without stats: no panic
+	none.RecordSpunWait()
 	none.AddSleep()
 	none.AddWakeup()
 	none.AddReclaim()

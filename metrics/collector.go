@@ -69,7 +69,7 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 	c.wakeups = desc("lock_wakeups_total", "Wakes by a release of the lock that woke a sleeper.", lock...)
 	c.reclaims = desc("lock_reclaims_total", "Holds of the lock taken from, or ended for, dead processes.", lock...)
 	c.timeouts = desc("lock_timeouts_total", "Waits for the lock that gave up (timeout, cancellation, close).", lock...)
-	c.wait = desc("lock_wait_seconds", "Waits for the lock that did not get it at the first try, from the first failed try to the grant or the give-up.", lock...)
+	c.wait = desc("lock_wait_seconds", "Waits for the lock that did not get it at the first try, to the grant or the give-up; a wait granted while spinning counts in the first bucket with no time in the sum.", lock...)
 	c.grants = desc("lockmgr_grants_total", "Lock-manager holds granted.")
 	c.releases = desc("lockmgr_releases_total", "Lock-manager holds ended by their owner's release.")
 	c.conflicts = desc("lockmgr_conflicts_total", "Lock-manager acquisitions that met a conflict (once each).")

@@ -354,7 +354,7 @@ shmlock_lock_sleeps_total{kind="upgrade",lock="table",segment="test"} 0
 shmlock_lock_timeouts_total{kind="lockmgr",lock="job",segment="test"} 0
 shmlock_lock_timeouts_total{kind="spinlock",lock="queue",segment="test"} 1
 shmlock_lock_timeouts_total{kind="upgrade",lock="table",segment="test"} 0
-# HELP shmlock_lock_wait_seconds Waits for the lock that did not get it at the first try, from the first failed try to the grant or the give-up.
+# HELP shmlock_lock_wait_seconds Waits for the lock that did not get it at the first try, to the grant or the give-up; a wait granted while spinning counts in the first bucket with no time in the sum.
 # TYPE shmlock_lock_wait_seconds histogram
 shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="1e-05"} 0
 shmlock_lock_wait_seconds_bucket{kind="lockmgr",lock="job",segment="test",le="0.0001"} 0

@@ -86,7 +86,7 @@ type Contention struct {
 	Contended uint64        // acquisitions that did not get the lock at the first try
 	Sleeps    uint64        // futex sleeps of waiters
 	Wakeups   uint64        // futex wakes that woke a sleeper
-	Wait      time.Duration // total time waited, from the first failed try to the grant or the give-up
+	Wait      time.Duration // total time of the waits that yielded or slept (layout.LockStats: a wait granted while spinning is not timed)
 	Reclaims  uint64        // holds taken from, or ended for, dead processes
 	Timeouts  uint64        // waits that gave up
 	// WaitHist counts the waits by length: bucket i holds those up to

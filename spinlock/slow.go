@@ -50,6 +50,13 @@ import (
 // one matrix; a later one on a quiet machine gave 1.22/1.51/1.60x and
 // 1.15x, and runs of 250 ns against none with the placement probed between
 // them gave pingpong_retry medians of 1.02-1.09x against 0.95-0.98x.
+// keepOff is the knob between the two kinds of cell: until the contention
+// counters stopped timing spun waits (a clock read before KeepOff, and
+// KeepOff itself read the wall clock too), the real keep-off was about
+// 300-330 ns; back at 250 ns, alternated runs gave pingpong_retry 1.13-1.16x
+// and counter 0.83-0.93x at 4 and 8 processes (still about twice Boost's
+// mutex there), and 330 ns gave 0.95x and 0.96x. Handoff is the cell we
+// trail pthread in; counter leads with room to spare.
 const (
 	keepOff          = 250 * time.Nanosecond // before the first load of a waiting acquisition
 	spinLoads        = 300                   // loads of the lock word before yielding
@@ -94,18 +101,14 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	if try {
 		return outcome{}, ErrWouldBlock
 	}
-	start := mono.Now()
-	o, err := l.wait(ctx, id, deadline)
-	l.stats.RecordWait(time.Duration(mono.Now()-start), err != nil)
-	return o, err
-}
-
-// wait is the waiting part of acquireSlow: spin, yield, then sleep on the
-// futex until the lock is free, its holder dead, or the caller gives up.
-func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outcome, error) {
-	spin.KeepOff(keepOff)
+	start := spin.KeepOff(keepOff)
 	for i := range spinLoads + spinYields + osYields {
 		if l.word.Load() == 0 && l.tryAcquire(id) {
+			if i < spinLoads {
+				l.stats.RecordSpunWait() // not timed: see layout.LockStats
+			} else {
+				l.stats.RecordWait(time.Duration(mono.Now()-start), false)
+			}
 			return outcome{}, nil
 		}
 		switch {
@@ -115,6 +118,15 @@ func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outco
 			runtime.Gosched()
 		}
 	}
+	o, err := l.wait(ctx, id, deadline)
+	l.stats.RecordWait(time.Duration(mono.Now()-start), err != nil)
+	return o, err
+}
+
+// wait is the waiting part of acquireSlow once spinning and yielding have
+// not got the lock: sleep on the futex until the lock is free, its holder
+// dead, or the caller gives up.
+func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outcome, error) {
 	if ctx.Done() != nil {
 		// A sleeper cannot watch a channel; cancellation wakes every
 		// sleeper of this lock, and the others simply sleep again.

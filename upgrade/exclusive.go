@@ -104,6 +104,7 @@ func (m *Mutex) finishLockWatched(ctx context.Context, try, reclaimed, waited bo
 			break
 		}
 		m.beginWait()
+		m.timeWait() // the grace period yields
 		m.clearWriteBit()
 		m.wake(m.sharedGate())
 		waited = true

@@ -101,6 +101,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, lv *liveness, r
 			if err := m.watch(w); err != nil {
 				return false, err
 			}
+			m.timeWait()
 			yield()
 		}
 	}
@@ -132,6 +133,7 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, lv *liveness, r
 		m.unregister(g)
 		return false, m.openErr()
 	}
+	m.timeWait()
 	m.stats.AddSleep()
 	err = futex.Wait(g.word, seq, sleep)
 	m.unregister(g)
@@ -254,6 +256,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 			return false, true, nil
 		}
 		if i >= spinLoads {
+			m.timeWait()
 			runtime.Gosched()
 		}
 	}
@@ -295,6 +298,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 			// until it runs: only writers on a CPU ask for handoffs.
 			w.CompareAndSwap(o, o&^writerHungry)
 		}
+		m.timeWait()
 		m.stats.AddSleep()
 		werr := futex.Wait(gate, seq, sleep)
 		m.unregisterWriter()

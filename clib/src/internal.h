@@ -271,6 +271,10 @@ struct shm_lock_stats *shm_lock_stats(shmlock_segment *seg, int kind, uint64_t i
 /* Records a finished wait that missed its first try (LockStats.RecordWait):
  * since is shm_now_ns() at the first failed try. NULL-safe. */
 void shm_stats_wait(struct shm_lock_stats *st, int64_t since, bool gave_up);
+/* shm_stats_spun records a wait that ended while it still spun, before any
+ * yield or sleep: Contended and the first bucket, no time (FORMAT.md:
+ * timing it would cost two clock reads, as much as a short handoff). */
+void shm_stats_spun(struct shm_lock_stats *st, bool gave_up);
 /* Counts one event in a counter of a possibly NULL entry. */
 #define SHM_STATS_ADD(st, field) \
 	do { \

@@ -158,10 +158,14 @@ static bool spin_reclaim(shmlock_spin *l, uint64_t word, uint64_t holder, uint64
 
 /* ----------------------------------------------------------- waiting */
 
-static void spin_keep_off(void)
+/* spin_keep_off returns the time it began: the start of a wait that will
+ * be timed, without another clock read. */
+static int64_t spin_keep_off(void)
 {
-	for (int64_t start = shm_now_ns(); shm_now_ns() - start < SPIN_KEEP_OFF_NS;) {
+	int64_t start = shm_now_ns();
+	while (shm_now_ns() - start < SPIN_KEEP_OFF_NS) {
 	}
+	return start;
 }
 
 static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t deadline);
@@ -183,23 +187,28 @@ static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t wo
 	}
 	if (try)
 		return SHMLOCK_EWOULDBLOCK;
-	int64_t since = shm_now_ns();
+	int64_t since = spin_keep_off();
+	for (int i = 0; i < SPIN_LOADS; i++) {
+		if (atomic_load(l->word) == 0 && spin_try(l, word, holder)) {
+			shm_stats_spun(l->stats, false); /* not timed: FORMAT.md */
+			return spin_report(s);
+		}
+	}
 	int rc = spin_wait(l, word, holder, deadline);
 	shm_stats_wait(l->stats, since, rc < 0);
 	return rc;
 }
 
-/* spin_wait is the waiting part of spin_lock_slow: spin, yield, then sleep
- * until the lock is free, its holder dead, or the caller gives up. */
+/* spin_wait is the waiting part of spin_lock_slow once spinning has not
+ * got the lock: yield, then sleep until the lock is free, its holder dead,
+ * or the caller gives up. */
 static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t deadline)
 {
 	struct shm_owner_slot *s = l->slot;
-	spin_keep_off();
-	for (int i = 0; i < SPIN_LOADS + SPIN_OS_YIELDS; i++) {
+	for (int i = 0; i < SPIN_OS_YIELDS; i++) {
+		sched_yield();
 		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
 			return spin_report(s);
-		if (i >= SPIN_LOADS)
-			sched_yield();
 	}
 	for (;;) {
 		if (spin_closed(l)) {

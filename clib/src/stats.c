@@ -45,3 +45,13 @@ void shm_stats_wait(struct shm_lock_stats *st, int64_t since, bool gave_up)
 	if (gave_up)
 		atomic_fetch_add(&st->timeouts, 1);
 }
+
+void shm_stats_spun(struct shm_lock_stats *st, bool gave_up)
+{
+	if (!st)
+		return;
+	atomic_fetch_add(&st->contended, 1);
+	atomic_fetch_add(&st->wait_hist[0], 1);
+	if (gave_up)
+		atomic_fetch_add(&st->timeouts, 1);
+}

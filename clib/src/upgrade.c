@@ -153,14 +153,28 @@ static inline int open_err(shmlock_upgrade *m) { return seg_closed(m) ? SHMLOCK_
 /* ------------------------------------------------- contention counters */
 
 /* upgrade/stats.go: only slow paths touch the counters. An acquisition that
- * misses its first try notes when (begin_wait, at the start of every wait:
- * the first one counts) and records its wait as it returns (end_wait, on
- * the paths that waited). The start lives in the handle because the waits
- * are deep in helpers shared by every kind of acquisition; a handle is used
- * by one thread at a time. */
+ * misses its first try notes that it waits (begin_wait, at the start of
+ * every wait: the first one counts), starts the wait's clock when it first
+ * yields or sleeps (time_wait) and records its wait as it returns
+ * (end_wait, on the paths that waited): a wait granted while it still spun
+ * is recorded untimed (FORMAT.md). The start lives in the handle because
+ * the waits are deep in helpers shared by every kind of acquisition; a
+ * handle is used by one thread at a time.
+ *
+ * wait_start: 0 when the acquisition has not waited, WAIT_UNTIMED while it
+ * has only spun, else CLOCK_MONOTONIC (positive) when it first left the
+ * CPU. */
+#define WAIT_UNTIMED (-1)
+
 static inline void begin_wait(shmlock_upgrade *m)
 {
 	if (m->wait_start == 0)
+		m->wait_start = WAIT_UNTIMED;
+}
+
+static inline void time_wait(shmlock_upgrade *m)
+{
+	if (m->wait_start == WAIT_UNTIMED)
 		m->wait_start = shm_now_ns();
 }
 
@@ -171,7 +185,10 @@ static inline int end_wait(shmlock_upgrade *m, int rc)
 	if (m && m->wait_start != 0) {
 		int64_t start = m->wait_start;
 		m->wait_start = 0;
-		shm_stats_wait(m->stats, start, rc < 0);
+		if (start == WAIT_UNTIMED)
+			shm_stats_spun(m->stats, rc < 0);
+		else
+			shm_stats_wait(m->stats, start, rc < 0);
 	}
 	return rc;
 }
@@ -292,8 +309,10 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS && !lv->again; i++) {
 		if (ready(m))
 			return open_err(m);
-		if (i >= SPIN_LOADS)
+		if (i >= SPIN_LOADS) {
+			time_wait(m);
 			sched_yield();
+		}
 	}
 	lv->again = false;
 	int rc = deadline_err(d);
@@ -313,6 +332,7 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 		gate_unregister(m, g);
 		return open_err(m);
 	}
+	time_wait(m);
 	SHM_STATS_ADD(m->stats, sleeps);
 	rc = shm_futex_wait(g.word, seq, sleep);
 	gate_unregister(m, g);
@@ -634,6 +654,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 			/* Only writers on a CPU ask for handoffs. */
 			cas64(w, o, o & ~WRITER_HUNGRY);
 		}
+		time_wait(m);
 		SHM_STATS_ADD(m->stats, sleeps);
 		rc = shm_futex_wait(&m->e->writer_gate, seq, sleep);
 		shm_sleepers_unregister(&m->e->writer_sleepers);
@@ -749,6 +770,7 @@ static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, b
 		if (now >= grace_end)
 			break;
 		begin_wait(m);
+		time_wait(m); /* the grace period yields */
 		clear_write_bit(m);
 		wake(m, shared_gate(m));
 		waited = true;

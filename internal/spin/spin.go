@@ -1,7 +1,11 @@
 // Package spin holds what the spinning waiters of shmlock's locks share.
 package spin
 
-import "time"
+import (
+	"time"
+
+	"github.com/shmlock/shmlock/internal/mono"
+)
 
 // KeepOff waits for d on this CPU without touching memory that other
 // processes share. A waiter calls it before its first look at a contended
@@ -12,9 +16,13 @@ import "time"
 // Keeping off lets the holder run a series. It costs nothing on the
 // uncontended path, which never waits.
 //
-// The clock is read about every 30 ns (vDSO); d is meant to be a few
-// hundred nanoseconds, far below any sleep the kernel can do.
-func KeepOff(d time.Duration) {
-	for start := time.Now(); time.Since(start) < d; {
+// It returns the time it began (mono.Now), so that a wait that must be
+// timed need not read the clock again. The clock is read about every
+// 30 ns (vDSO); d is meant to be a few hundred nanoseconds, far below any
+// sleep the kernel can do.
+func KeepOff(d time.Duration) (start int64) {
+	start = mono.Now()
+	for mono.Now()-start < int64(d) {
 	}
+	return start
 }
