@@ -106,9 +106,14 @@ func TestCalls(t *testing.T) {
 			ref("r", "a", time.Second, nil, lockmgr.Acquired), adv(900*time.Millisecond, "r", lockmgr.Acquired),
 			acq("r", "b", X, 0, lockmgr.ErrResourceLocked), ref("r", "a", 0, nil, lockmgr.Acquired),
 			adv(time.Hour, "r", lockmgr.Acquired), rel("r", "a", nil, lockmgr.Unlocked, 0)}},
-		{"refresh after expiry", []step{
+		{"refresh after expiry, told once", []step{
 			acq("r", "a", X, time.Second, nil), adv(time.Second, "r", lockmgr.Expired),
-			ref("r", "a", time.Second, lockmgr.ErrLockTimeout, lockmgr.Unlocked)}},
+			ref("r", "a", time.Second, lockmgr.ErrLockTimeout, lockmgr.Unlocked),
+			rel("r", "a", nil, lockmgr.Unlocked, 0), ref("r", "a", time.Second, lockmgr.ErrLockNotHeld, lockmgr.Unlocked)}},
+		{"refresh after expiry, told once, with another holder", []step{
+			acq("r", "a", C, time.Second, nil), acq("r", "b", C, 0, nil), adv(time.Second, "r", lockmgr.Acquired),
+			ref("r", "a", time.Second, lockmgr.ErrLockTimeout, lockmgr.Acquired),
+			rel("r", "a", lockmgr.ErrLockNotHeld, lockmgr.Acquired, 1)}},
 		{"refresh by a non-holder", []step{
 			acq("r", "a", X, 0, nil), ref("r", "b", time.Second, lockmgr.ErrLockNotHeld, lockmgr.Acquired),
 			ref("other", "a", time.Second, lockmgr.ErrLockNotHeld, lockmgr.Unlocked)}},

@@ -822,7 +822,8 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 		return info, fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	case expiredAt(mine.Expires.Load(), now):
 		m.endHold(e, mine, endExpired, now)
-		memview.StoreOwned(&mine.Companion, 0) // told now, by this refresh
+		memview.StoreOwned(&e.LastExpired, 0)  // told now, by this refresh:
+		memview.StoreOwned(&mine.Companion, 0) // a later release is not told again
 		m.t.unlockEntry(e)
 		m.t.wakeOne(e)
 		return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)

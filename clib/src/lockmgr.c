@@ -1103,7 +1103,8 @@ SHM_EXPORT int shmlock_lockmgr_refresh(shmlock_lockmgr *m, const char *resource,
 	}
 	if (expired_at(LD(&mine->expires), now)) {
 		end_hold(m, e, mine, END_EXPIRED, now);
-		ST(&mine->companion, 0); /* told now, by this refresh */
+		ST(&e->last_expired, 0); /* told now, by this refresh: a later */
+		ST(&mine->companion, 0); /* release is not told again */
 		unlock_entry(e);
 		wake_one(m, e);
 		return SHMLOCK_ELOCK_TIMEOUT;
