@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"strconv"
@@ -807,4 +808,21 @@ func TestUncontendedAllocatesNothing(t *testing.T) {
 		}
 		require.Zero(t, n, "TTL %v", ttl)
 	}
+	// Nor with names that change every time (the Manager keeps only a
+	// pair asked for twice running).
+	names := make([]string, 16)
+	for i := range names {
+		names[i] = fmt.Sprintf("resource-%d", i)
+	}
+	i := 0
+	var errs [2]error
+	n := testing.AllocsPerRun(100, func() {
+		i++
+		_, errs[0] = m.Acquire(ctx, names[i%len(names)], "o", X, lockmgr.AcquireOptions{})
+		errs[1] = m.Release(names[i%len(names)], "o")
+	})
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Zero(t, n, "names that change every time")
 }

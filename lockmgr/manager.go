@@ -39,6 +39,7 @@ type Manager struct {
 	clock clock // on SystemClock, waits sleep on the resource's futex
 	log   *slog.Logger
 	ro    bool
+	names nameCache // the last names packed (names.go)
 }
 
 // Open returns a Manager over seg's lock-manager table (sized at creation
@@ -192,11 +193,22 @@ func (c *conflict) error(res *resKey) error {
 // grant learns of every hold granted before it from the version (the n'th
 // grant of a resource has a higher version than every earlier one).
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode, opts AcquireOptions) (LockInfo, error) {
-	info := LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed}
-	var res resKey
-	var own ownKey
-	err := checkNames(&res, &own, resource, owner)
-	if err == nil && mode != Exclusive && mode != Collaborative {
+	if names := m.names.lookup(resource, owner); names != nil {
+		return m.acquireNames(ctx, names, mode, opts)
+	}
+	var scratch namePair // zeroed only here, off the path of a kept pair
+	names, err := m.names.pack(&scratch, resource, owner)
+	if err != nil {
+		return LockInfo{Resource: resource, Owner: owner, Mode: mode, State: Failed}, err
+	}
+	return m.acquireNames(ctx, names, mode, opts)
+}
+
+// acquireNames is Acquire once the names are known to be good.
+func (m *Manager) acquireNames(ctx context.Context, names *namePair, mode Mode, opts AcquireOptions) (LockInfo, error) {
+	info := LockInfo{Resource: names.res.s, Owner: names.own.s, Mode: mode, State: Failed}
+	var err error
+	if mode != Exclusive && mode != Collaborative {
 		err = fmt.Errorf("%w: %d", ErrBadMode, mode)
 	}
 	if err == nil {
@@ -211,7 +223,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode
 	if err := ctx.Err(); err != nil {
 		return info, err
 	}
-	return m.acquire(ctx, &res, &own, mode, opts, info)
+	return m.acquire(ctx, &names.res, &names.own, mode, opts, info)
 }
 
 // checkNames fills res and own from resource and owner, which must be
@@ -707,16 +719,26 @@ func (m *Manager) holderDied(e *layout.LockMgrEntry) bool {
 // does not exist, or that nobody holds, logs a warning and succeeds, as
 // the release flow of the lock manager's specification says.
 func (m *Manager) Release(resource, owner string) error {
-	var res resKey
-	var own ownKey
-	if err := checkNames(&res, &own, resource, owner); err != nil {
+	if names := m.names.lookup(resource, owner); names != nil {
+		return m.release(names)
+	}
+	var scratch namePair // zeroed only here, off the path of a kept pair
+	names, err := m.names.pack(&scratch, resource, owner)
+	if err != nil {
 		return err
 	}
+	return m.release(names)
+}
+
+// release is Release once the names are known to be good.
+func (m *Manager) release(names *namePair) error {
+	res, own := &names.res, &names.own
+	resource, owner := res.s, own.s
 	if m.ro {
 		return ErrReadOnly // a release works after the segment's Close, though
 	}
 	now := m.clock.now() // before locking, as in acquire
-	e, err := m.t.lookup(&res)
+	e, err := m.t.lookup(res)
 	if err != nil {
 		return err
 	}
@@ -728,7 +750,7 @@ func (m *Manager) Release(resource, owner string) error {
 	others := 0
 	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
 		if h.Process.Load() != 0 {
-			if mine == nil && sameOwner(h, &own) {
+			if mine == nil && sameOwner(h, own) {
 				mine = h
 			} else {
 				others++
@@ -737,7 +759,7 @@ func (m *Manager) Release(resource, owner string) error {
 		return true
 	})
 	if mine == nil {
-		timedOut, forced := m.t.endedWithout(e, &own)
+		timedOut, forced := m.t.endedWithout(e, own)
 		m.t.unlockEntry(e)
 		switch {
 		case forced:
