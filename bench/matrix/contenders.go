@@ -19,9 +19,11 @@ type contender struct {
 // contenders are every lock the matrix knows, in the order of its table.
 var contenders = []contender{
 	{"shmlock_spin", "shmlock spinlock, pid/tid mode (robust)", []string{"shmctl", "bench", "--lock", "spin"}, true},
+	{"shmlock_spin_token", "shmlock spinlock, token mode (a token per worker; not robust)", []string{"shmctl", "bench", "--lock", "spin-token"}, true},
 	{"shmlock_spin_c", "libshmlock spinlock from C, pid/tid mode (robust)", []string{"shmlock_spin_c"}, true},
 	{"shmlock_upgrade", "shmlock upgrade mutex, unique and shared holds (robust)", []string{"shmctl", "bench", "--lock", "upgrade"}, true},
 	{"shmlock_upgrade_c", "libshmlock upgrade mutex from C, unique and shared holds (robust)", []string{"shmlock_upgrade_c"}, true},
+	{"shmlock_lockmgr", "shmlock lock manager, one named resource, exclusive and collaborative holds (robust)", []string{"shmctl", "bench", "--lock", "lockmgr"}, true},
 	{"pthread_mutex_robust", "glibc pthread mutex, process-shared, robust", []string{"pthread_mutex_robust"}, false},
 	{"pthread_mutex", "glibc pthread mutex, process-shared, not robust", []string{"pthread_mutex"}, false},
 	{"pthread_rwlock", "glibc pthread rwlock, process-shared, not robust", []string{"pthread_rwlock"}, false},
