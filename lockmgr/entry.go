@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/layout"
 )
 
@@ -29,6 +30,20 @@ import (
 // record is filled before its Process word is set and its Process word is
 // cleared before anything else, a name is written before the entry's kind
 // says it is a resource.
+//
+// Every grant and every release of a resource, exclusive or collaborative,
+// happens under its entry's lock, so the entry locks carry the
+// happens-before of the resource locks: a release's unlock of the entry
+// comes before the next grant's lock of it. The race detector does not see
+// atomics on a segment's words, so the entry lock tells it
+// (internal/racesync): every acquisition of it calls racesync.Acquire
+// after its CAS, every unlock racesync.Release before its store. A
+// resource recycled into another entry between a release and a grant is
+// ordered through the insert lock (the header's), which both the recycling
+// and the insert take. A hold that expires is not a release: what its
+// owner did after its last call into the manager is not ordered before the
+// next holder, and -race reports Go data they both touch (rightly: the
+// owner may still have been at it).
 //
 // Ctl of a resource entry:
 //
@@ -109,13 +124,32 @@ func entryAt(mem []byte, i int) (*layout.LockMgrEntry, error) {
 // hold at most one entry lock at a time, plus the insert lock around it on
 // the slow paths (always insert lock first).
 func (t *table) lockEntry(e *layout.LockMgrEntry) bool {
-	return e.Lock.CompareAndSwap(0, t.self) || t.lockEntrySlow(e)
+	if e.Lock.CompareAndSwap(0, t.self) {
+		if racesync.Enabled {
+			racesync.Acquire(&e.Lock)
+		}
+		return true
+	}
+	return t.lockEntrySlow(e)
 }
 
 // tryLockEntry takes e's lock word only if it is free.
-func (t *table) tryLockEntry(e *layout.LockMgrEntry) bool { return e.Lock.CompareAndSwap(0, t.self) }
+func (t *table) tryLockEntry(e *layout.LockMgrEntry) bool {
+	if !e.Lock.CompareAndSwap(0, t.self) {
+		return false
+	}
+	if racesync.Enabled {
+		racesync.Acquire(&e.Lock)
+	}
+	return true
+}
 
-func (t *table) unlockEntry(e *layout.LockMgrEntry) { e.Lock.Store(0) }
+func (t *table) unlockEntry(e *layout.LockMgrEntry) {
+	if racesync.Enabled {
+		racesync.Release(&e.Lock)
+	}
+	e.Lock.Store(0)
+}
 
 // closed reports whether the segment has been closed. The acquisitions and
 // changes check it on entry (releases do not: they work after Close). A
@@ -133,6 +167,9 @@ func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
 		w := e.Lock.Load()
 		if w == 0 {
 			if e.Lock.CompareAndSwap(0, t.self) {
+				if racesync.Enabled {
+					racesync.Acquire(&e.Lock)
+				}
 				return true
 			}
 			continue
@@ -147,6 +184,9 @@ func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
 		if now := time.Now(); now.Sub(checked) >= livenessInterval {
 			checked = now
 			if w != t.self && !t.seg.OwnerAlive(w) && e.Lock.CompareAndSwap(w, t.self) {
+				if racesync.Enabled { // the dead process released nothing; earlier holders did
+					racesync.Acquire(&e.Lock)
+				}
 				// The dead process may have stopped between a hold's end
 				// and the wake that goes with it: wake every sleeper.
 				memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)

@@ -3,6 +3,7 @@ package spinlock
 import (
 	"fmt"
 
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/layout"
 )
 
@@ -44,6 +45,9 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 	me := NewHolder()
 	if !s.PID.CompareAndSwap(owner.PID, me.PID) {
 		return Identity{}, ErrChanged
+	}
+	if racesync.Enabled { // a takeover, as reclaim's; l.release releases it
+		racesync.Acquire(l.word)
 	}
 	s.TID.Store(me.TID)
 	s.RecursionCount.Store(layout.SlotInconsistent)

@@ -41,6 +41,7 @@ var helpers = map[string]func(args []string) int{
 	"named-once":     namedOnceHelper,     // PATH NAME
 	"claim-exit":     claimExitHelper,     // PATH NAME exit|wait
 	"bench-pingpong": benchPingPongHelper, // PATH
+	"race-two-locks": raceTwoLocksHelper,  // PATH
 }
 
 // newSegment creates a segment for one test (removed when it ends) with room

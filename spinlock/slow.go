@@ -8,6 +8,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/mono"
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/internal/spin"
 	"github.com/shmlock/shmlock/layout"
@@ -199,6 +200,9 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 	}
 	if !l.slot.PID.CompareAndSwap(owner, id.PID) {
 		return false
+	}
+	if racesync.Enabled { // the dead holder released nothing; earlier holders did
+		racesync.Acquire(l.word)
 	}
 	l.slot.TID.Store(id.TID)
 	l.slot.RecursionCount.Store(layout.SlotInconsistent)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -59,6 +60,15 @@ import (
 // Fairness: none is promised. A releasing process that locks again at once
 // may win against a woken sleeper (as with pthread and Boost mutexes); the
 // woken sleeper then sleeps again and the next release wakes it.
+//
+// The race detector does not see atomics on a segment's words, so every
+// grant calls racesync.Acquire on the lock word after the CAS that took it
+// (tryAcquire, reclaim, ForceUnlock's takeover) and every release
+// racesync.Release before the store or CAS that frees it: Go data that
+// goroutines of one process guard with the lock is then not reported as
+// racing (internal/racesync). A recursive lock or unlock needs neither,
+// and a hold freed for a holder that did not release it (ForceUnlock in
+// Token mode) releases nothing.
 const (
 	maxRecursion = layout.SlotRecursion // RecursionCount's count bits
 )
@@ -256,6 +266,9 @@ func (l *Lock) tryAcquire(id Identity) bool {
 		return false
 	}
 	if l.word.CompareAndSwap(0, l.lockWord(id)) {
+		if racesync.Enabled {
+			racesync.Acquire(l.word)
+		}
 		if l.mode == PIDTID {
 			memview.StoreOwned(&l.slot.TID, id.TID)
 		}
@@ -288,6 +301,9 @@ func (l *Lock) Unlock(id Identity) error {
 // follows publishes them.
 func (l *Lock) release(id Identity) error {
 	if l.mode == Token {
+		if racesync.Enabled { // before the CAS that frees the word; a CAS that fails is a misuse (ErrNotOwner)
+			racesync.Release(l.word)
+		}
 		if !l.slot.Token.CompareAndSwap(id.Token, 0) {
 			return ErrNotOwner
 		}
@@ -302,6 +318,9 @@ func (l *Lock) release(id Identity) error {
 		}
 		memview.StoreOwned(&s.TID, 0)
 		memview.StoreOwned(&s.Token, s.Token.Load()+1)
+		if racesync.Enabled {
+			racesync.Release(l.word)
+		}
 		s.PID.Store(0)
 	}
 	if l.slot.Pad.Load() != 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/mono"
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -165,6 +166,7 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int, late bool) er
 		seq := d.seq.Load()
 		if s.pinCount(col, dead, check) == 0 {
 			sleepers.Unregister(d.sleepers)
+			s.raceAcquirePins(col)
 			return s.waited(st, start, nil)
 		}
 		if start == 0 {
@@ -179,6 +181,19 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int, late bool) er
 		// Only a sleep that timed out looks at liveness: a wake means a
 		// pin was released, and pins normally are.
 		check = errors.Is(err, futex.ErrTimeout)
+	}
+}
+
+// raceAcquirePins tells the race detector that every pin of column col
+// has been released: what their holders did under them happens-before what
+// the closer does next (see internal/racesync). A pin's Release releases
+// its counter, in the pin row of its Space; the closer acquires the
+// column's counter in every row, as pinCount reads them.
+func (s *Space) raceAcquirePins(col int) {
+	if racesync.Enabled {
+		for row := range s.geo.rows {
+			racesync.Acquire(s.geo.counter(row, col))
+		}
 	}
 }
 

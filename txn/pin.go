@@ -7,6 +7,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/mono"
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -27,7 +28,9 @@ var testHookUnchecked func(stored bool)
 // blocking I/O or a lock. A Pin must not be copied after first use (a copy
 // would release twice; it has no noCopy marker only because TryPin returns
 // it by value, which keeps the fast path free of allocations) and is used
-// by one goroutine at a time.
+// by one goroutine at a time. What a pin's holder did before Release
+// happens before the return of the close that waited for the pin
+// (RequestCloseAndWait, Barrier.Close), for the race detector too.
 type Pin struct {
 	ctr *atomic.Uint32 // the counter incremented, in this Space's pin row
 	// Exactly one of rec and bar is set: the record of a per-transaction
@@ -55,6 +58,9 @@ func (p *Pin) Release() {
 	p.ctr = nil
 	if p.own != nil {
 		p.own.Add(-1)
+	}
+	if racesync.Enabled { // before the decrement a closer may be waiting for (raceAcquirePins)
+		racesync.Release(ctr)
 	}
 	ctr.Add(^uint32(0))
 	if r := p.rec; r != nil {

@@ -60,6 +60,7 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	for {
 		s := m.e.State.Load()
 		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
+			m.raceAcquireUnique()
 			if s&stateInconsistent != 0 {
 				m.setReclaimed(true) // a dead holder's unique hold was freed, and nobody repaired
 			}
@@ -84,6 +85,7 @@ func (m *Mutex) UniqueToUpgrade() error {
 	switch {
 	case m.holdsUpgrader() && m.e.State.Load()&(stateUpgrade|stateWrite) == stateUpgrade|stateWrite:
 		// Only a release: it works after the segment's Close too.
+		m.raceReleaseUnique()
 		m.e.State.And(^stateWrite)
 		m.wake(m.sharedGate()) // readers; writers still wait for the upgrade lock
 		return nil
@@ -96,6 +98,7 @@ func (m *Mutex) UniqueToUpgrade() error {
 		memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
 		// writers' mutex goes.
+		m.raceReleaseUnique()
 		for {
 			s := m.e.State.Load()
 			if m.e.State.CompareAndSwap(s, s&^stateWrite|stateUpgrade) {
@@ -133,10 +136,12 @@ func (m *Mutex) UniqueToShared() error {
 		return ErrOverflow
 	}
 	m.setReclaimed(false)
+	m.raceReleaseUnique()
 	if writer {
 		m.e.State.And(^stateWrite)
 		m.releaseWriterWord()
 	} else {
+		m.raceReleaseUpgrade()
 		m.e.State.And(^(stateWrite | stateUpgrade | statePending))
 		m.releaseUpgraderWord()
 	}

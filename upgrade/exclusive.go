@@ -36,6 +36,7 @@ func (m *Mutex) lock(ctx context.Context) error {
 		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
 		if m.e.State.CompareAndSwap(0, stateWrite) {
 			if m.readersZero() {
+				m.raceAcquireUnique()
 				m.setReclaimed(false)
 				return nil
 			}
@@ -145,6 +146,7 @@ func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 		m.abandonWriter()
 		return shm.ErrClosed
 	}
+	m.raceAcquireUnique()
 	if m.e.State.Load()&stateInconsistent != 0 {
 		reclaimed = true
 	}
@@ -273,6 +275,7 @@ func (m *Mutex) Unlock() error {
 		return ErrNotHeld
 	}
 	m.setReclaimed(false)
+	m.raceReleaseUnique()
 	m.e.State.And(^stateWrite) // ours: nobody else changes the word now
 	m.releaseWriterWord()
 	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
@@ -373,6 +376,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		return m.endWait(shm.ErrClosed)
 	}
 	w.done()
+	m.raceAcquireUpgrade()
 	m.setReclaimed(reclaimed)
 	if waited { // only here: the uncontended path has no wait to record
 		return m.endWait(nil)
@@ -410,6 +414,7 @@ func (m *Mutex) UnlockUpgrade() error {
 		return ErrNotHeld
 	}
 	m.setReclaimed(false)
+	m.raceReleaseUpgrade()
 	m.e.State.And(^(stateUpgrade | statePending))
 	m.releaseUpgraderWord()
 	if m.e.Waiters.Load() != 0 {

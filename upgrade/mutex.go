@@ -24,7 +24,10 @@ import (
 //
 // The n'th exclusive release (Unlock, UnlockUpgrade after UniqueToUpgrade,
 // the downgrades) synchronizes before the acquisitions it lets in; every
-// shared release synchronizes before the next unique acquisition.
+// shared release synchronizes before the next unique acquisition, and
+// every release of the upgrade lock before the next upgrade and unique
+// acquisitions. The race detector is told so too, so that goroutines
+// of one process may guard Go data with the mutex under -race.
 //
 // After the segment's Close every acquisition (and downgrade) returns
 // shm.ErrClosed and changes nothing in the segment's file; an acquisition

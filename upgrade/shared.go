@@ -36,6 +36,7 @@ func (m *Mutex) LockSharedContext(ctx context.Context) error {
 func (m *Mutex) lockSharedFast() bool {
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
 		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
+			m.raceAcquireShared()
 			return true
 		}
 		m.backOff(r)
@@ -67,6 +68,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 				m.backOff(r) // see writerGranted
 				return shm.ErrClosed
 			}
+			m.raceAcquireShared()
 			return nil
 		}
 		m.backOff(r)
@@ -108,6 +110,7 @@ func (m *Mutex) UnlockShared() error {
 		if n == 0 {
 			return ErrNotHeld
 		}
+		m.raceReleaseShared() // before the CAS that may let a writer in
 		if r.Count.CompareAndSwap(n, n-1) {
 			if n == 1 && m.e.State.Load()&blockReaders != 0 {
 				m.wake(m.uniqueGate())
