@@ -798,9 +798,11 @@ func (m *Manager) warnUnknown(resource, owner string) {
 // owner does not hold it.
 func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, error) {
 	info := LockInfo{Resource: resource, Owner: owner, State: Failed}
-	var res resKey
-	var own ownKey
-	err := checkNames(&res, &own, resource, owner)
+	names := m.names.lookup(resource, owner)
+	var err error
+	if names == nil {
+		names, err = m.names.pack(new(namePair), resource, owner)
+	}
 	if err == nil && ttl < 0 {
 		err = fmt.Errorf("%w: ttl %v", ErrBadOptions, ttl)
 	}
@@ -810,7 +812,7 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (LockInfo, 
 	if err != nil {
 		return info, err
 	}
-	got, err := m.refresh(&res, &own, ttl, info)
+	got, err := m.refresh(&names.res, &names.own, ttl, info)
 	if err != nil {
 		return info, m.closedErr(err)
 	}
