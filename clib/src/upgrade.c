@@ -93,6 +93,11 @@ struct shmlock_upgrade {
 
 static inline uint32_t ld32(a32 *p) { return atomic_load(p); }
 static inline uint64_t ld64(a64 *p) { return atomic_load(p); }
+/* st_owned64 stores a word only the holder of the lock writes (a holder's
+ * thread id): a release store, not a locked one; the atomic read-modify-
+ * write that follows (the CAS that takes or frees the lock) publishes it,
+ * as memview.StoreOwned in Go. */
+static inline void st_owned64(a64 *p, uint64_t v) { atomic_store_explicit(p, v, memory_order_release); }
 static inline bool cas32(a32 *p, uint32_t old, uint32_t new)
 {
 	return atomic_compare_exchange_strong(p, &old, new);
@@ -371,7 +376,7 @@ static bool ready_readers_unblocked(shmlock_upgrade *m)
  * if a writer is hungry); then one waiting writer is woken. */
 static void release_writer_word(shmlock_upgrade *m)
 {
-	atomic_store(&m->e->writer_tid, 0);
+	st_owned64(&m->e->writer_tid, 0);
 	atomic_fetch_add(&m->e->generation, 1);
 	for (;;) {
 		uint64_t o = ld64(&m->e->writer);
@@ -385,7 +390,7 @@ static void release_writer_word(shmlock_upgrade *m)
 
 static void release_upgrader_word(shmlock_upgrade *m)
 {
-	atomic_store(&m->e->upgrader_tid, 0);
+	st_owned64(&m->e->upgrader_tid, 0);
 	atomic_fetch_add(&m->e->generation, 1);
 	atomic_store(&m->e->upgrader, 0);
 }
@@ -460,7 +465,7 @@ static bool release_dead_writer(shmlock_upgrade *m)
 	}
 	if (!take_over_writer(m, o))
 		return false;
-	atomic_store(&m->e->writer_tid, m->tid);
+	st_owned64(&m->e->writer_tid, m->tid);
 	clear_write_bit(m);
 	release_writer_word(m);
 	wake(m, shared_gate(m));
@@ -475,7 +480,7 @@ static bool release_dead_upgrader(shmlock_upgrade *m, bool *unique)
 	*unique = false;
 	if (!take_over_upgrader(m, ld64(&m->e->upgrader)))
 		return false;
-	atomic_store(&m->e->upgrader_tid, m->tid);
+	st_owned64(&m->e->upgrader_tid, m->tid);
 	*unique = (clear_upgrade_bits(m, true) & UPG_WRITE) != 0;
 	release_upgrader_word(m);
 	wake(m, shared_gate(m));
@@ -814,7 +819,7 @@ static int lock_slow(shmlock_upgrade *m, const struct deadline *d, bool try)
 	rc = acquire_writer_word(m, d, try, &reclaimed, &waited);
 	if (rc)
 		return rc;
-	atomic_store(&m->e->writer_tid, m->tid);
+	st_owned64(&m->e->writer_tid, m->tid);
 	return finish_lock(m, d, try, reclaimed, waited);
 }
 
@@ -822,7 +827,7 @@ static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 {
 	/* Fast path: nobody holds or wants anything. */
 	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid)) {
-		atomic_store(&m->e->writer_tid, m->tid);
+		st_owned64(&m->e->writer_tid, m->tid);
 		if (cas32(&m->e->state, 0, UPG_WRITE)) {
 			if (readers_zero(m))
 				return SHMLOCK_OK;
@@ -866,7 +871,17 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 			return SHMLOCK_ENOTOWNER;
 		return SHMLOCK_ENOTHELD;
 	}
-	atomic_fetch_and(&m->e->state, ~UPG_WRITE); /* ours: nobody else changes it now */
+	/* Ours: while UPG_WRITE is set without UPG_UPGRADE nobody else changes
+	 * the state word (upgrade/state.go: a dead holder's reclaim and an
+	 * operator's force-unlock aside, which meet a live unlock only in the
+	 * nanoseconds that force-unlocking a live holder always had). So a
+	 * release store, not a locked fetch-and; release_writer_word's
+	 * fetch-add and CAS publish it and are the full barrier before wake
+	 * loads the waiters word. (Go keeps its atomic And: on x86-64 it
+	 * measured no faster without, as the locked add right after drains
+	 * the store buffer anyway; in C, with the two thread-id stores made
+	 * release stores too, unlock+lock went from 16.5 to 10.8 ns.) */
+	atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE, memory_order_release);
 	release_writer_word(m);
 	wake(m, shared_gate(m)); /* UniqueGate has no sleeper now */
 	return SHMLOCK_OK;
@@ -1036,7 +1051,7 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 			break;
 		}
 	}
-	atomic_store(&m->e->upgrader_tid, m->tid);
+	st_owned64(&m->e->upgrader_tid, m->tid);
 	lv = (struct liveness){0, false};
 	for (;;) {
 		uint32_t s = ld32(&m->e->state);
@@ -1213,7 +1228,7 @@ SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 		return not_unique(m);
 	if (!cas64(&m->e->upgrader, 0, m->pid))
 		return SHMLOCK_EWOULDBLOCK;
-	atomic_store(&m->e->upgrader_tid, m->tid);
+	st_owned64(&m->e->upgrader_tid, m->tid);
 	/* The writer's UPG_WRITE becomes UPG_UPGRADE in one step, then the
 	 * writers' mutex goes. */
 	for (;;) {
