@@ -65,15 +65,18 @@ const (
 	SlotInconsistent uint32 = 1 << 31
 )
 
-// The Pad word of an owner slot: how many waiters are asleep (bits 0-23),
-// how many wakes in a row found none of them in the kernel (bits 24-30),
-// and whether a release has woken one that has not run yet (bit 31:
-// further releases need not wake another until it has). A registered
-// sleeper that runs resets the futile-wake count; a long run of futile
-// wakes means the registered sleepers died (package spinlock drops their
-// count then).
+// The Pad word of an owner slot: how many waiters are asleep (bits 0-15),
+// the drop epoch (bits 16-23), how many wakes in a row found none of them
+// in the kernel (bits 24-30), and whether a release has woken one that has
+// not run yet (bit 31: further releases need not wake another until it
+// has). A registered sleeper that runs resets the futile-wake count; a
+// long run of futile wakes drops the count and moves the epoch on, and a
+// sleeper registered before the drop then leaves without taking itself
+// off the count (internal/sleepers).
 const (
-	PadSleepers    uint32 = 1<<24 - 1
+	PadSleepers    uint32 = 1<<16 - 1
+	PadEpochShift         = 16
+	PadEpoch       uint32 = 0xff << PadEpochShift
 	PadFutileShift        = 24
 	PadFutileWakes uint32 = 0x7f << PadFutileShift
 	PadWakePending uint32 = 1 << 31

@@ -6,6 +6,7 @@ import "github.com/shmlock/shmlock/internal/sleepers"
 const (
 	SleepCount       = sleepers.CountMask
 	SleepFutileShift = sleepers.FutileShift
+	SleepEpochShift  = sleepers.EpochShift
 	SleepFutile      = sleepers.FutileMask
 	SleepFutileMax   = sleepers.FutileMax
 	SleepWakePending = sleepers.WakePending

@@ -672,10 +672,10 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	for {
 		// Registered for one slice at a time: a registration dropped as
 		// stale (internal/sleepers) costs a live sleeper one slice at most.
-		sleepers.Register(&e.Sleepers)
+		ticket := sleepers.Register(&e.Sleepers)
 		m.t.statsOf(e).AddSleep()
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
-		sleepers.Unregister(&e.Sleepers)
+		sleepers.Unregister(&e.Sleepers, ticket)
 		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil || m.closed() || m.holderDied(e) {
 			return
 		}

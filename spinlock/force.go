@@ -32,7 +32,7 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 		if !l.slot.Token.CompareAndSwap(t, 0) {
 			return Identity{}, ErrChanged
 		}
-		if l.slot.Pad.Load() != 0 {
+		if l.slot.Pad.Load()&layout.PadSleepers != 0 {
 			l.wakeOne()
 		}
 		return Identity{Token: t}, nil

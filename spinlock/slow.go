@@ -159,10 +159,10 @@ func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outco
 			}
 			continue
 		}
-		sleepers.Register(&l.slot.Pad)
+		ticket := sleepers.Register(&l.slot.Pad)
 		l.stats.AddSleep()
 		err := futex.Wait(l.fword, seq, sleep)
-		sleepers.Unregister(&l.slot.Pad)
+		sleepers.Unregister(&l.slot.Pad, ticket)
 		if l.word.Load() == 0 && l.tryAcquire(id) {
 			return outcome{}, nil
 		}
@@ -183,7 +183,7 @@ func (l *Lock) sleepValue() (seq uint32, owner uint64) {
 // meant to hand the lock on, so if the lock is free it wakes the next
 // sleeper. If the lock is held, its release will.
 func (l *Lock) passWake() {
-	if l.word.Load() == 0 && l.slot.Pad.Load() != 0 {
+	if l.word.Load() == 0 && l.slot.Pad.Load()&layout.PadSleepers != 0 {
 		l.wakeOne()
 	}
 }

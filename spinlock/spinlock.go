@@ -323,7 +323,7 @@ func (l *Lock) release(id Identity) error {
 		}
 		s.PID.Store(0)
 	}
-	if l.slot.Pad.Load() != 0 {
+	if l.slot.Pad.Load()&layout.PadSleepers != 0 {
 		l.wakeOne()
 	}
 	return nil

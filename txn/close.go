@@ -162,10 +162,10 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int, late bool) er
 		if !late && s.seg.Closed() {
 			return s.waited(st, start, shm.ErrClosed)
 		}
-		sleepers.Register(d.sleepers)
+		ticket := sleepers.Register(d.sleepers)
 		seq := d.seq.Load()
 		if s.pinCount(col, dead, check) == 0 {
-			sleepers.Unregister(d.sleepers)
+			sleepers.Unregister(d.sleepers, ticket)
 			s.raceAcquirePins(col)
 			return s.waited(st, start, nil)
 		}
@@ -174,7 +174,7 @@ func (s *Space) waitDrained(ctx context.Context, d drain, col int, late bool) er
 		}
 		st.AddSleep()
 		err := futex.Wait(d.seq, seq, livenessInterval)
-		sleepers.Unregister(d.sleepers)
+		sleepers.Unregister(d.sleepers, ticket)
 		if err := ctx.Err(); err != nil {
 			return s.waited(st, start, err)
 		}

@@ -320,10 +320,10 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 		if !late && s.seg.Closed() {
 			return s.waited(st, start, shm.ErrClosed)
 		}
-		sleepers.Register(&rec.Sleepers)
+		ticket := sleepers.Register(&rec.Sleepers)
 		seq := rec.Drain.Load()
 		if c := rec.Ctl.Load() &^ flagBarrier; c != closing && c != finishing {
-			sleepers.Unregister(&rec.Sleepers)
+			sleepers.Unregister(&rec.Sleepers, ticket)
 			return s.waited(st, start, nil)
 		}
 		if start == 0 {
@@ -331,7 +331,7 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 		}
 		st.AddSleep()
 		_ = futex.Wait(&rec.Drain, seq, livenessInterval)
-		sleepers.Unregister(&rec.Sleepers)
+		sleepers.Unregister(&rec.Sleepers, ticket)
 		if err := ctx.Err(); err != nil {
 			return s.waited(st, start, err)
 		}

@@ -40,6 +40,7 @@ const (
 	UniqueWriter      = uniqueWriter
 	UniqueUpgrader    = uniqueUpgrader
 	FutileShift       = sleepers.FutileShift
+	EpochShift        = sleepers.EpochShift
 	FutileMax         = sleepers.FutileMax
 	WriterWakePending = sleepers.WakePending
 )

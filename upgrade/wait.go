@@ -285,10 +285,10 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		if d, ok := ctx.Deadline(); ok {
 			sleep = min(sleep, max(time.Until(d), time.Microsecond))
 		}
-		sleepers.Register(&m.e.WriterSleepers)
+		ticket := sleepers.Register(&m.e.WriterSleepers)
 		seq := gate.Load()
 		if o := w.Load(); o == 0 || isHandoff(o) {
-			m.unregisterWriter()
+			m.unregisterWriter(ticket)
 			if w.CompareAndSwap(o, m.pid) {
 				return false, true, nil
 			}
@@ -301,7 +301,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		m.timeWait()
 		m.stats.AddSleep()
 		werr := futex.Wait(gate, seq, sleep)
-		m.unregisterWriter()
+		m.unregisterWriter(ticket)
 		if m.segClosed() {
 			m.giveUpWriterWait()
 			return false, true, shm.ErrClosed
@@ -351,7 +351,7 @@ func (m *Mutex) claimHungry() bool {
 // internal/sleepers word) and clears the futile-wake count and the
 // wake-pending bit: if this writer was the one woken, the next release may
 // wake another; if it was not, that costs at most one early wake.
-func (m *Mutex) unregisterWriter() { sleepers.Unregister(&m.e.WriterSleepers) }
+func (m *Mutex) unregisterWriter(t sleepers.Ticket) { sleepers.Unregister(&m.e.WriterSleepers, t) }
 
 // wakeWriter wakes one writer asleep on WriterGate, unless none is or a
 // woken one has not run yet. The caller has released the Writer word. The
@@ -372,7 +372,7 @@ func (m *Mutex) passWriterWake() {
 	if o := m.e.Writer.Load(); isHandoff(o) {
 		m.e.Writer.CompareAndSwap(o, 0)
 	}
-	if m.e.Writer.Load() == 0 && m.e.WriterSleepers.Load() != 0 {
+	if m.e.Writer.Load() == 0 && sleepers.Count(m.e.WriterSleepers.Load()) != 0 {
 		m.wakeWriter()
 	}
 }
@@ -540,7 +540,7 @@ func (m *Mutex) releaseWriterWord() {
 			break
 		}
 	}
-	if m.e.WriterSleepers.Load() != 0 {
+	if sleepers.Count(m.e.WriterSleepers.Load()) != 0 {
 		m.wakeWriter()
 	}
 }

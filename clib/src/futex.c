@@ -8,14 +8,17 @@
  *
  * A sleepers word counts the waiters registered to sleep on a gate:
  *
- *	bits  0..23  registered sleepers (SHM_SLEEPERS_COUNT)
+ *	bits  0..15  registered sleepers (SHM_SLEEPERS_COUNT)
+ *	bits 16..23  the drop epoch (SHM_SLEEPERS_EPOCH)
  *	bits 24..30  wakes in a row that found nobody in the kernel (futile)
  *	bit  31      a woken sleeper has not run yet (wake pending)
  *
  * Waiters register before they re-check and sleep, and unregister after;
  * wakers skip the system call when nobody is registered or a wake is still
  * pending. Registered sleepers that died are noticed by FutileMax futile
- * wakes in a row, which drop the count.
+ * wakes in a row, which drop the count and move the epoch on, so that a
+ * sleeper that was only preempted before its futex call does not, when it
+ * unregisters, take the count of one that registered after the drop.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -61,9 +64,25 @@ int shm_futex_wake(a32 *w, int n)
 	return r < 0 ? 0 : (int)r;
 }
 
-void shm_sleepers_register(a32 *w) { atomic_fetch_add(w, 1); }
+uint32_t shm_sleepers_register(a32 *w) { return (atomic_fetch_add(w, 1) + 1) & SHM_SLEEPERS_EPOCH; }
 
-void shm_sleepers_unregister(a32 *w) { shm_sleepers_unregister_in(w, SHM_SLEEPERS_COUNT); }
+/* Takes the sleeper of ticket off the count, unless a drop has moved the
+ * epoch on since it registered (its registration is gone: taking one off
+ * would take a later sleeper's), and clears the futile count and
+ * wake-pending either way: whoever returns from the kernel, woken or not,
+ * shows the sleepers alive. */
+void shm_sleepers_unregister(a32 *w, uint32_t ticket)
+{
+	uint32_t v = atomic_load(w);
+	for (;;) {
+		uint32_t n = v & SHM_SLEEPERS_COUNT;
+		if (n > 0 && (v & SHM_SLEEPERS_EPOCH) == ticket)
+			n--;
+		uint32_t next = (v & ~(SHM_SLEEPERS_COUNT | SHM_SLEEPERS_FUTILE | SHM_SLEEPERS_WAKE_PENDING)) | n;
+		if (atomic_compare_exchange_weak(w, &v, next))
+			return;
+	}
+}
 
 /* Takes one sleeper off the count bits (never below zero: a stale count may
  * have been dropped meanwhile) and clears the futile count and wake-pending:
@@ -83,16 +102,21 @@ void shm_sleepers_unregister_in(a32 *w, uint32_t count)
 }
 
 /* Counts a wake that found nobody in the kernel, clearing the bits clear,
- * and drops the count at the 127th such wake in a row. */
-static void futile(a32 *w, uint32_t count, uint32_t clear)
+ * and drops the count at the 127th such wake in a row; in a word with an
+ * epoch the drop moves the epoch on (internal/sleepers/doc.go). */
+static void futile(a32 *w, uint32_t count, uint32_t clear, bool epoch)
 {
 	uint32_t v = atomic_load(w);
 	for (;;) {
 		uint32_t next = (v & ~clear) + SLEEPERS_FUTILE_ONE;
-		if ((v & count) == 0)
+		if ((v & count) == 0) {
 			next = v & ~(clear | SHM_SLEEPERS_FUTILE);
-		else if ((next & SHM_SLEEPERS_FUTILE) == SHM_SLEEPERS_FUTILE)
+		} else if ((next & SHM_SLEEPERS_FUTILE) == SHM_SLEEPERS_FUTILE) {
 			next = v & ~(clear | SHM_SLEEPERS_FUTILE | count);
+			if (epoch)
+				next = (next & ~SHM_SLEEPERS_EPOCH) |
+				       ((v + (UINT32_C(1) << SHM_SLEEPERS_EPOCH_SHIFT)) & SHM_SLEEPERS_EPOCH);
+		}
 		if (atomic_compare_exchange_weak(w, &v, next))
 			return;
 	}
@@ -110,7 +134,7 @@ bool shm_sleepers_wake_one(a32 *w, a32 *gate)
 	/* Nobody woken: the sleepers are not in the kernel yet (they will find
 	 * the gate changed) or they died; nobody is on the way to clear the bit. */
 	if (shm_futex_wake(gate, 1) == 0) {
-		futile(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_WAKE_PENDING);
+		futile(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_WAKE_PENDING, true);
 		return false;
 	}
 	return true;
@@ -122,10 +146,10 @@ bool shm_sleepers_wake_all(a32 *w, a32 *gate)
 	if ((atomic_load(w) & SHM_SLEEPERS_COUNT) == 0)
 		return false;
 	if (shm_futex_wake(gate, INT_MAX) == 0) {
-		futile(w, SHM_SLEEPERS_COUNT, 0);
+		futile(w, SHM_SLEEPERS_COUNT, 0, true);
 		return false;
 	}
 	return true;
 }
 
-void shm_sleepers_futile_in(a32 *w, uint32_t count) { futile(w, count, 0); }
+void shm_sleepers_futile_in(a32 *w, uint32_t count) { futile(w, count, 0, false); }

@@ -329,15 +329,21 @@ int shm_futex_wait(a32 *w, uint32_t val, int64_t timeout_ns);
 /* FUTEX_WAKE up to n; returns how many were woken (0 on error). */
 int shm_futex_wake(a32 *w, int n);
 
-/* The sleepers word (internal/sleepers): bits 0-23 registered sleepers,
- * 24-30 futile wakes in a row, 31 a woken sleeper has not run yet. */
-#define SHM_SLEEPERS_COUNT 0x00ffffffu
+/* The sleepers word (internal/sleepers): bits 0-15 registered sleepers,
+ * 16-23 the drop epoch, 24-30 futile wakes in a row, 31 a woken sleeper has
+ * not run yet. */
+#define SHM_SLEEPERS_COUNT 0x0000ffffu
+#define SHM_SLEEPERS_EPOCH_SHIFT 16
+#define SHM_SLEEPERS_EPOCH (0xffu << SHM_SLEEPERS_EPOCH_SHIFT)
 #define SHM_SLEEPERS_FUTILE_SHIFT 24
 #define SHM_SLEEPERS_FUTILE (0x7fu << SHM_SLEEPERS_FUTILE_SHIFT)
 #define SHM_SLEEPERS_WAKE_PENDING (UINT32_C(1) << 31)
-void shm_sleepers_register(a32 *w);
-void shm_sleepers_unregister(a32 *w);
-/* UnregisterIn: count is the subset of the count bits, other low bits kept. */
+/* Register returns the sleeper's ticket (the epoch it registered in);
+ * unregister takes it off the count only in that epoch. */
+uint32_t shm_sleepers_register(a32 *w);
+void shm_sleepers_unregister(a32 *w, uint32_t ticket);
+/* UnregisterIn, for a word without an epoch: count is its count bits (below
+ * the futile count), other low bits kept. */
 void shm_sleepers_unregister_in(a32 *w, uint32_t count);
 /* The wakes report whether they found a sleeper in the kernel (for the
  * contention counters). */

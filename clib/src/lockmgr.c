@@ -778,10 +778,10 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, u
 	for (;;) {
 		/* Registered for one slice at a time: a registration dropped as
 		 * stale costs a live sleeper one slice at most. */
-		shm_sleepers_register(&e->sleepers);
+		uint32_t ticket = shm_sleepers_register(&e->sleepers);
 		SHM_STATS_ADD(stats_of(m, e), sleeps);
 		(void)shm_futex_wait(&e->gate, seq, d < LM_SLEEP_SLICE_NS ? d : LM_SLEEP_SLICE_NS);
-		shm_sleepers_unregister(&e->sleepers);
+		shm_sleepers_unregister(&e->sleepers, ticket);
 		d = end - shm_now_ns();
 		if (d <= 0 || LD(&e->gate) != seq || closed(m) || holder_died(m, e, self))
 			return;

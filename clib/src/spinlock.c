@@ -133,7 +133,7 @@ static void spin_wake_one(shmlock_spin *l)
  * is woken. If it is held, its release will. */
 static void spin_pass_wake(shmlock_spin *l)
 {
-	if (atomic_load(l->word) == 0 && atomic_load(&l->slot->pad) != 0)
+	if (atomic_load(l->word) == 0 && (atomic_load(&l->slot->pad) & SHM_SLEEPERS_COUNT) != 0)
 		spin_wake_one(l);
 }
 
@@ -231,10 +231,10 @@ static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t de
 				return spin_report(s);
 			continue;
 		}
-		shm_sleepers_register(&s->pad);
+		uint32_t ticket = shm_sleepers_register(&s->pad);
 		SHM_STATS_ADD(l->stats, sleeps);
 		int rc = shm_futex_wait(l->fword, (uint32_t)owner, sleep);
-		shm_sleepers_unregister(&s->pad);
+		shm_sleepers_unregister(&s->pad, ticket);
 		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
 			return spin_report(s);
 		if (rc == SHMLOCK_ETIMEDOUT && spin_reclaim(l, word, holder, owner))
@@ -305,7 +305,7 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 		spin_store_owned(&s->token, atomic_load_explicit(&s->token, memory_order_relaxed) + 1);
 		atomic_store(&s->pid, 0); /* last: the lock is free from here */
 	}
-	if (SHM_UNLIKELY(atomic_load(&s->pad) != 0))
+	if (SHM_UNLIKELY((atomic_load(&s->pad) & SHM_SLEEPERS_COUNT) != 0))
 		spin_wake_one(l);
 	return SHMLOCK_OK;
 }

@@ -384,7 +384,7 @@ static void release_writer_word(shmlock_upgrade *m)
 		if (cas64(&m->e->writer, o, next))
 			break;
 	}
-	if (ld32(&m->e->writer_sleepers) != 0)
+	if ((ld32(&m->e->writer_sleepers) & SHM_SLEEPERS_COUNT) != 0)
 		wake_writer(m);
 }
 
@@ -581,7 +581,7 @@ static void pass_writer_wake(shmlock_upgrade *m)
 	uint64_t o = ld64(&m->e->writer);
 	if (is_handoff(o))
 		cas64(&m->e->writer, o, 0);
-	if (ld64(&m->e->writer) == 0 && ld32(&m->e->writer_sleepers) != 0)
+	if (ld64(&m->e->writer) == 0 && (ld32(&m->e->writer_sleepers) & SHM_SLEEPERS_COUNT) != 0)
 		wake_writer(m);
 }
 
@@ -647,11 +647,11 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 		int64_t sleep = max64(lv.next - now, MIN_SLEEP_NS);
 		if (d->at >= 0)
 			sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));
-		shm_sleepers_register(&m->e->writer_sleepers);
+		uint32_t ticket = shm_sleepers_register(&m->e->writer_sleepers);
 		uint32_t seq = ld32(&m->e->writer_gate);
 		uint64_t o = ld64(w);
 		if (o == 0 || is_handoff(o)) {
-			shm_sleepers_unregister(&m->e->writer_sleepers);
+			shm_sleepers_unregister(&m->e->writer_sleepers, ticket);
 			if (cas64(w, o, m->pid))
 				return 0;
 			continue;
@@ -662,7 +662,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 		time_wait(m);
 		SHM_STATS_ADD(m->stats, sleeps);
 		rc = shm_futex_wait(&m->e->writer_gate, seq, sleep);
-		shm_sleepers_unregister(&m->e->writer_sleepers);
+		shm_sleepers_unregister(&m->e->writer_sleepers, ticket);
 		if (seg_closed(m)) {
 			give_up_writer_wait(m);
 			return SHMLOCK_ECLOSED;

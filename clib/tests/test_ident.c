@@ -109,22 +109,34 @@ static void test_boot_clock(void)
 static void test_sleepers(void)
 {
 	a32 w = 0, gate = 0;
+	uint32_t early = shm_sleepers_register(&w);
 	shm_sleepers_register(&w);
-	shm_sleepers_register(&w);
-	CHECK(atomic_load(&w) == 2);
+	CHECK(atomic_load(&w) == 2 && early == 0);
 	/* Nobody in the kernel: the wake is futile and clears wake-pending. */
 	shm_sleepers_wake_one(&w, &gate);
 	CHECK(atomic_load(&w) == (2 | 1u << SHM_SLEEPERS_FUTILE_SHIFT));
 	for (int i = 0; i < 125; i++)
 		shm_sleepers_wake_one(&w, &gate);
 	CHECK(atomic_load(&w) == (2 | 126u << SHM_SLEEPERS_FUTILE_SHIFT));
-	shm_sleepers_wake_all(&w, &gate); /* the 127th: the count is dropped */
-	CHECK(atomic_load(&w) == 0);
-	shm_sleepers_unregister(&w); /* never below zero */
-	CHECK(atomic_load(&w) == 0);
+	shm_sleepers_wake_all(&w, &gate); /* the 127th: the count is dropped, next epoch */
+	CHECK(atomic_load(&w) == 1u << SHM_SLEEPERS_EPOCH_SHIFT);
+	/* A sleeper registered after the drop is counted; one from before it
+	 * leaves without taking that count (internal/sleepers: no steal). */
+	uint32_t late = shm_sleepers_register(&w);
+	CHECK(late == 1u << SHM_SLEEPERS_EPOCH_SHIFT);
+	shm_sleepers_unregister(&w, early);
+	CHECK(atomic_load(&w) == (1 | 1u << SHM_SLEEPERS_EPOCH_SHIFT));
+	shm_sleepers_unregister(&w, late);
+	CHECK(atomic_load(&w) == 1u << SHM_SLEEPERS_EPOCH_SHIFT);
+	shm_sleepers_unregister(&w, late); /* never below zero */
+	CHECK(atomic_load(&w) == 1u << SHM_SLEEPERS_EPOCH_SHIFT);
 	atomic_store(&w, 3 | SHM_SLEEPERS_WAKE_PENDING | 5u << SHM_SLEEPERS_FUTILE_SHIFT);
-	shm_sleepers_unregister(&w);
+	shm_sleepers_unregister(&w, 0);
 	CHECK(atomic_load(&w) == 2);
+	/* The epoch wraps. */
+	atomic_store(&w, 1 | SHM_SLEEPERS_EPOCH | 126u << SHM_SLEEPERS_FUTILE_SHIFT);
+	shm_sleepers_wake_all(&w, &gate);
+	CHECK(atomic_load(&w) == 0);
 	/* UnregisterIn keeps the caller's flags. */
 	atomic_store(&w, 0x3 | 1u << 22 | 1u << 23 | 4u << SHM_SLEEPERS_FUTILE_SHIFT);
 	shm_sleepers_unregister_in(&w, (1u << 22) - 1);
@@ -141,10 +153,10 @@ struct sleeper {
 static void *sleep_on(void *arg)
 {
 	struct sleeper *s = arg;
-	shm_sleepers_register(s->w);
+	uint32_t ticket = shm_sleepers_register(s->w);
 	while (atomic_load(s->gate) == 0)
 		shm_futex_wait(s->gate, 0, -1);
-	shm_sleepers_unregister(s->w);
+	shm_sleepers_unregister(s->w, ticket);
 	atomic_store(&s->done, 1);
 	return NULL;
 }

@@ -5,7 +5,8 @@
 //
 // The word:
 //
-//	bits 0-23   the count of registered sleepers (CountMask)
+//	bits 0-15   the count of registered sleepers (CountMask)
+//	bits 16-23  the epoch: drops of the count so far, modulo 256 (EpochMask)
 //	bits 24-30  wakes in a row that found none of them in the kernel (FutileMask)
 //	bit  31     wake-pending: a woken sleeper has not run yet (WakePending)
 //
@@ -27,11 +28,30 @@
 // A sleeper killed while registered leaves the count one too high, and
 // every later wake would make a system call for nobody. So a wake that
 // finds nobody in the kernel counts itself in the futile bits, and every
-// sleeper that unregisters resets them: a live sleeper reaches its futex
-// call within microseconds of registering, so FutileMax such wakes in a
-// row, with no sleeper running in between, mean the registered ones are
-// dead, and the wake that makes the run that long drops the count. A live
-// sleeper that was only slow to reach the kernel is not lost: its caller
-// sleeps in bounded slices (a liveness check), and it registers again.
+// sleeper that unregisters resets them: FutileMax such wakes in a row, with
+// no sleeper running in between, and the wake that makes the run that long
+// takes the registered sleepers for dead and drops the count.
+//
+// They may only have been slow: with more processes than CPUs, a live
+// sleeper is often preempted between its registration and its futex call,
+// for milliseconds, while the running processes make hundreds of releases
+// (an 8-process counter on 2 CPUs saw several drops in each 20 ms run).
+// Dropping is still right, since wakes for nobody would cost every release
+// a system call; what must not happen is that such a sleeper, when it runs
+// and unregisters, takes the count of a sleeper that registered after the
+// drop: that one would sleep uncounted, woken by no release, for its whole
+// slice with the lock free. So a drop moves the epoch on, Register returns
+// the epoch as the sleeper's Ticket, and Unregister takes the sleeper off
+// the count only in the epoch it registered in. (The epoch wraps at 256
+// drops; a sleeper that stays away that long can still miscount, which
+// costs at most one slice.) A dropped sleeper that is in the kernel, or
+// gets there, sleeps at most its slice (its caller's liveness check) and
+// registers again; one that reaches its futex call after the gate moved,
+// as it almost always has, does not sleep at all.
+//
+// Words with an epoch are the plain ones (WakeOne, WakeAll, Register,
+// Unregister). A word whose count shares its bits with flags of the
+// caller's (upgrade's Waiters word, UnregisterIn and FutileIn) has none: a
+// drop just clears its count.
 // Invariant: the futile count is 0 whenever the sleeper count is.
 package sleepers

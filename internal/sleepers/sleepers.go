@@ -8,7 +8,9 @@ import (
 
 // The bits of a sleepers word (see the package documentation).
 const (
-	CountMask   uint32 = 1<<24 - 1
+	CountMask   uint32 = 1<<16 - 1
+	EpochShift         = 16
+	EpochMask   uint32 = 0xff << EpochShift
 	FutileShift        = 24
 	FutileMask  uint32 = 0x7f << FutileShift
 	FutileMax          = FutileMask >> FutileShift
@@ -18,20 +20,36 @@ const (
 // Count is the number of registered sleepers in word value v.
 func Count(v uint32) uint32 { return v & CountMask }
 
-// Register records one more sleeper in w.
-func Register(w *atomic.Uint32) { w.Add(1) }
+// A Ticket is a sleeper's registration: the epoch of the word when it
+// registered. Unregister takes the sleeper off the count only if no drop
+// has happened since (see the package documentation).
+type Ticket uint32
 
-// Unregister takes one sleeper off w, never below zero (a stale count may
-// have been dropped meanwhile), and clears wake-pending and the futile
-// count: whoever returns from the kernel, woken or not, clears the bit,
-// and shows that registered sleepers are alive.
-func Unregister(w *atomic.Uint32) { UnregisterIn(w, CountMask) }
+// Register records one more sleeper in w and returns its ticket.
+func Register(w *atomic.Uint32) Ticket { return Ticket(w.Add(1) & EpochMask) }
 
-// UnregisterIn is Unregister for a word whose count has only the bits
-// count (a subset of CountMask) and whose other bits below the futile
-// count are flags of the caller's, which it keeps (upgrade's Waiters word
-// keeps its unique-gate flags there; it has no wake-pending bit, which is
-// cleared all the same).
+// Unregister takes the sleeper of ticket t off w, unless its registration
+// was dropped since (the epoch moved on), and clears wake-pending and the
+// futile count either way: whoever returns from the kernel, woken or not,
+// clears the bit, and shows that registered sleepers are alive.
+func Unregister(w *atomic.Uint32, t Ticket) {
+	for {
+		v := w.Load()
+		n := v & CountMask
+		if n > 0 && Ticket(v&EpochMask) == t {
+			n--
+		}
+		if w.CompareAndSwap(v, v&^(CountMask|FutileMask|WakePending)|n) {
+			return
+		}
+	}
+}
+
+// UnregisterIn is Unregister for a word without an epoch, whose count has
+// only the bits count (below FutileShift) and whose other bits below the
+// futile count are flags of the caller's, which it keeps (upgrade's Waiters
+// word keeps its unique-gate flags there; it has no wake-pending bit, which
+// is cleared all the same). It never takes the count below zero.
 func UnregisterIn(w *atomic.Uint32, count uint32) {
 	for {
 		v := w.Load()
@@ -62,7 +80,7 @@ func WakeOne(w, gate *atomic.Uint32) bool {
 		// The registered sleepers are not in the kernel yet (they will find
 		// the gate changed), or they are dead. Nobody is on the way to
 		// clear the bit.
-		futile(w, CountMask, WakePending)
+		futile(w, CountMask, WakePending, true)
 		return false
 	}
 	return true
@@ -76,20 +94,23 @@ func WakeAll(w, gate *atomic.Uint32) bool {
 		return false
 	}
 	if n, err := futex.WakeAll(gate); n == 0 || err != nil {
-		futile(w, CountMask, 0)
+		futile(w, CountMask, 0, true)
 		return false
 	}
 	return true
 }
 
-// FutileIn counts a wake of the sleepers counted in the bits count of w
-// (see UnregisterIn) that found nobody in the kernel.
-func FutileIn(w *atomic.Uint32, count uint32) { futile(w, count, 0) }
+// FutileIn counts a wake of the sleepers counted in the bits count of w, a
+// word without an epoch (see UnregisterIn), that found nobody in the
+// kernel.
+func FutileIn(w *atomic.Uint32, count uint32) { futile(w, count, 0, false) }
 
 // futile counts a wake that found nobody in the kernel, clearing the bits
 // in clear too, and drops the count (the bits count) at the FutileMax-th
-// such wake in a row.
-func futile(w *atomic.Uint32, count, clear uint32) {
+// such wake in a row; in a word with an epoch (epoch), the drop moves the
+// epoch on, so that the dropped registrations are not taken off the count
+// of later ones.
+func futile(w *atomic.Uint32, count, clear uint32, epoch bool) {
 	for {
 		v := w.Load()
 		next := v&^clear + 1<<FutileShift
@@ -98,6 +119,9 @@ func futile(w *atomic.Uint32, count, clear uint32) {
 			next = v &^ (clear | FutileMask)
 		case next&FutileMask == FutileMask:
 			next = v &^ (clear | FutileMask | count)
+			if epoch {
+				next = next&^EpochMask | (v+1<<EpochShift)&EpochMask
+			}
 		}
 		if w.CompareAndSwap(v, next) {
 			return

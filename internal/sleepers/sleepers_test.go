@@ -16,6 +16,8 @@ import (
 // package must agree on its bits.
 func TestPadIsASleepersWord(t *testing.T) {
 	require.Equal(t, sleepers.CountMask, layout.PadSleepers)
+	require.Equal(t, sleepers.EpochMask, layout.PadEpoch)
+	require.Equal(t, sleepers.EpochShift, layout.PadEpochShift)
 	require.Equal(t, sleepers.FutileMask, layout.PadFutileWakes)
 	require.Equal(t, sleepers.FutileShift, layout.PadFutileShift)
 	require.Equal(t, sleepers.WakePending, layout.PadWakePending)
@@ -37,10 +39,11 @@ func TestWakeWithNobodyAsleep(t *testing.T) {
 		{"WakeOne, none registered", 0, sleepers.WakeOne, 0, "no call, nothing changes"},
 		{"WakeOne, pending", stale | sleepers.WakePending, sleepers.WakeOne, stale | sleepers.WakePending, "a woken sleeper is on its way: no call"},
 		{"WakeOne counts a futile wake", stale, sleepers.WakeOne, stale | 1<<sleepers.FutileShift, "pending cleared, one futile wake"},
-		{"WakeOne drops a stale count", near, sleepers.WakeOne, 0, "the FutileMax-th futile wake drops the count"},
+		{"WakeOne drops a stale count", near, sleepers.WakeOne, 1 << sleepers.EpochShift, "the FutileMax-th futile wake drops the count, next epoch"},
+		{"the epoch wraps", near | sleepers.EpochMask, sleepers.WakeOne, 0, "epoch 255 -> 0"},
 		{"WakeAll counts a futile wake", stale, sleepers.WakeAll, stale | 1<<sleepers.FutileShift, "one futile wake"},
 		{"WakeAll keeps pending", stale | sleepers.WakePending, sleepers.WakeAll, stale | sleepers.WakePending | 1<<sleepers.FutileShift, "pending is WakeOne's"},
-		{"WakeAll drops a stale count", near, sleepers.WakeAll, 0, "the FutileMax-th futile wake drops the count"},
+		{"WakeAll drops a stale count", near | 7<<sleepers.EpochShift, sleepers.WakeAll, 8 << sleepers.EpochShift, "the FutileMax-th futile wake drops the count, next epoch"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,12 +59,12 @@ func TestWakeWithNobodyAsleep(t *testing.T) {
 // futile count.
 func TestUnregister(t *testing.T) {
 	var w atomic.Uint32
-	sleepers.Unregister(&w)
+	sleepers.Unregister(&w, 0)
 	require.Zero(t, w.Load(), "never below zero")
-	sleepers.Register(&w)
+	t1 := sleepers.Register(&w)
 	sleepers.Register(&w)
 	w.Or(sleepers.WakePending | 5<<sleepers.FutileShift)
-	sleepers.Unregister(&w)
+	sleepers.Unregister(&w, t1)
 	require.Equal(t, uint32(1), w.Load())
 	require.Equal(t, uint32(1), sleepers.Count(w.Load()))
 }
@@ -73,12 +76,12 @@ func TestWakeOneWakesASleeper(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sleepers.Register(&w)
+		ticket := sleepers.Register(&w)
 		seq := gate.Load()
 		for gate.Load() == seq {
 			_ = futex.Wait(&gate, seq, time.Second)
 		}
-		sleepers.Unregister(&w)
+		sleepers.Unregister(&w, ticket)
 	}()
 	// Wait until the sleeper is in the kernel: a wake then finds it.
 	for sleepers.Count(w.Load()) == 0 {
@@ -127,4 +130,26 @@ func TestCountInPartOfTheWord(t *testing.T) {
 			require.Equal(t, tt.want, w.Load())
 		})
 	}
+}
+
+// A drop moves the epoch on: a sleeper registered before it leaves without
+// taking itself off the count, which now counts later registrations only.
+// Before epochs, such a sleeper (preempted between its registration and
+// its futex call while 127 futile wakes passed, as happens with more
+// processes than CPUs) took away a later sleeper's registration, and that
+// sleeper, uncounted, slept its whole slice with the lock free.
+func TestDropMovesTheEpoch(t *testing.T) {
+	var w, gate atomic.Uint32
+	early := sleepers.Register(&w) // preempted before its futex call
+	for range sleepers.FutileMax {
+		gate.Add(1)
+		require.False(t, sleepers.WakeOne(&w, &gate), "nobody is in the kernel")
+	}
+	require.Zero(t, sleepers.Count(w.Load()), "127 futile wakes drop the count")
+	late := sleepers.Register(&w) // registers after the drop, goes to sleep
+	require.NotEqual(t, early, late)
+	sleepers.Unregister(&w, early) // the early one runs at last
+	require.Equal(t, uint32(1), sleepers.Count(w.Load()), "the early sleeper took the late one's registration")
+	sleepers.Unregister(&w, late)
+	require.Zero(t, sleepers.Count(w.Load()))
 }
