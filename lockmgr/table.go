@@ -381,8 +381,9 @@ func (t *table) isAlive(w uint64, now int64) bool {
 }
 
 // Sleepers of an entry is an internal/sleepers word over its Gate: the
-// count of waiters registered to sleep there, a wake-pending bit and the
-// futile-wake count that drops the registrations of killed waiters. A
+// count of waiters registered to sleep there, a wake-pending bit, the
+// futile-wake count that drops the registrations of killed waiters and the
+// epoch of those drops (sleepers.Ticket). A
 // hold's end wakes one sleeper (wakeOne) or, after a collaborative grant,
 // all (wakeAll). Sleepers sleep in slices of at most maxSleepSlice and
 // register again for each, so a wake-pending bit left by a woken process

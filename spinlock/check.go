@@ -9,9 +9,10 @@ import (
 )
 
 // maxPlausibleSleepers bounds the sleeper count of a slot that Check
-// believes: each sleeper is a goroutine blocked in a futex call, holding an
-// OS thread, and Go allows 10000 threads a process.
-const maxPlausibleSleepers = 1 << 20
+// believes: each sleeper is a goroutine or thread blocked in a futex call,
+// holding an OS thread (Go allows 10000 threads a process), and the count
+// has 16 bits (layout.PadSleepers), so a count past half of them is damage.
+const maxPlausibleSleepers = 1 << 15
 
 // Check validates the owner slots of seg without changing anything and
 // returns a line for each damaged one: an owner identity no process can

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -42,4 +43,33 @@ func TestMarkConsistentNeedsTheHold(t *testing.T) {
 	require.False(t, l.Inconsistent())
 	require.NoError(t, l.Unlock(me)) // behind the guard's back
 	require.ErrorIs(t, g.MarkConsistent(), spinlock.ErrNotOwner)
+}
+
+// Check believes a sleeper count up to half of its 16 bits, and reports a
+// larger one as damage; the epoch and futile bits are not sleepers.
+func TestCheckSleeperCount(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	slot, err := seg.Slot(0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		pad    uint32
+		damage bool
+	}{
+		{0, false},
+		{3 | 200<<layout.PadEpochShift | 5<<layout.PadFutileShift | layout.PadWakePending, false},
+		{1 << 14, false},
+		{1<<15 + 1, true},
+	} {
+		slot.Pad.Store(tc.pad)
+		found, err := spinlock.Check(seg)
+		require.NoError(t, err)
+		if tc.damage {
+			require.Len(t, found, 1, "Pad %#x", tc.pad)
+			require.Contains(t, found[0], "sleepers")
+		} else {
+			require.Empty(t, found, "Pad %#x", tc.pad)
+		}
+	}
+	slot.Pad.Store(0)
 }

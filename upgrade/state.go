@@ -240,9 +240,10 @@ func writerID(o uint64) uint64 {
 }
 
 // The WriterSleepers word is an internal/sleepers word over WriterGate:
-// the writers asleep there, a wake-pending bit (see the handoff above) and
-// the futile-wake count that drops the registrations of writers killed
-// while they slept.
+// the writers asleep there, a wake-pending bit (see the handoff above), the
+// futile-wake count that drops the registrations of writers killed while
+// they slept, and the epoch that keeps a writer whose registration was
+// dropped from taking a later writer's (sleepers.Ticket).
 
 // Reader records of a mutex in use, for the drain check: bit j%32 of the
 // first record's Pad word (layout.ReaderRecord leaves Pad to this package)
