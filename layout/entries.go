@@ -128,7 +128,7 @@ type UpgradeEntry struct {
 	WriterTID      atomic.Uint64 // holder id of the writer
 	Upgrader       atomic.Uint64 // packed identity of the upgrade holder; 0 if none
 	UpgraderTID    atomic.Uint64 // holder id of the upgrade holder
-	Generation     atomic.Uint64 // bumped by every exclusive release and reclaim
+	Generation     atomic.Uint64 // the fencing token: bumped by the end of every unique or upgrade hold
 	WriterGate     atomic.Uint32 // futex word for writers waiting for Writer to be free
 	WriterSleepers atomic.Uint32 // sleepers on WriterGate, and a wake-pending bit
 }

@@ -99,6 +99,7 @@ func (m *Mutex) UniqueToUpgrade() error {
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
 		// writers' mutex goes.
 		m.raceReleaseUnique()
+		m.bumpGeneration() // the unique hold ends
 		for {
 			s := m.e.State.Load()
 			if m.e.State.CompareAndSwap(s, s&^stateWrite|stateUpgrade) {
@@ -137,6 +138,7 @@ func (m *Mutex) UniqueToShared() error {
 	}
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
+	m.bumpGeneration()
 	if writer {
 		m.e.State.And(^stateWrite)
 		m.releaseWriterWord()

@@ -2,6 +2,7 @@ package upgrade_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -16,8 +17,21 @@ import (
 // atomics on the segment's words not at all (they are outside Go's
 // memory): only the mutex's annotations (internal/racesync) tell it.
 type plain struct {
-	counter int // written under the unique lock, read under any hold
-	upgrade int // written under the upgrade lock (or the unique one), never read by readers
+	counter int    // written under the unique lock, read under any hold
+	upgrade int    // written under the upgrade lock (or the unique one), never read by readers
+	token   uint64 // 1 + the fencing token (Generation) of the last unique or upgrade hold; 0 before any
+}
+
+// fence checks the fencing token of a unique or upgrade hold that has just
+// begun (by Lock, LockUpgrade, or a writer's UniqueToUpgrade, which ends
+// its unique hold): it must exceed the last one.
+func fence(m *upgrade.Mutex, p *plain) error {
+	g := m.Generation() + 1
+	if g <= p.token {
+		return fmt.Errorf("fencing token %d after %d", g-1, p.token-1)
+	}
+	p.token = g
+	return nil
 }
 
 // An op takes one hold of m, possibly converts it, and reports the writes
@@ -28,6 +42,9 @@ var (
 	opUnique op = func(m *upgrade.Mutex, p *plain) (int, int, error) {
 		if err := m.Lock(); err != nil {
 			return 0, 0, err
+		}
+		if err := fence(m, p); err != nil {
+			return 0, 0, errors.Join(err, m.Unlock())
 		}
 		p.counter++
 		p.upgrade++
@@ -46,6 +63,9 @@ var (
 		if err := m.LockUpgrade(); err != nil {
 			return 0, 0, err
 		}
+		if err := fence(m, p); err != nil {
+			return 0, 0, errors.Join(err, m.UnlockUpgrade())
+		}
 		_ = p.counter
 		p.upgrade++
 		return 0, 1, m.UnlockUpgrade()
@@ -54,6 +74,9 @@ var (
 	opUpgradeRoundTrip op = func(m *upgrade.Mutex, p *plain) (int, int, error) {
 		if err := m.LockUpgrade(); err != nil {
 			return 0, 0, err
+		}
+		if err := fence(m, p); err != nil {
+			return 0, 0, errors.Join(err, m.UnlockUpgrade())
 		}
 		p.upgrade++
 		if err := m.UpgradeToUnique(); err != nil {
@@ -72,6 +95,9 @@ var (
 		if err := m.LockUpgrade(); err != nil {
 			return 0, 0, err
 		}
+		if err := fence(m, p); err != nil {
+			return 0, 0, errors.Join(err, m.UnlockUpgrade())
+		}
 		if err := m.UpgradeToUnique(); err != nil {
 			return 0, 0, err
 		}
@@ -87,6 +113,9 @@ var (
 		if err := m.Lock(); err != nil {
 			return 0, 0, err
 		}
+		if err := fence(m, p); err != nil {
+			return 0, 0, errors.Join(err, m.Unlock())
+		}
 		p.counter++
 		if err := m.UniqueToShared(); err != nil {
 			return 1, 0, err
@@ -100,12 +129,18 @@ var (
 		if err := m.Lock(); err != nil {
 			return 0, 0, err
 		}
+		if err := fence(m, p); err != nil {
+			return 0, 0, errors.Join(err, m.Unlock())
+		}
 		p.counter++
 		switch err := m.UniqueToUpgrade(); {
 		case errors.Is(err, upgrade.ErrWouldBlock):
 			return 1, 0, m.Unlock()
 		case err != nil:
 			return 1, 0, err
+		}
+		if err := fence(m, p); err != nil {
+			return 1, 0, errors.Join(err, m.UnlockUpgrade())
 		}
 		p.upgrade++
 		return 1, 1, m.UnlockUpgrade()

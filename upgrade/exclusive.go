@@ -276,7 +276,12 @@ func (m *Mutex) Unlock() error {
 	}
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
-	m.e.State.And(^stateWrite) // ours: nobody else changes the word now
+	// While stateWrite is ours (without stateUpgrade) nobody else changes
+	// the state word (see state.go), so it needs no locked instruction;
+	// releaseWriterWord's CAS is the full barrier before wake's load of
+	// the sleepers.
+	m.bumpGeneration()
+	memview.StoreRelease32(&m.e.State, m.e.State.Load()&^stateWrite)
 	m.releaseWriterWord()
 	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	return nil
@@ -316,7 +321,6 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			return m.endWait(err)
 		}
 		if slice && m.takeOverUpgrader(m.e.Upgrader.Load()) {
-			m.e.Generation.Add(1)
 			reclaimed = true
 			break
 		}
@@ -415,7 +419,10 @@ func (m *Mutex) UnlockUpgrade() error {
 	}
 	m.setReclaimed(false)
 	m.raceReleaseUpgrade()
-	m.e.State.And(^(stateUpgrade | statePending))
+	// As in Unlock: the word is ours while stateUpgrade is; the Upgrader
+	// word's store is the full barrier.
+	m.bumpGeneration()
+	memview.StoreRelease32(&m.e.State, m.e.State.Load()&^(stateUpgrade|statePending))
 	m.releaseUpgraderWord()
 	if m.e.Waiters.Load() != 0 {
 		m.wake(m.sharedGate())

@@ -41,6 +41,7 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 			m.e.State.Or(stateInconsistent)
 		}
 		m.e.WriterTID.Store(m.tid)
+		m.forceGeneration()
 		m.clearWriteBit()
 		m.releaseWriterWord()
 		f.Writer = id
@@ -48,6 +49,7 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	if u := m.e.Upgrader.Load(); u != 0 && m.e.Upgrader.CompareAndSwap(u, m.pid) {
 		m.e.Waiters.And(^uniqueUpgrader)
 		m.e.UpgraderTID.Store(m.tid)
+		m.forceGeneration()
 		m.clearUpgradeBits() // sets stateInconsistent if it had upgraded
 		m.releaseUpgraderWord()
 		f.Upgrader = u
@@ -64,3 +66,11 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	}
 	return f, nil
 }
+
+// forceGeneration moves the generation past every token of a holder that
+// ForceUnlock takes a word from. That holder may be alive, and in the
+// middle of its own release, which bumps the generation as an owned word
+// (bumpGeneration: load, add 1, store): a locked add here is never lost
+// to that store in a way that leaves the generation at the holder's token
+// (the store writes at least its token + 1).
+func (m *Mutex) forceGeneration() { m.e.Generation.Add(1) }

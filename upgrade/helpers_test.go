@@ -45,6 +45,28 @@ func (r record) read() (uint64, bool) {
 	return v, true
 }
 
+// fenceOf is the word after the record: 1 + the last fencing token
+// (Generation) that a holder of the unique or upgrade lock saw, 0 before
+// any.
+func fenceOf(seg *shm.Segment) (*atomic.Uint64, error) {
+	mem, err := seg.Region(layout.KindLockMgr)
+	if err != nil {
+		return nil, err
+	}
+	return memview.Uint64(mem, 8*uint64(len(record{})))
+}
+
+// fenced checks the token of a unique or upgrade hold that has just
+// begun: it must exceed every token an earlier such hold saw (those holds
+// exclude each other, so the fence word needs no more than they give).
+// It reports a stale token.
+func fenced(m *upgrade.Mutex, fence *atomic.Uint64) bool {
+	g := m.Generation() + 1
+	stale := g <= fence.Load()
+	fence.Store(g)
+	return stale
+}
+
 // write stores v in the first n words.
 func (r record) write(v uint64, n int) {
 	for k := range n {
@@ -68,8 +90,14 @@ func openHelper(path string) (*shm.Segment, *upgrade.Mutex, record, error) {
 // mixedOps runs iters operations of the mixed workload on m: 90% shared
 // reads, 5% Lock writes, 5% upgrades (read under the upgrade lock, upgrade,
 // write, then leave through UniqueToUpgrade or UniqueToShared). It returns
-// the number of writes and of torn reads.
-func mixedOps(m *upgrade.Mutex, rec record, iters int, seed uint64) (writes, torn uint64, err error) {
+// the number of writes, of torn reads, and of unique or upgrade holds whose
+// fencing token was not above every earlier one (fence: see fenced).
+func mixedOps(m *upgrade.Mutex, rec record, fence *atomic.Uint64, iters int, seed uint64) (writes, torn, stale uint64, err error) {
+	fences := func() {
+		if fenced(m, fence) {
+			stale++
+		}
+	}
 	check := func(e error, what string) {
 		if e != nil && err == nil {
 			err = fmt.Errorf("%s: %w", what, e)
@@ -85,11 +113,13 @@ func mixedOps(m *upgrade.Mutex, rec record, iters int, seed uint64) (writes, tor
 			check(m.UnlockShared(), "UnlockShared")
 		case r == 18:
 			check(m.Lock(), "Lock")
+			fences()
 			rec.write(rec[0].Load()+1, len(rec))
 			writes++
 			check(m.Unlock(), "Unlock")
 		default:
 			check(m.LockUpgrade(), "LockUpgrade")
+			fences()
 			if _, ok := rec.read(); !ok {
 				torn++
 			}
@@ -111,7 +141,7 @@ func mixedOps(m *upgrade.Mutex, rec record, iters int, seed uint64) (writes, tor
 			}
 		}
 	}
-	return writes, torn, err
+	return writes, torn, stale, err
 }
 
 func rwHelper(args []string) int {
@@ -123,7 +153,12 @@ func rwHelper(args []string) int {
 		return 1
 	}
 	defer seg.Close()
-	writes, torn, err := mixedOps(m, rec, iters, seed)
+	fence, err := fenceOf(seg)
+	if err != nil {
+		fmt.Println("fence:", err)
+		return 1
+	}
+	writes, torn, stale, err := mixedOps(m, rec, fence, iters, seed)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -132,7 +167,7 @@ func rwHelper(args []string) int {
 		fmt.Println("close:", err)
 		return 1
 	}
-	fmt.Printf("writes %d torn %d\n", writes, torn)
+	fmt.Printf("writes %d torn %d stale %d\n", writes, torn, stale)
 	return 0
 }
 

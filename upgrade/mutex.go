@@ -118,9 +118,11 @@ func (m *Mutex) Reclaimed() bool { return m.reclaimed.Load() }
 // processes) this handle has taken over or released while it waited.
 func (m *Mutex) Repairs() uint64 { return m.repairs.Load() }
 
-// Generation is bumped by every release of the writer's or the upgrade
-// holder's identity, and every takeover: a holder may keep it as a fencing
-// token. It is 0 once the segment is closed.
+// Generation is bumped by the end of every unique or upgrade hold (a
+// release, a downgrade from the unique lock, a takeover from a dead
+// holder, a forced unlock): a holder may keep it as a fencing token, and
+// every later holder sees a greater one. It is 0 once the segment is
+// closed.
 func (m *Mutex) Generation() uint64 {
 	if m.segClosed() {
 		return 0

@@ -45,10 +45,11 @@ func TestMultiProcessMixed(t *testing.T) {
 	var writes uint64
 	for _, c := range children {
 		c.WaitOK(t)
-		var w, torn uint64
-		_, err := fmt.Sscanf(c.WaitLine(t, "writes "), "%d torn %d", &w, &torn)
+		var w, torn, stale uint64
+		_, err := fmt.Sscanf(c.WaitLine(t, "writes "), "%d torn %d stale %d", &w, &torn, &stale)
 		require.NoError(t, err)
 		require.Zero(t, torn, "torn reads in %s", c.Out.String())
+		require.Zero(t, stale, "fencing tokens that did not grow, in %s", c.Out.String())
 		writes += w
 	}
 	rec, err := recordOf(seg)
@@ -69,25 +70,29 @@ func TestGoroutinesMixed(t *testing.T) {
 	seg, _ := newSegment(t)
 	rec, err := recordOf(seg)
 	require.NoError(t, err)
+	fence, err := fenceOf(seg)
+	require.NoError(t, err)
 	workers, iters := 4, 20000
 	if long() {
 		workers, iters = 8, 100000
 	}
-	var writes, torn atomic.Uint64
+	var writes, torn, stale atomic.Uint64
 	var wg sync.WaitGroup
 	for i := range workers {
 		m := open(t, seg)
 		wg.Go(func() {
-			w, tr, err := mixedOps(m, rec, iters, uint64(i+100))
+			w, tr, st, err := mixedOps(m, rec, fence, iters, uint64(i+100))
 			if err != nil {
 				t.Error(err)
 			}
 			writes.Add(w)
 			torn.Add(tr)
+			stale.Add(st)
 		})
 	}
 	wg.Wait()
 	require.Zero(t, torn.Load())
+	require.Zero(t, stale.Load(), "fencing tokens that did not grow")
 	v, same := rec.read()
 	require.True(t, same)
 	require.Equal(t, writes.Load(), v)

@@ -36,8 +36,8 @@ import (
 //     its holder sets stateWrite without stateUpgrade, which it does only
 //     while stateUpgrade is clear. It then waits for the reader sum to
 //     reach 0 (clearing stateWrite again, for a grace period, if readers
-//     are slow to leave: see finishLock). Unlock clears stateWrite, then
-//     WriterTID, bumps Generation, and clears Writer last.
+//     are slow to leave: see finishLock). Unlock bumps Generation, clears
+//     stateWrite, then WriterTID, and clears Writer last.
 //   - Upgrader and UpgraderTID name the upgrade holder likewise; its holder
 //     sets stateUpgrade only while stateWrite is clear, so the writer and
 //     the upgrade holder exclude each other through the state word, and
@@ -45,6 +45,20 @@ import (
 //     UpgradeToUnique sets statePending (new readers back off), waits for
 //     the reader sum to reach 0 and turns pending into stateWrite in one
 //     CAS: no writer can slip in, since a writer needs stateUpgrade clear.
+//   - Generation (the fencing token) is bumped only by the end of a
+//     unique or upgrade hold, by its holder, before its state bit goes,
+//     and by whoever takes a dead holder's hold over (takeOverWriter when
+//     stateWrite was the dead writer's, takeOverUpgrader when stateUpgrade
+//     was set), which then holds it. Those holds exclude each other, and a
+//     writer holding only the Writer word (waiting) or an upgrade seeker
+//     never bumps: so the word has one writer at a time, and is bumped by
+//     a plain load and store, no locked instruction. (ForceUnlock, which
+//     may meet a live holder's release, adds with a locked add.) The
+//     state word is the holder's too while it holds (but for
+//     stateInconsistent, set only for dead holders), so Unlock and
+//     UnlockUpgrade clear their bits with a release store; the CAS or
+//     store of the identity word that follows is the full barrier before
+//     they look for sleepers. A release is thus one locked instruction.
 //   - A reader adds 1 to its record and then loads the state word; if
 //     stateWrite or statePending is set it takes the 1 back and waits. All
 //     these accesses are sequentially consistent, so either the reader sees

@@ -201,11 +201,15 @@ func (m *Mutex) unregister(g gate) {
 }
 
 // wake wakes every sleeper of g, if it has any. The caller has changed the
-// state those sleepers wait on.
+// state those sleepers wait on. The check is inlined into every release
+// (most find no sleeper); the wake-up is not.
 func (m *Mutex) wake(g gate) {
-	if m.e.Waiters.Load()&g.all == 0 {
-		return
+	if m.e.Waiters.Load()&g.all != 0 {
+		m.wakeSleepers(g)
 	}
+}
+
+func (m *Mutex) wakeSleepers(g gate) {
 	g.word.Add(1)
 	n, err := futex.WakeAll(g.word)
 	if n > 0 && err == nil {
@@ -313,7 +317,6 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		}
 		if lv.due(errors.Is(werr, futex.ErrTimeout)) {
 			if o := w.Load(); m.takeOverWriter(o) {
-				m.e.Generation.Add(1)
 				return true, true, nil
 			}
 		}
@@ -451,6 +454,9 @@ func (m *Mutex) takeOverWriter(o uint64) bool {
 	}
 	m.e.Waiters.And(^uniqueWriter)
 	if m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+		// The dead one held the unique lock (or was draining readers for
+		// it): its hold, and with it the generation, is ours now.
+		m.bumpGeneration()
 		m.e.State.Or(stateInconsistent) // the write bit is ours now: nobody else clears it
 	}
 	m.repairs.Add(1)
@@ -464,6 +470,9 @@ func (m *Mutex) takeOverUpgrader(o uint64) bool {
 		return false
 	}
 	m.e.Waiters.And(^uniqueUpgrader)
+	if m.e.State.Load()&stateUpgrade != 0 {
+		m.bumpGeneration() // as in takeOverWriter: its hold is ours now
+	}
 	m.repairs.Add(1)
 	m.stats.AddReclaim()
 	return true
@@ -523,13 +532,26 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 }
 
 // releaseWriterWord ends the caller's hold of the Writer word: holder id
-// first, then the generation, then the word, so anyone who sees the word
-// free sees the rest reset; then it wakes one waiting writer. If a writer
-// has waited (writerHungry), the word goes to the waiting writers (a
-// handoff) rather than to whoever comes first.
+// first, then the word, so anyone who sees the word free sees the holder
+// id reset; then it wakes one waiting writer. If a writer has waited
+// (writerHungry), the word goes to the waiting writers (a handoff) rather
+// than to whoever comes first. The end of a unique hold has bumped the
+// generation before (bumpGeneration).
 func (m *Mutex) releaseWriterWord() {
 	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer CAS
-	m.e.Generation.Add(1)
+	// Inlined into Unlock: the common release is one CAS to 0.
+	if o := m.e.Writer.Load(); o&writerHungry != 0 || !m.e.Writer.CompareAndSwap(o, 0) {
+		m.handOffWriterWord()
+	}
+	if sleepers.Count(m.e.WriterSleepers.Load()) != 0 {
+		m.wakeWriter()
+	}
+}
+
+// handOffWriterWord is releaseWriterWord's release when a writer is
+// hungry, or marks the word hungry meanwhile: the word goes to the
+// waiting writers (a handoff).
+func (m *Mutex) handOffWriterWord() {
 	for {
 		// Waiting writers only ever add writerHungry to the word.
 		o, next := m.e.Writer.Load(), uint64(0)
@@ -537,11 +559,8 @@ func (m *Mutex) releaseWriterWord() {
 			next = handoffWord()
 		}
 		if m.e.Writer.CompareAndSwap(o, next) {
-			break
+			return
 		}
-	}
-	if sleepers.Count(m.e.WriterSleepers.Load()) != 0 {
-		m.wakeWriter()
 	}
 }
 
@@ -549,8 +568,15 @@ func (m *Mutex) releaseWriterWord() {
 // order releaseWriterWord keeps.
 func (m *Mutex) releaseUpgraderWord() {
 	memview.StoreOwned(&m.e.UpgraderTID, 0) // published by the Upgrader store
-	m.e.Generation.Add(1)
 	m.e.Upgrader.Store(0)
+}
+
+// bumpGeneration moves the fencing generation on at the end of a unique or
+// upgrade hold. Only the holder of one of them calls it, before its state
+// bit goes, and the two exclude each other: the generation is an owned
+// word (see state.go), bumped without a locked instruction.
+func (m *Mutex) bumpGeneration() {
+	memview.StoreOwned(&m.e.Generation, m.e.Generation.Load()+1) // published by the state word's release
 }
 
 // repairBlockers releases whichever dead holder the state blames for

@@ -1,0 +1,9 @@
+//go:build !(amd64 || 386) || race
+
+package memview
+
+import "sync/atomic"
+
+// StoreRelease32 is an atomic store off x86 (on arm64 a store-release,
+// STLR: cheap) and in race-detector builds; see release_tso.go.
+func StoreRelease32(w *atomic.Uint32, v uint32) { w.Store(v) }
