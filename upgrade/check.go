@@ -4,13 +4,14 @@ import (
 	"fmt"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/shm"
 )
 
 // Bits of the words that no operation ever sets (see state.go).
 const (
 	stateKnown   = stateWrite | stateUpgrade | statePending | stateInconsistent
-	waitersKnown = waitersSharedMask | waitersUnique | 0x7f<<24 // the futile-wake bits 24-30
+	waitersKnown = waitersSharedMask | waitersEpoch | waitersUnique | sleepers.FutileMask
 )
 
 // Check validates upgrade mutex i of seg without changing anything and

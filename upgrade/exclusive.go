@@ -424,10 +424,8 @@ func (m *Mutex) UnlockUpgrade() error {
 	m.bumpGeneration()
 	memview.StoreRelease32(&m.e.State, m.e.State.Load()&^(stateUpgrade|statePending))
 	m.releaseUpgraderWord()
-	if m.e.Waiters.Load() != 0 {
-		m.wake(m.sharedGate())
-		m.wake(m.uniqueGate())
-	}
+	m.wake(m.sharedGate())
+	m.wake(m.uniqueGate())
 	return nil
 }
 

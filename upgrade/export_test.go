@@ -41,6 +41,8 @@ const (
 	UniqueUpgrader    = uniqueUpgrader
 	FutileShift       = sleepers.FutileShift
 	EpochShift        = sleepers.EpochShift
+	WaitersEpoch      = waitersEpoch
+	WaitersEpochUnit  = uint32(1) << 16 // the lowest bit of waitersEpoch
 	FutileMax         = sleepers.FutileMax
 	WriterWakePending = sleepers.WakePending
 )

@@ -25,10 +25,10 @@ func TestFutileWakeBits(t *testing.T) {
 		{"the first futile wake of each gate is counted, the counts kept",
 			1, 1, 1 | futile(1), 1 | futile(1)},
 		{"and the next", 2 | futile(1), 2 | futile(1), 2 | futile(2), 2 | futile(2)},
-		{"the longest run drops the counts (WriterSleepers: to the next epoch)",
-			3 | futile(upgrade.FutileMax-1), 3 | futile(upgrade.FutileMax-1), 0, 1 << upgrade.EpochShift},
+		{"the longest run drops the counts, each to its next epoch",
+			3 | futile(upgrade.FutileMax-1), 3 | futile(upgrade.FutileMax-1), upgrade.WaitersEpochUnit, 1 << upgrade.EpochShift},
 		{"a unique flag is neither counted nor dropped",
-			upgrade.UniqueUpgrader | 1 | futile(upgrade.FutileMax-1), 0, upgrade.UniqueUpgrader, 0},
+			upgrade.UniqueUpgrader | 1 | futile(upgrade.FutileMax-1), 0, upgrade.UniqueUpgrader | upgrade.WaitersEpochUnit, 0},
 		{"a writer wake pending is another release's: no wake, nothing counted",
 			0, 1 | futile(5) | upgrade.WriterWakePending, 0, 1 | futile(5) | upgrade.WriterWakePending},
 	} {
@@ -121,7 +121,7 @@ func TestKilledSleeperRegistrationExpires(t *testing.T) {
 				require.NoError(t, w.Lock())
 			}
 			require.NoError(t, w.Unlock())
-			assert.Zero(t, e.Waiters.Load(), "Waiters after the repair")
+			assert.Zero(t, e.Waiters.Load()&^upgrade.WaitersEpoch, "Waiters after the repair (its epoch aside)")
 			assert.Zero(t, e.WriterSleepers.Load()&^(0xff<<upgrade.EpochShift), "WriterSleepers after the repair (its epoch aside)")
 			checkFree(t, status(t, seg))
 		})

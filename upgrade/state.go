@@ -144,11 +144,14 @@ const (
 
 // The Waiters word:
 //
-//	bits 0-21   waitersShared  sleepers on SharedGate (readers, upgrade
-//	                           seekers: any number; each is a goroutine
-//	                           blocked in a futex call, holding an OS
-//	                           thread, and Go allows 10000 threads a
-//	                           process, so 4M is out of reach)
+//	bits 0-15   waitersShared  sleepers on SharedGate (readers, upgrade
+//	                           seekers; each is an OS thread blocked in a
+//	                           futex call, and Go allows 10000 threads a
+//	                           process: as in every sleepers word, 65535
+//	                           at once on one mutex is out of reach in
+//	                           practice, and a count that overflowed would
+//	                           cost sleepers a liveness slice, not a grant)
+//	bits 16-21  waitersEpoch   drops of the shared count so far, modulo 64
 //	bit  22     uniqueWriter   the Writer word's holder sleeps on UniqueGate
 //	bit  23     uniqueUpgrader the upgrade holder sleeps on UniqueGate
 //	bits 24-30  futile wakes   wakes of SharedGate in a row that found
@@ -179,12 +182,19 @@ const (
 // wakes in a row, with no shared sleeper running in between, mean the
 // registered ones are dead, and the wake that makes the run that long
 // drops the count (sleepers.FutileIn). A live sleeper that was only slow to reach
-// the kernel sleeps at most its liveness slice and registers again;
-// unregistering never takes the count below zero (sleepers.UnregisterIn).
+// the kernel sleeps at most its liveness slice and registers again. The
+// drop moves the epoch on, and a sleeper leaves the count only in the
+// epoch it registered in (sleepers.UnregisterIn with its ticket): else a
+// sleeper preempted between its registration and its futex call past a
+// drop (with more processes than CPUs, milliseconds are common) would take
+// off the count of one that registered after the drop, which would then
+// sleep uncounted, woken by no release, for its whole slice (see package
+// internal/sleepers). Unregistering never takes the count below zero.
 // Invariant: the futile bits are 0 whenever the shared count is.
 const (
 	waitersShared     uint32 = 1 // one sleeper on SharedGate
-	waitersSharedMask uint32 = 1<<22 - 1
+	waitersSharedMask uint32 = 1<<16 - 1
+	waitersEpoch      uint32 = 0x3f << 16
 	uniqueWriter      uint32 = 1 << 22
 	uniqueUpgrader    uint32 = 1 << 23
 	waitersUnique            = uniqueWriter | uniqueUpgrader

@@ -127,16 +127,16 @@ func (m *Mutex) wait(ctx context.Context, g gate, w *closeWatch, lv *liveness, r
 	if err := m.watch(w); err != nil {
 		return false, err
 	}
-	m.register(g)
+	ticket := m.register(g)
 	seq := g.word.Load()
 	if ready() || m.segClosed() { // after seq: see closeWatch
-		m.unregister(g)
+		m.unregister(g, ticket)
 		return false, m.openErr()
 	}
 	m.timeWait()
 	m.stats.AddSleep()
 	err = futex.Wait(g.word, seq, sleep)
-	m.unregister(g)
+	m.unregister(g, ticket)
 	if m.segClosed() {
 		return false, shm.ErrClosed
 	}
@@ -181,23 +181,26 @@ func onCancel(ctx context.Context, f func()) (stop func()) {
 }
 
 // register records a sleeper of g in the Waiters word: one more on the
-// shared gate, or the caller's flag on the unique gate.
-func (m *Mutex) register(g gate) {
+// shared gate (its ticket: the epoch it counts in), or the caller's flag on
+// the unique gate.
+func (m *Mutex) register(g gate) sleepers.Ticket {
 	if g.unit == waitersShared {
-		m.e.Waiters.Add(waitersShared)
-	} else {
-		m.e.Waiters.Or(g.unit)
+		return sleepers.RegisterIn(&m.e.Waiters, waitersEpoch)
 	}
+	m.e.Waiters.Or(g.unit)
+	return 0
 }
 
 // unregister undoes register. On the shared gate it takes one off the
-// count and resets the futile-wake count: a shared sleeper ran.
-func (m *Mutex) unregister(g gate) {
+// count, unless a drop since took the registration already (see the
+// Waiters word in state.go), and resets the futile-wake count: a shared
+// sleeper ran.
+func (m *Mutex) unregister(g gate, t sleepers.Ticket) {
 	if g.unit != waitersShared {
 		m.e.Waiters.And(^g.unit)
 		return
 	}
-	sleepers.UnregisterIn(&m.e.Waiters, waitersSharedMask)
+	sleepers.UnregisterIn(&m.e.Waiters, waitersSharedMask, waitersEpoch, t)
 }
 
 // wake wakes every sleeper of g, if it has any. The caller has changed the
@@ -215,7 +218,7 @@ func (m *Mutex) wakeSleepers(g gate) {
 	if n > 0 && err == nil {
 		m.stats.AddWakeup()
 	} else if g.all == waitersSharedMask {
-		sleepers.FutileIn(&m.e.Waiters, waitersSharedMask)
+		sleepers.FutileIn(&m.e.Waiters, waitersSharedMask, waitersEpoch)
 	}
 }
 

@@ -64,36 +64,27 @@ int shm_futex_wake(a32 *w, int n)
 	return r < 0 ? 0 : (int)r;
 }
 
-uint32_t shm_sleepers_register(a32 *w) { return (atomic_fetch_add(w, 1) + 1) & SHM_SLEEPERS_EPOCH; }
+uint32_t shm_sleepers_register(a32 *w) { return shm_sleepers_register_in(w, SHM_SLEEPERS_EPOCH); }
 
-/* Takes the sleeper of ticket off the count, unless a drop has moved the
- * epoch on since it registered (its registration is gone: taking one off
- * would take a later sleeper's), and clears the futile count and
- * wake-pending either way: whoever returns from the kernel, woken or not,
- * shows the sleepers alive. */
+uint32_t shm_sleepers_register_in(a32 *w, uint32_t epoch) { return (atomic_fetch_add(w, 1) + 1) & epoch; }
+
 void shm_sleepers_unregister(a32 *w, uint32_t ticket)
 {
-	uint32_t v = atomic_load(w);
-	for (;;) {
-		uint32_t n = v & SHM_SLEEPERS_COUNT;
-		if (n > 0 && (v & SHM_SLEEPERS_EPOCH) == ticket)
-			n--;
-		uint32_t next = (v & ~(SHM_SLEEPERS_COUNT | SHM_SLEEPERS_FUTILE | SHM_SLEEPERS_WAKE_PENDING)) | n;
-		if (atomic_compare_exchange_weak(w, &v, next))
-			return;
-	}
+	shm_sleepers_unregister_in(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_EPOCH, ticket);
 }
 
-/* Takes one sleeper off the count bits (never below zero: a stale count may
- * have been dropped meanwhile) and clears the futile count and wake-pending:
- * whoever returns from the kernel, woken or not, shows the sleepers alive.
- * Bits outside count, the futile count and wake-pending are kept. */
-void shm_sleepers_unregister_in(a32 *w, uint32_t count)
+/* Takes the sleeper of ticket off the count bits, unless a drop has moved
+ * the epoch on since it registered (its registration is gone: taking one
+ * off would take a later sleeper's), never below zero, and clears the
+ * futile count and wake-pending either way: whoever returns from the
+ * kernel, woken or not, shows the sleepers alive. Bits outside count, the
+ * futile count and wake-pending are kept. */
+void shm_sleepers_unregister_in(a32 *w, uint32_t count, uint32_t epoch, uint32_t ticket)
 {
 	uint32_t v = atomic_load(w);
 	for (;;) {
 		uint32_t n = v & count;
-		if (n > 0)
+		if (n > 0 && (v & epoch) == ticket)
 			n--;
 		uint32_t next = (v & ~(count | SHM_SLEEPERS_FUTILE | SHM_SLEEPERS_WAKE_PENDING)) | n;
 		if (atomic_compare_exchange_weak(w, &v, next))
@@ -102,9 +93,9 @@ void shm_sleepers_unregister_in(a32 *w, uint32_t count)
 }
 
 /* Counts a wake that found nobody in the kernel, clearing the bits clear,
- * and drops the count at the 127th such wake in a row; in a word with an
- * epoch the drop moves the epoch on (internal/sleepers/doc.go). */
-static void futile(a32 *w, uint32_t count, uint32_t clear, bool epoch)
+ * and drops the count at the 127th such wake in a row, moving the epoch
+ * (the bits epoch) on (internal/sleepers/doc.go). */
+static void futile(a32 *w, uint32_t count, uint32_t epoch, uint32_t clear)
 {
 	uint32_t v = atomic_load(w);
 	for (;;) {
@@ -113,9 +104,7 @@ static void futile(a32 *w, uint32_t count, uint32_t clear, bool epoch)
 			next = v & ~(clear | SHM_SLEEPERS_FUTILE);
 		} else if ((next & SHM_SLEEPERS_FUTILE) == SHM_SLEEPERS_FUTILE) {
 			next = v & ~(clear | SHM_SLEEPERS_FUTILE | count);
-			if (epoch)
-				next = (next & ~SHM_SLEEPERS_EPOCH) |
-				       ((v + (UINT32_C(1) << SHM_SLEEPERS_EPOCH_SHIFT)) & SHM_SLEEPERS_EPOCH);
+			next = (next & ~epoch) | ((v + (epoch & -epoch)) & epoch); /* epoch & -epoch: its lowest bit */
 		}
 		if (atomic_compare_exchange_weak(w, &v, next))
 			return;
@@ -134,7 +123,7 @@ bool shm_sleepers_wake_one(a32 *w, a32 *gate)
 	/* Nobody woken: the sleepers are not in the kernel yet (they will find
 	 * the gate changed) or they died; nobody is on the way to clear the bit. */
 	if (shm_futex_wake(gate, 1) == 0) {
-		futile(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_WAKE_PENDING, true);
+		futile(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_EPOCH, SHM_SLEEPERS_WAKE_PENDING);
 		return false;
 	}
 	return true;
@@ -146,10 +135,10 @@ bool shm_sleepers_wake_all(a32 *w, a32 *gate)
 	if ((atomic_load(w) & SHM_SLEEPERS_COUNT) == 0)
 		return false;
 	if (shm_futex_wake(gate, INT_MAX) == 0) {
-		futile(w, SHM_SLEEPERS_COUNT, 0, true);
+		futile(w, SHM_SLEEPERS_COUNT, SHM_SLEEPERS_EPOCH, 0);
 		return false;
 	}
 	return true;
 }
 
-void shm_sleepers_futile_in(a32 *w, uint32_t count) { futile(w, count, 0, false); }
+void shm_sleepers_futile_in(a32 *w, uint32_t count, uint32_t epoch) { futile(w, count, epoch, 0); }

@@ -342,14 +342,17 @@ int shm_futex_wake(a32 *w, int n);
  * unregister takes it off the count only in that epoch. */
 uint32_t shm_sleepers_register(a32 *w);
 void shm_sleepers_unregister(a32 *w, uint32_t ticket);
-/* UnregisterIn, for a word without an epoch: count is its count bits (below
- * the futile count), other low bits kept. */
-void shm_sleepers_unregister_in(a32 *w, uint32_t count);
+/* RegisterIn, UnregisterIn and FutileIn, for a word that shares its low bits
+ * with flags of the caller's (the upgrade mutex's waiters word): count is
+ * its count bits (from bit 0), epoch its epoch bits, both below the futile
+ * count; other low bits are kept. */
+uint32_t shm_sleepers_register_in(a32 *w, uint32_t epoch);
+void shm_sleepers_unregister_in(a32 *w, uint32_t count, uint32_t epoch, uint32_t ticket);
 /* The wakes report whether they found a sleeper in the kernel (for the
  * contention counters). */
 bool shm_sleepers_wake_one(a32 *w, a32 *gate);
 bool shm_sleepers_wake_all(a32 *w, a32 *gate);
-void shm_sleepers_futile_in(a32 *w, uint32_t count);
+void shm_sleepers_futile_in(a32 *w, uint32_t count, uint32_t epoch);
 
 /* ---------------------------------------------------- names (directory.c) */
 

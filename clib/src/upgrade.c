@@ -53,7 +53,8 @@
 
 /* Waiters bits. */
 #define WAITERS_SHARED 1u
-#define WAITERS_SHARED_MASK ((1u << 22) - 1)
+#define WAITERS_SHARED_MASK ((1u << 16) - 1)
+#define WAITERS_EPOCH (0x3fu << 16) /* drops of the shared count, modulo 64 */
 #define UNIQUE_WRITER (1u << 22)
 #define UNIQUE_UPGRADER (1u << 23)
 #define WAITERS_UNIQUE (UNIQUE_WRITER | UNIQUE_UPGRADER)
@@ -242,20 +243,22 @@ static inline struct gate unique_gate_as(shmlock_upgrade *m, uint32_t role)
 
 static inline struct gate unique_gate(shmlock_upgrade *m) { return unique_gate_as(m, 0); }
 
-static void gate_register(shmlock_upgrade *m, struct gate g)
+/* register: returns the sleeper's ticket on the shared gate (the epoch it
+ * counts in), 0 on the unique gate (a flag). */
+static uint32_t gate_register(shmlock_upgrade *m, struct gate g)
 {
 	if (g.unit == WAITERS_SHARED)
-		atomic_fetch_add(&m->e->waiters, WAITERS_SHARED);
-	else
-		atomic_fetch_or(&m->e->waiters, g.unit);
+		return shm_sleepers_register_in(&m->e->waiters, WAITERS_EPOCH);
+	atomic_fetch_or(&m->e->waiters, g.unit);
+	return 0;
 }
 
-static void gate_unregister(shmlock_upgrade *m, struct gate g)
+static void gate_unregister(shmlock_upgrade *m, struct gate g, uint32_t ticket)
 {
 	if (g.unit != WAITERS_SHARED)
 		atomic_fetch_and(&m->e->waiters, ~g.unit);
 	else
-		shm_sleepers_unregister_in(&m->e->waiters, WAITERS_SHARED_MASK);
+		shm_sleepers_unregister_in(&m->e->waiters, WAITERS_SHARED_MASK, WAITERS_EPOCH, ticket);
 }
 
 /* wake: every sleeper of g, if it has any; the caller changed the state. */
@@ -275,7 +278,7 @@ static __attribute__((noinline)) void wake_sleepers(shmlock_upgrade *m, struct g
 	if (shm_futex_wake(g.word, INT_MAX) > 0)
 		SHM_STATS_ADD(m->stats, wakeups);
 	else if (g.all == WAITERS_SHARED_MASK)
-		shm_sleepers_futile_in(&m->e->waiters, WAITERS_SHARED_MASK);
+		shm_sleepers_futile_in(&m->e->waiters, WAITERS_SHARED_MASK, WAITERS_EPOCH);
 }
 
 /* wakeWriter: one writer asleep on WriterGate; the gate moves first. */
@@ -339,16 +342,16 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 		sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));
 	if (seg_closed(m))
 		return SHMLOCK_ECLOSED;
-	gate_register(m, g);
+	uint32_t ticket = gate_register(m, g);
 	uint32_t seq = ld32(g.word);
 	if (ready(m) || seg_closed(m)) {
-		gate_unregister(m, g);
+		gate_unregister(m, g, ticket);
 		return open_err(m);
 	}
 	time_wait(m);
 	SHM_STATS_ADD(m->stats, sleeps);
 	rc = shm_futex_wait(g.word, seq, sleep);
-	gate_unregister(m, g);
+	gate_unregister(m, g, ticket);
 	if (seg_closed(m))
 		return SHMLOCK_ECLOSED;
 	int derr = deadline_err(d);
@@ -1181,10 +1184,8 @@ SHM_EXPORT int shmlock_upgrade_unlock_upgrade(shmlock_upgrade *m)
 	atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~(UPG_UPGRADE | UPG_PENDING),
 	                      memory_order_release);
 	release_upgrader_word(m);
-	if (ld32(&m->e->waiters) != 0) {
-		wake(m, shared_gate(m));
-		wake(m, unique_gate(m));
-	}
+	wake(m, shared_gate(m)); /* each checks its bits inline (the epoch is no sleeper) */
+	wake(m, unique_gate(m));
 	return SHMLOCK_OK;
 }
 

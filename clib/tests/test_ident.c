@@ -137,10 +137,27 @@ static void test_sleepers(void)
 	atomic_store(&w, 1 | SHM_SLEEPERS_EPOCH | 126u << SHM_SLEEPERS_FUTILE_SHIFT);
 	shm_sleepers_wake_all(&w, &gate);
 	CHECK(atomic_load(&w) == 0);
-	/* UnregisterIn keeps the caller's flags. */
-	atomic_store(&w, 0x3 | 1u << 22 | 1u << 23 | 4u << SHM_SLEEPERS_FUTILE_SHIFT);
-	shm_sleepers_unregister_in(&w, (1u << 22) - 1);
-	CHECK(atomic_load(&w) == (0x2 | 1u << 22 | 1u << 23));
+	/* The In forms (the upgrade mutex's waiters word: count 0-15, epoch
+	 * 16-21, flags 22-23) keep the caller's flags and have an epoch too. */
+	const uint32_t count = (1u << 16) - 1, epoch = 0x3fu << 16, flags = 1u << 22 | 1u << 23;
+	atomic_store(&w, 0x2 | flags);
+	uint32_t t0 = shm_sleepers_register_in(&w, epoch);
+	CHECK(t0 == 0 && atomic_load(&w) == (0x3 | flags));
+	atomic_store(&w, 0x3 | flags | 4u << SHM_SLEEPERS_FUTILE_SHIFT);
+	shm_sleepers_unregister_in(&w, count, epoch, t0);
+	CHECK(atomic_load(&w) == (0x2 | flags));
+	atomic_store(&w, 0x2 | flags | 126u << SHM_SLEEPERS_FUTILE_SHIFT);
+	shm_sleepers_futile_in(&w, count, epoch); /* the 127th drops the count, moves the epoch */
+	CHECK(atomic_load(&w) == (flags | 1u << 16));
+	uint32_t t1 = shm_sleepers_register_in(&w, epoch);
+	CHECK(t1 == 1u << 16);
+	shm_sleepers_unregister_in(&w, count, epoch, t0); /* dropped: takes nobody off */
+	CHECK(atomic_load(&w) == (1 | flags | 1u << 16));
+	shm_sleepers_unregister_in(&w, count, epoch, t1);
+	CHECK(atomic_load(&w) == (flags | 1u << 16));
+	atomic_store(&w, 1 | flags | epoch | 126u << SHM_SLEEPERS_FUTILE_SHIFT);
+	shm_sleepers_futile_in(&w, count, epoch); /* the epoch wraps within its bits */
+	CHECK(atomic_load(&w) == flags);
 	CHECK_RC(shm_futex_wait(&gate, 1, 0), 0); /* value differs */
 	CHECK_RC(shm_futex_wait(&gate, 0, 1000000), SHMLOCK_ETIMEDOUT);
 }

@@ -49,9 +49,10 @@
 // registers again; one that reaches its futex call after the gate moved,
 // as it almost always has, does not sleep at all.
 //
-// Words with an epoch are the plain ones (WakeOne, WakeAll, Register,
-// Unregister). A word whose count shares its bits with flags of the
-// caller's (upgrade's Waiters word, UnregisterIn and FutileIn) has none: a
-// drop just clears its count.
+// The plain words (WakeOne, WakeAll, Register, Unregister) have the
+// layout above. A word that shares its low bits with flags of the caller's
+// (upgrade's Waiters word: RegisterIn, UnregisterIn and FutileIn) says
+// where its count (from bit 0) and its epoch are; its futile count is in
+// the same bits 24-30, and it has no wake-pending bit.
 // Invariant: the futile count is 0 whenever the sleeper count is.
 package sleepers

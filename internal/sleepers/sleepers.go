@@ -26,35 +26,30 @@ func Count(v uint32) uint32 { return v & CountMask }
 type Ticket uint32
 
 // Register records one more sleeper in w and returns its ticket.
-func Register(w *atomic.Uint32) Ticket { return Ticket(w.Add(1) & EpochMask) }
+func Register(w *atomic.Uint32) Ticket { return RegisterIn(w, EpochMask) }
+
+// RegisterIn is Register for a word whose count (from bit 0) and epoch
+// (the bits epoch) share it with flags of the caller's (upgrade's Waiters
+// word).
+func RegisterIn(w *atomic.Uint32, epoch uint32) Ticket { return Ticket(w.Add(1) & epoch) }
 
 // Unregister takes the sleeper of ticket t off w, unless its registration
 // was dropped since (the epoch moved on), and clears wake-pending and the
 // futile count either way: whoever returns from the kernel, woken or not,
 // clears the bit, and shows that registered sleepers are alive.
-func Unregister(w *atomic.Uint32, t Ticket) {
-	for {
-		v := w.Load()
-		n := v & CountMask
-		if n > 0 && Ticket(v&EpochMask) == t {
-			n--
-		}
-		if w.CompareAndSwap(v, v&^(CountMask|FutileMask|WakePending)|n) {
-			return
-		}
-	}
-}
+func Unregister(w *atomic.Uint32, t Ticket) { UnregisterIn(w, CountMask, EpochMask, t) }
 
-// UnregisterIn is Unregister for a word without an epoch, whose count has
-// only the bits count (below FutileShift) and whose other bits below the
-// futile count are flags of the caller's, which it keeps (upgrade's Waiters
-// word keeps its unique-gate flags there; it has no wake-pending bit, which
-// is cleared all the same). It never takes the count below zero.
-func UnregisterIn(w *atomic.Uint32, count uint32) {
+// UnregisterIn is Unregister for a word whose count has the bits count
+// (from bit 0) and its epoch the bits epoch, both below FutileShift, and
+// whose other bits below the futile count are flags of the caller's, which
+// it keeps (upgrade's Waiters word keeps its unique-gate flags there; it
+// has no wake-pending bit, which is cleared all the same). It never takes
+// the count below zero.
+func UnregisterIn(w *atomic.Uint32, count, epoch uint32, t Ticket) {
 	for {
 		v := w.Load()
 		n := v & count
-		if n > 0 {
+		if n > 0 && Ticket(v&epoch) == t {
 			n--
 		}
 		if w.CompareAndSwap(v, v&^(count|FutileMask|WakePending)|n) {
@@ -80,7 +75,7 @@ func WakeOne(w, gate *atomic.Uint32) bool {
 		// The registered sleepers are not in the kernel yet (they will find
 		// the gate changed), or they are dead. Nobody is on the way to
 		// clear the bit.
-		futile(w, CountMask, WakePending, true)
+		futile(w, CountMask, EpochMask, WakePending)
 		return false
 	}
 	return true
@@ -94,23 +89,22 @@ func WakeAll(w, gate *atomic.Uint32) bool {
 		return false
 	}
 	if n, err := futex.WakeAll(gate); n == 0 || err != nil {
-		futile(w, CountMask, 0, true)
+		futile(w, CountMask, EpochMask, 0)
 		return false
 	}
 	return true
 }
 
-// FutileIn counts a wake of the sleepers counted in the bits count of w, a
-// word without an epoch (see UnregisterIn), that found nobody in the
-// kernel.
-func FutileIn(w *atomic.Uint32, count uint32) { futile(w, count, 0, false) }
+// FutileIn counts a wake of the sleepers counted in the bits count of w,
+// with their epoch in the bits epoch (see UnregisterIn), that found nobody
+// in the kernel.
+func FutileIn(w *atomic.Uint32, count, epoch uint32) { futile(w, count, epoch, 0) }
 
 // futile counts a wake that found nobody in the kernel, clearing the bits
 // in clear too, and drops the count (the bits count) at the FutileMax-th
-// such wake in a row; in a word with an epoch (epoch), the drop moves the
-// epoch on, so that the dropped registrations are not taken off the count
-// of later ones.
-func futile(w *atomic.Uint32, count, clear uint32, epoch bool) {
+// such wake in a row; the drop moves the epoch (the bits epoch) on, so that
+// the dropped registrations are not taken off the count of later ones.
+func futile(w *atomic.Uint32, count, epoch, clear uint32) {
 	for {
 		v := w.Load()
 		next := v&^clear + 1<<FutileShift
@@ -119,9 +113,7 @@ func futile(w *atomic.Uint32, count, clear uint32, epoch bool) {
 			next = v &^ (clear | FutileMask)
 		case next&FutileMask == FutileMask:
 			next = v &^ (clear | FutileMask | count)
-			if epoch {
-				next = next&^EpochMask | (v+1<<EpochShift)&EpochMask
-			}
+			next = next&^epoch | (v+epoch&-epoch)&epoch // epoch&-epoch: its lowest bit
 		}
 		if w.CompareAndSwap(v, next) {
 			return

@@ -1,6 +1,7 @@
 package sleepers_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,24 +104,37 @@ func TestWakeOneWakesASleeper(t *testing.T) {
 	}
 }
 
-// A word whose count has fewer bits keeps the caller's flags above them
-// (upgrade's Waiters word: count bits 0-21, unique-gate flags 22-23).
+// A word that shares its low bits with flags of the caller's keeps them
+// (upgrade's Waiters word: count bits 0-15, epoch 16-21, unique-gate flags
+// 22-23), and its epoch works as the plain word's.
 func TestCountInPartOfTheWord(t *testing.T) {
-	const count, flags = uint32(1)<<22 - 1, uint32(3) << 22
-	near := 2 | flags | (sleepers.FutileMax-1)<<sleepers.FutileShift
+	const count, epoch, flags = uint32(1)<<16 - 1, uint32(0x3f) << 16, uint32(3) << 22
+	const e1, e2 = uint32(1) << 16, uint32(2) << 16
+	near := 2 | flags | e1 | (sleepers.FutileMax-1)<<sleepers.FutileShift
+	unregister := func(t sleepers.Ticket) func(w *atomic.Uint32) {
+		return func(w *atomic.Uint32) { sleepers.UnregisterIn(w, count, epoch, t) }
+	}
+	futile := func(w *atomic.Uint32) { sleepers.FutileIn(w, count, epoch) }
 	tests := []struct {
 		name       string
 		word, want uint32
 		op         func(w *atomic.Uint32)
 	}{
-		{"unregister keeps the flags, resets futile wakes", 2 | flags | 5<<sleepers.FutileShift, 1 | flags,
-			func(w *atomic.Uint32) { sleepers.UnregisterIn(w, count) }},
-		{"unregister never goes below zero", flags, flags, func(w *atomic.Uint32) { sleepers.UnregisterIn(w, count) }},
-		{"a futile wake is counted", 2 | flags, 2 | flags | 1<<sleepers.FutileShift,
-			func(w *atomic.Uint32) { sleepers.FutileIn(w, count) }},
-		{"the FutileMax-th drops the count, not the flags", near, flags,
-			func(w *atomic.Uint32) { sleepers.FutileIn(w, count) }},
-		{"with no count registered nothing is counted", flags, flags, func(w *atomic.Uint32) { sleepers.FutileIn(w, count) }},
+		{"register counts one more and returns the epoch", 2 | flags | e1, 3 | flags | e1,
+			func(w *atomic.Uint32) {
+				if got := sleepers.RegisterIn(w, epoch); got != sleepers.Ticket(e1) {
+					panic(fmt.Sprintf("ticket %#x, want %#x", got, e1))
+				}
+			}},
+		{"unregister keeps the flags, resets futile wakes", 2 | flags | e1 | 5<<sleepers.FutileShift, 1 | flags | e1,
+			unregister(sleepers.Ticket(e1))},
+		{"unregister of an earlier epoch counts nobody off", 2 | flags | e2 | 5<<sleepers.FutileShift, 2 | flags | e2,
+			unregister(sleepers.Ticket(e1))},
+		{"unregister never goes below zero", flags | e1, flags | e1, unregister(sleepers.Ticket(e1))},
+		{"a futile wake is counted", 2 | flags, 2 | flags | 1<<sleepers.FutileShift, futile},
+		{"the FutileMax-th drops the count, not the flags, and moves the epoch", near, flags | e2, futile},
+		{"the epoch wraps within its bits", 1 | flags | epoch | (sleepers.FutileMax-1)<<sleepers.FutileShift, flags, futile},
+		{"with no count registered nothing is counted", flags | e1, flags | e1, futile},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
