@@ -88,9 +88,20 @@ func CheckOwner(name string) error {
 // Check reports whether o is usable: ErrBadOptions if not (a negative TTL
 // or Wait, Retries below RetryForever, a Backoff that does not grow or
 // whose jitter exceeds 1).
-func (o AcquireOptions) Check() error {
+func (o AcquireOptions) Check() error { return o.check() }
+
+// check is Check without copying o, its common case (the default Backoff)
+// inlined.
+func (o *AcquireOptions) check() error {
+	if o.TTL|o.Wait >= 0 && o.Retries >= RetryForever && o.Backoff == (Backoff{}) {
+		return nil
+	}
+	return o.checkSlow()
+}
+
+func (o *AcquireOptions) checkSlow() error {
 	if o.TTL < 0 || o.Wait < 0 || o.Retries < RetryForever || (o.Backoff != Backoff{} && !o.Backoff.valid()) {
-		return fmt.Errorf("%w: %+v", ErrBadOptions, o)
+		return fmt.Errorf("%w: %+v", ErrBadOptions, *o)
 	}
 	return nil
 }

@@ -220,7 +220,7 @@ func (m *Manager) acquireNames(ctx context.Context, names *namePair, mode Mode, 
 		err = fmt.Errorf("%w: %d", ErrBadMode, mode)
 	}
 	if err == nil {
-		err = opts.Check()
+		err = opts.check()
 	}
 	if err == nil {
 		err = m.writable()

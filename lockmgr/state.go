@@ -78,23 +78,22 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// transitions lists the legal successors of each state.
-var transitions = [...][]State{
-	Unlocked: {Acquired, Failed, Waiting},
-	Waiting:  {Unlocked},
-	Acquired: {Released, Expired},
-}
+// transitions has a bit for each legal move: bit 8*s+n for State s to
+// State n (a constant, so that the check inlines into every acquisition).
+const transitions uint64 = 1<<(8*Unlocked+Acquired) | 1<<(8*Unlocked+Failed) | 1<<(8*Unlocked+Waiting) |
+	1<<(8*Waiting+Unlocked) |
+	1<<(8*Acquired+Released) | 1<<(8*Acquired+Expired)
 
 // to returns next if s may move to it. Any other move is a bug in this
 // package, reported loudly.
 func (s State) to(next State) State {
-	if int(s) < len(transitions) {
-		for _, n := range transitions[s] {
-			if n == next {
-				return next
-			}
-		}
+	if s >= 8 || next >= 8 || transitions>>(8*s+next)&1 == 0 {
+		illegalTransition(s, next)
 	}
+	return next
+}
+
+func illegalTransition(s, next State) {
 	panic(fmt.Sprintf("lockmgr: illegal state transition %v -> %v", s, next))
 }
 
