@@ -387,11 +387,11 @@ func spinWaitHelper(args []string) int {
 	if _, err := l.TryLock(id); err != spinlock.ErrWouldBlock {
 		return spinFail("trylock: %v, want the lock held", err)
 	}
-	fmt.Println("waiting")
-	w, err := testproc.StartWaiting()
+	w, err := testproc.StartWaiting() // before "waiting": see cmd_wait in tests/helpers/spin.c
 	if err != nil {
 		return spinFail("%v", err)
 	}
+	fmt.Println("waiting")
 	g, err := l.Lock(id)
 	if err != nil {
 		return spinFail("lock: %v", err)

@@ -212,8 +212,12 @@ static int cmd_wait(int mode)
 	int rc = shmlock_spin_trylock(lock, h);
 	if (rc != SHMLOCK_EWOULDBLOCK)
 		die("trylock: want the lock held", rc);
-	say("waiting");
+	/* The clocks start before "waiting" is said: the parent starts its
+	 * BlockedFor when it reads the line, and a helper preempted between
+	 * saying it and reading the clocks would report a wait shorter than
+	 * the one it was given. */
 	int64_t cpu = cpu_ns(), wall = shm_now_ns();
+	say("waiting");
 	if ((rc = shmlock_spin_lock(lock, h)) != 0)
 		die("lock", rc);
 	say("waited cpu=%" PRId64 " wall=%" PRId64, cpu_ns() - cpu, shm_now_ns() - wall);
