@@ -32,9 +32,10 @@ func (m *Mutex) LockContext(ctx context.Context) error {
 // check costs Lock a nanosecond for nothing).
 func (m *Mutex) lock(ctx context.Context) error {
 	// Fast path: nobody holds or wants anything.
-	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && m.e.Writer.CompareAndSwap(0, m.pid) {
-		memview.StoreOwned(&m.e.WriterTID, m.tid) // published by the State CAS
-		if m.e.State.CompareAndSwap(0, stateWrite) {
+	e := m.e // as in Unlock
+	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && e.Writer.CompareAndSwap(0, m.pid) {
+		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
+		if e.State.CompareAndSwap(0, stateWrite) {
 			if m.readersZero() {
 				m.raceAcquireUnique()
 				m.setReclaimed(false)
@@ -280,9 +281,13 @@ func (m *Mutex) Unlock() error {
 	// the state word (see state.go), so it needs no locked instruction;
 	// releaseWriterWord's CAS is the full barrier before wake's load of
 	// the sleepers.
+	e := m.e // one load: the compiler reloads m.e after every atomic
 	m.bumpGeneration()
-	memview.StoreRelease32(&m.e.State, m.e.State.Load()&^stateWrite)
-	m.releaseWriterWord()
+	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
+	// releaseWriterWord, inlined
+	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
+	m.freeWriterWord(e)
+	m.wakeWaitingWriter(e)
 	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	return nil
 }

@@ -541,19 +541,34 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 // than to whoever comes first. The end of a unique hold has bumped the
 // generation before (bumpGeneration).
 func (m *Mutex) releaseWriterWord() {
-	memview.StoreOwned(&m.e.WriterTID, 0) // published by the Writer CAS
-	// Inlined into Unlock: the common release is one CAS to 0.
-	if o := m.e.Writer.Load(); o&writerHungry != 0 || !m.e.Writer.CompareAndSwap(o, 0) {
+	e := m.e
+	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
+	m.freeWriterWord(e)
+	m.wakeWaitingWriter(e)
+}
+
+// freeWriterWord is releaseWriterWord's release of the word itself,
+// small enough to inline (Unlock, the hot caller, inlines all three steps
+// of releaseWriterWord: a call less measured 8% of an uncontended
+// Lock+Unlock). The word is the caller's identity (every way to the word
+// stores exactly that), unless a waiting writer added writerHungry: then
+// the CAS fails and the word is handed off.
+func (m *Mutex) freeWriterWord(e *layout.UpgradeEntry) {
+	if !e.Writer.CompareAndSwap(m.pid, 0) {
 		m.handOffWriterWord()
 	}
-	if sleepers.Count(m.e.WriterSleepers.Load()) != 0 {
+}
+
+// wakeWaitingWriter wakes one writer asleep on WriterGate, if any.
+func (m *Mutex) wakeWaitingWriter(e *layout.UpgradeEntry) {
+	if sleepers.Count(e.WriterSleepers.Load()) != 0 {
 		m.wakeWriter()
 	}
 }
 
-// handOffWriterWord is releaseWriterWord's release when a writer is
-// hungry, or marks the word hungry meanwhile: the word goes to the
-// waiting writers (a handoff).
+// handOffWriterWord is freeWriterWord's release when a writer is hungry,
+// or marks the word hungry meanwhile: the word goes to the waiting writers
+// (a handoff).
 func (m *Mutex) handOffWriterWord() {
 	for {
 		// Waiting writers only ever add writerHungry to the word.

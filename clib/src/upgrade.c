@@ -406,7 +406,10 @@ static void bump_generation(shmlock_upgrade *m)
 static inline void release_writer_word(shmlock_upgrade *m)
 {
 	st_owned64(&m->e->writer_tid, 0);
-	for (;;) {
+	/* The word is this handle's identity (every way to it stores exactly
+	 * that) unless a waiting writer added WRITER_HUNGRY: one CAS, no load
+	 * first (upgrade/wait.go: freeWriterWord). */
+	while (!cas64(&m->e->writer, m->pid, 0)) {
 		uint64_t o = ld64(&m->e->writer);
 		uint64_t next = (o & WRITER_HUNGRY) ? handoff_word() : 0;
 		if (cas64(&m->e->writer, o, next))
