@@ -65,6 +65,20 @@ func mapRecord(path string) (*[upgRecordWords]uint64, error) {
 	return (*[upgRecordWords]uint64)(unsafe.Pointer(&b[0])), nil
 }
 
+// fenced checks the fencing token of a unique or upgrade hold that has
+// just begun, Go's or C's: it must exceed every earlier one. The word after
+// the record keeps 1 + the last token (0 before any); see fenced in the C
+// helper.
+func fenced(m *upgrade.Mutex, r *[upgRecordWords]uint64) error {
+	last := (*uint64)(unsafe.Add(unsafe.Pointer(r), 8*upgRecordWords))
+	g := m.Generation() + 1
+	if g <= *last {
+		return fmt.Errorf("fencing token %d after %d", g-1, *last-1)
+	}
+	*last = g
+	return nil
+}
+
 func whole(r *[upgRecordWords]uint64) bool {
 	for j := 1; j < upgRecordWords; j++ {
 		if r[j] != r[0] {
@@ -147,6 +161,9 @@ func upgWorker(args []string) int {
 			if err := m.Lock(); err != nil {
 				return fail("lock", err)
 			}
+			if err := fenced(m, r); err != nil {
+				return fail("lock", err)
+			}
 			if err := upgWrite(m, r, m.Reclaimed()); err != nil {
 				return fail("write", err)
 			}
@@ -156,6 +173,9 @@ func upgWorker(args []string) int {
 			writes++
 		case 'u':
 			if err := m.LockUpgrade(); err != nil {
+				return fail("lock upgrade", err)
+			}
+			if err := fenced(m, r); err != nil {
 				return fail("lock upgrade", err)
 			}
 			if err := m.UpgradeToUnique(); err != nil {

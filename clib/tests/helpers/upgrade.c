@@ -76,6 +76,19 @@ static bool told_late(shmlock_upgrade *m)
 	return false;
 }
 
+/* fenced checks the fencing token of a unique or upgrade hold that has just
+ * begun, C's or Go's: it must exceed every earlier one. The word after the
+ * record keeps 1 + the last token (0 before any). */
+static void fenced(shmlock_upgrade *m, volatile uint64_t *r)
+{
+	uint64_t g = shmlock_upgrade_generation(m) + 1;
+	if (g <= r[RECORD_WORDS]) {
+		fprintf(stderr, "fencing token %" PRIu64 " after %" PRIu64 "\n", g - 1, r[RECORD_WORDS] - 1);
+		exit(1);
+	}
+	r[RECORD_WORDS] = g;
+}
+
 /* write holds the unique lock (report: the acquisition's rc). */
 static void write_record(shmlock_upgrade *m, volatile uint64_t *r, int rc)
 {
@@ -118,6 +131,7 @@ static int worker(int argc, char **argv)
 		case 'w':
 			if ((rc = shmlock_upgrade_lock(m)) < 0)
 				die("lock", rc);
+			fenced(m, r);
 			write_record(m, r, rc);
 			if ((rc = shmlock_upgrade_unlock(m)) != 0)
 				die("unlock", rc);
@@ -127,6 +141,7 @@ static int worker(int argc, char **argv)
 			int up = shmlock_upgrade_lock_upgrade(m);
 			if (up < 0)
 				die("lock upgrade", up);
+			fenced(m, r);
 			if ((rc = shmlock_upgrade_upgrade_to_unique(m)) < 0)
 				die("upgrade to unique", rc);
 			write_record(m, r, up == SHMLOCK_OWNERDEAD ? up : rc);
