@@ -7,6 +7,7 @@ const (
 	SleepCount       = sleepers.CountMask
 	SleepFutileShift = sleepers.FutileShift
 	SleepEpochShift  = sleepers.EpochShift
+	SleepEpoch       = sleepers.EpochMask
 	SleepFutile      = sleepers.FutileMask
 	SleepFutileMax   = sleepers.FutileMax
 	SleepWakePending = sleepers.WakePending
