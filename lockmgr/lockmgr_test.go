@@ -201,6 +201,40 @@ func heldOnFakeClock(t *testing.T, res, owner string) (*lockmgr.Manager, *fakeCl
 	return m, clk
 }
 
+// AcquireOptions.Check takes every field into account, on its inlined
+// path (the default backoff) and off it: each bad value is ErrBadOptions,
+// and the good ones, including the edges, pass.
+func TestAcquireOptionsCheck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts lockmgr.AcquireOptions
+		ok   bool
+	}{
+		{"zero", lockmgr.AcquireOptions{}, true},
+		{"the edges", lockmgr.AcquireOptions{TTL: 0, Wait: 0, Retries: lockmgr.RetryForever}, true},
+		{"positive", lockmgr.AcquireOptions{TTL: time.Second, Wait: time.Second, Retries: 3}, true},
+		{"a good backoff", lockmgr.AcquireOptions{Backoff: lockmgr.Backoff{Initial: time.Millisecond, Max: time.Second, Factor: 2, Jitter: 0.5}}, true},
+		{"negative TTL", lockmgr.AcquireOptions{TTL: -1}, false},
+		{"negative Wait", lockmgr.AcquireOptions{Wait: -1}, false},
+		{"negative Wait, positive TTL", lockmgr.AcquireOptions{TTL: time.Second, Wait: -time.Second}, false},
+		{"Retries below RetryForever", lockmgr.AcquireOptions{Retries: lockmgr.RetryForever - 1}, false},
+		{"a shrinking backoff", lockmgr.AcquireOptions{Backoff: lockmgr.Backoff{Factor: 0.5}}, false},
+		{"jitter above 1", lockmgr.AcquireOptions{Backoff: lockmgr.Backoff{Jitter: 1.5}}, false},
+		{"a first wait above the cap", lockmgr.AcquireOptions{Backoff: lockmgr.Backoff{Initial: time.Second, Max: time.Millisecond}}, false},
+		{"a bad backoff with good fields", lockmgr.AcquireOptions{TTL: time.Second, Retries: 1, Backoff: lockmgr.Backoff{Factor: 0.5}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.Check()
+			if tc.ok {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, lockmgr.ErrBadOptions)
+			}
+		})
+	}
+}
+
 // The backoff schedule is design 004's, exactly, without jitter; running
 // out of retries gives ErrAcquisitionFailed after 1+Retries attempts.
 func TestBackoffSchedule(t *testing.T) {

@@ -298,7 +298,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		if start == 0 {
 			start = now
 		}
-		var o outcome
+		var o outcome // zero for each attempt
 		m.try(e, own, mode, opts.TTL, now, attempt == 0, reuseTombs, &o)
 		m.t.unlockEntry(e)
 		switch {
@@ -416,10 +416,10 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 
 // try is one attempt to grant own a hold of e, under e's lock. It ends the
 // holds that expired; on a conflict it also ends the holds of dead
-// processes, and grants if that removed every conflict. It fills o (a
-// pointer: an outcome returned by value was copied through the stack).
+// processes, and grants if that removed every conflict. It fills o, which
+// is zero (a pointer: an outcome returned by value was copied through the
+// stack).
 func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.Duration, now int64, first, reuseTombs bool, o *outcome) {
-	*o = outcome{}
 	// free is the record a grant takes: one never used or released first;
 	// else the record of the last hold this attempt ended (its owner is
 	// still told, through LastExpired, and the one that ended a dead
