@@ -279,12 +279,13 @@ func (m *Mutex) Unlock() error {
 	m.raceReleaseUnique()
 	// While stateWrite is ours (without stateUpgrade) nobody else changes
 	// the state word (see state.go), so it needs no locked instruction;
-	// releaseWriterWord's CAS is the full barrier before wake's load of
-	// the sleepers.
+	// freeWriterWord's CAS is the full barrier before the loads of the
+	// sleepers.
 	e := m.e // one load: the compiler reloads m.e after every atomic
 	m.bumpGeneration()
 	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
-	// releaseWriterWord, inlined
+	// releaseWriterWord's three steps, written out: it is too big to
+	// inline, and the call measured 8% of an uncontended Lock+Unlock.
 	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
 	m.freeWriterWord(e)
 	m.wakeWaitingWriter(e)

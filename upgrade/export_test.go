@@ -42,7 +42,8 @@ const (
 	FutileShift       = sleepers.FutileShift
 	EpochShift        = sleepers.EpochShift
 	WaitersEpoch      = waitersEpoch
-	WaitersEpochUnit  = uint32(1) << 16 // the lowest bit of waitersEpoch
+	WaitersEpochUnit  = waitersEpoch &^ (waitersEpoch << 1) // its lowest bit
+	SleepersEpoch     = sleepers.EpochMask                  // of WriterSleepers
 	FutileMax         = sleepers.FutileMax
 	WriterWakePending = sleepers.WakePending
 )

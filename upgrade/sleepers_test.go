@@ -77,7 +77,7 @@ func TestSleepersResetFutileWakes(t *testing.T) {
 	e.WriterSleepers.Add((upgrade.FutileMax - 1) << upgrade.FutileShift)
 	require.NoError(t, w.Unlock())
 	require.NoError(t, <-got)
-	assert.Zero(t, e.WriterSleepers.Load()&^(0xff<<upgrade.EpochShift), "the woken writer took its registration and the futile count off")
+	assert.Zero(t, e.WriterSleepers.Load()&^upgrade.SleepersEpoch, "the woken writer took its registration and the futile count off")
 	require.NoError(t, w2.Unlock())
 	checkFree(t, status(t, seg))
 }
@@ -125,7 +125,7 @@ func TestKilledSleeperRegistrationExpires(t *testing.T) {
 			}
 			require.NoError(t, w.Unlock())
 			assert.Zero(t, e.Waiters.Load()&^upgrade.WaitersEpoch, "Waiters after the repair (its epoch aside)")
-			assert.Zero(t, e.WriterSleepers.Load()&^(0xff<<upgrade.EpochShift), "WriterSleepers after the repair (its epoch aside)")
+			assert.Zero(t, e.WriterSleepers.Load()&^upgrade.SleepersEpoch, "WriterSleepers after the repair (its epoch aside)")
 			checkFree(t, status(t, seg))
 		})
 	}

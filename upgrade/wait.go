@@ -548,9 +548,8 @@ func (m *Mutex) releaseWriterWord() {
 }
 
 // freeWriterWord is releaseWriterWord's release of the word itself,
-// small enough to inline (Unlock, the hot caller, inlines all three steps
-// of releaseWriterWord: a call less measured 8% of an uncontended
-// Lock+Unlock). The word is the caller's identity (every way to the word
+// small enough to inline (Unlock, the hot caller, writes out all three
+// steps of releaseWriterWord). The word is the caller's identity (every way to the word
 // stores exactly that), unless a waiting writer added writerHungry: then
 // the CAS fails and the word is handed off.
 func (m *Mutex) freeWriterWord(e *layout.UpgradeEntry) {
