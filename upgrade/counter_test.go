@@ -146,16 +146,19 @@ var (
 		return 1, 1, m.UnlockUpgrade()
 	}
 	// Through the sync.Locker adapter, as sync.RWMutex users would.
+	// Its fast paths are copies of the handle's (see guard.go), so it
+	// checks the fencing token too.
 	opLocker op = func(m *upgrade.Mutex, p *plain) (int, int, error) {
 		l := m.Locker()
 		l.Lock()
+		err := fence(m, p)
 		p.counter++
 		p.upgrade++
 		l.Unlock()
 		l.RLock()
 		_ = p.counter
 		l.RUnlock()
-		return 1, 1, nil
+		return 1, 1, err
 	}
 )
 

@@ -31,23 +31,31 @@ func (m *Mutex) LockContext(ctx context.Context) error {
 // lock is Lock and LockContext once ctx is known not to be done (the
 // check costs Lock a nanosecond for nothing).
 func (m *Mutex) lock(ctx context.Context) error {
-	// Fast path: nobody holds or wants anything.
+	// Fast path: nobody holds or wants anything. (Locker.Lock has a copy.)
 	e := m.e // as in Unlock
 	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && e.Writer.CompareAndSwap(0, m.pid) {
 		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
-		if e.State.CompareAndSwap(0, stateWrite) {
-			if m.readersZero() {
-				m.raceAcquireUnique()
-				m.setReclaimed(false)
-				return nil
-			}
-		} else if m.holdsUpgrader() {
-			m.abandonWriter()
-			return ErrHeld
+		set := e.State.CompareAndSwap(0, stateWrite)
+		if set && m.readersZero() {
+			m.raceAcquireUnique()
+			m.setReclaimed(false)
+			return nil
 		}
-		return m.endWait(m.finishLock(ctx, false, false, false))
+		return m.lockAfterWriterWord(ctx, set)
 	}
 	return m.endWait(m.lockSlow(ctx, false))
+}
+
+// lockAfterWriterWord is lock's way on when its fast path took the Writer
+// word but not the lock: set says whether it set stateWrite (readers
+// still hold shared locks) or found the state word not 0 (which may be the
+// handle's own upgrade lock).
+func (m *Mutex) lockAfterWriterWord(ctx context.Context, set bool) error {
+	if !set && m.holdsUpgrader() {
+		m.abandonWriter()
+		return ErrHeld
+	}
+	return m.endWait(m.finishLock(ctx, false, false, false))
 }
 
 func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
@@ -275,6 +283,7 @@ func (m *Mutex) Unlock() error {
 		}
 		return ErrNotHeld
 	}
+	// Locker.Unlock has a copy of what follows.
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
 	// While stateWrite is ours (without stateUpgrade) nobody else changes

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/shmlock/shmlock/internal/memview"
 )
 
 // Upgraded is a scoped upgrade: the unique lock of an upgrade
@@ -66,17 +68,78 @@ type Locker struct{ m *Mutex }
 // Locker returns the handle as a Locker.
 func (m *Mutex) Locker() *Locker { return &Locker{m} }
 
+// The Locker's methods write out the fast paths of the handle's methods
+// (Mutex.lock, Unlock, LockShared, UnlockShared: keep them in step) rather
+// than calling them: behind sync.Locker's dynamic call, one more call level
+// was 15-17% of an uncontended Lock+Unlock (9.6 -> 8.0 ns, alternated
+// runs). Anything off the fast path goes to the handle's method, which
+// checks again from the start.
+
 // Lock takes the unique lock.
-func (l *Locker) Lock() { must(l.m.Lock()) }
+func (l *Locker) Lock() {
+	m := l.m
+	e := m.e
+	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && e.Writer.CompareAndSwap(0, m.pid) {
+		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
+		set := e.State.CompareAndSwap(0, stateWrite)
+		if set && m.readersZero() {
+			m.raceAcquireUnique()
+			m.setReclaimed(false)
+			return
+		}
+		must(m.lockAfterWriterWord(context.Background(), set))
+		return
+	}
+	must(m.endWait(m.lockSlow(context.Background(), false)))
+}
 
 // Unlock releases the unique lock.
-func (l *Locker) Unlock() { must(l.m.Unlock()) }
+func (l *Locker) Unlock() {
+	m := l.m
+	if !m.holdsWriter() {
+		must(m.Unlock()) // the error
+		return
+	}
+	m.setReclaimed(false)
+	m.raceReleaseUnique()
+	e := m.e
+	m.bumpGeneration()
+	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
+	memview.StoreOwned(&e.WriterTID, 0)
+	m.freeWriterWord(e)
+	m.wakeWaitingWriter(e)
+	m.wake(m.sharedGate())
+}
 
 // RLock takes a shared hold.
-func (l *Locker) RLock() { must(l.m.LockShared()) }
+func (l *Locker) RLock() {
+	m := l.m
+	if r := m.rec.Load(); r != nil && !m.segClosed() {
+		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
+			m.raceAcquireShared()
+			return
+		}
+		m.backOff(r)
+	}
+	must(m.endWait(m.lockSharedSlow(context.Background(), false)))
+}
 
 // RUnlock releases a shared hold.
-func (l *Locker) RUnlock() { must(l.m.UnlockShared()) }
+func (l *Locker) RUnlock() {
+	m := l.m
+	if r := m.rec.Load(); r != nil {
+		if n := r.Count.Load(); n != 0 {
+			m.raceReleaseShared() // before the CAS that may let a writer in
+			if r.Count.CompareAndSwap(n, n-1) {
+				if n == 1 && m.e.State.Load()&blockReaders != 0 {
+					m.wake(m.uniqueGate())
+				}
+				return
+			}
+		}
+	}
+	must(m.UnlockShared())
+}
 
 // RLocker returns a sync.Locker whose Lock and Unlock take and release a
 // shared hold, like sync.RWMutex.RLocker.

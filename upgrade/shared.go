@@ -32,7 +32,8 @@ func (m *Mutex) LockSharedContext(ctx context.Context) error {
 
 // lockSharedFast takes a shared hold if the handle's record exists (so
 // the handle is not closed: Close drops it), its segment is open, and
-// nothing blocks readers; otherwise it changes nothing.
+// nothing blocks readers; otherwise it changes nothing. Locker.RLock has
+// a copy.
 func (m *Mutex) lockSharedFast() bool {
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
 		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
@@ -99,7 +100,8 @@ func (m *Mutex) backOff(r *layout.ReaderRecord) {
 }
 
 // UnlockShared releases one shared hold of the handle, also after the
-// segment's Close; ErrNotHeld if it has none.
+// segment's Close; ErrNotHeld if it has none. Locker.RUnlock has a copy of
+// its first round.
 func (m *Mutex) UnlockShared() error {
 	r := m.rec.Load()
 	if r == nil {

@@ -3,8 +3,10 @@ package upgrade_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -229,6 +231,130 @@ func TestEveryStateEveryCall(t *testing.T) {
 			})
 		}
 	}
+}
+
+// blockingCalls are the calls that wait, and the Locker's methods: in the
+// states where they do not wait, each must end as the call of the table it
+// is like (its Try form, or the same call) does. Their fast paths are not
+// the Try forms' (and the Locker's are copies of the handle's: see
+// guard.go), so the table alone would not check them. A Locker method's
+// panic is its error.
+var blockingCalls = map[string]struct {
+	like string
+	call func(m *upgrade.Mutex) error
+}{
+	"Lock":            {"TryLock", (*upgrade.Mutex).Lock},
+	"LockShared":      {"TryLockShared", (*upgrade.Mutex).LockShared},
+	"LockUpgrade":     {"TryLockUpgrade", (*upgrade.Mutex).LockUpgrade},
+	"UpgradeToUnique": {"TryUpgradeToUnique", (*upgrade.Mutex).UpgradeToUnique},
+	"Locker.Lock":     {"TryLock", lockerCall((*upgrade.Locker).Lock)},
+	"Locker.Unlock":   {"Unlock", lockerCall((*upgrade.Locker).Unlock)},
+	"Locker.RLock":    {"TryLockShared", lockerCall((*upgrade.Locker).RLock)},
+	"Locker.RUnlock":  {"UnlockShared", lockerCall((*upgrade.Locker).RUnlock)},
+}
+
+// lockerPanic is a Locker method's panic, as an error.
+type lockerPanic struct{ v any }
+
+func (p lockerPanic) Error() string { return fmt.Sprint(p.v) }
+
+func lockerCall(f func(*upgrade.Locker)) func(*upgrade.Mutex) error {
+	return func(m *upgrade.Mutex) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = lockerPanic{v}
+			}
+		}()
+		f(m.Locker())
+		return nil
+	}
+}
+
+func TestBlockingCallsEveryState(t *testing.T) {
+	t.Parallel()
+	for state, row := range table {
+		for name, bc := range blockingCalls {
+			want := row[bc.like]
+			if errors.Is(want.err, upgrade.ErrWouldBlock) {
+				continue // it would wait
+			}
+			t.Run(state+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				seg, _ := newSegment(t)
+				h := &handles{seg: seg, a: open(t, seg), b: open(t, seg), c: open(t, seg)}
+				states[state](t, h)
+				before := status(t, seg)
+
+				res := make(chan error, 1)
+				go func() { res <- bc.call(h.a) }()
+				var err error
+				select {
+				case err = <-res:
+				case <-time.After(testproc.Timeout):
+					t.Fatalf("waited %v, where %s returns at once", testproc.Timeout, bc.like)
+				}
+				if want.err == nil {
+					require.NoError(t, err)
+					require.Equal(t, want.state, h.describe(t))
+				} else {
+					var p lockerPanic
+					if errors.As(err, &p) {
+						require.ErrorContains(t, p, want.err.Error())
+					} else {
+						require.ErrorIs(t, err, want.err)
+					}
+					after := status(t, seg)
+					before.Generation, after.Generation = 0, 0 // as in TestEveryStateEveryCall
+					before.Readers, after.Readers = nil, nil
+					before.SharedWaiters, after.SharedWaiters = 0, 0
+					before.UniqueWaiters, after.UniqueWaiters = 0, 0
+					require.Equal(t, before, after, "a failed call changed the state")
+					require.Equal(t, state, h.describe(t))
+				}
+				releaseAll(t, h)
+			})
+		}
+	}
+}
+
+// The Locker's Lock waits for readers to leave, and its RLock for the
+// writer, as the handle's methods do.
+func TestLockerWaits(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	a, b := open(t, seg), open(t, seg)
+	require.NoError(t, b.LockShared())
+	done := make(chan struct{})
+	go func() {
+		a.Locker().Lock()
+		close(done)
+	}()
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.WriteLocked }, "the writer to set its bit")
+	select {
+	case <-done:
+		t.Fatal("Lock returned while a reader held the lock")
+	default:
+	}
+	require.NoError(t, b.UnlockShared())
+	<-done
+	g := a.Generation()
+	read := make(chan struct{})
+	go func() {
+		b.Locker().RLock()
+		close(read)
+	}()
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.SharedWaiters == 1 }, "the reader to sleep")
+	select {
+	case <-read:
+		t.Fatal("RLock returned while the writer held the lock")
+	default:
+	}
+	a.Locker().Unlock()
+	<-read
+	require.Equal(t, g+1, a.Generation(), "the Locker's Unlock moves the fencing token")
+	require.Equal(t, uint32(1), b.SharedHolds())
+	b.Locker().RUnlock()
+	require.Equal(t, "free", (&handles{seg: seg, a: a, b: b, c: b}).describe(t))
 }
 
 // releaseAll releases every hold of the handles and checks that the mutex
