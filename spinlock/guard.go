@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/layout"
 )
 
@@ -199,7 +201,25 @@ func (k *locker) Lock() {
 	}
 }
 
+// Unlock writes out release's pid/tid path (keep them in step) instead of
+// calling it: behind sync.Locker's dynamic call, the call level was a
+// fifth of an uncontended Lock+Unlock (shmctl bench, alternated rounds:
+// 8.7 -> 6.8 ns). Under -race, a recursive hold, token mode or a misuse,
+// release does it all.
 func (k *locker) Unlock() {
+	l, id := k.l, k.id
+	if l.mode == PIDTID && !racesync.Enabled {
+		s := l.slot
+		if s.PID.Load() == id.PID && s.TID.Load() == id.TID && s.RecursionCount.Load()&layout.SlotRecursion == 0 {
+			memview.StoreOwned(&s.TID, 0)
+			memview.StoreOwned(&s.Token, s.Token.Load()+1)
+			s.PID.Store(0)
+			if s.Pad.Load()&layout.PadSleepers != 0 {
+				l.wakeOne()
+			}
+			return
+		}
+	}
 	if err := k.l.release(k.id); err != nil {
 		panic("spinlock: unlock: " + err.Error())
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/sleepers"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -416,6 +417,11 @@ func TestLocker(t *testing.T) {
 			}
 			wg.Wait()
 			require.Equal(t, goroutines*iters, counter)
+			free := slotState{} // a pid/tid slot keeps its generation in Token: one per release
+			if mode == spinlock.PIDTID {
+				free.Token = goroutines * iters
+			}
+			require.Equal(t, free, stateOf(l.Slot()), "every Unlock released all it holds")
 
 			lk := l.Locker(holderFor(mode))
 			require.Panics(t, lk.Unlock, "Unlock of a free lock")
@@ -425,6 +431,27 @@ func TestLocker(t *testing.T) {
 			require.Panics(t, lk.Unlock, "second Unlock")
 		})
 	}
+}
+
+// The Locker's Unlock writes out the release (see guard.go): in pid/tid
+// mode an inner Unlock of a recursive hold keeps the lock, and an Unlock
+// with a sleeper registered wakes (here the registration is the test's own,
+// with nobody in the kernel, so the wake counts itself futile).
+func TestLockerRecursionAndWake(t *testing.T) {
+	t.Parallel()
+	l := newLock(spinlock.PIDTID)
+	lk := l.Locker(spinlock.NewHolder())
+	lk.Lock()
+	lk.Lock()
+	lk.Unlock()
+	st := stateOf(l.Slot())
+	require.NotZero(t, st.PID, "the outer hold remains")
+	require.Zero(t, st.Recursion)
+	ticket := sleepers.Register(&l.Slot().Pad)
+	lk.Unlock()
+	require.Equal(t, uint32(1), (l.Slot().Pad.Load()&sleepers.FutileMask)>>sleepers.FutileShift, "the Unlock woke the gate")
+	sleepers.Unregister(&l.Slot().Pad, ticket)
+	require.Equal(t, slotState{Token: 1}, stateOf(l.Slot()))
 }
 
 // A Token guard goes from the goroutine that locked to one that releases

@@ -298,7 +298,7 @@ func (l *Lock) Unlock(id Identity) error {
 
 // release is Unlock for an identity known to fit the mode. The holder-only
 // fields are written with StoreOwned: the lock word's atomic store that
-// follows publishes them.
+// follows publishes them. locker.Unlock has a copy of the pid/tid path.
 func (l *Lock) release(id Identity) error {
 	if l.mode == Token {
 		if racesync.Enabled { // before the CAS that frees the word; a CAS that fails is a misuse (ErrNotOwner)
