@@ -5,6 +5,7 @@
  *   #define PEER_NAME   "pthread_mutex"       the JSON's "peer", also the binary's name
  *   #define PEER_ABOUT  "glibc pthread_mutex_t, PROCESS_SHARED"   first part of "detail"
  *   #define PEER_SHARED 0 or 1                1: it has a shared mode, and runs rw90
+ *                                             and uncontended_shared
  *
  * and after including it, these functions:
  *
@@ -164,10 +165,18 @@ static struct h_file *h_map(const char *path, int create)
     return H_CAST(struct h_file *, p);
 }
 
-enum h_workload { W_UNCONTENDED, W_COUNTER, W_PINGPONG, W_PINGPONG_RETRY, W_RW90, W_UNKNOWN };
+enum h_workload {
+    W_UNCONTENDED,
+    W_COUNTER,
+    W_PINGPONG,
+    W_PINGPONG_RETRY,
+    W_RW90,
+    W_UNCONTENDED_SHARED,
+    W_UNKNOWN
+};
 
-static const char *const h_workload_names[] = {"uncontended", "counter", "pingpong",
-                                               "pingpong_retry", "rw90"};
+static const char *const h_workload_names[] = {"uncontended",    "counter", "pingpong",
+                                               "pingpong_retry", "rw90",    "uncontended_shared"};
 
 /* h_spin_until waits outside any lock until *w == want: plain loads, then a
  * sched_yield per load (the contract's wait, the same for every contender). */
@@ -251,6 +260,14 @@ static void h_run(struct h_file *f, enum h_workload w, int me, uint64_t n)
     }
 #endif
         break;
+    case W_UNCONTENDED_SHARED:
+#if PEER_SHARED
+        for (uint64_t i = 0; i < n; i++) {
+            peer_lock_shared(area);
+            peer_unlock_shared(area);
+        }
+#endif
+        break;
     case W_UNKNOWN:
         break;
     }
@@ -300,7 +317,8 @@ static void h_result(const char *workload, int procs, uint64_t iters, double sec
 static int h_usage(const char *why)
 {
     fprintf(stderr,
-            "%s: %s\nusage: %s --workload uncontended|counter|pingpong|pingpong_retry|rw90 "
+            "%s: %s\nusage: %s --workload "
+            "uncontended|counter|pingpong|pingpong_retry|rw90|uncontended_shared "
             "--procs P --iters N --path FILE\n",
             PEER_NAME, why, PEER_NAME);
     return 2;
@@ -334,11 +352,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < W_UNKNOWN; i++)
         if (!strcmp(workload, h_workload_names[i])) w = (enum h_workload)i;
     const int pingpong = w == W_PINGPONG || w == W_PINGPONG_RETRY;
-    if (w == W_UNKNOWN || (w == W_RW90 && !PEER_SHARED)) {
+    const int shared = w == W_RW90 || w == W_UNCONTENDED_SHARED;
+    if (w == W_UNKNOWN || (shared && !PEER_SHARED)) {
         h_result(workload, p, n, 0, 0, 0, "unsupported workload");
         return 3;
     }
-    if (w == W_UNCONTENDED && p != 1) {
+    if ((w == W_UNCONTENDED || w == W_UNCONTENDED_SHARED) && p != 1) {
         h_result(workload, p, n, 0, 0, 0, "uncontended requires procs=1");
         return 2;
     }
@@ -412,6 +431,9 @@ int main(int argc, char **argv)
     switch (w) {
     case W_UNCONTENDED:
         len = snprintf(detail, sizeof detail, "%s; ns per lock+unlock pair", PEER_ABOUT);
+        break;
+    case W_UNCONTENDED_SHARED:
+        len = snprintf(detail, sizeof detail, "%s; ns per shared lock+unlock pair", PEER_ABOUT);
         break;
     case W_COUNTER:
         ok = ok && counter == n * (uint64_t)p;

@@ -77,14 +77,20 @@ func (c cell) Unit() string {
 		return "round trips/s"
 	case "uncontended":
 		return "lock+unlock pairs/s"
+	case "uncontended_shared":
+		return "shared lock+unlock pairs/s"
 	}
 	return "ops/s"
 }
 
 // defaultCells is the matrix: the contract's workloads at 1 to 8 processes.
-const defaultCells = "uncontended:1,counter:2,counter:4,counter:8,pingpong:2,pingpong_retry:2,rw90:2,rw90:4,rw90:8"
+const defaultCells = "uncontended:1,uncontended_shared:1,counter:2,counter:4,counter:8,pingpong:2,pingpong_retry:2,rw90:2,rw90:4,rw90:8"
 
-var workloads = []string{"uncontended", "counter", "pingpong", "pingpong_retry", "rw90"}
+var workloads = []string{"uncontended", "counter", "pingpong", "pingpong_retry", "rw90", "uncontended_shared"}
+
+// uncontended reports whether workload w is one process's lock+unlock
+// pairs, shown as the time of a pair.
+func uncontended(w string) bool { return w == "uncontended" || w == "uncontended_shared" }
 
 // parseCells reads "workload:procs,..." and checks each against the
 // contract's rules.
@@ -98,8 +104,8 @@ func parseCells(list string) ([]cell, error) {
 			return nil, fmt.Errorf("cell %q: want workload:procs, procs 1 to 64", s)
 		case !slices.Contains(workloads, w):
 			return nil, fmt.Errorf("cell %q: workload must be one of %s", s, strings.Join(workloads, ", "))
-		case w == "uncontended" && n != 1:
-			return nil, fmt.Errorf("cell %q: uncontended runs with 1 process", s)
+		case uncontended(w) && n != 1:
+			return nil, fmt.Errorf("cell %q: %s runs with 1 process", s, w)
 		case strings.HasPrefix(w, "pingpong") && n != 2:
 			return nil, fmt.Errorf("cell %q: %s runs with 2 processes", s, w)
 		}

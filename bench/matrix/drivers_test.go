@@ -108,7 +108,8 @@ func detailFields(detail string) map[string]string {
 
 // Every driver runs every workload it has on a few iterations, prints the
 // contract's line, passes validation, removes its file, and says
-// "unsupported" (status 3) for rw90 when it has no shared mode.
+// "unsupported" (status 3) for the shared workloads when it has no shared
+// mode.
 func TestDrivers(t *testing.T) {
 	buildDrivers(t)
 	drivers := slices.Clone(cDrivers)
@@ -128,6 +129,7 @@ func TestDrivers(t *testing.T) {
 		{"pingpong", 2, 300},
 		{"pingpong_retry", 2, 300},
 		{"rw90", 3, 3000},
+		{"uncontended_shared", 1, 2000},
 	}
 	for _, d := range drivers {
 		t.Run(d, func(t *testing.T) {
@@ -140,8 +142,8 @@ func TestDrivers(t *testing.T) {
 				require.Equal(t, c.workload, line.Workload)
 				require.Equal(t, c.procs, line.Procs)
 				require.Equal(t, c.iters, line.Iters)
-				if c.workload == "rw90" && !shared[d] {
-					require.Equal(t, exitUnsupported, code, "rw90 without a shared mode: %s", out)
+				if (c.workload == "rw90" || c.workload == "uncontended_shared") && !shared[d] {
+					require.Equal(t, exitUnsupported, code, "%s without a shared mode: %s", c.workload, out)
 					require.False(t, line.OK)
 					require.Equal(t, "unsupported workload", line.Detail)
 					continue
@@ -182,6 +184,9 @@ func TestDriverArguments(t *testing.T) {
 	buildDrivers(t)
 	bin := filepath.Join(testBin, "pthread_mutex")
 	out, code, _ := runDriver(t, bin, "uncontended", 2, 10)
+	require.Equal(t, 2, code)
+	require.Equal(t, "uncontended requires procs=1", parseLine(t, out).Detail)
+	out, code, _ = runDriver(t, filepath.Join(testBin, "pthread_rwlock"), "uncontended_shared", 2, 10)
 	require.Equal(t, 2, code)
 	require.Equal(t, "uncontended requires procs=1", parseLine(t, out).Detail)
 	out, code, _ = runDriver(t, bin, "pingpong", 3, 10)

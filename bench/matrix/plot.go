@@ -77,7 +77,7 @@ func plot(res *Results) figure {
 		YLabel: "time per lock+unlock (log)", Format: duration}
 	var unCells []*Cell
 	for i := range res.Cells {
-		if res.Cells[i].Workload == "uncontended" {
+		if uncontended(res.Cells[i].Workload) {
 			unCells = append(unCells, &res.Cells[i])
 			un.Categories = append(un.Categories, res.Cells[i].Title())
 		}

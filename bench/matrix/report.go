@@ -132,7 +132,7 @@ func (c *Cell) entry(name string) *Entry {
 }
 
 func (c *Cell) column() string {
-	if c.Workload == "uncontended" {
+	if uncontended(c.Workload) {
 		return fmt.Sprintf("%s P=%d (time per lock+unlock)", c.Workload, c.Procs)
 	}
 	return fmt.Sprintf("%s P=%d (%s)", c.Workload, c.Procs, c.Unit)
@@ -169,7 +169,7 @@ func (res *Results) writeMarkdown(w io.Writer) error {
 			return "FAILED"
 		}
 		v := si(e.Median)
-		if c.Workload == "uncontended" {
+		if uncontended(c.Workload) {
 			v = duration(e.NsPerOp)
 		}
 		if e.Ratio > 0 {

@@ -67,9 +67,10 @@ func TestParseCells(t *testing.T) {
 	t.Parallel()
 	cells, err := parseCells(defaultCells)
 	require.NoError(t, err)
-	require.Len(t, cells, 9)
-	require.Equal(t, cell{"rw90", 8}, cells[8])
-	for _, bad := range []string{"counter", "counter:0", "counter:65", "sleep:2", "uncontended:2", "pingpong:4", "pingpong_retry:1", "counter:2,"} {
+	require.Len(t, cells, 10)
+	require.Equal(t, cell{"uncontended_shared", 1}, cells[1])
+	require.Equal(t, cell{"rw90", 8}, cells[9])
+	for _, bad := range []string{"counter", "counter:0", "counter:65", "sleep:2", "uncontended:2", "uncontended_shared:2", "pingpong:4", "pingpong_retry:1", "counter:2,"} {
 		_, err := parseCells(bad)
 		require.Error(t, err, bad)
 	}

@@ -122,7 +122,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 // slowest lock (a file lock's round trip under contention is ~50 us).
 func firstIters(w string) uint64 {
 	switch w {
-	case "uncontended":
+	case "uncontended", "uncontended_shared":
 		return 10_000
 	case "pingpong", "pingpong_retry":
 		return 100

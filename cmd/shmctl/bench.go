@@ -47,20 +47,21 @@ The driver creates and maps FILE (64 KiB, the contract's layout), creates
 the lock's segment in FILE.shm, starts P worker processes (this program again, killed
 if the driver dies), opens the start barrier and waits. Each worker opens
 the segment and runs N iterations of the workload: uncontended (P = 1),
-counter, pingpong and pingpong_retry (P = 2), and rw90, which needs a
-shared lock: the upgrade mutex and lockmgr have one.
+counter, pingpong and pingpong_retry (P = 2), and the two that need a
+shared lock (the upgrade mutex and lockmgr have one): rw90 and
+uncontended_shared (P = 1, shared lock+unlock pairs).
 
 --lock spin is the spinlock in pid/tid mode, one holder per worker (peer
 "shmlock_spin"); spin-token is token mode, one token per worker for the
 whole run (peer "shmlock_spin_token"); upgrade is the upgradeable
 reader/writer mutex, one handle per worker, Lock for the exclusive
-workloads and LockShared for rw90's reads (peer "shmlock_upgrade").
+workloads and LockShared for the shared ones (peer "shmlock_upgrade").
 --lock lockmgr is one named resource of package lockmgr (peer
 "shmlock_lockmgr"): each worker, as owner worker-PID, acquires it
-exclusively (collaboratively for rw90's reads), waiting with retries woken
+exclusively (collaboratively for shared holds), waiting with retries woken
 by releases, and releases it; the contract counts each acquire+release
-pair as one op. Without --lock, rw90 runs on the upgrade mutex and the
-rest on spin.
+pair as one op. Without --lock, the shared workloads run on the upgrade
+mutex and the rest on spin.
 
 FILE is resolved like every segment path (a bare name is in /dev/shm).
 Without --path the driver uses a private file of its own. Either way it
@@ -88,7 +89,7 @@ if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 			if opts.Procs < 1 || opts.Procs > bench.MaxProcs {
 				return newUsageError(cmd, "--procs must be 1 to %d, got %d", bench.MaxProcs, opts.Procs)
 			}
-			if !cmd.Flags().Changed("lock") && opts.Workload == "rw90" {
+			if !cmd.Flags().Changed("lock") && bench.Shared(opts.Workload) {
 				opts.Lock = bench.LockUpgrade // the only lock with shared holds
 			}
 			if !isOneOf(opts.Lock, bench.LockNames()) {
@@ -101,11 +102,11 @@ if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Workload, "workload", "", "uncontended, counter, pingpong, pingpong_retry or rw90")
+	f.StringVar(&opts.Workload, "workload", "", orList(bench.Workloads()))
 	f.IntVar(&opts.Procs, "procs", 0, "worker processes")
 	f.Var(itersValue{&opts.Iters}, "iters", "iterations per worker (2e6 is accepted)")
 	f.StringVar(&opts.Path, "path", "", "the shared `file`, which must not exist (the driver creates it and FILE.shm, and removes both); default: a private one")
-	f.StringVar(&opts.Lock, "lock", bench.LockSpin, "the lock: "+orList(bench.LockNames())+" (rw90: upgrade)")
+	f.StringVar(&opts.Lock, "lock", bench.LockSpin, "the lock: "+orList(bench.LockNames())+" (shared workloads: upgrade)")
 	return cmd
 }
 

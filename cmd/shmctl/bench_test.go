@@ -105,7 +105,8 @@ func benchLine(tb testing.TB, out string) benchJSON {
 
 // A real run of every workload with each lock that supports it: the
 // driver in this process, its workers this test binary re-executed. The
-// lock "" is no --lock option: rw90 then runs on the upgrade mutex.
+// lock "" is no --lock option: the shared workloads then run on the
+// upgrade mutex.
 func TestBenchRun(t *testing.T) {
 	t.Parallel()
 	cells := []struct {
@@ -119,12 +120,13 @@ func TestBenchRun(t *testing.T) {
 		{"pingpong_retry", "2", "300", "turns=600 want=600"},
 		{"rw90", "2", "2000", "torn=0"},
 		{"rw90", "3", "2000", "torn=0"},
+		{"uncontended_shared", "1", "2000", "ns per shared lock+unlock pair"},
 	}
 	peers := map[string]string{"spin": "shmlock_spin", "spin-token": "shmlock_spin_token", "upgrade": "shmlock_upgrade"}
 	for _, lock := range []string{"spin", "spin-token", "upgrade", ""} {
 		for _, c := range cells {
-			rw90 := c.workload == "rw90"
-			if rw90 && (lock == "spin" || lock == "spin-token") || !rw90 && lock == "" {
+			shared := c.workload == "rw90" || c.workload == "uncontended_shared"
+			if shared && (lock == "spin" || lock == "spin-token") || !shared && lock == "" {
 				continue // not run (TestBenchNotRun), or the same as spin
 			}
 			peer := peers[lock]
@@ -170,6 +172,8 @@ func TestBenchNotRun(t *testing.T) {
 	}{
 		{"rw90", "2", "spin", exitUnsupported, "shmlock_spin", "unsupported workload"},
 		{"rw90", "2", "spin-token", exitUnsupported, "shmlock_spin_token", "unsupported workload"},
+		{"uncontended_shared", "1", "spin", exitUnsupported, "shmlock_spin", "unsupported workload"},
+		{"uncontended_shared", "2", "upgrade", exitUsage, "shmlock_upgrade", "uncontended requires procs=1"},
 		{"frobnicate", "2", "spin", exitUnsupported, "shmlock_spin", "unsupported workload"},
 		{"frobnicate", "2", "upgrade", exitUnsupported, "shmlock_upgrade", "unsupported workload"},
 		{"uncontended", "2", "spin", exitUsage, "shmlock_spin", "uncontended requires procs=1"},

@@ -45,7 +45,7 @@ func addCompletions(root *cobra.Command) {
 			c.ValidArgsFunction = oneSegment
 		}
 		words := map[string][]string{
-			"workload": {"uncontended", "counter", "pingpong", "pingpong_retry", "rw90"},
+			"workload": bench.Workloads(),
 			"lock":     bench.LockNames(),
 			"mode":     {lockmgr.Exclusive.String(), lockmgr.Collaborative.String(), "shared"},
 			"kind":     {unlockSlot, unlockUpgrade, unlockResource},

@@ -142,6 +142,7 @@ func TestWorkloadsInProcess(t *testing.T) {
 		// Seeds 1 and 2 (worker index + 1) give 97 and 78 writes in 1000
 		// operations each (computed with an independent splitmix64).
 		{"rw90", 2, new(sync.RWMutex), "reads=1825 writes=175 torn=0 record=175"},
+		{"uncontended_shared", 1, new(sync.RWMutex), "ns per shared lock+unlock pair"},
 	}
 	for _, tt := range tests {
 		res, code := bench.RunInProcess(bench.Config{Workload: tt.workload, Procs: tt.procs, Iters: 1000}, tt.l)

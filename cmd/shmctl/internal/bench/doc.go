@@ -4,7 +4,8 @@
 //
 // It follows harness.h line for line where the numbers
 // depend on it: the 64 KiB shared file and its offsets, the start barrier,
-// the workload loops (uncontended, counter, pingpong, pingpong_retry, rw90),
+// the workload loops (uncontended, counter, pingpong, pingpong_retry, rw90,
+// uncontended_shared),
 // the per-worker stat slots, seconds = max(end) - t0 on CLOCK_MONOTONIC,
 // the validation, and the one JSON result with its exit status. Only the
 // lock differs: it lives in a shmlock segment in the sidecar file

@@ -43,11 +43,20 @@ const (
 // Unsupported is the detail of a workload the lock does not support.
 const Unsupported = "unsupported workload"
 
-// exclusiveWorkloads run on any lock; rw90 also needs shared locking.
-var exclusiveWorkloads = []string{"uncontended", "counter", "pingpong", "pingpong_retry"}
+// exclusiveWorkloads run on any lock; sharedWorkloads need shared locking.
+var (
+	exclusiveWorkloads = []string{"uncontended", "counter", "pingpong", "pingpong_retry"}
+	sharedWorkloads    = []string{"rw90", "uncontended_shared"}
+)
+
+// Workloads are the contract's workloads, in its order.
+func Workloads() []string { return slices.Concat(exclusiveWorkloads, sharedWorkloads) }
+
+// Shared reports whether workload w needs a lock with shared holds.
+func Shared(w string) bool { return slices.Contains(sharedWorkloads, w) }
 
 func (k lockKind) supports(w string) bool {
-	return slices.Contains(exclusiveWorkloads, w) || w == "rw90" && k.shared
+	return slices.Contains(exclusiveWorkloads, w) || Shared(w) && k.shared
 }
 
 // barrierPoll is how often the driver looks at the ready count.
@@ -74,7 +83,7 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 		return fail(ExitUnsupported, Unsupported)
 	}
 	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
-	if cfg.Workload == "uncontended" && cfg.Procs != 1 {
+	if (cfg.Workload == "uncontended" || cfg.Workload == "uncontended_shared") && cfg.Procs != 1 {
 		return fail(ExitBadArgs, "uncontended requires procs=1")
 	}
 	if pp && cfg.Procs != 2 {
@@ -168,6 +177,8 @@ func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, exitFailed []boo
 	switch {
 	case cfg.Workload == "uncontended":
 		detail = "ns per lock+unlock pair"
+	case cfg.Workload == "uncontended_shared":
+		detail = "ns per shared lock+unlock pair"
 	case cfg.Workload == "counter":
 		want := cfg.Iters * uint64(cfg.Procs)
 		ok = ok && ctr == want

@@ -70,6 +70,12 @@ func work(s *shared, cfg Config, me int, l sync.Locker) {
 		}
 	case "rw90":
 		reads, writes, torn = peerwork.RW90(l.(RWLocker), s.record, n, uint64(me)+1)
+	case "uncontended_shared":
+		rl := l.(RWLocker)
+		for i := uint64(0); i < n; i++ {
+			rl.RLock()
+			rl.RUnlock()
+		}
 	}
 	st.EndNs = nowNs()
 	st.Reads, st.Writes, st.Torn, st.Errors, st.Retries = reads, writes, torn, errors, retries
