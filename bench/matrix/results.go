@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"slices"
+	"strings"
 )
 
 // Results is the results file: what ran, where, and what every contender
@@ -88,6 +89,18 @@ type Entry struct {
 type Sample struct {
 	Round     int     `json:"round"`
 	OpsPerSec float64 `json:"ops_per_sec"`
+	// Waits is the run's contention counters, as shmctl bench's detail
+	// ends ("contended=... wakeups=..."); "" for the other drivers. They
+	// tell, round by round, whether waiters spun or slept.
+	Waits string `json:"waits,omitempty"`
+}
+
+// waitsOf is the contention counters at the end of a detail, if any.
+func waitsOf(detail string) string {
+	if i := strings.LastIndex(detail, "; waits: "); i >= 0 {
+		return detail[i+len("; waits: "):]
+	}
+	return ""
 }
 
 // Failure is a run that did not validate, or no run at all.

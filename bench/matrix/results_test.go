@@ -23,18 +23,18 @@ func TestMedianSpread(t *testing.T) {
 // that either lacks.
 func TestPairedRatio(t *testing.T) {
 	t.Parallel()
-	ref := []Sample{{1, 100}, {2, 200}, {3, 100}}
-	x := []Sample{{1, 150}, {2, 200}, {4, 1000}}
+	ref := []Sample{{Round: 1, OpsPerSec: 100}, {Round: 2, OpsPerSec: 200}, {Round: 3, OpsPerSec: 100}}
+	x := []Sample{{Round: 1, OpsPerSec: 150}, {Round: 2, OpsPerSec: 200}, {Round: 4, OpsPerSec: 1000}}
 	require.Equal(t, 1.25, pairedRatio(x, ref)) // rounds 1 and 2: 1.5 and 1.0
-	require.Equal(t, 0.0, pairedRatio([]Sample{{5, 1}}, ref))
+	require.Equal(t, 0.0, pairedRatio([]Sample{{Round: 5, OpsPerSec: 1}}, ref))
 }
 
 func TestSummarize(t *testing.T) {
 	t.Parallel()
 	c := Cell{Workload: "counter", Procs: 2, Entries: []Entry{
-		{Name: "x", Samples: []Sample{{1, 30}, {2, 10}, {3, 20}}},
+		{Name: "x", Samples: []Sample{{Round: 1, OpsPerSec: 30}, {Round: 2, OpsPerSec: 10}, {Round: 3, OpsPerSec: 20}}},
 		{Name: "pthread_mutex_robust", Failed: []Failure{{0, "calibration failed"}}},
-		{Name: "pthread_rwlock", Samples: []Sample{{1, 10}, {2, 10}, {3, 10}}},
+		{Name: "pthread_rwlock", Samples: []Sample{{Round: 1, OpsPerSec: 10}, {Round: 2, OpsPerSec: 10}, {Round: 3, OpsPerSec: 10}}},
 	}}
 	c.summarize([]string{"pthread_mutex_robust", "pthread_rwlock"})
 	require.Equal(t, "pthread_rwlock", c.Reference, "the first reference with samples")
@@ -94,12 +94,12 @@ func TestMarkdown(t *testing.T) {
 		Placement: []Probe{{Before: "round 1", Ns: 451.2}, {Before: "round 2", Error: "no CPU 1"}, {Before: "end", Ns: 120}},
 		Cells: []Cell{
 			{Workload: "uncontended", Procs: 1, Unit: "lock+unlock pairs/s", Entries: []Entry{
-				{Name: "a", Samples: []Sample{{1, 1e8}, {2, 1e8}}},
-				{Name: "pthread_mutex_robust", Samples: []Sample{{1, 5e7}, {2, 5e7}}},
+				{Name: "a", Samples: []Sample{{Round: 1, OpsPerSec: 1e8}, {Round: 2, OpsPerSec: 1e8}}},
+				{Name: "pthread_mutex_robust", Samples: []Sample{{Round: 1, OpsPerSec: 5e7}, {Round: 2, OpsPerSec: 5e7}}},
 			}},
 			{Workload: "rw90", Procs: 2, Unit: "ops/s", Entries: []Entry{
-				{Name: "a", Samples: []Sample{{2, 3e6}}, Failed: []Failure{{1, "boom"}}},
-				{Name: "pthread_rwlock", Samples: []Sample{{1, 2e6}, {2, 2e6}}},
+				{Name: "a", Samples: []Sample{{Round: 2, OpsPerSec: 3e6}}, Failed: []Failure{{1, "boom"}}},
+				{Name: "pthread_rwlock", Samples: []Sample{{Round: 1, OpsPerSec: 2e6}, {Round: 2, OpsPerSec: 2e6}}},
 			}, Unsupported: []string{"pthread_mutex_robust"}},
 		},
 	}
@@ -123,4 +123,15 @@ func TestMarkdown(t *testing.T) {
 		require.Contains(t, md, want)
 	}
 	require.Equal(t, 2, strings.Count(md, "|---|---:|---:|"), "two tables")
+}
+
+func TestWaitsOf(t *testing.T) {
+	t.Parallel()
+	for detail, want := range map[string]string{
+		"shmlock spinlock, ...; counter=4 want=4; waits: contended=3 over_10us=0 over_1ms=0 sleeps=1 wakeups=1": "contended=3 over_10us=0 over_1ms=0 sleeps=1 wakeups=1",
+		"glibc pthread_mutex_t, PROCESS_SHARED; counter=4 want=4":                                               "",
+		"": "",
+	} {
+		require.Equal(t, want, waitsOf(detail), detail)
+	}
 }

@@ -216,7 +216,7 @@ func (m *matrixRun) do() ([]Cell, []Probe) {
 					fmt.Fprintf(m.log, "  %-15s %-20s FAILED: %s\n", cl.Title(), e.Name, why)
 					continue
 				}
-				e.Samples = append(e.Samples, Sample{round, o.line.OpsPerSec})
+				e.Samples = append(e.Samples, Sample{Round: round, OpsPerSec: o.line.OpsPerSec, Waits: waitsOf(o.line.Detail)})
 				e.Detail = o.line.Detail
 				fmt.Fprintf(m.log, "  %-15s %-20s %s %s\n", cl.Title(), e.Name, si(o.line.OpsPerSec), cl.Unit())
 			}

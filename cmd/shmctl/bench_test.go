@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -152,6 +153,19 @@ func TestBenchRun(t *testing.T) {
 				assert.InDelta(t, 1e9/res.OpsPerSec, res.NsPerOp, res.NsPerOp*1e-9)
 				assert.Contains(t, res.Detail, c.detail)
 				assert.Contains(t, res.Detail, "github.com/shmlock/shmlock")
+				// The lock's contention counters: none for one process; a
+				// handoff cell waits at every turn.
+				var contended, over10us, over1ms, sleeps, wakeups int
+				_, err := fmt.Sscanf(res.Detail[strings.LastIndex(res.Detail, "waits: "):],
+					"waits: contended=%d over_10us=%d over_1ms=%d sleeps=%d wakeups=%d", &contended, &over10us, &over1ms, &sleeps, &wakeups)
+				require.NoError(t, err, res.Detail)
+				switch c.workload {
+				case "uncontended", "uncontended_shared":
+					assert.Zero(t, contended+over10us+over1ms+sleeps+wakeups, res.Detail)
+				case "pingpong_retry":
+					assert.Positive(t, contended, res.Detail)
+				}
+				assert.LessOrEqual(t, over1ms, over10us, res.Detail)
 				for _, p := range []string{path, path + ".shm"} {
 					_, err := os.Stat(p)
 					assert.ErrorIs(t, err, os.ErrNotExist, "%s after the run", p)

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Config is what the command line says.
@@ -145,7 +148,39 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 		e := <-exited
 		exitFailed[e.worker] = e.err != nil
 	}
-	return s.validate(cfg, kind, t0, exitFailed)
+	res, code := s.validate(cfg, kind, t0, exitFailed)
+	res.Detail += "; " + waitCounters(seg, kind.stats)
+	return res, code
+}
+
+// waitCounters sums the contention counters (layout.LockStats) of the
+// lock's entries of kind k after the run, for the detail: how its waiters
+// waited, which throughput alone does not tell (a handoff cell's rate can
+// halve because its waiters fell asleep: see spinlock/slow.go). contended
+// counts the acquisitions that did not get the lock at once, over_10us and
+// over_1ms those of them that waited longer (the wait histogram's buckets).
+func waitCounters(seg *shm.Segment, k layout.Kind) string {
+	var contended, sleeps, wakeups uint64
+	var over10us, over1ms uint32
+	for i := 0; ; i++ {
+		st := seg.LockStats(k, i)
+		if st == nil {
+			break
+		}
+		contended += st.Contended.Load()
+		sleeps += st.Sleeps.Load()
+		wakeups += st.Wakeups.Load()
+		for b := 1; b < len(st.WaitHist); b++ { // bucket b holds waits above StatsBuckets[b-1]
+			n := st.WaitHist[b].Load()
+			if layout.StatsBuckets[b-1] >= 10*time.Microsecond {
+				over10us += n
+			}
+			if layout.StatsBuckets[b-1] >= time.Millisecond {
+				over1ms += n
+			}
+		}
+	}
+	return fmt.Sprintf("waits: contended=%d over_10us=%d over_1ms=%d sleeps=%d wakeups=%d", contended, over10us, over1ms, sleeps, wakeups)
 }
 
 // validate sums the stat slots and checks the workload's invariant. A

@@ -42,10 +42,11 @@ func LockNames() []string { return []string{LockSpin, LockSpinToken, LockUpgrade
 
 // lockKind says how one --lock value is set up and what the JSON calls it.
 type lockKind struct {
-	peer   string // the JSON's peer
-	lock   string // for detail: which lock
-	how    string // for detail: how each worker holds the lock
-	shared bool   // has RLock/RUnlock, so rw90 runs
+	peer   string      // the JSON's peer
+	lock   string      // for detail: which lock
+	how    string      // for detail: how each worker holds the lock
+	shared bool        // has RLock/RUnlock, so rw90 runs
+	stats  layout.Kind // the table whose entries' contention counters are the lock's
 	// open is a worker's handle on the lock in the sidecar segment, and
 	// what closes the handle (not the segment).
 	open func(seg *shm.Segment) (sync.Locker, func() error, error)
@@ -58,22 +59,25 @@ type lockKind struct {
 // slot, never marked done, fail the run already.
 var lockKinds = map[string]lockKind{
 	LockSpin: {
-		peer: "shmlock_spin",
-		lock: spinLockName(spinlock.PIDTID),
-		how:  "one NewHolder per worker, Lock.Locker",
-		open: spinLocker(spinlock.PIDTID, spinlock.NewHolder),
+		peer:  "shmlock_spin",
+		lock:  spinLockName(spinlock.PIDTID),
+		how:   "one NewHolder per worker, Lock.Locker",
+		stats: layout.KindOwnerSlots,
+		open:  spinLocker(spinlock.PIDTID, spinlock.NewHolder),
 	},
 	LockSpinToken: {
-		peer: "shmlock_spin_token",
-		lock: spinLockName(spinlock.Token),
-		how:  "one NewToken per worker, Lock.Locker",
-		open: spinLocker(spinlock.Token, spinlock.NewToken),
+		peer:  "shmlock_spin_token",
+		lock:  spinLockName(spinlock.Token),
+		how:   "one NewToken per worker, Lock.Locker",
+		stats: layout.KindOwnerSlots,
+		open:  spinLocker(spinlock.Token, spinlock.NewToken),
 	},
 	LockUpgrade: {
 		peer:   "shmlock_upgrade",
 		lock:   "shmlock_upgrade",
 		how:    "one handle per worker, Mutex.Locker (Lock/Unlock, RLock/RUnlock)",
 		shared: true,
+		stats:  layout.KindUpgrades,
 		open:   openUpgradeLocker,
 	},
 	LockMgr: {
@@ -81,6 +85,7 @@ var lockKinds = map[string]lockKind{
 		lock:   "shmlock_lockmgr",
 		how:    "owner worker-PID, Acquire (waiting with retries) and Release of one resource",
 		shared: true,
+		stats:  layout.KindLockMgr,
 		open:   openMgrLocker,
 	},
 }
