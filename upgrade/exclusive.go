@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -33,7 +34,7 @@ func (m *Mutex) LockContext(ctx context.Context) error {
 func (m *Mutex) lock(ctx context.Context) error {
 	// Fast path: nobody holds or wants anything. (Locker.Lock has a copy.)
 	e := m.e // as in Unlock
-	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && e.Writer.CompareAndSwap(0, m.pid) {
+	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid) {
 		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
 		set := e.State.CompareAndSwap(0, stateWrite)
 		if set && m.readersZero() {
@@ -44,6 +45,13 @@ func (m *Mutex) lock(ctx context.Context) error {
 		return m.lockAfterWriterWord(ctx, set)
 	}
 	return m.endWait(m.lockSlow(ctx, false))
+}
+
+// fastPathOpen reports whether Lock may try its fast path: the handle and
+// its segment are open and the handle holds no shared lock (which Lock
+// refuses, ErrHeld, on its slow path).
+func (m *Mutex) fastPathOpen() bool {
+	return !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0
 }
 
 // lockAfterWriterWord is lock's way on when its fast path took the Writer
@@ -286,20 +294,29 @@ func (m *Mutex) Unlock() error {
 	// Locker.Unlock has a copy of what follows.
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
-	// While stateWrite is ours (without stateUpgrade) nobody else changes
-	// the state word (see state.go), so it needs no locked instruction;
-	// freeWriterWord's CAS is the full barrier before the loads of the
-	// sleepers.
 	e := m.e // one load: the compiler reloads m.e after every atomic
-	m.bumpGeneration()
-	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
-	// releaseWriterWord's three steps, written out: it is too big to
-	// inline, and the call measured 8% of an uncontended Lock+Unlock.
-	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
+	m.endUniqueHold(e)
+	// releaseWriterWord's last two steps (endUniqueHold did its first),
+	// written out: it is too big to inline, and the call measured 8% of an
+	// uncontended Lock+Unlock.
 	m.freeWriterWord(e)
 	m.wakeWaitingWriter(e)
 	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	return nil
+}
+
+// endUniqueHold ends the caller's unique hold (stateWrite without
+// stateUpgrade) up to the Writer word, which stays the caller's: the
+// generation moves on, stateWrite goes, then the writer's thread id.
+// While stateWrite is ours nobody else changes the state word (see
+// state.go), so these are plain and release stores, no locked instruction;
+// the Writer word's CAS that follows (freeWriterWord) publishes them and
+// is the full barrier before the loads of the sleepers. Small enough to
+// inline into both Unlocks (Mutex's and Locker's).
+func (m *Mutex) endUniqueHold(e *layout.UpgradeEntry) {
+	m.bumpGeneration()
+	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
+	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
 }
 
 // LockUpgrade takes the upgrade lock: it waits for the upgrade lock to be

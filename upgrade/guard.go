@@ -79,7 +79,7 @@ func (m *Mutex) Locker() *Locker { return &Locker{m} }
 func (l *Locker) Lock() {
 	m := l.m
 	e := m.e
-	if !m.closed.Load() && !m.segClosed() && m.sharedHolds() == 0 && e.Writer.CompareAndSwap(0, m.pid) {
+	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid) {
 		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
 		set := e.State.CompareAndSwap(0, stateWrite)
 		if set && m.readersZero() {
@@ -103,9 +103,7 @@ func (l *Locker) Unlock() {
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
 	e := m.e
-	m.bumpGeneration()
-	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
-	memview.StoreOwned(&e.WriterTID, 0)
+	m.endUniqueHold(e)
 	m.freeWriterWord(e)
 	m.wakeWaitingWriter(e)
 	m.wake(m.sharedGate())
