@@ -82,8 +82,18 @@ func counterHelper(args []string) int {
 	if err := waitWord(sc.atomic(offGo), 1); err != nil {
 		return fail("%v", err)
 	}
+	// Every other hold through the Locker, whose Unlock has a copy of the
+	// release's pid/tid path (guard.go); it panics on an error, which
+	// fails the helper all the same.
+	lk := l.Locker(identityFor(mode, holder))
 	var g spinlock.Guard
-	for range iters {
+	for i := range iters {
+		if i%2 == 1 {
+			lk.Lock()
+			*counter++
+			lk.Unlock()
+			continue
+		}
 		if err := g.Lock(l, identityFor(mode, holder)); err != nil {
 			return fail("lock: %v", err)
 		}

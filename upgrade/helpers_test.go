@@ -103,14 +103,31 @@ func mixedOps(m *upgrade.Mutex, rec record, fence *atomic.Uint64, iters int, see
 			err = fmt.Errorf("%s: %w", what, e)
 		}
 	}
+	// Every other shared and unique hold goes through the Locker, whose
+	// methods are copies of the handle's fast paths (guard.go); it panics
+	// on an error, which fails the caller all the same.
+	l := m.Locker()
 	for i := 0; i < iters && err == nil; i++ {
+		viaLocker := i%2 == 1
 		switch r := peerwork.SplitMix64(&seed) % 20; {
+		case r < 18 && viaLocker:
+			l.RLock()
+			if _, ok := rec.read(); !ok {
+				torn++
+			}
+			l.RUnlock()
 		case r < 18:
 			check(m.LockShared(), "LockShared")
 			if _, ok := rec.read(); !ok {
 				torn++
 			}
 			check(m.UnlockShared(), "UnlockShared")
+		case r == 18 && viaLocker:
+			l.Lock()
+			fences()
+			rec.write(rec[0].Load()+1, len(rec))
+			writes++
+			l.Unlock()
 		case r == 18:
 			check(m.Lock(), "Lock")
 			fences()
