@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -86,7 +87,7 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 		return fail(ExitUnsupported, Unsupported)
 	}
 	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
-	if (cfg.Workload == "uncontended" || cfg.Workload == "uncontended_shared") && cfg.Procs != 1 {
+	if strings.HasPrefix(cfg.Workload, "uncontended") && cfg.Procs != 1 { // uncontended, uncontended_shared
 		return fail(ExitBadArgs, "uncontended requires procs=1")
 	}
 	if pp && cfg.Procs != 2 {

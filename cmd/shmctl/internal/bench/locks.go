@@ -33,8 +33,8 @@ import (
 const (
 	LockSpin      = "spin"       // spinlock in pid/tid mode, one NewHolder per worker
 	LockSpinToken = "spin-token" // spinlock in token mode, one NewToken per worker
-	LockUpgrade   = "upgrade"    // upgrade mutex, one handle per worker: Lock, and LockShared in rw90
-	LockMgr       = "lockmgr"    // one lockmgr resource; exclusive, or collaborative for rw90's readers
+	LockUpgrade   = "upgrade"    // upgrade mutex, one handle per worker: Lock, and LockShared in the shared workloads
+	LockMgr       = "lockmgr"    // one lockmgr resource; exclusive, or collaborative for shared holds
 )
 
 // LockNames lists the --lock values.
@@ -45,7 +45,7 @@ type lockKind struct {
 	peer   string      // the JSON's peer
 	lock   string      // for detail: which lock
 	how    string      // for detail: how each worker holds the lock
-	shared bool        // has RLock/RUnlock, so rw90 runs
+	shared bool        // has RLock/RUnlock, so the shared workloads run
 	stats  layout.Kind // the table whose entries' contention counters are the lock's
 	// open is a worker's handle on the lock in the sidecar segment, and
 	// what closes the handle (not the segment).

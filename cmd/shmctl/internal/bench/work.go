@@ -8,7 +8,8 @@ import (
 	"github.com/shmlock/shmlock/internal/peerwork"
 )
 
-// RWLocker adds shared locking; a lock needs it for rw90.
+// RWLocker adds shared locking; a lock needs it for the shared workloads
+// (rw90, uncontended_shared).
 type RWLocker = peerwork.RWLocker
 
 // yield is what the spin-waits call after SpinBeforeYield loads: a
