@@ -49,8 +49,8 @@ func newClock(c Clock) clock {
 }
 
 // now is the current time in the segment's time base. On SystemClock this
-// reads one clock, not time.Now's two: it is on the fast path of every
-// acquisition and release.
+// is mono.Now (the time-stamp counter, or one clock read), not time.Now's
+// two clock reads: it is on the fast path of every acquisition and release.
 func (c clock) now() int64 {
 	if c.sys {
 		return mono.Now()

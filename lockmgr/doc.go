@@ -31,7 +31,9 @@
 // ResourceInfo report. Errors wrap sentinels that carry the design's codes
 // (see Code).
 //
-// Times in the table are CLOCK_MONOTONIC readings, which every process of
+// Times in the table are CLOCK_MONOTONIC readings (to within a
+// microsecond: between clock reads, a Manager extrapolates by the CPU's
+// time-stamp counter, at a third of a read's cost), which every process of
 // the boot shares and which no change of the wall clock moves, so a TTL
 // means the same to every process. A hold's liveness is its process's,
 // and, after SetCompanion, also a second process's: shmctl lock names the
