@@ -42,9 +42,16 @@ func (t *table) statsOf(e *layout.LockMgrEntry) *layout.LockStats {
 	return t.seg.LockStats(layout.KindLockMgr, i)
 }
 
-// home is the first entry a lookup of hash probes; probe k is k entries on.
-func (t *table) probe(hash uint64, k uint64) int {
-	return 1 + int((hash%t.n+k)%t.n)
+// probe is the index of the entry d steps along hash's probe sequence,
+// 1 + (hash mod n + d) mod n, for d < n, with one division where the
+// formula has two (a 64-bit division is tens of cycles, and every
+// acquisition and release probes).
+func (t *table) probe(hash, d uint64) int {
+	i := hash%t.n + d
+	if i >= t.n {
+		i -= t.n
+	}
+	return 1 + int(i)
 }
 
 func sameName(e *layout.LockMgrEntry, k *resKey) bool {
