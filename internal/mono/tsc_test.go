@@ -2,6 +2,8 @@ package mono
 
 import (
 	"math"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -125,3 +127,24 @@ func BenchmarkNow(b *testing.B) {
 }
 
 var sink int64
+
+// With SHMLOCK_CLOCK=vdso the fast clock never comes on (checked in a
+// process of its own: the switch is read at start).
+func TestClockEnvKeepsFastClockOff(t *testing.T) {
+	if os.Getenv(ClockEnv) == "vdso" {
+		for range 20 { // twice calibrateOver: it would have come on
+			Now()
+			time.Sleep(time.Millisecond)
+		}
+		if a := fast.load(); a.span != 0 || due.Load() != neverDue {
+			t.Fatalf("with %s=vdso: anchor %+v, next sample due %d; want none, never", ClockEnv, a, due.Load())
+		}
+		return
+	}
+	calibrated(t) // on here, so off below is the switch's doing
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClockEnvKeepsFastClockOff$", "-test.count=1")
+	cmd.Env = append(os.Environ(), ClockEnv+"=vdso")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
