@@ -18,8 +18,9 @@ import (
 //
 // It returns the time it began (mono.Now), so that a wait that must be
 // timed need not read the clock again. The clock is read about every
-// 30 ns (vDSO); d is meant to be a few hundred nanoseconds, far below any
-// sleep the kernel can do.
+// 10 ns (the time-stamp counter; 30 ns where mono falls back to the vDSO
+// clock); d is meant to be a few hundred nanoseconds, far below any sleep
+// the kernel can do.
 func KeepOff(d time.Duration) (start int64) {
 	start = mono.Now()
 	for mono.Now()-start < int64(d) {
