@@ -126,23 +126,21 @@ func (q *waitq) grant(w *waiter, e uint64) {
 // for ctx to be done. The waiter is resumed when this goroutine receives
 // the grant; if it sees ctx first, cancel decides.
 func (q *waitq) await(ctx context.Context, w *waiter, o owner) (uint64, error) {
-	done := ctx.Done()
-	if done == nil {
+	if done := ctx.Done(); done == nil {
 		// A context that is never done (context.Background): a plain
 		// receive. A select locks and unlocks both channels around every
 		// wait (with selectgo, a tenth of a queued handoff's CPU).
 		<-w.ready
-		w.state.Store(resumed) // only this goroutine leaves notified
-		return w.epoch, nil
+	} else {
+		select {
+		case <-w.ready:
+		case <-done:
+			q.cancel(w, o)
+			return 0, ctx.Err()
+		}
 	}
-	select {
-	case <-w.ready:
-		w.state.Store(resumed)
-		return w.epoch, nil
-	case <-done:
-		q.cancel(w, o)
-		return 0, ctx.Err()
-	}
+	w.state.Store(resumed) // only this goroutine leaves notified
+	return w.epoch, nil
 }
 
 // cancel withdraws w after its context is done, and reports false if it
