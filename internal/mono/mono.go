@@ -35,8 +35,8 @@ func measure() int64 {
 // as much where a new anchor is taken.
 func Now() int64 {
 	if a := fast.load(); a.span != 0 {
-		if d := rdtsc() - a.tsc; d < a.span { // also false if the counter read before a.tsc
-			return a.mono + int64(d*a.mult>>multShift)
+		if t := rdtsc(); t-a.tsc < a.span { // also false if the counter read before a.tsc
+			return a.at(t)
 		}
 	}
 	return slowNow()

@@ -59,6 +59,10 @@ type anchor struct {
 	span uint64 // ticks after tsc that this anchor answers for; 0: none
 }
 
+// at is the clock at counter reading t, extrapolated from a; t-a.tsc must
+// be under a few spans, or the product overflows.
+func (a anchor) at(t uint64) int64 { return a.mono + int64((t-a.tsc)*a.mult>>multShift) }
+
 // published is the anchor Now extrapolates from, behind a sequence lock
 // (seq is odd while sample rewrites the words): a new anchor every
 // millisecond must not allocate, and callers count their allocations.
@@ -102,7 +106,7 @@ func (p *published) store(a anchor) {
 const ClockEnv = "SHMLOCK_CLOCK"
 
 func init() {
-	if !haveTSC || os.Getenv(ClockEnv) == "vdso" || !kernelKeepsTimeByTSC() {
+	if !haveTSC || os.Getenv(ClockEnv) == "vdso" || !tscInvariant() || !clocksourceIsTSC() {
 		due.Store(neverDue)
 	}
 }
@@ -139,7 +143,7 @@ func (c *calibration) sample() int64 {
 	}
 	t := t0 + (t1-t0)/2
 	if a := fast.load(); a.span != 0 && t-a.tsc < 4*a.span {
-		if miss := a.mono + int64((t-a.tsc)*a.mult>>multShift) - m; miss > MaxError || miss < -MaxError {
+		if miss := a.at(t) - m; miss > MaxError || miss < -MaxError {
 			c.distrust()
 			return m
 		}
@@ -171,11 +175,12 @@ func (c *calibration) sample() int64 {
 }
 
 // distrust turns the fast clock off and starts calibration over, if the
-// kernel still keeps time by the counter.
+// kernel still keeps time by the counter (the CPU's flags, checked at
+// start, do not change).
 func (c *calibration) distrust() {
 	fast.store(anchor{})
 	c.baseTSC, c.baseMono, c.mult = 0, 0, 0
-	if kernelKeepsTimeByTSC() {
+	if clocksourceIsTSC() {
 		due.Store(0)
 	} else {
 		due.Store(neverDue)
@@ -196,13 +201,16 @@ func rate(ticks uint64, ns int64) (mult uint64, ok bool) {
 	return mult, mult != 0 && anchorSpan<<multShift/mult != 0
 }
 
-// kernelKeepsTimeByTSC reports whether the kernel's clocksource is the
-// time-stamp counter and the CPU says it ticks at one constant rate.
-func kernelKeepsTimeByTSC() bool {
+// clocksourceIsTSC reports whether the kernel keeps time by the
+// time-stamp counter now.
+func clocksourceIsTSC() bool {
 	src, err := os.ReadFile(clocksource)
-	if err != nil || string(bytes.TrimSpace(src)) != "tsc" {
-		return false
-	}
+	return err == nil && string(bytes.TrimSpace(src)) == "tsc"
+}
+
+// tscInvariant reports whether the CPU says its time-stamp counter ticks
+// at one constant rate, also through sleep states.
+func tscInvariant() bool {
 	info, err := os.ReadFile(cpuinfo)
 	if err != nil {
 		return false
