@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +58,10 @@ func Workloads() []string { return slices.Concat(exclusiveWorkloads, sharedWorkl
 // Shared reports whether workload w needs a lock with shared holds.
 func Shared(w string) bool { return slices.Contains(sharedWorkloads, w) }
 
+// onePerProcess reports whether workload w is one process's lock+unlock
+// pairs (exclusive or shared), which run with procs=1 only.
+func onePerProcess(w string) bool { return w == "uncontended" || w == "uncontended_shared" }
+
 func (k lockKind) supports(w string) bool {
 	return slices.Contains(exclusiveWorkloads, w) || Shared(w) && k.shared
 }
@@ -87,7 +90,7 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 		return fail(ExitUnsupported, Unsupported)
 	}
 	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
-	if strings.HasPrefix(cfg.Workload, "uncontended") && cfg.Procs != 1 { // uncontended, uncontended_shared
+	if onePerProcess(cfg.Workload) && cfg.Procs != 1 {
 		return fail(ExitBadArgs, "uncontended requires procs=1")
 	}
 	if pp && cfg.Procs != 2 {
