@@ -62,6 +62,9 @@ func Shared(w string) bool { return slices.Contains(sharedWorkloads, w) }
 // pairs (exclusive or shared), which run with procs=1 only.
 func onePerProcess(w string) bool { return w == "uncontended" || w == "uncontended_shared" }
 
+// pingpong reports whether workload w passes a turn between two processes.
+func pingpong(w string) bool { return w == "pingpong" || w == "pingpong_retry" }
+
 func (k lockKind) supports(w string) bool {
 	return slices.Contains(exclusiveWorkloads, w) || Shared(w) && k.shared
 }
@@ -89,7 +92,7 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 	if !kind.supports(cfg.Workload) {
 		return fail(ExitUnsupported, Unsupported)
 	}
-	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
+	pp := pingpong(cfg.Workload)
 	if onePerProcess(cfg.Workload) && cfg.Procs != 1 {
 		return fail(ExitBadArgs, "uncontended requires procs=1")
 	}
@@ -193,7 +196,7 @@ func waitCounters(seg *shm.Segment, k layout.Kind) string {
 func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, exitFailed []bool) (Result, int) {
 	failed := 0
 	res := Result{Peer: kind.peer, Workload: cfg.Workload, Procs: cfg.Procs, Iters: cfg.Iters}
-	pp := cfg.Workload == "pingpong" || cfg.Workload == "pingpong_retry"
+	pp := pingpong(cfg.Workload)
 	tend := t0
 	var reads, writes, torn, errors, retries uint64
 	for i := 0; i < cfg.Procs; i++ {
