@@ -275,8 +275,7 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 	// accounting: most acquisitions are granted here, and setting up the
 	// loop's 848-byte frame and its defer cost them 3 ns of 100 (go test,
 	// alternated runs).
-	// The clock is read before the entry is locked: the lock is held for
-	// less time, and a reading a few nanoseconds early is as good.
+	// It is attempt, written out: the call measured 2 ns of 95.
 	now := m.clock.now()
 	e, err := m.entryFor(res)
 	if err != nil {
@@ -290,7 +289,22 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 		m.granted(info, opts, now, &o, o.reclaimed, 1)
 		return nil
 	}
-	return m.acquireSlow(ctx, res, own, mode, opts, info, now, e, &o)
+	return m.acquireSlow(ctx, res, own, mode, opts, info, now, e, o)
+}
+
+// attempt makes one attempt (try) on res's entry, and returns when it was
+// made and the entry, unlocked (acquire has a copy). The clock is read before the entry is
+// locked: the lock is held for less time, and a reading a few nanoseconds
+// early is as good.
+func (m *Manager) attempt(res *resKey, own *ownKey, mode Mode, ttl time.Duration, first, reuseTombs bool, o *outcome) (int64, *layout.LockMgrEntry, error) {
+	now := m.clock.now()
+	e, err := m.entryFor(res)
+	if err != nil {
+		return now, nil, err
+	}
+	m.try(e, own, mode, ttl, now, first, reuseTombs, o)
+	m.t.unlockEntry(e)
+	return now, e, nil
 }
 
 // granted fills info for a grant at the attempts'th attempt.
@@ -305,9 +319,9 @@ func (m *Manager) granted(info *LockInfo, opts *AcquireOptions, now int64, o *ou
 }
 
 // acquireSlow is acquire after a first attempt (made at now on entry e,
-// with outcome first) that did not end it: it acts on that outcome, then
+// with outcome o) that did not end it: it acts on that outcome, then
 // attempts and waits until a grant or a failure.
-func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mode Mode, opts *AcquireOptions, info *LockInfo, now int64, e *layout.LockMgrEntry, first *outcome) error {
+func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mode Mode, opts *AcquireOptions, info *LockInfo, now int64, e *layout.LockMgrEntry, o outcome) error {
 	st := Unlocked
 	start := now // time of the first attempt, for opts.Wait
 	retries := opts.retries()
@@ -326,19 +340,15 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 			m.t.statsOf(slept).RecordWait(time.Duration(m.clock.now()-start), info.State == Failed)
 		}
 	}()
-	for attempt, o := 0, *first; ; {
-		if first == nil { // the first attempt was acquire's
-			now = m.clock.now() // before the entry lock, as in acquire
+	for attempt, again := 0, false; ; again = true { // the first attempt was acquire's
+		if again {
+			o = outcome{} // zero for each attempt
 			var err error
-			if e, err = m.entryFor(res); err != nil {
+			if now, e, err = m.attempt(res, own, mode, opts.TTL, attempt == 0, reuseTombs, &o); err != nil {
 				info.State = st.to(Failed)
 				return err
 			}
-			o = outcome{} // zero for each attempt
-			m.try(e, own, mode, opts.TTL, now, attempt == 0, reuseTombs, &o)
-			m.t.unlockEntry(e)
 		}
-		first = nil
 		switch {
 		case o.granted && mode == Collaborative && (o.woke || slept != nil):
 			// Whoever waited behind the holds that ended may join too.
