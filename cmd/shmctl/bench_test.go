@@ -192,6 +192,7 @@ func TestBenchNotRun(t *testing.T) {
 		{"frobnicate", "2", "upgrade", exitUnsupported, "shmlock_upgrade", "unsupported workload"},
 		{"uncontended", "2", "spin", exitUsage, "shmlock_spin", "uncontended requires procs=1"},
 		{"pingpong", "3", "upgrade", exitUsage, "shmlock_upgrade", "pingpong requires procs=2"},
+		{"pingpong_retry", "1", "lockmgr", exitUsage, "shmlock_lockmgr", "pingpong requires procs=2"},
 	}
 	for _, tt := range tests {
 		path := testproc.SegmentPath(t)
