@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 )
@@ -146,5 +147,41 @@ func TestClockEnvKeepsFastClockOff(t *testing.T) {
 	cmd.Env = append(os.Environ(), ClockEnv+"=vdso")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// A reader of a published anchor gets one that was stored whole, or none
+// (span 0), never words of two: the sequence lock is what lets a new
+// anchor be published every millisecond without allocating.
+func TestPublishedNeverTorn(t *testing.T) {
+	var p published
+	consistent := func(i uint64) anchor { return anchor{tsc: i, mono: int64(3 * i), mult: 5 * i, span: 7*i + 1} }
+	const stores = 200_000
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if a := p.load(); a.span != 0 && a != consistent(a.tsc) {
+					t.Errorf("read a torn anchor %+v", a)
+					return
+				}
+			}
+		}()
+	}
+	for i := range uint64(stores) {
+		p.store(consistent(i + 1))
+	}
+	close(done)
+	wg.Wait()
+	if a := p.load(); a != consistent(stores) {
+		t.Fatalf("after the last store: got %+v, want %+v", a, consistent(stores))
 	}
 }
