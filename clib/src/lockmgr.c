@@ -87,6 +87,12 @@
 #define LM_WAIT_YIELDS 20
 #define LM_SLEEP_SLICE_NS 100000000LL
 
+/* A waiter whose attempt failed first gives up its CPU until this much
+ * time has passed, so that a holder acquiring and releasing in a loop runs
+ * a series of holds without the waiter's attempts taking the entry's lines
+ * from it (the Go package's waitKeepOff says more). */
+#define LM_WAIT_KEEP_OFF_NS 1000LL
+
 /* The default backoff (design 004): 100 ms doubling to 1 s, each wait
  * shortened by up to 20% at random. */
 #define LM_BACKOFF_INITIAL_NS 100000000LL
@@ -766,6 +772,12 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, u
 {
 	if (d <= 0)
 		return;
+	int64_t off = d < LM_WAIT_KEEP_OFF_NS ? d : LM_WAIT_KEEP_OFF_NS;
+	for (int64_t start = shm_now_ns();;) {
+		sched_yield();
+		if (shm_now_ns() - start >= off)
+			break;
+	}
 	/* A contended hold is often short: watch the gate a little before
 	 * paying for a sleep and a wake in the kernel. */
 	for (int i = 0; i < LM_WAIT_SPINS; i++) {
