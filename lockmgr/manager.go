@@ -663,8 +663,8 @@ const (
 )
 
 // waitKeepOff is how long a waiter whose attempt failed stays off the
-// entry before it watches the gate again: it gives up its CPU
-// (sched_yield) until at least this much time has passed.
+// entry before it watches the gate again (it spins without touching the
+// entry, letting the process's other goroutines run).
 //
 // Why: a hold's end moves the gate, and a waiter that watches it closely
 // attempts at once, taking the entry's lock and reading its lines; the
@@ -674,8 +674,7 @@ const (
 // waiter's failed attempt. Kept off for a microsecond, a waiter lets the
 // holder run a series of holds undisturbed, and then attempts at some
 // point of the holder's cycle, where the resource is free about as often
-// as it is held. The yield (rather than a spin) gives the CPU to a holder
-// that the scheduler took off it, when processes outnumber CPUs.
+// as it is held.
 //
 // What it costs: a handoff to a waiter that needs the resource now (a
 // turn passed inside the lock: shmctl bench's pingpong_retry) takes
@@ -684,10 +683,13 @@ const (
 // resource's throughput over its waiters' order. A waiter behind holds
 // longer than the keep-off still attempts right after one ends, and one
 // behind a long hold sleeps on the gate as before. Measured on 2 vCPUs
-// (shmctl bench, four alternated rounds, pairs/s), counter at 2/4/8
-// processes 5.0-7.9/4.0-6.5/5.0-5.9M -> 8.5-9.1/8.0-8.7/5.5-7.5M, rw90
-// 5.5-7.3/4.7-6.8/3.1-4.3M -> 7.2-7.9/6.8-7.6/4.9-5.4M, pingpong_retry
-// 0.10-0.41M -> 0.08-0.15M.
+// (shmctl bench, pairs/s, seven rounds near and far), counter at 2/4/8
+// processes 7.9-9.0/5.7-8.3/6.2-7.6M, rw90 7.3-8.4/6.2-7.2/4.5-5.3M,
+// pingpong_retry 0.06-0.14M; without the keep-off (four rounds before
+// them) 5.0-7.9/4.0-6.5/5.0-5.9M, 5.5-7.3/4.7-6.8/3.1-4.3M and
+// 0.10-0.41M. Giving the CPU away instead (sched_yield until the time has
+// passed), alternated with it: counter lower at 2 processes in 6 of 7
+// rounds, the rest alike, and pingpong_retry 0.04-0.09M.
 const waitKeepOff = time.Microsecond
 
 // cancelWake wakes the sleepers of the entry an acquisition sleeps on when
@@ -763,12 +765,12 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	}
 }
 
-// keepOff gives up the CPU until d has passed, once at least (see
-// waitKeepOff).
+// keepOff spins for d without touching the shared memory, yielding to the
+// process's other goroutines (see waitKeepOff).
 func keepOff(d time.Duration) {
 	start := mono.Now()
 	for {
-		futex.Yield()
+		runtime.Gosched()
 		if time.Duration(mono.Now()-start) >= d {
 			return
 		}

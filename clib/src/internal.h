@@ -294,6 +294,17 @@ static inline void *shm_table_of(shmlock_segment *seg, int kind, uint64_t *count
 	return seg->tables[kind].base;
 }
 
+/* A spinning waiter's pause: it frees the core's resources for its
+ * sibling thread and stops the loop from flooding the memory system. */
+static inline void shm_cpu_relax(void)
+{
+#if defined(__x86_64__)
+	__builtin_ia32_pause();
+#else
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 static inline bool shm_closed(const shmlock_segment *seg)
 {
 	return atomic_load_explicit(&((shmlock_segment *)seg)->closed, memory_order_acquire);

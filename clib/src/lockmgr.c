@@ -87,9 +87,9 @@
 #define LM_WAIT_YIELDS 20
 #define LM_SLEEP_SLICE_NS 100000000LL
 
-/* A waiter whose attempt failed first gives up its CPU until this much
- * time has passed, so that a holder acquiring and releasing in a loop runs
- * a series of holds without the waiter's attempts taking the entry's lines
+/* A waiter whose attempt failed first spins this long without touching
+ * the entry, so that a holder acquiring and releasing in a loop runs a
+ * series of holds without the waiter's attempts taking the entry's lines
  * from it (the Go package's waitKeepOff says more). */
 #define LM_WAIT_KEEP_OFF_NS 1000LL
 
@@ -773,11 +773,8 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, u
 	if (d <= 0)
 		return;
 	int64_t off = d < LM_WAIT_KEEP_OFF_NS ? d : LM_WAIT_KEEP_OFF_NS;
-	for (int64_t start = shm_now_ns();;) {
-		sched_yield();
-		if (shm_now_ns() - start >= off)
-			break;
-	}
+	for (int64_t start = shm_now_ns(); shm_now_ns() - start < off;)
+		shm_cpu_relax();
 	/* A contended hold is often short: watch the gate a little before
 	 * paying for a sleep and a wake in the kernel. */
 	for (int i = 0; i < LM_WAIT_SPINS; i++) {

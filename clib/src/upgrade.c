@@ -108,15 +108,6 @@ static inline bool cas64(a64 *p, uint64_t old, uint64_t new)
 	return atomic_compare_exchange_strong(p, &old, new);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__)
-	__builtin_ia32_pause();
-#else
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 /* ------------------------------------------------------------ handoffs */
 
 static inline bool is_handoff(uint64_t o) { return (o & WRITER_HUNGRY) && (o & SHM_PID_MASK) == 0; }
@@ -643,7 +634,7 @@ static bool claim_hungry(shmlock_upgrade *m)
 static void keep_off(int64_t ns)
 {
 	for (int64_t start = shm_now_ns(); shm_now_ns() - start < ns;)
-		cpu_relax();
+		shm_cpu_relax();
 }
 
 /* acquireWriterWord (upgrade/wait.go). */
@@ -665,7 +656,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS; i++) {
 		if (ld64(w) == 0 && cas64(w, 0, m->pid))
 			return 0;
-		cpu_relax();
+		shm_cpu_relax();
 	}
 	for (int i = 0; i < SPIN_LOADS; i++)
 		if (claim_hungry(m))
