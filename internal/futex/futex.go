@@ -50,6 +50,14 @@ func Wake(addr *atomic.Uint32, n int) (int, error) {
 // Unlike runtime.Gosched it yields the OS thread, not only the goroutine.
 func Yield() { yield() }
 
+// Nap blocks the calling goroutine's thread in the kernel for d
+// (nanosleep(2)): for pauses of microseconds between looks at a word, which
+// time.Sleep, going through the runtime's timers, stretches to a fraction
+// of a millisecond (1 us: 336 us against nanosleep's 82 us on a 2-vCPU
+// virtual machine; 64 us: 1.1 ms against 122 us). The runtime hands the
+// goroutine's P to another thread if the nap lasts.
+func Nap(d time.Duration) { nap(d) }
+
 // WakeAll wakes every waiter sleeping on addr and returns how many it woke.
 func WakeAll(addr *atomic.Uint32) (int, error) {
 	return Wake(addr, maxWake)

@@ -57,3 +57,18 @@ func yield() {
 	// call.
 	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 }
+
+func nap(d time.Duration) {
+	// Syscall, not RawSyscall: the thread blocks, and the runtime may give
+	// its P to another goroutine meanwhile. A signal (the runtime's
+	// preemption signal among them) ends nanosleep early with EINTR and
+	// what was left, which is slept then.
+	ts := unix.NsecToTimespec(int64(d))
+	for {
+		var left unix.Timespec
+		if err := unix.Nanosleep(&ts, &left); err != unix.EINTR {
+			return
+		}
+		ts = left
+	}
+}

@@ -18,3 +18,5 @@ func wake(*atomic.Uint32, int) (int, error) {
 }
 
 func yield() { runtime.Gosched() }
+
+func nap(d time.Duration) { time.Sleep(d) }

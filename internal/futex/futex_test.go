@@ -164,3 +164,17 @@ func wake(tb testing.TB, addr *atomic.Uint32, n int) int {
 	}
 	return woken
 }
+
+// TestNapLastsAtLeastItsDuration: a nap never returns early, whatever its
+// length (a signal, such as the runtime's preemption signal, interrupts
+// nanosleep, and Nap sleeps what was left).
+func TestNapLastsAtLeastItsDuration(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{0, time.Microsecond, 300 * time.Microsecond, 20 * time.Millisecond} {
+		start := time.Now()
+		futex.Nap(d)
+		if elapsed := time.Since(start); elapsed < d {
+			t.Errorf("Nap(%v) returned after %v", d, elapsed)
+		}
+	}
+}
