@@ -682,14 +682,12 @@ const (
 // normal mode and glibc's mutexes, the lock manager favours a contended
 // resource's throughput over its waiters' order. A waiter behind holds
 // longer than the keep-off still attempts right after one ends, and one
-// behind a long hold sleeps on the gate as before. Measured on 2 vCPUs
-// (shmctl bench, pairs/s, seven rounds near and far), counter at 2/4/8
-// processes 7.9-9.0/5.7-8.3/6.2-7.6M, rw90 7.3-8.4/6.2-7.2/4.5-5.3M,
-// pingpong_retry 0.06-0.14M; without the keep-off (four rounds before
-// them) 5.0-7.9/4.0-6.5/5.0-5.9M, 5.5-7.3/4.7-6.8/3.1-4.3M and
-// 0.10-0.41M. Giving the CPU away instead (sched_yield until the time has
-// passed), alternated with it: counter lower at 2 processes in 6 of 7
-// rounds, the rest alike, and pingpong_retry 0.04-0.09M.
+// behind a long hold sleeps on the gate as before. On 2 vCPUs (shmctl
+// bench, the matrix) it took counter and rw90 at 2, 4 and 8 processes
+// from 4.0-7.9M to 5.7-9.0M lock+unlock pairs/s and pingpong_retry from
+// 0.7M to 0.1M round trips/s. Giving the CPU away instead (sched_yield
+// until the time has passed) measured no better, and worse for
+// pingpong_retry: at 8 processes the yields switched between waiters.
 const waitKeepOff = time.Microsecond
 
 // cancelWake wakes the sleepers of the entry an acquisition sleeps on when
