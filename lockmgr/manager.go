@@ -683,9 +683,9 @@ const (
 // resource's throughput over its waiters' order. A waiter behind holds
 // longer than the keep-off still attempts right after one ends, and one
 // behind a long hold sleeps on the gate as before. On 2 vCPUs (shmctl
-// bench, the matrix) it took counter and rw90 at 2, 4 and 8 processes
-// from 4.0-7.9M to 5.7-9.0M lock+unlock pairs/s and pingpong_retry from
-// 0.7M to 0.1M round trips/s. Giving the CPU away instead (sched_yield
+// bench rounds, 2 to 8 processes) it took counter from 4.0-7.9M to
+// 5.7-9.0M lock+unlock pairs/s and rw90 from 3.1-7.3M to 4.5-8.4M, and
+// pingpong_retry from 0.1-0.4M to 0.06-0.14M round trips/s. Giving the CPU away instead (sched_yield
 // until the time has passed) measured no better, and worse for
 // pingpong_retry: at 8 processes the yields switched between waiters.
 const waitKeepOff = time.Microsecond
