@@ -11,9 +11,9 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/memview"
-	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/internal/spin"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -294,9 +294,9 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 }
 
 // attempt makes one attempt (try) on res's entry, and returns when it was
-// made and the entry, unlocked (acquire has a copy). The clock is read before the entry is
-// locked: the lock is held for less time, and a reading a few nanoseconds
-// early is as good.
+// made and the entry, unlocked (acquire has a copy). The clock is read
+// before the entry is locked: the lock is held for less time, and a
+// reading a few nanoseconds early is as good.
 func (m *Manager) attempt(res *resKey, own *ownKey, mode Mode, ttl time.Duration, first, reuseTombs bool, o *outcome) (int64, *layout.LockMgrEntry, error) {
 	now := m.clock.now()
 	e, err := m.entryFor(res)
@@ -685,9 +685,10 @@ const (
 // behind a long hold sleeps on the gate as before. On 2 vCPUs (shmctl
 // bench rounds, 2 to 8 processes) it took counter from 4.0-7.9M to
 // 5.7-9.0M lock+unlock pairs/s and rw90 from 3.1-7.3M to 4.5-8.4M, and
-// pingpong_retry from 0.1-0.4M to 0.06-0.14M round trips/s. Giving the CPU away instead (sched_yield
-// until the time has passed) measured no better, and worse for
-// pingpong_retry: at 8 processes the yields switched between waiters.
+// pingpong_retry from 0.1-0.4M to 0.06-0.14M round trips/s. Giving the
+// CPU away instead (sched_yield until the time has passed) measured no
+// better, and worse for pingpong_retry: at 8 processes the yields
+// switched between waiters.
 const waitKeepOff = time.Microsecond
 
 // cancelWake wakes the sleepers of the entry an acquisition sleeps on when
@@ -733,7 +734,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	if d <= 0 {
 		return
 	}
-	keepOff(min(d, waitKeepOff))
+	spin.KeepOffLong(min(d, waitKeepOff))
 	// A hold of a contended resource is often short: watch the gate a
 	// little before paying for a sleep and a wake in the kernel. The spin
 	// is bounded and short next to the shortest backoff, so a waiter
@@ -758,18 +759,6 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		_ = futex.Wait(&e.Gate, seq, min(d, maxSleepSlice))
 		sleepers.Unregister(&e.Sleepers, ticket)
 		if d = time.Until(end); d <= 0 || e.Gate.Load() != seq || ctx.Err() != nil || m.closed() || m.holderDied(e) {
-			return
-		}
-	}
-}
-
-// keepOff spins for d without touching the shared memory, yielding to the
-// process's other goroutines (see waitKeepOff).
-func keepOff(d time.Duration) {
-	start := mono.Now()
-	for {
-		runtime.Gosched()
-		if time.Duration(mono.Now()-start) >= d {
 			return
 		}
 	}

@@ -32,10 +32,10 @@ import (
 //     (MaxError).
 //   - Each new anchor checks the one before it: if its extrapolation misses
 //     the vDSO reading by more than MaxError, or a new rate differs from
-//     the last by more than 1/2^maxRateShift of it, the counter is not keeping time
-//     with the kernel (a migrated or resumed guest, a changed clocksource):
-//     Now goes back to the vDSO clock, the clocksource is read again, and
-//     calibration starts over.
+//     the last by more than 1/2^maxRateShift of it, the counter is not
+//     keeping time with the kernel (a migrated or resumed guest, a changed
+//     clocksource): Now goes back to the vDSO clock, the clocksource is
+//     read again, and calibration starts over.
 const (
 	MaxError            = 1000          // ns between Now and vdsoNow, at most
 	anchorSpan          = 1_000_000     // ns an anchor answers for

@@ -2,6 +2,7 @@
 package spin
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/mono"
@@ -26,4 +27,17 @@ func KeepOff(d time.Duration) (start int64) {
 	for mono.Now()-start < int64(d) {
 	}
 	return start
+}
+
+// KeepOffLong is KeepOff for keep-offs of a microsecond or more (the lock
+// manager's waiters): between its clock reads it lets the process's other
+// goroutines run (runtime.Gosched), which a spin that long owes them.
+func KeepOffLong(d time.Duration) (start int64) {
+	start = mono.Now()
+	for {
+		runtime.Gosched()
+		if mono.Now()-start >= int64(d) {
+			return start
+		}
+	}
 }
