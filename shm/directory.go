@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 )
@@ -541,7 +542,7 @@ func (s *Segment) lockRegistryFor(release bool) error {
 		if attempt < registrySpins {
 			runtime.Gosched()
 		} else {
-			time.Sleep(sleep)
+			futex.Nap(sleep) // time.Sleep would stretch 10 us to hundreds
 			sleep = min(2*sleep, registryMaxSleep)
 		}
 	}

@@ -167,10 +167,11 @@ func wake(tb testing.TB, addr *atomic.Uint32, n int) int {
 
 // TestNapLastsAtLeastItsDuration: a nap never returns early, whatever its
 // length (a signal, such as the runtime's preemption signal, interrupts
-// nanosleep, and Nap sleeps what was left).
+// nanosleep, and Nap sleeps what was left); a negative one returns (the
+// kernel refuses it with EINVAL, which Nap does not retry).
 func TestNapLastsAtLeastItsDuration(t *testing.T) {
 	t.Parallel()
-	for _, d := range []time.Duration{0, time.Microsecond, 300 * time.Microsecond, 20 * time.Millisecond} {
+	for _, d := range []time.Duration{-time.Second, 0, time.Microsecond, 300 * time.Microsecond, 20 * time.Millisecond} {
 		start := time.Now()
 		futex.Nap(d)
 		if elapsed := time.Since(start); elapsed < d {
