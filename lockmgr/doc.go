@@ -11,9 +11,10 @@
 // exponential backoff (100, 200, 400, 800, 1000 ms by default) and are
 // woken early by any release of the resource. Waiters are not served in
 // order: a holder that acquires again at once usually gets the resource
-// back, and a waiter whose attempt failed keeps off it for a microsecond,
-// which lets a busy resource's holders run series of holds (waitKeepOff in
-// manager.go says what that buys and costs). A hold may have a TTL after
+// back, and a waiter whose attempt failed keeps off it for a few
+// microseconds (eight times what its failed attempts cost), which lets a
+// busy resource's holders run series of holds (keepoff.go says what that
+// buys and costs). A hold may have a TTL after
 // which it expires; a hold whose process died is ended (reclaimed) by the
 // next acquisition that conflicts with it, which learns it from
 // LockInfo.Reclaimed. A hold that ends without its owner's release (its

@@ -1,6 +1,8 @@
 package lockmgr
 
-import "github.com/shmlock/shmlock/internal/sleepers"
+import (
+	"github.com/shmlock/shmlock/internal/sleepers"
+)
 
 // The Sleepers word of an entry (table.go).
 const (
@@ -12,3 +14,7 @@ const (
 	SleepFutileMax   = sleepers.FutileMax
 	SleepWakePending = sleepers.WakePending
 )
+
+// AttemptCost is the average cost of m's failed attempts, in ns, from which
+// its waiters' keep-off is reckoned (keepoff.go).
+func (m *Manager) AttemptCost() int64 { return m.keep.cost.Load() }

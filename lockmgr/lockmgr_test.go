@@ -860,3 +860,22 @@ func TestUncontendedAllocatesNothing(t *testing.T) {
 	}
 	require.Zero(t, n, "names that change every time")
 }
+
+// A failed attempt on the system clock counts towards the keep-off of the
+// Manager's waiters; on another clock (a fake one) nothing is measured.
+func TestFailedAttemptsSetKeepOff(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t, 4, lockmgr.Options{})
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "r", "a", X, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.Zero(t, m.AttemptCost(), "no attempt failed yet")
+	_, err = m.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: 2, Backoff: lockmgr.Backoff{Initial: time.Microsecond, Max: time.Microsecond}})
+	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
+	require.Positive(t, m.AttemptCost(), "two failed attempts measured")
+
+	fake, _ := heldOnFakeClock(t, "r", "a")
+	_, err = fake.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: 2})
+	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
+	require.Zero(t, fake.AttemptCost(), "a fake clock's readings are not costs")
+}

@@ -41,6 +41,7 @@ type Manager struct {
 	log   *slog.Logger
 	ro    bool
 	names nameCache // the last names packed (names.go)
+	keep  keepOff   // how long its waiters keep off an entry (keepoff.go)
 }
 
 // Open returns a Manager over seg's lock-manager table (sized at creation
@@ -398,7 +399,11 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 			return fmt.Errorf("%w after %d attempts: %w", ErrAcquisitionFailed, attempt, met.error(res))
 		}
 		d := opts.Backoff.jittered(attempt - 1)
+		tried := now
 		now = m.clock.now()
+		if m.clock.sys {
+			m.keep.failed(now - tried)
+		}
 		if opts.Wait > 0 {
 			left := time.Duration(start + int64(opts.Wait) - now)
 			if left <= 0 {
@@ -662,35 +667,6 @@ const (
 	waitYields = 20
 )
 
-// waitKeepOff is how long a waiter whose attempt failed stays off the
-// entry before it watches the gate again (it spins without touching the
-// entry, letting the process's other goroutines run).
-//
-// Why: a hold's end moves the gate, and a waiter that watches it closely
-// attempts at once, taking the entry's lock and reading its lines; the
-// holder, which meanwhile has often taken the resource again, then finds
-// those lines gone at its next acquisition and release. Behind a holder
-// that acquires and releases in a loop, every one of its holds paid for a
-// waiter's failed attempt. Kept off for a microsecond, a waiter lets the
-// holder run a series of holds undisturbed, and then attempts at some
-// point of the holder's cycle, where the resource is free about as often
-// as it is held.
-//
-// What it costs: a handoff to a waiter that needs the resource now (a
-// turn passed inside the lock: shmctl bench's pingpong_retry) takes
-// microseconds instead of a few hundred nanoseconds. Like sync.Mutex's
-// normal mode and glibc's mutexes, the lock manager favours a contended
-// resource's throughput over its waiters' order. A waiter behind holds
-// longer than the keep-off still attempts right after one ends, and one
-// behind a long hold sleeps on the gate as before. On 2 vCPUs (shmctl
-// bench rounds, 2 to 8 processes) it took counter from 4.0-7.9M to
-// 5.7-9.0M lock+unlock pairs/s and rw90 from 3.1-7.3M to 4.5-8.4M, and
-// pingpong_retry from 0.1-0.4M to 0.06-0.14M round trips/s. Giving the
-// CPU away instead (sched_yield until the time has passed) measured no
-// better, and worse for pingpong_retry: at 8 processes the yields
-// switched between waiters.
-const waitKeepOff = time.Microsecond
-
 // cancelWake wakes the sleepers of the entry an acquisition sleeps on when
 // its context ends: a sleeper cannot watch a channel. The others woken go
 // back to sleep. One registration serves every wait of the acquisition, so
@@ -734,7 +710,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	if d <= 0 {
 		return
 	}
-	spin.KeepOffLong(min(d, waitKeepOff))
+	spin.KeepOffLong(min(d, m.keep.duration()))
 	// A hold of a contended resource is often short: watch the gate a
 	// little before paying for a sleep and a wake in the kernel. The spin
 	// is bounded and short next to the shortest backoff, so a waiter

@@ -87,11 +87,16 @@
 #define LM_WAIT_YIELDS 20
 #define LM_SLEEP_SLICE_NS 100000000LL
 
-/* A waiter whose attempt failed first spins this long without touching
- * the entry, so that a holder acquiring and releasing in a loop runs a
- * series of holds without the waiter's attempts taking the entry's lines
- * from it (the Go package's waitKeepOff says more). */
-#define LM_WAIT_KEEP_OFF_NS 1000LL
+/* A waiter whose attempt failed first spins without touching the entry,
+ * so that a holder acquiring and releasing in a loop runs a series of holds
+ * without the waiter's attempts taking the entry's lines from it: for
+ * LM_KEEP_OFF_ATTEMPTS times what the handle's failed attempts cost (an
+ * average, each sample at most LM_MAX_KEEP_OFF_NS), between the two bounds
+ * (the Go package's keepoff.go says why and what it measured). */
+#define LM_KEEP_OFF_ATTEMPTS 8
+#define LM_MIN_KEEP_OFF_NS 1000LL
+#define LM_MAX_KEEP_OFF_NS 8000LL
+#define LM_KEEP_OFF_WEIGHT 8
 
 /* The default backoff (design 004): 100 ms doubling to 1 s, each wait
  * shortened by up to 20% at random. */
@@ -107,6 +112,7 @@ struct shmlock_lockmgr {
 	uint64_t n; /* resource entries: count - 1 */
 	bool ro;
 	struct shm_lock_stats *stats; /* entry 0's contention counters, the others follow; NULL if none or read-only */
+	_Atomic int64_t attempt_cost; /* average ns of a failed attempt (keep-off), updated without a lock */
 };
 
 typedef struct shm_lockmgr_entry entry_t;
@@ -766,13 +772,38 @@ static bool holder_died(shmlock_lockmgr *m, entry_t *e, uint64_t self)
 	return false;
 }
 
+/* failed_attempt records a failed attempt that took ns nanoseconds: a
+ * lost update between threads only drops one sample. */
+static void failed_attempt(shmlock_lockmgr *m, int64_t ns)
+{
+	if (ns < 0)
+		ns = 0;
+	if (ns > LM_MAX_KEEP_OFF_NS)
+		ns = LM_MAX_KEEP_OFF_NS;
+	int64_t c = atomic_load_explicit(&m->attempt_cost, memory_order_relaxed);
+	atomic_store_explicit(&m->attempt_cost, c + (ns - c) / LM_KEEP_OFF_WEIGHT, memory_order_relaxed);
+}
+
+/* keep_off_ns is how long a waiter keeps off after a failed attempt. */
+static int64_t keep_off_ns(shmlock_lockmgr *m)
+{
+	int64_t off = LM_KEEP_OFF_ATTEMPTS * atomic_load_explicit(&m->attempt_cost, memory_order_relaxed);
+	if (off < LM_MIN_KEEP_OFF_NS)
+		off = LM_MIN_KEEP_OFF_NS;
+	if (off > LM_MAX_KEEP_OFF_NS)
+		off = LM_MAX_KEEP_OFF_NS;
+	return off;
+}
+
 /* wait sleeps for d or until a hold of e ends (its gate moves from seq),
  * the segment closes, or a holder is found dead between sleep slices. */
 static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, uint64_t self)
 {
 	if (d <= 0)
 		return;
-	int64_t off = d < LM_WAIT_KEEP_OFF_NS ? d : LM_WAIT_KEEP_OFF_NS;
+	int64_t off = keep_off_ns(m);
+	if (off > d)
+		off = d;
 	for (int64_t start = shm_now_ns(); shm_now_ns() - start < off;)
 		shm_cpu_relax();
 	/* A contended hold is often short: watch the gate a little before
@@ -958,7 +989,9 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 			goto failed;
 		}
 		int64_t d = backoff_delay(opts, attempt - 1);
+		int64_t tried = now;
 		now = shm_now_ns();
+		failed_attempt(m, now - tried);
 		if (opts->wait_ns > 0) {
 			int64_t left = start + opts->wait_ns - now;
 			if (left <= 0) {
