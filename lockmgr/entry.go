@@ -210,6 +210,11 @@ type key struct {
 	s    string
 	w    [MaxResourceLen / 8]uint64
 	hash uint64
+	// home is 1 + hash mod the table's size, for a resource key that a
+	// Manager's name cache packed (it serves that Manager's table only);
+	// 0: not computed. It spares the lookups of a kept pair a 64-bit
+	// division.
+	home uint64
 }
 
 // checkName reports whether s can be a name of at most max bytes: not

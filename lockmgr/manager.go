@@ -67,6 +67,7 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 	t.head = t.entries[0]
 	t.counting = !seg.ReadOnly()
 	m := &Manager{t: t, clock: newClock(opts.Clock), log: opts.Logger, ro: seg.ReadOnly()}
+	m.names.n = t.n
 	if m.log == nil {
 		m.log = slog.Default()
 	}

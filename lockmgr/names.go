@@ -22,6 +22,7 @@ type namePair struct {
 }
 
 type nameCache struct {
+	n        uint64 // the size of the Manager's table (resource entries), for key.home; 0: none
 	kept     atomic.Pointer[namePair]
 	lastMiss atomic.Uint64 // pairHash of the last pair packed anew
 	runs     atomic.Uint32 // packs of that pair since it was first missed
@@ -49,6 +50,9 @@ func (c *nameCache) pack(scratch *namePair, resource, owner string) (*namePair, 
 		c.runs.Store(0)
 	} else if c.runs.Add(1) >= 2 {
 		kept := *scratch
+		if c.n != 0 {
+			kept.res.home = 1 + kept.res.hash%c.n
+		}
 		c.kept.Store(&kept)
 	}
 	return scratch, nil

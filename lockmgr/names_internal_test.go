@@ -96,3 +96,39 @@ func TestNameCacheConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A pair the cache keeps carries its resource's home entry for the
+// Manager's table, which lookups then use instead of dividing; a key
+// packed anew has none and is divided. Both give the same home.
+func TestNameCacheHome(t *testing.T) {
+	t.Parallel()
+	for _, n := range []uint64{1, 7, 4096} {
+		c := nameCache{n: n}
+		tab := table{n: n}
+		var scratch namePair
+		for range 3 {
+			if _, err := c.pack(&scratch, "resource", "owner"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kept := c.lookup("resource", "owner")
+		if kept == nil {
+			t.Fatal("the pair is not kept")
+		}
+		if scratch.res.home != 0 {
+			t.Errorf("n=%d: a pair packed anew has home %d, want 0 (not computed)", n, scratch.res.home)
+		}
+		want := kept.res.hash % n
+		if got := tab.homeOf(&kept.res); got != want {
+			t.Errorf("n=%d: kept pair's home %d, want %d", n, got, want)
+		}
+		if got := tab.homeOf(&scratch.res); got != want {
+			t.Errorf("n=%d: fresh key's home %d, want %d", n, got, want)
+		}
+		for d := range n {
+			if tab.probeFrom(want, d) != tab.probe(kept.res.hash, d) {
+				t.Fatalf("n=%d: probeFrom and probe differ at %d", n, d)
+			}
+		}
+	}
+}

@@ -46,12 +46,23 @@ func (t *table) statsOf(e *layout.LockMgrEntry) *layout.LockStats {
 // 1 + (hash mod n + d) mod n, for d < n, with one division where the
 // formula has two (a 64-bit division is tens of cycles, and every
 // acquisition and release probes).
-func (t *table) probe(hash, d uint64) int {
-	i := hash%t.n + d
+func (t *table) probe(hash, d uint64) int { return t.probeFrom(hash%t.n, d) }
+
+// probeFrom is probe from home, hash mod n, computed already.
+func (t *table) probeFrom(home, d uint64) int {
+	i := home + d
 	if i >= t.n {
 		i -= t.n
 	}
 	return 1 + int(i)
+}
+
+// homeOf is hash mod n for resource key k.
+func (t *table) homeOf(k *resKey) uint64 {
+	if k.home != 0 {
+		return k.home - 1
+	}
+	return k.hash % t.n
 }
 
 func sameName(e *layout.LockMgrEntry, k *resKey) bool {
@@ -106,8 +117,9 @@ func (t *table) search(k *resKey, lock bool) int {
 		return -1
 	}
 	limit := min(uint64(t.head.Next.Load()), t.n-1)
+	home := t.homeOf(k)
 	for d := uint64(0); d <= limit; d++ {
-		i := t.probe(k.hash, d)
+		i := t.probeFrom(home, d)
 		e := t.entries[i]
 		if e.Hash.Load() != k.hash {
 			if kindOf(e.Ctl.Load()) == kindEmpty {
