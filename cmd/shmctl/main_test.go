@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -137,4 +138,20 @@ func TestBuiltinsUsageErrors(t *testing.T) {
 		require.Equal(t, exitOK, r.code, "%q: %s", args, r.stderr)
 		require.NotEmpty(t, r.stdout, "%q", args)
 	}
+}
+
+// A value of SHMLOCK_CLOCK that names no clock is ignored by the library
+// (it is read at start); every command warns of it, and still runs. Not
+// parallel: it sets the environment.
+func TestClockEnvWarning(t *testing.T) {
+	t.Setenv(mono.ClockEnv, "hpet")
+	r := shmctl(t, false, "version")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "shmctl: warning: mono: unknown clock: SHMLOCK_CLOCK=\"hpet\" (want vdso or tsc); the default clock is in use\n", r.stderr)
+	require.True(t, strings.HasPrefix(r.stdout, "shmctl "), r.stdout)
+
+	t.Setenv(mono.ClockEnv, "vdso")
+	r = shmctl(t, false, "version")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Empty(t, r.stderr)
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/internal/mono"
 )
 
 // newCmdRoot builds the command tree. A new command is one file with its
@@ -26,6 +30,13 @@ support, and lock with its command's status (75 if the lock was taken and
 126 or 127 if it could not be started).
 
 New here? 'shmctl demo' shows in a few seconds what the locks are for.`,
+		// The clock's switch is read when the program starts, where no
+		// one can be told of a mistake in it; every command says so here.
+		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+			if err := mono.CheckClockEnv(os.Getenv(mono.ClockEnv)); err != nil {
+				fmt.Fprintf(ios.ErrOut, "shmctl: warning: %v\n", err)
+			}
+		},
 		// Errors and usage are reported by execute, one line each.
 		SilenceErrors: true,
 		SilenceUsage:  true,

@@ -2,6 +2,8 @@ package mono
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	"os"
@@ -102,8 +104,24 @@ func (p *published) store(a anchor) {
 }
 
 // ClockEnv names the environment variable that, set to "vdso", keeps the
-// fast clock off: every Now reads the vDSO clock.
+// fast clock off: every Now reads the vDSO clock. Unset or "tsc", the
+// checks below decide.
 const ClockEnv = "SHMLOCK_CLOCK"
+
+// ErrClockEnv is CheckClockEnv's error: ClockEnv names no clock.
+var ErrClockEnv = errors.New("mono: unknown clock")
+
+// CheckClockEnv reports whether v, a value of ClockEnv, names a clock. The
+// variable is read at package initialisation, where no caller can be told
+// of a mistake: a value it does not know is ignored (the default clock is
+// used), and a program with somewhere to say so (shmctl) asks here.
+func CheckClockEnv(v string) error {
+	switch v {
+	case "", "tsc", "vdso":
+		return nil
+	}
+	return fmt.Errorf("%w: %s=%q (want vdso or tsc); the default clock is in use", ErrClockEnv, ClockEnv, v)
+}
 
 func init() {
 	if !haveTSC || os.Getenv(ClockEnv) == "vdso" || !tscInvariant() || !clocksourceIsTSC() {

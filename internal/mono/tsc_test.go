@@ -1,6 +1,7 @@
 package mono
 
 import (
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -183,5 +184,20 @@ func TestPublishedNeverTorn(t *testing.T) {
 	wg.Wait()
 	if a := p.load(); a != consistent(stores) {
 		t.Fatalf("after the last store: got %+v, want %+v", a, consistent(stores))
+	}
+}
+
+func TestCheckClockEnv(t *testing.T) {
+	for _, c := range []struct {
+		v  string
+		ok bool
+	}{
+		{"", true}, {"tsc", true}, {"vdso", true},
+		{"VDSO", false}, {"hpet", false}, {" vdso", false}, {"vdso\n", false},
+	} {
+		err := CheckClockEnv(c.v)
+		if c.ok != (err == nil) || err != nil && !errors.Is(err, ErrClockEnv) {
+			t.Errorf("CheckClockEnv(%q) = %v, want ok=%v", c.v, err, c.ok)
+		}
 	}
 }
