@@ -14,7 +14,8 @@
 // back, and a waiter whose attempt failed keeps off it for a few
 // microseconds (eight times what its failed attempts cost), which lets a
 // busy resource's holders run series of holds (keepoff.go says what that
-// buys and costs). A hold may have a TTL after
+// buys and costs); AcquireOptions.Eager turns it off for a waiter that
+// needs the resource the moment it is free. A hold may have a TTL after
 // which it expires; a hold whose process died is ended (reclaimed) by the
 // next acquisition that conflicts with it, which learns it from
 // LockInfo.Reclaimed. A hold that ends without its owner's release (its

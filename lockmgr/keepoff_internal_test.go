@@ -46,3 +46,16 @@ func TestKeepOffOneSampleMovesAnEighth(t *testing.T) {
 		t.Fatalf("cost after a 0 sample = %d ns, want 875", got)
 	}
 }
+
+// An eager acquisition's waiter keeps off for nothing; the others for the
+// Manager's keep-off.
+func TestKeepOffFor(t *testing.T) {
+	var m Manager
+	m.keep.failed(int64(maxKeepOff))
+	if got := m.keepOffFor(&AcquireOptions{}); got != m.keep.duration() || got <= 0 {
+		t.Errorf("keepOffFor(default) = %v, want the Manager's %v", got, m.keep.duration())
+	}
+	if got := m.keepOffFor(&AcquireOptions{Eager: true}); got != 0 {
+		t.Errorf("keepOffFor(Eager) = %v, want 0", got)
+	}
+}

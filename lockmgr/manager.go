@@ -110,6 +110,13 @@ type AcquireOptions struct {
 	// the acquisition in state Waiting (Attempts made so far) and the
 	// longest the wait may last; for logging retries.
 	OnWait func(info LockInfo, wait time.Duration)
+	// Eager makes a waiting acquisition attempt at every end of a hold. By
+	// default a waiter whose attempt failed first keeps off the resource
+	// for a few microseconds (keepoff.go), which lets holders that take it
+	// in a loop run series of holds; an eager waiter does not, for a
+	// handoff that must happen now (a turn passed inside the lock), at the
+	// cost of such a resource's throughput. The etcd backend ignores it.
+	Eager bool
 }
 
 func (o AcquireOptions) retries() int {
@@ -422,7 +429,7 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 			opts.OnWait(*info, d)
 			info.State = Failed
 		}
-		m.wait(ctx, e, o.seq, d, &cancel)
+		m.wait(ctx, e, o.seq, d, m.keepOffFor(opts), &cancel)
 		slept = e
 		st = st.to(Unlocked)
 		if m.closed() {
@@ -700,7 +707,7 @@ func (c *cancelWake) stop() {
 // ctx is done (through cancel), or, once the segment is closed, until its
 // current sleep slice ends: a sleeper in the kernel at Close is woken only
 // by a release in another process or its timeout.
-func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d time.Duration, cancel *cancelWake) {
+func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, d, keepOff time.Duration, cancel *cancelWake) {
 	if !m.clock.sys {
 		m.clock.c.Sleep(ctx, d)
 		return
@@ -711,7 +718,9 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 	if d <= 0 {
 		return
 	}
-	spin.KeepOffLong(min(d, m.keep.duration()))
+	if keepOff > 0 {
+		spin.KeepOffLong(min(d, keepOff))
+	}
 	// A hold of a contended resource is often short: watch the gate a
 	// little before paying for a sleep and a wake in the kernel. The spin
 	// is bounded and short next to the shortest backoff, so a waiter

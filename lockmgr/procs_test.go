@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,7 +104,8 @@ var retryOpts = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
 // find no other exclusive holder (the marker) and no collaborative one; a
 // collaborative holder no exclusive one. Exclusive holders also add one to
 // the plain counter and check that versions only grow. It prints how many
-// grants reported a reclaim.
+// grants reported a reclaim. A MODE ending in "+eager" waits eagerly
+// (AcquireOptions.Eager).
 // Args: PATH RESOURCE OWNER MODE ITERS.
 func counterHelper(args []string) int {
 	seg, m, sc, err := openHelper(args[0])
@@ -112,10 +114,13 @@ func counterHelper(args []string) int {
 	}
 	defer seg.Close()
 	res, owner := args[1], args[2]
-	mode, err := lockmgr.ParseMode(args[3])
+	modeName, eager := strings.CutSuffix(args[3], "+eager")
+	mode, err := lockmgr.ParseMode(modeName)
 	if err != nil {
 		return fail("%v", err)
 	}
+	opts := retryOpts
+	opts.Eager = eager
 	iters, _ := strconv.Atoi(args[4])
 	me := uint64(os.Getpid())
 	marker, collab, counter, last := sc.atomic(offMarker), sc.atomic(offCollab), sc.plain(offCounter), sc.plain(offLastVersion)
@@ -123,7 +128,7 @@ func counterHelper(args []string) int {
 	waitGo(sc)
 	ctx := context.Background()
 	for i := range iters {
-		info, err := m.Acquire(ctx, res, owner, mode, retryOpts)
+		info, err := m.Acquire(ctx, res, owner, mode, opts)
 		if err != nil {
 			return fail("acquire %d: %v", i, err)
 		}
@@ -227,7 +232,8 @@ func TestContentionAcrossProcesses(t *testing.T) {
 	m, seg, path := newManagerAt(t, 8, lockmgr.Options{})
 	sc, err := scratchOf(seg)
 	require.NoError(t, err)
-	modes := []string{"exclusive", "exclusive", "exclusive", "collaborative", "collaborative"}
+	// Eager waiters beside the others: the same invariants hold.
+	modes := []string{"exclusive", "exclusive+eager", "exclusive", "collaborative", "collaborative+eager"}
 	var children []*testproc.Child
 	for i, mode := range modes {
 		children = append(children, testproc.Start(t, "counter", path, "job", "worker-"+strconv.Itoa(i), mode, strconv.Itoa(iters)))
