@@ -24,6 +24,7 @@ var contenders = []contender{
 	{"shmlock_upgrade", "shmlock upgrade mutex, unique and shared holds (robust)", []string{"shmctl", "bench", "--lock", "upgrade"}, true},
 	{"shmlock_upgrade_c", "libshmlock upgrade mutex from C, unique and shared holds (robust)", []string{"shmlock_upgrade_c"}, true},
 	{"shmlock_lockmgr", "shmlock lock manager, one named resource, exclusive and collaborative holds (robust)", []string{"shmctl", "bench", "--lock", "lockmgr"}, true},
+	{"shmlock_lockmgr_eager", "the same with eager waiters (AcquireOptions.Eager: a handoff at every release)", []string{"shmctl", "bench", "--lock", "lockmgr-eager"}, true},
 	{"pthread_mutex_robust", "glibc pthread mutex, process-shared, robust", []string{"pthread_mutex_robust"}, false},
 	{"pthread_mutex", "glibc pthread mutex, process-shared, not robust", []string{"pthread_mutex"}, false},
 	{"pthread_rwlock", "glibc pthread rwlock, process-shared, not robust", []string{"pthread_rwlock"}, false},

@@ -36,7 +36,7 @@ type benchOptions struct {
 func newCmdBench(ios *IOStreams, runF func(*benchOptions) error) *cobra.Command {
 	opts := &benchOptions{IO: ios}
 	cmd := &cobra.Command{
-		Use:   "bench --workload W --procs P --iters N [--path FILE] [--lock spin|spin-token|upgrade|lockmgr]",
+		Use:   "bench --workload W --procs P --iters N [--path FILE] [--lock spin|spin-token|upgrade|lockmgr|lockmgr-eager]",
 		Short: "Run one cell of the cross-process lock benchmark",
 		Long: `Run one benchmark cell as a driver of the peer-benchmark contract
 (bench/README.md in the repository), so that shmlock's locks are measured
@@ -60,8 +60,10 @@ workloads and LockShared for the shared ones (peer "shmlock_upgrade").
 "shmlock_lockmgr"): each worker, as owner worker-PID, acquires it
 exclusively (collaboratively for shared holds), waiting with retries woken
 by releases, and releases it; the contract counts each acquire+release
-pair as one op. Without --lock, the shared workloads run on the upgrade
-mutex and the rest on spin.
+pair as one op; lockmgr-eager is the same with eager waiters
+(AcquireOptions.Eager: no keep-off after a failed attempt; peer
+"shmlock_lockmgr_eager"). Without --lock, the shared workloads run on the
+upgrade mutex and the rest on spin.
 
 FILE is resolved like every segment path (a bare name is in /dev/shm).
 Without --path the driver uses a private file of its own. Either way it

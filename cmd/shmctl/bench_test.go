@@ -69,7 +69,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{append(ok, "--iters", "0"), `--iters: "0" is not a count of 1 or more (2e6 is accepted)`},
 		{append(ok, "--iters", "many"), `--iters: "many" is not a count of 1 or more (2e6 is accepted)`},
 		{append(ok, "--iters", "NaN"), `--iters: "NaN" is not a count of 1 or more (2e6 is accepted)`},
-		{append(ok, "--lock", "mutex"), `--lock must be spin, spin-token, upgrade or lockmgr, got "mutex"`},
+		{append(ok, "--lock", "mutex"), `--lock must be spin, spin-token, upgrade, lockmgr or lockmgr-eager, got "mutex"`},
 		{append(ok, "extra"), "bench takes no arguments, got 1 arguments"},
 	}
 	for _, tt := range tests {

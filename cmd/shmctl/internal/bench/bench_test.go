@@ -77,6 +77,7 @@ func TestDriveRW90(t *testing.T) {
 	}{
 		{bench.LockUpgrade, 1000, "shmlock_upgrade", "reads=1825 writes=175 torn=0 record=175"},
 		{bench.LockMgr, 3000, "shmlock_lockmgr", "torn=0"},
+		{bench.LockMgrEager, 3000, "shmlock_lockmgr_eager", "torn=0"},
 	} {
 		cfg := bench.Config{Workload: "rw90", Procs: 2, Iters: tt.iters, Path: testproc.SegmentPath(t), Lock: tt.lock}
 		res, code := bench.Drive(cfg, workers(cfg, -1))

@@ -31,14 +31,17 @@ import (
 // A token is only an identity: reusing one per worker is sound as long as
 // no two workers share it.
 const (
-	LockSpin      = "spin"       // spinlock in pid/tid mode, one NewHolder per worker
-	LockSpinToken = "spin-token" // spinlock in token mode, one NewToken per worker
-	LockUpgrade   = "upgrade"    // upgrade mutex, one handle per worker: Lock, and LockShared in the shared workloads
-	LockMgr       = "lockmgr"    // one lockmgr resource; exclusive, or collaborative for shared holds
+	LockSpin      = "spin"          // spinlock in pid/tid mode, one NewHolder per worker
+	LockSpinToken = "spin-token"    // spinlock in token mode, one NewToken per worker
+	LockUpgrade   = "upgrade"       // upgrade mutex, one handle per worker: Lock, and LockShared in the shared workloads
+	LockMgr       = "lockmgr"       // one lockmgr resource; exclusive, or collaborative for shared holds
+	LockMgrEager  = "lockmgr-eager" // LockMgr with eager waiters (AcquireOptions.Eager)
 )
 
 // LockNames lists the --lock values.
-func LockNames() []string { return []string{LockSpin, LockSpinToken, LockUpgrade, LockMgr} }
+func LockNames() []string {
+	return []string{LockSpin, LockSpinToken, LockUpgrade, LockMgr, LockMgrEager}
+}
 
 // lockKind says how one --lock value is set up and what the JSON calls it.
 type lockKind struct {
@@ -86,7 +89,15 @@ var lockKinds = map[string]lockKind{
 		how:    "owner worker-PID, Acquire (waiting with retries) and Release of one resource",
 		shared: true,
 		stats:  layout.KindLockMgr,
-		open:   openMgrLocker,
+		open:   mgrLockerOpener(waitForever),
+	},
+	LockMgrEager: {
+		peer:   "shmlock_lockmgr_eager",
+		lock:   "shmlock_lockmgr",
+		how:    "owner worker-PID, Acquire (waiting with retries, Eager) and Release of one resource",
+		shared: true,
+		stats:  layout.KindLockMgr,
+		open:   mgrLockerOpener(waitEager),
 	},
 }
 
@@ -201,20 +212,27 @@ const benchResource = "bench"
 type mgrLocker struct {
 	m     *lockmgr.Manager
 	owner string
+	opts  lockmgr.AcquireOptions
 }
 
-var waitForever = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever}
+var (
+	waitForever = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever}
+	waitEager   = lockmgr.AcquireOptions{Retries: lockmgr.RetryForever, Eager: true}
+)
 
-func openMgrLocker(seg *shm.Segment) (sync.Locker, func() error, error) {
-	m, err := lockmgr.Open(seg, lockmgr.Options{})
-	if err != nil {
-		return nil, nil, err
+// mgrLockerOpener opens a worker's mgrLocker, acquiring with opts.
+func mgrLockerOpener(opts lockmgr.AcquireOptions) func(seg *shm.Segment) (sync.Locker, func() error, error) {
+	return func(seg *shm.Segment) (sync.Locker, func() error, error) {
+		m, err := lockmgr.Open(seg, lockmgr.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &mgrLocker{m: m, owner: "worker-" + strconv.Itoa(os.Getpid()), opts: opts}, noClose, nil
 	}
-	return &mgrLocker{m: m, owner: "worker-" + strconv.Itoa(os.Getpid())}, noClose, nil
 }
 
 func (l *mgrLocker) acquire(mode lockmgr.Mode) {
-	if _, err := l.m.Acquire(context.Background(), benchResource, l.owner, mode, waitForever); err != nil {
+	if _, err := l.m.Acquire(context.Background(), benchResource, l.owner, mode, l.opts); err != nil {
 		panic(err)
 	}
 }
