@@ -253,6 +253,11 @@ typedef struct shmlock_lockmgr shmlock_lockmgr;
 enum {
 	SHMLOCK_EXCLUSIVE = 1,
 	SHMLOCK_COLLABORATIVE = 2,
+	/* OR'ed into an acquisition's mode (lockmgr.AcquireOptions.Eager): a
+	 * waiter that attempts at every end of a hold, without keeping off the
+	 * resource after a failed attempt, for a handoff that must happen now,
+	 * at the cost of a resource taken in a loop's throughput. */
+	SHMLOCK_ACQUIRE_EAGER = 0x100,
 };
 #define SHMLOCK_RETRY_FOREVER (-1)
 

@@ -92,7 +92,8 @@
  * without the waiter's attempts taking the entry's lines from it: for
  * LM_KEEP_OFF_ATTEMPTS times what the handle's failed attempts cost (an
  * average, each sample at most LM_MAX_KEEP_OFF_NS), between the two bounds
- * (the Go package's keepoff.go says why and what it measured). */
+ * (the Go package's keepoff.go says why and what it measured). An
+ * acquisition with SHMLOCK_ACQUIRE_EAGER does not keep off. */
 #define LM_KEEP_OFF_ATTEMPTS 8
 #define LM_MIN_KEEP_OFF_NS 1000LL
 #define LM_MAX_KEEP_OFF_NS 8000LL
@@ -796,12 +797,12 @@ static int64_t keep_off_ns(shmlock_lockmgr *m)
 }
 
 /* wait sleeps for d or until a hold of e ends (its gate moves from seq),
- * the segment closes, or a holder is found dead between sleep slices. */
-static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, uint64_t self)
+ * the segment closes, or a holder is found dead between sleep slices; it
+ * first keeps off the entry for off ns (0 for an eager acquisition). */
+static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, int64_t off, uint64_t self)
 {
 	if (d <= 0)
 		return;
-	int64_t off = keep_off_ns(m);
 	if (off > d)
 		off = d;
 	for (int64_t start = shm_now_ns(); shm_now_ns() - start < off;)
@@ -923,7 +924,7 @@ SHM_EXPORT int shmlock_lockmgr_close(shmlock_lockmgr *m)
 	return 0;
 }
 
-static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *own, int mode,
+static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *own, int mode, bool eager,
                    const shmlock_acquire_options *opts, shmlock_lock_info *info)
 {
 	uint64_t self = shm_self();
@@ -1007,7 +1008,7 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 			if (d < 0)
 				d = 0;
 		}
-		wait_gate(m, e, o.seq, d, self);
+		wait_gate(m, e, o.seq, d, eager ? 0 : keep_off_ns(m), self);
 		slept = e;
 		if (closed(m)) {
 			rc = SHMLOCK_ECLOSED;
@@ -1036,6 +1037,8 @@ SHM_EXPORT int shmlock_lockmgr_acquire(shmlock_lockmgr *m, const char *resource,
 		opts = &none;
 	struct key res, own;
 	int rc = check_names(&res, &own, resource, owner);
+	bool eager = (mode & SHMLOCK_ACQUIRE_EAGER) != 0;
+	mode &= ~SHMLOCK_ACQUIRE_EAGER;
 	if (rc == 0 && mode != SHMLOCK_EXCLUSIVE && mode != SHMLOCK_COLLABORATIVE)
 		rc = SHMLOCK_EINVALID_MODE;
 	if (rc == 0)
@@ -1044,7 +1047,7 @@ SHM_EXPORT int shmlock_lockmgr_acquire(shmlock_lockmgr *m, const char *resource,
 		rc = writable(m);
 	if (rc != 0)
 		return rc;
-	return acquire(m, &res, &own, mode, opts, info);
+	return acquire(m, &res, &own, mode, eager, opts, info);
 }
 
 /* lookup is find that tells a resource not found (0, *out NULL) from a

@@ -282,6 +282,8 @@ static void test_bad_input(void)
 	                                 NULL, NULL), 0);
 	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", 0, NULL, NULL), SHMLOCK_EINVALID_MODE);
 	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", 3, NULL, NULL), SHMLOCK_EINVALID_MODE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_ACQUIRE_EAGER, NULL, NULL), SHMLOCK_EINVALID_MODE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE | 0x200, NULL, NULL), SHMLOCK_EINVALID_MODE);
 	shmlock_acquire_options o[] = {
 		{.ttl_ns = -1}, {.wait_ns = -1}, {.retries = -2},
 		{.backoff_initial_ns = 2000 * MS}, {.backoff_initial_ns = 10 * MS, .backoff_max_ns = 5 * MS},
@@ -364,10 +366,11 @@ static void *hammer(void *arg)
 	char owner[16];
 	snprintf(owner, sizeof owner, "thread-%d", w->id);
 	shmlock_acquire_options o = {.retries = SHMLOCK_RETRY_FOREVER};
+	int mode = SHMLOCK_EXCLUSIVE | (w->id % 2 ? SHMLOCK_ACQUIRE_EAGER : 0); /* eager waiters beside the others */
 	uint64_t last = 0;
 	for (int i = 0; i < w->rounds; i++) {
 		shmlock_lock_info info;
-		if (shmlock_lockmgr_acquire(w->m, "counter", owner, SHMLOCK_EXCLUSIVE, &o, &info) != 0 ||
+		if (shmlock_lockmgr_acquire(w->m, "counter", owner, mode, &o, &info) != 0 ||
 		    info.version <= last) {
 			w->failures++;
 			continue;
