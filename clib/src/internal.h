@@ -328,6 +328,16 @@ bool shm_alive_uncached(uint64_t identity);
 uint64_t shm_random64(void);
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t shm_now_ns(void);
+
+/* shm_keep_off spins for ns without touching shared memory: a waiter's
+ * pause before it looks at a contended word again (upgrade writers, lock
+ * manager waiters). */
+static inline void shm_keep_off(int64_t ns)
+{
+	for (int64_t start = shm_now_ns(); shm_now_ns() - start < ns;)
+		shm_cpu_relax();
+}
+
 /* The running kernel's boot id (16 bytes); 0 or an error. */
 int shm_boot_id(uint8_t out[16]);
 

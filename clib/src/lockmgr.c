@@ -803,10 +803,7 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, i
 {
 	if (d <= 0)
 		return;
-	if (off > d)
-		off = d;
-	for (int64_t start = shm_now_ns(); shm_now_ns() - start < off;)
-		shm_cpu_relax();
+	shm_keep_off(off < d ? off : d);
 	/* A contended hold is often short: watch the gate a little before
 	 * paying for a sleep and a wake in the kernel. */
 	for (int i = 0; i < LM_WAIT_SPINS; i++) {

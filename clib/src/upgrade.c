@@ -631,12 +631,6 @@ static bool claim_hungry(shmlock_upgrade *m)
 	return false;
 }
 
-static void keep_off(int64_t ns)
-{
-	for (int64_t start = shm_now_ns(); shm_now_ns() - start < ns;)
-		shm_cpu_relax();
-}
-
 /* acquireWriterWord (upgrade/wait.go). */
 static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, bool try, bool *reclaimed,
                                bool *waited)
@@ -652,7 +646,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 	}
 	*waited = true;
 	begin_wait(m);
-	keep_off(WRITER_KEEP_OFF_NS);
+	shm_keep_off(WRITER_KEEP_OFF_NS);
 	for (int i = 0; i < SPIN_LOADS + SPIN_YIELDS; i++) {
 		if (ld64(w) == 0 && cas64(w, 0, m->pid))
 			return 0;
