@@ -1,8 +1,6 @@
 package lockmgr
 
-import (
-	"github.com/shmlock/shmlock/internal/sleepers"
-)
+import "github.com/shmlock/shmlock/internal/sleepers"
 
 // The Sleepers word of an entry (table.go).
 const (

@@ -108,6 +108,12 @@ func (p *published) store(a anchor) {
 // checks below decide.
 const ClockEnv = "SHMLOCK_CLOCK"
 
+// The values of ClockEnv.
+const (
+	clockVDSO = "vdso" // the fast clock stays off
+	clockTSC  = "tsc"  // the default, as if unset
+)
+
 // ErrClockEnv is CheckClockEnv's error: ClockEnv names no clock.
 var ErrClockEnv = errors.New("mono: unknown clock")
 
@@ -117,14 +123,14 @@ var ErrClockEnv = errors.New("mono: unknown clock")
 // used), and a program with somewhere to say so (shmctl) asks here.
 func CheckClockEnv(v string) error {
 	switch v {
-	case "", "tsc", "vdso":
+	case "", clockTSC, clockVDSO:
 		return nil
 	}
 	return fmt.Errorf("%w: %s=%q (want vdso or tsc); the default clock is in use", ErrClockEnv, ClockEnv, v)
 }
 
 func init() {
-	if !haveTSC || os.Getenv(ClockEnv) == "vdso" || !tscInvariant() || !clocksourceIsTSC() {
+	if !haveTSC || os.Getenv(ClockEnv) == clockVDSO || !tscInvariant() || !clocksourceIsTSC() {
 		due.Store(neverDue)
 	}
 }
