@@ -278,9 +278,20 @@ func TestCollaborativeAcrossProcesses(t *testing.T) {
 }
 
 // kill -9 of a holder: the waiter in another process reclaims the hold,
-// reports it exactly once, and nothing else is lost.
+// reports it exactly once, and nothing else is lost; an eager waiter too.
 func TestKillHolder(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"exclusive", "exclusive+eager"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			killHolder(t, mode)
+		})
+	}
+}
+
+// killHolder is TestKillHolder with a waiter acquiring in mode (see
+// counterHelper).
+func killHolder(t *testing.T, mode string) {
 	m, seg, path := newManagerAt(t, 8, lockmgr.Options{})
 	sc, err := scratchOf(seg)
 	require.NoError(t, err)
@@ -288,7 +299,7 @@ func TestKillHolder(t *testing.T) {
 	v, err := strconv.ParseUint(holder.WaitLine(t, "held "), 10, 64)
 	require.NoError(t, err)
 	*sc.plain(offLastVersion) = v
-	waiter := testproc.Start(t, "counter", path, "job", "survivor", "exclusive", "5")
+	waiter := testproc.Start(t, "counter", path, "job", "survivor", mode, "5")
 	startAll(t, sc, []*testproc.Child{waiter})
 	waitFor(t, func() bool { return m.Stats().ConflictsDetected == 1 }, "the waiter to meet the conflict")
 	ri, err := m.Inspect("job")
