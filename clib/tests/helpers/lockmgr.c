@@ -96,10 +96,11 @@ static int count(const char *path, long rec, long rounds)
 	size_t tally = OFF_RECORDS + (size_t)rec * RECORD_SIZE, reclaims = tally + 8;
 	uint64_t me = (uint64_t)getpid(), done = 0, mine = 0, last = 0;
 	shmlock_acquire_options o = {.retries = SHMLOCK_RETRY_FOREVER};
+	int mode = SHMLOCK_EXCLUSIVE | (rec % 2 ? SHMLOCK_ACQUIRE_EAGER : 0); /* eager waiters beside the others */
 	say("ready");
 	while (rounds > 0 ? (long)done < rounds : __atomic_load_n(word(OFF_STOP), __ATOMIC_SEQ_CST) == 0) {
 		shmlock_lock_info info;
-		int rc = shmlock_lockmgr_acquire(m, "job", owner, SHMLOCK_EXCLUSIVE, &o, &info);
+		int rc = shmlock_lockmgr_acquire(m, "job", owner, mode, &o, &info);
 		if (rc != 0)
 			die("acquire", rc);
 		uint64_t zero = 0;
