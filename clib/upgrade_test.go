@@ -432,6 +432,18 @@ func TestUpgradeWakeAcross(t *testing.T) {
 	} {
 		p := startUpgradeC(t, "hold", segPath, upgName, c.hold)
 		p.waitLine(t, "held")
+		if c.hold == "unique" {
+			// C's uncontended lock holds in the one-CAS form (Writer bit
+			// 61, State untouched), which Go's readers and writers must
+			// respect, and C's release must clear.
+			e, err := seg.Upgrade(m.Index())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w, st := e.Writer.Load(), e.State.Load(); w&layout.UpgradeWriterUnique == 0 || st != 0 {
+				t.Fatalf("C's uncontended hold: Writer %#x, State %#x; want bit 61 and 0", w, st)
+			}
+		}
 		got := make(chan error, 1)
 		go func() { got <- c.take() }()
 		testproc.WaitFor(t, func() bool { return c.asleep(status()) }, "Go %s waiter asleep for C %s", c.mode, c.hold)

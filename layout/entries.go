@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Entry sizes (format version 4).
+// Entry sizes (format version 5).
 const (
 	OwnerSlotSize    = 32
 	DirEntrySize     = 64
@@ -221,6 +221,7 @@ type LockMgrHolder struct {
 const (
 	UpgradeStateHeld         uint32 = 0xE0000000 // write, upgrade and pending bits
 	UpgradeStateInconsistent uint32 = 1 << 28    // a dead holder's unique hold was freed, not yet repaired
+	UpgradeWriterUnique      uint64 = 1 << 61    // in the Writer word: its holder holds the unique lock
 	upgradeHungry            uint64 = 1 << 62
 	upgradePIDField          uint64 = 1<<22 - 1
 )
@@ -244,7 +245,7 @@ func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
 	if e.State.Load()&(UpgradeStateHeld|UpgradeStateInconsistent) != 0 || e.Upgrader.Load() != 0 {
 		return false
 	}
-	if w := e.Writer.Load(); w != 0 && !IsUpgradeHandoff(w) { // a handoff is free
+	if w := e.Writer.Load(); w != 0 && !IsUpgradeHandoff(w) { // a handoff is free; UpgradeWriterUnique only with an identity
 		return false
 	}
 	for _, r := range rs {

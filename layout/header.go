@@ -15,8 +15,9 @@ const (
 	// area and its region directory, two more tables (and the descriptors
 	// moved up to make room for them). 4: the lock_stats table, and a
 	// 1024-byte header with room for more descriptors (the mutable line
-	// moved from 0x1C0 to 0x3C0).
-	Version    = 4
+	// moved from 0x1C0 to 0x3C0). 5: the upgrade mutex's one-CAS unique
+	// hold (Writer bit 61, which readers must check; no table moved).
+	Version    = 5
 	HeaderSize = 1024       // bytes before the first table
 	CacheLine  = 64         // every table starts on a multiple of this
 	PageSize   = 4096       // the total size is rounded up to this

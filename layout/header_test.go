@@ -14,7 +14,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-const goldenSmall = "testdata/header-v4-small.golden"
+const goldenSmall = "testdata/header-v5-small.golden"
 
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -119,7 +119,7 @@ func TestIsReady(t *testing.T) {
 }
 
 // TestGolden pins the encoding of a small header. Run with -update to
-// rewrite testdata/header-v4-small.golden after an intended format change
+// rewrite testdata/header-v5-small.golden after an intended format change
 // (which must also bump Version).
 func TestGolden(t *testing.T) {
 	t.Parallel()
@@ -152,7 +152,7 @@ func TestGolden(t *testing.T) {
 		name      string
 		got, want uint64
 	}{
-		{"version", uint64(le.Uint32(want[0x008:])), 4},
+		{"version", uint64(le.Uint32(want[0x008:])), 5},
 		{"header_size", uint64(le.Uint32(want[0x00C:])), 1024},
 		{"total_size", le.Uint64(want[0x010:]), 4096},
 		{"created", le.Uint64(want[0x018:]), 1700000000_000000123},

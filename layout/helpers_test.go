@@ -15,7 +15,7 @@ var smallOpts = layout.Options{Slots: 4, Upgrades: 2, TxnRecords: 1, TxnArenaByt
 	DataBytes: 256, DataRegions: 2}
 
 // smallHeader is the planned header of smallOpts with fixed identity fields,
-// the content of testdata/header-v4-small.golden.
+// the content of testdata/header-v5-small.golden.
 func smallHeader(tb testing.TB) layout.Header {
 	tb.Helper()
 	h, err := layout.Plan(smallOpts)

@@ -44,6 +44,14 @@ func Check(seg *shm.Segment, i int) ([]string, error) {
 	if st&(stateWrite|stateUpgrade) == stateWrite && writerID(w) == 0 {
 		add("unique lock held with no writer recorded")
 	}
+	if w&writerUnique != 0 {
+		switch {
+		case writerID(w) == 0:
+			add("unique lock held (writer word %#x) with no writer recorded", w)
+		case st&stateWrite != 0:
+			add("unique lock held in both forms (writer word %#x, state %#x)", w, st)
+		}
+	}
 	if id := writerID(w); id != 0 && pidOf(id) == 0 {
 		add("writer %#x has no pid", w)
 	}

@@ -219,7 +219,8 @@ func TestCloseEndsAWait(t *testing.T) {
 			wait:    (*upgrade.Mutex).LockShared,
 			waiting: func(st upgrade.Status, _ uint64) bool { return st.SharedWaiters == 1 },
 			after: func(tb testing.TB, st upgrade.Status) {
-				require.Equal(tb, upgrade.StateWrite, st.State)
+				require.True(tb, st.WriteLocked)
+				require.Zero(tb, st.State, "an uncontended Lock holds in its one-CAS form (writerUnique)")
 				require.Zero(tb, st.SharedWaiters, "the registration is gone")
 				for _, r := range st.Readers {
 					require.Zero(tb, r.Count, "the waiter took its count back before it slept")
@@ -242,7 +243,8 @@ func TestCloseEndsAWait(t *testing.T) {
 			wait:    (*upgrade.Mutex).Lock,
 			waiting: func(st upgrade.Status, w uint64) bool { return st.WriterWaiters == 1 && w&upgrade.WriterHungry == 0 },
 			after: func(tb testing.TB, st upgrade.Status) {
-				require.Equal(tb, upgrade.StateWrite, st.State)
+				require.True(tb, st.WriteLocked)
+				require.Zero(tb, st.State, "an uncontended Lock holds in its one-CAS form (writerUnique)")
 				require.Zero(tb, st.WriterWaiters, "the registration is gone")
 				require.False(tb, st.Handoff)
 			},

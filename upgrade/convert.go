@@ -97,7 +97,8 @@ func (m *Mutex) UniqueToUpgrade() error {
 		}
 		memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
-		// writers' mutex goes.
+		// writers' mutex goes (with writerUnique, if that was the hold's
+		// form: stateWrite is clear then, and readers wait for the bit).
 		m.raceReleaseUnique()
 		m.bumpGeneration() // the unique hold ends
 		for {
@@ -140,7 +141,7 @@ func (m *Mutex) UniqueToShared() error {
 	m.raceReleaseUnique()
 	m.bumpGeneration()
 	if writer {
-		m.e.State.And(^stateWrite)
+		m.e.State.And(^stateWrite) // none for a writerUnique hold: releaseWriterWord clears that
 		m.releaseWriterWord()
 	} else {
 		m.raceReleaseUpgrade()
@@ -155,7 +156,7 @@ func (m *Mutex) UniqueToShared() error {
 // notUnique is the error for a downgrade by a handle without the unique
 // lock.
 func (m *Mutex) notUnique() error {
-	if m.e.State.Load()&stateWrite != 0 {
+	if m.e.State.Load()&stateWrite != 0 || m.e.Writer.Load()&writerUnique != 0 {
 		return ErrNotOwner
 	}
 	return ErrNotHeld

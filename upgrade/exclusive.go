@@ -32,19 +32,30 @@ func (m *Mutex) LockContext(ctx context.Context) error {
 // lock is Lock and LockContext once ctx is known not to be done (the
 // check costs Lock a nanosecond for nothing).
 func (m *Mutex) lock(ctx context.Context) error {
-	// Fast path: nobody holds or wants anything. (Locker.Lock has a copy.)
+	// Fast path: nobody holds or wants anything: the unique lock in one
+	// CAS, writerUnique (see state.go). (Locker.Lock has a copy.)
 	e := m.e // as in Unlock
-	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid) {
-		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
-		set := e.State.CompareAndSwap(0, stateWrite)
-		if set && m.readersZero() {
+	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid|writerUnique) {
+		// Other handles of this process see WriterTID 0 until this store:
+		// never their own id, so none of them takes the hold for its own.
+		memview.StoreOwned(&e.WriterTID, m.tid)
+		if s := e.State.Load(); s&^stateInconsistent == 0 && m.readersZero() {
 			m.raceAcquireUnique()
-			m.setReclaimed(false)
+			m.setReclaimed(s != 0)
 			return nil
 		}
-		return m.lockAfterWriterWord(ctx, set)
+		return m.lockAfterWriterWord(ctx)
 	}
 	return m.endWait(m.lockSlow(ctx, false))
+}
+
+// stepBack turns a unique hold in its writerUnique form, which the fast
+// path has just taken but may not keep (a lock bit is set, or readers are
+// counted), into a hold of the Writer word alone; the caller goes on to
+// stateWrite. Readers that went to sleep on the bit are woken.
+func (m *Mutex) stepBack() {
+	m.e.Writer.And(^writerUnique) // waiting writers may add writerHungry meanwhile
+	m.wake(m.sharedGate())
 }
 
 // fastPathOpen reports whether Lock may try its fast path: the handle and
@@ -55,11 +66,12 @@ func (m *Mutex) fastPathOpen() bool {
 }
 
 // lockAfterWriterWord is lock's way on when its fast path took the Writer
-// word but not the lock: set says whether it set stateWrite (readers
-// still hold shared locks) or found the state word not 0 (which may be the
-// handle's own upgrade lock).
-func (m *Mutex) lockAfterWriterWord(ctx context.Context, set bool) error {
-	if !set && m.holdsUpgrader() {
+// word with writerUnique but may not keep the lock so: a lock bit is set
+// (which may be the handle's own upgrade lock), or readers hold shared
+// locks.
+func (m *Mutex) lockAfterWriterWord(ctx context.Context) error {
+	m.stepBack()
+	if m.holdsUpgrader() {
 		m.abandonWriter()
 		return ErrHeld
 	}
@@ -184,7 +196,7 @@ func (m *Mutex) Inconsistent() bool { return m.e.State.Load()&stateInconsistent 
 // to it); ErrNotHeld otherwise.
 func (m *Mutex) MarkConsistent() error {
 	s := m.e.State.Load()
-	unique := m.holdsWriter() && s&(stateWrite|stateUpgrade) == stateWrite ||
+	unique := m.holdsWriter() && (s&(stateWrite|stateUpgrade) == stateWrite || m.e.Writer.Load()&writerUnique != 0) ||
 		m.holdsUpgrader() && s&(stateWrite|stateUpgrade) == stateWrite|stateUpgrade
 	if !unique {
 		return ErrNotHeld
@@ -285,8 +297,9 @@ func (m *Mutex) checkFree(ctx context.Context) error {
 // UniqueToUpgrade or UniqueToShared), ErrNotOwner if another handle holds
 // it.
 func (m *Mutex) Unlock() error {
-	if !m.holdsWriter() {
-		if writerID(m.e.Writer.Load()) != 0 && m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+	w := m.e.Writer.Load()
+	if !m.holdsWriterWord(w) {
+		if writerID(w) != 0 && (w&writerUnique != 0 || m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite) {
 			return ErrNotOwner
 		}
 		return ErrNotHeld
@@ -295,27 +308,31 @@ func (m *Mutex) Unlock() error {
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
 	e := m.e // one load: the compiler reloads m.e after every atomic
-	m.endUniqueHold(e)
+	m.endUniqueHold(e, w)
 	// releaseWriterWord's last two steps (endUniqueHold did its first),
 	// written out: it is too big to inline, and the call measured 8% of an
 	// uncontended Lock+Unlock.
-	m.freeWriterWord(e)
+	m.freeWriterWord(e, w)
 	m.wakeWaitingWriter(e)
 	m.wake(m.sharedGate()) // UniqueGate has no sleeper: see state.go
 	return nil
 }
 
-// endUniqueHold ends the caller's unique hold (stateWrite without
-// stateUpgrade) up to the Writer word, which stays the caller's: the
-// generation moves on, stateWrite goes, then the writer's thread id.
-// While stateWrite is ours nobody else changes the state word (see
-// state.go), so these are plain and release stores, no locked instruction;
-// the Writer word's CAS that follows (freeWriterWord) publishes them and
-// is the full barrier before the loads of the sleepers. Small enough to
-// inline into both Unlocks (Mutex's and Locker's).
-func (m *Mutex) endUniqueHold(e *layout.UpgradeEntry) {
+// endUniqueHold ends the caller's unique hold up to the Writer word w
+// (as loaded), which stays the caller's: the generation moves on, then
+// stateWrite goes (unless the hold is writerUnique, which the Writer
+// word's release clears), then the writer's thread id. While the hold is
+// ours nobody else changes the generation, nor the state word if the hold
+// is stateWrite (see state.go), so these are plain and release stores, no
+// locked instruction; the Writer word's CAS that follows (freeWriterWord)
+// publishes them and is the full barrier before the loads of the
+// sleepers. Small enough to inline into both Unlocks (Mutex's and
+// Locker's).
+func (m *Mutex) endUniqueHold(e *layout.UpgradeEntry, w uint64) {
 	m.bumpGeneration()
-	memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
+	if w&writerUnique == 0 {
+		memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
+	}
 	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
 }
 
@@ -369,21 +386,24 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			if s&stateWrite != 0 {
 				next |= stateInconsistent
 			}
-			if m.e.State.CompareAndSwap(s, next) {
-				if s&(statePending|stateWrite) != 0 {
-					m.wake(m.sharedGate())
-				}
+			if !m.e.State.CompareAndSwap(s, next) {
+				continue
+			}
+			if s&(statePending|stateWrite) != 0 {
+				m.wake(m.sharedGate())
+			}
+			if m.upgradeBitStands() {
 				break
 			}
-			continue
-		}
-		// A writer that holds the writers' mutex goes first (fairness: a
-		// stream of upgraders would starve it otherwise).
-		if s&stateWrite == 0 && m.writerWordFree() {
-			if m.e.State.CompareAndSwap(s, s|stateUpgrade) {
+		} else if s&stateWrite == 0 && m.writerWordFree() {
+			// A writer that holds the writers' mutex goes first (fairness:
+			// a stream of upgraders would starve it otherwise).
+			if !m.e.State.CompareAndSwap(s, s|stateUpgrade) {
+				continue
+			}
+			if m.upgradeBitStands() {
 				break
 			}
-			continue
 		}
 		if try {
 			m.abandonUpgrader()
@@ -418,6 +438,21 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		return m.endWait(nil)
 	}
 	return nil
+}
+
+// upgradeBitStands is the upgrade seeker's half of Dekker's pair with
+// Lock's fast path (see state.go): after its CAS of stateUpgrade it loads
+// the Writer word, and if a writer has taken the unique lock in its
+// writerUnique form meanwhile, it clears stateUpgrade again, wakes a
+// writer that may have gone to sleep on it, and reports false: the
+// seeker waits for the writer. It keeps the Upgrader word.
+func (m *Mutex) upgradeBitStands() bool {
+	if m.e.Writer.Load()&writerUnique == 0 {
+		return true
+	}
+	m.e.State.And(^stateUpgrade)
+	m.wake(m.uniqueGate())
+	return false
 }
 
 // writerWordFree reports whether no writer holds or waits for the unique

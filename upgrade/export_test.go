@@ -27,6 +27,7 @@ const (
 
 const (
 	WriterHungry      = writerHungry
+	WriterUnique      = writerUnique
 	StateInconsistent = stateInconsistent
 	// StaleHandoff is a handoff stamped at the clock's zero: long stale.
 	StaleHandoff = writerHungry

@@ -79,15 +79,14 @@ func (m *Mutex) Locker() *Locker { return &Locker{m} }
 func (l *Locker) Lock() {
 	m := l.m
 	e := m.e
-	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid) {
-		memview.StoreOwned(&e.WriterTID, m.tid) // published by the State CAS
-		set := e.State.CompareAndSwap(0, stateWrite)
-		if set && m.readersZero() {
+	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid|writerUnique) {
+		memview.StoreOwned(&e.WriterTID, m.tid)
+		if s := e.State.Load(); s&^stateInconsistent == 0 && m.readersZero() {
 			m.raceAcquireUnique()
-			m.setReclaimed(false)
+			m.setReclaimed(s != 0)
 			return
 		}
-		must(m.lockAfterWriterWord(context.Background(), set))
+		must(m.lockAfterWriterWord(context.Background()))
 		return
 	}
 	must(m.endWait(m.lockSlow(context.Background(), false)))
@@ -96,15 +95,16 @@ func (l *Locker) Lock() {
 // Unlock releases the unique lock.
 func (l *Locker) Unlock() {
 	m := l.m
-	if !m.holdsWriter() {
+	w := m.e.Writer.Load()
+	if !m.holdsWriterWord(w) {
 		must(m.Unlock()) // the error
 		return
 	}
 	m.setReclaimed(false)
 	m.raceReleaseUnique()
 	e := m.e
-	m.endUniqueHold(e)
-	m.freeWriterWord(e)
+	m.endUniqueHold(e, w)
+	m.freeWriterWord(e, w)
 	m.wakeWaitingWriter(e)
 	m.wake(m.sharedGate())
 }
@@ -113,7 +113,7 @@ func (l *Locker) Unlock() {
 func (l *Locker) RLock() {
 	m := l.m
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
+		if n := r.Count.Add(1); n <= MaxShared && !readersBlocked(m.e) {
 			m.raceAcquireShared()
 			return
 		}

@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // layout.IsUpgradeHandoff, which layout.UpgradeFree uses, reads the Writer
@@ -21,6 +23,9 @@ func TestHandoffWordAgreesWithLayout(t *testing.T) {
 		{writerHungry | 12345<<proc.PIDBits, true},
 		{self, false},
 		{self | writerHungry, false},
+		{self | writerUnique, false},
+		{self | writerUnique | writerHungry, false},
+		{handoffWord(), true},
 		{0, false},
 		{writerHungry | pidField, false},
 	} {
@@ -28,4 +33,68 @@ func TestHandoffWordAgreesWithLayout(t *testing.T) {
 			t.Errorf("IsUpgradeHandoff(%#x) = %v, want %v", tc.w, got, tc.want)
 		}
 	}
+}
+
+// A handoff's time stamp stays below writerUnique: a handoff is never
+// read as a unique hold, whatever the clock says.
+func TestHandoffStampBelowUniqueBit(t *testing.T) {
+	t.Parallel()
+	if w := handoffWord(); w&writerUnique != 0 || writerID(w) != 0 {
+		t.Errorf("handoffWord() = %#x: has the unique bit, or names a writer", w)
+	}
+	if top := stampMask << proc.PIDBits; top&(writerUnique|writerHungry) != 0 {
+		t.Errorf("the stamp field %#x overlaps the unique or hungry bit", top)
+	}
+}
+
+// The upgrade seeker's half of Dekker's pair with Lock's fast path: a
+// stateUpgrade set while a writer holds writerUnique is taken back (and
+// nothing else in the state word changes); without the bit it stands.
+func TestUpgradeBitStands(t *testing.T) {
+	t.Parallel()
+	seg := newInternalSegment(t)
+	m, err := Open(seg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.e
+	other := proc.Self().Pack() + 1 // any identity but ours: the test never checks liveness
+	for _, tc := range []struct {
+		name   string
+		writer uint64
+		stands bool
+	}{
+		{"no writer", 0, true},
+		{"a writer waiting for the word's lock (no unique bit)", other, true},
+		{"a hungry writer's word", other | writerHungry, true},
+		{"a one-CAS unique hold", other | writerUnique, false},
+		{"a one-CAS unique hold, hungry", other | writerUnique | writerHungry, false},
+	} {
+		e.Writer.Store(tc.writer)
+		e.State.Store(stateUpgrade | stateInconsistent)
+		if got := m.upgradeBitStands(); got != tc.stands {
+			t.Errorf("%s: upgradeBitStands() = %v, want %v", tc.name, got, tc.stands)
+		}
+		want := stateUpgrade | stateInconsistent
+		if !tc.stands {
+			want = stateInconsistent
+		}
+		if got := e.State.Load(); got != want {
+			t.Errorf("%s: state %#x, want %#x", tc.name, got, want)
+		}
+	}
+	e.Writer.Store(0)
+	e.State.Store(0)
+}
+
+// newInternalSegment creates a small segment for this package's internal
+// tests, removed at the end of the test.
+func newInternalSegment(tb testing.TB) *shm.Segment {
+	tb.Helper()
+	seg, err := shm.Create(testproc.SegmentPath(tb), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = seg.Close() })
+	return seg
 }

@@ -189,7 +189,8 @@ func rwHelper(args []string) int {
 }
 
 // holdHelper takes a hold and keeps it until killed. Modes: shared,
-// upgrade, unique, unique-half (Lock, then half a write), upgraded-half
+// upgrade, unique, unique-half (Lock, then half a write), unique-try-half
+// (the same with TryLock, whose hold is in the stateWrite form), upgraded-half
 // (upgrade to unique, then half a write), pending (upgrade lock, then an
 // UpgradeToUnique that the parent's shared hold keeps waiting), queued
 // (prints "held" first, then waits in Lock behind the parent),
@@ -211,6 +212,11 @@ func holdHelper(args []string) int {
 		err = m.Lock()
 	case "unique-half":
 		if err = m.Lock(); err == nil {
+			rec.write(rec[0].Load()+1, len(rec)/2)
+		}
+	case "unique-try-half":
+		// TryLock has no fast path: the hold is in its stateWrite form.
+		if err = m.TryLock(); err == nil {
 			rec.write(rec[0].Load()+1, len(rec)/2)
 		}
 	case "upgraded-half":

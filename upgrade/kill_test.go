@@ -104,22 +104,40 @@ func TestKillUpgrader(t *testing.T) {
 	require.False(t, u.Reclaimed())
 }
 
-// A writer killed half-way through a write: a waiting writer takes the
-// lock over and learns that the data may be torn.
+// A writer killed half-way through a write, holding the unique lock in
+// either form (the fast path's writerUnique, or stateWrite): a waiting
+// writer takes the lock over and learns that the data may be torn.
 func TestKillWriter(t *testing.T) {
 	t.Parallel()
-	seg, path := newSegment(t)
-	c, id := holding(t, path, "unique-half")
-	w := open(t, seg)
-	killWhileWaiting(t, seg, c, w.Lock, func(st upgrade.Status) bool { return st.WriterWaiters > 0 }, "the writer to sleep")
-	require.True(t, w.Reclaimed())
-	rec, err := recordOf(seg)
-	require.NoError(t, err)
-	_, same := rec.read()
-	require.False(t, same, "the dead writer's half write is visible to the new holder")
-	rec.write(1, len(rec)) // repaired
-	require.NoError(t, w.Unlock())
-	noTraceOf(t, seg, id)
+	for _, tc := range []struct {
+		mode          string
+		writer, state func(id uint64) uint64 // the words the dead one leaves
+	}{
+		{"unique-half", func(id uint64) uint64 { return id | upgrade.WriterUnique }, func(uint64) uint64 { return 0 }},
+		{"unique-try-half", func(id uint64) uint64 { return id }, func(uint64) uint64 { return uint64(upgrade.StateWrite) }},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			seg, path := newSegment(t)
+			c, id := holding(t, path, tc.mode)
+			e := entry(t, seg)
+			require.Equal(t, tc.writer(id), e.Writer.Load()&^upgrade.WriterHungry, "the form of the hold")
+			require.Equal(t, tc.state(id), uint64(e.State.Load()))
+			gen := e.Generation.Load()
+			w := open(t, seg)
+			killWhileWaiting(t, seg, c, w.Lock, func(st upgrade.Status) bool { return st.WriterWaiters > 0 }, "the writer to sleep")
+			require.True(t, w.Reclaimed())
+			require.Greater(t, e.Generation.Load(), gen, "the dead one's token is past")
+			rec, err := recordOf(seg)
+			require.NoError(t, err)
+			_, same := rec.read()
+			require.False(t, same, "the dead writer's half write is visible to the new holder")
+			rec.write(1, len(rec)) // repaired
+			require.NoError(t, w.Unlock())
+			noTraceOf(t, seg, id)
+			require.True(t, status(t, seg).Inconsistent, "not marked consistent")
+		})
+	}
 }
 
 // A writer killed while readers wait: they release its lock and go on,
@@ -130,6 +148,7 @@ func TestKillWriterReadersGoOn(t *testing.T) {
 	t.Parallel()
 	seg, path := newSegment(t)
 	c, id := holding(t, path, "unique")
+	require.Equal(t, id|upgrade.WriterUnique, entry(t, seg).Writer.Load(), "held in the one-CAS form")
 	r := open(t, seg)
 	killWhileWaiting(t, seg, c, r.LockShared, func(st upgrade.Status) bool { return st.SharedWaiters > 0 }, "the reader to sleep")
 	require.Equal(t, uint64(1), r.Repairs())

@@ -226,8 +226,11 @@ func (m *Mutex) setReclaimed(v bool) {
 	}
 }
 
-func (m *Mutex) holdsWriter() bool {
-	return m.e.Writer.Load()&^writerHungry == m.pid && m.e.WriterTID.Load() == m.tid
+func (m *Mutex) holdsWriter() bool { return m.holdsWriterWord(m.e.Writer.Load()) }
+
+// holdsWriterWord is holdsWriter for the Writer word w, as loaded.
+func (m *Mutex) holdsWriterWord(w uint64) bool {
+	return w&^(writerHungry|writerUnique) == m.pid && m.e.WriterTID.Load() == m.tid
 }
 
 func (m *Mutex) holdsUpgrader() bool {

@@ -36,7 +36,7 @@ func (m *Mutex) LockSharedContext(ctx context.Context) error {
 // a copy.
 func (m *Mutex) lockSharedFast() bool {
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); n <= MaxShared && m.e.State.Load()&blockReaders == 0 {
+		if n := r.Count.Add(1); n <= MaxShared && !readersBlocked(m.e) {
 			m.raceAcquireShared()
 			return true
 		}
@@ -64,7 +64,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			m.backOff(r)
 			return ErrOverflow
 		}
-		if m.e.State.Load()&blockReaders == 0 {
+		if !readersBlocked(m.e) {
 			if waited && m.segClosed() {
 				m.backOff(r) // see writerGranted
 				return shm.ErrClosed
@@ -78,7 +78,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 		}
 		waited = true
 		for {
-			slice, err := m.wait(ctx, m.sharedGate(), nil, &lv, func() bool { return m.e.State.Load()&blockReaders == 0 })
+			slice, err := m.wait(ctx, m.sharedGate(), nil, &lv, func() bool { return !readersBlocked(m.e) })
 			if err != nil {
 				return err
 			}
@@ -92,7 +92,8 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 
 // backOff takes back a shared hold that was not granted (or is released):
 // if that empties the record while a writer or an upgrade drains readers,
-// this may have been the last one it waits for.
+// this may have been the last one it waits for. (A writer with
+// writerUnique does not wait: see state.go.)
 func (m *Mutex) backOff(r *layout.ReaderRecord) {
 	if r.Count.Add(^uint32(0)) == 0 && m.e.State.Load()&blockReaders != 0 {
 		m.wake(m.uniqueGate())

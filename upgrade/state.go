@@ -38,6 +38,31 @@ import (
 //     reach 0 (clearing stateWrite again, for a grace period, if readers
 //     are slow to leave: see finishLock). Unlock bumps Generation, clears
 //     stateWrite, then WriterTID, and clears Writer last.
+//   - The unique lock has a second form, taken in one locked instruction:
+//     Lock's fast path CASes the Writer word from 0 to its identity with
+//     writerUnique (bit 61 of the word, see below), which keeps readers
+//     out as stateWrite does. Then it loads the state word and the reader
+//     records: if no lock bit is set and no reader is counted, it holds
+//     the unique lock, with the state word untouched. Otherwise it
+//     retreats (clears writerUnique, keeping the Writer word) and goes on
+//     as a writer that holds the Writer word, through stateWrite. So a
+//     writer's unique hold is writerUnique or stateWrite, never both (a
+//     takeover of a dead writerUnique holder drops the bit in its CAS),
+//     and a reader is kept out by stateWrite, statePending or
+//     writerUnique. Its Unlock bumps Generation, clears WriterTID and then
+//     the Writer word (bit and identity in one CAS): that uncontended
+//     Lock+Unlock is two locked instructions, as a pthread rwlock's, where
+//     the stateWrite form takes three (Writer CAS, State CAS, Writer CAS).
+//     The state word's CAS was the writer's exclusion from the upgrade
+//     holder; writerUnique is a different word, so the two exclude each
+//     other as Dekker's pair: the writer CASes the Writer word and then
+//     loads the state word, LockUpgrade CASes stateUpgrade into the state
+//     word and then loads the Writer word, and whichever sees the other
+//     steps back (the writer to its stateWrite form, which waits for the
+//     upgrade lock; the upgrade seeker clears stateUpgrade and waits for
+//     the writer). Both are locked instructions, so at least one sees the
+//     other. UpgradeToUnique needs nothing more: a writer that comes while
+//     stateUpgrade is set sees it and steps back.
 //   - Upgrader and UpgraderTID name the upgrade holder likewise; its holder
 //     sets stateUpgrade only while stateWrite is clear, so the writer and
 //     the upgrade holder exclude each other through the state word, and
@@ -59,20 +84,25 @@ import (
 //     UnlockUpgrade clear their bits with a release store; the CAS or
 //     store of the identity word that follows is the full barrier before
 //     they look for sleepers. A release is thus one locked instruction.
-//   - A reader adds 1 to its record and then loads the state word; if
-//     stateWrite or statePending is set it takes the 1 back and waits. All
-//     these accesses are sequentially consistent, so either the reader sees
-//     the bit or the drainer sees the count: never neither (Dekker).
+//   - A reader adds 1 to its record and then loads the state word and the
+//     Writer word (one cache line); if stateWrite, statePending or
+//     writerUnique is set it takes the 1 back and waits. All these accesses
+//     are sequentially consistent, so either the reader sees the bit or the
+//     writer (drainer) sees the count: never neither (Dekker).
 //
 // A waiter that finds a dead holder: a writer or upgrade seeker takes the
 // dead one's identity word over by CAS (one winner) and holds the lock,
 // with Reclaimed set; anyone else takes it over and releases it at once.
+// A dead writerUnique holder's bit goes in the takeover's CAS (the taker
+// holds the Writer word alone, and a writer goes on through stateWrite);
+// stateInconsistent is set before that CAS, so nobody gets in after the
+// bit is gone and before the news is there.
 // A dead reader's record is cleared by whoever waits for readers to drain:
 // CAS of the record's owner to itself, count to 0, owner to 0, in that
 // order, so a live process can never lose its count to the cleaner.
 //
 // Reporting reclaims: whoever frees a dead holder's unique hold (a writer
-// with stateWrite, or an upgrade holder that had upgraded) sets
+// with stateWrite or writerUnique, or an upgrade holder that had upgraded) sets
 // stateInconsistent, whether it keeps the lock or not: a reader that frees
 // a dead writer on its way in, Reclaim, a writer that takes the dead one's
 // word over. Every acquisition of the unique lock (Lock, UpgradeToUnique)
@@ -113,8 +143,13 @@ import (
 //     read unlock).
 //   - Every release of the Writer word wakes one sleeper on WriterGate.
 //   - Unlock (writer) wakes SharedGate: readers and upgrade seekers were
-//     blocked by stateWrite. Nobody can wait on UniqueGate then: the
-//     writer held the writers' mutex, and no upgrade can be pending.
+//     blocked by stateWrite or writerUnique. Nobody can wait on UniqueGate
+//     then: the writer held the writers' mutex, and no upgrade can be
+//     pending. A writer that holds writerUnique never sleeps (it holds the
+//     lock, or steps back first), so a reader that leaves while only
+//     writerUnique is set wakes nobody.
+//   - A writer that steps back from writerUnique wakes SharedGate: a
+//     reader may have gone to sleep on the bit.
 //   - UnlockUpgrade wakes SharedGate (upgrade seekers) and UniqueGate (a
 //     writer waits for stateUpgrade to clear). Readers were never blocked.
 //   - UniqueToUpgrade wakes SharedGate only (readers); writers still wait
@@ -200,11 +235,17 @@ const (
 	waitersUnique            = uniqueWriter | uniqueUpgrader
 )
 
+// The Writer word's bits above the identity. Packed identities never use
+// bits 61 and 62 (the top of the start-time field): a start time there is
+// 2^39 ticks after boot, 174 years at 100 ticks a second.
+//
+// writerUnique: the word's holder holds the unique lock, taken in one CAS
+// by Lock's fast path (see "Who may change what" above).
+//
 // Handoff to waiting writers (fairness among writers). A writer that has
 // spun a full round without getting the Writer word is hungry: it sets
-// writerHungry in the word, beside the holder's identity (packed
-// identities never use bit 62: start times would need 700 years of
-// ticks). The holder's release then stores a handoff instead of 0:
+// writerHungry in the word, beside the holder's identity (and
+// writerUnique, if set). The holder's release then stores a handoff instead of 0:
 // writerHungry with a zero pid field (no identity has pid 0) and the time
 // of the release in the start-time field (handoffStamp, CLOCK_MONOTONIC,
 // which every process of one boot shares). Only a hungry writer (one past
@@ -224,11 +265,12 @@ const (
 // (passWriterWake).
 const (
 	writerHungry uint64 = 1 << 62
+	writerUnique uint64 = 1 << 61
 	pidField            = uint64(proc.MaxPID)
 	// stampShift drops the low bits of a nanosecond clock reading: a
 	// handoff's stamp counts units of about 1.05 ms.
 	stampShift = 20
-	stampMask  = uint64(1)<<(62-proc.PIDBits) - 1 // the start-time field below bit 62
+	stampMask  = uint64(1)<<(61-proc.PIDBits) - 1 // the start-time field below bit 61
 	// handoffExpiry, in stamp units: two units is at least 1.05 ms.
 	handoffExpiry = 2
 )
@@ -246,6 +288,7 @@ func isHandoff(o uint64) bool { return layout.IsUpgradeHandoff(o) }
 var (
 	_ = [1]struct{}{}[layout.UpgradeStateHeld^(stateWrite|stateUpgrade|statePending)]
 	_ = [1]struct{}{}[layout.UpgradeStateInconsistent^stateInconsistent]
+	_ = [1]struct{}{}[layout.UpgradeWriterUnique^writerUnique]
 )
 
 // handoffExpired reports whether the handoff o is stale (see above).
@@ -260,7 +303,14 @@ func writerID(o uint64) uint64 {
 	if isHandoff(o) {
 		return 0
 	}
-	return o &^ writerHungry
+	return o &^ (writerHungry | writerUnique)
+}
+
+// readersBlocked reports whether a reader must wait: a writer holds or
+// takes the unique lock (stateWrite, writerUnique) or an upgrade is
+// pending.
+func readersBlocked(e *layout.UpgradeEntry) bool {
+	return e.State.Load()&blockReaders != 0 || e.Writer.Load()&writerUnique != 0
 }
 
 // The WriterSleepers word is an internal/sleepers word over WriterGate:

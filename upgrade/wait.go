@@ -449,10 +449,25 @@ func (m *Mutex) releaseStaleHandoff(o uint64) bool {
 // holder is dead: by CAS, so of several repairers exactly one succeeds,
 // and that one clears the dead holder's flag on UniqueGate (if it slept
 // there) before anyone can hold the word again and set it. If the dead
-// writer held the unique lock (stateWrite without stateUpgrade), the
-// reclaim is recorded for the next unique holder (stateInconsistent).
+// writer held the unique lock (stateWrite without stateUpgrade, or
+// writerUnique), the reclaim is recorded for the next unique holder
+// (stateInconsistent). A writerUnique hold ends in the CAS, which lets
+// readers and upgrade seekers in, so the bit is set and the generation
+// moved on before it, while the dead one's bit still keeps them out: with
+// locked instructions, since another repairer may do the same. (A writer
+// that died between its fast path's CAS and its step back held nothing:
+// the report is then a false alarm, on the safe side, and the generation
+// may move under an upgrade holder, as ForceUnlock's does.)
 func (m *Mutex) takeOverWriter(o uint64) bool {
-	if id := writerID(o); id == 0 || m.alive(id) || !m.e.Writer.CompareAndSwap(o, m.pid) {
+	id := writerID(o)
+	if id == 0 || m.alive(id) {
+		return false
+	}
+	if o&writerUnique != 0 {
+		m.e.State.Or(stateInconsistent)
+		m.forceGeneration()
+	}
+	if !m.e.Writer.CompareAndSwap(o, m.pid) {
 		return false
 	}
 	m.e.Waiters.And(^uniqueWriter)
@@ -543,17 +558,18 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 func (m *Mutex) releaseWriterWord() {
 	e := m.e
 	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
-	m.freeWriterWord(e)
+	m.freeWriterWord(e, e.Writer.Load())
 	m.wakeWaitingWriter(e)
 }
 
-// freeWriterWord is releaseWriterWord's release of the word itself,
-// small enough to inline (Unlock, the hot caller, writes out all three
-// steps of releaseWriterWord). The word is the caller's identity (every way to the word
-// stores exactly that), unless a waiting writer added writerHungry: then
-// the CAS fails and the word is handed off.
-func (m *Mutex) freeWriterWord(e *layout.UpgradeEntry) {
-	if !e.Writer.CompareAndSwap(m.pid, 0) {
+// freeWriterWord is releaseWriterWord's release of the word itself (w, as
+// the caller loaded it: the caller's identity, with writerUnique if it
+// holds the lock so), small enough to inline (Unlock, the hot caller,
+// writes out all three steps of releaseWriterWord). Only a waiting writer
+// changes the word meanwhile, adding writerHungry: then the CAS fails (or
+// is not tried) and the word is handed off.
+func (m *Mutex) freeWriterWord(e *layout.UpgradeEntry, w uint64) {
+	if w&writerHungry != 0 || !e.Writer.CompareAndSwap(w, 0) {
 		m.handOffWriterWord()
 	}
 }
@@ -603,7 +619,7 @@ func (m *Mutex) repairBlockers() {
 	switch {
 	case s&stateUpgrade != 0:
 		m.releaseDeadUpgrader()
-	case s&stateWrite != 0:
+	case s&stateWrite != 0 || m.e.Writer.Load()&writerUnique != 0:
 		m.releaseDeadWriter()
 	}
 }

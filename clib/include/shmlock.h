@@ -3,7 +3,7 @@
  * libshmlock lets C, C++ (see shmlock.hpp) and anything with a C FFI (Python's
  * ctypes, for one) take part in the locks of a shmlock segment alongside Go
  * processes: the same file, the same words, the same protocol (docs/FORMAT.md,
- * format version 4). A Go waiter is woken by a C release and the other way
+ * format version 5). A Go waiter is woken by a C release and the other way
  * round; a dead holder of either language is reclaimed by the other.
  *
  * Conventions
@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define SHMLOCK_FORMAT_VERSION 4
+#define SHMLOCK_FORMAT_VERSION 5
 
 /* Reports of an acquisition that succeeded (the lock is held). */
 enum {

@@ -1,6 +1,6 @@
 /* internal.h: what the parts of libshmlock share and users never see.
  *
- * The structs are the words of docs/FORMAT.md (format version 4), offset for
+ * The structs are the words of docs/FORMAT.md (format version 5), offset for
  * offset; the _Static_asserts hold them to it. Every word that several
  * processes change is an _Atomic and is read and written whole with the
  * seq_cst atomics of <stdatomic.h> (what Go's sync/atomic compiles to), never
@@ -45,7 +45,7 @@ typedef _Atomic uint64_t a64;
 /* ------------------------------------------------------------------ layout */
 
 #define SHM_MAGIC "SHMLOCK\0"
-#define SHM_VERSION 4
+#define SHM_VERSION 5
 _Static_assert(SHM_VERSION == SHMLOCK_FORMAT_VERSION, "the public header names the format it speaks");
 #define SHM_HEADER_SIZE 1024
 #define SHM_TABLE_COUNT 12
@@ -151,6 +151,7 @@ struct shm_upgrade_entry {
 #define SHM_UPG_UPGRADE (UINT32_C(1) << 30)
 #define SHM_UPG_PENDING (UINT32_C(1) << 29)
 #define SHM_UPG_INCONSISTENT (UINT32_C(1) << 28)
+#define SHM_UPG_WRITER_UNIQUE (UINT64_C(1) << 61) /* in Writer: its holder holds the unique lock */
 
 struct shm_reader_record {
 	a64 owner;

@@ -17,16 +17,22 @@
  *	bits 0-27                always 0
  *
  * Readers are counted in reader records (owner process, count), one per
- * handle; a reader adds 1 to its record and then loads State, backing off
- * if UPG_WRITE or UPG_PENDING is set (Dekker with the drainer, who sets its
- * bit and then reads the records: all seq_cst). Bit j%32 of record 0's Pad
- * is set once record j was ever claimed (the drain mask).
+ * handle; a reader adds 1 to its record and then loads State and Writer,
+ * backing off if UPG_WRITE, UPG_PENDING or WRITER_UNIQUE is set (Dekker
+ * with the writer or drainer, who sets its bit and then reads the records:
+ * all seq_cst). Bit j%32 of record 0's Pad is set once record j was ever
+ * claimed (the drain mask).
  *
  * The Writer word is the writers' own mutex: a packed identity, possibly
- * with WRITER_HUNGRY (a writer has waited: the release hands the word to
- * the waiting writers), or a handoff: WRITER_HUNGRY, pid field 0, the
- * release time (CLOCK_MONOTONIC >> 20) in bits 22-61. A handoff older than
- * HANDOFF_EXPIRY units is a free word.
+ * with WRITER_UNIQUE (bit 61: the holder holds the unique lock, taken by
+ * the fast path in one CAS; see lock_unique) and WRITER_HUNGRY (a writer
+ * has waited: the release hands the word to the waiting writers), or a
+ * handoff: WRITER_HUNGRY, pid field 0, the release time (CLOCK_MONOTONIC
+ * >> 20) in bits 22-60. A handoff older than HANDOFF_EXPIRY units is a
+ * free word. A writer's unique hold is WRITER_UNIQUE or UPG_WRITE, never
+ * both; WRITER_UNIQUE and UPG_UPGRADE exclude each other as Dekker's pair
+ * (the writer CASes Writer and loads State, lock_upgrade CASes State and
+ * loads Writer; whoever sees the other steps back).
  *
  * The Waiters word: bits 0-21 sleepers on SharedGate (readers, upgrade
  * seekers), bit 22 the Writer word's holder sleeps on UniqueGate, bit 23
@@ -49,7 +55,7 @@
 #define UPG_UPGRADE SHM_UPG_UPGRADE
 #define UPG_PENDING SHM_UPG_PENDING
 #define UPG_INCONSISTENT SHM_UPG_INCONSISTENT
-#define UPG_BLOCK_READERS (UPG_WRITE | UPG_PENDING) /* make a new reader wait */
+#define UPG_BLOCK_READERS (UPG_WRITE | UPG_PENDING) /* make a new reader wait (and WRITER_UNIQUE) */
 
 /* Waiters bits. */
 #define WAITERS_SHARED 1u
@@ -61,8 +67,9 @@
 
 /* The Writer word's handoff (see the top of the file). */
 #define WRITER_HUNGRY (UINT64_C(1) << 62)
+#define WRITER_UNIQUE SHM_UPG_WRITER_UNIQUE
 #define STAMP_SHIFT 20
-#define STAMP_MASK ((UINT64_C(1) << (62 - SHM_PID_BITS)) - 1)
+#define STAMP_MASK ((UINT64_C(1) << (61 - SHM_PID_BITS)) - 1)
 #define HANDOFF_EXPIRY 2 /* stamp units: at least 1.05 ms */
 
 /* Limits and waiting (upgrade/state.go). */
@@ -124,7 +131,7 @@ static bool handoff_expired(uint64_t o)
 }
 
 /* writerID: the identity in the Writer word, 0 if free or handed off. */
-static inline uint64_t writer_id(uint64_t o) { return is_handoff(o) ? 0 : o & ~WRITER_HUNGRY; }
+static inline uint64_t writer_id(uint64_t o) { return is_handoff(o) ? 0 : o & ~(WRITER_HUNGRY | WRITER_UNIQUE); }
 
 /* ----------------------------------------------------------- the handle */
 
@@ -133,9 +140,18 @@ static inline bool seg_closed(const shmlock_upgrade *m) { return shm_closed(m->s
 /* OwnerAlive: a holder recorded under another boot is dead. */
 static bool alive(const shmlock_upgrade *m, uint64_t id) { return shm_owner_alive(m->seg, id); }
 
-static inline bool holds_writer(shmlock_upgrade *m)
+/* holdsWriterWord: holds_writer for the Writer word w, as loaded. */
+static inline bool holds_writer_word(shmlock_upgrade *m, uint64_t w)
 {
-	return (ld64(&m->e->writer) & ~WRITER_HUNGRY) == m->pid && ld64(&m->e->writer_tid) == m->tid;
+	return (w & ~(WRITER_HUNGRY | WRITER_UNIQUE)) == m->pid && ld64(&m->e->writer_tid) == m->tid;
+}
+
+static inline bool holds_writer(shmlock_upgrade *m) { return holds_writer_word(m, ld64(&m->e->writer)); }
+
+/* readersBlocked: a reader must wait. */
+static inline bool readers_blocked(shmlock_upgrade *m)
+{
+	return (ld32(&m->e->state) & UPG_BLOCK_READERS) || (ld64(&m->e->writer) & WRITER_UNIQUE);
 }
 
 static inline bool holds_upgrader(shmlock_upgrade *m)
@@ -375,10 +391,7 @@ static inline bool readers_zero(shmlock_upgrade *m)
 
 static bool ready_upgrade_clear(shmlock_upgrade *m) { return (ld32(&m->e->state) & UPG_UPGRADE) == 0; }
 static bool ready_upgrader_free(shmlock_upgrade *m) { return ld64(&m->e->upgrader) == 0; }
-static bool ready_readers_unblocked(shmlock_upgrade *m)
-{
-	return (ld32(&m->e->state) & UPG_BLOCK_READERS) == 0;
-}
+static bool ready_readers_unblocked(shmlock_upgrade *m) { return !readers_blocked(m); }
 
 /* ------------------------------------------------- releases and takeovers */
 
@@ -397,13 +410,14 @@ static void bump_generation(shmlock_upgrade *m)
 static inline void release_writer_word(shmlock_upgrade *m)
 {
 	st_owned64(&m->e->writer_tid, 0);
-	/* The word is this handle's identity (every way to it stores exactly
-	 * that) unless a waiting writer added WRITER_HUNGRY: one CAS, no load
-	 * first (upgrade/wait.go: freeWriterWord). */
-	while (!cas64(&m->e->writer, m->pid, 0)) {
-		uint64_t o = ld64(&m->e->writer);
+	/* The word is this handle's identity (with WRITER_UNIQUE if the hold
+	 * is so) and only a waiting writer changes it meanwhile, adding
+	 * WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
+	 * freeWriterWord). */
+	uint64_t o = ld64(&m->e->writer);
+	for (;;) {
 		uint64_t next = (o & WRITER_HUNGRY) ? handoff_word() : 0;
-		if (cas64(&m->e->writer, o, next))
+		if (atomic_compare_exchange_strong(&m->e->writer, &o, next))
 			break;
 	}
 	if ((ld32(&m->e->writer_sleepers) & SHM_SLEEPERS_COUNT) != 0)
@@ -444,11 +458,20 @@ static uint32_t clear_upgrade_bits(shmlock_upgrade *m, bool mark)
 	}
 }
 
-/* takeOverWriter: the Writer word o, if its holder is dead. */
+/* takeOverWriter: the Writer word o, if its holder is dead. A
+ * WRITER_UNIQUE hold ends in the CAS, which lets readers in: the mark and
+ * the generation go first, with locked instructions (another repairer may
+ * do the same). */
 static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
 {
 	uint64_t id = writer_id(o);
-	if (id == 0 || alive(m, id) || !cas64(&m->e->writer, o, m->pid))
+	if (id == 0 || alive(m, id))
+		return false;
+	if (o & WRITER_UNIQUE) {
+		atomic_fetch_or(&m->e->state, UPG_INCONSISTENT);
+		atomic_fetch_add(&m->e->generation, 1);
+	}
+	if (!cas64(&m->e->writer, o, m->pid))
 		return false;
 	atomic_fetch_and(&m->e->waiters, ~UNIQUE_WRITER);
 	if ((ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE) {
@@ -542,7 +565,7 @@ static void repair_blockers(shmlock_upgrade *m)
 	bool unique;
 	if (s & UPG_UPGRADE)
 		release_dead_upgrader(m, &unique);
-	else if (s & UPG_WRITE)
+	else if ((s & UPG_WRITE) || (ld64(&m->e->writer) & WRITER_UNIQUE))
 		release_dead_writer(m);
 }
 
@@ -845,21 +868,19 @@ static int lock_slow(shmlock_upgrade *m, const struct deadline *d, bool try)
 
 static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 {
-	/* Fast path: nobody holds or wants anything. */
-	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid)) {
-		/* The thread id after the state CAS, not before: a locked
-		 * instruction waits for the stores before it to drain (measured:
-		 * 4% more uncontended lock+unlock), and nobody needs the id
-		 * before this handle does: holds_writer of another handle of this
-		 * process sees 0, left by the last release, not its own id. The
-		 * next locked instruction or release store publishes it. (Go
-		 * keeps the order: there it measured no different.) */
-		bool ok = cas32(&m->e->state, 0, UPG_WRITE);
+	/* Fast path: nobody holds or wants anything: the unique lock in one
+	 * CAS, WRITER_UNIQUE (upgrade/exclusive.go: lock). holds_writer of
+	 * another handle of this process sees the thread id 0, left by the
+	 * last release, until the store: never its own id. */
+	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid | WRITER_UNIQUE)) {
 		st_owned64(&m->e->writer_tid, m->tid);
-		if (ok) {
-			if (readers_zero(m))
-				return SHMLOCK_OK;
-		} else if (holds_upgrader(m)) {
+		uint32_t s = ld32(&m->e->state);
+		if (!(s & ~UPG_INCONSISTENT) && readers_zero(m))
+			return s ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+		/* stepBack: keep the Writer word, go on through UPG_WRITE. */
+		atomic_fetch_and(&m->e->writer, ~WRITER_UNIQUE);
+		wake(m, shared_gate(m));
+		if (holds_upgrader(m)) {
 			abandon_writer(m);
 			return SHMLOCK_EHELD;
 		}
@@ -893,9 +914,10 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 	int rc = check_open(m);
 	if (rc)
 		return rc;
-	if (!holds_writer(m)) {
-		if (writer_id(ld64(&m->e->writer)) != 0 &&
-		    (ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE)
+	uint64_t w = ld64(&m->e->writer);
+	if (!holds_writer_word(m, w)) {
+		if (writer_id(w) != 0 &&
+		    ((w & WRITER_UNIQUE) || (ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE))
 			return SHMLOCK_ENOTOWNER;
 		return SHMLOCK_ENOTHELD;
 	}
@@ -907,7 +929,8 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 	 * release_writer_word's CAS is the full barrier before wake loads the
 	 * waiters word. */
 	bump_generation(m);
-	atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE, memory_order_release);
+	if (!(w & WRITER_UNIQUE)) /* that form's bit goes with the word */
+		atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE, memory_order_release);
 	release_writer_word(m);
 	wake(m, shared_gate(m)); /* UniqueGate has no sleeper now */
 	return SHMLOCK_OK;
@@ -927,7 +950,8 @@ SHM_EXPORT int shmlock_upgrade_mark_consistent(shmlock_upgrade *m)
 	if (rc)
 		return rc;
 	uint32_t s = ld32(&m->e->state);
-	bool unique = (holds_writer(m) && (s & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE) ||
+	bool unique = (holds_writer(m) && ((s & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE ||
+	                                   (ld64(&m->e->writer) & WRITER_UNIQUE))) ||
 	              (holds_upgrader(m) && (s & (UPG_WRITE | UPG_UPGRADE)) == (UPG_WRITE | UPG_UPGRADE));
 	if (!unique)
 		return SHMLOCK_ENOTHELD;
@@ -942,8 +966,7 @@ static bool lock_shared_fast(shmlock_upgrade *m)
 {
 	struct shm_reader_record *r = m->rec;
 	if (r && !seg_closed(m)) {
-		if (atomic_fetch_add(&r->count, 1) + 1 <= MAX_SHARED &&
-		    !(ld32(&m->e->state) & UPG_BLOCK_READERS))
+		if (atomic_fetch_add(&r->count, 1) + 1 <= MAX_SHARED && !readers_blocked(m))
 			return true;
 		back_off(m, r);
 	}
@@ -967,7 +990,7 @@ static int lock_shared_slow(shmlock_upgrade *m, const struct deadline *d, bool t
 			back_off(m, r);
 			return SHMLOCK_EOVERFLOW;
 		}
-		if (!(ld32(&m->e->state) & UPG_BLOCK_READERS)) {
+		if (!readers_blocked(m)) {
 			if (waited && seg_closed(m)) {
 				back_off(m, r);
 				return SHMLOCK_ECLOSED;
@@ -1050,6 +1073,19 @@ static bool ready_for_upgrade(shmlock_upgrade *m)
 	return !(ld32(&m->e->state) & UPG_WRITE) && writer_word_free(m);
 }
 
+/* upgradeBitStands: the upgrade seeker's half of Dekker's pair with
+ * lock_unique's fast path: after the CAS of UPG_UPGRADE, a writer that
+ * took WRITER_UNIQUE meanwhile keeps the lock, and the seeker clears its
+ * bit again and waits (keeping the Upgrader word). */
+static bool upgrade_bit_stands(shmlock_upgrade *m)
+{
+	if (!(ld64(&m->e->writer) & WRITER_UNIQUE))
+		return true;
+	atomic_fetch_and(&m->e->state, ~UPG_UPGRADE);
+	wake(m, unique_gate(m));
+	return false;
+}
+
 static void abandon_upgrader(shmlock_upgrade *m)
 {
 	release_upgrader_word(m);
@@ -1087,18 +1123,18 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 			uint32_t next = s & ~(UPG_PENDING | UPG_WRITE);
 			if (s & UPG_WRITE)
 				next |= UPG_INCONSISTENT;
-			if (cas32(&m->e->state, s, next)) {
-				if (s & (UPG_PENDING | UPG_WRITE))
-					wake(m, shared_gate(m));
+			if (!cas32(&m->e->state, s, next))
+				continue;
+			if (s & (UPG_PENDING | UPG_WRITE))
+				wake(m, shared_gate(m));
+			if (upgrade_bit_stands(m))
 				break;
-			}
-			continue;
-		}
-		/* A writer holding the writers' mutex goes first (fairness). */
-		if (!(s & UPG_WRITE) && writer_word_free(m)) {
-			if (cas32(&m->e->state, s, s | UPG_UPGRADE))
+		} else if (!(s & UPG_WRITE) && writer_word_free(m)) {
+			/* A writer holding the writers' mutex goes first (fairness). */
+			if (!cas32(&m->e->state, s, s | UPG_UPGRADE))
+				continue;
+			if (upgrade_bit_stands(m))
 				break;
-			continue;
 		}
 		if (try) {
 			abandon_upgrader(m);
@@ -1238,7 +1274,8 @@ SHM_EXPORT int shmlock_upgrade_timed_upgrade_to_unique(shmlock_upgrade *m, int64
 
 static int not_unique(shmlock_upgrade *m)
 {
-	return (ld32(&m->e->state) & UPG_WRITE) ? SHMLOCK_ENOTOWNER : SHMLOCK_ENOTHELD;
+	return ((ld32(&m->e->state) & UPG_WRITE) || (ld64(&m->e->writer) & WRITER_UNIQUE)) ? SHMLOCK_ENOTOWNER
+	                                                                                : SHMLOCK_ENOTHELD;
 }
 
 SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)

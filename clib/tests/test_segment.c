@@ -31,7 +31,7 @@ static void check_common(shmlock_segment *s)
 {
 	static const uint8_t boot[16] = {0xb0, 0x07, 0x1d, 0x00, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1};
 	struct shm_header *h = s->hdr;
-	CHECK(h->version == 4 && h->header_size == 1024 && h->table_count == 12);
+	CHECK(h->version == SHM_VERSION && h->header_size == 1024 && h->table_count == 12);
 	CHECK(h->created == UINT64_C(1704067200000000000));
 	CHECK(memcmp(h->boot_id, boot, 16) == 0);
 	CHECK(memcmp(h->owners_boot, boot, 16) == 0);

@@ -86,7 +86,7 @@ func TestCreateThenInfo(t *testing.T) {
 	require.NoError(t, err)
 	want := fmt.Sprintf(""+
 		"path\t%s\n"+
-		"format_version\t4\n"+
+		"format_version\t5\n"+
 		"total_bytes\t%d\n"+
 		"created\t%s\n"+
 		"creator.pid\t%d\n"+
