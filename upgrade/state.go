@@ -43,9 +43,11 @@ import (
 //     writerUnique (bit 61 of the word, see below), which keeps readers
 //     out as stateWrite does. Then it loads the state word and the reader
 //     records: if no lock bit is set and no reader is counted, it holds
-//     the unique lock, with the state word untouched. Otherwise it
-//     retreats (clears writerUnique, keeping the Writer word) and goes on
-//     as a writer that holds the Writer word, through stateWrite. So a
+//     the unique lock, with the state word untouched (readers still
+//     counted get a few checks of the records to leave, the bit keeping
+//     new ones out). Otherwise it steps back (clears writerUnique, keeping
+//     the Writer word) and goes on as a writer that holds the Writer
+//     word, through stateWrite. So a
 //     writer's unique hold is writerUnique or stateWrite, never both (a
 //     takeover of a dead writerUnique holder drops the bit in its CAS),
 //     and a reader is kept out by stateWrite, statePending or

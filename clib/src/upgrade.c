@@ -874,9 +874,14 @@ static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 	 * last release, until the store: never its own id. */
 	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid | WRITER_UNIQUE)) {
 		st_owned64(&m->e->writer_tid, m->tid);
-		uint32_t s = ld32(&m->e->state);
-		if (!(s & ~UPG_INCONSISTENT) && readers_zero(m))
-			return s ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+		/* With no lock bit, readers still counted leave within a few
+		 * loads and the bit keeps new ones out: keep it for SPIN_LOADS
+		 * checks before stepping back (upgrade/exclusive.go:
+		 * lockAfterWriterWord). */
+		if (!(ld32(&m->e->state) & ~UPG_INCONSISTENT))
+			for (int i = 0; i < SPIN_LOADS; i++)
+				if (readers_zero(m))
+					return (ld32(&m->e->state) & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
 		/* stepBack: keep the Writer word, go on through UPG_WRITE. */
 		atomic_fetch_and(&m->e->writer, ~WRITER_UNIQUE);
 		wake(m, shared_gate(m));
