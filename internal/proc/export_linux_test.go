@@ -11,3 +11,6 @@ func SetReadStatFile(tb testing.TB, f func(path string) ([]byte, error)) {
 	readStatFile = f
 	tb.Cleanup(func() { readStatFile = old })
 }
+
+// SharesOurVM is sharesOurVM, for its test.
+var SharesOurVM = sharesOurVM

@@ -14,6 +14,13 @@ import (
 // dev and inode ino mapped, as their /proc/<pid>/maps say, leaving out this
 // process. Processes whose maps this user cannot read (another user's,
 // without privileges) are left out too: the answer is a lower bound.
+//
+// A child this process is starting (os/exec clones with CLONE_VM and
+// CLONE_VFORK) runs in this process's address space until its exec, and
+// its maps are ours then: it is left out with this process (sharesOurVM),
+// and one that has exec'd meanwhile is read again, so that only a new
+// image that maps the file itself is counted. Without this, a segment this
+// process maps was found "in use" by its own child of the moment.
 func MappedBy(dev, ino uint64) ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -27,7 +34,7 @@ func MappedBy(dev, ino uint64) ([]int, error) {
 		if err != nil || pid == self {
 			continue
 		}
-		if mapsFile(pid, want) {
+		if mapsFile(pid, want) && !sharesOurVM(pid) && mapsFile(pid, want) {
 			pids = append(pids, pid)
 		}
 	}
@@ -50,4 +57,15 @@ func mapsFile(pid int, want []byte) bool {
 		}
 	}
 	return false
+}
+
+// kcmpVM is KCMP_VM of linux/kcmp.h: kcmp compares the address spaces.
+const kcmpVM = 1
+
+// sharesOurVM reports whether process pid runs in this process's address
+// space (kcmp(2) says equal). A kernel without kcmp, or a process this one
+// may not inspect, says no: the process is then counted, as before.
+func sharesOurVM(pid int) bool {
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(os.Getpid()), uintptr(pid), kcmpVM, 0, 0, 0)
+	return errno == 0 && r == 0
 }

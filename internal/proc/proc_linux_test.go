@@ -300,3 +300,24 @@ func TestStartTime(t *testing.T) {
 		t.Errorf("StartTime of tick 150: got boot%+v, %v; want boot+1.5s", tick.Sub(bootAt), err)
 	}
 }
+
+// MappedBy leaves out this process and any process in its address space
+// (a child between clone and exec); kcmp tells those apart from a child
+// that runs an image of its own.
+func TestSharesOurVM(t *testing.T) {
+	t.Parallel()
+	if !proc.SharesOurVM(os.Getpid()) {
+		t.Skip("kcmp(2) is not available here: MappedBy counts every other process, as before")
+	}
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	if proc.SharesOurVM(child.Process.Pid) {
+		t.Errorf("a child that has exec'd (Start returned) shares our address space")
+	}
+	if proc.SharesOurVM(1 << 22) { // above every pid: no such process
+		t.Errorf("a missing process shares our address space")
+	}
+}
