@@ -87,12 +87,25 @@ func openHelper(path string) (*shm.Segment, *upgrade.Mutex, record, error) {
 	return seg, m, rec, err
 }
 
-// mixedOps runs iters operations of the mixed workload on m: 90% shared
-// reads, 5% Lock writes, 5% upgrades (read under the upgrade lock, upgrade,
-// write, then leave through UniqueToUpgrade or UniqueToShared). It returns
-// the number of writes, of torn reads, and of unique or upgrade holds whose
-// fencing token was not above every earlier one (fence: see fenced).
-func mixedOps(m *upgrade.Mutex, rec record, fence *atomic.Uint64, iters int, seed uint64) (writes, torn, stale uint64, err error) {
+// mix says how mixedOps splits its operations, in twentieths: shared
+// reads, then Lock writes; the rest are upgrades.
+type mix struct{ shared, unique uint64 }
+
+var (
+	readMostly = mix{shared: 18, unique: 1} // 90% shared, 5% Lock, 5% upgrades
+	// writersAndUpgraders is half Lock writes and half upgrades, no
+	// reader: Lock's one-CAS fast path and LockUpgrade meet as often as
+	// they can (Dekker's pair, state.go).
+	writersAndUpgraders = mix{shared: 0, unique: 10}
+)
+
+// mixedOps runs iters operations of the mixed workload on m: shared
+// reads, Lock writes and upgrades (read under the upgrade lock, upgrade,
+// write, then leave through UniqueToUpgrade or UniqueToShared), as mx
+// splits them. It returns the number of writes, of torn reads, and of
+// unique or upgrade holds whose fencing token was not above every earlier
+// one (fence: see fenced).
+func mixedOps(m *upgrade.Mutex, rec record, fence *atomic.Uint64, iters int, seed uint64, mx mix) (writes, torn, stale uint64, err error) {
 	fences := func() {
 		if fenced(m, fence) {
 			stale++
@@ -110,25 +123,25 @@ func mixedOps(m *upgrade.Mutex, rec record, fence *atomic.Uint64, iters int, see
 	for i := 0; i < iters && err == nil; i++ {
 		viaLocker := i%2 == 1
 		switch r := peerwork.SplitMix64(&seed) % 20; {
-		case r < 18 && viaLocker:
+		case r < mx.shared && viaLocker:
 			l.RLock()
 			if _, ok := rec.read(); !ok {
 				torn++
 			}
 			l.RUnlock()
-		case r < 18:
+		case r < mx.shared:
 			check(m.LockShared(), "LockShared")
 			if _, ok := rec.read(); !ok {
 				torn++
 			}
 			check(m.UnlockShared(), "UnlockShared")
-		case r == 18 && viaLocker:
+		case r < mx.shared+mx.unique && viaLocker:
 			l.Lock()
 			fences()
 			rec.write(rec[0].Load()+1, len(rec))
 			writes++
 			l.Unlock()
-		case r == 18:
+		case r < mx.shared+mx.unique:
 			check(m.Lock(), "Lock")
 			fences()
 			rec.write(rec[0].Load()+1, len(rec))
@@ -164,6 +177,10 @@ func mixedOps(m *upgrade.Mutex, rec record, fence *atomic.Uint64, iters int, see
 func rwHelper(args []string) int {
 	iters, _ := strconv.Atoi(args[1])
 	seed, _ := strconv.ParseUint(args[2], 10, 64)
+	mx := readMostly
+	if len(args) > 3 && args[3] == "writers-and-upgraders" {
+		mx = writersAndUpgraders
+	}
 	seg, m, rec, err := openHelper(args[0])
 	if err != nil {
 		fmt.Println("open:", err)
@@ -175,7 +192,7 @@ func rwHelper(args []string) int {
 		fmt.Println("fence:", err)
 		return 1
 	}
-	writes, torn, stale, err := mixedOps(m, rec, fence, iters, seed)
+	writes, torn, stale, err := mixedOps(m, rec, fence, iters, seed, mx)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

@@ -22,7 +22,7 @@ var long = testproc.Long
 // helpers run in child processes (testproc); each uses upgrade mutex 0 of
 // the segment at args[0].
 var helpers = map[string]func(args []string) int{
-	"rw":         rwHelper,        // PATH ITERS SEED: the mixed workload, prints "writes N torn T"
+	"rw":         rwHelper,        // PATH ITERS SEED [WORKLOAD]: the mixed workload, prints "writes N torn T"
 	"hold":       holdHelper,      // PATH MODE: take a hold in MODE, print "held", sleep until killed
 	"claim-exit": claimExitHelper, // PATH NAME exit|wait: name a mutex, use it, exit (or wait to be killed) without Close
 	"tell":       tellHelper,      // PATH HOW MARK: take the unique lock, print "told reclaimed=B inconsistent=B", maybe mark, release

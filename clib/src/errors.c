@@ -14,7 +14,7 @@ int shm_sys_error(int err)
 
 SHM_EXPORT int shmlock_errno(void) { return last_errno; }
 
-SHM_EXPORT const char *shmlock_version(void) { return "1.1.0"; }
+SHM_EXPORT const char *shmlock_version(void) { return "1.2.0"; }
 
 struct code {
 	int rc;
