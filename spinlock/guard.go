@@ -211,6 +211,7 @@ func (k *locker) Unlock() {
 	if l.mode == PIDTID && !racesync.Enabled {
 		s := l.slot
 		if s.PID.Load() == id.PID && s.TID.Load() == id.TID && s.RecursionCount.Load()&layout.SlotRecursion == 0 {
+			memview.StoreRelease32(l.oursOf(id), 0)
 			memview.StoreOwned(&s.TID, 0)
 			memview.StoreOwned(&s.Token, s.Token.Load()+1)
 			s.PID.Store(0)

@@ -531,3 +531,42 @@ func TestModes(t *testing.T) {
 	require.NoError(t, g.Release())
 	require.Zero(t, l.Generation(), "Token locks have no generation")
 }
+
+// A holder that locks again through another handle of the same slot
+// recurses too: that handle's own flags (Lock.ours) do not know of the
+// first hold, and the waiting acquisition finds the caller's identity in
+// the lock word instead. A holder of the same way of the flags (TID mod 8)
+// that does not hold the lock waits as any other.
+func TestRecursionThroughAnotherHandle(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	a, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	b, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	me := spinlock.NewHolder()
+	var outer, inner spinlock.Guard
+	require.NoError(t, outer.Lock(a, me))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, inner.LockContext(ctx, b, me), "the same holder through another handle")
+	require.True(t, inner.Recursive())
+	require.Equal(t, slotState{PID: me.PID, TID: me.TID, Recursion: 1}, stateOf(a.Slot()))
+
+	sameWay := spinlock.NewHolder()
+	for sameWay.TID%8 != me.TID%8 || sameWay.TID == me.TID {
+		sameWay = spinlock.NewHolder()
+	}
+	var other spinlock.Guard
+	require.ErrorIs(t, other.TryLock(a, sameWay), spinlock.ErrWouldBlock)
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	require.ErrorIs(t, other.LockContext(short, a, sameWay), context.DeadlineExceeded, "a holder of the same way waits")
+
+	require.NoError(t, inner.Release())
+	require.NoError(t, outer.Release())
+	require.NoError(t, other.Lock(a, sameWay), "free once the holder let go")
+	require.False(t, other.Recursive())
+	require.NoError(t, other.Release())
+	require.Equal(t, slotState{Token: 1 + 1}, stateOf(a.Slot()))
+}

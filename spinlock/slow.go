@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/internal/sleepers"
@@ -91,26 +92,36 @@ func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try
 }
 
 // acquireSlow is kept out of acquire so that the fast path stays small.
+//
+// Whether the caller holds the lock already (a recursive lock, pid/tid
+// mode) is asked of the handle's ours flag for the holder first, not of the slot: the
+// slot's line is the contended one, and the CAS that just failed lost it
+// to the holder, so reading PID and TID there cost every contended
+// acquisition one more cache-line transfer, in the holder's way (shmctl
+// bench counter, 2 processes, far placement: 16.2 -> 18.9M ops/s without
+// the read, token mode 21.4M). A recursive lock through another handle of
+// the same slot (the flags are per handle) is caught in the spin loop below,
+// after the keep-off: the word it loads anyway is then the caller's PID.
 func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time, try bool) (outcome, error) {
-	if l.mode == PIDTID && l.heldBy(id) {
-		if r := l.slot.RecursionCount.Load(); r&layout.SlotRecursion == maxRecursion {
-			return outcome{}, ErrRecursion
-		}
-		l.slot.RecursionCount.Add(1)
-		return outcome{recursive: true}, nil
+	if l.mode == PIDTID && (l.oursOf(id).Load() != 0 || try) && l.heldBy(id) {
+		return l.recurse()
 	}
 	if try {
 		return outcome{}, ErrWouldBlock
 	}
 	start := spin.KeepOff(keepOff)
 	for i := range spinLoads + spinYields + osYields {
-		if l.word.Load() == 0 && l.tryAcquire(id) {
+		w := l.word.Load()
+		if w == 0 && l.tryAcquire(id) {
 			if i < spinLoads {
 				l.stats.RecordSpunWait() // not timed: see layout.LockStats
 			} else {
 				l.stats.RecordWait(time.Duration(mono.Now()-start), false)
 			}
 			return outcome{}, nil
+		}
+		if w == id.PID && l.mode == PIDTID && l.heldBy(id) {
+			return l.recurse()
 		}
 		switch {
 		case i >= spinLoads+spinYields:
@@ -122,6 +133,15 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 	o, err := l.wait(ctx, id, deadline)
 	l.stats.RecordWait(time.Duration(mono.Now()-start), err != nil)
 	return o, err
+}
+
+// recurse takes one more hold for the holder of the lock (pid/tid mode).
+func (l *Lock) recurse() (outcome, error) {
+	if r := l.slot.RecursionCount.Load(); r&layout.SlotRecursion == maxRecursion {
+		return outcome{}, ErrRecursion
+	}
+	l.slot.RecursionCount.Add(1)
+	return outcome{recursive: true}, nil
 }
 
 // wait is the waiting part of acquireSlow once spinning and yielding have
@@ -205,6 +225,7 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 		racesync.Acquire(l.word)
 	}
 	l.slot.TID.Store(id.TID)
+	memview.StoreRelease32(l.oursOf(id), 1)
 	l.slot.RecursionCount.Store(layout.SlotInconsistent)
 	l.slot.Token.Add(1)
 	l.stats.AddReclaim()

@@ -102,14 +102,26 @@ static inline int spin_report(const struct shm_owner_slot *s)
 }
 
 /* spin_try is the fast path: one CAS of the free lock word. */
-static inline bool spin_try(shmlock_spin *l, uint64_t word, uint64_t holder)
+/* spin_try_seen is spin_try that also says what a failed CAS found in the
+ * lock word (*seen): the first acquisition's CAS tells the slow path
+ * whether this process may hold the lock already (recursion) without
+ * another read of the contended slot. */
+static inline bool spin_try_seen(shmlock_spin *l, uint64_t word, uint64_t holder, uint64_t *seen)
 {
-	uint64_t free_word = 0;
-	if (!atomic_compare_exchange_strong(l->word, &free_word, word))
+	uint64_t cur = 0;
+	if (!atomic_compare_exchange_strong(l->word, &cur, word)) {
+		*seen = cur;
 		return false;
+	}
 	if (l->mode == SHMLOCK_PIDTID)
 		spin_store_owned(&l->slot->tid, holder);
 	return true;
+}
+
+static inline bool spin_try(shmlock_spin *l, uint64_t word, uint64_t holder)
+{
+	uint64_t seen;
+	return spin_try_seen(l, word, holder, &seen);
 }
 
 static bool spin_held_by(const shmlock_spin *l, uint64_t word, uint64_t holder)
@@ -173,12 +185,16 @@ static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t de
 /* spin_lock_slow is everything but the first CAS: recursion, the try's
  * refusal, spinning, sleeping and reclaiming (in spin_wait, whose wait it
  * counts). deadline is a CLOCK_MONOTONIC time, or negative for none; try
- * means do not wait at all. */
+ * means do not wait at all. seen is what the first CAS found in the lock
+ * word: only if that is this process's identity can the caller hold the
+ * lock already, and only then is the slot's TID read (reading PID and TID
+ * after every failed CAS cost a contended acquisition one more transfer
+ * of the slot's line, in the holder's way: spinlock/slow.go). */
 static __attribute__((noinline)) int spin_lock_slow(shmlock_spin *l, uint64_t word, uint64_t holder,
-                                                   int64_t deadline, bool try)
+                                                   int64_t deadline, bool try, uint64_t seen)
 {
 	struct shm_owner_slot *s = l->slot;
-	if (l->mode == SHMLOCK_PIDTID && spin_held_by(l, word, holder)) {
+	if (l->mode == SHMLOCK_PIDTID && seen == word && spin_held_by(l, word, holder)) {
 		uint32_t r = atomic_load(&s->recursion);
 		if ((r & SHM_SLOT_RECURSION_MASK) == SHM_SLOT_RECURSION_MASK)
 			return SHMLOCK_ERECURSION;
@@ -253,14 +269,15 @@ static inline int spin_acquire(shmlock_spin *l, uint64_t holder, int64_t timeout
 		return SHMLOCK_EBADIDENTITY;
 	if (SHM_UNLIKELY(spin_closed(l)))
 		return SHMLOCK_ECLOSED;
-	if (SHM_LIKELY(spin_try(l, word, holder)))
+	uint64_t seen = 0;
+	if (SHM_LIKELY(spin_try_seen(l, word, holder, &seen)))
 		return spin_report(l->slot);
 	int64_t deadline = -1;
 	if (timeout_ns > 0) {
 		int64_t now = shm_now_ns();
 		deadline = timeout_ns > INT64_MAX - now ? -1 : now + timeout_ns;
 	}
-	return spin_lock_slow(l, word, holder, deadline, timeout_ns == 0);
+	return spin_lock_slow(l, word, holder, deadline, timeout_ns == 0, seen);
 }
 
 SHM_EXPORT int shmlock_spin_lock(shmlock_spin *l, uint64_t holder)
