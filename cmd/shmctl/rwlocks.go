@@ -160,8 +160,9 @@ func readRWLocks(seg *shm.Segment, all bool) (*rwlocksJSON, error) {
 		}
 		l.Held = heldAs(st, l.SharedHolds)
 		// The Writer word is the writers' own mutex: its holder has the
-		// unique lock only once stateWrite is set (without stateUpgrade)
-		// and the readers are gone.
+		// unique lock once it holds it in one CAS (the word's bit 61), or
+		// once stateWrite is set (without stateUpgrade) and the readers
+		// are gone.
 		l.WriterWaiting = l.Writer != nil && l.Held != heldUnique
 		inUse := claimed || st.State != 0 || l.Writer != nil || l.Upgrader != nil || len(l.Readers) > 0 ||
 			st.SharedWaiters != 0 || st.UniqueWaiters != 0 || st.WriterWaiters != 0

@@ -279,3 +279,28 @@ func waitRWLocks(tb testing.TB, path string, done func(rwlockJSON) bool) rwlocks
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A unique lock taken uncontended is held in its one-CAS form (the Writer
+// word's bit 61, the state word 0): rwlocks shows it held, its writer not
+// waiting, and says so of the raw words it prints.
+func TestRWLocksOneCASUniqueHold(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Upgrades: 2})
+	m, err := upgrade.Open(seg, 1)
+	require.NoError(t, err)
+	require.NoError(t, m.Lock())
+	defer func() { require.NoError(t, m.Unlock()) }()
+
+	res := shmctl(t, false, "rwlocks", "--json", seg.Path())
+	require.Equal(t, exitOK, res.code, "stderr: %s", res.stderr)
+	var doc rwlocksJSON
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc))
+	require.Len(t, doc.RWLocks, 1)
+	l := doc.RWLocks[0]
+	assert.Equal(t, 1, l.Index)
+	assert.Equal(t, heldUnique, l.Held)
+	assert.True(t, l.WriteBit, "write_bit: the unique lock is held")
+	assert.Zero(t, l.StateWord, "the one-CAS form leaves the state word alone")
+	require.NotNil(t, l.Writer)
+	assert.False(t, l.WriterWaiting)
+}
