@@ -156,7 +156,7 @@ func (m *Mutex) UniqueToShared() error {
 // notUnique is the error for a downgrade by a handle without the unique
 // lock.
 func (m *Mutex) notUnique() error {
-	if m.e.State.Load()&stateWrite != 0 || m.e.Writer.Load()&writerUnique != 0 {
+	if uniqueHeld(m.e.State.Load(), m.e.Writer.Load()) {
 		return ErrNotOwner
 	}
 	return ErrNotHeld

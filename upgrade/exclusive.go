@@ -39,7 +39,7 @@ func (m *Mutex) lock(ctx context.Context) error {
 		// Other handles of this process see WriterTID 0 until this store:
 		// never their own id, so none of them takes the hold for its own.
 		memview.StoreOwned(&e.WriterTID, m.tid)
-		if s := e.State.Load(); s&^stateInconsistent == 0 && m.readersZero() {
+		if s := e.State.Load(); s&stateLocked == 0 && m.readersZero() {
 			m.raceAcquireUnique()
 			m.setReclaimed(s != 0)
 			return nil
@@ -78,7 +78,7 @@ func (m *Mutex) fastPathOpen() bool {
 // upgrade seeker can set its bit meanwhile: it would see writerUnique and
 // step back (Dekker's pair, state.go).
 func (m *Mutex) lockAfterWriterWord(ctx context.Context) error {
-	if m.e.State.Load()&^stateInconsistent == 0 {
+	if m.e.State.Load()&stateLocked == 0 {
 		for range spinLoads {
 			if m.readersZero() {
 				m.raceAcquireUnique()
@@ -212,8 +212,8 @@ func (m *Mutex) Inconsistent() bool { return m.e.State.Load()&stateInconsistent 
 // longer told. The handle must hold the unique lock (Lock, or an upgrade
 // to it); ErrNotHeld otherwise.
 func (m *Mutex) MarkConsistent() error {
-	s := m.e.State.Load()
-	unique := m.holdsWriter() && (s&(stateWrite|stateUpgrade) == stateWrite || m.e.Writer.Load()&writerUnique != 0) ||
+	s, w := m.e.State.Load(), m.e.Writer.Load()
+	unique := m.holdsWriterWord(w) && writerHoldsUnique(s, w) ||
 		m.holdsUpgrader() && s&(stateWrite|stateUpgrade) == stateWrite|stateUpgrade
 	if !unique {
 		return ErrNotHeld
@@ -316,7 +316,7 @@ func (m *Mutex) checkFree(ctx context.Context) error {
 func (m *Mutex) Unlock() error {
 	w := m.e.Writer.Load()
 	if !m.holdsWriterWord(w) {
-		if writerID(w) != 0 && (w&writerUnique != 0 || m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite) {
+		if writerID(w) != 0 && writerHoldsUnique(m.e.State.Load(), w) {
 			return ErrNotOwner
 		}
 		return ErrNotHeld

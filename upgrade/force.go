@@ -35,7 +35,7 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	var f Forced
 	if o := m.e.Writer.Load(); isHandoff(o) {
 		m.releaseStaleHandoff(o)
-	} else if id := writerID(o); id != 0 && m.forceWriterWord(o) {
+	} else if id := writerID(o); id != 0 && m.seizeWriterWord(o) {
 		m.e.Waiters.And(^uniqueWriter)
 		if m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
 			m.e.State.Or(stateInconsistent)
@@ -65,16 +65,6 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 		m.wakeWriter()
 	}
 	return f, nil
-}
-
-// forceWriterWord takes the Writer word o over from its holder for
-// ForceUnlock. A writerUnique hold ends in the CAS, so the mutex is marked
-// inconsistent before it, as takeOverWriter does.
-func (m *Mutex) forceWriterWord(o uint64) bool {
-	if o&writerUnique != 0 {
-		m.e.State.Or(stateInconsistent)
-	}
-	return m.e.Writer.CompareAndSwap(o, m.pid)
 }
 
 // forceGeneration moves the generation past every token of a holder that

@@ -81,7 +81,7 @@ func (l *Locker) Lock() {
 	e := m.e
 	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid|writerUnique) {
 		memview.StoreOwned(&e.WriterTID, m.tid)
-		if s := e.State.Load(); s&^stateInconsistent == 0 && m.readersZero() {
+		if s := e.State.Load(); s&stateLocked == 0 && m.readersZero() {
 			m.raceAcquireUnique()
 			m.setReclaimed(s != 0)
 			return

@@ -64,7 +64,7 @@ func Inspect(seg *shm.Segment, i int) (Status, error) {
 		SharedWaiters: w & waitersSharedMask, UniqueWaiters: uint32(bits.OnesCount32(w & waitersUnique)),
 		WriterWaiters: sleepers.Count(e.WriterSleepers.Load()),
 		ReaderRecords: seg.ReadersPerUpgrade(),
-		WriteLocked:   st&stateWrite != 0 || writer&writerUnique != 0, UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
+		WriteLocked:   uniqueHeld(st, writer), UpgradeLocked: st&stateUpgrade != 0, UpgradePending: st&statePending != 0,
 		Inconsistent: st&stateInconsistent != 0,
 		Readers:      []ReaderStatus{},
 	}

@@ -177,6 +177,9 @@ const (
 
 	// blockReaders are the bits that make a new reader wait.
 	blockReaders = stateWrite | statePending
+	// stateLocked are the bits of a hold or a pending upgrade: none may be
+	// set for Lock's fast path to keep writerUnique.
+	stateLocked = stateWrite | stateUpgrade | statePending
 )
 
 // The Waiters word:
@@ -288,7 +291,7 @@ func isHandoff(o uint64) bool { return layout.IsUpgradeHandoff(o) }
 // The layout package reads these words too (layout.UpgradeFree, for the
 // recycling of a mutex's name): its constants must be these.
 var (
-	_ = [1]struct{}{}[layout.UpgradeStateHeld^(stateWrite|stateUpgrade|statePending)]
+	_ = [1]struct{}{}[layout.UpgradeStateHeld^stateLocked]
 	_ = [1]struct{}{}[layout.UpgradeStateInconsistent^stateInconsistent]
 	_ = [1]struct{}{}[layout.UpgradeWriterUnique^writerUnique]
 )
@@ -313,6 +316,17 @@ func writerID(o uint64) uint64 {
 // pending.
 func readersBlocked(e *layout.UpgradeEntry) bool {
 	return e.State.Load()&blockReaders != 0 || e.Writer.Load()&writerUnique != 0
+}
+
+// uniqueHeld reports whether state word s and Writer word w show the
+// unique lock held (or taken once readers leave), in either form and by
+// the writer or an upgraded upgrade holder.
+func uniqueHeld(s uint32, w uint64) bool { return s&stateWrite != 0 || w&writerUnique != 0 }
+
+// writerHoldsUnique is uniqueHeld for the Writer word's holder alone:
+// stateWrite without stateUpgrade, or writerUnique.
+func writerHoldsUnique(s uint32, w uint64) bool {
+	return s&(stateWrite|stateUpgrade) == stateWrite || w&writerUnique != 0
 }
 
 // The WriterSleepers word is an internal/sleepers word over WriterGate:

@@ -464,10 +464,9 @@ func (m *Mutex) takeOverWriter(o uint64) bool {
 		return false
 	}
 	if o&writerUnique != 0 {
-		m.e.State.Or(stateInconsistent)
 		m.forceGeneration()
 	}
-	if !m.e.Writer.CompareAndSwap(o, m.pid) {
+	if !m.seizeWriterWord(o) {
 		return false
 	}
 	m.e.Waiters.And(^uniqueWriter)
@@ -480,6 +479,18 @@ func (m *Mutex) takeOverWriter(o uint64) bool {
 	m.repairs.Add(1)
 	m.stats.AddReclaim()
 	return true
+}
+
+// seizeWriterWord takes the Writer word o (read by the caller) over from
+// its holder, dead (takeOverWriter) or forced out (ForceUnlock): CAS to
+// the caller's identity. A writerUnique hold ends in that CAS, so the mutex
+// is marked inconsistent before it; a stateWrite hold stays set, for the
+// caller to mark and clear.
+func (m *Mutex) seizeWriterWord(o uint64) bool {
+	if o&writerUnique != 0 {
+		m.e.State.Or(stateInconsistent)
+	}
+	return m.e.Writer.CompareAndSwap(o, m.pid)
 }
 
 // takeOverUpgrader is takeOverWriter for the Upgrader word.
@@ -619,7 +630,7 @@ func (m *Mutex) repairBlockers() {
 	switch {
 	case s&stateUpgrade != 0:
 		m.releaseDeadUpgrader()
-	case s&stateWrite != 0 || m.e.Writer.Load()&writerUnique != 0:
+	case writerHoldsUnique(s, m.e.Writer.Load()):
 		m.releaseDeadWriter()
 	}
 }

@@ -56,6 +56,7 @@
 #define UPG_PENDING SHM_UPG_PENDING
 #define UPG_INCONSISTENT SHM_UPG_INCONSISTENT
 #define UPG_BLOCK_READERS (UPG_WRITE | UPG_PENDING) /* make a new reader wait (and WRITER_UNIQUE) */
+#define UPG_LOCKED (UPG_WRITE | UPG_UPGRADE | UPG_PENDING) /* a hold or a pending upgrade */
 
 /* Waiters bits. */
 #define WAITERS_SHARED 1u
@@ -147,6 +148,14 @@ static inline bool holds_writer_word(shmlock_upgrade *m, uint64_t w)
 }
 
 static inline bool holds_writer(shmlock_upgrade *m) { return holds_writer_word(m, ld64(&m->e->writer)); }
+
+/* uniqueHeld: the unique lock is held, in either form, by the writer or an
+ * upgraded upgrade holder; writerHoldsUnique: by the writer. */
+static inline bool unique_held(uint32_t s, uint64_t w) { return (s & UPG_WRITE) || (w & WRITER_UNIQUE); }
+static inline bool writer_holds_unique(uint32_t s, uint64_t w)
+{
+	return (s & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE || (w & WRITER_UNIQUE);
+}
 
 /* readersBlocked: a reader must wait. */
 static inline bool readers_blocked(shmlock_upgrade *m)
@@ -404,17 +413,16 @@ static void bump_generation(shmlock_upgrade *m)
 	st_owned64(&m->e->generation, ld64(&m->e->generation) + 1);
 }
 
-/* releaseWriterWord: holder id, then the word (a handoff if a writer is
- * hungry); then one waiting writer is woken. The end of a unique hold has
- * bumped the generation before. */
-static inline void release_writer_word(shmlock_upgrade *m)
+/* releaseWriterWord: holder id, then the word o (as the caller loaded it:
+ * a handoff if a writer is hungry); then one waiting writer is woken. The
+ * end of a unique hold has bumped the generation before. */
+static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
 {
 	st_owned64(&m->e->writer_tid, 0);
 	/* The word is this handle's identity (with WRITER_UNIQUE if the hold
 	 * is so) and only a waiting writer changes it meanwhile, adding
 	 * WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
 	 * freeWriterWord). */
-	uint64_t o = ld64(&m->e->writer);
 	for (;;) {
 		uint64_t next = (o & WRITER_HUNGRY) ? handoff_word() : 0;
 		if (atomic_compare_exchange_strong(&m->e->writer, &o, next))
@@ -423,6 +431,8 @@ static inline void release_writer_word(shmlock_upgrade *m)
 	if ((ld32(&m->e->writer_sleepers) & SHM_SLEEPERS_COUNT) != 0)
 		wake_writer(m);
 }
+
+static inline void release_writer_word(shmlock_upgrade *m) { release_writer_word_from(m, ld64(&m->e->writer)); }
 
 static void release_upgrader_word(shmlock_upgrade *m)
 {
@@ -565,7 +575,7 @@ static void repair_blockers(shmlock_upgrade *m)
 	bool unique;
 	if (s & UPG_UPGRADE)
 		release_dead_upgrader(m, &unique);
-	else if ((s & UPG_WRITE) || (ld64(&m->e->writer) & WRITER_UNIQUE))
+	else if (writer_holds_unique(s, ld64(&m->e->writer)))
 		release_dead_writer(m);
 }
 
@@ -878,7 +888,7 @@ static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 		 * loads and the bit keeps new ones out: keep it for SPIN_LOADS
 		 * checks before stepping back (upgrade/exclusive.go:
 		 * lockAfterWriterWord). */
-		if (!(ld32(&m->e->state) & ~UPG_INCONSISTENT))
+		if (!(ld32(&m->e->state) & UPG_LOCKED))
 			for (int i = 0; i < SPIN_LOADS; i++)
 				if (readers_zero(m))
 					return (ld32(&m->e->state) & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
@@ -921,8 +931,7 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 		return rc;
 	uint64_t w = ld64(&m->e->writer);
 	if (!holds_writer_word(m, w)) {
-		if (writer_id(w) != 0 &&
-		    ((w & WRITER_UNIQUE) || (ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE))
+		if (writer_id(w) != 0 && writer_holds_unique(ld32(&m->e->state), w))
 			return SHMLOCK_ENOTOWNER;
 		return SHMLOCK_ENOTHELD;
 	}
@@ -932,11 +941,12 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 	 * nanoseconds that force-unlocking a live holder always had), nor the
 	 * generation. So plain and release stores, no locked instruction;
 	 * release_writer_word's CAS is the full barrier before wake loads the
-	 * waiters word. */
+	 * waiters word. A WRITER_UNIQUE hold leaves the state word alone: its
+	 * bit goes with the word's CAS. */
 	bump_generation(m);
-	if (!(w & WRITER_UNIQUE)) /* that form's bit goes with the word */
+	if (!(w & WRITER_UNIQUE))
 		atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE, memory_order_release);
-	release_writer_word(m);
+	release_writer_word_from(m, w);
 	wake(m, shared_gate(m)); /* UniqueGate has no sleeper now */
 	return SHMLOCK_OK;
 }
@@ -955,8 +965,8 @@ SHM_EXPORT int shmlock_upgrade_mark_consistent(shmlock_upgrade *m)
 	if (rc)
 		return rc;
 	uint32_t s = ld32(&m->e->state);
-	bool unique = (holds_writer(m) && ((s & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE ||
-	                                   (ld64(&m->e->writer) & WRITER_UNIQUE))) ||
+	uint64_t w = ld64(&m->e->writer);
+	bool unique = (holds_writer_word(m, w) && writer_holds_unique(s, w)) ||
 	              (holds_upgrader(m) && (s & (UPG_WRITE | UPG_UPGRADE)) == (UPG_WRITE | UPG_UPGRADE));
 	if (!unique)
 		return SHMLOCK_ENOTHELD;
@@ -1279,8 +1289,7 @@ SHM_EXPORT int shmlock_upgrade_timed_upgrade_to_unique(shmlock_upgrade *m, int64
 
 static int not_unique(shmlock_upgrade *m)
 {
-	return ((ld32(&m->e->state) & UPG_WRITE) || (ld64(&m->e->writer) & WRITER_UNIQUE)) ? SHMLOCK_ENOTOWNER
-	                                                                                : SHMLOCK_ENOTHELD;
+	return unique_held(ld32(&m->e->state), ld64(&m->e->writer)) ? SHMLOCK_ENOTOWNER : SHMLOCK_ENOTHELD;
 }
 
 SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
