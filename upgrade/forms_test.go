@@ -117,3 +117,39 @@ func TestLockStepsBackFromUpgradeHolder(t *testing.T) {
 	require.NoError(t, w.Unlock())
 	checkFree(t, status(t, seg))
 }
+
+// Check reports a writer word whose unique bit no protocol step leaves:
+// the bit with no writer beside it, and a hold in both forms at once; the
+// words of a sound hold in either form give no finding.
+func TestCheckUniqueBit(t *testing.T) {
+	t.Parallel()
+	self := proc.Self().Pack()
+	for _, tc := range []struct {
+		name   string
+		writer uint64
+		state  uint32
+		want   string // a substring of the one finding; "" for none
+	}{
+		{"one-CAS hold", self | upgrade.WriterUnique, 0, ""},
+		{"one-CAS hold, hungry, inconsistent", self | upgrade.WriterUnique | upgrade.WriterHungry, upgrade.StateInconsistent, ""},
+		{"stateWrite hold", self, upgrade.StateWrite, ""},
+		{"unique bit with no writer", upgrade.WriterUnique, 0, "with no writer recorded"},
+		{"both forms", self | upgrade.WriterUnique, upgrade.StateWrite, "in both forms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			seg, _ := newSegment(t)
+			e := entry(t, seg)
+			e.Writer.Store(tc.writer)
+			e.State.Store(tc.state)
+			found, err := upgrade.Check(seg, 0)
+			require.NoError(t, err)
+			if tc.want == "" {
+				require.Empty(t, found)
+				return
+			}
+			require.Len(t, found, 1, "%q", found)
+			require.Contains(t, found[0], tc.want)
+		})
+	}
+}
