@@ -43,6 +43,7 @@ var malformed = []struct {
 	{name: "version 1", corrupt: putU32(layout.OffVersion, 1), want: layout.ErrVersion},
 	{name: "version 2 (no data regions)", corrupt: putU32(layout.OffVersion, 2), want: layout.ErrVersion},
 	{name: "version 3 (no lock stats)", corrupt: putU32(layout.OffVersion, 3), want: layout.ErrVersion},
+	{name: "version 4 (readers blind to the one-CAS unique lock)", corrupt: putU32(layout.OffVersion, 4), want: layout.ErrVersion},
 	{name: "next version", corrupt: putU32(layout.OffVersion, layout.Version+1), want: layout.ErrVersion},
 	{name: "version big-endian 1", corrupt: putU32(layout.OffVersion, 1<<24), want: layout.ErrVersion},
 	{name: "header_size 256", corrupt: putU32(layout.OffHeaderSize, 256), want: layout.ErrMalformed},

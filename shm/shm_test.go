@@ -608,6 +608,11 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 			rechecksum(b)
 			return b
 		}), shm.Options{}, layout.ErrVersion},
+		{"the previous version (made by an older shmlock)", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[layout.OffVersion:], layout.Version-1)
+			rechecksum(b)
+			return b
+		}), shm.Options{}, layout.ErrVersion},
 		{"checksum", edit(func(b []byte) []byte { b[layout.OffCreated]++; return b }), shm.Options{}, layout.ErrChecksum},
 		{"never ready", edit(func(b []byte) []byte {
 			binary.LittleEndian.PutUint32(b[layout.OffReady:], 0)
