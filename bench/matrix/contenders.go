@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,25 +15,57 @@ type contender struct {
 	About string   // one line for people
 	Argv  []string // the binary in the bin directory, then fixed arguments
 	Ours  bool     // a shmlock lock, drawn bold in the plot
+	// Of is set for a baseline twin (-baseline): the contender it repeats
+	// with the baseline's drivers, whose JSON names that contender.
+	Of  string
+	Bin string // the twin's bin directory; "": the matrix's
+}
+
+// baselineSuffix ends the name of a baseline twin.
+const baselineSuffix = "@baseline"
+
+// withBaseline returns cs with, right after each of shmlock's own locks
+// whose driver dir has too, a twin that runs it from dir: the same lock
+// as another build has it, run in every round beside this build's.
+func withBaseline(cs []contender, dir string) []contender {
+	var out []contender
+	for _, c := range cs {
+		out = append(out, c)
+		if c.Ours && c.Of == "" && fileExists(filepath.Join(dir, c.Argv[0])) {
+			twin := c
+			twin.Name, twin.Of, twin.Bin = c.Name+baselineSuffix, c.Name, dir
+			twin.About = c.About + ", as built in " + dir
+			out = append(out, twin)
+		}
+	}
+	return out
+}
+
+// peer is the name c's driver puts in its JSON line.
+func (c contender) peer() string {
+	if c.Of != "" {
+		return c.Of
+	}
+	return c.Name
 }
 
 // contenders are every lock the matrix knows, in the order of its table.
 var contenders = []contender{
-	{"shmlock_spin", "shmlock spinlock, pid/tid mode (robust)", []string{"shmctl", "bench", "--lock", "spin"}, true},
-	{"shmlock_spin_token", "shmlock spinlock, token mode (a token per worker; not robust)", []string{"shmctl", "bench", "--lock", "spin-token"}, true},
-	{"shmlock_spin_c", "libshmlock spinlock from C, pid/tid mode (robust)", []string{"shmlock_spin_c"}, true},
-	{"shmlock_upgrade", "shmlock upgrade mutex, unique and shared holds (robust)", []string{"shmctl", "bench", "--lock", "upgrade"}, true},
-	{"shmlock_upgrade_c", "libshmlock upgrade mutex from C, unique and shared holds (robust)", []string{"shmlock_upgrade_c"}, true},
-	{"shmlock_lockmgr", "shmlock lock manager, one named resource, exclusive and collaborative holds (robust)", []string{"shmctl", "bench", "--lock", "lockmgr"}, true},
-	{"shmlock_lockmgr_eager", "the same with eager waiters (AcquireOptions.Eager: a handoff at every release)", []string{"shmctl", "bench", "--lock", "lockmgr-eager"}, true},
-	{"pthread_mutex_robust", "glibc pthread mutex, process-shared, robust", []string{"pthread_mutex_robust"}, false},
-	{"pthread_mutex", "glibc pthread mutex, process-shared, not robust", []string{"pthread_mutex"}, false},
-	{"pthread_rwlock", "glibc pthread rwlock, process-shared, not robust", []string{"pthread_rwlock"}, false},
-	{"boost_mutex", "Boost.Interprocess interprocess_mutex, not robust", []string{"boost_mutex"}, false},
-	{"boost_upgradable", "Boost.Interprocess interprocess_upgradable_mutex, not robust", []string{"boost_upgradable"}, false},
-	{"flock", "flock(2) on a file, one descriptor per process", []string{"flock"}, false},
-	{"ofd", "fcntl(2) OFD lock on a file, one descriptor per process", []string{"ofd"}, false},
-	{"cas_floor", "floor: CAS to lock, store to unlock, spin (not a usable lock)", []string{"cas_floor"}, false},
+	{Name: "shmlock_spin", About: "shmlock spinlock, pid/tid mode (robust)", Argv: []string{"shmctl", "bench", "--lock", "spin"}, Ours: true},
+	{Name: "shmlock_spin_token", About: "shmlock spinlock, token mode (a token per worker; not robust)", Argv: []string{"shmctl", "bench", "--lock", "spin-token"}, Ours: true},
+	{Name: "shmlock_spin_c", About: "libshmlock spinlock from C, pid/tid mode (robust)", Argv: []string{"shmlock_spin_c"}, Ours: true},
+	{Name: "shmlock_upgrade", About: "shmlock upgrade mutex, unique and shared holds (robust)", Argv: []string{"shmctl", "bench", "--lock", "upgrade"}, Ours: true},
+	{Name: "shmlock_upgrade_c", About: "libshmlock upgrade mutex from C, unique and shared holds (robust)", Argv: []string{"shmlock_upgrade_c"}, Ours: true},
+	{Name: "shmlock_lockmgr", About: "shmlock lock manager, one named resource, exclusive and collaborative holds (robust)", Argv: []string{"shmctl", "bench", "--lock", "lockmgr"}, Ours: true},
+	{Name: "shmlock_lockmgr_eager", About: "the same with eager waiters (AcquireOptions.Eager: a handoff at every release)", Argv: []string{"shmctl", "bench", "--lock", "lockmgr-eager"}, Ours: true},
+	{Name: "pthread_mutex_robust", About: "glibc pthread mutex, process-shared, robust", Argv: []string{"pthread_mutex_robust"}, Ours: false},
+	{Name: "pthread_mutex", About: "glibc pthread mutex, process-shared, not robust", Argv: []string{"pthread_mutex"}, Ours: false},
+	{Name: "pthread_rwlock", About: "glibc pthread rwlock, process-shared, not robust", Argv: []string{"pthread_rwlock"}, Ours: false},
+	{Name: "boost_mutex", About: "Boost.Interprocess interprocess_mutex, not robust", Argv: []string{"boost_mutex"}, Ours: false},
+	{Name: "boost_upgradable", About: "Boost.Interprocess interprocess_upgradable_mutex, not robust", Argv: []string{"boost_upgradable"}, Ours: false},
+	{Name: "flock", About: "flock(2) on a file, one descriptor per process", Argv: []string{"flock"}, Ours: false},
+	{Name: "ofd", About: "fcntl(2) OFD lock on a file, one descriptor per process", Argv: []string{"ofd"}, Ours: false},
+	{Name: "cas_floor", About: "floor: CAS to lock, store to unlock, spin (not a usable lock)", Argv: []string{"cas_floor"}, Ours: false},
 }
 
 // lookupContenders returns the contenders named in a comma-separated list,

@@ -5,6 +5,7 @@
 //
 //	go run ./bench/matrix              # the full matrix, about 4 minutes on 2 CPUs; results in bench/results/
 //	go run ./bench/matrix -quick       # seconds: checks that everything runs, numbers mean nothing
+//	go run ./bench/matrix -baseline DIR -rounds 10 -locks ... -cells ...   # this build against another (bench/README.md)
 //
 // It builds the drivers (make -C bench), shmctl and the placement probe
 // (scripts/linert) into bench/bin, calibrates each lock's iterations per
@@ -52,6 +53,7 @@ type options struct {
 	ProbeN     int
 	ShmDir     string
 	Replot     string   // a results file to draw again, running nothing
+	Baseline   string   // a bin directory of another build: shmlock's locks run from it too
 	Args       []string // as given, for the results file
 }
 
@@ -69,6 +71,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "limit for one driver call")
 	fs.IntVar(&o.ProbeN, "probe", 500_000, "cache-line round trips per placement probe")
 	fs.StringVar(&o.ShmDir, "shm", "/dev/shm", "directory for the drivers' shared files")
+	fs.StringVar(&o.Baseline, "baseline", "", "a bin directory of another build (its shmctl and C drivers): each of shmlock's locks also runs from there, beside this build's in every round, and a table compares the two round by round")
 	fs.StringVar(&o.Replot, "replot", "", "write matrix.md and matrix.svg again from this matrix.json (beside it), running nothing")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -77,8 +77,19 @@ func runMatrix(o options, stdout, log io.Writer) error {
 	if len(cs) == 0 {
 		return fmt.Errorf("no lock to run")
 	}
+	if o.Baseline != "" {
+		dir, err := filepath.Abs(o.Baseline)
+		if err != nil {
+			return err
+		}
+		before := len(cs)
+		if cs = withBaseline(cs, dir); len(cs) == before {
+			return fmt.Errorf("-baseline %s: none of the locks' drivers is there (build them: make -C bench and go build -o DIR/shmctl ./cmd/shmctl in the baseline's tree)", dir)
+		}
+		o.Baseline = dir
+	}
 	res.Settings = Settings{Rounds: o.Rounds, TargetSeconds: o.Target, Reference: strings.Split(o.Reference, ","),
-		Contenders: contenderNames(cs)}
+		Contenders: contenderNames(cs), Baseline: o.Baseline}
 	for _, c := range cells {
 		res.Settings.Cells = append(res.Settings.Cells, c.String())
 	}

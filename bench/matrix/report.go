@@ -188,6 +188,7 @@ func (res *Results) writeMarkdown(w io.Writer) error {
 		return fmt.Sprintf("%.0f%% (n=%d)", 100*e.Spread, len(e.Samples))
 	})
 	res.writeGoals(&b)
+	res.writeBaseline(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +60,11 @@ func (r *runner) run(c contender, cl cell, iters uint64) outcome {
 	defer cancel()
 	args := append(c.Argv[1:len(c.Argv):len(c.Argv)], "--workload", cl.Workload, "--procs", strconv.Itoa(cl.Procs),
 		"--iters", strconv.FormatUint(iters, 10), "--path", path)
-	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, c.Argv[0]), args...)
+	bin := r.bin
+	if c.Bin != "" {
+		bin = c.Bin
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, c.Argv[0]), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &limitedWriter{w: &stderr, n: 4096}
 	cmd.WaitDelay = 5 * time.Second // workers that outlive a killed driver keep the pipes open
@@ -78,7 +83,7 @@ func (r *runner) run(c contender, cl cell, iters uint64) outcome {
 		o.unsupported = true
 	case jerr != nil:
 		o.fail = fmt.Sprintf("no JSON line (%v, exit status %d): %s", jerr, code, oneLine(stderr.String()))
-	case o.line.Peer != c.Name || o.line.Workload != cl.Workload || o.line.Procs != cl.Procs || o.line.Iters != iters:
+	case o.line.Peer != c.peer() || o.line.Workload != cl.Workload || o.line.Procs != cl.Procs || o.line.Iters != iters:
 		o.fail = fmt.Sprintf("the line is for %s %s P=%d iters=%d", o.line.Peer, o.line.Workload, o.line.Procs, o.line.Iters)
 	case !o.line.OK || code != exitOK || err != nil:
 		o.fail = fmt.Sprintf("exit status %d, ok=%v: %s %s", code, o.line.OK, o.line.Detail, oneLine(stderr.String()))
@@ -179,6 +184,14 @@ func (m *matrixRun) do() ([]Cell, []Probe) {
 	for i, cl := range m.cells {
 		cells[i] = Cell{Workload: cl.Workload, Procs: cl.Procs, Unit: cl.Unit()}
 		for _, c := range m.contenders {
+			if c.Of != "" { // a twin runs as many iterations as the lock it repeats: its rounds pair with them
+				if k := slices.IndexFunc(cells[i].Entries, func(e Entry) bool { return e.Name == c.Of }); k >= 0 {
+					cells[i].Entries = append(cells[i].Entries, Entry{Name: c.Name, Iters: cells[i].Entries[k].Iters})
+				} else {
+					cells[i].Unsupported = append(cells[i].Unsupported, c.Name)
+				}
+				continue
+			}
 			iters, unsupported, fail := m.r.calibrate(c, cl, m.target)
 			switch {
 			case unsupported:
