@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -112,4 +116,52 @@ func (res *Results) writeBaseline(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %d of %d | %.3f |\n", r.Cell, r.Lock, si(r.This), si(r.Base), per, r.Faster, len(r.Ratios), r.P)
 	}
+}
+
+// baselineOf resolves -baseline: a directory of drivers as it is, or else
+// a git revision of this repository, whose tree is exported (git archive:
+// the checkout is not touched) into a temporary directory and built there
+// (its C drivers and shmctl). done removes what was built. label is what
+// the results file and the table call the baseline.
+func baselineOf(root, arg string, log io.Writer) (bin, label string, done func(), err error) {
+	if st, err := os.Stat(arg); err == nil && st.IsDir() {
+		abs, err := filepath.Abs(arg)
+		return abs, abs, func() {}, err
+	}
+	hash, err := gitOutput(root, "rev-parse", "--verify", "--quiet", arg+"^{commit}")
+	if err != nil {
+		return "", "", nil, fmt.Errorf("-baseline %s: neither a directory nor a revision of %s", arg, root)
+	}
+	tmp, err := os.MkdirTemp("", "shmlock-baseline-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	done = func() { _ = os.RemoveAll(tmp) }
+	tree, bin := filepath.Join(tmp, "tree"), filepath.Join(tmp, "bin")
+	fmt.Fprintf(log, "matrix: building the baseline %s (%s) in %s\n", arg, hash[:12], tmp)
+	steps := []struct {
+		dir  string
+		args []string
+	}{
+		{root, []string{"sh", "-c", `mkdir -p "$1" && git archive "$2" | tar -x -C "$1"`, "sh", tree, hash}},
+		{filepath.Join(tree, "bench"), []string{"make", "-s", "BIN=" + bin, "c"}},
+		{tree, []string{"go", "build", "-o", filepath.Join(bin, "shmctl"), "./cmd/shmctl"}},
+	}
+	for _, s := range steps {
+		cmd := exec.Command(s.args[0], s.args[1:]...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = s.dir, log, log
+		if err := cmd.Run(); err != nil {
+			done()
+			return "", "", nil, fmt.Errorf("building the baseline %s: %s: %w", arg, strings.Join(s.args, " "), err)
+		}
+	}
+	return bin, fmt.Sprintf("%s (%s)", arg, hash[:12]), done, nil
+}
+
+// gitOutput runs git in dir and returns its output, trimmed.
+func gitOutput(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	return strings.TrimSpace(string(out)), err
 }

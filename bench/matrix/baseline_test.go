@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -112,4 +113,43 @@ func TestQuickMatrixBaseline(t *testing.T) {
 	require.NoError(t, err)
 	opts.Baseline, opts.Out = t.TempDir(), t.TempDir()
 	require.ErrorContains(t, runMatrix(opts, io.Discard, io.Discard), "none of the locks' drivers is there")
+}
+
+// -baseline with a revision exports that commit's tree, builds its drivers
+// in a temporary directory, runs them beside this build's and removes the
+// directory afterwards. It builds shmctl from scratch (a minute on two
+// CPUs), so it runs with SHMLOCK_LONG=1; a name that is neither a
+// directory nor a revision is refused at once.
+func TestQuickMatrixBaselineRevision(t *testing.T) {
+	buildDrivers(t)
+	root, err := findRoot(".")
+	require.NoError(t, err)
+	opts, err := parseFlags([]string{"-quick", "-cells", "counter:2", "-locks", "shmlock_spin", "-out", t.TempDir(), "-bin", testBin,
+		"-baseline", "no-such-revision-" + t.Name()})
+	require.NoError(t, err)
+	require.ErrorContains(t, runMatrix(opts, io.Discard, io.Discard), "neither a directory nor a revision")
+
+	if os.Getenv("SHMLOCK_LONG") == "" {
+		t.Skip("builds a baseline from scratch: set SHMLOCK_LONG=1")
+	}
+	if _, err := gitOutput(root, "rev-parse", "--verify", "HEAD"); err != nil {
+		t.Skip("not a git checkout")
+	}
+	opts.Baseline = "HEAD"
+	var stdout, log bytes.Buffer
+	require.NoError(t, runMatrix(opts, &stdout, &log))
+	require.Regexp(t, `^HEAD \([0-9a-f]{12}\)$`, jsonOf(t, opts.Out).Settings.Baseline)
+	require.Contains(t, stdout.String(), "| counter P=2 | shmlock_spin | ")
+	tmp := regexp.MustCompile(`building the baseline HEAD \([0-9a-f]+\) in (\S+)`).FindStringSubmatch(log.String())
+	require.Len(t, tmp, 2, log.String())
+	require.NoDirExists(t, tmp[1], "the baseline's build is removed")
+}
+
+func jsonOf(t *testing.T, dir string) Results {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, jsonFile))
+	require.NoError(t, err)
+	var res Results
+	require.NoError(t, json.Unmarshal(b, &res))
+	return res
 }

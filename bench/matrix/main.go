@@ -5,7 +5,7 @@
 //
 //	go run ./bench/matrix              # the full matrix, about 4 minutes on 2 CPUs; results in bench/results/
 //	go run ./bench/matrix -quick       # seconds: checks that everything runs, numbers mean nothing
-//	go run ./bench/matrix -baseline DIR -rounds 10 -locks ... -cells ...   # this build against another (bench/README.md)
+//	go run ./bench/matrix -baseline HEAD -rounds 10 -locks ... -cells ...  # this tree against a commit (bench/README.md)
 //
 // It builds the drivers (make -C bench), shmctl and the placement probe
 // (scripts/linert) into bench/bin, calibrates each lock's iterations per
@@ -71,7 +71,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "limit for one driver call")
 	fs.IntVar(&o.ProbeN, "probe", 500_000, "cache-line round trips per placement probe")
 	fs.StringVar(&o.ShmDir, "shm", "/dev/shm", "directory for the drivers' shared files")
-	fs.StringVar(&o.Baseline, "baseline", "", "a bin directory of another build (its shmctl and C drivers): each of shmlock's locks also runs from there, beside this build's in every round, and a table compares the two round by round")
+	fs.StringVar(&o.Baseline, "baseline", "", "another build: a git revision (its tree is exported and built in a temporary directory) or a directory of its drivers (shmctl, C drivers); each of shmlock's locks also runs from it, beside this build's in every round, and a table compares the two round by round")
 	fs.StringVar(&o.Replot, "replot", "", "write matrix.md and matrix.svg again from this matrix.json (beside it), running nothing")
 	if err := fs.Parse(args); err != nil {
 		return o, err

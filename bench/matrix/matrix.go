@@ -78,15 +78,16 @@ func runMatrix(o options, stdout, log io.Writer) error {
 		return fmt.Errorf("no lock to run")
 	}
 	if o.Baseline != "" {
-		dir, err := filepath.Abs(o.Baseline)
+		dir, label, done, err := baselineOf(root, o.Baseline, log)
 		if err != nil {
 			return err
 		}
+		defer done()
 		before := len(cs)
 		if cs = withBaseline(cs, dir); len(cs) == before {
-			return fmt.Errorf("-baseline %s: none of the locks' drivers is there (build them: make -C bench and go build -o DIR/shmctl ./cmd/shmctl in the baseline's tree)", dir)
+			return fmt.Errorf("-baseline %s: none of the locks' drivers is there (build them: make -C bench c and go build -o DIR/shmctl ./cmd/shmctl in the baseline's tree)", dir)
 		}
-		o.Baseline = dir
+		o.Baseline = label
 	}
 	res.Settings = Settings{Rounds: o.Rounds, TargetSeconds: o.Target, Reference: strings.Split(o.Reference, ","),
 		Contenders: contenderNames(cs), Baseline: o.Baseline}

@@ -47,7 +47,7 @@ type Settings struct {
 	Reference     []string `json:"reference"`      // the first of these that ran a cell is its reference
 	Contenders    []string `json:"contenders"`
 	Cells         []string `json:"cells"`
-	Baseline      string   `json:"baseline,omitempty"` // -baseline: the other build's bin directory
+	Baseline      string   `json:"baseline,omitempty"` // -baseline: the other build's drivers' directory, or the revision built and its commit
 }
 
 // Probe is one reading of the placement probe: the round trip of a cache
