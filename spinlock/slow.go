@@ -59,6 +59,23 @@ import (
 // and counter 0.83-0.93x at 4 and 8 processes (still about twice Boost's
 // mutex there), and 330 ns gave 0.95x and 0.96x. Handoff is the cell we
 // trail pthread in; counter leads with room to spare.
+//
+// Every knob here moves along one trade: a turn passed inside the lock
+// (pingpong_retry) needs the releaser to stand back, a series of holds
+// needs it not to, and the lock cannot tell the two apart. Measured side
+// by side on the far host (bench/matrix -baseline, 10 rounds each; p of
+// the sign test 0.002-0.02 where a cell moved in 9 or 10 of them), and not
+// kept for that reason:
+//   - a waiter that says it is polling (a bit it sets in Token, bit 63,
+//     which no generation reaches) and a release that finds the bit and
+//     stands back 50 ns once the lock is free: pingpong_retry +12-15 %,
+//     counter -0-9 % at 2/4/8 processes; in libshmlock +24 % and
+//     -6-19 %. Standing back 150 ns: +19 %, counter -5-10 %; announcing
+//     only after 8 or 24 loads kept the cost and lost the gain, announcing
+//     at every load cost counter 12-20 %.
+//   - 50 loads instead of 300: counter +5 % at 2 processes and +35 % at 8,
+//     pingpong_retry -15 %; 10 loads, or none: -40-50 %.
+//   - 1000 or 3000 loads: no more pingpong_retry, counter down.
 const (
 	keepOff          = 250 * time.Nanosecond // before the first load of a waiting acquisition
 	spinLoads        = 300                   // loads of the lock word before yielding

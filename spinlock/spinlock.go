@@ -285,6 +285,13 @@ func (l *Lock) lockWord(id Identity) uint64 {
 
 // tryAcquire is the fast path: one CAS of the free lock word. It fails
 // once the segment is closed; acquire then says why.
+//
+// In pid/tid mode the TID store follows the CAS. One 16-byte CAS of PID
+// and TID together (CMPXCHG16B, from assembly) was measured instead: the
+// uncontended lock+unlock went from 24 to 32 ns and counter fell by a
+// fifth. Without the store (for the measurement only: TID is the owner)
+// counter moved within noise and pingpong_retry fell 24 %, so the store is
+// not what pid/tid mode's counter trails token mode's by.
 func (l *Lock) tryAcquire(id Identity) bool {
 	if l.closed() {
 		return false
