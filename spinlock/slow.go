@@ -73,9 +73,10 @@ import (
 //     -6-19 %. Standing back 150 ns: +19 %, counter -5-10 %; announcing
 //     only after 8 or 24 loads kept the cost and lost the gain, announcing
 //     at every load cost counter 12-20 %.
-//   - 50 loads instead of 300: counter +5 % at 2 processes and +35 % at 8,
-//     pingpong_retry -15 %; 10 loads, or none: -40-50 %.
-//   - 1000 or 3000 loads: no more pingpong_retry, counter down.
+//   - (alternated shmctl bench runs, medians of 4) 50 loads instead of 300:
+//     counter +6 % at 2 processes and +34 % at 8, pingpong_retry -15 %; 10
+//     loads, or none: pingpong_retry -40-50 %. 1000 or 3000 loads: no more
+//     pingpong_retry, counter down.
 const (
 	keepOff          = 250 * time.Nanosecond // before the first load of a waiting acquisition
 	spinLoads        = 300                   // loads of the lock word before yielding
