@@ -60,22 +60,6 @@ func (res *Results) baselineRows() []abRow {
 	return rows
 }
 
-// roundRatios are x's ops/s over ref's, round by round, over the rounds
-// both have.
-func roundRatios(x, ref []Sample) []float64 {
-	refOf := make(map[int]float64, len(ref))
-	for _, s := range ref {
-		refOf[s.Round] = s.OpsPerSec
-	}
-	var rs []float64
-	for _, s := range x {
-		if r, ok := refOf[s.Round]; ok && r > 0 {
-			rs = append(rs, s.OpsPerSec/r)
-		}
-	}
-	return rs
-}
-
 // signTest is the two-sided exact sign test of k successes in n trials
 // (ties count as neither here: a tie in throughput to the last digit does
 // not happen): the probability, with a fair coin, of a split at least as

@@ -92,10 +92,7 @@ func TestQuickMatrixBaseline(t *testing.T) {
 	var stdout bytes.Buffer
 	require.NoError(t, runMatrix(opts, &stdout, io.Discard))
 
-	b, err := os.ReadFile(filepath.Join(out, jsonFile))
-	require.NoError(t, err)
-	var res Results
-	require.NoError(t, json.Unmarshal(b, &res))
+	res := jsonOf(t, out)
 	require.Equal(t, []string{"shmlock_spin", "shmlock_spin@baseline", "pthread_mutex"}, res.Settings.Contenders)
 	abs, err := filepath.Abs(testBin)
 	require.NoError(t, err)

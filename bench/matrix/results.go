@@ -143,6 +143,16 @@ func spread(xs []float64) float64 {
 // pairedRatio is the median over rounds of x's ops/s over ref's in the
 // same round, over the rounds both have; 0 if there is none.
 func pairedRatio(x, ref []Sample) float64 {
+	rs := roundRatios(x, ref)
+	if len(rs) == 0 {
+		return 0
+	}
+	return median(rs)
+}
+
+// roundRatios are x's ops/s over ref's, round by round, over the rounds
+// both have.
+func roundRatios(x, ref []Sample) []float64 {
 	refOf := make(map[int]float64, len(ref))
 	for _, s := range ref {
 		refOf[s.Round] = s.OpsPerSec
@@ -153,10 +163,7 @@ func pairedRatio(x, ref []Sample) float64 {
 			rs = append(rs, s.OpsPerSec/r)
 		}
 	}
-	if len(rs) == 0 {
-		return 0
-	}
-	return median(rs)
+	return rs
 }
 
 // summarize fills each entry's median, spread and ns_per_op from its
