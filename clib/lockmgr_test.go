@@ -3,9 +3,11 @@ package clib_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -496,4 +498,45 @@ func TestLockMgrKillMixed(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, info.Reclaimed)
 	requireClean(t, m)
+}
+
+// TestLockMgrDamagedReachC: with the header's insertion reach damaged
+// short of a resource's entry (Go's Check reports it), C's acquisition of
+// one more holder, which needs an overflow record, neither loops nor
+// fails: its insert finds the entry and restores the reach, as Go's does
+// (lockmgr.TestDamagedReach).
+func TestLockMgrDamagedReachC(t *testing.T) {
+	ctx := context.Background()
+	beyond := regexp.MustCompile(`resource "([^"]+)" lies \d+ entries past its home, beyond the reach`)
+	for try := 0; ; try++ {
+		require.Less(t, try, 50, "no resource ever lay past its home")
+		path, seg, m, _ := newLockMgrSegment(t, 8)
+		names := []string{fmt.Sprintf("p%d", try), fmt.Sprintf("q%d", try), fmt.Sprintf("r%d", try), fmt.Sprintf("s%d", try)}
+		for _, n := range names {
+			for _, owner := range []string{"a", "b"} {
+				_, err := m.Acquire(ctx, n, owner, lockmgr.Collaborative, lockmgr.AcquireOptions{})
+				require.NoError(t, err)
+			}
+		}
+		mem, err := seg.Region(layout.KindLockMgr)
+		require.NoError(t, err)
+		binary.LittleEndian.PutUint32(mem[20:24], 0) // the header entry's Next: the reach
+		found, err := m.Check()
+		require.NoError(t, err)
+		var res string
+		for _, f := range found {
+			if g := beyond.FindStringSubmatch(f); g != nil {
+				res = g[1]
+				break
+			}
+		}
+		if res == "" {
+			continue // every name at its home: none lies past the reach
+		}
+		require.True(t, strings.HasPrefix(tryC(t, path, res, "c", "collaborative"), "0 - version="))
+		found, err = m.Check()
+		require.NoError(t, err)
+		require.Empty(t, found, "the reach is whole again")
+		return
+	}
 }

@@ -16,3 +16,13 @@ const (
 // AttemptCost is the average cost of m's failed attempts, in ns, from which
 // its waiters' keep-off is reckoned (keepoff.go).
 func (m *Manager) AttemptCost() int64 { return m.keep.cost.Load() }
+
+// HomeEntry is the index of the entry where resource's probe sequence
+// starts.
+func (m *Manager) HomeEntry(resource string) int {
+	var k resKey
+	if err := k.setResource(resource); err != nil {
+		panic(err)
+	}
+	return m.t.probe(k.hash, 0)
+}

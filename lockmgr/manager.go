@@ -337,6 +337,7 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 	retries := opts.retries()
 	reclaimed := false
 	reuseTombs := false // grow the chain before a grant takes a tombstone
+	gone := 0           // grow found the resource gone (see maxGone)
 	// A hold's end wakes one sleeper (see wakeOne): one that gives up
 	// after sleeping may have taken that wake, so it passes it on.
 	var slept *layout.LockMgrEntry
@@ -382,6 +383,15 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 			err := m.t.grow(res)
 			if err == nil {
 				continue // not a retry: nothing conflicted
+			}
+			if errors.Is(err, errGone) {
+				// Recycled between the attempt and grow, which is rare;
+				// again and again, it is a table whose lookups miss a
+				// resource that inserts find: a damaged one.
+				if gone++; gone < maxGone {
+					continue
+				}
+				err = fmt.Errorf("%w: the resource's entry cannot be found again (a damaged table? shmctl check)", ErrTableFull)
 			}
 			if o.tombs && !reuseTombs && (errors.Is(err, ErrTooManyHolders) || errors.Is(err, ErrTableFull)) {
 				reuseTombs = true // no more room: a tombstone's news gives way to a grant
@@ -445,6 +455,13 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 		}
 	}
 }
+
+// maxGone bounds how often one acquisition starts again because grow
+// found its resource recycled: each time needs another process to recycle
+// the entry in between, so a bound this high is reached only where every
+// lookup misses an entry that every insert finds (a damaged table), where
+// the loop would otherwise never end.
+const maxGone = 64
 
 // entryFor returns res's entry, locked, inserting it unless the table
 // accepts declared resources only.

@@ -1,6 +1,7 @@
 package lockmgr
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -177,6 +178,13 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 				return nil, shm.ErrClosed
 			}
 			if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
+				if d > uint64(t.head.Next.Load()) {
+					// Beyond the reach that search trusts: a damaged
+					// table (the entries' insert only ever raises it).
+					// Lookups would miss the resource and grow would
+					// find it gone at every attempt.
+					t.head.Next.Store(uint32(d))
+				}
 				return e, nil
 			}
 			t.unlockEntry(e)
@@ -319,6 +327,10 @@ func (t *table) holderCount(e *layout.LockMgrEntry) int {
 	return n
 }
 
+// errGone is grow's answer for a resource no longer in the table: it was
+// recycled meanwhile, and the caller starts again from the lookup.
+var errGone = errors.New("lockmgr: the resource left the table")
+
 // grow links one more overflow entry to resource k's chain, unless the
 // chain already has a free record or is as long as it may be. It takes the
 // insert lock first and then the resource's entry, as insert does.
@@ -329,7 +341,7 @@ func (t *table) grow(k *resKey) error {
 	defer t.unlockEntry(t.head)
 	e := t.find(k)
 	if e == nil {
-		return nil // recycled meanwhile: the caller retries from the start
+		return errGone
 	}
 	defer t.unlockEntry(e)
 	last, links, spare := e, 0, false

@@ -470,6 +470,11 @@ static int insert(shmlock_lockmgr *m, const struct key *k, uint64_t self, entry_
 				goto out;
 			}
 			if (kind_of(LD(&e->ctl)) == LM_KIND_RESOURCE && same_name(e, k)) {
+				/* Beyond the reach that find trusts: a damaged table
+				 * (inserts only ever raise it). Lookups would miss the
+				 * resource, and grow would find it gone every time. */
+				if (d > LD(&m->head->next))
+					ST(&m->head->next, (uint32_t)d);
 				*out = e;
 				goto out;
 			}
@@ -508,6 +513,12 @@ out:
 	return rc;
 }
 
+/* grow's answer for a resource that left the table (recycled meanwhile):
+ * the caller starts again from the lookup, at most LM_MAX_GONE times in a
+ * row (lockmgr/manager.go's maxGone). */
+#define LM_GONE 1
+#define LM_MAX_GONE 64
+
 /* grow links one more overflow entry to resource k's chain, unless the
  * chain has a free record already or is as long as it may be. Insert lock
  * first, then the resource's entry, as insert. */
@@ -517,8 +528,10 @@ static int grow(shmlock_lockmgr *m, const struct key *k, uint64_t self)
 		return SHMLOCK_ECLOSED;
 	int rc = 0;
 	entry_t *e = find(m, k, self);
-	if (e == NULL)
-		goto out_head; /* recycled meanwhile: the caller starts again */
+	if (e == NULL) {
+		rc = LM_GONE;
+		goto out_head;
+	}
 	holder_t *hs[LM_MAX_HOLDERS];
 	int n = holders(m, e, hs);
 	for (int i = 0; i < n; i++) {
@@ -928,6 +941,7 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 	int retries = opts->retries == 0 && opts->wait_ns > 0 ? SHMLOCK_RETRY_FOREVER : opts->retries;
 	int64_t start = 0;
 	bool reclaimed = false, reuse_tombs = false;
+	int gone = 0; /* grow found the resource gone (LM_MAX_GONE) */
 	/* A hold's end wakes one sleeper: one that gives up after sleeping
 	 * may have taken that wake, so it passes it on. */
 	entry_t *slept = NULL;
@@ -967,6 +981,12 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 			rc = grow(m, res, self);
 			if (rc == 0)
 				continue; /* not a retry: nothing conflicted */
+			if (rc == LM_GONE) {
+				if (++gone < LM_MAX_GONE)
+					continue;
+				rc = SHMLOCK_ELOCK_TABLE_FULL; /* lookups miss what inserts find: a damaged table */
+				goto failed;
+			}
 			if (o.tombs && !reuse_tombs && (rc == SHMLOCK_ETOO_MANY_HOLDERS || rc == SHMLOCK_ELOCK_TABLE_FULL)) {
 				reuse_tombs = true; /* no more room: a tombstone's news gives way */
 				continue;
