@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -539,4 +543,57 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 		require.Empty(t, found, "the reach is whole again")
 		return
 	}
+}
+
+// TestLockMgrFuzzCorpusC replays the corpus of lockmgr's FuzzTable (its
+// committed inputs; with SHMLOCK_FUZZ_CORPUS=DIR also a directory of them,
+// such as the fuzz cache's) against C: each input is the lock table's
+// bytes, entry locks cleared as FuzzTable does, and C acquisitions of four
+// resources on it must each end, with a code or not, and never die of a
+// signal or hang.
+func TestLockMgrFuzzCorpusC(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "lockmgr", "testdata", "fuzz", "FuzzTable", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	if dir := os.Getenv("SHMLOCK_FUZZ_CORPUS"); dir != "" {
+		more, err := filepath.Glob(filepath.Join(dir, "*"))
+		require.NoError(t, err)
+		files = append(files, more...)
+	}
+	for _, f := range files {
+		data := fuzzInput(t, f)
+		path, seg, _, _ := newLockMgrSegment(t, 8)
+		mem, err := seg.Region(layout.KindLockMgr)
+		require.NoError(t, err)
+		clear(mem)
+		copy(mem, data)
+		for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
+			clear(mem[off : off+8]) // Lock
+		}
+		for _, res := range []string{"x", "c", "declared", "new"} {
+			c := startLockMgrC(t, "try", path, res, "fuzz", "collaborative")
+			err := c.Wait(t)
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				ws, _ := exit.Sys().(syscall.WaitStatus)
+				require.False(t, ws.Signaled(), "%s, resource %q: C died of %v; output:\n%s", filepath.Base(f), res, ws.Signal(), c.Out)
+			}
+			require.NotContains(t, c.Out.String(), "Sanitizer", "%s, resource %q (a sanitizer build of the helpers)", filepath.Base(f), res)
+		}
+		require.NoError(t, seg.Close())
+	}
+}
+
+// fuzzInput reads a fuzz corpus file of one []byte argument.
+func fuzzInput(t *testing.T, path string) []byte {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 2, path)
+	require.Equal(t, "go test fuzz v1", lines[0], path)
+	arg, ok := strings.CutPrefix(lines[1], "[]byte(")
+	require.True(t, ok, path)
+	s, err := strconv.Unquote(strings.TrimSuffix(arg, ")"))
+	require.NoError(t, err, path)
+	return []byte(s)
 }
