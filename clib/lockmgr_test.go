@@ -545,22 +545,14 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 	}
 }
 
-// TestLockMgrFuzzCorpusC replays the corpus of lockmgr's FuzzTable (its
-// committed inputs; with SHMLOCK_FUZZ_CORPUS=DIR also a directory of them,
-// such as the fuzz cache's) against C: each input is the lock table's
-// bytes, entry locks cleared as FuzzTable does, and C acquisitions of four
+// TestLockMgrFuzzCorpusC replays the corpus of lockmgr's FuzzTable (with
+// SHMLOCK_FUZZ_CORPUS=DIR also DIR/FuzzTable, such as the fuzz cache's
+// directory for lockmgr) against C: each input is the lock table's bytes,
+// entry locks cleared as FuzzTable does, and C acquisitions of four
 // resources on it must each end, with a code or not, and never die of a
-// signal or hang.
+// signal, hang or print a sanitizer's report.
 func TestLockMgrFuzzCorpusC(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "lockmgr", "testdata", "fuzz", "FuzzTable", "*"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	if dir := os.Getenv("SHMLOCK_FUZZ_CORPUS"); dir != "" {
-		more, err := filepath.Glob(filepath.Join(dir, "*"))
-		require.NoError(t, err)
-		files = append(files, more...)
-	}
-	for _, f := range files {
+	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
 		data := fuzzInput(t, f)
 		path, seg, _, _ := newLockMgrSegment(t, 8)
 		mem, err := seg.Region(layout.KindLockMgr)
@@ -572,13 +564,7 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 		}
 		for _, res := range []string{"x", "c", "declared", "new"} {
 			c := startLockMgrC(t, "try", path, res, "fuzz", "collaborative")
-			err := c.Wait(t)
-			var exit *exec.ExitError
-			if errors.As(err, &exit) {
-				ws, _ := exit.Sys().(syscall.WaitStatus)
-				require.False(t, ws.Signaled(), "%s, resource %q: C died of %v; output:\n%s", filepath.Base(f), res, ws.Signal(), c.Out)
-			}
-			require.NotContains(t, c.Out.String(), "Sanitizer", "%s, resource %q (a sanitizer build of the helpers)", filepath.Base(f), res)
+			requireEnded(t, c, fmt.Sprintf("%s, resource %q", filepath.Base(f), res))
 		}
 		require.NoError(t, seg.Close())
 	}
@@ -586,14 +572,52 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 
 // fuzzInput reads a fuzz corpus file of one []byte argument.
 func fuzzInput(t *testing.T, path string) []byte {
+	args := fuzzArgs(t, path)
+	require.Len(t, args, 1, path)
+	return fuzzBytes(t, path, args[0])
+}
+
+// fuzzArgs are the argument lines of a fuzz corpus file.
+func fuzzArgs(t *testing.T, path string) []string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	require.Len(t, lines, 2, path)
 	require.Equal(t, "go test fuzz v1", lines[0], path)
-	arg, ok := strings.CutPrefix(lines[1], "[]byte(")
+	return lines[1:]
+}
+
+// fuzzBytes is the value of a []byte argument line.
+func fuzzBytes(t *testing.T, path, line string) []byte {
+	arg, ok := strings.CutPrefix(line, "[]byte(")
 	require.True(t, ok, path)
 	s, err := strconv.Unquote(strings.TrimSuffix(arg, ")"))
 	require.NoError(t, err, path)
 	return []byte(s)
+}
+
+// fuzzCorpus is the committed corpus of fuzz target name in package dir,
+// and with SHMLOCK_FUZZ_CORPUS=DIR also the files of DIR/name (such as
+// the fuzz cache's directory for the package).
+func fuzzCorpus(t *testing.T, dir, name string) []string {
+	files, err := filepath.Glob(filepath.Join("..", dir, "testdata", "fuzz", name, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	if more := os.Getenv("SHMLOCK_FUZZ_CORPUS"); more != "" {
+		extra, err := filepath.Glob(filepath.Join(more, name, "*"))
+		require.NoError(t, err)
+		files = append(files, extra...)
+	}
+	return files
+}
+
+// requireEnded fails the test if C helper c, which has exited, died of a
+// signal or printed a sanitizer's report.
+func requireEnded(t *testing.T, c *testproc.Child, what string) {
+	t.Helper()
+	var exit *exec.ExitError
+	if err := c.Wait(t); errors.As(err, &exit) {
+		ws, _ := exit.Sys().(syscall.WaitStatus)
+		require.False(t, ws.Signaled(), "%s: C died of %v; output:\n%s", what, ws.Signal(), c.Out)
+	}
+	require.NotContains(t, c.Out.String(), "Sanitizer", "%s (a sanitizer build of the helpers)", what)
 }

@@ -3,13 +3,17 @@ package clib_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
@@ -298,4 +302,37 @@ func TestSegmentChurn(t *testing.T) {
 		t.Errorf("regions: %v, %d, want 8", err, len(regions))
 	}
 	checkClean(t, seg)
+}
+
+// TestSegmentFuzzCorpusC replays the corpus of layout's FuzzValidate (with
+// SHMLOCK_FUZZ_CORPUS=DIR also DIR/FuzzValidate) against C's open: each
+// input's header, its checksum recomputed as FuzzValidate's second try
+// does and marked ready, is the start of a file of the input's size (or of the header's,
+// for a size no file has), and a C process that opens it, claims in it and
+// uses its lock table must end, with a code or not, never die of a signal
+// or print a sanitizer's report.
+func TestSegmentFuzzCorpusC(t *testing.T) {
+	for _, f := range fuzzCorpus(t, "layout", "FuzzValidate") {
+		args := fuzzArgs(t, f)
+		require.Len(t, args, 2, f)
+		data := fuzzBytes(t, f, args[0])
+		size, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(args[1], "int64("), ")"), 10, 64)
+		require.NoError(t, err, f)
+		if len(data) >= layout.HeaderSize {
+			binary.LittleEndian.PutUint32(data[layout.OffChecksum:], layout.Checksum(data))
+			// Finished by its creator: the open goes on to the tables
+			// rather than waiting for an initialisation nobody makes.
+			binary.LittleEndian.PutUint32(data[layout.OffReady:], layout.ReadyMark)
+		}
+		if size < 0 || size > 16<<20 {
+			size = int64(max(len(data), layout.HeaderSize))
+		}
+		file := make([]byte, max(size, int64(len(data))))
+		copy(file, data)
+		path := testproc.SegmentPath(t)
+		require.NoError(t, os.WriteFile(path, file[:size], 0o600))
+		for _, run := range [][]string{{"lockmgr", "try", path, "x", "fuzz", "collaborative"}, {"segment", "churn", path, "1"}} {
+			requireEnded(t, startC(t, run[0], run[1:]...), fmt.Sprintf("%s: %s", filepath.Base(f), strings.Join(run[:2], " ")))
+		}
+	}
 }
