@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/sleepers"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -569,4 +570,30 @@ func TestRecursionThroughAnotherHandle(t *testing.T) {
 	require.False(t, other.Recursive())
 	require.NoError(t, other.Release())
 	require.Equal(t, slotState{Token: 1 + 1}, stateOf(a.Slot()))
+}
+
+// A free pid/tid slot with a recursion count was damaged (no release,
+// reclaim or takeover leaves one): the grant drops the count and marks the
+// slot inconsistent, and the holder's one release frees the lock, where
+// the count would have kept it held (FuzzSlot found this).
+func TestDamagedRecursionCount(t *testing.T) {
+	t.Parallel()
+	l := spinlock.New(spinlock.NewInProcessState(), spinlock.PIDTID)
+	l.Slot().RecursionCount.Store(0x30303030)
+	for _, try := range []bool{false, true} {
+		var g *spinlock.Guard
+		var err error
+		if try {
+			g, err = l.TryLock(spinlock.NewHolder())
+		} else {
+			g, err = l.Lock(spinlock.NewHolder())
+		}
+		require.NoError(t, err)
+		require.True(t, g.Inconsistent())
+		require.Equal(t, layout.SlotInconsistent, l.Slot().RecursionCount.Load())
+		require.NoError(t, g.Release())
+		_, held := l.Owner()
+		require.False(t, held)
+		l.Slot().RecursionCount.Store(7)
+	}
 }

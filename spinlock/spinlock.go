@@ -303,10 +303,23 @@ func (l *Lock) tryAcquire(id Identity) bool {
 		if l.mode == PIDTID {
 			memview.StoreOwned(&l.slot.TID, id.TID)
 			memview.StoreRelease32(l.oursOf(id), 1)
+			if r := l.slot.RecursionCount.Load(); r&layout.SlotRecursion != 0 {
+				l.freedWithCount()
+			}
 		}
 		return true
 	}
 	return false
+}
+
+// freedWithCount is for a grant of a free slot whose recursion count is
+// not 0, which no release, reclaim or takeover leaves: the slot was
+// damaged. The count would keep the holder's release from freeing the
+// lock (it would take that many releases), so it goes, and the slot is
+// marked inconsistent, as after a reclaim: whoever wrote there may have
+// written the guarded data too (FuzzSlot found this).
+func (l *Lock) freedWithCount() {
+	l.slot.RecursionCount.Store(layout.SlotInconsistent)
 }
 
 // heldBy reports whether id holds the lock now.

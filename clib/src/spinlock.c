@@ -113,8 +113,16 @@ static inline bool spin_try_seen(shmlock_spin *l, uint64_t word, uint64_t holder
 		*seen = cur;
 		return false;
 	}
-	if (l->mode == SHMLOCK_PIDTID)
+	if (l->mode == SHMLOCK_PIDTID) {
 		spin_store_owned(&l->slot->tid, holder);
+		/* A free slot with a recursion count: no release, reclaim or
+		 * takeover leaves one, so the slot was damaged. The count would
+		 * keep this holder's release from freeing the lock; it goes, and
+		 * the slot is marked inconsistent as after a reclaim (Go:
+		 * freedWithCount). */
+		if (SHM_UNLIKELY((atomic_load_explicit(&l->slot->recursion, memory_order_relaxed) & SHM_SLOT_RECURSION_MASK) != 0))
+			atomic_store(&l->slot->recursion, SHM_SLOT_INCONSISTENT);
+	}
 	return true;
 }
 

@@ -65,6 +65,16 @@ static void test_recursion(void)
 	CHECK_RC(shmlock_spin_unlock(l, h), SHMLOCK_ENOTOWNER);
 	CHECK(shmlock_spin_generation(l) == gen + 1);
 
+	/* A free slot with a recursion count was damaged: the grant drops the
+	 * count and reports the slot inconsistent, and one release frees it. */
+	atomic_store(&s->recursion, 5);
+	CHECK_RC(shmlock_spin_lock(l, h), SHMLOCK_INCONSISTENT);
+	CHECK(atomic_load(&s->recursion) == SHM_SLOT_INCONSISTENT);
+	CHECK_RC(shmlock_spin_unlock(l, h), 0);
+	CHECK(atomic_load(&s->pid) == 0);
+	CHECK_RC(shmlock_spin_mark_consistent(l, h), SHMLOCK_ENOTOWNER);
+	atomic_store(&s->recursion, 0);
+
 	/* The depth limit: bits 0-30 of the recursion word. */
 	CHECK_RC(shmlock_spin_lock(l, h), 0);
 	atomic_store(&s->recursion, SHM_SLOT_RECURSION_MASK);

@@ -1,0 +1,71 @@
+package spinlock_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// FuzzSlot: whatever words an owner slot holds (a damaged or hostile
+// segment), in either mode the calls that do not wait return, with an
+// error or not, and never panic or hang: Check, Owner, the Try
+// acquisitions (recursively too; a grant is released again), Reclaim and
+// ForceUnlock. A free slot that a try was granted is free again after its
+// release.
+func FuzzSlot(f *testing.F) {
+	seg, _ := newSegment(f)
+	slots, err := seg.Region(layout.KindOwnerSlots)
+	require.NoError(f, err)
+	slot := slots[:32]
+	locks := map[spinlock.Mode]*spinlock.Lock{}
+	for _, mode := range modes {
+		l, err := spinlock.Open(seg, 0, mode)
+		require.NoError(f, err)
+		locks[mode] = l
+	}
+	holder, token := spinlock.NewHolder(), spinlock.NewToken()
+
+	f.Add(append([]byte(nil), slot...))
+	g, err := locks[spinlock.PIDTID].Lock(holder)
+	require.NoError(f, err)
+	f.Add(append([]byte(nil), slot...))
+	require.NoError(f, g.Release())
+	clear(slot) // a released pid/tid slot keeps its generation in Token: held, to token mode
+	g, err = locks[spinlock.Token].Lock(token)
+	require.NoError(f, err)
+	f.Add(append([]byte(nil), slot...))
+	require.NoError(f, g.Release())
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, mode := range modes {
+			clear(slot)
+			copy(slot, data)
+			l := locks[mode]
+			id := holder
+			if mode == spinlock.Token {
+				id = token
+			}
+			_, _ = spinlock.Check(seg)
+			_, heldBefore := l.Owner()
+			_ = l.Generation()
+			if g, err := l.TryLock(id); err == nil {
+				if g2, err := l.TryLock(id); err == nil {
+					require.NoError(t, g2.Release(), "the inner hold")
+				}
+				require.NoError(t, g.Release())
+				// (A slot that says this holder holds it already was
+				// locked recursively: it stays held.)
+				if _, held := l.Owner(); held && !heldBefore {
+					t.Fatalf("%v: held after the grant's release: %x", mode, slot)
+				}
+			}
+			if g, err := l.Reclaim(id); err == nil {
+				_ = g.Release()
+			}
+			_, _ = l.ForceUnlock()
+		}
+	})
+}
