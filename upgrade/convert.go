@@ -133,7 +133,7 @@ func (m *Mutex) UniqueToShared() error {
 	}
 	// The shared hold is counted before the exclusive one goes, so no
 	// writer can get in between.
-	if r.Count.Add(1) > MaxShared {
+	if !grantable(r.Count.Add(1)) {
 		r.Count.Add(^uint32(0))
 		return ErrOverflow
 	}

@@ -1,19 +1,21 @@
 package upgrade_test
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
 // FuzzEntry: whatever words an upgrade mutex's entry and its reader
 // records hold (a damaged or hostile segment), the calls that do not wait
 // return, with an error or not, and never panic or hang: Inspect, Check,
-// the Try acquisitions (a grant is released again), a dry-run Reclaim,
-// Reclaim and ForceUnlock.
+// the Try acquisitions (a grant is released again, and a mutex that was
+// free is free again), a dry-run Reclaim, Reclaim and ForceUnlock.
 func FuzzEntry(f *testing.F) {
 	seg, _ := newSegment(f)
 	ups, err := seg.Region(layout.KindUpgrades)
@@ -41,19 +43,33 @@ func FuzzEntry(f *testing.F) {
 		clear(readers)
 		n := copy(ups, data)
 		copy(readers, data[n:])
-		_, _ = upgrade.Inspect(seg, 0)
 		_, _ = upgrade.Check(seg, 0)
-		if m.TryLock() == nil {
-			_ = m.Unlock()
-		}
-		if m.TryLockShared() == nil {
-			_ = m.UnlockShared()
-		}
-		if m.TryLockUpgrade() == nil {
-			if m.TryUpgradeToUnique() == nil {
-				_ = m.Unlock()
-			} else {
-				_ = m.UnlockUpgrade()
+		for _, try := range []struct {
+			name string
+			lock func() error
+			free func() error
+		}{
+			{"unique", m.TryLock, m.Unlock},
+			{"shared", m.TryLockShared, m.UnlockShared},
+			{"upgrade", m.TryLockUpgrade, func() error {
+				if m.TryUpgradeToUnique() == nil {
+					if err := m.UniqueToUpgrade(); err != nil {
+						return err
+					}
+				}
+				return m.UnlockUpgrade()
+			}},
+		} {
+			freeBefore := unheld(seg)
+			if try.lock() != nil {
+				continue
+			}
+			if err := try.free(); err != nil {
+				t.Fatalf("%s: the release of a grant: %v", try.name, err)
+			}
+			if freeBefore && !unheld(seg) {
+				st, _ := upgrade.Inspect(seg, 0)
+				t.Fatalf("%s: a free mutex is held after the grant's release: %+v", try.name, st)
 			}
 		}
 		_, _ = upgrade.Reclaim(seg, 0, true)
@@ -69,4 +85,48 @@ func snapshot(regions ...[]byte) []byte {
 		b = append(b, r...)
 	}
 	return b
+}
+
+// unheld reports whether mutex 0 of seg is held by no one, as Inspect
+// reads it.
+func unheld(seg *shm.Segment) bool {
+	st, err := upgrade.Inspect(seg, 0)
+	if err != nil || st.Writer != 0 || st.Upgrader != 0 || st.WriteLocked || st.UpgradeLocked || st.UpgradePending {
+		return false
+	}
+	for _, r := range st.Readers {
+		if r.Count != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// A reader record whose count a damage set to 2^32-1: the next shared hold
+// would wrap it to 0 and count nothing its release could find (FuzzEntry
+// found the grant that could not be released); it is refused with
+// ErrOverflow, through every path, and the record is left as it was.
+func TestWrappedReaderCount(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	m, err := upgrade.Open(seg, 1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	require.NoError(t, m.LockShared())
+	st, err := upgrade.Inspect(seg, 1)
+	require.NoError(t, err)
+	require.Len(t, st.Readers, 1)
+	readers, err := seg.Region(layout.KindUpgradeReaders)
+	require.NoError(t, err)
+	off := (1*st.ReaderRecords + st.Readers[0].Record) * 16
+	count := readers[off+8 : off+12]
+	binary.LittleEndian.PutUint32(count, 1<<32-1)
+
+	require.ErrorIs(t, m.TryLockShared(), upgrade.ErrOverflow)
+	require.ErrorIs(t, m.LockShared(), upgrade.ErrOverflow)
+	l := m.Locker()
+	require.Panics(t, l.RLock, "Locker.RLock panics on an error, as on any")
+	require.Equal(t, uint32(1<<32-1), binary.LittleEndian.Uint32(count))
+	binary.LittleEndian.PutUint32(count, 1)
+	require.NoError(t, m.UnlockShared())
 }

@@ -113,7 +113,7 @@ func (l *Locker) Unlock() {
 func (l *Locker) RLock() {
 	m := l.m
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); n <= MaxShared && !readersBlocked(m.e) {
+		if n := r.Count.Add(1); grantable(n) && !readersBlocked(m.e) {
 			m.raceAcquireShared()
 			return
 		}

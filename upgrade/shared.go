@@ -36,7 +36,7 @@ func (m *Mutex) LockSharedContext(ctx context.Context) error {
 // a copy.
 func (m *Mutex) lockSharedFast() bool {
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); n <= MaxShared && !readersBlocked(m.e) {
+		if n := r.Count.Add(1); grantable(n) && !readersBlocked(m.e) {
 			m.raceAcquireShared()
 			return true
 		}
@@ -59,8 +59,7 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 	waited := false
 	var lv liveness
 	for {
-		n := r.Count.Add(1)
-		if n > MaxShared {
+		if !grantable(r.Count.Add(1)) {
 			m.backOff(r)
 			return ErrOverflow
 		}
@@ -89,6 +88,12 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 		}
 	}
 }
+
+// grantable reports whether a record whose count the hold just raised to
+// n may grant it: n in 1..MaxShared. 0 is a count that wrapped: a damaged
+// record said 2^32-1, and a grant there would count nothing its release
+// could find (FuzzEntry found it).
+func grantable(n uint32) bool { return n-1 < MaxShared }
 
 // backOff takes back a shared hold that was not granted (or is released):
 // if that empties the record while a writer or an upgrade drains readers,

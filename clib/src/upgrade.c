@@ -977,11 +977,16 @@ SHM_EXPORT int shmlock_upgrade_mark_consistent(shmlock_upgrade *m)
 
 /* ---------------------------------------------------------- shared holds */
 
+/* grantable: may a record whose count the hold just raised to n grant it?
+ * n in 1..MAX_SHARED; 0 is a count that wrapped (a damaged record said
+ * 2^32-1), where a grant would count nothing its release could find. */
+static inline bool grantable(uint32_t n) { return n - 1 < MAX_SHARED; }
+
 static bool lock_shared_fast(shmlock_upgrade *m)
 {
 	struct shm_reader_record *r = m->rec;
 	if (r && !seg_closed(m)) {
-		if (atomic_fetch_add(&r->count, 1) + 1 <= MAX_SHARED && !readers_blocked(m))
+		if (grantable(atomic_fetch_add(&r->count, 1) + 1) && !readers_blocked(m))
 			return true;
 		back_off(m, r);
 	}
@@ -1001,7 +1006,7 @@ static int lock_shared_slow(shmlock_upgrade *m, const struct deadline *d, bool t
 	bool waited = false;
 	struct liveness lv = {0, false};
 	for (;;) {
-		if (atomic_fetch_add(&r->count, 1) + 1 > MAX_SHARED) {
+		if (!grantable(atomic_fetch_add(&r->count, 1) + 1)) {
 			back_off(m, r);
 			return SHMLOCK_EOVERFLOW;
 		}
@@ -1335,7 +1340,7 @@ SHM_EXPORT int shmlock_upgrade_unique_to_shared(shmlock_upgrade *m)
 	if ((rc = record(m, &r)) != 0)
 		return rc;
 	/* The shared hold is counted before the exclusive one goes. */
-	if (atomic_fetch_add(&r->count, 1) + 1 > MAX_SHARED) {
+	if (!grantable(atomic_fetch_add(&r->count, 1) + 1)) {
 		atomic_fetch_sub(&r->count, 1);
 		return SHMLOCK_EOVERFLOW;
 	}

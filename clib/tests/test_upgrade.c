@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "internal.h"
 
 static char path[256];
 static shmlock_segment *seg;
@@ -404,6 +405,30 @@ static void test_segment_closed_first(void)
 	CHECK_RC(shmlock_remove(p2), 0);
 }
 
+/* A reader record whose count a damage set to 2^32-1: the next shared
+ * hold would wrap it to 0 and count nothing its release could find; it is
+ * refused (overflow), the record unchanged. */
+static void test_wrapped_count(void)
+{
+	shmlock_upgrade *m = named("wrapped");
+	CHECK_RC(shmlock_upgrade_lock_shared(m), 0);
+	uint64_t n;
+	struct shm_reader_record *rs = shm_table_of(seg, SHM_UPGRADE_READERS, &n), *r = NULL;
+	for (uint64_t i = 0; i < n && r == NULL; i++)
+		if (atomic_load(&rs[i].owner) == shmlock_self_identity() && atomic_load(&rs[i].count) == 1)
+			r = &rs[i];
+	CHECK(r != NULL);
+	if (r == NULL)
+		return;
+	atomic_store(&r->count, UINT32_MAX);
+	CHECK_RC(shmlock_upgrade_trylock_shared(m), SHMLOCK_EOVERFLOW);
+	CHECK_RC(shmlock_upgrade_lock_shared(m), SHMLOCK_EOVERFLOW);
+	CHECK(atomic_load(&r->count) == UINT32_MAX);
+	atomic_store(&r->count, 1);
+	CHECK_RC(shmlock_upgrade_unlock_shared(m), 0);
+	CHECK_RC(shmlock_upgrade_close(m), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -417,6 +442,7 @@ int main(void)
 	RUN(test_dead_reader_and_upgrader);
 	RUN(test_wake);
 	RUN(test_segment_closed_first);
+	RUN(test_wrapped_count);
 	teardown();
 	return CHECK_DONE();
 }
