@@ -92,8 +92,9 @@ func tableSnapshot(tb testing.TB) []byte {
 
 // FuzzTable: whatever bytes the lock table holds (a corrupted or hostile
 // segment), the Manager's calls return, with an error or not, and never
-// panic. Entry lock words are cleared first: a set one is a process inside
-// an entry, which the calls wait out (TestDeadEntryLock).
+// panic, and a hold that was granted is released and gone. Entry lock
+// words are cleared first: a set one is a process inside an entry, which
+// the calls wait out (TestDeadEntryLock).
 func FuzzTable(f *testing.F) {
 	f.Add(tableSnapshot(f))
 	f.Add([]byte{})
@@ -117,6 +118,13 @@ func FuzzTable(f *testing.F) {
 				_ = m.CheckVersion(r, info.Version)
 				_, _ = m.Refresh(r, "fuzz", time.Minute)
 				require.NoError(t, m.Release(r, "fuzz"))
+				if ri, err := m.Inspect(r); err == nil {
+					for _, h := range ri.Holders {
+						if h.Owner == "fuzz" && h.State == lockmgr.Acquired {
+							t.Fatalf("%q: still held by the owner that released it: %+v", r, ri)
+						}
+					}
+				}
 			} else if lockmgr.Code(err) == "" && !errors.Is(err, context.Canceled) {
 				t.Fatalf("error without a code: %v", err)
 			}
