@@ -60,14 +60,14 @@ func FuzzEntry(f *testing.F) {
 				return m.UnlockUpgrade()
 			}},
 		} {
-			freeBefore := unheld(seg)
+			freeBefore := unheld(t, seg)
 			if try.lock() != nil {
 				continue
 			}
 			if err := try.free(); err != nil {
 				t.Fatalf("%s: the release of a grant: %v", try.name, err)
 			}
-			if freeBefore && !unheld(seg) {
+			if freeBefore && !unheld(t, seg) {
 				st, _ := upgrade.Inspect(seg, 0)
 				t.Fatalf("%s: a free mutex is held after the grant's release: %+v", try.name, st)
 			}
@@ -87,19 +87,17 @@ func snapshot(regions ...[]byte) []byte {
 	return b
 }
 
-// unheld reports whether mutex 0 of seg is held by no one, as Inspect
-// reads it.
-func unheld(seg *shm.Segment) bool {
-	st, err := upgrade.Inspect(seg, 0)
-	if err != nil || st.Writer != 0 || st.Upgrader != 0 || st.WriteLocked || st.UpgradeLocked || st.UpgradePending {
-		return false
+// unheld reports whether mutex 0 of seg is free and carries nothing its
+// next holder must be told: layout.UpgradeFree, the claim directory's test.
+func unheld(t *testing.T, seg *shm.Segment) bool {
+	e, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	rs := make([]*layout.ReaderRecord, seg.ReadersPerUpgrade())
+	for j := range rs {
+		rs[j], err = seg.UpgradeReader(0, j)
+		require.NoError(t, err)
 	}
-	for _, r := range st.Readers {
-		if r.Count != 0 {
-			return false
-		}
-	}
-	return true
+	return layout.UpgradeFree(e, rs)
 }
 
 // A reader record whose count a damage set to 2^32-1: the next shared hold
