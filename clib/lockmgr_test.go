@@ -4,17 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -568,56 +565,4 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 		}
 		require.NoError(t, seg.Close())
 	}
-}
-
-// fuzzInput reads a fuzz corpus file of one []byte argument.
-func fuzzInput(t *testing.T, path string) []byte {
-	args := fuzzArgs(t, path)
-	require.Len(t, args, 1, path)
-	return fuzzBytes(t, path, args[0])
-}
-
-// fuzzArgs are the argument lines of a fuzz corpus file.
-func fuzzArgs(t *testing.T, path string) []string {
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	require.Equal(t, "go test fuzz v1", lines[0], path)
-	return lines[1:]
-}
-
-// fuzzBytes is the value of a []byte argument line.
-func fuzzBytes(t *testing.T, path, line string) []byte {
-	arg, ok := strings.CutPrefix(line, "[]byte(")
-	require.True(t, ok, path)
-	s, err := strconv.Unquote(strings.TrimSuffix(arg, ")"))
-	require.NoError(t, err, path)
-	return []byte(s)
-}
-
-// fuzzCorpus is the committed corpus of fuzz target name in package dir,
-// and with SHMLOCK_FUZZ_CORPUS=DIR also the files of DIR/name (such as
-// the fuzz cache's directory for the package).
-func fuzzCorpus(t *testing.T, dir, name string) []string {
-	files, err := filepath.Glob(filepath.Join("..", dir, "testdata", "fuzz", name, "*"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	if more := os.Getenv("SHMLOCK_FUZZ_CORPUS"); more != "" {
-		extra, err := filepath.Glob(filepath.Join(more, name, "*"))
-		require.NoError(t, err)
-		files = append(files, extra...)
-	}
-	return files
-}
-
-// requireEnded fails the test if C helper c, which has exited, died of a
-// signal or printed a sanitizer's report.
-func requireEnded(t *testing.T, c *testproc.Child, what string) {
-	t.Helper()
-	var exit *exec.ExitError
-	if err := c.Wait(t); errors.As(err, &exit) {
-		ws, _ := exit.Sys().(syscall.WaitStatus)
-		require.False(t, ws.Signaled(), "%s: C died of %v; output:\n%s", what, ws.Signal(), c.Out)
-	}
-	require.NotContains(t, c.Out.String(), "Sanitizer", "%s (a sanitizer build of the helpers)", what)
 }

@@ -7,6 +7,13 @@
  *   spin worker PATH NAME REC SEED       the kill torture's worker (pid/tid)
  *   spin hold   PATH NAME MODE           lock, "held", wait for the release word, unlock
  *   spin wait   PATH NAME MODE           lock (measuring the wait), unlock
+ *   spin try    PATH INDEX MODE          opens slot INDEX, prints "ready",
+ *                                        waits for a line on stdin, then
+ *                                        (whatever the slot's words) a try, a
+ *                                        nested try if granted, each grant
+ *                                        released; prints "try RC NESTED" and
+ *                                        "close RC"; a grant whose release
+ *                                        fails exits 1
  */
 #include "helper.h"
 
@@ -240,12 +247,45 @@ static int cmd_timeouts(int mode, long n)
 	return 0;
 }
 
+/* try is clib's replay of spinlock's FuzzSlot: the slot's words are
+ * whatever the test wrote there, and the calls must return (a code or not)
+ * and every grant be released again. It opens the slot by index, so that
+ * no claim directory is involved. */
+static int cmd_try(const char *path, size_t index, int mode)
+{
+	int rc = shmlock_open(path, NULL, &seg);
+	if (rc != 0)
+		die("open", rc);
+	if ((rc = shmlock_spin_open(seg, index, mode, &lock)) != 0)
+		die("open slot", rc);
+	say("ready"); /* the test writes the slot's words now, under the open handle */
+	char line[16];
+	if (fgets(line, sizeof line, stdin) == NULL)
+		return 1;
+	uint64_t h = holder_for(mode);
+	int got = shmlock_spin_trylock(lock, h), nested = SHMLOCK_EWOULDBLOCK;
+	if (got >= 0) {
+		nested = shmlock_spin_trylock(lock, h);
+		if (nested >= 0 && (rc = shmlock_spin_unlock(lock, h)) != 0)
+			die("the nested grant's release", rc);
+		if ((rc = shmlock_spin_unlock(lock, h)) != 0)
+			die("the grant's release", rc);
+	}
+	say("try %d %d", got, nested);
+	if ((rc = shmlock_spin_close(lock)) == 0)
+		shmlock_close(seg);
+	say("close %d", rc);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 4)
 		goto usage;
 	const char *cmd = argv[1];
 	int rc;
+	if (!strcmp(cmd, "try") && argc == 5)
+		return cmd_try(argv[2], (size_t)helper_atol(argv[3]), parse_mode(argv[4]));
 	if (!strcmp(cmd, "count") && argc == 6) {
 		open_all(argv[2], argv[3], parse_mode(argv[4]));
 		rc = cmd_count(parse_mode(argv[4]), helper_atol(argv[5]));
@@ -267,6 +307,6 @@ int main(int argc, char **argv)
 	close_all();
 	return rc;
 usage:
-	fprintf(stderr, "usage: spin count|worker|hold|wait|timeouts PATH NAME ...\n");
+	fprintf(stderr, "usage: spin count|worker|hold|wait|timeouts PATH NAME ... | spin try PATH INDEX MODE\n");
 	return 2;
 }

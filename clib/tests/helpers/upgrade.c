@@ -18,6 +18,12 @@
  *	N timed takes of MS ms each, every one of which must time out; MODE
  *	to-unique takes the upgrade lock (at once) and times out upgrading it.
  *	Prints "done".
+ *   upgrade try SEG INDEX KIND     opens mutex INDEX (a clean one) and claims
+ *	its reader record, prints "ready", waits for a line on stdin, then
+ *	(whatever the words) one try of KIND unique, shared
+ *	or upgrade (then a try to upgrade to unique and back); a grant is
+ *	released again. Prints "try RC" and "close RC"; a grant whose release
+ *	fails exits 1.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -262,10 +268,65 @@ static int timeouts(int argc, char **argv)
 	return 0;
 }
 
+/* try is clib's replay of upgrade's FuzzEntry: the entry's and reader
+ * records' words are whatever the test wrote there, and the calls must
+ * return (a code or not) and a grant be released again. The mutex is
+ * opened by index, so that no claim directory is involved. */
+static shmlock_segment *try_seg; /* static: a handle whose close is refused is no leak */
+static shmlock_upgrade *try_mutex;
+
+static int try(int argc, char **argv)
+{
+	if (argc != 5)
+		return 2;
+	int rc = shmlock_open(argv[2], NULL, &try_seg);
+	if (rc)
+		die("open segment", rc);
+	if ((rc = shmlock_upgrade_open(try_seg, (size_t)helper_atol(argv[3]), &try_mutex)) != 0)
+		die("open mutex", rc);
+	shmlock_upgrade *m = try_mutex;
+	/* A shared hold claims the handle's reader record (the first, on a
+	 * clean mutex), which the handle keeps: the words the test writes then
+	 * lie under an open handle, as in FuzzEntry. */
+	if ((rc = shmlock_upgrade_trylock_shared(m)) != 0 || (rc = shmlock_upgrade_unlock_shared(m)) != 0)
+		die("claim a reader record", rc);
+	say("ready"); /* the test writes the mutex's words now */
+	char line[16];
+	if (fgets(line, sizeof line, stdin) == NULL)
+		return 1;
+	const char *kind = argv[4];
+	int got;
+	if (!strcmp(kind, "unique")) {
+		if ((got = shmlock_upgrade_trylock(m)) >= 0 && (rc = shmlock_upgrade_unlock(m)) != 0)
+			die("unlock", rc);
+	} else if (!strcmp(kind, "shared")) {
+		if ((got = shmlock_upgrade_trylock_shared(m)) >= 0 && (rc = shmlock_upgrade_unlock_shared(m)) != 0)
+			die("unlock shared", rc);
+	} else if (!strcmp(kind, "upgrade")) {
+		if ((got = shmlock_upgrade_trylock_upgrade(m)) >= 0) {
+			if (shmlock_upgrade_try_upgrade_to_unique(m) >= 0 && (rc = shmlock_upgrade_unique_to_upgrade(m)) != 0)
+				die("unique to upgrade", rc);
+			if ((rc = shmlock_upgrade_unlock_upgrade(m)) != 0)
+				die("unlock upgrade", rc);
+		}
+	} else {
+		fprintf(stderr, "unknown kind %s\n", kind);
+		return 2;
+	}
+	say("try %d", got);
+	/* A close may refuse a handle that the words say holds the mutex. */
+	if ((rc = shmlock_upgrade_close(m)) == 0)
+		shmlock_close(try_seg);
+	say("close %d", rc);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		return 2;
+	if (!strcmp(argv[1], "try"))
+		return try(argc, argv);
 	if (!strcmp(argv[1], "worker"))
 		return worker(argc, argv);
 	if (!strcmp(argv[1], "hold"))

@@ -1,0 +1,195 @@
+package clib_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// The Go fuzzers' corpora replayed against C: every input a Go fuzz target
+// found interesting (the committed corpus, and with
+// SHMLOCK_FUZZ_CORPUS=DIR the fuzz cache's as well) is put in a segment as
+// that target puts it, and C's calls on it must end as Go's do. Here the
+// lock words' replays; the lock table's is in lockmgr_test.go and the
+// header's in segment_test.go.
+
+// TestSpinFuzzCorpusC replays spinlock's FuzzSlot against C: each input is
+// the words of a lock's owner slot, and in each mode a C process's try (a
+// nested one if granted) must end cleanly, every grant released again, and
+// a slot that was free be free after it. Each input is replayed twice: as
+// written, and as the C process's own (a non-zero PID word replaced by its
+// identity), since the fuzzer's process wrote its own identity there.
+func TestSpinFuzzCorpusC(t *testing.T) {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	slots, err := seg.Region(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	slot := slots[:layout.OwnerSlotSize]
+	for _, f := range fuzzCorpus(t, "spinlock", "FuzzSlot") {
+		data := fuzzInput(t, f)
+		for _, mode := range []string{"pidtid", "token"} {
+			l, err := spinlock.Open(seg, 0, spinMode(mode))
+			require.NoError(t, err)
+			for _, own := range []bool{false, true} {
+				what := fmt.Sprintf("%s, %s, own %v", filepath.Base(f), mode, own)
+				replayC(t, what, func() { clear(slot) }, func(id uint64) {
+					copy(slot, data)
+					if own && binary.LittleEndian.Uint64(slot) != 0 {
+						binary.LittleEndian.PutUint64(slot, id)
+					}
+				}, func() bool {
+					_, held := l.Owner()
+					return !held
+				}, "spin", "try", path, "0", mode)
+			}
+		}
+	}
+}
+
+// TestUpgradeFuzzCorpusC replays upgrade's FuzzEntry against C: each input
+// is the words of the upgrade table and its reader records (in a segment
+// of the fuzz target's shape), and each kind of C try must end cleanly, a
+// grant released again, and a free mutex be free after it. The C process
+// claims its reader record before the words are written (the first one, as
+// FuzzEntry's handle has), and each input is replayed as written and as the
+// C process's own (every non-zero identity of a writer, an upgrader or a
+// reader record replaced by its identity).
+func TestUpgradeFuzzCorpusC(t *testing.T) {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // upgrade's testOptions
+		Slots: 1, Upgrades: 2, UpgradeReaders: 8, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 1,
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	ups, err := seg.Region(layout.KindUpgrades)
+	require.NoError(t, err)
+	readers, err := seg.Region(layout.KindUpgradeReaders)
+	require.NoError(t, err)
+	entry, err := seg.Upgrade(0)
+	require.NoError(t, err)
+	records := make([]*layout.ReaderRecord, seg.ReadersPerUpgrade())
+	for j := range records {
+		records[j], err = seg.UpgradeReader(0, j)
+		require.NoError(t, err)
+	}
+	identities := []*atomic.Uint64{&entry.Writer, &entry.Upgrader}
+	for _, r := range records {
+		identities = append(identities, &r.Owner)
+	}
+	for _, f := range fuzzCorpus(t, "upgrade", "FuzzEntry") {
+		data := fuzzInput(t, f)
+		for _, kind := range []string{"unique", "shared", "upgrade"} {
+			for _, own := range []bool{false, true} {
+				what := fmt.Sprintf("%s, %s, own %v", filepath.Base(f), kind, own)
+				replayC(t, what, func() { clear(ups); clear(readers) }, func(id uint64) {
+					clear(ups)
+					clear(readers)
+					copy(readers, data[copy(ups, data):])
+					for _, w := range identities {
+						if own && w.Load() != 0 {
+							w.Store(id)
+						}
+					}
+				}, func() bool { return layout.UpgradeFree(entry, records) }, "upgrade", "try", path, "0", kind)
+			}
+		}
+	}
+}
+
+// replayC runs C helper program with args, which opens its lock (on the
+// words reset sets, clean ones), prints "ready" and then waits for a line:
+// in between, put writes the input under its open handle (given the
+// helper's packed identity). The helper must then exit 0, and if free said
+// yes before, say yes after.
+func replayC(t *testing.T, what string, reset func(), put func(id uint64), free func() bool, program string, args ...string) {
+	t.Helper()
+	reset()
+	c := startCWithStdin(t, program, args...)
+	c.WaitLine(t, "ready")
+	put(c.Identity(t))
+	freeBefore := free()
+	c.Send(t, "go")
+	requireSucceeded(t, c, what)
+	if freeBefore && !free() {
+		t.Fatalf("%s: free before C's try, held after the grant's release", what)
+	}
+}
+
+// fuzzInput reads a fuzz corpus file of one []byte argument.
+func fuzzInput(t *testing.T, path string) []byte {
+	args := fuzzArgs(t, path)
+	require.Len(t, args, 1, path)
+	return fuzzBytes(t, path, args[0])
+}
+
+// fuzzArgs are the argument lines of a fuzz corpus file.
+func fuzzArgs(t *testing.T, path string) []string {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Equal(t, "go test fuzz v1", lines[0], path)
+	return lines[1:]
+}
+
+// fuzzBytes is the value of a []byte argument line.
+func fuzzBytes(t *testing.T, path, line string) []byte {
+	arg, ok := strings.CutPrefix(line, "[]byte(")
+	require.True(t, ok, path)
+	s, err := strconv.Unquote(strings.TrimSuffix(arg, ")"))
+	require.NoError(t, err, path)
+	return []byte(s)
+}
+
+// fuzzCorpus is the committed corpus of fuzz target name in package dir,
+// and with SHMLOCK_FUZZ_CORPUS=DIR also the files of DIR/name (such as
+// the fuzz cache's directory for the package).
+func fuzzCorpus(t *testing.T, dir, name string) []string {
+	files, err := filepath.Glob(filepath.Join("..", dir, "testdata", "fuzz", name, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	if more := os.Getenv("SHMLOCK_FUZZ_CORPUS"); more != "" {
+		extra, err := filepath.Glob(filepath.Join(more, name, "*"))
+		require.NoError(t, err)
+		files = append(files, extra...)
+	}
+	return files
+}
+
+// requireEnded fails the test if C helper c, which has exited, died of a
+// signal or printed a sanitizer's report.
+func requireEnded(t *testing.T, c *testproc.Child, what string) {
+	t.Helper()
+	var exit *exec.ExitError
+	if err := c.Wait(t); errors.As(err, &exit) {
+		ws, _ := exit.Sys().(syscall.WaitStatus)
+		require.False(t, ws.Signaled(), "%s: C died of %v; output:\n%s", what, ws.Signal(), c.Out)
+	}
+	require.NotContains(t, c.Out.String(), "Sanitizer", "%s (a sanitizer build of the helpers)", what)
+}
+
+// requireSucceeded fails the test if C helper c did not exit 0 or printed
+// a sanitizer's report.
+func requireSucceeded(t *testing.T, c *testproc.Child, what string) {
+	t.Helper()
+	if err := c.Wait(t); err != nil {
+		t.Fatalf("%s: C failed: %v; output:\n%s", what, err, c.Out)
+	}
+	require.NotContains(t, c.Out.String(), "Sanitizer", "%s (a sanitizer build of the helpers)", what)
+}
