@@ -83,6 +83,18 @@ import (
 //     32 polls from the first: +34 %, -25 %/-37 %. The same trade again.
 //     (The lock manager, demoting its entry's line at each entry unlock:
 //     0.38-0.50x in every cell, uncontended too.)
+//   - sleeping at once, as glibc's futex-only mutex does (no keep-off, no
+//     loads, no yield; libshmlock, 8 rounds beside pthread's mutexes):
+//     counter 0.32x/0.30x at 2/8 processes, pingpong_retry 0.99x (663k,
+//     where pthread_mutex made 984k in the same rounds): a policy that
+//     sleeps at once on a far-placed host is no way to pthread's point on
+//     the curve either. Why our sleeps hand over more slowly than glibc's
+//     was not measured. A guess: glibc's lock word itself says
+//     "contended", so a release makes a system call only while that mark
+//     stands, and a sleeper still on its way into the kernel finds the
+//     word changed; ours counts sleepers in Pad, and a wake that finds the
+//     sleeper not yet in the kernel is futile, so the next release calls
+//     again.
 //   - (alternated shmctl bench runs, medians of 4) 50 loads instead of 300:
 //     counter +6 % at 2 processes and +34 % at 8, pingpong_retry -15 %; 10
 //     loads, or none: pingpong_retry -40-50 %. 1000 or 3000 loads: no more
