@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -110,6 +111,63 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 				}, func() bool { return layout.UpgradeFree(entry, records) }, "upgrade", "try", path, "0", kind)
 			}
 		}
+	}
+}
+
+// TestDirectoryFuzzCorpusC replays shm's FuzzDirectory against C: each
+// input is the words of the claim directories, the claim references and
+// the claimable tables (in a segment of the fuzz target's shape), and a C
+// process's claims, named and unnamed, must each be one that Go's Claims
+// lists and Lookup finds under its name, and be released again.
+func TestDirectoryFuzzCorpusC(t *testing.T) {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // FuzzDirectory's
+		Slots: 4, Upgrades: 2, UpgradeReaders: 2, ClaimRefs: 6,
+		TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	var regions [][]byte
+	for _, k := range []layout.Kind{ // FuzzDirectory's order
+		layout.KindSlotDirectory, layout.KindUpgradeDirectory, layout.KindClaimRefs,
+		layout.KindOwnerSlots, layout.KindUpgrades, layout.KindUpgradeReaders,
+	} {
+		r, err := seg.Region(k)
+		require.NoError(t, err)
+		regions = append(regions, r)
+	}
+	kinds := map[string]layout.Kind{"1": layout.KindOwnerSlots, "2": layout.KindUpgrades}
+	for _, f := range fuzzCorpus(t, "shm", "FuzzDirectory") {
+		data := fuzzInput(t, f)
+		for _, r := range regions {
+			clear(r)
+		}
+		c := startCWithStdin(t, "segment", "claims", path)
+		c.WaitLine(t, "ready")
+		rest := data
+		for _, r := range regions {
+			rest = rest[copy(r, rest):]
+		}
+		c.Send(t, "go")
+		c.WaitLine(t, "claimed")
+		for _, line := range strings.Split(c.Out.String(), "\n") {
+			var kind, name string
+			var rc, index int
+			if n, _ := fmt.Sscanf(line, "claim %s %s %d %d", &kind, &name, &rc, &index); n != 4 || rc != 0 {
+				continue
+			}
+			what := fmt.Sprintf("%s: C's claim of %v %q", filepath.Base(f), kinds[kind], name)
+			claims, err := seg.Claims(kinds[kind])
+			require.NoError(t, err)
+			require.True(t, slices.ContainsFunc(claims, func(c shm.Claim) bool { return c.Index == index }), "%s: %d, which Claims does not list", what, index)
+			if name != "-" {
+				i, err := seg.Lookup(kinds[kind], name)
+				require.NoError(t, err, "%s; C said:\n%s", what, c.Out)
+				require.Equal(t, index, i, "%s: Lookup finds another entry", what)
+			}
+		}
+		c.Send(t, "go")
+		requireSucceeded(t, c, filepath.Base(f))
 	}
 }
 

@@ -91,14 +91,17 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 		if err != nil {
 			return -1, false, err
 		}
-		switch {
-		case e.State.Load() == layout.DirFree:
+		switch state := e.State.Load(); {
+		case state == layout.DirFree:
 			if free < 0 {
 				free = i
 			}
 		case e.Refs.Load() == 0 && (name == "" || layout.NameOf(e) != name) && parked < 0 && s.lockFree(k, i, e.Use.Load()):
 			parked = i // recyclable, if nothing is free
-		case name != "" && layout.NameOf(e) == name:
+		case state == layout.DirClaimed && name != "" && layout.NameOf(e) == name:
+			// Only a claim is the name's: an entry in a state no claim
+			// leaves (damage, which CheckDirectories reports) is one that
+			// Claims, Lookup and Release do not know.
 			switch had := e.Use.Load(); {
 			case use == 0 || had == use:
 			case had == 0:
@@ -305,25 +308,36 @@ func (s *Segment) deadRefs() []DroppedClaim {
 }
 
 // dropDeadRefs drops the records of dead processes under the registry
-// lock, and returns how many it dropped.
+// lock, and returns how many it dropped. A dead process's references are
+// taken off its entries' totals, but never those that live processes'
+// records account for: a damaged record that counts more than its entry
+// has (CheckDirectories reports it) would otherwise free the claim of a
+// live process, whose lock the next claimant would then share.
 func (s *Segment) dropDeadRefs() int {
-	dropped := 0
+	var dead []*layout.ClaimRef
+	live := map[uint32]uint64{} // per target, the references of live processes' records
 	for j := range s.Len(layout.KindClaimRefs) {
 		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
 		if err != nil {
-			return dropped
+			break
 		}
-		o := r.Owner.Load()
-		if o == 0 || s.OwnerAlive(o) {
-			continue
+		switch o := r.Owner.Load(); {
+		case o == 0:
+		case s.OwnerAlive(o):
+			live[r.Target.Load()] += uint64(r.Count.Load())
+		default:
+			dead = append(dead, r)
 		}
+	}
+	for _, r := range dead {
 		t, n := r.Target.Load(), r.Count.Load()
 		k, i := layout.SplitClaimTarget(t)
 		if dk, err := directoryOf(k); err == nil && i < s.Len(k) {
 			if d, err := entryOf[layout.DirEntry](s, dk, i); err == nil && d.State.Load() == layout.DirClaimed {
-				refs := d.Refs.Load()
-				d.Refs.Store(refs - min(refs, n))
-				if refs <= n && s.lockFree(k, i, d.Use.Load()) {
+				refs := uint64(d.Refs.Load())
+				left := refs - min(uint64(n), refs-min(refs, live[t]))
+				d.Refs.Store(uint32(left))
+				if left == 0 && s.lockFree(k, i, d.Use.Load()) {
 					_ = s.freeEntry(k, dk, i)
 				}
 			}
@@ -331,9 +345,8 @@ func (s *Segment) dropDeadRefs() int {
 		r.Owner.Store(0)
 		r.Target.Store(0)
 		r.Count.Store(0)
-		dropped++
 	}
-	return dropped
+	return len(dead)
 }
 
 // Release drops one reference to entry i of table k. The last one frees

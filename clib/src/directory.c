@@ -313,10 +313,22 @@ static int drop_dead_refs(shmlock_segment *seg)
 {
 	uint64_t n;
 	struct shm_claim_ref *r = claim_refs(seg, &n);
-	int dropped = 0;
+	if (n == 0)
+		return 0;
+	/* First which records are live (1) and dead (2): a dead process's
+	 * references never take those that live records account for
+	 * (dropDeadRefs in shm/directory.go). */
+	uint8_t *state = calloc(n, 1);
+	if (state == NULL)
+		return 0; /* nothing dropped: the claim fails as full */
 	for (uint64_t j = 0; j < n; j++) {
 		uint64_t o = atomic_load(&r[j].owner);
-		if (o == 0 || shm_owner_alive(seg, o))
+		if (o != 0)
+			state[j] = shm_owner_alive(seg, o) ? 1 : 2;
+	}
+	int dropped = 0;
+	for (uint64_t j = 0; j < n; j++) {
+		if (state[j] != 2)
 			continue;
 		uint32_t t = atomic_load(&r[j].target), cnt = atomic_load(&r[j].count);
 		int kind = (int)(t >> CLAIM_TARGET_SHIFT);
@@ -325,15 +337,22 @@ static int drop_dead_refs(shmlock_segment *seg)
 		if (dk && i < seg->tables[kind].count) {
 			struct shm_dir_entry *d = dir_entry(seg, dk, i);
 			if (atomic_load(&d->state) == SHM_DIR_CLAIMED) {
-				uint32_t refs = atomic_load(&d->refs);
-				atomic_store(&d->refs, refs - (refs < cnt ? refs : cnt));
-				if (refs <= cnt && lock_free(seg, kind, i, atomic_load(&d->use)))
+				uint64_t live = 0;
+				for (uint64_t l = 0; l < n; l++)
+					if (state[l] == 1 && atomic_load(&r[l].target) == t)
+						live += atomic_load(&r[l].count);
+				uint64_t refs = atomic_load(&d->refs);
+				uint64_t droppable = refs - (live < refs ? live : refs);
+				uint64_t left = refs - (cnt < droppable ? cnt : droppable);
+				atomic_store(&d->refs, (uint32_t)left);
+				if (left == 0 && lock_free(seg, kind, i, atomic_load(&d->use)))
 					free_entry(seg, kind, dk, i);
 			}
 		}
 		free_ref(&r[j]);
 		dropped++;
 	}
+	free(state);
 	return dropped;
 }
 
@@ -395,13 +414,16 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 	int64_t free = -1, parked = -1;
 	for (uint64_t i = 0; i < count; i++) {
 		struct shm_dir_entry *e = dir_entry(seg, dk, i);
-		if (atomic_load(&e->state) == SHM_DIR_FREE) {
+		uint32_t state = atomic_load(&e->state);
+		if (state == SHM_DIR_FREE) {
 			if (free < 0)
 				free = (int64_t)i;
 		} else if (atomic_load(&e->refs) == 0 && (len == 0 || !dir_named(e, name, len)) && parked < 0 &&
 		           lock_free(seg, kind, i, atomic_load(&e->use))) {
 			parked = (int64_t)i;
-		} else if (len != 0 && dir_named(e, name, len)) {
+		} else if (state == SHM_DIR_CLAIMED && len != 0 && dir_named(e, name, len)) {
+			/* Only a claim is the name's: an entry in a state no claim
+			 * leaves is damage, unknown to lookups and releases. */
 			uint32_t had = atomic_load(&e->use);
 			if (had == 0 && use != 0)
 				atomic_store(&e->use, use);

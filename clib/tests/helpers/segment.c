@@ -11,6 +11,13 @@
  *   segment churn PATH N      N rounds of: claim slots shared and own-PID,
  *                             region r-(round%8) (64 bytes), release both
  *                             slots; prints "done N"
+ *   segment claims PATH       prints "ready", waits for a line on stdin, then
+ *                             for the slot and upgrade tables claims queue,
+ *                             jobs (use 1), fuzz and an unnamed entry,
+ *                             printing "claim KIND NAME RC INDEX" (KIND 1
+ *                             slots, 2 upgrades; NAME - for unnamed), then
+ *                             "claimed", waits for another line and releases
+ *                             every claim; a release that fails exits 1
  */
 #include "helper.h"
 #include "internal.h"
@@ -40,6 +47,48 @@ static uint64_t data(shmlock_segment *s, const char *name, size_t size)
 	if (rc)
 		die(name, rc);
 	return (uint64_t)((uint8_t *)p - (uint8_t *)s->tables[SHM_DATA].base);
+}
+
+/* claims is clib's replay of shm's FuzzDirectory: the directories' words
+ * are whatever the test wrote there. */
+static int claims(const char *path)
+{
+	shmlock_segment *s = open_seg(path);
+	say("ready"); /* the test writes the directories now */
+	char line[16];
+	if (fgets(line, sizeof line, stdin) == NULL)
+		return 1;
+	static const struct {
+		const char *name;
+		uint32_t use;
+	} tries[] = {{"queue", 0}, {"jobs", 1}, {"fuzz", 0}, {"", 0}};
+	const int kinds[] = {SHM_OWNER_SLOTS, SHM_UPGRADES};
+	struct {
+		int kind;
+		size_t index;
+	} got[8];
+	int n = 0;
+	for (int k = 0; k < 2; k++) {
+		for (size_t j = 0; j < sizeof tries / sizeof tries[0]; j++) {
+			size_t i = 0;
+			int rc = shm_claim(s, kinds[k], tries[j].name, tries[j].use, &i);
+			say("claim %d %s %d %zu", k + 1, *tries[j].name ? tries[j].name : "-", rc, i);
+			if (rc == 0) {
+				got[n].kind = kinds[k];
+				got[n++].index = i;
+			}
+		}
+	}
+	say("claimed");
+	if (fgets(line, sizeof line, stdin) == NULL)
+		return 1;
+	for (int j = 0; j < n; j++) {
+		int rc = shm_release_claim(s, got[j].kind, got[j].index);
+		if (rc)
+			die("release", rc);
+	}
+	shmlock_close(s);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -96,5 +145,7 @@ int main(int argc, char **argv)
 		shmlock_close(s);
 		return 0;
 	}
+	if (!strcmp(cmd, "claims"))
+		return claims(path);
 	return 2;
 }

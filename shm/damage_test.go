@@ -1,0 +1,88 @@
+package shm_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// A directory entry in a state no claim leaves (damage), under a name: a
+// claim of that name takes a fresh entry, which Lookup then finds and
+// Release gives back, and CheckDirectories reports the damaged one (and
+// the reference that names it).
+// (FuzzDirectory found a claim of such an entry, which Claims did not list
+// and Release refused.)
+func TestClaimPassesDamagedState(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 3}})
+	damaged, err := seg.Claim(layout.KindOwnerSlots, "queue")
+	require.Zero(t, damaged)
+	require.NoError(t, err)
+	dirs, err := seg.Region(layout.KindSlotDirectory)
+	require.NoError(t, err)
+	dir, err := memview.At[layout.DirEntry](dirs, uint64(damaged)*layout.DirEntrySize)
+	require.NoError(t, err)
+	dir.State.Store(7)
+
+	i, err := seg.Claim(layout.KindOwnerSlots, "queue")
+	require.NoError(t, err)
+	require.NotEqual(t, damaged, i, "the damaged entry is not the name's claim")
+	j, err := seg.Lookup(layout.KindOwnerSlots, "queue")
+	require.NoError(t, err)
+	require.Equal(t, i, j)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+	found, err := seg.CheckDirectories()
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"slot_directory[0]: state 7, neither free (0) nor claimed (1)",
+		"claim_refs[0]: names owner_slots[0], which is not claimed", // the first claim's reference
+	}, found)
+}
+
+// A dead process's reference record that counts more references than its
+// entry has (damage): dropping it takes off only the references no live
+// process's record accounts for, so the live claim stays, and the next
+// claim cannot take its entry. (FuzzDirectory, replayed against C, found
+// the live claim freed and its entry claimed again under another name: two
+// locks on one slot.)
+func TestDropDeadRefsSparesLiveClaims(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 2, ClaimRefs: 4}})
+	i, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // its pid reused by us
+	r := claimRef(t, seg, 3)
+	require.Zero(t, r.Owner.Load(), "record 3 is free")
+	r.Target.Store(layout.ClaimTarget(layout.KindOwnerSlots, i))
+	r.Count.Store(5)
+	r.Owner.Store(dead)
+
+	dropped, err := seg.DropDeadClaims(false)
+	require.NoError(t, err)
+	require.Len(t, dropped, 1)
+	require.Equal(t, uint32(5), dropped[0].Count)
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Claim{{Index: i, Name: "jobs", Refs: 1, Claimer: self.Pack()}}, claims)
+	other, err := seg.Claim(layout.KindOwnerSlots, "")
+	require.NoError(t, err)
+	require.NotEqual(t, i, other)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, other))
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}
+
+// claimRef views record j of seg's claim references.
+func claimRef(t *testing.T, seg *shm.Segment, j int) *layout.ClaimRef {
+	t.Helper()
+	b, err := seg.Region(layout.KindClaimRefs)
+	require.NoError(t, err)
+	r, err := memview.At[layout.ClaimRef](b, uint64(j)*layout.ClaimRefSize)
+	require.NoError(t, err)
+	return r
+}
