@@ -1,6 +1,8 @@
 package clib_test
 
 import (
+	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
@@ -169,6 +172,48 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 		c.Send(t, "go")
 		requireSucceeded(t, c, filepath.Base(f))
 	}
+}
+
+// TestLockMgrNamesFuzzCorpusC replays lockmgr's FuzzNames against C: for
+// each resource and owner name of the corpus, C's acquisition must refuse
+// the names Go refuses, with the same code, and grant those Go grants on
+// the entry Go then finds under the same name (its next grant has a higher
+// version). Names with a NUL byte are left out: a C string cannot hold
+// one.
+func TestLockMgrNamesFuzzCorpusC(t *testing.T) {
+	ctx := context.Background()
+	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzNames") {
+		args := fuzzArgs(t, f)
+		require.Len(t, args, 2, f)
+		res, own := fuzzString(t, f, args[0]), fuzzString(t, f, args[1])
+		if strings.ContainsRune(res, 0) || strings.ContainsRune(own, 0) {
+			continue
+		}
+		path, seg, m, _ := newLockMgrSegment(t, 8)
+		var rc int
+		var cCode string
+		var cVersion uint64
+		line := tryC(t, path, res, own, "exclusive")
+		_, err := fmt.Sscanf(line, "%d %s version=%d", &rc, &cCode, &cVersion)
+		require.NoError(t, err, "%s: %q", filepath.Base(f), line)
+		info, err := m.Acquire(ctx, res, own, lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		goCode := cmp.Or(lockmgr.Code(err), "-")
+		require.Equal(t, goCode, cCode, "%s: %q, %q: Go's code (error %v), C's", filepath.Base(f), res, own, err)
+		if err == nil {
+			require.Greater(t, info.Version, cVersion, "%s: %q: Go's grant on C's entry", filepath.Base(f), res)
+			require.NoError(t, m.Release(res, own))
+		}
+		require.NoError(t, seg.Close())
+	}
+}
+
+// fuzzString is the value of a string argument line.
+func fuzzString(t *testing.T, path, line string) string {
+	arg, ok := strings.CutPrefix(line, "string(")
+	require.True(t, ok, path)
+	s, err := strconv.Unquote(strings.TrimSuffix(arg, ")"))
+	require.NoError(t, err, path)
+	return s
 }
 
 // replayC runs C helper program with args, which opens its lock (on the
