@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 )
@@ -92,9 +93,10 @@ func tableSnapshot(tb testing.TB) []byte {
 
 // FuzzTable: whatever bytes the lock table holds (a corrupted or hostile
 // segment), the Manager's calls return, with an error or not, and never
-// panic, and a hold that was granted is released and gone. Entry lock
-// words are cleared first: a set one is a process inside an entry, which
-// the calls wait out (TestDeadEntryLock).
+// panic, a hold that was granted is released and gone, and an
+// acquisition that waits (200 µs) ends. Entry lock words are cleared
+// first: a set one is a process inside an entry, which the calls wait out
+// (TestDeadEntryLock).
 func FuzzTable(f *testing.F) {
 	f.Add(tableSnapshot(f))
 	f.Add([]byte{})
@@ -127,6 +129,18 @@ func FuzzTable(f *testing.F) {
 				}
 			} else if lockmgr.Code(err) == "" && !errors.Is(err, context.Canceled) {
 				t.Fatalf("error without a code: %v", err)
+			}
+		}
+		// A wait ends by its deadline, whatever the table (the watchdog
+		// makes a hang a failure); a grant is released again.
+		for _, r := range []string{"x", "c"} {
+			stop := testproc.Watchdog(time.Minute, "Acquire with Wait")
+			_, err := m.Acquire(ctx, r, "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 200 * time.Microsecond})
+			stop()
+			if err == nil {
+				require.NoError(t, m.Release(r, "waiter"))
+			} else if lockmgr.Code(err) == "" {
+				t.Fatalf("%q: a wait that ended with an error without a code: %v", r, err)
 			}
 		}
 		_ = m.Declare("d2")

@@ -1,10 +1,13 @@
 package spinlock_test
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/spinlock"
 )
@@ -12,8 +15,8 @@ import (
 // FuzzSlot: whatever words an owner slot holds (a damaged or hostile
 // segment), in either mode the calls that do not wait return, with an
 // error or not, and never panic or hang: Check, Owner, the Try
-// acquisitions (recursively too; a grant is released again), Reclaim and
-// ForceUnlock. A free slot that a try was granted is free again after its
+// acquisitions (recursively too; a grant is released again), a wait of
+// 200 µs (it is granted, or times out), Reclaim and ForceUnlock. A free slot that a try was granted is free again after its
 // release.
 func FuzzSlot(f *testing.F) {
 	seg, _ := newSegment(f)
@@ -61,6 +64,16 @@ func FuzzSlot(f *testing.F) {
 				if _, held := l.Owner(); held && !heldBefore {
 					t.Fatalf("%v: held after the grant's release: %x", mode, slot)
 				}
+			}
+			// A wait ends by its deadline, whatever the words (the
+			// watchdog makes a hang a failure).
+			stop := testproc.Watchdog(time.Minute, "TryLockFor")
+			g, err := l.TryLockFor(id, 200*time.Microsecond)
+			stop()
+			if err == nil {
+				require.NoError(t, g.Release(), "%v: the release of a waited grant", mode)
+			} else if !errors.Is(err, spinlock.ErrTimeout) && !errors.Is(err, spinlock.ErrRecursion) {
+				t.Fatalf("%v: a wait that ended with %v", mode, err)
 			}
 			if g, err := l.Reclaim(id); err == nil {
 				_ = g.Release()

@@ -1,11 +1,14 @@
 package upgrade_test
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
@@ -15,7 +18,8 @@ import (
 // records hold (a damaged or hostile segment), the calls that do not wait
 // return, with an error or not, and never panic or hang: Inspect, Check,
 // the Try acquisitions (a grant is released again, and a mutex that was
-// free is free again), a dry-run Reclaim, Reclaim and ForceUnlock.
+// free is free again), waits of 200 µs of each kind (granted and
+// released, or given up), a dry-run Reclaim, Reclaim and ForceUnlock.
 func FuzzEntry(f *testing.F) {
 	seg, _ := newSegment(f)
 	ups, err := seg.Region(layout.KindUpgrades)
@@ -71,6 +75,37 @@ func FuzzEntry(f *testing.F) {
 				st, _ := upgrade.Inspect(seg, 0)
 				t.Fatalf("%s: a free mutex is held after the grant's release: %+v", try.name, st)
 			}
+		}
+		// Waits end by their deadline, whatever the words (the watchdog
+		// makes a hang a failure); a grant is released again.
+		for _, wait := range []struct {
+			name string
+			lock func(context.Context) error
+			free func() error
+		}{
+			{"unique", m.LockContext, m.Unlock},
+			{"shared", m.LockSharedContext, m.UnlockShared},
+			{"upgrade", m.LockUpgradeContext, func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+				defer cancel()
+				if m.UpgradeToUniqueContext(ctx) == nil {
+					if err := m.UniqueToUpgrade(); err != nil {
+						return err
+					}
+				}
+				return m.UnlockUpgrade()
+			}},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+			stop := testproc.Watchdog(time.Minute, wait.name+" wait")
+			err := wait.lock(ctx)
+			if err == nil {
+				if err := wait.free(); err != nil {
+					t.Fatalf("%s: the release of a waited grant: %v", wait.name, err)
+				}
+			}
+			stop()
+			cancel()
 		}
 		_, _ = upgrade.Reclaim(seg, 0, true)
 		_, _ = upgrade.Reclaim(seg, 0, false)
