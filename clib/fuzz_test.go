@@ -34,7 +34,8 @@ import (
 
 // TestSpinFuzzCorpusC replays spinlock's FuzzSlot against C: each input is
 // the words of a lock's owner slot, and in each mode a C process's try (a
-// nested one if granted) must end cleanly, every grant released again, and
+// nested one if granted) and wait of 200 µs must end cleanly, every grant
+// released again, and
 // a slot that was free be free after it. Each input is replayed twice: as
 // written, and as the C process's own (a non-zero PID word replaced by its
 // identity), since the fuzzer's process wrote its own identity there.
@@ -69,8 +70,9 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 
 // TestUpgradeFuzzCorpusC replays upgrade's FuzzEntry against C: each input
 // is the words of the upgrade table and its reader records (in a segment
-// of the fuzz target's shape), and each kind of C try must end cleanly, a
-// grant released again, and a free mutex be free after it. The C process
+// of the fuzz target's shape), and each kind of C try, and of wait of
+// 200 µs, must end cleanly, a grant released again, and a free mutex be
+// free after it. The C process
 // claims its reader record before the words are written (the first one, as
 // FuzzEntry's handle has), and each input is replayed as written and as the
 // C process's own (every non-zero identity of a writer, an upgrader or a

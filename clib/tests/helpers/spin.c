@@ -10,8 +10,9 @@
  *   spin try    PATH INDEX MODE          opens slot INDEX, prints "ready",
  *                                        waits for a line on stdin, then
  *                                        (whatever the slot's words) a try, a
- *                                        nested try if granted, each grant
- *                                        released; prints "try RC NESTED" and
+ *                                        nested try if granted, a wait of
+ *                                        200 us, each grant released; prints
+ *                                        "try RC NESTED WAITED" and
  *                                        "close RC"; a grant whose release
  *                                        fails exits 1
  */
@@ -271,7 +272,11 @@ static int cmd_try(const char *path, size_t index, int mode)
 		if ((rc = shmlock_spin_unlock(lock, h)) != 0)
 			die("the grant's release", rc);
 	}
-	say("try %d %d", got, nested);
+	/* A wait ends by its deadline, whatever the words. */
+	int waited = shmlock_spin_timedlock(lock, h, 200 * INT64_C(1000));
+	if (waited >= 0 && (rc = shmlock_spin_unlock(lock, h)) != 0)
+		die("the waited grant's release", rc);
+	say("try %d %d %d", got, nested, waited);
 	if ((rc = shmlock_spin_close(lock)) == 0)
 		shmlock_close(seg);
 	say("close %d", rc);

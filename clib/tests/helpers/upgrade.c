@@ -20,10 +20,10 @@
  *	Prints "done".
  *   upgrade try SEG INDEX KIND     opens mutex INDEX (a clean one) and claims
  *	its reader record, prints "ready", waits for a line on stdin, then
- *	(whatever the words) one try of KIND unique, shared
- *	or upgrade (then a try to upgrade to unique and back); a grant is
- *	released again. Prints "try RC" and "close RC"; a grant whose release
- *	fails exits 1.
+ *	(whatever the words) one try of KIND unique, shared or upgrade (then
+ *	a try to upgrade to unique and back), then a wait of 200 us of the
+ *	same kind; each grant is released again. Prints "try RC WAITED" and
+ *	"close RC"; a grant whose release fails exits 1.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -313,7 +313,22 @@ static int try(int argc, char **argv)
 		fprintf(stderr, "unknown kind %s\n", kind);
 		return 2;
 	}
-	say("try %d", got);
+	/* A wait of the same kind ends by its deadline, whatever the words. */
+	const int64_t wait_ns = 200 * INT64_C(1000);
+	int waited;
+	if (!strcmp(kind, "unique")) {
+		if ((waited = shmlock_upgrade_timedlock(m, wait_ns)) >= 0 && (rc = shmlock_upgrade_unlock(m)) != 0)
+			die("unlock a waited grant", rc);
+	} else if (!strcmp(kind, "shared")) {
+		if ((waited = shmlock_upgrade_timedlock_shared(m, wait_ns)) >= 0 && (rc = shmlock_upgrade_unlock_shared(m)) != 0)
+			die("unlock a waited shared grant", rc);
+	} else if ((waited = shmlock_upgrade_timedlock_upgrade(m, wait_ns)) >= 0) {
+		if (shmlock_upgrade_timed_upgrade_to_unique(m, wait_ns) >= 0 && (rc = shmlock_upgrade_unique_to_upgrade(m)) != 0)
+			die("unique to upgrade after a wait", rc);
+		if ((rc = shmlock_upgrade_unlock_upgrade(m)) != 0)
+			die("unlock a waited upgrade grant", rc);
+	}
+	say("try %d %d", got, waited);
 	/* A close may refuse a handle that the words say holds the mutex. */
 	if ((rc = shmlock_upgrade_close(m)) == 0)
 		shmlock_close(try_seg);
