@@ -1,11 +1,14 @@
 package shm_test
 
 import (
+	"encoding/binary"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -21,8 +24,9 @@ var directoryKinds = []layout.Kind{
 
 // FuzzDirectory: whatever words the claim directories, the claim
 // references and the claimable tables hold (a damaged or hostile segment),
-// the directory's calls return, with an error or not, and never panic or
-// hang: CheckDirectories, AbandonedClaims, Claims, Lookup, claims named
+// and whether or not a dead process holds the registry lock (a byte past
+// the regions, odd), the directory's calls return, with an error or not,
+// and never panic or hang: CheckDirectories, AbandonedClaims, Claims, Lookup, claims named
 // and unnamed, DropDeadClaims. The claims that succeed, held together,
 // are each one that Claims lists and Lookup finds under its name, no two
 // share an entry, and each Release gives one back.
@@ -59,11 +63,27 @@ func FuzzDirectory(f *testing.F) {
 	_, err = seg.Claim(layout.KindUpgrades, "table")
 	require.NoError(f, err)
 	f.Add(snapshot())
+	f.Add(append(snapshot(), 1)) // and a dead holder of the registry lock
+
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = file.Close() })
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // our pid, reused by us
+	registry := make([]byte, 8)
+	binary.LittleEndian.PutUint64(registry, dead)
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, r := range regions {
 			clear(r)
 			data = data[copy(r, data):]
+		}
+		if len(data) > 0 && data[0]&1 != 0 {
+			// A byte past the regions, odd: a process died holding the
+			// registry lock, and the next change takes it over (and
+			// recounts the references).
+			_, err := file.WriteAt(registry, layout.OffRegistry)
+			require.NoError(t, err)
 		}
 		_, _ = seg.CheckDirectories()
 		_, _ = seg.AbandonedClaims()
