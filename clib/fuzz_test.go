@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
@@ -121,7 +122,8 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 
 // TestDirectoryFuzzCorpusC replays shm's FuzzDirectory against C: each
 // input is the words of the claim directories, the claim references and
-// the claimable tables (in a segment of the fuzz target's shape), and a C
+// the claimable tables (in a segment of the fuzz target's shape), with a
+// dead holder of the registry lock where the input says so, and a C
 // process's claims, named and unnamed, must each be one that Go's Claims
 // lists and Lookup finds under its name, and be released again.
 func TestDirectoryFuzzCorpusC(t *testing.T) {
@@ -142,6 +144,11 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 		regions = append(regions, r)
 	}
 	kinds := map[string]layout.Kind{"1": layout.KindOwnerSlots, "2": layout.KindUpgrades}
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = file.Close() })
+	self := proc.Self()
+	registry := binary.LittleEndian.AppendUint64(nil, proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack())
 	for _, f := range fuzzCorpus(t, "shm", "FuzzDirectory") {
 		data := fuzzInput(t, f)
 		for _, r := range regions {
@@ -152,6 +159,10 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 		rest := data
 		for _, r := range regions {
 			rest = rest[copy(r, rest):]
+		}
+		if len(rest) > 0 && rest[0]&1 != 0 { // a dead holder of the registry lock, as in FuzzDirectory
+			_, err := file.WriteAt(registry, layout.OffRegistry)
+			require.NoError(t, err)
 		}
 		c.Send(t, "go")
 		c.WaitLine(t, "claimed")
