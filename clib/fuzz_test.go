@@ -1,6 +1,7 @@
 package clib_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -227,6 +228,85 @@ func fuzzString(t *testing.T, path, line string) string {
 	s, err := strconv.Unquote(strings.TrimSuffix(arg, ")"))
 	require.NoError(t, err, path)
 	return s
+}
+
+// TestRegionsFuzzCorpusC replays layout's FuzzDecodeRegions against C: each
+// input's directory is a segment's region directory (16 entries, a data
+// area of 4096 bytes), and C must find exactly the regions Go decodes from
+// it, at the same offsets, and claim a new region only where Go would (a
+// sound directory with room), where Go would place it; else refuse it
+// with the code Go's reason has.
+func TestRegionsFuzzCorpusC(t *testing.T) {
+	const (
+		notFound  = -32 // SHMLOCK_ENOTFOUND
+		malformed = -24 // SHMLOCK_EMALFORMED: the directory is damaged
+		dataFull  = -36 // SHMLOCK_EDATAFULL
+		tableFull = -31 // SHMLOCK_ETABLEFULL
+	)
+	for _, f := range fuzzCorpus(t, "layout", "FuzzDecodeRegions") {
+		args := fuzzArgs(t, f)
+		require.Len(t, args, 2, f)
+		dir := fuzzBytes(t, f, args[0])
+		path := testproc.SegmentPath(t)
+		seg, err := shm.Create(path, shm.Options{Options: layout.Options{DataBytes: 4096, DataRegions: 16}})
+		require.NoError(t, err)
+		mem, err := seg.Region(layout.KindRegionDirectory)
+		require.NoError(t, err)
+		clear(mem)
+		copy(mem, dir)
+		area, _, err := seg.DataArea()
+		require.NoError(t, err)
+		tab := layout.DecodeRegions(bytes.Clone(mem), uint64(area))
+		names := []string{"queue", "stats", "größe", "c-new"}
+		for _, r := range tab.Regions {
+			if !slices.Contains(names, r.Name) {
+				names = append(names, r.Name)
+			}
+		}
+		out := startC(t, "segment", append([]string{"regions", path}, names...)...).WaitOK(t)
+		var found []string
+		var claim string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			switch {
+			case strings.HasPrefix(line, "region "):
+				found = append(found, line)
+			case strings.HasPrefix(line, "claim "):
+				claim = line
+			}
+		}
+		require.Len(t, found, len(names), "%s: C's output:\n%s", filepath.Base(f), out)
+		lastTwo := func(line string) (rc, off int64) {
+			fields := strings.Fields(line)
+			rc, err1 := strconv.ParseInt(fields[len(fields)-2], 10, 64)
+			off, err2 := strconv.ParseInt(fields[len(fields)-1], 10, 64)
+			require.NoError(t, cmp.Or(err1, err2), line)
+			return rc, off
+		}
+		for j, name := range names {
+			rc, off := lastTwo(found[j])
+			what := fmt.Sprintf("%s: region %q", filepath.Base(f), name)
+			if r, ok := tab.Find(name); ok {
+				require.Equal(t, []int64{0, int64(r.Offset)}, []int64{rc, off}, "%s: Go decodes it at %d", what, r.Offset)
+			} else {
+				require.Equal(t, int64(notFound), rc, "%s: Go does not decode it", what)
+			}
+		}
+		if _, ok := tab.Find("c-new"); !ok {
+			rc, off := lastTwo(claim)
+			want := []int64{0, int64(tab.End)}
+			switch {
+			case !tab.Sound:
+				want = []int64{malformed, -1}
+			case 64 > uint64(area)-min(tab.End, uint64(area)):
+				want = []int64{dataFull, -1}
+			case tab.Free < 0:
+				want = []int64{tableFull, -1}
+			}
+			require.Equal(t, want, []int64{rc, off}, "%s: C's claim of a new region (Go's table: sound %v, end %d, free %d)", filepath.Base(f), tab.Sound, tab.End, tab.Free)
+		}
+		require.NoError(t, seg.Close())
+		require.NoError(t, shm.Remove(path))
+	}
 }
 
 // replayC runs C helper program with args, which opens its lock (on the

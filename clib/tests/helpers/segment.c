@@ -18,6 +18,10 @@
  *                             slots, 2 upgrades; NAME - for unnamed), then
  *                             "claimed", waits for another line and releases
  *                             every claim; a release that fails exits 1
+ *   segment regions PATH NAME...
+ *                             looks each data region NAME up (size 0),
+ *                             printing "region NAME RC OFFSET", then claims
+ *                             region c-new (64 bytes): "claim RC OFFSET"
  */
 #include "helper.h"
 #include "internal.h"
@@ -91,6 +95,24 @@ static int claims(const char *path)
 	return 0;
 }
 
+/* regions is clib's replay of layout's FuzzDecodeRegions: the region
+ * directory's words are whatever the test wrote there. */
+static int regions(const char *path, int n, char **names)
+{
+	shmlock_segment *s = open_seg(path);
+	uint8_t *base = s->tables[SHM_DATA].base;
+	for (int j = 0; j < n; j++) {
+		void *p = NULL;
+		int rc = shmlock_data(s, names[j], 0, &p);
+		say("region %s %d %td", names[j], rc, rc == 0 ? (uint8_t *)p - base : (ptrdiff_t)-1);
+	}
+	void *p = NULL;
+	int rc = shmlock_data(s, "c-new", 64, &p);
+	say("claim %d %td", rc, rc == 0 ? (uint8_t *)p - base : (ptrdiff_t)-1);
+	shmlock_close(s);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3)
@@ -147,5 +169,7 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "claims"))
 		return claims(path);
+	if (!strcmp(cmd, "regions"))
+		return regions(path, argc - 3, argv + 3);
 	return 2;
 }
