@@ -344,6 +344,14 @@ func (l *Lock) Unlock(id Identity) error {
 // release is Unlock for an identity known to fit the mode. The holder-only
 // fields are written with StoreOwned: the lock word's atomic store that
 // follows publishes them. locker.Unlock has a copy of the pid/tid path.
+//
+// Under contention the first read of the slot may miss (a waiter's poll
+// took the line shared) and the stores then need it exclusive: two
+// transfers where token mode's CAS needs one. A PREFETCHW of the slot
+// before that read, to fetch it exclusive at once, was measured in
+// libshmlock (bench/matrix -baseline, 10 rounds): uncontended 1.02x,
+// counter 1.03/0.96/1.00x at 2/4/8 processes, pingpong_retry 0.99x, all
+// within noise; not kept.
 func (l *Lock) release(id Identity) error {
 	if l.mode == Token {
 		if racesync.Enabled { // before the CAS that frees the word; a CAS that fails is a misuse (ErrNotOwner)
