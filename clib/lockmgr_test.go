@@ -546,8 +546,9 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 // SHMLOCK_FUZZ_CORPUS=DIR also DIR/FuzzTable, such as the fuzz cache's
 // directory for lockmgr) against C: each input is the lock table's bytes,
 // entry locks cleared as FuzzTable does, and C acquisitions of four
-// resources on it must each end, with a code or not, and never die of a
-// signal, hang or print a sanitizer's report.
+// resources on it (one attempt, and on a conflict a wait of 200 µs) must
+// each end, with a code or not, and never die of a signal, hang or print
+// a sanitizer's report.
 func TestLockMgrFuzzCorpusC(t *testing.T) {
 	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
 		data := fuzzInput(t, f)

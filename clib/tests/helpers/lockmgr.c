@@ -6,7 +6,9 @@
  *   lockmgr hold PATH RES OWNER MODE   acquire (retrying, with a backoff of an hour:
  *                                      only a release or a death gets it going), print
  *                                      "held ...", wait for a line on stdin, release
- *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE", releases
+ *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE"; on a conflict
+ *                                      one more, waiting up to 200 us: "waited rc=N
+ *                                      CODE"; releases a grant
  *   lockmgr timeouts PATH RES OWNER N MS
  *                                      N exclusive acquisitions waiting MS ms each,
  *                                      every one of which must time out; prints "done"
@@ -176,6 +178,13 @@ static int try(const char *path, const char *res, const char *owner, int mode)
 	int rc = shmlock_lockmgr_acquire(m, res, owner, mode, NULL, &info);
 	const char *code = shmlock_error_code(rc);
 	say("rc=%d %s version=%" PRIu64, rc, code ? code : "-", info.version);
+	if (rc == SHMLOCK_ERESOURCE_LOCKED) {
+		/* A wait ends by its deadline, whatever the table. */
+		shmlock_acquire_options o = {.wait_ns = 200 * INT64_C(1000)};
+		rc = shmlock_lockmgr_acquire(m, res, owner, mode, &o, &info);
+		code = shmlock_error_code(rc);
+		say("waited rc=%d %s", rc, code ? code : "-");
+	}
 	if (rc == 0 && (rc = shmlock_lockmgr_release(m, res, owner)) != 0)
 		die("release", rc);
 	shmlock_lockmgr_close(m);
