@@ -30,17 +30,18 @@ import (
 // The Go fuzzers' corpora replayed against C: every input a Go fuzz target
 // found interesting (the committed corpus, and with
 // SHMLOCK_FUZZ_CORPUS=DIR the fuzz cache's as well) is put in a segment as
-// that target puts it, and C's calls on it must end as Go's do. Here the
-// lock words' replays; the lock table's is in lockmgr_test.go and the
-// header's in segment_test.go.
+// that target puts it, and C's calls on it must end as Go's do and agree
+// with Go's reading of it. Here the replays of the owner slots, upgrade
+// mutexes, claim directories, lock-manager names and data regions; the
+// lock table's is in lockmgr_test.go and the header's in segment_test.go.
 
 // TestSpinFuzzCorpusC replays spinlock's FuzzSlot against C: each input is
 // the words of a lock's owner slot, and in each mode a C process's try (a
 // nested one if granted) and wait of 200 µs must end cleanly, every grant
-// released again, and
-// a slot that was free be free after it. Each input is replayed twice: as
-// written, and as the C process's own (a non-zero PID word replaced by its
-// identity), since the fuzzer's process wrote its own identity there.
+// released again, and a slot that was free be free after it. Each input is
+// replayed twice: as written, and as the C process's own (a non-zero PID
+// word replaced by its identity), since the fuzzer's process wrote its own
+// identity there.
 func TestSpinFuzzCorpusC(t *testing.T) {
 	path := testproc.SegmentPath(t)
 	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 1}})
@@ -66,6 +67,7 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 					return !held
 				}, "spin", "try", path, "0", mode)
 			}
+			require.NoError(t, l.Close())
 		}
 	}
 }
@@ -74,11 +76,11 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 // is the words of the upgrade table and its reader records (in a segment
 // of the fuzz target's shape), and each kind of C try, and of wait of
 // 200 µs, must end cleanly, a grant released again, and a free mutex be
-// free after it. The C process
-// claims its reader record before the words are written (the first one, as
-// FuzzEntry's handle has), and each input is replayed as written and as the
-// C process's own (every non-zero identity of a writer, an upgrader or a
-// reader record replaced by its identity).
+// free after it. The C process claims its reader record before the words
+// are written (the first one, as FuzzEntry's handle has), and each input
+// is replayed as written and as the C process's own (every non-zero
+// identity of a writer, an upgrader or a reader record replaced by its
+// identity).
 func TestUpgradeFuzzCorpusC(t *testing.T) {
 	path := testproc.SegmentPath(t)
 	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // upgrade's testOptions
