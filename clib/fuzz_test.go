@@ -126,67 +126,127 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 // TestDirectoryFuzzCorpusC replays shm's FuzzDirectory against C: each
 // input is the words of the claim directories, the claim references and
 // the claimable tables (in a segment of the fuzz target's shape), with a
-// dead holder of the registry lock where the input says so, and a C
-// process's claims, named and unnamed, must each be one that Go's Claims
-// lists and Lookup finds under its name, and be released again.
+// dead holder of the registry lock where the input says so. A C process
+// claims named and unnamed entries on it, holding them, and Go makes the
+// same claims in the same order on a twin segment with the same words:
+// each must succeed or fail alike (the same entry, or the same code), and
+// each of C's claims must be one that Go's Claims lists and Lookup finds
+// under its name, and be released again.
 func TestDirectoryFuzzCorpusC(t *testing.T) {
-	path := testproc.SegmentPath(t)
-	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // FuzzDirectory's
-		Slots: 4, Upgrades: 2, UpgradeReaders: 2, ClaimRefs: 6,
-		TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
-	var regions [][]byte
-	for _, k := range []layout.Kind{ // FuzzDirectory's order
-		layout.KindSlotDirectory, layout.KindUpgradeDirectory, layout.KindClaimRefs,
-		layout.KindOwnerSlots, layout.KindUpgrades, layout.KindUpgradeReaders,
-	} {
-		r, err := seg.Region(k)
-		require.NoError(t, err)
-		regions = append(regions, r)
-	}
+	const (
+		tableFull   = -31 // SHMLOCK_ETABLEFULL
+		useMismatch = -33 // SHMLOCK_EUSEMISMATCH
+	)
 	kinds := map[string]layout.Kind{"1": layout.KindOwnerSlots, "2": layout.KindUpgrades}
-	file, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = file.Close() })
 	self := proc.Self()
 	registry := binary.LittleEndian.AppendUint64(nil, proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack())
-	for _, f := range fuzzCorpus(t, "shm", "FuzzDirectory") {
-		data := fuzzInput(t, f)
-		for _, r := range regions {
-			clear(r)
+	type segment struct {
+		path    string
+		seg     *shm.Segment
+		regions [][]byte
+		file    *os.File
+	}
+	newSegment := func() segment {
+		path := testproc.SegmentPath(t)
+		seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // FuzzDirectory's
+			Slots: 4, Upgrades: 2, UpgradeReaders: 2, ClaimRefs: 6,
+			TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
+		}})
+		require.NoError(t, err)
+		file, err := os.OpenFile(path, os.O_RDWR, 0)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = file.Close(); _ = seg.Close(); _ = shm.Remove(path) })
+		s := segment{path: path, seg: seg, file: file}
+		for _, k := range []layout.Kind{ // FuzzDirectory's order
+			layout.KindSlotDirectory, layout.KindUpgradeDirectory, layout.KindClaimRefs,
+			layout.KindOwnerSlots, layout.KindUpgrades, layout.KindUpgradeReaders,
+		} {
+			r, err := seg.Region(k)
+			require.NoError(t, err)
+			s.regions = append(s.regions, r)
 		}
-		c := startCWithStdin(t, "segment", "claims", path)
-		c.WaitLine(t, "ready")
-		rest := data
-		for _, r := range regions {
-			rest = rest[copy(r, rest):]
+		return s
+	}
+	put := func(s segment, data []byte) {
+		for _, r := range s.regions {
+			data = data[copy(r, data):]
 		}
-		if len(rest) > 0 && rest[0]&1 != 0 { // a dead holder of the registry lock, as in FuzzDirectory
-			_, err := file.WriteAt(registry, layout.OffRegistry)
+		if len(data) > 0 && data[0]&1 != 0 { // a dead holder of the registry lock, as in FuzzDirectory
+			_, err := s.file.WriteAt(registry, layout.OffRegistry)
 			require.NoError(t, err)
 		}
+	}
+	forC, forGo := newSegment(), newSegment()
+	for _, f := range fuzzCorpus(t, "shm", "FuzzDirectory") {
+		data := fuzzInput(t, f)
+		for _, s := range []segment{forC, forGo} {
+			for _, r := range s.regions {
+				clear(r)
+			}
+		}
+		c := startCWithStdin(t, "segment", "claims", forC.path)
+		c.WaitLine(t, "ready")
+		put(forC, data)
 		c.Send(t, "go")
 		c.WaitLine(t, "claimed")
+
+		// Go's claims on the twin, in C's order (segment.c's claims).
+		put(forGo, data)
+		var want []string
+		type held struct {
+			k layout.Kind
+			i int
+		}
+		var goHolds []held
+		for kind, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
+			for _, try := range []struct {
+				name string
+				use  uint32
+			}{{"queue", 0}, {"jobs", 1}, {"fuzz", 0}, {"", 0}} {
+				i, err := forGo.seg.ClaimAs(k, try.name, try.use)
+				rc := 0
+				switch {
+				case err == nil:
+					goHolds = append(goHolds, held{k, i})
+				case errors.Is(err, shm.ErrTableFull):
+					rc, i = tableFull, 0
+				case errors.Is(err, shm.ErrUseMismatch):
+					rc, i = useMismatch, 0
+				default:
+					t.Fatalf("%s: Go's claim of %v %q: %v", filepath.Base(f), k, try.name, err)
+				}
+				want = append(want, fmt.Sprintf("claim %d %s %d %d", kind+1, cmp.Or(try.name, "-"), rc, i))
+			}
+		}
+		var got []string
 		for _, line := range strings.Split(c.Out.String(), "\n") {
+			if strings.HasPrefix(line, "claim ") {
+				got = append(got, line)
+			}
+		}
+		require.Equal(t, want, got, "%s: Go's claims on the twin (want) and C's (got)", filepath.Base(f))
+
+		for _, line := range got {
 			var kind, name string
 			var rc, index int
 			if n, _ := fmt.Sscanf(line, "claim %s %s %d %d", &kind, &name, &rc, &index); n != 4 || rc != 0 {
 				continue
 			}
 			what := fmt.Sprintf("%s: C's claim of %v %q", filepath.Base(f), kinds[kind], name)
-			claims, err := seg.Claims(kinds[kind])
+			claims, err := forC.seg.Claims(kinds[kind])
 			require.NoError(t, err)
 			require.True(t, slices.ContainsFunc(claims, func(c shm.Claim) bool { return c.Index == index }), "%s: %d, which Claims does not list", what, index)
 			if name != "-" {
-				i, err := seg.Lookup(kinds[kind], name)
+				i, err := forC.seg.Lookup(kinds[kind], name)
 				require.NoError(t, err, "%s; C said:\n%s", what, c.Out)
 				require.Equal(t, index, i, "%s: Lookup finds another entry", what)
 			}
 		}
 		c.Send(t, "go")
 		requireSucceeded(t, c, filepath.Base(f))
+		for _, h := range goHolds {
+			require.NoError(t, forGo.seg.Release(h.k, h.i))
+		}
 	}
 }
 

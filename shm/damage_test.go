@@ -14,7 +14,8 @@ import (
 // A directory entry in a state no claim leaves (damage), under a name: a
 // claim of that name takes a fresh entry, which Lookup then finds and
 // Release gives back, and CheckDirectories reports the damaged one (and
-// the reference that names it).
+// the reference that names it). When nothing else is free, the damaged
+// entry is recycled like a claim nobody references.
 // (FuzzDirectory found a claim of such an entry, which Claims did not list
 // and Release refused.)
 func TestClaimPassesDamagedState(t *testing.T) {
@@ -42,6 +43,20 @@ func TestClaimPassesDamagedState(t *testing.T) {
 		"slot_directory[0]: state 7, neither free (0) nor claimed (1)",
 		"claim_refs[0]: names owner_slots[0], which is not claimed", // the first claim's reference
 	}, found)
+
+	// With nothing else free, the damaged entry (no reference, its lock
+	// free) is recycled, as an unreferenced claim is, even for its name.
+	dir.Refs.Store(0)
+	for range 2 {
+		_, err := seg.Claim(layout.KindOwnerSlots, "")
+		require.NoError(t, err)
+	}
+	i, err = seg.Claim(layout.KindOwnerSlots, "queue")
+	require.NoError(t, err)
+	require.Equal(t, damaged, i)
+	j, err = seg.Lookup(layout.KindOwnerSlots, "queue")
+	require.NoError(t, err)
+	require.Equal(t, i, j)
 }
 
 // A dead process's reference record that counts more references than its

@@ -96,8 +96,8 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 			if free < 0 {
 				free = i
 			}
-		case e.Refs.Load() == 0 && (name == "" || layout.NameOf(e) != name) && parked < 0 && s.lockFree(k, i, e.Use.Load()):
-			parked = i // recyclable, if nothing is free
+		case e.Refs.Load() == 0 && (state != layout.DirClaimed || name == "" || layout.NameOf(e) != name) && parked < 0 && s.lockFree(k, i, e.Use.Load()):
+			parked = i // recyclable, if nothing is free (a damaged entry too, whatever its name)
 		case state == layout.DirClaimed && name != "" && layout.NameOf(e) == name:
 			// Only a claim is the name's: an entry in a state no claim
 			// leaves (damage, which CheckDirectories reports) is one that

@@ -418,9 +418,9 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 		if (state == SHM_DIR_FREE) {
 			if (free < 0)
 				free = (int64_t)i;
-		} else if (atomic_load(&e->refs) == 0 && (len == 0 || !dir_named(e, name, len)) && parked < 0 &&
-		           lock_free(seg, kind, i, atomic_load(&e->use))) {
-			parked = (int64_t)i;
+		} else if (atomic_load(&e->refs) == 0 && (state != SHM_DIR_CLAIMED || len == 0 || !dir_named(e, name, len)) &&
+		           parked < 0 && lock_free(seg, kind, i, atomic_load(&e->use))) {
+			parked = (int64_t)i; /* recyclable if nothing is free; a damaged entry too, whatever its name */
 		} else if (state == SHM_DIR_CLAIMED && len != 0 && dir_named(e, name, len)) {
 			/* Only a claim is the name's: an entry in a state no claim
 			 * leaves is damage, unknown to lookups and releases. */
