@@ -2,6 +2,7 @@ package clib_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -547,23 +548,65 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 // directory for lockmgr) against C: each input is the lock table's bytes,
 // entry locks cleared as FuzzTable does, and C acquisitions of four
 // resources on it (one attempt, and on a conflict a wait of 200 µs) must
-// each end, with a code or not, and never die of a signal, hang or print
-// a sanitizer's report.
+// each end, never die of a signal, hang or print a sanitizer's report. Go
+// makes the same acquisitions on a twin table holding the same bytes, and
+// the two must agree: the same code for each attempt and wait, and the
+// same version for each grant.
 func TestLockMgrFuzzCorpusC(t *testing.T) {
+	ctx := context.Background()
 	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
 		data := fuzzInput(t, f)
 		path, seg, _, _ := newLockMgrSegment(t, 8)
-		mem, err := seg.Region(layout.KindLockMgr)
-		require.NoError(t, err)
-		clear(mem)
-		copy(mem, data)
-		for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
-			clear(mem[off : off+8]) // Lock
+		_, twin, m, _ := newLockMgrSegment(t, 8)
+		for _, s := range []*shm.Segment{seg, twin} {
+			mem, err := s.Region(layout.KindLockMgr)
+			require.NoError(t, err)
+			clear(mem)
+			copy(mem, data)
+			for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
+				clear(mem[off : off+8]) // Lock
+			}
 		}
 		for _, res := range []string{"x", "c", "declared", "new"} {
+			what := fmt.Sprintf("%s, resource %q", filepath.Base(f), res)
 			c := startLockMgrC(t, "try", path, res, "fuzz", "collaborative")
-			requireEnded(t, c, fmt.Sprintf("%s, resource %q", filepath.Base(f), res))
+			requireEnded(t, c, what)
+			if c.Err() != nil {
+				break // C stopped half-way (its message is in the output): the twins differ from here
+			}
+			var want []string
+			info, err := m.Acquire(ctx, res, "fuzz", lockmgr.Collaborative, lockmgr.AcquireOptions{})
+			code := cmp.Or(lockmgr.Code(err), "-")
+			want = append(want, fmt.Sprintf("%s version=%d", code, versionIf(err, info)))
+			if code == "RESOURCE_LOCKED" {
+				info, err = m.Acquire(ctx, res, "fuzz", lockmgr.Collaborative, lockmgr.AcquireOptions{Wait: 200 * time.Microsecond})
+				want = append(want, "waited "+cmp.Or(lockmgr.Code(err), "-"))
+			}
+			if err == nil {
+				require.NoError(t, m.Release(res, "fuzz"), what)
+			}
+			var got []string
+			for _, line := range strings.Split(strings.TrimSpace(c.Out.String()), "\n") {
+				var rc int
+				var code string
+				var version uint64
+				if n, _ := fmt.Sscanf(line, "rc=%d %s version=%d", &rc, &code, &version); n == 3 {
+					got = append(got, fmt.Sprintf("%s version=%d", code, map[bool]uint64{true: version}[rc == 0]))
+				} else if n, _ := fmt.Sscanf(line, "waited rc=%d %s", &rc, &code); n == 2 {
+					got = append(got, "waited "+code)
+				}
+			}
+			require.Equal(t, want, got, "%s: Go on the twin (want), C (got)", what)
 		}
 		require.NoError(t, seg.Close())
+		require.NoError(t, twin.Close())
 	}
+}
+
+// versionIf is a grant's version, or 0 for a failed acquisition.
+func versionIf(err error, info lockmgr.LockInfo) uint64 {
+	if err != nil {
+		return 0
+	}
+	return info.Version
 }
