@@ -25,6 +25,7 @@ import (
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
+	"github.com/shmlock/shmlock/upgrade"
 )
 
 // The Go fuzzers' corpora replayed against C: every input a Go fuzz target
@@ -103,12 +104,13 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 	for _, r := range records {
 		identities = append(identities, &r.Owner)
 	}
+	twin := newUpgradeTwin(t)
 	for _, f := range fuzzCorpus(t, "upgrade", "FuzzEntry") {
 		data := fuzzInput(t, f)
 		for _, kind := range []string{"unique", "shared", "upgrade"} {
 			for _, own := range []bool{false, true} {
 				what := fmt.Sprintf("%s, %s, own %v", filepath.Base(f), kind, own)
-				replayC(t, what, func() { clear(ups); clear(readers) }, func(id uint64) {
+				out := replayC(t, what, func() { clear(ups); clear(readers) }, func(id uint64) {
 					clear(ups)
 					clear(readers)
 					copy(readers, data[copy(ups, data):])
@@ -118,9 +120,113 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 						}
 					}
 				}, func() bool { return layout.UpgradeFree(entry, records) }, "upgrade", "try", path, "0", kind)
+				if !own { // C's own identities cannot be Go's: only the words as written have a twin
+					line, _ := testproc.Line(out, "try ")
+					var got int
+					_, err := fmt.Sscanf(line, "%d", &got)
+					require.NoError(t, err, "%s: %q", what, line)
+					require.Equal(t, twin.try(t, data, kind), upgradeOutcome(kind, got),
+						"%s: Go's handle on the twin (want), C's (got)", what)
+				}
 			}
 		}
 	}
+}
+
+// upgradeTwin is a segment of FuzzEntry's shape on which Go repeats what
+// the C upgrade helper's try does.
+type upgradeTwin struct {
+	seg          *shm.Segment
+	ups, readers []byte
+}
+
+func newUpgradeTwin(t *testing.T) *upgradeTwin {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // upgrade's testOptions
+		Slots: 1, Upgrades: 2, UpgradeReaders: 8, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 1,
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	tw := &upgradeTwin{seg: seg}
+	tw.ups, err = seg.Region(layout.KindUpgrades)
+	require.NoError(t, err)
+	tw.readers, err = seg.Region(layout.KindUpgradeReaders)
+	require.NoError(t, err)
+	return tw
+}
+
+// try is the helper's try on the twin: a handle that claims its reader
+// record on the clean mutex, the words written under it, and one try of
+// kind (a grant released as the helper does), its outcome as
+// upgradeOutcome words C's. (The helper's 200 µs wait is not repeated: its
+// outcome near the deadline depends on whether a liveness check, which
+// frees a dead holder's hold, falls before it, in either language: timing,
+// not the protocol. Both must only end.)
+func (tw *upgradeTwin) try(t *testing.T, data []byte, kind string) string {
+	clear(tw.ups)
+	clear(tw.readers)
+	m, err := upgrade.Open(tw.seg, 0)
+	require.NoError(t, err)
+	defer func() { _ = m.Close() }() // refused where the words say the handle holds it, as in C
+	require.NoError(t, m.LockShared())
+	require.NoError(t, m.UnlockShared())
+	copy(tw.readers, data[copy(tw.ups, data):])
+	var lock, release func() error
+	switch kind {
+	case "unique":
+		lock, release = m.TryLock, m.Unlock
+	case "shared":
+		lock, release = m.TryLockShared, m.UnlockShared
+	case "upgrade":
+		lock, release = m.TryLockUpgrade, func() error {
+			if m.TryUpgradeToUnique() == nil {
+				if err := m.UniqueToUpgrade(); err != nil {
+					return err
+				}
+			}
+			return m.UnlockUpgrade()
+		}
+	}
+	err = lock()
+	switch {
+	case err != nil:
+		return fmt.Sprint(upgradeCode(t, err))
+	case kind != "shared" && m.Reclaimed():
+		require.NoError(t, release())
+		return "told" // C: OWNERDEAD or INCONSISTENT
+	}
+	require.NoError(t, release())
+	return "granted"
+}
+
+// upgradeOutcome words a C upgrade acquisition's code as upgradeTwin.try
+// words Go's: "granted", "told" (OWNERDEAD or INCONSISTENT; a shared
+// acquisition has no such report in Go), or the failure's code.
+func upgradeOutcome(kind string, rc int) string {
+	switch {
+	case rc < 0:
+		return fmt.Sprint(rc)
+	case rc > 0 && kind != "shared":
+		return "told"
+	}
+	return "granted"
+}
+
+// upgradeCode is the C code of an upgrade error (0 for none).
+func upgradeCode(t *testing.T, err error) int {
+	for _, c := range []struct {
+		err  error
+		code int
+	}{
+		{nil, 0}, {upgrade.ErrWouldBlock, -40}, {upgrade.ErrNotOwner, -42},
+		{upgrade.ErrNotHeld, -43}, {upgrade.ErrHeld, -46}, {upgrade.ErrOverflow, -47}, {upgrade.ErrTooManyReaders, -48},
+	} {
+		if err == c.err || (c.err != nil && errors.Is(err, c.err)) {
+			return c.code
+		}
+	}
+	t.Fatalf("an upgrade error with no C code: %v", err)
+	return 0
 }
 
 // TestDirectoryFuzzCorpusC replays shm's FuzzDirectory against C: each
@@ -375,8 +481,8 @@ func TestRegionsFuzzCorpusC(t *testing.T) {
 // words reset sets, clean ones), prints "ready" and then waits for a line:
 // in between, put writes the input under its open handle (given the
 // helper's packed identity). The helper must then exit 0, and if free said
-// yes before, say yes after.
-func replayC(t *testing.T, what string, reset func(), put func(id uint64), free func() bool, program string, args ...string) {
+// yes before, say yes after. It returns the helper's output.
+func replayC(t *testing.T, what string, reset func(), put func(id uint64), free func() bool, program string, args ...string) (out string) {
 	t.Helper()
 	reset()
 	c := startCWithStdin(t, program, args...)
@@ -388,6 +494,7 @@ func replayC(t *testing.T, what string, reset func(), put func(id uint64), free 
 	if freeBefore && !free() {
 		t.Fatalf("%s: free before C's try, held after the grant's release", what)
 	}
+	return c.Out.String()
 }
 
 // fuzzInput reads a fuzz corpus file of one []byte argument.
