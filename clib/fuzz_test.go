@@ -51,6 +51,7 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 	slots, err := seg.Region(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	slot := slots[:layout.OwnerSlotSize]
+	twin := newSpinTwin(t)
 	for _, f := range fuzzCorpus(t, "spinlock", "FuzzSlot") {
 		data := fuzzInput(t, f)
 		for _, mode := range []string{"pidtid", "token"} {
@@ -58,7 +59,7 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 			require.NoError(t, err)
 			for _, own := range []bool{false, true} {
 				what := fmt.Sprintf("%s, %s, own %v", filepath.Base(f), mode, own)
-				replayC(t, what, func() { clear(slot) }, func(id uint64) {
+				out := replayC(t, what, func() { clear(slot) }, func(id uint64) {
 					copy(slot, data)
 					if own && binary.LittleEndian.Uint64(slot) != 0 {
 						binary.LittleEndian.PutUint64(slot, id)
@@ -67,10 +68,92 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 					_, held := l.Owner()
 					return !held
 				}, "spin", "try", path, "0", mode)
+				if !own { // C's own identity cannot be Go's: only the words as written have a twin
+					line, _ := testproc.Line(out, "try ")
+					var got, nested int
+					_, err := fmt.Sscanf(line, "%d %d", &got, &nested)
+					require.NoError(t, err, "%s: %q", what, line)
+					require.Equal(t, twin.try(t, data, spinMode(mode)), spinOutcome(got)+" "+spinOutcome(nested),
+						"%s: Go on the twin slot (want), C (got)", what)
+				}
 			}
 			require.NoError(t, l.Close())
 		}
 	}
+}
+
+// spinTwin is a slot on which Go repeats the C spin helper's try and
+// nested try. (Its 200 µs wait is not repeated: see upgradeTwin.try.)
+type spinTwin struct {
+	seg  *shm.Segment
+	slot []byte
+}
+
+func newSpinTwin(t *testing.T) *spinTwin {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	slots, err := seg.Region(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	return &spinTwin{seg: seg, slot: slots[:layout.OwnerSlotSize]}
+}
+
+// try writes data over the twin's slot and makes the helper's try and,
+// if granted, nested try with one new identity, releasing each grant;
+// the outcomes as spinOutcome words C's.
+func (tw *spinTwin) try(t *testing.T, data []byte, mode spinlock.Mode) string {
+	l, err := spinlock.Open(tw.seg, 0, mode)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	clear(tw.slot)
+	copy(tw.slot, data)
+	id := newIdentity(mode)
+	outcome := func(g *spinlock.Guard, err error) string {
+		switch {
+		case err != nil:
+			return fmt.Sprint(spinCode(t, err))
+		case g.Inconsistent() || g.Reclaimed():
+			return "told"
+		}
+		return "granted"
+	}
+	g, err := l.TryLock(id)
+	got, nested := outcome(g, err), fmt.Sprint(-40) // C prints EWOULDBLOCK for a nested try not made
+	if err == nil {
+		g2, err := l.TryLock(id)
+		if nested = outcome(g2, err); err == nil {
+			require.NoError(t, g2.Release())
+		}
+		require.NoError(t, g.Release())
+	}
+	return got + " " + nested
+}
+
+// spinOutcome words a C spin acquisition's code as spinTwin.try words
+// Go's: "granted", "told" (OWNERDEAD or INCONSISTENT), or the code.
+func spinOutcome(rc int) string {
+	switch {
+	case rc < 0:
+		return fmt.Sprint(rc)
+	case rc > 0:
+		return "told"
+	}
+	return "granted"
+}
+
+// spinCode is the C code of a spinlock error.
+func spinCode(t *testing.T, err error) int {
+	for _, c := range []struct {
+		err  error
+		code int
+	}{{spinlock.ErrWouldBlock, -40}, {spinlock.ErrRecursion, -44}, {spinlock.ErrNotOwner, -42}} {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	t.Fatalf("a spinlock error with no C code: %v", err)
+	return 0
 }
 
 // TestUpgradeFuzzCorpusC replays upgrade's FuzzEntry against C: each input
