@@ -1,6 +1,7 @@
 package shm_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -100,4 +101,78 @@ func claimRef(t *testing.T, seg *shm.Segment, j int) *layout.ClaimRef {
 	r, err := memview.At[layout.ClaimRef](b, uint64(j)*layout.ClaimRefSize)
 	require.NoError(t, err)
 	return r
+}
+
+// A record that names a free entry (its releaser was killed between
+// freeing the entry and forgetting the entry's records, or damage), whose
+// process is dead: a fresh claim of that entry must not lose its count to
+// the record when its own reference needs room. (FuzzDirectory found the
+// fresh claim freed under its claimant and given to the next name.)
+func TestFreshClaimSurvivesStaleRecord(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 3, ClaimRefs: 2}})
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
+	r := claimRef(t, seg, 0)
+	r.Target.Store(layout.ClaimTarget(layout.KindOwnerSlots, 1)) // entry 1, free
+	r.Count.Store(1)
+	r.Owner.Store(dead)
+	other, err := seg.Claim(layout.KindOwnerSlots, "other") // entry 0, record 1: no record is free now
+	require.NoError(t, err)
+	require.Zero(t, other)
+
+	i, err := seg.Claim(layout.KindOwnerSlots, "x")
+	require.NoError(t, err)
+	require.Equal(t, 1, i, "the first free entry, which the dead record names")
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Claim{
+		{Index: other, Name: "other", Refs: 1, Claimer: self.Pack()},
+		{Index: i, Name: "x", Refs: 1, Claimer: self.Pack()},
+	}, claims)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, other))
+}
+
+// A claim of a name that another live process holds, when this process
+// has no reference record yet and one must be made room for by dropping a
+// dead process's record that names the same entry with a damaged count:
+// the claimant's own reference, counted in Refs but not yet recorded, is
+// live too, and is not taken off.
+func TestPendingReferenceIsLive(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 2, ClaimRefs: 2}})
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
+	// Entry 0 claimed as "jobs" by the parent (a live process), record 0
+	// its reference; record 1 a dead process's, counting 5 (damage).
+	dirs, err := seg.Region(layout.KindSlotDirectory)
+	require.NoError(t, err)
+	d, err := memview.At[layout.DirEntry](dirs, 0)
+	require.NoError(t, err)
+	copy(d.Name[:], "jobs")
+	d.NameLen.Store(4)
+	d.Claimer.Store(parent.Pack())
+	d.Refs.Store(1)
+	d.State.Store(layout.DirClaimed)
+	target := layout.ClaimTarget(layout.KindOwnerSlots, 0)
+	for j, rec := range []struct {
+		owner uint64
+		count uint32
+	}{{parent.Pack(), 1}, {dead, 5}} {
+		r := claimRef(t, seg, j)
+		r.Target.Store(target)
+		r.Count.Store(rec.count)
+		r.Owner.Store(rec.owner)
+	}
+
+	i, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+	require.NoError(t, err)
+	require.Zero(t, i)
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Claim{{Index: 0, Name: "jobs", Refs: 2, Claimer: parent.Pack()}}, claims, "the parent's and this process's")
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 }

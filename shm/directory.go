@@ -65,7 +65,7 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	}
 	defer s.unlockRegistry()
 	i, fresh, err := s.claimEntry(k, dk, name, use)
-	if errors.Is(err, ErrTableFull) && s.dropDeadRefs() > 0 {
+	if errors.Is(err, ErrTableFull) && s.dropDeadRefs(0) > 0 {
 		i, fresh, err = s.claimEntry(k, dk, name, use) // the dead's claims may have gone
 	}
 	if err != nil {
@@ -138,6 +138,10 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 	if err := s.zeroEntry(dk, free); err != nil {
 		return -1, false, err
 	}
+	// A free entry has no reference record, unless a releaser was killed
+	// between freeing it and forgetting its records (or the segment is
+	// damaged): a dead one's would be dropped from the new claim's count.
+	s.forgetRefs(k, free)
 	// The counters start again with the new claim: they are its name's.
 	if st := s.header.StatsIndex(k, free); st >= 0 {
 		if err := s.zeroEntry(layout.KindLockStats, st); err != nil {
@@ -196,7 +200,7 @@ func (s *Segment) addRef(k layout.Kind, i int) error {
 			free = r
 		}
 	}
-	if free == nil && s.dropDeadRefs() > 0 {
+	if free == nil && s.dropDeadRefs(target) > 0 {
 		return s.addRef(k, i) // a dead process's record is free now
 	}
 	if free == nil {
@@ -276,7 +280,7 @@ func (s *Segment) DropDeadClaims(dryRun bool) ([]DroppedClaim, error) {
 	}
 	defer s.unlockRegistry()
 	dropped := s.deadRefs()
-	if s.dropDeadRefs() > 0 {
+	if s.dropDeadRefs(0) > 0 {
 		s.regGen.Add(1)
 	}
 	return dropped, nil
@@ -312,10 +316,13 @@ func (s *Segment) deadRefs() []DroppedClaim {
 // taken off its entries' totals, but never those that live processes'
 // records account for: a damaged record that counts more than its entry
 // has (CheckDirectories reports it) would otherwise free the claim of a
-// live process, whose lock the next claimant would then share.
-func (s *Segment) dropDeadRefs() int {
+// live process, whose lock the next claimant would then share. pending
+// is the target of a claim this process counted in Refs but not yet in a
+// record (addRef's), whose reference is live too; 0 for none (no target
+// is 0: no claimable kind is).
+func (s *Segment) dropDeadRefs(pending uint32) int {
 	var dead []*layout.ClaimRef
-	live := map[uint32]uint64{} // per target, the references of live processes' records
+	live := map[uint32]uint64{pending: 1} // per target, the references of live processes
 	for j := range s.Len(layout.KindClaimRefs) {
 		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
 		if err != nil {

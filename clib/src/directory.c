@@ -308,8 +308,10 @@ static void recount_refs(shmlock_segment *seg)
 
 /* dropDeadRefs: drops the records of dead processes, subtracting their
  * counts from their targets' Refs (freeing a claim whose last reference
- * goes if its lock is free). Returns how many it dropped. */
-static int drop_dead_refs(shmlock_segment *seg)
+ * goes if its lock is free), never below what live records account for,
+ * counting the claimant's reference to pending (not yet recorded; 0 for
+ * none) as live. Returns how many it dropped. */
+static int drop_dead_refs(shmlock_segment *seg, uint32_t pending)
 {
 	uint64_t n;
 	struct shm_claim_ref *r = claim_refs(seg, &n);
@@ -337,7 +339,7 @@ static int drop_dead_refs(shmlock_segment *seg)
 		if (dk && i < seg->tables[kind].count) {
 			struct shm_dir_entry *d = dir_entry(seg, dk, i);
 			if (atomic_load(&d->state) == SHM_DIR_CLAIMED) {
-				uint64_t live = 0;
+				uint64_t live = t == pending; /* the claimant's reference, not yet recorded */
 				for (uint64_t l = 0; l < n; l++)
 					if (state[l] == 1 && atomic_load(&r[l].target) == t)
 						live += atomic_load(&r[l].count);
@@ -376,7 +378,7 @@ static int add_ref(shmlock_segment *seg, int kind, uint64_t i)
 			if (o == 0 && !free)
 				free = &r[j];
 		}
-		if (!free && drop_dead_refs(seg) > 0)
+		if (!free && drop_dead_refs(seg, target) > 0)
 			continue; /* a dead process's record is free now */
 		if (!free)
 			return SHMLOCK_ETABLEFULL;
@@ -445,6 +447,10 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 	struct shm_dir_entry *e = dir_entry(seg, dk, i);
 	zero_entry(seg, kind, i);
 	zero_entry(seg, dk, i);
+	/* A free entry has no reference record, unless a releaser was killed
+	 * between freeing it and forgetting its records (or damage): a dead
+	 * one's would be dropped from the new claim's count. */
+	forget_refs(seg, kind, i);
 	/* The counters start again with the new claim: they are its name's. */
 	struct shm_lock_stats *st = shm_lock_stats(seg, kind, i);
 	if (st) {
@@ -486,7 +492,7 @@ int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, si
 	uint64_t i = 0;
 	bool fresh = false;
 	rc = claim_entry(seg, kind, dk, name, len, words, use, &i, &fresh);
-	if (rc == SHMLOCK_ETABLEFULL && drop_dead_refs(seg) > 0)
+	if (rc == SHMLOCK_ETABLEFULL && drop_dead_refs(seg, 0) > 0)
 		rc = claim_entry(seg, kind, dk, name, len, words, use, &i, &fresh); /* the dead's claims may have gone */
 	if (rc == 0 && (rc = add_ref(seg, kind, i)) != 0) {
 		if (fresh)
