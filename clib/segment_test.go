@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -335,4 +336,22 @@ func TestSegmentFuzzCorpusC(t *testing.T) {
 			requireEnded(t, startC(t, run[0], run[1:]...), fmt.Sprintf("%s: %s", filepath.Base(f), strings.Join(run[:2], " ")))
 		}
 	}
+}
+
+// TestReleaseWithoutReferenceC: C's release of a claim its process holds
+// no reference to (Go's) is refused and changes nothing, as Go's is
+// (shm's TestReleaseWithoutReference).
+func TestReleaseWithoutReferenceC(t *testing.T) {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 2}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	i, err := seg.Claim(layout.KindOwnerSlots, "go's")
+	require.NoError(t, err)
+	line := testproc.RunLine(t, "release ", "exec-c", helper("segment"), "release", path, "1", strconv.Itoa(i))
+	require.Equal(t, "-32", line, "SHMLOCK_ENOTFOUND (shm.ErrNotClaimed)")
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Claim{{Index: i, Name: "go's", Refs: 1, Claimer: proc.Self().Pack()}}, claims)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 }

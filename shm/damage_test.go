@@ -176,3 +176,38 @@ func TestPendingReferenceIsLive(t *testing.T) {
 	require.Equal(t, []shm.Claim{{Index: 0, Name: "jobs", Refs: 2, Claimer: parent.Pack()}}, claims, "the parent's and this process's")
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 }
+
+// A release of a claim this process holds no reference to (misuse: the
+// claim is another process's) is refused with ErrNotClaimed and changes
+// nothing: taking a reference off Refs would take the other's, and free
+// its claim under it.
+func TestReleaseWithoutReference(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2}})
+	i, err := seg.Claim(layout.KindOwnerSlots, "mine")
+	require.NoError(t, err)
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	// The same process through another handle holds the reference: that
+	// one may give it back.
+	require.NoError(t, other.Release(layout.KindOwnerSlots, i))
+	i, err = seg.Claim(layout.KindOwnerSlots, "mine")
+	require.NoError(t, err)
+
+	// Another process's claim: make this process's record name another
+	// process (the parent, alive).
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	require.NoError(t, err)
+	r := claimRef(t, seg, 0)
+	require.Equal(t, proc.Self().Pack(), r.Owner.Load())
+	r.Owner.Store(parent.Pack())
+	err = seg.Release(layout.KindOwnerSlots, i)
+	require.ErrorIs(t, err, shm.ErrNotClaimed)
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	require.EqualValues(t, 1, claims[0].Refs, "unchanged")
+	r.Owner.Store(proc.Self().Pack())
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}

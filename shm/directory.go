@@ -360,8 +360,9 @@ func (s *Segment) dropDeadRefs(pending uint32) int {
 // the entry and zeroes it if its lock is free; a lock still held (or
 // marked inconsistent) keeps its claim, unreferenced, until a claim of its
 // name takes it up again or, once the lock is free, a claim that finds no
-// free entry recycles it. ErrNotClaimed if it is not claimed, or has no
-// reference left. A release works after Close too, like the lock
+// free entry recycles it. ErrNotClaimed if it is not claimed, has no
+// reference left, or (in a segment that records who holds the references)
+// none of this process's. A release works after Close too, like the lock
 // packages' releases.
 func (s *Segment) Release(k layout.Kind, i int) error {
 	dk, err := directoryOf(k)
@@ -385,7 +386,12 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 	if e.Refs.Load() == 0 {
 		return fmt.Errorf("%w: %v[%d] has no reference left", ErrNotClaimed, k, i)
 	}
-	s.dropRef(k, i)
+	if !s.dropRef(k, i) && s.Len(layout.KindClaimRefs) > 0 {
+		// Every reference of a live process has its record: this process
+		// has none to give back, and taking one off Refs would take
+		// another process's.
+		return fmt.Errorf("%w: %v[%d] holds no reference of this process", ErrNotClaimed, k, i)
+	}
 	testHookBetweenSteps()
 	if e.Refs.Add(^uint32(0)) == 0 && s.lockFree(k, i, e.Use.Load()) {
 		if err := s.freeEntry(k, dk, i); err != nil {

@@ -390,7 +390,9 @@ static int add_ref(shmlock_segment *seg, int kind, uint64_t i)
 }
 
 /* dropRef: takes this process's reference off its record, if any. */
-static void drop_ref(shmlock_segment *seg, int kind, uint64_t i)
+/* dropRef: takes this process's reference to entry i off its record;
+ * false if it has none. */
+static bool drop_ref(shmlock_segment *seg, int kind, uint64_t i)
 {
 	uint64_t n;
 	struct shm_claim_ref *r = claim_refs(seg, &n);
@@ -402,9 +404,10 @@ static void drop_ref(shmlock_segment *seg, int kind, uint64_t i)
 				atomic_store(&r[j].owner, 0);
 				atomic_store(&r[j].target, 0);
 			}
-			return;
+			return true;
 		}
 	}
+	return false;
 }
 
 /* claimEntry: the entry claimed under name with one more reference, or a
@@ -526,7 +529,14 @@ int shm_release_claim(shmlock_segment *seg, int kind, size_t index)
 		shm_registry_unlock(seg);
 		return SHMLOCK_ENOTFOUND; /* shm.ErrNotClaimed */
 	}
-	drop_ref(seg, kind, index);
+	uint64_t nrefs;
+	claim_refs(seg, &nrefs);
+	if (!drop_ref(seg, kind, index) && nrefs > 0) {
+		/* Every live reference has its record: this process has none to
+		 * give back (shm.Segment.Release). */
+		shm_registry_unlock(seg);
+		return SHMLOCK_ENOTFOUND;
+	}
 	if (atomic_fetch_sub(&e->refs, 1) == 1 && lock_free(seg, kind, index, atomic_load(&e->use)))
 		free_entry(seg, kind, dk, index);
 	/* A lock still held (or inconsistent) keeps its claim with no reference. */

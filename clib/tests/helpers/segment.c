@@ -18,6 +18,10 @@
  *                             slots, 2 upgrades; NAME - for unnamed), then
  *                             "claimed", waits for another line and releases
  *                             every claim; a release that fails exits 1
+ *   segment release PATH KIND INDEX
+ *                             releases one reference to entry INDEX of KIND
+ *                             (1 slots, 3 upgrades) without having claimed
+ *                             it: prints "release RC"
  *   segment regions PATH NAME...
  *                             looks each data region NAME up (size 0),
  *                             printing "region NAME RC OFFSET", then claims
@@ -169,6 +173,12 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "claims"))
 		return claims(path);
+	if (!strcmp(cmd, "release") && argc == 5) {
+		shmlock_segment *s = open_seg(path);
+		say("release %d", shm_release_claim(s, (int)helper_atol(argv[3]), (size_t)helper_atol(argv[4])));
+		shmlock_close(s);
+		return 0;
+	}
 	if (!strcmp(cmd, "regions"))
 		return regions(path, argc - 3, argv + 3);
 	return 2;
