@@ -26,9 +26,11 @@
 // Entries of the owner-slot and upgrade-mutex tables are claimed and released
 // through a directory, optionally by name, so unrelated processes find the
 // same lock: claiming a claimed name returns its entry and counts one more
-// reference. The directory is guarded by a registry lock that records its
-// holder's identity, so a process that dies mid-claim delays the others only
-// until they notice its death.
+// reference. Each process's references are recorded, so that a dead
+// process's are dropped (DropDeadClaims, and any claim that finds no room)
+// and a process releases only its own. The directory is guarded by a
+// registry lock that records its holder's identity, so a process that dies
+// mid-claim delays the others only until they notice its death.
 //
 // The data the locks protect goes in named data regions (Data): pieces of
 // the segment's data area, claimed by name and size like the locks and
