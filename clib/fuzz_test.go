@@ -44,10 +44,7 @@ import (
 // word replaced by its identity), since the fuzzer's process wrote its own
 // identity there.
 func TestSpinFuzzCorpusC(t *testing.T) {
-	path := testproc.SegmentPath(t)
-	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 1}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	path, seg := replaySegment(t, layout.Options{Slots: 1})
 	slots, err := seg.Region(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	slot := slots[:layout.OwnerSlotSize]
@@ -73,7 +70,7 @@ func TestSpinFuzzCorpusC(t *testing.T) {
 					var got, nested int
 					_, err := fmt.Sscanf(line, "%d %d", &got, &nested)
 					require.NoError(t, err, "%s: %q", what, line)
-					require.Equal(t, twin.try(t, data, spinMode(mode)), spinOutcome(got)+" "+spinOutcome(nested),
+					require.Equal(t, twin.try(t, data, spinMode(mode)), cOutcome(got, true)+" "+cOutcome(nested, true),
 						"%s: Go on the twin slot (want), C (got)", what)
 				}
 			}
@@ -90,10 +87,7 @@ type spinTwin struct {
 }
 
 func newSpinTwin(t *testing.T) *spinTwin {
-	path := testproc.SegmentPath(t)
-	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 1}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	_, seg := replaySegment(t, layout.Options{Slots: 1})
 	slots, err := seg.Region(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	return &spinTwin{seg: seg, slot: slots[:layout.OwnerSlotSize]}
@@ -101,7 +95,7 @@ func newSpinTwin(t *testing.T) *spinTwin {
 
 // try writes data over the twin's slot and makes the helper's try and,
 // if granted, nested try with one new identity, releasing each grant;
-// the outcomes as spinOutcome words C's.
+// the outcomes as cOutcome words C's.
 func (tw *spinTwin) try(t *testing.T, data []byte, mode spinlock.Mode) string {
 	l, err := spinlock.Open(tw.seg, 0, mode)
 	require.NoError(t, err)
@@ -112,7 +106,7 @@ func (tw *spinTwin) try(t *testing.T, data []byte, mode spinlock.Mode) string {
 	outcome := func(g *spinlock.Guard, err error) string {
 		switch {
 		case err != nil:
-			return fmt.Sprint(spinCode(t, err))
+			return fmt.Sprint(codeOf(t, err, spinCodes))
 		case g.Inconsistent() || g.Reclaimed():
 			return "told"
 		}
@@ -130,32 +124,6 @@ func (tw *spinTwin) try(t *testing.T, data []byte, mode spinlock.Mode) string {
 	return got + " " + nested
 }
 
-// spinOutcome words a C spin acquisition's code as spinTwin.try words
-// Go's: "granted", "told" (OWNERDEAD or INCONSISTENT), or the code.
-func spinOutcome(rc int) string {
-	switch {
-	case rc < 0:
-		return fmt.Sprint(rc)
-	case rc > 0:
-		return "told"
-	}
-	return "granted"
-}
-
-// spinCode is the C code of a spinlock error.
-func spinCode(t *testing.T, err error) int {
-	for _, c := range []struct {
-		err  error
-		code int
-	}{{spinlock.ErrWouldBlock, -40}, {spinlock.ErrRecursion, -44}, {spinlock.ErrNotOwner, -42}} {
-		if errors.Is(err, c.err) {
-			return c.code
-		}
-	}
-	t.Fatalf("a spinlock error with no C code: %v", err)
-	return 0
-}
-
 // TestUpgradeFuzzCorpusC replays upgrade's FuzzEntry against C: each input
 // is the words of the upgrade table and its reader records (in a segment
 // of the fuzz target's shape), and each kind of C try, and of wait of
@@ -166,12 +134,7 @@ func spinCode(t *testing.T, err error) int {
 // identity of a writer, an upgrader or a reader record replaced by its
 // identity).
 func TestUpgradeFuzzCorpusC(t *testing.T) {
-	path := testproc.SegmentPath(t)
-	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // upgrade's testOptions
-		Slots: 1, Upgrades: 2, UpgradeReaders: 8, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 1,
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	path, seg := replaySegment(t, upgradeTestOptions)
 	ups, err := seg.Region(layout.KindUpgrades)
 	require.NoError(t, err)
 	readers, err := seg.Region(layout.KindUpgradeReaders)
@@ -208,7 +171,7 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 					var got int
 					_, err := fmt.Sscanf(line, "%d", &got)
 					require.NoError(t, err, "%s: %q", what, line)
-					require.Equal(t, twin.try(t, data, kind), upgradeOutcome(kind, got),
+					require.Equal(t, twin.try(t, data, kind), cOutcome(got, kind != "shared"),
 						"%s: Go's handle on the twin (want), C's (got)", what)
 				}
 			}
@@ -224,12 +187,8 @@ type upgradeTwin struct {
 }
 
 func newUpgradeTwin(t *testing.T) *upgradeTwin {
-	path := testproc.SegmentPath(t)
-	seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // upgrade's testOptions
-		Slots: 1, Upgrades: 2, UpgradeReaders: 8, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 1,
-	}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	_, seg := replaySegment(t, upgradeTestOptions)
+	var err error
 	tw := &upgradeTwin{seg: seg}
 	tw.ups, err = seg.Region(layout.KindUpgrades)
 	require.NoError(t, err)
@@ -240,8 +199,8 @@ func newUpgradeTwin(t *testing.T) *upgradeTwin {
 
 // try is the helper's try on the twin: a handle that claims its reader
 // record on the clean mutex, the words written under it, and one try of
-// kind (a grant released as the helper does), its outcome as
-// upgradeOutcome words C's. (The helper's 200 µs wait is not repeated: its
+// kind (a grant released as the helper does), its outcome as cOutcome
+// words C's. (The helper's 200 µs wait is not repeated: its
 // outcome near the deadline depends on whether a liveness check, which
 // frees a dead holder's hold, falls before it, in either language: timing,
 // not the protocol. Both must only end.)
@@ -273,7 +232,7 @@ func (tw *upgradeTwin) try(t *testing.T, data []byte, kind string) string {
 	err = lock()
 	switch {
 	case err != nil:
-		return fmt.Sprint(upgradeCode(t, err))
+		return fmt.Sprint(codeOf(t, err, upgradeCodes))
 	case kind != "shared" && m.Reclaimed():
 		require.NoError(t, release())
 		return "told" // C: OWNERDEAD or INCONSISTENT
@@ -282,33 +241,39 @@ func (tw *upgradeTwin) try(t *testing.T, data []byte, kind string) string {
 	return "granted"
 }
 
-// upgradeOutcome words a C upgrade acquisition's code as upgradeTwin.try
-// words Go's: "granted", "told" (OWNERDEAD or INCONSISTENT; a shared
-// acquisition has no such report in Go), or the failure's code.
-func upgradeOutcome(kind string, rc int) string {
+// cOutcome words a C acquisition's code as the twins word Go's: "granted",
+// "told" (a positive report, OWNERDEAD or INCONSISTENT, where the kind of
+// acquisition has one in Go: tells), or the failure's code.
+func cOutcome(rc int, tells bool) string {
 	switch {
 	case rc < 0:
 		return fmt.Sprint(rc)
-	case rc > 0 && kind != "shared":
+	case rc > 0 && tells:
 		return "told"
 	}
 	return "granted"
 }
 
-// upgradeCode is the C code of an upgrade error (0 for none).
-func upgradeCode(t *testing.T, err error) int {
-	for _, c := range []struct {
-		err  error
-		code int
-	}{
-		{nil, 0}, {upgrade.ErrWouldBlock, -40}, {upgrade.ErrNotOwner, -42},
-		{upgrade.ErrNotHeld, -43}, {upgrade.ErrHeld, -46}, {upgrade.ErrOverflow, -47}, {upgrade.ErrTooManyReaders, -48},
-	} {
-		if err == c.err || (c.err != nil && errors.Is(err, c.err)) {
+// errCode is a Go error and the C code that stands for it.
+type errCode struct {
+	err  error
+	code int
+}
+
+var (
+	spinCodes    = []errCode{{spinlock.ErrWouldBlock, -40}, {spinlock.ErrNotOwner, -42}, {spinlock.ErrRecursion, -44}}
+	upgradeCodes = []errCode{{upgrade.ErrWouldBlock, -40}, {upgrade.ErrNotOwner, -42}, {upgrade.ErrNotHeld, -43},
+		{upgrade.ErrHeld, -46}, {upgrade.ErrOverflow, -47}, {upgrade.ErrTooManyReaders, -48}}
+)
+
+// codeOf is the C code of err, one of codes.
+func codeOf(t *testing.T, err error, codes []errCode) int {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
 			return c.code
 		}
 	}
-	t.Fatalf("an upgrade error with no C code: %v", err)
+	t.Fatalf("an error with no C code: %v", err)
 	return 0
 }
 
@@ -336,15 +301,13 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 		file    *os.File
 	}
 	newSegment := func() segment {
-		path := testproc.SegmentPath(t)
-		seg, err := shm.Create(path, shm.Options{Options: layout.Options{ // FuzzDirectory's
+		path, seg := replaySegment(t, layout.Options{ // FuzzDirectory's
 			Slots: 4, Upgrades: 2, UpgradeReaders: 2, ClaimRefs: 6,
 			TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: -1,
-		}})
-		require.NoError(t, err)
+		})
 		file, err := os.OpenFile(path, os.O_RDWR, 0)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = file.Close(); _ = seg.Close(); _ = shm.Remove(path) })
+		t.Cleanup(func() { _ = file.Close() })
 		s := segment{path: path, seg: seg, file: file}
 		for _, k := range []layout.Kind{ // FuzzDirectory's order
 			layout.KindSlotDirectory, layout.KindUpgradeDirectory, layout.KindClaimRefs,
@@ -498,9 +461,7 @@ func TestRegionsFuzzCorpusC(t *testing.T) {
 		args := fuzzArgs(t, f)
 		require.Len(t, args, 2, f)
 		dir := fuzzBytes(t, f, args[0])
-		path := testproc.SegmentPath(t)
-		seg, err := shm.Create(path, shm.Options{Options: layout.Options{DataBytes: 4096, DataRegions: 16}})
-		require.NoError(t, err)
+		path, seg := replaySegment(t, layout.Options{DataBytes: 4096, DataRegions: 16})
 		mem, err := seg.Region(layout.KindRegionDirectory)
 		require.NoError(t, err)
 		clear(mem)
@@ -555,9 +516,23 @@ func TestRegionsFuzzCorpusC(t *testing.T) {
 			}
 			require.Equal(t, want, []int64{rc, off}, "%s: C's claim of a new region (Go's table: sound %v, end %d, free %d)", filepath.Base(f), tab.Sound, tab.End, tab.Free)
 		}
-		require.NoError(t, seg.Close())
-		require.NoError(t, shm.Remove(path))
 	}
+}
+
+// replaySegment creates a segment of opts for a replay, closed and removed
+// when the test ends.
+func replaySegment(t *testing.T, opts layout.Options) (string, *shm.Segment) {
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: opts})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close(); _ = shm.Remove(path) })
+	return path, seg
+}
+
+// upgradeTestOptions are upgrade's testOptions, the shape of FuzzEntry's
+// segment.
+var upgradeTestOptions = layout.Options{
+	Slots: 1, Upgrades: 2, UpgradeReaders: 8, TxnRecords: -1, TxnArenaBytes: -1, LockMgrEntries: 1,
 }
 
 // replayC runs C helper program with args, which opens its lock (on the
