@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -551,13 +552,16 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 // each end, never die of a signal, hang or print a sanitizer's report. Go
 // makes the same acquisitions on a twin table holding the same bytes, and
 // the two must agree: the same code for each attempt and wait, and the
-// same version for each grant.
+// same version for each grant; then the same code for late releases by
+// owners of the snapshot's holds (what the tombstones tell them).
 func TestLockMgrFuzzCorpusC(t *testing.T) {
 	ctx := context.Background()
 	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
 		data := fuzzInput(t, f)
 		path, seg, _, _ := newLockMgrSegment(t, 8)
-		_, twin, m, _ := newLockMgrSegment(t, 8)
+		_, twin, _, _ := newLockMgrSegment(t, 8)
+		m, err := lockmgr.Open(twin, lockmgr.Options{Logger: slog.New(slog.DiscardHandler)}) // late releases are logged
+		require.NoError(t, err)
 		for _, s := range []*shm.Segment{seg, twin} {
 			mem, err := s.Region(layout.KindLockMgr)
 			require.NoError(t, err)
@@ -596,6 +600,24 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 					got = append(got, "waited "+code)
 				}
 			}
+			require.Equal(t, want, got, "%s: Go on the twin (want), C (got)", what)
+		}
+		// Late releases by owners of the snapshot's holds (expired,
+		// reclaimed, or held still): what each is told comes from the
+		// tombstones and LastExpired.
+		for _, hold := range [][2]string{{"x", "a"}, {"c", "owner-1"}, {"tmp-0", "a"}} {
+			what := fmt.Sprintf("%s, %q released by %q", filepath.Base(f), hold[0], hold[1])
+			c := startLockMgrC(t, "release", path, hold[0], hold[1])
+			requireEnded(t, c, what)
+			if c.Err() != nil {
+				break
+			}
+			line, _ := testproc.Line(c.Out.String(), "rc=")
+			var rc int
+			var got string
+			_, err := fmt.Sscanf(line, "%d %s", &rc, &got)
+			require.NoError(t, err, "%s: %q", what, line)
+			want := cmp.Or(lockmgr.Code(m.Release(hold[0], hold[1])), "-")
 			require.Equal(t, want, got, "%s: Go on the twin (want), C (got)", what)
 		}
 		require.NoError(t, seg.Close())

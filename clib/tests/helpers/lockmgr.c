@@ -9,6 +9,8 @@
  *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE"; on a conflict
  *                                      one more, waiting up to 200 us: "waited rc=N
  *                                      CODE"; releases a grant
+ *   lockmgr release PATH RES OWNER     releases OWNER's hold of RES without having
+ *                                      taken it; prints "rc=N CODE"
  *   lockmgr timeouts PATH RES OWNER N MS
  *                                      N exclusive acquisitions waiting MS ms each,
  *                                      every one of which must time out; prints "done"
@@ -211,6 +213,20 @@ static int timeouts(const char *path, const char *res, const char *owner, long n
 	return 0;
 }
 
+/* release_only releases a hold this process never took (an owner's, by
+ * name: a late release after an expiry or a forced end, say). */
+static int release_only(const char *path, const char *res, const char *owner)
+{
+	shmlock_segment *seg;
+	shmlock_lockmgr *m = open_all(path, &seg);
+	int rc = shmlock_lockmgr_release(m, res, owner);
+	const char *code = shmlock_error_code(rc);
+	say("rc=%d %s", rc, code ? code : "-");
+	shmlock_lockmgr_close(m);
+	shmlock_close(seg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 5 && strcmp(argv[1], "count") == 0)
@@ -219,8 +235,10 @@ int main(int argc, char **argv)
 		return hold(argv[2], argv[3], argv[4], parse_mode(argv[5]));
 	if (argc == 6 && strcmp(argv[1], "try") == 0)
 		return try(argv[2], argv[3], argv[4], parse_mode(argv[5]));
+	if (argc == 5 && strcmp(argv[1], "release") == 0)
+		return release_only(argv[2], argv[3], argv[4]);
 	if (argc == 7 && strcmp(argv[1], "timeouts") == 0)
 		return timeouts(argv[2], argv[3], argv[4], helper_atol(argv[5]), helper_atol(argv[6]));
-	fprintf(stderr, "usage: lockmgr count PATH RECORD ROUNDS | hold|try PATH RES OWNER MODE | timeouts PATH RES OWNER N MS\n");
+	fprintf(stderr, "usage: lockmgr count PATH RECORD ROUNDS | hold|try PATH RES OWNER MODE | release PATH RES OWNER | timeouts PATH RES OWNER N MS\n");
 	return 2;
 }
