@@ -552,8 +552,9 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 // each end, never die of a signal, hang or print a sanitizer's report. Go
 // makes the same acquisitions on a twin table holding the same bytes, and
 // the two must agree: the same code for each attempt and wait, and the
-// same version for each grant; then the same code for late releases by
-// owners of the snapshot's holds (what the tombstones tell them).
+// same version for each grant; then the same codes for late refreshes and
+// releases by owners of the snapshot's holds (what the tombstones tell
+// them).
 func TestLockMgrFuzzCorpusC(t *testing.T) {
 	ctx := context.Background()
 	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
@@ -602,23 +603,28 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 			}
 			require.Equal(t, want, got, "%s: Go on the twin (want), C (got)", what)
 		}
-		// Late releases by owners of the snapshot's holds (expired,
-		// reclaimed, or held still): what each is told comes from the
-		// tombstones and LastExpired.
+		// Late refreshes and releases by owners of the snapshot's holds
+		// (expired, reclaimed, or held still): what each is told comes
+		// from the tombstones and LastExpired.
 		for _, hold := range [][2]string{{"x", "a"}, {"c", "owner-1"}, {"tmp-0", "a"}} {
 			what := fmt.Sprintf("%s, %q released by %q", filepath.Base(f), hold[0], hold[1])
-			c := startLockMgrC(t, "release", path, hold[0], hold[1])
+			c := startLockMgrC(t, "late", path, hold[0], hold[1])
 			requireEnded(t, c, what)
 			if c.Err() != nil {
 				break
 			}
-			line, _ := testproc.Line(c.Out.String(), "rc=")
-			var rc int
-			var got string
-			_, err := fmt.Sscanf(line, "%d %s", &rc, &got)
-			require.NoError(t, err, "%s: %q", what, line)
-			want := cmp.Or(lockmgr.Code(m.Release(hold[0], hold[1])), "-")
-			require.Equal(t, want, got, "%s: Go on the twin (want), C (got)", what)
+			var got []string
+			for _, prefix := range []string{"refresh rc=", "rc="} {
+				line, _ := testproc.Line(c.Out.String(), prefix)
+				var rc int
+				var code string
+				_, err := fmt.Sscanf(line, "%d %s", &rc, &code)
+				require.NoError(t, err, "%s: %q", what, c.Out.String())
+				got = append(got, code)
+			}
+			_, err := m.Refresh(hold[0], hold[1], time.Minute)
+			want := []string{cmp.Or(lockmgr.Code(err), "-"), cmp.Or(lockmgr.Code(m.Release(hold[0], hold[1])), "-")}
+			require.Equal(t, want, got, "%s: Go on the twin (want), C (got), refresh and release", what)
 		}
 		require.NoError(t, seg.Close())
 		require.NoError(t, twin.Close())

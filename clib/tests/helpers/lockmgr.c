@@ -9,8 +9,9 @@
  *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE"; on a conflict
  *                                      one more, waiting up to 200 us: "waited rc=N
  *                                      CODE"; releases a grant
- *   lockmgr release PATH RES OWNER     releases OWNER's hold of RES without having
- *                                      taken it; prints "rc=N CODE"
+ *   lockmgr late PATH RES OWNER        refreshes OWNER's hold of RES (a minute), then
+ *                                      releases it, without having taken it; prints
+ *                                      "refresh rc=N CODE" and "rc=N CODE"
  *   lockmgr timeouts PATH RES OWNER N MS
  *                                      N exclusive acquisitions waiting MS ms each,
  *                                      every one of which must time out; prints "done"
@@ -213,14 +214,17 @@ static int timeouts(const char *path, const char *res, const char *owner, long n
 	return 0;
 }
 
-/* release_only releases a hold this process never took (an owner's, by
- * name: a late release after an expiry or a forced end, say). */
-static int release_only(const char *path, const char *res, const char *owner)
+/* late refreshes, then releases, a hold this process never took (an
+ * owner's, by name: late, after an expiry or a forced end, say). */
+static int late(const char *path, const char *res, const char *owner)
 {
 	shmlock_segment *seg;
 	shmlock_lockmgr *m = open_all(path, &seg);
-	int rc = shmlock_lockmgr_release(m, res, owner);
+	int rc = shmlock_lockmgr_refresh(m, res, owner, 60 * INT64_C(1000000000), NULL);
 	const char *code = shmlock_error_code(rc);
+	say("refresh rc=%d %s", rc, code ? code : "-");
+	rc = shmlock_lockmgr_release(m, res, owner);
+	code = shmlock_error_code(rc);
 	say("rc=%d %s", rc, code ? code : "-");
 	shmlock_lockmgr_close(m);
 	shmlock_close(seg);
@@ -235,10 +239,10 @@ int main(int argc, char **argv)
 		return hold(argv[2], argv[3], argv[4], parse_mode(argv[5]));
 	if (argc == 6 && strcmp(argv[1], "try") == 0)
 		return try(argv[2], argv[3], argv[4], parse_mode(argv[5]));
-	if (argc == 5 && strcmp(argv[1], "release") == 0)
-		return release_only(argv[2], argv[3], argv[4]);
+	if (argc == 5 && strcmp(argv[1], "late") == 0)
+		return late(argv[2], argv[3], argv[4]);
 	if (argc == 7 && strcmp(argv[1], "timeouts") == 0)
 		return timeouts(argv[2], argv[3], argv[4], helper_atol(argv[5]), helper_atol(argv[6]));
-	fprintf(stderr, "usage: lockmgr count PATH RECORD ROUNDS | hold|try PATH RES OWNER MODE | release PATH RES OWNER | timeouts PATH RES OWNER N MS\n");
+	fprintf(stderr, "usage: lockmgr count PATH RECORD ROUNDS | hold|try PATH RES OWNER MODE | late PATH RES OWNER | timeouts PATH RES OWNER N MS\n");
 	return 2;
 }
