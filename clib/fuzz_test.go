@@ -141,11 +141,8 @@ func TestUpgradeFuzzCorpusC(t *testing.T) {
 	require.NoError(t, err)
 	entry, err := seg.Upgrade(0)
 	require.NoError(t, err)
-	records := make([]*layout.ReaderRecord, seg.ReadersPerUpgrade())
-	for j := range records {
-		records[j], err = seg.UpgradeReader(0, j)
-		require.NoError(t, err)
-	}
+	records, err := seg.UpgradeReaders(0)
+	require.NoError(t, err)
 	identities := []*atomic.Uint64{&entry.Writer, &entry.Upgrader}
 	for _, r := range records {
 		identities = append(identities, &r.Owner)

@@ -446,14 +446,8 @@ func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 		if err != nil {
 			return false
 		}
-		n := s.header.ReadersPerUpgrade()
-		rs := make([]*layout.ReaderRecord, n)
-		for j := range n {
-			if rs[j], err = entryOf[layout.ReaderRecord](s, layout.KindUpgradeReaders, i*n+j); err != nil {
-				return false
-			}
-		}
-		return layout.UpgradeFree(e, rs)
+		rs, err := s.readersOf(i)
+		return err == nil && layout.UpgradeFree(e, rs)
 	}
 	return false
 }

@@ -32,6 +32,31 @@ func (s *Segment) UpgradeReader(i, j int) (*layout.ReaderRecord, error) {
 	return entry[layout.ReaderRecord](s, layout.KindUpgradeReaders, i*n+j)
 }
 
+// UpgradeReaders returns the reader records of upgrade mutex i, all
+// ReadersPerUpgrade of them in order. The pointers stay valid until Close.
+func (s *Segment) UpgradeReaders(i int) ([]*layout.ReaderRecord, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	return s.readersOf(i)
+}
+
+// readersOf is UpgradeReaders without the closed check, for releases.
+func (s *Segment) readersOf(i int) ([]*layout.ReaderRecord, error) {
+	if i < 0 || uint64(i) >= s.header.Table(layout.KindUpgrades).Count {
+		return nil, fmt.Errorf("%w: upgrade mutex %d of %d", ErrIndex, i, s.header.Table(layout.KindUpgrades).Count)
+	}
+	n := s.header.ReadersPerUpgrade()
+	rs := make([]*layout.ReaderRecord, n)
+	for j := range rs {
+		var err error
+		if rs[j], err = entryOf[layout.ReaderRecord](s, layout.KindUpgradeReaders, i*n+j); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
 // ReadersPerUpgrade is the number of reader records of each upgrade mutex.
 func (s *Segment) ReadersPerUpgrade() int { return s.header.ReadersPerUpgrade() }
 

@@ -127,11 +127,8 @@ func snapshot(regions ...[]byte) []byte {
 func unheld(t *testing.T, seg *shm.Segment) bool {
 	e, err := seg.Upgrade(0)
 	require.NoError(t, err)
-	rs := make([]*layout.ReaderRecord, seg.ReadersPerUpgrade())
-	for j := range rs {
-		rs[j], err = seg.UpgradeReader(0, j)
-		require.NoError(t, err)
-	}
+	rs, err := seg.UpgradeReaders(0)
+	require.NoError(t, err)
 	return layout.UpgradeFree(e, rs)
 }
 

@@ -72,16 +72,14 @@ func open(seg *shm.Segment, index int) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := seg.ReadersPerUpgrade()
-	m := &Mutex{e: e, readers: make([]*layout.ReaderRecord, n), seg: seg, index: index,
+	readers, err := seg.UpgradeReaders(index)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mutex{e: e, readers: readers, seg: seg, index: index,
 		pid: proc.Self().Pack(), tid: proc.HolderID(), alive: seg.OwnerAlive}
 	if !seg.ReadOnly() { // a read-only handle only reads: it must not count
 		m.stats = seg.LockStats(layout.KindUpgrades, index)
-	}
-	for j := range n {
-		if m.readers[j], err = seg.UpgradeReader(index, j); err != nil {
-			return nil, err
-		}
 	}
 	return m, nil
 }
