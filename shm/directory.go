@@ -91,17 +91,19 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 		if err != nil {
 			return -1, false, err
 		}
-		switch state := e.State.Load(); {
+		state := e.State.Load()
+		// Only a claim is a name's: an entry in a state no claim leaves
+		// (damage, which CheckDirectories reports) is one that Claims,
+		// Lookup and Release do not know.
+		names := state == layout.DirClaimed && name != "" && layout.NameOf(e) == name
+		switch {
 		case state == layout.DirFree:
 			if free < 0 {
 				free = i
 			}
-		case e.Refs.Load() == 0 && (state != layout.DirClaimed || name == "" || layout.NameOf(e) != name) && parked < 0 && s.lockFree(k, i, e.Use.Load()):
+		case !names && e.Refs.Load() == 0 && parked < 0 && s.lockFree(k, i, e.Use.Load()):
 			parked = i // recyclable, if nothing is free (a damaged entry too, whatever its name)
-		case state == layout.DirClaimed && name != "" && layout.NameOf(e) == name:
-			// Only a claim is the name's: an entry in a state no claim
-			// leaves (damage, which CheckDirectories reports) is one that
-			// Claims, Lookup and Release do not know.
+		case names:
 			switch had := e.Use.Load(); {
 			case use == 0 || had == use:
 			case had == 0:
@@ -322,7 +324,10 @@ func (s *Segment) deadRefs() []DroppedClaim {
 // is 0: no claimable kind is).
 func (s *Segment) dropDeadRefs(pending uint32) int {
 	var dead []*layout.ClaimRef
-	live := map[uint32]uint64{pending: 1} // per target, the references of live processes
+	live := map[uint32]uint64{} // per target, the references of live processes
+	if pending != 0 {
+		live[pending] = 1
+	}
 	for j := range s.Len(layout.KindClaimRefs) {
 		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
 		if err != nil {
@@ -342,7 +347,8 @@ func (s *Segment) dropDeadRefs(pending uint32) int {
 		if dk, err := directoryOf(k); err == nil && i < s.Len(k) {
 			if d, err := entryOf[layout.DirEntry](s, dk, i); err == nil && d.State.Load() == layout.DirClaimed {
 				refs := uint64(d.Refs.Load())
-				left := refs - min(uint64(n), refs-min(refs, live[t]))
+				droppable := refs - min(refs, live[t]) // what no live process accounts for
+				left := refs - min(uint64(n), droppable)
 				d.Refs.Store(uint32(left))
 				if left == 0 && s.lockFree(k, i, d.Use.Load()) {
 					_ = s.freeEntry(k, dk, i)

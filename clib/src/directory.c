@@ -389,7 +389,6 @@ static int add_ref(shmlock_segment *seg, int kind, uint64_t i)
 	}
 }
 
-/* dropRef: takes this process's reference off its record, if any. */
 /* dropRef: takes this process's reference to entry i off its record;
  * false if it has none. */
 static bool drop_ref(shmlock_segment *seg, int kind, uint64_t i)
@@ -420,15 +419,16 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 	for (uint64_t i = 0; i < count; i++) {
 		struct shm_dir_entry *e = dir_entry(seg, dk, i);
 		uint32_t state = atomic_load(&e->state);
+		/* Only a claim is a name's: an entry in a state no claim leaves is
+		 * damage, unknown to lookups and releases. */
+		bool names = state == SHM_DIR_CLAIMED && len != 0 && dir_named(e, name, len);
 		if (state == SHM_DIR_FREE) {
 			if (free < 0)
 				free = (int64_t)i;
-		} else if (atomic_load(&e->refs) == 0 && (state != SHM_DIR_CLAIMED || len == 0 || !dir_named(e, name, len)) &&
-		           parked < 0 && lock_free(seg, kind, i, atomic_load(&e->use))) {
+		} else if (!names && atomic_load(&e->refs) == 0 && parked < 0 &&
+		           lock_free(seg, kind, i, atomic_load(&e->use))) {
 			parked = (int64_t)i; /* recyclable if nothing is free; a damaged entry too, whatever its name */
-		} else if (state == SHM_DIR_CLAIMED && len != 0 && dir_named(e, name, len)) {
-			/* Only a claim is the name's: an entry in a state no claim
-			 * leaves is damage, unknown to lookups and releases. */
+		} else if (names) {
 			uint32_t had = atomic_load(&e->use);
 			if (had == 0 && use != 0)
 				atomic_store(&e->use, use);
