@@ -19,8 +19,9 @@ const ctlKnown = kindMask | ctlDeclared | ctlModeMask | ctlInconsistent
 // table, loops, is too long or shares an entry with another chain, an
 // overflow entry no chain reaches, a holder with no pid or a bad owner
 // name, a resource that lookups cannot reach (past the header's reach, or
-// past an entry never used). Nothing found: nil. It reads without the entry locks: under
-// traffic a finding may be a moment's, so check a quiet table, or again.
+// past an entry never used). Nothing found: nil. It reads without the
+// entry locks: under traffic a finding may be a moment's, so check a quiet
+// table, or again.
 func (m *Manager) Check() ([]string, error) {
 	if m.closed() {
 		return nil, shm.ErrClosed
@@ -46,20 +47,18 @@ func (m *Manager) Check() ([]string, error) {
 		} else if k.hash != e.Hash.Load() {
 			add("resource %q: its hash %#x is not its name's %#x", name, e.Hash.Load(), k.hash)
 		}
-		if t.n > 0 {
-			// Where lookups (table.search) look: from the home entry,
-			// no farther than the header's reach, stopping at an entry
-			// never used.
-			home := e.Hash.Load() % t.n
-			d := (uint64(i-1) + t.n - home) % t.n
-			if reach := uint64(t.head.Next.Load()); d > reach {
-				add("resource %q lies %d entries past its home, beyond the reach lookups trust (%d)", name, d, reach)
-			}
-			for dd := range d {
-				if j := t.probeFrom(home, dd); kindOf(t.entries[j].Ctl.Load()) == kindEmpty {
-					add("resource %q: entry %d on its probe path was never used, and lookups stop there", name, j)
-					break
-				}
+		// Where lookups (table.search) look: from the home entry, no
+		// farther than the header's reach, stopping at an entry never
+		// used. (t.n is at least 1 here: entry i is one.)
+		home := e.Hash.Load() % t.n
+		d := (uint64(i-1) + t.n - home) % t.n
+		if reach := uint64(t.head.Next.Load()); d > reach {
+			add("resource %q lies %d entries past its home, beyond the reach lookups trust (%d)", name, d, reach)
+		}
+		for dd := range d {
+			if j := t.probeFrom(home, dd); kindOf(t.entries[j].Ctl.Load()) == kindEmpty {
+				add("resource %q: entry %d on its probe path was never used, and lookups stop there", name, j)
+				break
 			}
 		}
 		mode := modeOf(ctl)

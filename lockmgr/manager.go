@@ -391,7 +391,8 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 				if gone++; gone < maxGone {
 					continue
 				}
-				err = fmt.Errorf("%w: the resource's entry cannot be found again (a damaged table? shmctl check)", ErrTableFull)
+				info.State = st.to(Failed)
+				return fmt.Errorf("%w: %q: the resource's entry cannot be found again (a damaged table? shmctl check)", ErrTableFull, res.s)
 			}
 			if o.tombs && !reuseTombs && (errors.Is(err, ErrTooManyHolders) || errors.Is(err, ErrTableFull)) {
 				reuseTombs = true // no more room: a tombstone's news gives way to a grant
