@@ -13,16 +13,16 @@ import (
 )
 
 // FuzzSlot: whatever words an owner slot holds (a damaged or hostile
-// segment), in either mode the calls that do not wait return, with an
-// error or not, and never panic or hang: Check, Owner, the Try
-// acquisitions (recursively too; a grant is released again), a wait of
-// 200 µs (it is granted, or times out), Reclaim and ForceUnlock. A free slot that a try was granted is free again after its
-// release.
+// segment), in either mode the calls return, with an error or not, and
+// never panic or hang: Check, Owner, the Try acquisitions (recursively
+// too; a grant is released again), a wait of 200 µs (it is granted, or
+// times out), Reclaim and ForceUnlock. A free slot that a try was granted
+// is free again after its release.
 func FuzzSlot(f *testing.F) {
 	seg, _ := newSegment(f)
 	slots, err := seg.Region(layout.KindOwnerSlots)
 	require.NoError(f, err)
-	slot := slots[:32]
+	slot := slots[:layout.OwnerSlotSize]
 	locks := map[spinlock.Mode]*spinlock.Lock{}
 	for _, mode := range modes {
 		l, err := spinlock.Open(seg, 0, mode)

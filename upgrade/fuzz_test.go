@@ -15,8 +15,8 @@ import (
 )
 
 // FuzzEntry: whatever words an upgrade mutex's entry and its reader
-// records hold (a damaged or hostile segment), the calls that do not wait
-// return, with an error or not, and never panic or hang: Inspect, Check,
+// records hold (a damaged or hostile segment), the calls return, with an
+// error or not, and never panic or hang: Inspect, Check,
 // the Try acquisitions (a grant is released again, and a mutex that was
 // free is free again), waits of 200 µs of each kind (granted and
 // released, or given up), a dry-run Reclaim, Reclaim and ForceUnlock.
