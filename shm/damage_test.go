@@ -2,12 +2,14 @@ package shm_test
 
 import (
 	"os"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -132,6 +134,65 @@ func TestFreshClaimSurvivesStaleRecord(t *testing.T) {
 	}, claims)
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, other))
+}
+
+// A process killed while it frees an entry (here DropDeadClaims freeing a
+// dead process's claim), after marking the entry free and before forgetting
+// the records that name it, leaves the dead claimant's record naming a free
+// entry: no damage, only a kill. The next claim of that entry forgets the
+// record, so its count is its claimant's alone, and dropping the dead
+// processes' records later takes nothing off it.
+func TestKilledFreeLeavesRecordFreshClaimForgets(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2, ClaimRefs: 2}})
+	out, err := testproc.Command("claim-names", path, "0", "gone").Output()
+	require.NoError(t, err)
+	require.Equal(t, "gone 0\n", string(out))
+	err = testproc.Command("die-freeing", path).Run()
+	var exit *execExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+
+	target := layout.ClaimTarget(layout.KindOwnerSlots, 0)
+	stale := claimRef(t, seg, 0)
+	require.Equal(t, target, stale.Target.Load(), "the dead claimant's record, left naming the freed entry")
+	require.NotZero(t, stale.Owner.Load())
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Empty(t, claims)
+
+	i, err := seg.Claim(layout.KindOwnerSlots, "x") // takes the killed process's registry lock over
+	require.NoError(t, err)
+	require.Equal(t, 0, i, "the freed entry, the first free one")
+	self := proc.Self().Pack()
+	records := 0
+	for j := range 2 {
+		r := claimRef(t, seg, j)
+		if r.Owner.Load() != 0 {
+			require.Equal(t, self, r.Owner.Load(), "record %d: only the claimant's is left", j)
+			records++
+			require.Equal(t, target, r.Target.Load())
+			require.EqualValues(t, 1, r.Count.Load())
+		}
+	}
+	require.Equal(t, 1, records)
+
+	_, err = seg.DropDeadClaims(false)
+	require.NoError(t, err)
+	y, err := seg.Claim(layout.KindOwnerSlots, "y")
+	require.NoError(t, err)
+	require.Equal(t, 1, y)
+	claims, err = seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Claim{
+		{Index: i, Name: "x", Refs: 1, Claimer: self},
+		{Index: y, Name: "y", Refs: 1, Claimer: self},
+	}, claims)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, y))
+	claims, err = seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Empty(t, claims)
 }
 
 // A claim of a name that another live process holds, when this process

@@ -419,6 +419,7 @@ func (s *Segment) freeEntry(k, dk layout.Kind, i int) error {
 		return err
 	}
 	e.State.Store(layout.DirFree) // first: a half-cleared entry is then merely free
+	testHookFreeing()
 	s.forgetRefs(k, i)
 	if err := s.zeroEntry(k, i); err != nil {
 		return err
@@ -626,6 +627,10 @@ func (s *Segment) unlockRegistry() {
 // testHookBeforePublish runs between writing a new claim and publishing
 // it; tests replace it to die mid-claim.
 var testHookBeforePublish = func() {}
+
+// testHookFreeing runs in freeEntry between marking the entry free and
+// forgetting the records that name it.
+var testHookFreeing = func() {}
 
 // testHookBetweenSteps runs between a claim's (or a release's) change of
 // the entry's Refs and of the process's reference record; tests replace it

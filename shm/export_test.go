@@ -15,3 +15,11 @@ func SetTestHookBetweenSteps(f func()) (restore func()) {
 	testHookBetweenSteps = f
 	return func() { testHookBetweenSteps = old }
 }
+
+// SetTestHookFreeing replaces the hook that runs while an entry is freed,
+// between marking it free and forgetting the records that name it.
+func SetTestHookFreeing(f func()) (restore func()) {
+	old := testHookFreeing
+	testHookFreeing = f
+	return func() { testHookFreeing = old }
+}

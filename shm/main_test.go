@@ -81,6 +81,18 @@ var helpers = map[string]func(args []string) int{
 		_ = seg.Release(layout.KindOwnerSlots, i)
 		return 3 // not reached
 	},
+	// die-freeing PATH: drop the dead processes' claims, and kill -9 itself
+	// in the first free of an entry, between marking it free and
+	// forgetting the records that name it.
+	"die-freeing": func(args []string) int {
+		seg, err := shm.Open(args[0], shm.Options{})
+		if err != nil {
+			return 1
+		}
+		shm.SetTestHookFreeing(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		_, _ = seg.DropDeadClaims(false)
+		return 3 // not reached: no entry was freed
+	},
 	// create-as PATH group|private: Create under umask 077, with GroupAccess
 	// for group; print "ok" or the error.
 	"create-as": func(args []string) int {
