@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -219,11 +220,13 @@ func lmEntry(t *testing.T, seg *shm.Segment, name string) *layout.LockMgrEntry {
 	return nil
 }
 
-// tryC makes one acquisition in a C process and returns its report.
+// tryC makes one acquisition in a C process and returns its report: the
+// code and, for a grant, the version ("0 - version=V").
 func tryC(t *testing.T, path, res, owner, mode string) string {
 	c := startLockMgrC(t, "try", path, res, owner, mode)
 	c.WaitOK(t)
-	return c.WaitLine(t, "rc=")
+	line, _, _ := strings.Cut(c.WaitLine(t, "rc="), " reclaimed=")
+	return line
 }
 
 // TestLockMgrNamesAcrossLanguages: C finds the entries Go inserted and the
@@ -563,15 +566,18 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 		_, twin, _, _ := newLockMgrSegment(t, 8)
 		m, err := lockmgr.Open(twin, lockmgr.Options{Logger: slog.New(slog.DiscardHandler)}) // late releases are logged
 		require.NoError(t, err)
-		for _, s := range []*shm.Segment{seg, twin} {
-			mem, err := s.Region(layout.KindLockMgr)
-			require.NoError(t, err)
-			clear(mem)
-			copy(mem, data)
-			for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
-				clear(mem[off : off+8]) // Lock
+		load := func() { // the snapshot into both segments, entry locks free
+			for _, s := range []*shm.Segment{seg, twin} {
+				mem, err := s.Region(layout.KindLockMgr)
+				require.NoError(t, err)
+				clear(mem)
+				copy(mem, data)
+				for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
+					clear(mem[off : off+8]) // Lock
+				}
 			}
 		}
+		load()
 		for _, res := range []string{"x", "c", "declared", "new"} {
 			what := fmt.Sprintf("%s, resource %q", filepath.Base(f), res)
 			c := startLockMgrC(t, "try", path, res, "fuzz", "collaborative")
@@ -579,33 +585,28 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 			if c.Err() != nil {
 				break // C stopped half-way (its message is in the output): the twins differ from here
 			}
-			var want []string
+			// What C's try does, on the twin: an attempt, a wait on a
+			// conflict; for a grant, MarkConsistent, the release and
+			// CheckVersion of the grant's version and the next.
 			info, err := m.Acquire(ctx, res, "fuzz", lockmgr.Collaborative, lockmgr.AcquireOptions{})
-			code := cmp.Or(lockmgr.Code(err), "-")
-			want = append(want, fmt.Sprintf("%s version=%d", code, versionIf(err, info)))
-			if code == "RESOURCE_LOCKED" {
+			want := []string{grantReport("", info, err)}
+			if errors.Is(err, lockmgr.ErrResourceLocked) {
 				info, err = m.Acquire(ctx, res, "fuzz", lockmgr.Collaborative, lockmgr.AcquireOptions{Wait: 200 * time.Microsecond})
-				want = append(want, "waited "+cmp.Or(lockmgr.Code(err), "-"))
+				want = append(want, grantReport("waited ", info, err))
 			}
 			if err == nil {
+				want = append(want, "consistent "+codeReport(m.MarkConsistent(res, "fuzz")))
 				require.NoError(t, m.Release(res, "fuzz"), what)
+				want = append(want, "check "+codeReport(m.CheckVersion(res, info.Version)), "check "+codeReport(m.CheckVersion(res, info.Version+1)))
 			}
-			var got []string
-			for _, line := range strings.Split(strings.TrimSpace(c.Out.String()), "\n") {
-				var rc int
-				var code string
-				var version uint64
-				if n, _ := fmt.Sscanf(line, "rc=%d %s version=%d", &rc, &code, &version); n == 3 {
-					got = append(got, fmt.Sprintf("%s version=%d", code, map[bool]uint64{true: version}[rc == 0]))
-				} else if n, _ := fmt.Sscanf(line, "waited rc=%d %s", &rc, &code); n == 2 {
-					got = append(got, "waited "+code)
-				}
-			}
-			require.Equal(t, want, got, "%s: Go on the twin (want), C (got)", what)
+			require.Equal(t, want, cReports(c.Out.String()), "%s: Go on the twin (want), C (got)", what)
 		}
-		// Late refreshes and releases by owners of the snapshot's holds
-		// (expired, reclaimed, or held still): what each is told comes
-		// from the tombstones and LastExpired.
+		// Late calls by owners of the snapshot's holds (expired, reclaimed,
+		// or held still), on the snapshot again (the acquisitions above
+		// ended its expired holds): MarkConsistent, Refresh and Release;
+		// what each is told comes from the holds, the tombstones and
+		// LastExpired.
+		load()
 		for _, hold := range [][2]string{{"x", "a"}, {"c", "owner-1"}, {"tmp-0", "a"}} {
 			what := fmt.Sprintf("%s, %q released by %q", filepath.Base(f), hold[0], hold[1])
 			c := startLockMgrC(t, "late", path, hold[0], hold[1])
@@ -613,28 +614,39 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 			if c.Err() != nil {
 				break
 			}
-			var got []string
-			for _, prefix := range []string{"refresh rc=", "rc="} {
-				line, _ := testproc.Line(c.Out.String(), prefix)
-				var rc int
-				var code string
-				_, err := fmt.Sscanf(line, "%d %s", &rc, &code)
-				require.NoError(t, err, "%s: %q", what, c.Out.String())
-				got = append(got, code)
-			}
+			want := []string{"consistent " + codeReport(m.MarkConsistent(hold[0], hold[1]))}
 			_, err := m.Refresh(hold[0], hold[1], time.Minute)
-			want := []string{cmp.Or(lockmgr.Code(err), "-"), cmp.Or(lockmgr.Code(m.Release(hold[0], hold[1])), "-")}
-			require.Equal(t, want, got, "%s: Go on the twin (want), C (got), refresh and release", what)
+			want = append(want, "refresh "+codeReport(err), codeReport(m.Release(hold[0], hold[1])))
+			require.Equal(t, want, cReports(c.Out.String()), "%s: Go on the twin (want), C (got), mark consistent, refresh and release", what)
 		}
 		require.NoError(t, seg.Close())
 		require.NoError(t, twin.Close())
 	}
 }
 
-// versionIf is a grant's version, or 0 for a failed acquisition.
-func versionIf(err error, info lockmgr.LockInfo) uint64 {
+// codeReport is err's code as the C helpers print it: "-" for none.
+func codeReport(err error) string { return cmp.Or(lockmgr.Code(err), "-") }
+
+// grantReport is an acquisition's outcome as the C helper's try prints
+// it, without the return code: the code and, for a grant, what it says.
+func grantReport(label string, info lockmgr.LockInfo, err error) string {
 	if err != nil {
-		return 0
+		return label + codeReport(err)
 	}
-	return info.Version
+	b2i := map[bool]int{true: 1}
+	return fmt.Sprintf("%s- version=%d reclaimed=%d inconsistent=%d", label, info.Version, b2i[info.Reclaimed], b2i[info.Inconsistent])
+}
+
+// cReports are a C helper's report lines without their return codes (the
+// "rc=N " of each), which Go does not have.
+func cReports(out string) []string {
+	var reports []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if label, rest, ok := strings.Cut(line, "rc="); ok {
+			if _, after, ok := strings.Cut(rest, " "); ok {
+				reports = append(reports, label+after)
+			}
+		}
+	}
+	return reports
 }

@@ -6,12 +6,17 @@
  *   lockmgr hold PATH RES OWNER MODE   acquire (retrying, with a backoff of an hour:
  *                                      only a release or a death gets it going), print
  *                                      "held ...", wait for a line on stdin, release
- *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE"; on a conflict
- *                                      one more, waiting up to 200 us: "waited rc=N
- *                                      CODE"; releases a grant
- *   lockmgr late PATH RES OWNER        refreshes OWNER's hold of RES (a minute), then
- *                                      releases it, without having taken it; prints
- *                                      "refresh rc=N CODE" and "rc=N CODE"
+ *   lockmgr try PATH RES OWNER MODE    one attempt; prints "rc=N CODE", and for a grant
+ *                                      "version=V reclaimed=R inconsistent=I"; on a
+ *                                      conflict one more, waiting up to 200 us: "waited
+ *                                      rc=N CODE" (the same for a grant); marks a grant
+ *                                      consistent ("consistent rc=N CODE"), releases it and
+ *                                      checks its version and the next ("check rc=N CODE",
+ *                                      twice)
+ *   lockmgr late PATH RES OWNER        marks consistent, refreshes (a minute), then releases
+ *                                      OWNER's hold of RES, without having taken it;
+ *                                      prints "consistent rc=N CODE", "refresh rc=N CODE"
+ *                                      and "rc=N CODE"
  *   lockmgr timeouts PATH RES OWNER N MS
  *                                      N exclusive acquisitions waiting MS ms each,
  *                                      every one of which must time out; prints "done"
@@ -173,23 +178,45 @@ static int hold(const char *path, const char *res, const char *owner, int mode)
 	return 0;
 }
 
+/* say_rc prints what a call returned: "LABELrc=N CODE". */
+static void say_rc(const char *label, int rc)
+{
+	const char *code = shmlock_error_code(rc);
+	say("%src=%d %s", label, rc, code ? code : "-");
+}
+
+/* say_grant prints what an acquisition returned, and what a grant says. */
+static void say_grant(const char *label, int rc, const shmlock_lock_info *info)
+{
+	const char *code = shmlock_error_code(rc);
+	if (rc != 0) {
+		say("%src=%d %s", label, rc, code ? code : "-");
+		return;
+	}
+	say("%src=0 - version=%" PRIu64 " reclaimed=%d inconsistent=%d", label, info->version, info->reclaimed,
+	    info->inconsistent);
+}
+
 static int try(const char *path, const char *res, const char *owner, int mode)
 {
 	shmlock_segment *seg;
 	shmlock_lockmgr *m = open_all(path, &seg);
-	shmlock_lock_info info;
+	shmlock_lock_info info = {0};
 	int rc = shmlock_lockmgr_acquire(m, res, owner, mode, NULL, &info);
-	const char *code = shmlock_error_code(rc);
-	say("rc=%d %s version=%" PRIu64, rc, code ? code : "-", info.version);
+	say_grant("", rc, &info);
 	if (rc == SHMLOCK_ERESOURCE_LOCKED) {
 		/* A wait ends by its deadline, whatever the table. */
 		shmlock_acquire_options o = {.wait_ns = 200 * INT64_C(1000)};
 		rc = shmlock_lockmgr_acquire(m, res, owner, mode, &o, &info);
-		code = shmlock_error_code(rc);
-		say("waited rc=%d %s", rc, code ? code : "-");
+		say_grant("waited ", rc, &info);
 	}
-	if (rc == 0 && (rc = shmlock_lockmgr_release(m, res, owner)) != 0)
-		die("release", rc);
+	if (rc == 0) {
+		say_rc("consistent ", shmlock_lockmgr_mark_consistent(m, res, owner));
+		if ((rc = shmlock_lockmgr_release(m, res, owner)) != 0)
+			die("release", rc);
+		say_rc("check ", shmlock_lockmgr_check_version(m, res, info.version));
+		say_rc("check ", shmlock_lockmgr_check_version(m, res, info.version + 1));
+	}
 	shmlock_lockmgr_close(m);
 	shmlock_close(seg);
 	return 0;
@@ -214,18 +241,16 @@ static int timeouts(const char *path, const char *res, const char *owner, long n
 	return 0;
 }
 
-/* late refreshes, then releases, a hold this process never took (an
- * owner's, by name: late, after an expiry or a forced end, say). */
+/* late marks consistent, refreshes, then releases, a hold this process
+ * never took (an owner's, by name: late, after an expiry or a forced end,
+ * say). */
 static int late(const char *path, const char *res, const char *owner)
 {
 	shmlock_segment *seg;
 	shmlock_lockmgr *m = open_all(path, &seg);
-	int rc = shmlock_lockmgr_refresh(m, res, owner, 60 * INT64_C(1000000000), NULL);
-	const char *code = shmlock_error_code(rc);
-	say("refresh rc=%d %s", rc, code ? code : "-");
-	rc = shmlock_lockmgr_release(m, res, owner);
-	code = shmlock_error_code(rc);
-	say("rc=%d %s", rc, code ? code : "-");
+	say_rc("consistent ", shmlock_lockmgr_mark_consistent(m, res, owner));
+	say_rc("refresh ", shmlock_lockmgr_refresh(m, res, owner, 60 * INT64_C(1000000000), NULL));
+	say_rc("", shmlock_lockmgr_release(m, res, owner));
 	shmlock_lockmgr_close(m);
 	shmlock_close(seg);
 	return 0;
