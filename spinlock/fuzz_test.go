@@ -17,7 +17,7 @@ import (
 // never panic or hang: Check, Owner, the Try acquisitions (recursively
 // too; a grant is released again), a wait of 200 µs (it is granted, or
 // times out), Reclaim and ForceUnlock. A free slot that a try was granted
-// is free again after its release.
+// is free again after its release; after a ForceUnlock a try is granted.
 func FuzzSlot(f *testing.F) {
 	seg, _ := newSegment(f)
 	slots, err := seg.Region(layout.KindOwnerSlots)
@@ -78,7 +78,22 @@ func FuzzSlot(f *testing.F) {
 			if g, err := l.Reclaim(id); err == nil {
 				_ = g.Release()
 			}
-			_, _ = l.ForceUnlock()
+			// An operator's ForceUnlock frees the lock: a try is then
+			// granted, told in pid/tid mode that the data may be half
+			// written, and may mark it whole again.
+			if _, err := l.ForceUnlock(); err == nil {
+				if _, held := l.Owner(); held {
+					t.Fatalf("%v: held after ForceUnlock: %x", mode, slot)
+				}
+				g, err := l.TryLock(id)
+				require.NoError(t, err, "%v: a try after ForceUnlock", mode)
+				if mode == spinlock.PIDTID {
+					require.True(t, g.Inconsistent(), "after ForceUnlock")
+				}
+				require.NoError(t, g.MarkConsistent())
+				require.False(t, l.Inconsistent(), "%v: after MarkConsistent", mode)
+				require.NoError(t, g.Release())
+			}
 		}
 	})
 }

@@ -19,7 +19,8 @@ import (
 // error or not, and never panic or hang: Inspect, Check,
 // the Try acquisitions (a grant is released again, and a mutex that was
 // free is free again), waits of 200 µs of each kind (granted and
-// released, or given up), a dry-run Reclaim, Reclaim and ForceUnlock.
+// released, or given up), a dry-run Reclaim, Reclaim and ForceUnlock,
+// after which the unique lock is granted at once.
 func FuzzEntry(f *testing.F) {
 	seg, _ := newSegment(f)
 	ups, err := seg.Region(layout.KindUpgrades)
@@ -109,7 +110,18 @@ func FuzzEntry(f *testing.F) {
 		}
 		_, _ = upgrade.Reclaim(seg, 0, true)
 		_, _ = upgrade.Reclaim(seg, 0, false)
-		_, _ = upgrade.ForceUnlock(seg, 0)
+		// An operator's ForceUnlock frees every hold: the unique lock is
+		// then granted without waiting, and its holder may mark the data
+		// whole again.
+		if _, err := upgrade.ForceUnlock(seg, 0); err == nil {
+			if err := m.TryLock(); err != nil {
+				st, _ := upgrade.Inspect(seg, 0)
+				t.Fatalf("the unique lock after ForceUnlock: %v (%+v)", err, st)
+			}
+			require.NoError(t, m.MarkConsistent())
+			require.False(t, m.Inconsistent(), "after MarkConsistent")
+			require.NoError(t, m.Unlock())
+		}
 		_, _ = upgrade.Inspect(seg, 0)
 	})
 }
