@@ -356,7 +356,14 @@ const (
 	// went from 0.66x pthread's rwlock to 1.01x (0.39x -> 0.47x in a slower
 	// placement), side by side, and pingpong_retry from 1.60x to 1.04x;
 	// 400 ns gave 1.09x and 0.84x, 1000 ns 1.42x and 0.48x. rw90 did not
-	// change.
+	// change. A PAUSE after each of the writer's checks (libshmlock's loop
+	// has one; Go's had none) moved along the same trade (bench/matrix
+	// -baseline, 10 rounds, far placement): pingpong_retry 1.32x (10 of
+	// 10), counter 0.83x/0.92x at 2/8 processes, rw90 0.99x; not kept, as
+	// the spinlock's measurements in spinlock/slow.go were not. That trade
+	// is also why libshmlock's upgrade mutex hands a turn over faster than
+	// Go's (pingpong_retry 678k against 365k round trips/s in one run) and
+	// trails it in counter at 2/4 processes.
 	writerKeepOff    = 250 * time.Nanosecond
 	spinYields       = 4                     // runtime.Gosched rounds before sleeping
 	livenessInterval = 50 * time.Millisecond // longest time between liveness checks of a waiter
