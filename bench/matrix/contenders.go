@@ -57,6 +57,7 @@ var contenders = []contender{
 	{Name: "shmlock_upgrade", About: "shmlock upgrade mutex, unique and shared holds (robust)", Argv: []string{"shmctl", "bench", "--lock", "upgrade"}, Ours: true},
 	{Name: "shmlock_upgrade_c", About: "libshmlock upgrade mutex from C, unique and shared holds (robust)", Argv: []string{"shmlock_upgrade_c"}, Ours: true},
 	{Name: "shmlock_lockmgr", About: "shmlock lock manager, one named resource, exclusive and collaborative holds (robust)", Argv: []string{"shmctl", "bench", "--lock", "lockmgr"}, Ours: true},
+	{Name: "shmlock_lockmgr_c", About: "libshmlock lock manager from C, one named resource, exclusive and collaborative holds (robust)", Argv: []string{"shmlock_lockmgr_c"}, Ours: true},
 	{Name: "shmlock_lockmgr_eager", About: "the same with eager waiters (AcquireOptions.Eager: a handoff at every release)", Argv: []string{"shmctl", "bench", "--lock", "lockmgr-eager"}, Ours: true},
 	{Name: "pthread_mutex_robust", About: "glibc pthread mutex, process-shared, robust", Argv: []string{"pthread_mutex_robust"}, Ours: false},
 	{Name: "pthread_mutex", About: "glibc pthread mutex, process-shared, not robust", Argv: []string{"pthread_mutex"}, Ours: false},

@@ -118,7 +118,7 @@ func TestDrivers(t *testing.T) {
 	} else {
 		t.Logf("the Boost drivers are not tested: %s", built.boostNo)
 	}
-	shared := map[string]bool{"pthread_rwlock": true, "boost_upgradable": true, "flock": true, "ofd": true, "shmlock_upgrade_c": true}
+	shared := map[string]bool{"pthread_rwlock": true, "boost_upgradable": true, "flock": true, "ofd": true, "shmlock_upgrade_c": true, "shmlock_lockmgr_c": true}
 	cells := []struct {
 		workload string
 		procs    int

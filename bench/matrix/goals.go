@@ -44,8 +44,11 @@ var goals = []goal{
 	{What: "upgrade mutex rw90 at least the best rwlock peer", Lock: "shmlock_upgrade", Against: rwlockPeers, Workload: "rw90", Procs: []int{2, 4, 8}, Min: 1},
 	{What: "upgrade mutex counter at least the best rwlock peer", Lock: "shmlock_upgrade", Against: rwlockPeers, Workload: "counter", Procs: []int{2, 4, 8}, Min: 1},
 	{What: "lock manager uncontended acquire+release at most 100 ns", Lock: "shmlock_lockmgr", Workload: "uncontended", Procs: []int{1}, MaxNs: 100},
+	{What: "the same, libshmlock", Lock: "shmlock_lockmgr_c", Workload: "uncontended", Procs: []int{1}, MaxNs: 100},
 	{What: "lock manager counter at least 7.4M ops/s", Lock: "shmlock_lockmgr", Workload: "counter", Procs: []int{2, 4, 8}, Min: 7.4e6},
+	{What: "the same, libshmlock", Lock: "shmlock_lockmgr_c", Workload: "counter", Procs: []int{2, 4, 8}, Min: 7.4e6},
 	{What: "lock manager rw90 at least 7.4M ops/s", Lock: "shmlock_lockmgr", Workload: "rw90", Procs: []int{2, 4, 8}, Min: 7.4e6},
+	{What: "the same, libshmlock", Lock: "shmlock_lockmgr_c", Workload: "rw90", Procs: []int{2, 4, 8}, Min: 7.4e6},
 }
 
 // goalRow is one goal on one cell, as a sitting measured it.

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	cDrivers     = []string{"pthread_mutex_robust", "pthread_mutex", "pthread_rwlock", "flock", "ofd", "cas_floor", "shmlock_spin_c", "shmlock_upgrade_c"}
+	cDrivers     = []string{"pthread_mutex_robust", "pthread_mutex", "pthread_rwlock", "flock", "ofd", "cas_floor", "shmlock_spin_c", "shmlock_upgrade_c", "shmlock_lockmgr_c"}
 	boostDrivers = []string{"boost_mutex", "boost_upgradable"}
 )
 

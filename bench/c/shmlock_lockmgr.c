@@ -1,0 +1,95 @@
+/* shmlock_lockmgr.c: libshmlock's lock manager (the C port of package
+ * lockmgr) in a shmlock segment beside the bench file (PATH.shmlock): one
+ * named resource, "bench", which every worker acquires as owner
+ * worker-PID, exclusively for the exclusive workloads and collaboratively
+ * for rw90's reads, waiting as long as it takes (woken by releases), as
+ * shmctl bench --lock lockmgr does in Go. A reclaim report counts as a
+ * lock error: nobody dies in a bench. */
+#define PEER_NAME "shmlock_lockmgr_c"
+#define PEER_ABOUT "libshmlock lock manager (C), one named resource, robust"
+#define PEER_SHARED 1
+#include "harness.h"
+
+#include "shmlock.h"
+
+static shmlock_lockmgr *h_mgr;
+static char h_owner[32];
+static char h_seg_path[4096];
+static pid_t h_seg_creator;
+static const shmlock_acquire_options h_wait = {.retries = SHMLOCK_RETRY_FOREVER};
+
+static void h_seg_remove(void)
+{
+    if (getpid() == h_seg_creator) shmlock_remove(h_seg_path);
+}
+
+static int h_mgr_open(const char *path, int create)
+{
+    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
+    snprintf(h_owner, sizeof h_owner, "worker-%d", (int)getpid());
+    shmlock_segment *seg;
+    shmlock_options o = {0};
+    /* As shmctl bench's (1 + lockmgr.MaxHolders/layout.LockMgrHolders):
+     * the header, the resource's entry and the overflow entries its most
+     * holders need. */
+    o.lockmgr_entries = 9;
+    int rc = create ? shmlock_create(h_seg_path, &o, &seg) : shmlock_open(h_seg_path, NULL, &seg);
+    if (rc == 0) rc = shmlock_lockmgr_open(seg, &h_mgr);
+    if (rc == SHMLOCK_ESYS) return shmlock_errno();
+    return rc ? EINVAL : 0;
+}
+
+static int peer_setup(void *area, const char *path)
+{
+    (void)area;
+    h_seg_creator = getpid();
+    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
+    shmlock_remove(h_seg_path); /* a leftover of an interrupted run */
+    int err = h_mgr_open(path, 1);
+    if (!err) atexit(h_seg_remove);
+    return err;
+}
+
+static int peer_attach(void *area, const char *path)
+{
+    (void)area;
+    return h_mgr_open(path, 0);
+}
+
+static inline void h_acquire(int mode)
+{
+    shmlock_lock_info info;
+    int rc = shmlock_lockmgr_acquire(h_mgr, "bench", h_owner, mode, &h_wait, &info);
+    if (rc != 0) h_die("shmlock_lockmgr_acquire", -rc);
+    if (info.reclaimed || info.inconsistent) h_lock_error();
+}
+
+static inline void h_release(void)
+{
+    int rc = shmlock_lockmgr_release(h_mgr, "bench", h_owner);
+    if (rc != 0) h_die("shmlock_lockmgr_release", -rc);
+}
+
+static inline void peer_lock(void *area)
+{
+    (void)area;
+    h_acquire(SHMLOCK_EXCLUSIVE);
+}
+
+static inline void peer_unlock(void *area)
+{
+    (void)area;
+    h_release();
+}
+
+static inline void peer_lock_shared(void *area)
+{
+    (void)area;
+    h_acquire(SHMLOCK_COLLABORATIVE);
+}
+
+static inline void peer_unlock_shared(void *area)
+{
+    (void)area;
+    h_release();
+}
