@@ -256,6 +256,42 @@ static void test_versions_recycled(void)
 	done_segment(seg, m, path);
 }
 
+/* The thread's cache of its last pair of names (check_names) answers only
+ * for exactly those names: a name one byte longer than a cached name of the
+ * longest length is still refused, another owner of the cached resource is
+ * another owner, and another resource is another entry. */
+static void test_name_cache(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 8);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	const char *res40 = "0123456789012345678901234567890123456789";
+	const char *own32 = "01234567890123456789012345678901";
+	shmlock_lock_info info;
+	for (int round = 0; round < 2; round++) { /* the second round is answered from the cache */
+		CHECK_RC(shmlock_lockmgr_acquire(m, res40, own32, SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+		CHECK(info.version == (uint64_t)(2 * round + 1));
+		CHECK_RC(shmlock_lockmgr_release(m, res40, own32), 0);
+	}
+	CHECK_RC(shmlock_lockmgr_acquire(m, "01234567890123456789012345678901234567890", own32, SHMLOCK_EXCLUSIVE, NULL,
+	                                 NULL),
+	         SHMLOCK_EINVALID_RESOURCE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, res40, "012345678901234567890123456789012", SHMLOCK_EXCLUSIVE, NULL, NULL),
+	         SHMLOCK_EINVALID_OWNER);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "o"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o2", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EALREADY_HELD);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r2", "o", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.version == 1);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "o2"), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "o"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "r2", "o"), 0);
+	done_segment(seg, m, path);
+}
+
 static void test_bad_input(void)
 {
 	char path[128];
@@ -418,6 +454,7 @@ int main(void)
 	RUN(test_ttl_expiry_refresh);
 	RUN(test_versions_recycled);
 	RUN(test_bad_input);
+	RUN(test_name_cache);
 	RUN(test_dead_holder_reclaimed);
 	RUN(test_threads_counter);
 	return CHECK_DONE();
