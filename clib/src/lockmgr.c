@@ -73,10 +73,18 @@
 #define LM_FORCED_MARK (UINT64_C(1) << 63)
 
 /* Waiting for an entry lock: its holder is a few instructions from
- * unlocking, so spin, yield, then nap in growing steps, asking every 50 ms
- * whether the holder still lives. */
+ * unlocking, so spin (loads, then loads spaced by PAUSEs), then nap in
+ * growing steps, asking every 50 ms whether the holder still lives. The
+ * spaced loads were sched_yields: with more processes than CPUs each yield
+ * gave the CPU to another waiter and sent this one to the back of the run
+ * queue, while the holder, on the other CPU, unlocked within the yield
+ * (bench/matrix -baseline, 6 rounds, 2 vCPUs: counter 1.84x and rw90 2.35x
+ * at 8 processes, rw90 1.28x at 4, every round; 2 processes unchanged).
+ * Go's waiters yield with runtime.Gosched, which in a process of one busy
+ * goroutine returns at once, like these PAUSEs. */
 #define LM_SPIN_LOADS 64
-#define LM_SPIN_YIELDS 16
+#define LM_SPIN_PAUSED 16 /* loads after LM_SPIN_PAUSE_RUN PAUSEs each */
+#define LM_SPIN_PAUSE_RUN 8
 #define LM_MAX_NAP_NS 1000000LL
 #define LM_LIVENESS_NS 50000000LL
 
@@ -307,8 +315,9 @@ static bool lock_entry_slow(shmlock_lockmgr *m, entry_t *e, uint64_t self)
 		}
 		if (i < LM_SPIN_LOADS)
 			continue;
-		if (i < LM_SPIN_LOADS + LM_SPIN_YIELDS) {
-			sched_yield();
+		if (i < LM_SPIN_LOADS + LM_SPIN_PAUSED) {
+			for (int j = 0; j < LM_SPIN_PAUSE_RUN; j++)
+				shm_cpu_relax();
 			continue;
 		}
 		int64_t now = shm_now_ns();
