@@ -12,20 +12,14 @@
 
 #include "shmlock.h"
 
+#include "shmlock_sidecar.h"
+
 static shmlock_lockmgr *h_mgr;
 static char h_owner[32];
-static char h_seg_path[4096];
-static pid_t h_seg_creator;
 static const shmlock_acquire_options h_wait = {.retries = SHMLOCK_RETRY_FOREVER};
-
-static void h_seg_remove(void)
-{
-    if (getpid() == h_seg_creator) shmlock_remove(h_seg_path);
-}
 
 static int h_mgr_open(const char *path, int create)
 {
-    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
     snprintf(h_owner, sizeof h_owner, "worker-%d", (int)getpid());
     shmlock_segment *seg;
     shmlock_options o = {0};
@@ -33,8 +27,9 @@ static int h_mgr_open(const char *path, int create)
      * the header, the resource's entry and the overflow entries its most
      * holders need. */
     o.lockmgr_entries = 9;
-    int rc = create ? shmlock_create(h_seg_path, &o, &seg) : shmlock_open(h_seg_path, NULL, &seg);
-    if (rc == 0) rc = shmlock_lockmgr_open(seg, &h_mgr);
+    int err = h_seg_open(path, &o, create, &seg);
+    if (err) return err;
+    int rc = shmlock_lockmgr_open(seg, &h_mgr);
     if (rc == SHMLOCK_ESYS) return shmlock_errno();
     return rc ? EINVAL : 0;
 }
@@ -42,12 +37,8 @@ static int h_mgr_open(const char *path, int create)
 static int peer_setup(void *area, const char *path)
 {
     (void)area;
-    h_seg_creator = getpid();
-    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
-    shmlock_remove(h_seg_path); /* a leftover of an interrupted run */
-    int err = h_mgr_open(path, 1);
-    if (!err) atexit(h_seg_remove);
-    return err;
+    h_seg_setup(path);
+    return h_mgr_open(path, 1);
 }
 
 static int peer_attach(void *area, const char *path)

@@ -10,24 +10,19 @@
 
 #include "shmlock.h"
 
-static shmlock_upgrade *h_upg;
-static char h_seg_path[4096];
-static pid_t h_seg_creator;
+#include "shmlock_sidecar.h"
 
-static void h_seg_remove(void)
-{
-    if (getpid() == h_seg_creator) shmlock_remove(h_seg_path);
-}
+static shmlock_upgrade *h_upg;
 
 static int h_upg_open(const char *path, int create)
 {
-    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
     shmlock_segment *seg;
     shmlock_options o = {0};
     o.upgrades = 1;
     o.upgrade_readers = H_MAX_PROCS;
-    int rc = create ? shmlock_create(h_seg_path, &o, &seg) : shmlock_open(h_seg_path, NULL, &seg);
-    if (rc == 0) rc = shmlock_upgrade_open(seg, 0, &h_upg);
+    int err = h_seg_open(path, &o, create, &seg);
+    if (err) return err;
+    int rc = shmlock_upgrade_open(seg, 0, &h_upg);
     if (rc == SHMLOCK_ESYS) return shmlock_errno();
     return rc ? EINVAL : 0;
 }
@@ -35,12 +30,8 @@ static int h_upg_open(const char *path, int create)
 static int peer_setup(void *area, const char *path)
 {
     (void)area;
-    h_seg_creator = getpid();
-    snprintf(h_seg_path, sizeof h_seg_path, "%s.shmlock", path);
-    shmlock_remove(h_seg_path); /* a leftover of an interrupted run */
-    int err = h_upg_open(path, 1);
-    if (!err) atexit(h_seg_remove);
-    return err;
+    h_seg_setup(path);
+    return h_upg_open(path, 1);
 }
 
 static int peer_attach(void *area, const char *path)
