@@ -1,6 +1,6 @@
 /* ident.c: packed identities (internal/proc), liveness, holder ids and
- * tokens (spinlock.NewHolder, ThreadHolder, NewToken), random numbers, the
- * clock and the boot id.
+ * tokens (spinlock.NewHolder, ThreadHolder, NewToken), random numbers and
+ * the boot id (the clock is in clock.c).
  *
  * A packed identity is one word (FORMAT.md, Identities):
  *
@@ -255,14 +255,7 @@ SHM_EXPORT uint64_t shmlock_token_new(void)
 	}
 }
 
-/* ------------------------------------------------------- clock, boot id */
-
-int64_t shm_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+/* ---------------------------------------------------------------- boot id */
 
 static int hexval(char c)
 {

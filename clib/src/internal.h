@@ -327,8 +327,16 @@ bool shm_alive(uint64_t identity);
 bool shm_alive_uncached(uint64_t identity);
 /* A random non-zero 64-bit number (getrandom, then a per-thread generator). */
 uint64_t shm_random64(void);
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds (clock.c: the time-stamp counter,
+ * extrapolated, where the kernel keeps time by it; readings may step back
+ * by up to a microsecond where a new anchor is taken). */
 int64_t shm_now_ns(void);
+/* CLOCK_MONOTONIC in nanoseconds, from the vDSO at every call. */
+int64_t shm_vdso_now_ns(void);
+/* The fast clock's state, for tests: -1 off for good (no invariant counter,
+ * another clocksource, SHMLOCK_CLOCK=vdso, not x86-64), 0 calibrating or
+ * distrusted, 1 extrapolating from a live anchor. */
+int shm_clock_state(void);
 
 /* shm_keep_off spins for ns without touching shared memory: a waiter's
  * pause before it looks at a contended word again (upgrade writers, lock
