@@ -399,7 +399,9 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 		return fmt.Errorf("%w: %v[%d] holds no reference of this process", ErrNotClaimed, k, i)
 	}
 	testHookBetweenSteps()
-	if e.Refs.Add(^uint32(0)) == 0 && s.lockFree(k, i, e.Use.Load()) {
+	last := e.Refs.Add(^uint32(0)) == 0
+	testHookLastRef()
+	if last && s.lockFree(k, i, e.Use.Load()) {
 		if err := s.freeEntry(k, dk, i); err != nil {
 			return err
 		}
@@ -581,8 +583,12 @@ func (s *Segment) lockRegistryFor(release bool) error {
 // either happens under it; a holder killed between its two steps (a claim
 // that counted Refs but not yet its record, a release that took its record
 // but not yet Refs) leaves Refs one too high, a reference that no record
-// names and so no DropDeadClaims could ever drop. A claim whose count falls
-// to 0 this way and whose lock is free is freed, as a release would. A
+// names and so no DropDeadClaims could ever drop. A claim left with no
+// reference whose lock is free is freed, as a release would: one whose
+// count falls to 0 this way, and one whose releaser was killed between
+// taking the last reference off and freeing it (a claim kept unreferenced
+// for a lock held at its release, since freed, goes too, as a claim that
+// found no free entry would recycle it). A
 // segment made without records (claim_refs of count 0) counts the totals
 // alone, and has nothing to recount from.
 func (s *Segment) recountRefs() {
@@ -608,10 +614,9 @@ func (s *Segment) recountRefs() {
 				continue
 			}
 			want := counts[layout.ClaimTarget(k, i)]
-			if d.Refs.Load() == want {
-				continue
+			if d.Refs.Load() != want {
+				d.Refs.Store(want)
 			}
-			d.Refs.Store(want)
 			if want == 0 && s.lockFree(k, i, d.Use.Load()) {
 				_ = s.freeEntry(k, dk, i)
 			}
@@ -627,6 +632,10 @@ func (s *Segment) unlockRegistry() {
 // testHookBeforePublish runs between writing a new claim and publishing
 // it; tests replace it to die mid-claim.
 var testHookBeforePublish = func() {}
+
+// testHookLastRef runs in a Release between taking the reference off the
+// entry's Refs and freeing the entry.
+var testHookLastRef = func() {}
 
 // testHookFreeing runs in freeEntry between marking the entry free and
 // forgetting the records that name it.

@@ -23,3 +23,11 @@ func SetTestHookFreeing(f func()) (restore func()) {
 	testHookFreeing = f
 	return func() { testHookFreeing = old }
 }
+
+// SetTestHookLastRef replaces the hook that runs in a Release between
+// taking the reference off Refs and freeing the entry.
+func SetTestHookLastRef(f func()) (restore func()) {
+	old := testHookLastRef
+	testHookLastRef = f
+	return func() { testHookLastRef = old }
+}

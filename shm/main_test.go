@@ -81,6 +81,21 @@ var helpers = map[string]func(args []string) int{
 		_ = seg.Release(layout.KindOwnerSlots, i)
 		return 3 // not reached
 	},
+	// die-releasing PATH NAME: claim NAME, then release it and kill -9
+	// itself between taking the last reference off and freeing the entry.
+	"die-releasing": func(args []string) int {
+		seg, err := shm.Open(args[0], shm.Options{})
+		if err != nil {
+			return 1
+		}
+		i, err := seg.Claim(layout.KindOwnerSlots, args[1])
+		if err != nil {
+			return 1
+		}
+		shm.SetTestHookLastRef(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		_ = seg.Release(layout.KindOwnerSlots, i)
+		return 3 // not reached
+	},
 	// die-freeing PATH: drop the dead processes' claims, and kill -9 itself
 	// in the first free of an entry, between marking it free and
 	// forgetting the records that name it.

@@ -279,7 +279,9 @@ static void free_entry(shmlock_segment *seg, int kind, int dk, uint64_t i)
  * the records naming it. Under the lock the two agree; a holder killed
  * between a claim's (or release's) two counts leaves Refs one too high, a
  * reference no record names. A claim left with none and a free lock is
- * freed, as a release would. Without records there is nothing to recount. */
+ * freed, as a release would: also one whose releaser was killed between
+ * taking the last reference off and freeing it. Without records there is
+ * nothing to recount. */
 static void recount_refs(shmlock_segment *seg)
 {
 	uint64_t nrefs;
@@ -297,9 +299,8 @@ static void recount_refs(shmlock_segment *seg)
 			for (uint64_t j = 0; j < nrefs; j++)
 				if (atomic_load(&refs[j].owner) != 0 && atomic_load(&refs[j].target) == target)
 					want += atomic_load(&refs[j].count);
-			if (atomic_load(&d->refs) == want)
-				continue;
-			atomic_store(&d->refs, want);
+			if (atomic_load(&d->refs) != want)
+				atomic_store(&d->refs, want);
 			if (want == 0 && lock_free(seg, kind, i, atomic_load(&d->use)))
 				free_entry(seg, kind, dk, i);
 		}
