@@ -80,8 +80,8 @@
  * queue, while the holder, on the other CPU, unlocked within the yield
  * (bench/matrix -baseline, 6 rounds, 2 vCPUs: counter 1.84x and rw90 2.35x
  * at 8 processes, rw90 1.28x at 4, every round; 2 processes unchanged).
- * Go's waiters yield with runtime.Gosched, which in a process of one busy
- * goroutine returns at once, like these PAUSEs. */
+ * Go's waiters call runtime.Gosched there, which gives the thread back to
+ * the same goroutine at once (though it wakes an idle runtime thread). */
 #define LM_SPIN_LOADS 64
 #define LM_SPIN_PAUSED 16 /* loads after LM_SPIN_PAUSE_RUN PAUSEs each */
 #define LM_SPIN_PAUSE_RUN 8
