@@ -295,6 +295,14 @@ static inline void *shm_table_of(shmlock_segment *seg, int kind, uint64_t *count
 	return seg->tables[kind].base;
 }
 
+/* SHM_STORE_OWNED stores word *p, which only the holder of a lock writes
+ * (a holder's thread id, a generation, a lock-manager entry's words under
+ * its lock), as Go's memview.StoreOwned does: a release store (a plain MOV
+ * on x86-64), not a sequentially consistent one (an XCHG), so the holder's
+ * stores keep their program order for the readers that take no lock, and
+ * the lock's later seq_cst store or CAS publishes them all. Any a32 or a64. */
+#define SHM_STORE_OWNED(p, v) atomic_store_explicit((p), (v), memory_order_release)
+
 /* A spinning waiter's pause: it frees the core's resources for its
  * sibling thread and stops the loop from flooding the memory system. */
 static inline void shm_cpu_relax(void)

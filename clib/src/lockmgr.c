@@ -131,15 +131,12 @@ typedef struct shm_lockmgr_holder holder_t;
  * consistent, as Go's sync/atomic. */
 #define LD(p) atomic_load(p)
 #define ST(p, v) atomic_store((p), (v))
-/* SO stores a word of an entry whose lock the caller holds, as Go's
- * memview.StoreOwned does: a release store (a plain MOV on x86-64), not
- * ST's full fence (an XCHG), so stores keep their program order for the
- * readers that take no entry lock, and the seq_cst store that unlocks the
- * entry publishes them all. Measured (bench/matrix, shmlock_lockmgr_c,
- * far placement): with ST, one acquire+release took 448 ns against Go's
- * 262 ns, about twenty locked stores. The gate's bump stays ST: it is the
- * futex protocol's word, which a waiter reads after registering. */
-#define SO(p, v) atomic_store_explicit((p), (v), memory_order_release)
+/* SO writes an entry's word under its lock (SHM_STORE_OWNED). Measured
+ * (bench/matrix, shmlock_lockmgr_c, far placement): with ST for these, one
+ * acquire+release took 448 ns against Go's 262 ns, about twenty locked
+ * stores. The gate's bump stays ST: it is the futex protocol's word, which
+ * a waiter reads after registering. */
+#define SO(p, v) SHM_STORE_OWNED(p, v)
 
 static inline uint32_t kind_of(uint32_t ctl) { return ctl & LM_KIND_MASK; }
 static inline int mode_of(uint32_t ctl) { return (int)((ctl & LM_CTL_MODE_MASK) >> LM_CTL_MODE_SHIFT); }

@@ -77,17 +77,6 @@ static inline uint64_t spin_word_of(const shmlock_spin *l, uint64_t holder)
 	return (uint32_t)self != 0 ? self : 0;
 }
 
-/* spin_store_owned stores a word that only the lock's holder writes (its
- * tid, the generation), as Go's memview.StoreOwned does: an atomic store
- * without the full fence (XCHG on x86-64) of a sequentially consistent one.
- * The holder's later seq_cst store or CAS of the lock word publishes it to
- * every observer; until then a concurrent load sees the old or the new
- * value, never a torn one. */
-static inline void spin_store_owned(a64 *w, uint64_t v)
-{
-	atomic_store_explicit(w, v, memory_order_relaxed);
-}
-
 static inline bool spin_closed(const shmlock_spin *l)
 {
 	return shm_closed(l->seg);
@@ -114,7 +103,7 @@ static inline bool spin_try_seen(shmlock_spin *l, uint64_t word, uint64_t holder
 		return false;
 	}
 	if (l->mode == SHMLOCK_PIDTID) {
-		spin_store_owned(&l->slot->tid, holder);
+		SHM_STORE_OWNED(&l->slot->tid, holder);
 		/* A free slot with a recursion count: no release, reclaim or
 		 * takeover leaves one, so the slot was damaged. The count would
 		 * keep this holder's release from freeing the lock; it goes, and
@@ -326,8 +315,8 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 			atomic_store(&s->recursion, r - 1); /* keeps the inconsistent bit */
 			return SHMLOCK_OK;
 		}
-		spin_store_owned(&s->tid, 0);
-		spin_store_owned(&s->token, atomic_load_explicit(&s->token, memory_order_relaxed) + 1);
+		SHM_STORE_OWNED(&s->tid, 0);
+		SHM_STORE_OWNED(&s->token, atomic_load_explicit(&s->token, memory_order_relaxed) + 1);
 		atomic_store(&s->pid, 0); /* last: the lock is free from here */
 	}
 	if (SHM_UNLIKELY((atomic_load(&s->pad) & SHM_SLEEPERS_COUNT) != 0))

@@ -107,11 +107,6 @@ struct shmlock_upgrade {
 
 static inline uint32_t ld32(a32 *p) { return atomic_load(p); }
 static inline uint64_t ld64(a64 *p) { return atomic_load(p); }
-/* st_owned64 stores a word only the holder of the lock writes (a holder's
- * thread id): a release store, not a locked one; the atomic read-modify-
- * write that follows (the CAS that takes or frees the lock) publishes it,
- * as memview.StoreOwned in Go. */
-static inline void st_owned64(a64 *p, uint64_t v) { atomic_store_explicit(p, v, memory_order_release); }
 static inline bool cas32(a32 *p, uint32_t old, uint32_t new)
 {
 	return atomic_compare_exchange_strong(p, &old, new);
@@ -415,7 +410,7 @@ static bool ready_readers_unblocked(shmlock_upgrade *m) { return !readers_blocke
  * load and a store, published by the state word's release. */
 static void bump_generation(shmlock_upgrade *m)
 {
-	st_owned64(&m->e->generation, ld64(&m->e->generation) + 1);
+	SHM_STORE_OWNED(&m->e->generation, ld64(&m->e->generation) + 1);
 }
 
 /* releaseWriterWord: holder id, then the word o (as the caller loaded it:
@@ -423,7 +418,7 @@ static void bump_generation(shmlock_upgrade *m)
  * end of a unique hold has bumped the generation before. */
 static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
 {
-	st_owned64(&m->e->writer_tid, 0);
+	SHM_STORE_OWNED(&m->e->writer_tid, 0);
 	/* The word is this handle's identity (with WRITER_UNIQUE if the hold
 	 * is so) and only a waiting writer changes it meanwhile, adding
 	 * WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
@@ -441,7 +436,7 @@ static inline void release_writer_word(shmlock_upgrade *m) { release_writer_word
 
 static void release_upgrader_word(shmlock_upgrade *m)
 {
-	st_owned64(&m->e->upgrader_tid, 0);
+	SHM_STORE_OWNED(&m->e->upgrader_tid, 0);
 	atomic_store(&m->e->upgrader, 0);
 }
 
@@ -530,7 +525,7 @@ static bool release_dead_writer(shmlock_upgrade *m)
 	}
 	if (!take_over_writer(m, o))
 		return false;
-	st_owned64(&m->e->writer_tid, m->tid);
+	SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 	clear_write_bit(m);
 	release_writer_word(m);
 	wake(m, shared_gate(m));
@@ -545,7 +540,7 @@ static bool release_dead_upgrader(shmlock_upgrade *m, bool *unique)
 	*unique = false;
 	if (!take_over_upgrader(m, ld64(&m->e->upgrader)))
 		return false;
-	st_owned64(&m->e->upgrader_tid, m->tid);
+	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	*unique = (clear_upgrade_bits(m, true) & UPG_WRITE) != 0;
 	release_upgrader_word(m);
 	wake(m, shared_gate(m));
@@ -877,7 +872,7 @@ static int lock_slow(shmlock_upgrade *m, const struct deadline *d, bool try)
 	rc = acquire_writer_word(m, d, try, &reclaimed, &waited);
 	if (rc)
 		return rc;
-	st_owned64(&m->e->writer_tid, m->tid);
+	SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 	return finish_lock(m, d, try, reclaimed, waited);
 }
 
@@ -888,7 +883,7 @@ static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 	 * another handle of this process sees the thread id 0, left by the
 	 * last release, until the store: never its own id. */
 	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid | WRITER_UNIQUE)) {
-		st_owned64(&m->e->writer_tid, m->tid);
+		SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 		/* With no lock bit, readers still counted leave within a few
 		 * loads and the bit keeps new ones out: keep it for SPIN_LOADS
 		 * checks before stepping back (upgrade/exclusive.go:
@@ -950,7 +945,7 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 	 * bit goes with the word's CAS. */
 	bump_generation(m);
 	if (!(w & WRITER_UNIQUE))
-		atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE, memory_order_release);
+		SHM_STORE_OWNED(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE);
 	release_writer_word_from(m, w);
 	wake(m, shared_gate(m)); /* UniqueGate has no sleeper now */
 	return SHMLOCK_OK;
@@ -1137,7 +1132,7 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 			break;
 		}
 	}
-	st_owned64(&m->e->upgrader_tid, m->tid);
+	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	lv = (struct liveness){0, false};
 	for (;;) {
 		uint32_t s = ld32(&m->e->state);
@@ -1230,8 +1225,7 @@ SHM_EXPORT int shmlock_upgrade_unlock_upgrade(shmlock_upgrade *m)
 	/* As in unlock: the state word is ours while UPG_UPGRADE is; the
 	 * upgrader word's store is the full barrier. */
 	bump_generation(m);
-	atomic_store_explicit(&m->e->state, ld32(&m->e->state) & ~(UPG_UPGRADE | UPG_PENDING),
-	                      memory_order_release);
+	SHM_STORE_OWNED(&m->e->state, ld32(&m->e->state) & ~(UPG_UPGRADE | UPG_PENDING));
 	release_upgrader_word(m);
 	wake(m, shared_gate(m)); /* each checks its bits inline (the epoch is no sleeper) */
 	wake(m, unique_gate(m));
@@ -1316,7 +1310,7 @@ SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 		return not_unique(m);
 	if (!cas64(&m->e->upgrader, 0, m->pid))
 		return SHMLOCK_EWOULDBLOCK;
-	st_owned64(&m->e->upgrader_tid, m->tid);
+	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	/* The writer's UPG_WRITE becomes UPG_UPGRADE in one step, then the
 	 * writers' mutex goes. */
 	bump_generation(m); /* the unique hold ends */
