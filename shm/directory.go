@@ -614,9 +614,7 @@ func (s *Segment) recountRefs() {
 				continue
 			}
 			want := counts[layout.ClaimTarget(k, i)]
-			if d.Refs.Load() != want {
-				d.Refs.Store(want)
-			}
+			d.Refs.Store(want)
 			if want == 0 && s.lockFree(k, i, d.Use.Load()) {
 				_ = s.freeEntry(k, dk, i)
 			}

@@ -299,8 +299,7 @@ static void recount_refs(shmlock_segment *seg)
 			for (uint64_t j = 0; j < nrefs; j++)
 				if (atomic_load(&refs[j].owner) != 0 && atomic_load(&refs[j].target) == target)
 					want += atomic_load(&refs[j].count);
-			if (atomic_load(&d->refs) != want)
-				atomic_store(&d->refs, want);
+			atomic_store(&d->refs, want);
 			if (want == 0 && lock_free(seg, kind, i, atomic_load(&d->use)))
 				free_entry(seg, kind, dk, i);
 		}
