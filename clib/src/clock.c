@@ -116,49 +116,45 @@ static inline int64_t anchor_at(struct anchor a, uint64_t t)
 	return a.mono + (int64_t)((t - a.tsc) * a.mult >> MULT_SHIFT);
 }
 
-/* file_has reports whether the first line of path that starts with key
- * holds every word of want (a NULL-terminated list), or, with key NULL,
- * whether the file's first line is exactly want[0]. */
-static bool file_has(const char *path, const char *key, const char *const *want)
+/* clocksource_is_tsc reports whether the kernel keeps time by the
+ * time-stamp counter now. */
+static bool clocksource_is_tsc(void)
 {
-	FILE *f = fopen(path, "re");
+	FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+	if (f == NULL)
+		return false;
+	char src[32] = "";
+	bool tsc = fgets(src, sizeof src, f) != NULL && strcmp(src, "tsc\n") == 0;
+	fclose(f);
+	return tsc;
+}
+
+/* tsc_invariant reports whether the CPU says its time-stamp counter ticks
+ * at one constant rate, also through sleep states (the first "flags" line
+ * of /proc/cpuinfo has constant_tsc and nonstop_tsc). */
+static bool tsc_invariant(void)
+{
+	FILE *f = fopen("/proc/cpuinfo", "re");
 	if (f == NULL)
 		return false;
 	char *line = NULL;
 	size_t cap = 0;
-	bool found = false;
+	bool constant = false, nonstop = false;
 	while (getline(&line, &cap, f) > 0) {
-		if (key == NULL) {
-			line[strcspn(line, " \t\n")] = 0;
-			found = strcmp(line, want[0]) == 0;
-			break;
-		}
-		if (strncmp(line, key, strlen(key)) != 0)
+		if (strncmp(line, "flags", 5) != 0)
 			continue;
-		found = true;
-		for (const char *const *w = want; *w && found; w++) {
-			size_t n = strlen(*w);
-			found = false;
-			for (char *p = strstr(line, *w); p != NULL && !found; p = strstr(p + 1, *w))
-				found = (p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\n' || p[n] == 0);
+		char *flags = strchr(line, ':'), *save = NULL;
+		if (flags == NULL)
+			break;
+		for (char *w = strtok_r(flags + 1, " \t\n", &save); w != NULL; w = strtok_r(NULL, " \t\n", &save)) {
+			constant = constant || strcmp(w, "constant_tsc") == 0;
+			nonstop = nonstop || strcmp(w, "nonstop_tsc") == 0;
 		}
 		break;
 	}
 	free(line);
 	fclose(f);
-	return found;
-}
-
-static bool clocksource_is_tsc(void)
-{
-	static const char *const tsc[] = {"tsc", NULL};
-	return file_has("/sys/devices/system/clocksource/clocksource0/current_clocksource", NULL, tsc);
-}
-
-static bool tsc_invariant(void)
-{
-	static const char *const flags[] = {"constant_tsc", "nonstop_tsc", NULL};
-	return file_has("/proc/cpuinfo", "flags", flags);
+	return constant && nonstop;
 }
 
 /* distrust turns the fast clock off and starts calibration over, if the
