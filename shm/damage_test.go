@@ -2,7 +2,6 @@ package shm_test
 
 import (
 	"os"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -149,9 +148,7 @@ func TestKilledFreeLeavesRecordFreshClaimForgets(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "gone 0\n", string(out))
 	err = testproc.Command("die-freeing", path).Run()
-	var exit *execExitError
-	require.ErrorAs(t, err, &exit)
-	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+	requireKilled(t, err)
 
 	target := layout.ClaimTarget(layout.KindOwnerSlots, 0)
 	stale := claimRef(t, seg, 0)
@@ -203,10 +200,8 @@ func TestKilledFreeLeavesRecordFreshClaimForgets(t *testing.T) {
 func TestKilledReleaseLeavesNoClaim(t *testing.T) {
 	t.Parallel()
 	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2}})
-	err := testproc.Command("die-releasing", path, "gone").Run()
-	var exit *execExitError
-	require.ErrorAs(t, err, &exit)
-	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+	err := testproc.Command("die-between-steps", path, "gone", "last-ref").Run()
+	requireKilled(t, err)
 	claims, err := seg.Claims(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	require.Len(t, claims, 1, "the claim, its last reference taken off")

@@ -59,9 +59,11 @@ var helpers = map[string]func(args []string) int{
 		_, _ = seg.Claim(layout.KindOwnerSlots, args[1])
 		return 3 // not reached
 	},
-	// die-between-steps PATH NAME claim|release: claim NAME (and with
-	// release, claim it once more unhindered, then release), and kill -9
-	// itself between the two counts of the last claim or release.
+	// die-between-steps PATH NAME claim|release|last-ref: with claim, claim
+	// NAME and kill -9 itself between the claim's two counts; otherwise
+	// claim NAME unhindered, then release it and kill -9 itself between the
+	// release's two counts (release) or between taking the last reference
+	// off and freeing the entry (last-ref).
 	"die-between-steps": func(args []string) int {
 		seg, err := shm.Open(args[0], shm.Options{})
 		if err != nil {
@@ -77,22 +79,11 @@ var helpers = map[string]func(args []string) int{
 		if err != nil {
 			return 1
 		}
-		shm.SetTestHookBetweenSteps(die)
-		_ = seg.Release(layout.KindOwnerSlots, i)
-		return 3 // not reached
-	},
-	// die-releasing PATH NAME: claim NAME, then release it and kill -9
-	// itself between taking the last reference off and freeing the entry.
-	"die-releasing": func(args []string) int {
-		seg, err := shm.Open(args[0], shm.Options{})
-		if err != nil {
-			return 1
+		if args[2] == "last-ref" {
+			shm.SetTestHookLastRef(die)
+		} else {
+			shm.SetTestHookBetweenSteps(die)
 		}
-		i, err := seg.Claim(layout.KindOwnerSlots, args[1])
-		if err != nil {
-			return 1
-		}
-		shm.SetTestHookLastRef(func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
 		_ = seg.Release(layout.KindOwnerSlots, i)
 		return 3 // not reached
 	},

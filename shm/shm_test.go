@@ -166,9 +166,7 @@ func TestClaimantDiesMidClaim(t *testing.T) {
 	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 4}})
 	cmd := testproc.Command("die-mid-claim", path, "jobs")
 	err := cmd.Run()
-	var exit *execExitError
-	require.ErrorAs(t, err, &exit)
-	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+	requireKilled(t, err)
 
 	_, err = seg.Lookup(layout.KindOwnerSlots, "jobs")
 	require.ErrorIs(t, err, shm.ErrNotFound, "a half-written claim must stay invisible")
@@ -206,9 +204,7 @@ func TestKilledBetweenCountsIsRecounted(t *testing.T) {
 			mine, err := seg.Claim(layout.KindOwnerSlots, "jobs")
 			require.NoError(t, err)
 			err = testproc.Command("die-between-steps", path, "jobs", step).Run()
-			var exit *execExitError
-			require.ErrorAs(t, err, &exit)
-			require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+			requireKilled(t, err)
 
 			claims, err := seg.Claims(layout.KindOwnerSlots)
 			require.NoError(t, err)
@@ -835,10 +831,16 @@ func lockMgrEntry(t *testing.T, seg *shm.Segment, i int) *layout.LockMgrEntry {
 	return e
 }
 
-type (
-	execCmd       = exec.Cmd
-	execExitError = exec.ExitError
-)
+type execCmd = exec.Cmd
+
+// requireKilled requires err to be the end of a helper that kill -9'd
+// itself.
+func requireKilled(t *testing.T, err error) {
+	t.Helper()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+}
 
 func startHelper(t *testing.T, out *bytes.Buffer, name string, args ...string) *execCmd {
 	t.Helper()
