@@ -154,9 +154,7 @@ func TestKilledFreeLeavesRecordFreshClaimForgets(t *testing.T) {
 	stale := claimRef(t, seg, 0)
 	require.Equal(t, target, stale.Target.Load(), "the dead claimant's record, left naming the freed entry")
 	require.NotZero(t, stale.Owner.Load())
-	claims, err := seg.Claims(layout.KindOwnerSlots)
-	require.NoError(t, err)
-	require.Empty(t, claims)
+	requireNoClaims(t, seg)
 
 	i, err := seg.Claim(layout.KindOwnerSlots, "x") // takes the killed process's registry lock over
 	require.NoError(t, err)
@@ -179,7 +177,7 @@ func TestKilledFreeLeavesRecordFreshClaimForgets(t *testing.T) {
 	y, err := seg.Claim(layout.KindOwnerSlots, "y")
 	require.NoError(t, err)
 	require.Equal(t, 1, y)
-	claims, err = seg.Claims(layout.KindOwnerSlots)
+	claims, err := seg.Claims(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	require.Equal(t, []shm.Claim{
 		{Index: i, Name: "x", Refs: 1, Claimer: self},
@@ -187,9 +185,7 @@ func TestKilledFreeLeavesRecordFreshClaimForgets(t *testing.T) {
 	}, claims)
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, y))
-	claims, err = seg.Claims(layout.KindOwnerSlots)
-	require.NoError(t, err)
-	require.Empty(t, claims)
+	requireNoClaims(t, seg)
 }
 
 // A process killed in a release between taking the entry's last reference
@@ -209,9 +205,7 @@ func TestKilledReleaseLeavesNoClaim(t *testing.T) {
 
 	_, err = seg.DropDeadClaims(false) // takes the killed process's registry lock over
 	require.NoError(t, err)
-	claims, err = seg.Claims(layout.KindOwnerSlots)
-	require.NoError(t, err)
-	require.Empty(t, claims)
+	requireNoClaims(t, seg)
 }
 
 // A claim of a name that another live process holds, when this process

@@ -218,9 +218,7 @@ func TestKilledBetweenCountsIsRecounted(t *testing.T) {
 			require.Len(t, claims, 1)
 			require.EqualValues(t, 1, claims[0].Refs, "only this process's reference is left")
 			require.NoError(t, seg.Release(layout.KindOwnerSlots, mine))
-			claims, err = seg.Claims(layout.KindOwnerSlots)
-			require.NoError(t, err)
-			require.Empty(t, claims)
+			requireNoClaims(t, seg)
 		})
 	}
 }
@@ -832,6 +830,14 @@ func lockMgrEntry(t *testing.T, seg *shm.Segment, i int) *layout.LockMgrEntry {
 }
 
 type execCmd = exec.Cmd
+
+// requireNoClaims requires seg to have no owner-slot claim.
+func requireNoClaims(t *testing.T, seg *shm.Segment) {
+	t.Helper()
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Empty(t, claims)
+}
 
 // requireKilled requires err to be the end of a helper that kill -9'd
 // itself.
