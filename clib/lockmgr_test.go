@@ -175,8 +175,7 @@ func lmHoldHelper(args []string) int {
 		fmt.Fprintf(os.Stderr, "FAIL acquire: %v\n", err)
 		return 1
 	}
-	b2i := map[bool]int{false: 0, true: 1}
-	fmt.Printf("held version=%d reclaimed=%d inconsistent=%d\n", info.Version, b2i[info.Reclaimed], b2i[info.Inconsistent])
+	fmt.Println("held " + grantWords(info))
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return 1
 	}
@@ -633,8 +632,14 @@ func grantReport(label string, info lockmgr.LockInfo, err error) string {
 	if err != nil {
 		return label + codeReport(err)
 	}
+	return label + "- " + grantWords(info)
+}
+
+// grantWords is what a grant says, as the C helpers print it:
+// "version=V reclaimed=R inconsistent=I" (R and I 0 or 1).
+func grantWords(info lockmgr.LockInfo) string {
 	b2i := map[bool]int{true: 1}
-	return fmt.Sprintf("%s- version=%d reclaimed=%d inconsistent=%d", label, info.Version, b2i[info.Reclaimed], b2i[info.Inconsistent])
+	return fmt.Sprintf("version=%d reclaimed=%d inconsistent=%d", info.Version, b2i[info.Reclaimed], b2i[info.Inconsistent])
 }
 
 // cReports are a C helper's report lines without their return codes (the
