@@ -83,13 +83,13 @@ func (t *table) read(e *layout.LockMgrEntry) snapshot {
 			conflicts: e.Conflicts.Load(), expired: uint64(e.Expired.Load()), reclaimed: uint64(e.Reclaimed.Load())}
 		if kindOf(s.ctl) == kindResource {
 			s.name = unpack(e.Name[:])
-			t.holders(e, func(h *layout.LockMgrHolder) bool {
+			for h := range t.holders(e) {
 				if p := h.Process.Load(); p != 0 {
 					s.holders = append(s.holders, holderSnap{process: p, companion: h.Companion.Load(),
 						acquired: h.Acquired.Load(), expires: h.Expires.Load(), owner: unpack(h.Owner[:])})
 				}
-				return true
-			})
+				continue
+			}
 		}
 		if l0 == 0 && e.Lock.Load() == 0 && e.Version.Load() == v0 {
 			break

@@ -503,7 +503,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	// ended are told for as long as room allows.
 	var free, ended, tomb *layout.LockMgrHolder
 	held := 0
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		if h.Process.Load() == 0 {
 			if c := h.Companion.Load(); c == tombExpired || c == tombForced {
 				if tomb == nil {
@@ -512,30 +512,30 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			} else if free == nil {
 				free = h
 			}
-			return true
+			continue
 		}
 		if exp := int64(h.Expires.Load()); exp != 0 && now >= exp {
 			m.endHold(e, h, endExpired, now)
 			o.woke = true
 			ended = h
-			return true
+			continue
 		}
 		if sameOwner(h, own) {
 			o.already = true
-			return false
+			break
 		}
 		held++
-		return true
-	})
+		continue
+	}
 	if o.already {
 		return
 	}
 	ctl := e.Ctl.Load()
 	if held > 0 && (mode == Exclusive || modeOf(ctl) != mode) {
-		m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+		for h := range m.t.holders(e) {
 			p := h.Process.Load()
 			if p == 0 {
-				return true
+				continue
 			}
 			if m.t.isAlive(p, now) || m.t.isAlive(h.Companion.Load(), now) {
 				if !o.blocked {
@@ -547,14 +547,14 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 				if exp := int64(h.Expires.Load()); exp != 0 && (o.expiry == 0 || exp < o.expiry) {
 					o.expiry = exp
 				}
-				return true
+				continue
 			}
 			m.endHold(e, h, endReclaimed, now)
 			o.woke, o.reclaimed = true, true
 			held--
 			ended = h
-			return true
-		})
+			continue
+		}
 		ctl |= e.Ctl.Load() & ctlInconsistent // a reclaim above marked it
 		if held > 0 {
 			o.blockMode = modeOf(ctl)
@@ -780,13 +780,13 @@ func (m *Manager) holderDied(e *layout.LockMgrEntry) bool {
 	}
 	var ids [MaxHolders][2]uint64 // process, companion
 	n := 0
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		if p := h.Process.Load(); p != 0 && n < len(ids) {
 			ids[n] = [2]uint64{p, h.Companion.Load()}
 			n++
 		}
-		return true
-	})
+		continue
+	}
 	m.t.unlockEntry(e)
 	now := m.clock.now()
 	for _, id := range ids[:n] {
@@ -834,7 +834,7 @@ func (m *Manager) release(names *namePair) error {
 	}
 	var mine *layout.LockMgrHolder
 	others := 0
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		if h.Process.Load() != 0 {
 			if mine == nil && sameOwner(h, own) {
 				mine = h
@@ -842,8 +842,8 @@ func (m *Manager) release(names *namePair) error {
 				others++
 			}
 		}
-		return true
-	})
+		continue
+	}
 	if mine == nil {
 		timedOut, forced := m.t.endedWithout(e, own)
 		m.t.unlockEntry(e)
@@ -913,12 +913,14 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 	}
 	now := m.clock.now()
 	var mine *layout.LockMgrHolder
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		if h.Process.Load() != 0 && sameOwner(h, own) {
 			mine = h
 		}
-		return mine == nil
-	})
+		if mine != nil {
+			break
+		}
+	}
 	switch {
 	case mine == nil:
 		timedOut, forced := m.t.endedWithout(e, own)
@@ -975,10 +977,12 @@ func (m *Manager) MarkConsistent(resource, owner string) error {
 	}
 	defer m.t.unlockEntry(e)
 	held := false
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		held = h.Process.Load() != 0 && sameOwner(h, &own) && !expiredAt(h.Expires.Load(), now)
-		return !held
-	})
+		if held {
+			break
+		}
+	}
 	if !held {
 		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	}
@@ -1017,13 +1021,15 @@ func (m *Manager) setCompanion(res *resKey, own *ownKey, id uint64) error {
 	}
 	defer m.t.unlockEntry(e)
 	found := false
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		if h.Process.Load() != 0 && sameOwner(h, own) {
 			memview.StoreOwned(&h.Companion, id)
 			found = true
 		}
-		return !found
-	})
+		if found {
+			break
+		}
+	}
 	if !found {
 		return fmt.Errorf("%w: %q by %q", ErrLockNotHeld, resource, owner)
 	}

@@ -2,7 +2,6 @@ package lockmgr
 
 import (
 	"github.com/shmlock/shmlock/internal/memview"
-	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -58,15 +57,15 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 		left, woke := 0, false
 		name := unpack(e.Name[:])
 		if kindOf(e.Ctl.Load()) == kindResource {
-			m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+			for h := range m.t.holders(e) {
 				p := h.Process.Load()
 				if p == 0 {
-					return true
+					continue
 				}
 				why := m.endReason(p, h.Companion.Load(), h.Expires.Load(), now)
 				if why == "" {
 					left++
-					return true
+					continue
 				}
 				ended = append(ended, EndedHold{Resource: name, Owner: unpack(h.Owner[:]), PID: pidOf(p), Process: p, Why: why})
 				ending := endReclaimed
@@ -75,8 +74,8 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 				}
 				m.endHold(e, h, ending, now)
 				woke = true
-				return true
-			})
+				continue
+			}
 			if woke && left == 0 {
 				memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
 			}
@@ -121,13 +120,13 @@ func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
 	}
 	now := m.clock.now()
 	var ended []EndedHold
-	m.t.holders(e, func(h *layout.LockMgrHolder) bool {
+	for h := range m.t.holders(e) {
 		if p := h.Process.Load(); p != 0 {
 			ended = append(ended, EndedHold{Resource: resource, Owner: unpack(h.Owner[:]), PID: pidOf(p), Process: p, Why: EndedForced})
 			m.endHold(e, h, endForced, now)
 		}
-		return true
-	})
+		continue
+	}
 	if len(ended) > 0 {
 		memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
 	}
