@@ -59,6 +59,9 @@ func MainWith(m *testing.M, helpers map[string]func(args []string) int, setup fu
 		}
 		os.Exit(h(args))
 	}
+	if removed := sweepDead(segDir); len(removed) > 0 {
+		fmt.Fprintf(os.Stderr, "testproc: removed segments of test processes now gone: %v\n", removed)
+	}
 	teardown := func() {}
 	if setup != nil {
 		var err error
