@@ -331,3 +331,42 @@ func (r *refMap) release(resource, owner string) {
 		delete(r.locks, resource)
 	}
 }
+
+// G goroutines of one process take turns at one resource, waiting with
+// retries; each hold increments a plain counter, checked at the end. It
+// measures the waiting within a process (the runtime's scheduler between
+// the waiters), which the process benchmarks do not reach.
+func BenchmarkGoroutines(b *testing.B) {
+	ctx := context.Background()
+	opts := lockmgr.AcquireOptions{Retries: lockmgr.RetryForever}
+	for _, g := range []int{2, 8} {
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
+			m, _ := newManager(b, 64, lockmgr.Options{})
+			per := max(b.N/g, 1)
+			counter := 0
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for i := range g {
+				wg.Go(func() {
+					owner := "owner-" + strconv.Itoa(i)
+					for range per {
+						if _, err := m.Acquire(ctx, "bench:0", owner, lockmgr.Exclusive, opts); err != nil {
+							b.Error(err)
+							return
+						}
+						counter++
+						if err := m.Release("bench:0", owner); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if counter != per*g {
+				b.Fatalf("counter %d, want %d", counter, per*g)
+			}
+			reportOps(b, per*g, b.Elapsed(), "")
+		})
+	}
+}

@@ -6,8 +6,9 @@ import (
 )
 
 // keepOff is how long a waiter whose attempt failed stays off the entry
-// before it watches the gate again (it spins without touching the entry,
-// letting the process's other goroutines run).
+// before it watches the gate again (it spins on the clock without touching
+// the entry; a keep-off is at most maxKeepOff, and the waiter lets the
+// process's other goroutines run before it sleeps, see Manager.wait).
 //
 // Why: a hold's end moves the gate, and a waiter that watches it closely
 // attempts at once, taking the entry's lock and reading its lines; the

@@ -687,7 +687,11 @@ func ownerHash(h *layout.LockMgrHolder) uint64 {
 }
 
 // How long wait watches the gate before it sleeps: loads, the last
-// waitYields of them after a yield.
+// waitYields of them after a sched_yield (another process, the holder
+// perhaps, may run), and one runtime.Gosched before the sleep (a goroutine
+// of this process may be the holder). Not a Gosched at every yield: in a
+// process whose only busy goroutine is the waiter, each wakes an idle
+// runtime thread for nothing (see the entry lock's waiting in entry.go).
 const (
 	waitSpins  = 200
 	waitYields = 20
@@ -737,7 +741,7 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 		return
 	}
 	if keepOff > 0 {
-		spin.KeepOffLong(min(d, keepOff))
+		spin.KeepOff(min(d, keepOff))
 	}
 	// A hold of a contended resource is often short: watch the gate a
 	// little before paying for a sleep and a wake in the kernel. The spin
@@ -748,8 +752,11 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 			return
 		}
 		if i >= waitSpins-waitYields {
-			runtime.Gosched()
+			futex.Yield()
 		}
+	}
+	if runtime.Gosched(); e.Gate.Load() != seq {
+		return
 	}
 	if ctx.Done() != nil {
 		cancel.watch(ctx, e)

@@ -2,7 +2,6 @@
 package spin
 
 import (
-	"runtime"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/mono"
@@ -20,24 +19,15 @@ import (
 // It returns the time it began (mono.Now), so that a wait that must be
 // timed need not read the clock again. The clock is read about every
 // 10 ns (the time-stamp counter; 30 ns where mono falls back to the vDSO
-// clock); d is meant to be a few hundred nanoseconds, far below any sleep
-// the kernel can do.
+// clock); d is meant to be from a few hundred nanoseconds (the spinlock's
+// waiters) to a few microseconds (the lock manager's), far below any sleep
+// the kernel can do, and short enough that the process's other goroutines
+// need not be let run meanwhile (runtime.Gosched would also wake an idle
+// runtime thread, a futex wake and a context switch on another CPU, see
+// lockmgr's entry.go).
 func KeepOff(d time.Duration) (start int64) {
 	start = mono.Now()
 	for mono.Now()-start < int64(d) {
 	}
 	return start
-}
-
-// KeepOffLong is KeepOff for keep-offs of a microsecond or more (the lock
-// manager's waiters): between its clock reads it lets the process's other
-// goroutines run (runtime.Gosched), which a spin that long owes them.
-func KeepOffLong(d time.Duration) (start int64) {
-	start = mono.Now()
-	for {
-		runtime.Gosched()
-		if mono.Now()-start >= int64(d) {
-			return start
-		}
-	}
 }

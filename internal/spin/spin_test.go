@@ -11,14 +11,20 @@ import (
 // how much longer depends on the machine, so only the lower bound is tested.
 func TestKeepOffWaitsAtLeastD(t *testing.T) {
 	t.Parallel()
-	for name, keepOff := range map[string]func(time.Duration) int64{"KeepOff": spin.KeepOff, "KeepOffLong": spin.KeepOffLong} {
-		for _, d := range []time.Duration{0, 250 * time.Nanosecond, time.Microsecond, 50 * time.Microsecond} {
-			start := time.Now()
-			keepOff(d)
-			if got := time.Since(start); got < d {
-				t.Errorf("%s(%v) returned after %v", name, d, got)
-			}
+	for _, d := range []time.Duration{0, 250 * time.Nanosecond, time.Microsecond, 50 * time.Microsecond} {
+		start := time.Now()
+		spin.KeepOff(d)
+		if got := time.Since(start); got < d {
+			t.Errorf("KeepOff(%v) returned after %v", d, got)
 		}
+	}
+}
+
+// Pause returns for every count, none and negative ones included.
+func TestPauseReturns(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{-1, 0, 1, 8, 1000} {
+		spin.Pause(n)
 	}
 }
 
