@@ -365,7 +365,7 @@ const (
 	// Go's (pingpong_retry 678k against 365k round trips/s in one run) and
 	// trails it in counter at 2/4 processes.
 	writerKeepOff    = 250 * time.Nanosecond
-	spinYields       = 4                     // runtime.Gosched rounds before sleeping
+	spinYields       = 4                     // yield rounds before sleeping
 	livenessInterval = 50 * time.Millisecond // longest time between liveness checks of a waiter
 	softDrain        = time.Millisecond      // a writer's grace period for readers (finishLock)
 

@@ -258,13 +258,24 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 	}
 	m.beginWait()
 	spin.KeepOff(writerKeepOff)
+	// The yields between the checks are sched_yields, which let the
+	// holder run if it waits for this CPU; a goroutine of this process
+	// that holds the word gets its turn before each sleep below. They were
+	// runtime.Goscheds, which in a process of one busy goroutine return at
+	// once, after waking an idle runtime thread for nothing (a futex wake
+	// and a context switch on the other CPU; see lockmgr's entry.go).
+	// bench/matrix -baseline, far-placed host, 10 rounds: counter 1.15x,
+	// 1.51x and 1.72x at 2/4/8 processes (9, 10 and 10 of 10 rounds),
+	// pingpong_retry 1.37x (9 of 10), rw90 0.96-0.98x (3-5 of 10). The
+	// readers' yields (yield, a Gosched and a sched_yield) as sched_yields
+	// alone were measured with it and not kept: rw90 0.90-0.93x.
 	for i := range spinLoads + spinYields {
 		if w.Load() == 0 && w.CompareAndSwap(0, m.pid) {
 			return false, true, nil
 		}
 		if i >= spinLoads {
 			m.timeWait()
-			runtime.Gosched()
+			futex.Yield()
 		}
 	}
 	// Hungry from here on: the holder's word says a writer has waited, and
@@ -292,6 +303,7 @@ func (m *Mutex) acquireWriterWord(ctx context.Context, try bool) (reclaimed, wai
 		if d, ok := ctx.Deadline(); ok {
 			sleep = min(sleep, max(time.Until(d), time.Microsecond))
 		}
+		runtime.Gosched() // the holder may be a goroutine of this process
 		ticket := sleepers.Register(&m.e.WriterSleepers)
 		seq := gate.Load()
 		if o := w.Load(); o == 0 || isHandoff(o) {
