@@ -17,7 +17,8 @@ import (
 
 // Waiting: spin on the lock word for a while (the holder of a short
 // critical section on another core is usually about to release), let other
-// goroutines and then other threads run, and only then sleep on the futex.
+// threads of this CPU run (sched_yield), then this process's goroutines,
+// and only then sleep on the futex.
 // A sleeper wakes at least every livenessInterval to check that the holder
 // still lives, which bounds how long a dead holder's lock stays taken.
 //
@@ -102,11 +103,23 @@ import (
 //     counter +6 % at 2 processes and +34 % at 8, pingpong_retry -15 %; 10
 //     loads, or none: pingpong_retry -40-50 %. 1000 or 3000 loads: no more
 //     pingpong_retry, counter down.
+//
+// Why sched_yields and not runtime.Gosched after the loads (there were 4
+// Goscheds before the one sched_yield): in a process of one busy goroutine
+// Gosched returns at once, after waking an idle runtime thread for nothing
+// (a futex wake and a context switch on the other CPU, which may be
+// running the holder; see lockmgr's entry.go). A goroutine of this process
+// that holds the lock gets its turn before each sleep instead (wait).
+// bench/matrix -baseline, far-placed host, 10 rounds, three times: pid/tid
+// mode's counter at 8 processes 1.13x, 1.14x and 1.27x (7, 10 and 10 of 10
+// rounds), at 4 1.07x/1.08x/1.00x, pingpong_retry 1.10x/1.08x/0.99x;
+// token mode's counter at 8 0.98x/0.96x/0.92x (5, 1 and 3 of 10), the
+// other cells within noise. The same change in the upgrade mutex's writers
+// gained more (upgrade/wait.go).
 const (
 	keepOff          = 250 * time.Nanosecond // before the first load of a waiting acquisition
 	spinLoads        = 300                   // loads of the lock word before yielding
-	spinYields       = 4                     // runtime.Gosched rounds: the holder may be a goroutine of this process
-	osYields         = 1                     // sched_yield rounds before sleeping
+	osYields         = 5                     // sched_yield rounds before sleeping (a runtime.Gosched before each sleep)
 	livenessInterval = 50 * time.Millisecond // longest sleep between liveness checks
 )
 
@@ -153,7 +166,7 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 		return outcome{}, ErrWouldBlock
 	}
 	start := spin.KeepOff(keepOff)
-	for i := range spinLoads + spinYields + osYields {
+	for i := range spinLoads + osYields {
 		w := l.word.Load()
 		if w == 0 && l.tryAcquire(id) {
 			if i < spinLoads {
@@ -166,11 +179,8 @@ func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time,
 		if w == id.PID && l.mode == PIDTID && l.heldBy(id) {
 			return l.recurse()
 		}
-		switch {
-		case i >= spinLoads+spinYields:
+		if i >= spinLoads {
 			futex.Yield()
-		case i >= spinLoads:
-			runtime.Gosched()
 		}
 	}
 	o, err := l.wait(ctx, id, deadline)
@@ -222,6 +232,7 @@ func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outco
 			}
 			continue
 		}
+		runtime.Gosched() // the holder may be a goroutine of this process
 		ticket := sleepers.Register(&l.slot.Pad)
 		l.stats.AddSleep()
 		err := futex.Wait(l.fword, seq, sleep)
