@@ -32,6 +32,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: linert [-n rounds], rounds at least 1")
 		os.Exit(2)
 	}
+	// The two goroutines spin at once, each on its CPU: with one P (a
+	// GOMAXPROCS=1 inherited from the environment, as in a go test run
+	// with it) they would take turns, and the hand-off would wait for
+	// preemption, 10 ms a turn, or, here, never end.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
 	var word atomic.Uint32
 	errs := make(chan error, 1)
 	go func() {
