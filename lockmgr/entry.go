@@ -110,21 +110,22 @@ const (
 // Why PAUSEs and not runtime.Gosched between the loads: in a process whose
 // only busy goroutine is the waiter, Gosched hands the thread straight
 // back, but first wakes an idle thread of the runtime to look for work
-// (wakep): a futex wake and a context switch on the other CPU, which may
-// be running the holder. At rw90 with 8 processes on 2 vCPUs perf counted
+// (wakep): a futex wake and a context switch on the other CPU, which may be
+// running the holder. At rw90 with 8 processes on 2 vCPUs perf counted
 // 5,200 such wakes and as many sleeps of the woken threads per 2.4M
 // operations, and 40-48k futex calls in all, 6-9k with the waiting that
 // replaced it (libshmlock's: loads spaced with PAUSEs here, sched_yields
 // while watching a resource's gate in Manager.wait, and the keep-off a
 // plain spin). Measured on the far-placed host, bench/matrix -baseline, 10
-// rounds, twice (the first without the Gosched before a sleep): rw90 1.14x and 1.06x at 8 processes (9 and 7 of 10
-// rounds), 1.13x and 1.10x at 4, counter 0.94-1.04x, pingpong_retry 1.02x
-// and 1.11x. Within one process the change is larger: 8 goroutines taking
-// turns at one resource with GOMAXPROCS=2 went from 630-720 to 210-280 ns
-// an acquire+release (their Goscheds had switched between the waiters),
-// with GOMAXPROCS=1 230-240 to 230-260 ns. A sched_yield after each
-// Gosched instead (libshmlock's old yields) had been measured and not
-// kept: rw90 0.73x/0.78x at 4/8 processes, counter 0.91x at 8.
+// rounds, twice (the first without the Gosched before a sleep): rw90 1.14x
+// and 1.06x at 8 processes (9 and 7 of 10 rounds), 1.13x and 1.10x at 4,
+// counter 0.94-1.04x, pingpong_retry 1.02x and 1.11x. Within one process
+// the change is larger: 8 goroutines taking turns at one resource with
+// GOMAXPROCS=2 went from 630-720 to 210-280 ns an acquire+release (their
+// Goscheds had switched between the waiters), with GOMAXPROCS=1 230-240 to
+// 230-260 ns. A sched_yield after each Gosched instead (libshmlock's old
+// yields) had been measured and not kept: rw90 0.73x/0.78x at 4/8
+// processes, counter 0.91x at 8.
 const (
 	spinLoads        = 64
 	spinPaused       = 16 // loads after spinPause PAUSEs each

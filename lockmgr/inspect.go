@@ -88,7 +88,6 @@ func (t *table) read(e *layout.LockMgrEntry) snapshot {
 					s.holders = append(s.holders, holderSnap{process: p, companion: h.Companion.Load(),
 						acquired: h.Acquired.Load(), expires: h.Expires.Load(), owner: unpack(h.Owner[:])})
 				}
-				continue
 			}
 		}
 		if l0 == 0 && e.Lock.Load() == 0 && e.Version.Load() == v0 {

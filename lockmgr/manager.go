@@ -525,7 +525,6 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			break
 		}
 		held++
-		continue
 	}
 	if o.already {
 		return
@@ -553,7 +552,6 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			o.woke, o.reclaimed = true, true
 			held--
 			ended = h
-			continue
 		}
 		ctl |= e.Ctl.Load() & ctlInconsistent // a reclaim above marked it
 		if held > 0 {
@@ -755,7 +753,8 @@ func (m *Manager) wait(ctx context.Context, e *layout.LockMgrEntry, seq uint32, 
 			futex.Yield()
 		}
 	}
-	if runtime.Gosched(); e.Gate.Load() != seq {
+	runtime.Gosched() // the holder may be a goroutine of this process
+	if e.Gate.Load() != seq {
 		return
 	}
 	if ctx.Done() != nil {
@@ -792,7 +791,6 @@ func (m *Manager) holderDied(e *layout.LockMgrEntry) bool {
 			ids[n] = [2]uint64{p, h.Companion.Load()}
 			n++
 		}
-		continue
 	}
 	m.t.unlockEntry(e)
 	now := m.clock.now()
@@ -849,7 +847,6 @@ func (m *Manager) release(names *namePair) error {
 				others++
 			}
 		}
-		continue
 	}
 	if mine == nil {
 		timedOut, forced := m.t.endedWithout(e, own)
@@ -923,8 +920,6 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 	for h := range m.t.holders(e) {
 		if h.Process.Load() != 0 && sameOwner(h, own) {
 			mine = h
-		}
-		if mine != nil {
 			break
 		}
 	}
@@ -985,8 +980,7 @@ func (m *Manager) MarkConsistent(resource, owner string) error {
 	defer m.t.unlockEntry(e)
 	held := false
 	for h := range m.t.holders(e) {
-		held = h.Process.Load() != 0 && sameOwner(h, &own) && !expiredAt(h.Expires.Load(), now)
-		if held {
+		if held = h.Process.Load() != 0 && sameOwner(h, &own) && !expiredAt(h.Expires.Load(), now); held {
 			break
 		}
 	}
@@ -1032,8 +1026,6 @@ func (m *Manager) setCompanion(res *resKey, own *ownKey, id uint64) error {
 		if h.Process.Load() != 0 && sameOwner(h, own) {
 			memview.StoreOwned(&h.Companion, id)
 			found = true
-		}
-		if found {
 			break
 		}
 	}

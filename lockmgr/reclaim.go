@@ -74,7 +74,6 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 				}
 				m.endHold(e, h, ending, now)
 				woke = true
-				continue
 			}
 			if woke && left == 0 {
 				memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
@@ -125,7 +124,6 @@ func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
 			ended = append(ended, EndedHold{Resource: resource, Owner: unpack(h.Owner[:]), PID: pidOf(p), Process: p, Why: EndedForced})
 			m.endHold(e, h, endForced, now)
 		}
-		continue
 	}
 	if len(ended) > 0 {
 		memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))

@@ -297,8 +297,8 @@ func (t *table) overflow(i uint32) *layout.LockMgrEntry {
 // holders yields each holder record of e and its overflow entries, used
 // or not. An iterator rather than a callback: it inlines into the range
 // loops of the acquisition's and the release's fast paths, where the
-// callback's indirect calls and captured variables cost 10% of an
-// uncontended acquire+release.
+// callback's indirect calls and captured variables cost 5% of an
+// uncontended acquire+release (go test, 8 alternated rounds).
 func (t *table) holders(e *layout.LockMgrEntry) iter.Seq[*layout.LockMgrHolder] {
 	return func(yield func(*layout.LockMgrHolder) bool) {
 		for i := range e.Holders {
@@ -336,7 +336,6 @@ func (t *table) holderCount(e *layout.LockMgrEntry) int {
 		if h.Process.Load() != 0 {
 			n++
 		}
-		continue
 	}
 	return n
 }
@@ -360,9 +359,8 @@ func (t *table) grow(k *resKey) error {
 	defer t.unlockEntry(e)
 	last, links, spare := e, 0, false
 	for h := range t.holders(e) {
-		c := h.Companion.Load()
-		spare = spare || h.Process.Load() == 0 && c != tombExpired && c != tombForced
-		if spare {
+		if c := h.Companion.Load(); h.Process.Load() == 0 && c != tombExpired && c != tombForced {
+			spare = true
 			break
 		}
 	}
