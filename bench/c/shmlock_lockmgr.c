@@ -18,33 +18,18 @@ static shmlock_lockmgr *h_mgr;
 static char h_owner[32];
 static const shmlock_acquire_options h_wait = {.retries = SHMLOCK_RETRY_FOREVER};
 
-static int h_mgr_open(const char *path, int create)
+static void h_sidecar_options(shmlock_options *o)
 {
-    snprintf(h_owner, sizeof h_owner, "worker-%d", (int)getpid());
-    shmlock_segment *seg;
-    shmlock_options o = {0};
     /* As shmctl bench's (1 + lockmgr.MaxHolders/layout.LockMgrHolders):
      * the header, the resource's entry and the overflow entries its most
      * holders need. */
-    o.lockmgr_entries = 9;
-    int err = h_seg_open(path, &o, create, &seg);
-    if (err) return err;
-    int rc = shmlock_lockmgr_open(seg, &h_mgr);
-    if (rc == SHMLOCK_ESYS) return shmlock_errno();
-    return rc ? EINVAL : 0;
+    o->lockmgr_entries = 9;
 }
 
-static int peer_setup(void *area, const char *path)
+static int h_lock_open(shmlock_segment *seg)
 {
-    (void)area;
-    h_seg_setup(path);
-    return h_mgr_open(path, 1);
-}
-
-static int peer_attach(void *area, const char *path)
-{
-    (void)area;
-    return h_mgr_open(path, 0);
+    snprintf(h_owner, sizeof h_owner, "worker-%d", (int)getpid());
+    return shmlock_lockmgr_open(seg, &h_mgr);
 }
 
 static inline void h_acquire(int mode)

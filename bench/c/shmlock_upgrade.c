@@ -14,31 +14,13 @@
 
 static shmlock_upgrade *h_upg;
 
-static int h_upg_open(const char *path, int create)
+static void h_sidecar_options(shmlock_options *o)
 {
-    shmlock_segment *seg;
-    shmlock_options o = {0};
-    o.upgrades = 1;
-    o.upgrade_readers = H_MAX_PROCS;
-    int err = h_seg_open(path, &o, create, &seg);
-    if (err) return err;
-    int rc = shmlock_upgrade_open(seg, 0, &h_upg);
-    if (rc == SHMLOCK_ESYS) return shmlock_errno();
-    return rc ? EINVAL : 0;
+    o->upgrades = 1;
+    o->upgrade_readers = H_MAX_PROCS;
 }
 
-static int peer_setup(void *area, const char *path)
-{
-    (void)area;
-    h_seg_setup(path);
-    return h_upg_open(path, 1);
-}
-
-static int peer_attach(void *area, const char *path)
-{
-    (void)area;
-    return h_upg_open(path, 0);
-}
+static int h_lock_open(shmlock_segment *seg) { return shmlock_upgrade_open(seg, 0, &h_upg); }
 
 static inline void peer_lock(void *area)
 {
