@@ -21,8 +21,10 @@
 // one owner. ThreadHolder ties a holder to the OS thread for goroutines that
 // called runtime.LockOSThread.
 //
-// Waiting spins briefly, yields the CPU once, then sleeps on a futex in the
-// slot, so a blocked process burns no CPU, and an unlock with no sleeper makes no system call.
+// Waiting spins briefly, yields the CPU a few times (sched_yield), lets the
+// process's other goroutines run, then sleeps on a futex in the slot, so a
+// blocked process burns no CPU, and an unlock with no sleeper makes no
+// system call.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	lock, _ := spinlock.Named(seg, "queue", spinlock.PIDTID)
