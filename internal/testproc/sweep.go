@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/shmlock/shmlock/internal/proc"
 )
 
 // sweepDead removes the segments that test processes now gone left in dir
@@ -16,20 +18,17 @@ import (
 // 400,000 inputs left its last worker's segment), and a test that times out
 // or is interrupted leaves its own. The next test binary run removes them,
 // so that /dev/shm does not fill up with them over a day of fuzzing. Only
-// regular files of this user whose creator is gone (kill(2) says ESRCH)
-// go; a live creator's, and this process's own, stay.
+// regular files of this user whose creator is gone (no process, or a
+// zombie: internal/proc) go; a live creator's, and this process's own,
+// stay.
 func sweepDead(dir string) (removed []string) {
-	const stem = "shmlock-test-"
-	paths, _ := filepath.Glob(filepath.Join(dir, stem+"*"))
+	paths, _ := filepath.Glob(filepath.Join(dir, segStem+"*"))
 	self := os.Getpid()
 	for _, p := range paths {
-		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(p), stem), "-")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid <= 0 || pid == self {
+		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(p), segStem), "-")
+		pid, err := strconv.ParseUint(pidText, 10, 32)
+		if !ok || err != nil || pid == 0 || int(pid) == self || !gone(uint32(pid)) {
 			continue
-		}
-		if !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			continue // alive, or not ours to ask about
 		}
 		fi, err := os.Lstat(p)
 		if err != nil || !fi.Mode().IsRegular() {
@@ -43,4 +42,14 @@ func sweepDead(dir string) (removed []string) {
 		}
 	}
 	return removed
+}
+
+// gone reports whether pid names no running process: none, or a zombie.
+// Where /proc cannot tell, the process is taken to run.
+func gone(pid uint32) bool {
+	id, err := proc.Lookup(pid)
+	if err != nil {
+		return errors.Is(err, proc.ErrNoProcess)
+	}
+	return !proc.Alive(id)
 }

@@ -6,16 +6,22 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// A segment whose creator is gone is removed; a live creator's, this
-// process's own, a name that is not a test segment's and a symlink stay.
+// A segment whose creator is gone (reaped, or a zombie) is removed; a live
+// creator's, this process's own, a name that is not a test segment's and a
+// symlink stay.
 func TestSweepDead(t *testing.T) {
 	dir := t.TempDir()
-	gone := exec.Command("true")
-	require.NoError(t, gone.Run())
+	reaped := exec.Command("true")
+	require.NoError(t, reaped.Run())
+	zombie := exec.Command("true") // exits, and is not reaped until the test ends
+	require.NoError(t, zombie.Start())
+	t.Cleanup(func() { _ = zombie.Wait() })
+	require.Eventually(t, func() bool { return gone(uint32(zombie.Process.Pid)) }, time.Minute, time.Millisecond)
 	alive := exec.Command("sleep", "60")
 	require.NoError(t, alive.Start())
 	t.Cleanup(func() { _ = alive.Process.Kill(); _ = alive.Wait() })
@@ -25,19 +31,22 @@ func TestSweepDead(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, nil, 0o600))
 		return p
 	}
-	dead := write("shmlock-test-" + strconv.Itoa(gone.Process.Pid) + "-TestX-1")
+	dead := write("shmlock-test-" + strconv.Itoa(reaped.Process.Pid) + "-TestX-1")
+	undead := write("shmlock-test-" + strconv.Itoa(zombie.Process.Pid) + "-TestX-6")
 	live := write("shmlock-test-" + strconv.Itoa(alive.Process.Pid) + "-TestX-2")
 	own := write(prefix() + "TestX-3")
 	other := write("shmlock-demo")
 	odd := write("shmlock-test-notapid-TestX-4")
-	link := filepath.Join(dir, "shmlock-test-"+strconv.Itoa(gone.Process.Pid)+"-TestX-5")
+	link := filepath.Join(dir, "shmlock-test-"+strconv.Itoa(reaped.Process.Pid)+"-TestX-5")
 	require.NoError(t, os.Symlink(other, link))
 
-	require.Equal(t, []string{dead}, sweepDead(dir))
+	require.ElementsMatch(t, []string{dead, undead}, sweepDead(dir))
 	for _, p := range []string{live, own, other, odd, link} {
 		_, err := os.Lstat(p)
 		require.NoError(t, err, p)
 	}
-	_, err := os.Lstat(dead)
-	require.ErrorIs(t, err, os.ErrNotExist)
+	for _, p := range []string{dead, undead} {
+		_, err := os.Lstat(p)
+		require.ErrorIs(t, err, os.ErrNotExist, p)
+	}
 }

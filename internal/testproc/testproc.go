@@ -146,7 +146,11 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 
 var seq atomic.Uint64
 
-func prefix() string { return fmt.Sprintf("shmlock-test-%d-", os.Getpid()) }
+// segStem begins the name of every segment SegmentPath makes; the
+// creator's PID and a dash follow (prefix).
+const segStem = "shmlock-test-"
+
+func prefix() string { return fmt.Sprintf("%s%d-", segStem, os.Getpid()) }
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
