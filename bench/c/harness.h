@@ -77,7 +77,8 @@ enum {
 };
 
 struct h_stat { /* one worker's results, 64 bytes */
-    uint64_t end_ns, reads, writes, torn, errors, done, retries, unused;
+    uint64_t end_ns, reads, writes, torn, errors, done, retries;
+    uint64_t cpu_ns; /* the process's CPU time in its workload loop; 0: unknown */
 };
 
 struct h_file {
@@ -139,6 +140,15 @@ static uint64_t h_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* h_cpu_ns is the CPU time this process has used (every thread of it), or
+ * 0 if it cannot be read. */
+static uint64_t h_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -293,14 +303,17 @@ static int h_worker(const char *path, enum h_workload w, int me, uint64_t n)
         if (g == H_GO_ABORT) return 1;
         if (++spins > H_SPIN_BEFORE_YIELD) sched_yield();
     }
+    const uint64_t cpu0 = h_cpu_ns();
     h_run(f, w, me, n);
+    const uint64_t cpu1 = h_cpu_ns();
+    f->stat[me].cpu_ns = cpu0 != 0 && cpu1 > cpu0 ? cpu1 - cpu0 : 0;
     __atomic_store_n(&f->stat[me].done, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
 /* h_result prints the contract's one JSON line; detail is plain ASCII. */
 static void h_result(const char *workload, int procs, uint64_t iters, double seconds,
-                     double ops, int ok, const char *detail)
+                     double ops, double cpu_seconds, int ok, const char *detail)
 {
     printf("{\"peer\":\"%s\",\"workload\":\"", PEER_NAME);
     for (const char *c = workload; *c; c++) { /* the one string that comes from the user */
@@ -308,9 +321,9 @@ static void h_result(const char *workload, int procs, uint64_t iters, double sec
         if ((unsigned char)*c >= 0x20) putchar(*c);
     }
     printf("\",\"procs\":%d,\"iters\":%llu,\"seconds\":%.9f,\"ops_per_sec\":%.1f,"
-           "\"ns_per_op\":%.3f,\"ok\":%s,\"detail\":\"%s\"}\n",
+           "\"ns_per_op\":%.3f,\"cpu_seconds\":%.9f,\"ok\":%s,\"detail\":\"%s\"}\n",
            procs, (unsigned long long)iters, seconds, seconds > 0 ? ops / seconds : 0.0,
-           ops > 0 ? seconds * 1e9 / ops : 0.0, ok ? "true" : "false", detail);
+           ops > 0 ? seconds * 1e9 / ops : 0.0, cpu_seconds, ok ? "true" : "false", detail);
     fflush(stdout);
 }
 
@@ -354,15 +367,15 @@ int main(int argc, char **argv)
     const int pingpong = w == W_PINGPONG || w == W_PINGPONG_RETRY;
     const int shared = w == W_RW90 || w == W_UNCONTENDED_SHARED;
     if (w == W_UNKNOWN || (shared && !PEER_SHARED)) {
-        h_result(workload, p, n, 0, 0, 0, "unsupported workload");
+        h_result(workload, p, n, 0, 0, 0, 0, "unsupported workload");
         return 3;
     }
     if ((w == W_UNCONTENDED || w == W_UNCONTENDED_SHARED) && p != 1) {
-        h_result(workload, p, n, 0, 0, 0, "uncontended requires procs=1");
+        h_result(workload, p, n, 0, 0, 0, 0, "uncontended requires procs=1");
         return 2;
     }
     if (pingpong && p != 2) {
-        h_result(workload, p, n, 0, 0, 0, "pingpong requires procs=2");
+        h_result(workload, p, n, 0, 0, 0, 0, "pingpong requires procs=2");
         return 2;
     }
 
@@ -394,7 +407,7 @@ int main(int argc, char **argv)
             __atomic_store_n(&f->go, H_GO_ABORT, __ATOMIC_RELEASE);
             while (wait(NULL) > 0) {
             }
-            h_result(workload, p, n, 0, 0, 0, "worker exited before start");
+            h_result(workload, p, n, 0, 0, 0, 0, "worker exited before start");
             unlink(path);
             return 1;
         }
@@ -406,7 +419,8 @@ int main(int argc, char **argv)
     /* A worker failed if it exited otherwise than with status 0, or did not
      * finish its loop. */
     int failed = 0;
-    uint64_t end = t0, reads = 0, writes = 0, torn = 0, errors = 0, retries = 0;
+    uint64_t end = t0, reads = 0, writes = 0, torn = 0, errors = 0, retries = 0, cpu_ns = 0;
+    int cpu_known = 1;
     for (int i = 0; i < p; i++) {
         int status;
         const struct h_stat *st = &f->stat[i];
@@ -421,6 +435,8 @@ int main(int argc, char **argv)
         torn += st->torn;
         errors += st->errors;
         retries += st->retries;
+        cpu_ns += st->cpu_ns;
+        cpu_known = cpu_known && st->cpu_ns != 0;
     }
     const double seconds = (double)(end - t0) / 1e9;
     const uint64_t counter = f->counter;
@@ -464,7 +480,7 @@ int main(int argc, char **argv)
     if ((failed || errors) && len > 0 && (size_t)len < sizeof detail)
         snprintf(detail + len, sizeof detail - (size_t)len, "; failed_workers=%d lock_errors=%llu",
                  failed, (unsigned long long)errors);
-    h_result(workload, p, n, seconds, ops, ok, detail);
+    h_result(workload, p, n, seconds, ops, cpu_known ? (double)cpu_ns / 1e9 : 0.0, ok, detail);
     munmap(f, H_FILE_SIZE);
     unlink(path);
     return ok ? 0 : 1;

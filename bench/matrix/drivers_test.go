@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -23,7 +24,11 @@ import (
 )
 
 // contractKeys are the JSON line's keys, in the contract's order.
-var contractKeys = []string{"peer", "workload", "procs", "iters", "seconds", "ops_per_sec", "ns_per_op", "ok", "detail"}
+var contractKeys = []string{"peer", "workload", "procs", "iters", "seconds", "ops_per_sec", "ns_per_op", "cpu_seconds", "ok", "detail"}
+
+// cpuSlack is what a run's cpu_seconds may exceed its seconds times the
+// CPUs by: each worker reads its CPU time once more after its end time.
+const cpuSlack = 0.01
 
 // runDriver runs a built driver with the contract's flags and returns its
 // stdout, exit status, and the shared file's path (which must be gone).
@@ -157,6 +162,11 @@ func TestDrivers(t *testing.T) {
 				}
 				require.InEpsilon(t, ops/line.Seconds, line.OpsPerSec, 1e-3, "ops_per_sec = ops / seconds")
 				require.InEpsilon(t, line.Seconds*1e9/ops, line.NsPerOp, 1e-2, "ns_per_op = 1e9 seconds / ops")
+				// The workers' CPU time, each from its start to its end,
+				// both within the run: never more than every CPU for the
+				// whole run.
+				require.Positive(t, line.CPUSeconds, "cpu_seconds")
+				require.LessOrEqual(t, line.CPUSeconds, line.Seconds*float64(runtime.NumCPU())+cpuSlack, "cpu_seconds")
 				f := detailFields(line.Detail)
 				switch c.workload {
 				case "counter":

@@ -46,6 +46,8 @@ func TestQuickMatrix(t *testing.T) {
 		require.Positive(t, e.Median, e.Name)
 		require.Positive(t, e.Ratio, e.Name)
 		require.Positive(t, e.Iters, e.Name)
+		require.Positive(t, e.Samples[0].CPUs, "%s: every driver says its CPU time", e.Name)
+		require.Positive(t, e.CPUs, e.Name)
 		// shmctl reports its lock's contention counters, kept per run;
 		// the C drivers have none.
 		if e.Name == "shmlock_upgrade" {

@@ -138,8 +138,21 @@ func (c *Cell) column() string {
 	return fmt.Sprintf("%s P=%d (%s)", c.Workload, c.Procs, c.Unit)
 }
 
-// writeMarkdown writes the header, the table of medians with their ratios
-// and the table of spreads.
+// hasCPUs reports whether any entry knows its busy CPUs (results from
+// before the contract had cpu_seconds do not).
+func (res *Results) hasCPUs() bool {
+	for _, c := range res.Cells {
+		for _, e := range c.Entries {
+			if e.CPUs > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeMarkdown writes the header, the table of medians with their ratios,
+// the table of spreads and, where the drivers said, the busy CPUs.
 func (res *Results) writeMarkdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(res.header())
@@ -187,6 +200,15 @@ func (res *Results) writeMarkdown(w io.Writer) error {
 		}
 		return fmt.Sprintf("%.0f%% (n=%d)", 100*e.Spread, len(e.Samples))
 	})
+	if res.hasCPUs() {
+		fmt.Fprintf(&b, "\nCPUs busy: the workers' CPU time over the run's time, median over the rounds (at most %d here); beside the throughput, what the lock's waiters cost (spinning or sleeping). — : the driver does not say.\n\n", res.Machine.CPUs)
+		table(func(_ *Cell, e *Entry) string {
+			if e.CPUs == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.2f", e.CPUs)
+		})
+	}
 	res.writeGoals(&b)
 	res.writeBaseline(&b)
 	_, err := io.WriteString(w, b.String())

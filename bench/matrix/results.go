@@ -77,7 +77,8 @@ type Entry struct {
 	Failed  []Failure `json:"failed,omitempty"`
 	Median  float64   `json:"median"` // ops per second, over the samples
 	NsPerOp float64   `json:"ns_per_op"`
-	Spread  float64   `json:"spread"` // (max - min) / median
+	Spread  float64   `json:"spread"`         // (max - min) / median
+	CPUs    float64   `json:"cpus,omitempty"` // busy CPUs, median over the samples that say (Sample.CPUs)
 	// Ratio is the median over rounds of this contender's ops/s over the
 	// reference's in the same round (the two ran seconds apart, so the
 	// ratio keeps less of the machine's drift than a ratio of medians).
@@ -90,6 +91,12 @@ type Entry struct {
 type Sample struct {
 	Round     int     `json:"round"`
 	OpsPerSec float64 `json:"ops_per_sec"`
+	// CPUs is how many CPUs the run kept busy on average (its workers' CPU
+	// time over its time); 0 if the driver did not say. Beside the
+	// throughput it tells a lock whose waiters sleep from one whose
+	// waiters spin: pthread's rwlock at rw90 with 8 processes on 2 CPUs
+	// keeps about 1.1 busy, shmlock's upgrade mutex about 1.9.
+	CPUs float64 `json:"cpus,omitempty"`
 	// Waits is the run's contention counters, as shmctl bench's detail
 	// ends ("contended=... wakeups=..."); "" for the other drivers. They
 	// tell, round by round, whether waiters spun or slept.
@@ -114,6 +121,17 @@ func (e *Entry) values() []float64 {
 	xs := make([]float64, len(e.Samples))
 	for i, s := range e.Samples {
 		xs[i] = s.OpsPerSec
+	}
+	return xs
+}
+
+// busyCPUs are the samples' busy CPUs, of those that have them.
+func (e *Entry) busyCPUs() []float64 {
+	var xs []float64
+	for _, s := range e.Samples {
+		if s.CPUs > 0 {
+			xs = append(xs, s.CPUs)
+		}
 	}
 	return xs
 }
@@ -176,6 +194,10 @@ func (c *Cell) summarize(reference []string) {
 		}
 		e.Median = median(e.values())
 		e.Spread = spread(e.values())
+		e.CPUs = 0
+		if cpus := e.busyCPUs(); len(cpus) > 0 {
+			e.CPUs = median(cpus)
+		}
 		if e.Median > 0 {
 			e.NsPerOp = 1e9 / e.Median // the contract's: for counter and rw90 the inverse of the total throughput, not a latency
 		}

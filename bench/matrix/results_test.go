@@ -122,7 +122,37 @@ func TestMarkdown(t *testing.T) {
 	} {
 		require.Contains(t, md, want)
 	}
-	require.Equal(t, 2, strings.Count(md, "|---|---:|---:|"), "two tables")
+	require.Equal(t, 2, strings.Count(md, "|---|---:|---:|"), "two tables: no driver said its CPU time")
+	require.NotContains(t, md, "CPUs busy")
+
+	// Where a driver says, a third table: busy CPUs, median over the
+	// rounds that say.
+	res.Cells[1].Entries[1].Samples[0].CPUs = 1.1
+	res.Cells[1].Entries[1].Samples[1].CPUs = 1.3
+	res.Cells[1].Entries[0].Samples[0].CPUs = 1.95
+	for i := range res.Cells {
+		res.Cells[i].summarize([]string{"pthread_mutex_robust", "pthread_rwlock"})
+	}
+	buf.Reset()
+	require.NoError(t, res.writeMarkdown(&buf))
+	md = buf.String()
+	require.Equal(t, 3, strings.Count(md, "|---|---:|---:|"), "three tables")
+	require.Contains(t, md, "CPUs busy: the workers' CPU time over the run's time, median over the rounds (at most 2 here)")
+	require.Contains(t, md, "| a | — | 1.95 |")
+	require.Contains(t, md, "| pthread_rwlock | — | 1.20 |")
+}
+
+// A run's busy CPUs are its workers' CPU time over its time; a driver
+// that does not say has none.
+func TestBusyCPUs(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 1.5, driverLine{Seconds: 2, CPUSeconds: 3}.busyCPUs())
+	require.Zero(t, driverLine{Seconds: 2}.busyCPUs())
+	require.Zero(t, driverLine{CPUSeconds: 1}.busyCPUs())
+	e := Entry{Samples: []Sample{{Round: 1, OpsPerSec: 1, CPUs: 2}, {Round: 2, OpsPerSec: 1}, {Round: 3, OpsPerSec: 1, CPUs: 1}}}
+	c := Cell{Entries: []Entry{e}}
+	c.summarize(nil)
+	require.Equal(t, 1.5, c.Entries[0].CPUs, "the median of the rounds that say")
 }
 
 func TestWaitsOf(t *testing.T) {

@@ -71,7 +71,8 @@ removes FILE and FILE.shm when done, and it refuses to start if either
 exists: bench never truncates, replaces or removes a file it did not make.
 
 Output is exactly one line of JSON: peer, workload, procs, iters, seconds,
-ops_per_sec, ns_per_op, ok, detail. Exit status 0 if the run validated, 1
+ops_per_sec, ns_per_op, cpu_seconds (the CPU time the workers used in
+their loops, all together), ok, detail. Exit status 0 if the run validated, 1
 if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
 		Example: `  shmctl bench --workload counter --procs 2 --iters 2e6 --path /dev/shm/b
   shmctl bench --workload=uncontended --procs=1 --iters=1e7 --path=/dev/shm/b --lock=spin-token

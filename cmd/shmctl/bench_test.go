@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -78,8 +79,12 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// cpuSlack is what a run's cpu_seconds may exceed its seconds times the
+// CPUs by: each worker reads its CPU time once more after its end time.
+const cpuSlack = 0.01
+
 // benchKeys are the contract's keys, in its order.
-var benchKeys = []string{"peer", "workload", "procs", "iters", "seconds", "ops_per_sec", "ns_per_op", "ok", "detail"}
+var benchKeys = []string{"peer", "workload", "procs", "iters", "seconds", "ops_per_sec", "ns_per_op", "cpu_seconds", "ok", "detail"}
 
 // benchLine checks that out is one line of JSON with the contract's keys
 // in order, and decodes it.
@@ -151,6 +156,11 @@ func TestBenchRun(t *testing.T) {
 				assert.Greater(t, res.Seconds, 0.0)
 				assert.Greater(t, res.OpsPerSec, 0.0)
 				assert.InDelta(t, 1e9/res.OpsPerSec, res.NsPerOp, res.NsPerOp*1e-9)
+				// Each worker's CPU time is its process's, from its start
+				// to its end, both within the run: the workers cannot use
+				// more than every CPU for the whole run.
+				assert.Greater(t, res.CPUSeconds, 0.0)
+				assert.LessOrEqual(t, res.CPUSeconds, res.Seconds*float64(runtime.NumCPU())+cpuSlack)
 				assert.Contains(t, res.Detail, c.detail)
 				assert.Contains(t, res.Detail, "github.com/shmlock/shmlock")
 				// The lock's contention counters: none for one process; a

@@ -211,7 +211,7 @@ func newNormalizer(tb testing.TB) *normalizer {
 		within: map[string]string{" " + moduleVersion() + ";": " <module version>;"}, // bench's detail
 		times:  map[string]bool{"created": true, "started": true, "acquired": true, "expires": true},
 		nums: map[string]bool{"age_seconds": true, "left_seconds": true, "average_hold_seconds": true,
-			"seconds": true, "ops_per_sec": true, "ns_per_op": true},
+			"seconds": true, "ops_per_sec": true, "ns_per_op": true, "cpu_seconds": true},
 	}
 }
 

@@ -269,15 +269,16 @@ type (
 	// benchJSON is the peer-benchmark contract's line, whose keys and
 	// their order the contract fixes: no docHeader.
 	benchJSON struct {
-		Peer      string  `json:"peer"`
-		Workload  string  `json:"workload"`
-		Procs     int     `json:"procs"`
-		Iters     uint64  `json:"iters"`
-		Seconds   float64 `json:"seconds"`
-		OpsPerSec float64 `json:"ops_per_sec"`
-		NsPerOp   float64 `json:"ns_per_op"`
-		OK        bool    `json:"ok"`
-		Detail    string  `json:"detail"`
+		Peer       string  `json:"peer"`
+		Workload   string  `json:"workload"`
+		Procs      int     `json:"procs"`
+		Iters      uint64  `json:"iters"`
+		Seconds    float64 `json:"seconds"`
+		OpsPerSec  float64 `json:"ops_per_sec"`
+		NsPerOp    float64 `json:"ns_per_op"`
+		CPUSeconds float64 `json:"cpu_seconds"`
+		OK         bool    `json:"ok"`
+		Detail     string  `json:"detail"`
 	}
 	txnsJSON struct {
 		docHeader

@@ -31,8 +31,12 @@ type Result struct {
 	Seconds   float64
 	OpsPerSec float64
 	NsPerOp   float64
-	OK        bool
-	Detail    string
+	// CPUSeconds is the CPU time the workers' processes used in their
+	// workload loops, all together (0 if a worker could not read it):
+	// over Seconds, how many CPUs the run kept busy.
+	CPUSeconds float64
+	OK         bool
+	Detail     string
 }
 
 // Exit statuses of the contract.
@@ -198,7 +202,8 @@ func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, exitFailed []boo
 	res := Result{Peer: kind.peer, Workload: cfg.Workload, Procs: cfg.Procs, Iters: cfg.Iters}
 	pp := pingpong(cfg.Workload)
 	tend := t0
-	var reads, writes, torn, errors, retries uint64
+	var reads, writes, torn, errors, retries, cpuNs uint64
+	cpuKnown := true
 	for i := 0; i < cfg.Procs; i++ {
 		st := s.stats[i]
 		if exitFailed[i] || atomic.LoadUint64(&st.Done) != 1 {
@@ -210,8 +215,13 @@ func (s *shared) validate(cfg Config, kind lockKind, t0 uint64, exitFailed []boo
 		torn += st.Torn
 		errors += st.Errors
 		retries += st.Retries
+		cpuNs += st.CPUNs
+		cpuKnown = cpuKnown && st.CPUNs != 0
 	}
 	res.Seconds = float64(tend-t0) / 1e9
+	if cpuKnown {
+		res.CPUSeconds = float64(cpuNs) / 1e9
+	}
 	ok := failed == 0 && errors == 0
 	ops := float64(cfg.Iters) * float64(cfg.Procs)
 	ctr := *s.counter

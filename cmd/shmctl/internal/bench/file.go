@@ -40,7 +40,9 @@ const (
 )
 
 // wstat is one worker's stat slot (64 bytes at OffStats+64*worker).
-type wstat struct{ EndNs, Reads, Writes, Torn, Errors, Done, Retries, _ uint64 }
+// CPUNs is the CPU time the worker's process used in its workload loop (0
+// if it could not be read).
+type wstat struct{ EndNs, Reads, Writes, Torn, Errors, Done, Retries, CPUNs uint64 }
 
 // shared is one process's view of the mapped file. The counter, turn and
 // record are plain words on purpose: the workloads update them with plain

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/peerwork"
+	"github.com/shmlock/shmlock/internal/proc"
 )
 
 // RWLocker adds shared locking; a lock needs it for the shared workloads
@@ -21,6 +22,7 @@ var yield = futex.Yield
 // loops are bench/c/harness.h's h_run, statement for statement.
 func work(s *shared, cfg Config, me int, l sync.Locker) {
 	st := s.stats[me]
+	cpu0, cpuErr := proc.CPUTime()
 	n := cfg.Iters
 	ctr := s.counter
 	turn := s.turn
@@ -79,6 +81,9 @@ func work(s *shared, cfg Config, me int, l sync.Locker) {
 		}
 	}
 	st.EndNs = nowNs()
+	if cpu1, err := proc.CPUTime(); err == nil && cpuErr == nil {
+		st.CPUNs = uint64(cpu1 - cpu0)
+	}
 	st.Reads, st.Writes, st.Torn, st.Errors, st.Retries = reads, writes, torn, errors, retries
 	atomic.StoreUint64(&st.Done, 1)
 }
