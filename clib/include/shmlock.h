@@ -149,8 +149,11 @@ typedef struct shmlock_options {
 int shmlock_open(const char *path, const shmlock_options *opts, shmlock_segment **out);
 int shmlock_create(const char *path, const shmlock_options *opts, shmlock_segment **out);
 int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmlock_segment **out);
-/* Unmaps the segment; the file stays. Handles still open on it fail with
- * SHMLOCK_ECLOSED from then on (their memory is not freed until closed). */
+/* Closes the segment; the file stays. Acquisitions through handles still
+ * open on it fail with SHMLOCK_ECLOSED from then on, but their releases
+ * still give back what they hold: each handle keeps the mapping until it is
+ * closed itself (an upgrade mutex handle's close is refused, SHMLOCK_EHELD,
+ * until it holds nothing), as in Go. */
 int shmlock_close(shmlock_segment *seg);
 /* Removes the segment's file (shm.Remove): other processes keep their maps. */
 int shmlock_remove(const char *path);

@@ -924,11 +924,15 @@ SHM_EXPORT int shmlock_upgrade_timedlock(shmlock_upgrade *m, int64_t timeout_ns)
 	return lock_unique(m, &d);
 }
 
+/* The releases (unlock, unlock_shared, unlock_upgrade, an upgraded
+ * holder's unique_to_upgrade) work after the segment's shmlock_close too,
+ * as Go's: the handle keeps the mapping until its own close, and a hold
+ * that could not be given back would stall every other process until this
+ * one exits. Only acquisitions check for the close. */
 SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 {
-	int rc = check_open(m);
-	if (rc)
-		return rc;
+	if (!m)
+		return SHMLOCK_EINVAL;
 	uint64_t w = ld64(&m->e->writer);
 	if (!holds_writer_word(m, w)) {
 		if (writer_id(w) != 0 && writer_holds_unique(ld32(&m->e->state), w))
@@ -1059,9 +1063,8 @@ SHM_EXPORT int shmlock_upgrade_timedlock_shared(shmlock_upgrade *m, int64_t time
 
 SHM_EXPORT int shmlock_upgrade_unlock_shared(shmlock_upgrade *m)
 {
-	int rc = check_open(m);
-	if (rc)
-		return rc;
+	if (!m)
+		return SHMLOCK_EINVAL;
 	struct shm_reader_record *r = m->rec;
 	if (!r)
 		return SHMLOCK_ENOTHELD;
@@ -1214,9 +1217,9 @@ static int upgrader_state(shmlock_upgrade *m, uint32_t *s)
 
 SHM_EXPORT int shmlock_upgrade_unlock_upgrade(shmlock_upgrade *m)
 {
-	int rc = check_open(m);
-	if (rc)
-		return rc;
+	if (!m)
+		return SHMLOCK_EINVAL;
+	int rc;
 	uint32_t s;
 	if ((rc = upgrader_state(m, &s)) != 0)
 		return rc;
@@ -1298,14 +1301,16 @@ static int not_unique(shmlock_upgrade *m)
 
 SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 {
-	int rc = check_open(m);
-	if (rc)
-		return rc;
+	if (!m)
+		return SHMLOCK_EINVAL;
 	if (holds_upgrader(m) && (ld32(&m->e->state) & (UPG_UPGRADE | UPG_WRITE)) == (UPG_UPGRADE | UPG_WRITE)) {
+		/* Only a release: it works after the segment's close too. */
 		atomic_fetch_and(&m->e->state, ~UPG_WRITE);
 		wake(m, shared_gate(m)); /* readers; writers still wait for the upgrade lock */
 		return SHMLOCK_OK;
 	}
+	if (seg_closed(m))
+		return SHMLOCK_ECLOSED; /* a writer's would take the upgrader word */
 	if (!holds_writer(m))
 		return not_unique(m);
 	if (!cas64(&m->e->upgrader, 0, m->pid))
@@ -1413,15 +1418,17 @@ SHM_EXPORT int shmlock_upgrade_close(shmlock_upgrade *m)
 {
 	if (!m)
 		return SHMLOCK_EINVAL;
+	/* Also after the segment's close, as Go's Close: refused while the
+	 * handle holds anything (its releases still work), and the reader
+	 * record and the claim go back, or they would stay this live process's
+	 * until it exits. */
+	if (shared_holds(m) != 0 || holds_writer(m) || holds_upgrader(m))
+		return SHMLOCK_EHELD;
+	if (m->rec)
+		cas64(&m->rec->owner, m->pid, 0); /* count is 0: the record is free */
 	int rc = 0;
-	if (!seg_closed(m)) {
-		if (shared_holds(m) != 0 || holds_writer(m) || holds_upgrader(m))
-			return SHMLOCK_EHELD;
-		if (m->rec)
-			cas64(&m->rec->owner, m->pid, 0); /* count is 0: the record is free */
-		if (m->named)
-			rc = shm_release_claim(m->seg, SHM_UPGRADES, m->index);
-	}
+	if (m->named)
+		rc = shm_release_claim(m->seg, SHM_UPGRADES, m->index);
 	shm_seg_put(m->seg);
 	free(m);
 	return rc;

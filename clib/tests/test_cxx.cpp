@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -151,6 +152,27 @@ static void test_upgrade_destroyed_holding(shmlock::segment &seg)
 	next.unlock();
 }
 
+// A handle that outlives its segment handle (the segment closed first,
+// the handle still holding) still gives its holds back as it is destroyed:
+// the next one gets the lock at once.
+static void test_upgrade_outlives_segment(const std::string &path)
+{
+	{
+		auto first = std::make_unique<shmlock::segment>(shmlock::segment::open(path));
+		shmlock::upgrade_mutex r(*first, "cxx.rw3");
+		r.lock_shared();
+		shmlock::upgrade_mutex w(*first, "cxx.rw4");
+		w.lock();
+		first.reset(); // shmlock_close, with both holding
+	}
+	auto seg = shmlock::segment::open(path);
+	shmlock::upgrade_mutex next(seg, "cxx.rw3"), next_w(seg, "cxx.rw4");
+	CHECK(next.try_lock());
+	next.unlock();
+	CHECK(next_w.try_lock_shared());
+	next_w.unlock_shared();
+}
+
 static void test_lock_manager(shmlock::segment &seg)
 {
 	shmlock::lock_manager mgr(seg);
@@ -188,6 +210,7 @@ int main()
 		test_token(seg);
 		test_upgrade(seg);
 		test_upgrade_destroyed_holding(seg);
+		test_upgrade_outlives_segment(path);
 		test_lock_manager(seg);
 		try {
 			shmlock::segment::create(path);

@@ -405,6 +405,94 @@ static void test_segment_closed_first(void)
 	CHECK_RC(shmlock_remove(p2), 0);
 }
 
+/* The holds a handle can have when its segment is closed, and how each is
+ * given back: upgrade/close_test.go's TestUseAfterClose for C. */
+enum { MAX_RELEASES = 2 };
+typedef int (*upgrade_op)(shmlock_upgrade *);
+static int take_shared_twice(shmlock_upgrade *m)
+{
+	int rc = shmlock_upgrade_lock_shared(m);
+	return rc ? rc : shmlock_upgrade_lock_shared(m);
+}
+static int take_upgraded(shmlock_upgrade *m)
+{
+	int rc = shmlock_upgrade_lock_upgrade(m);
+	return rc ? rc : shmlock_upgrade_upgrade_to_unique(m);
+}
+static int take_shared_and_upgrade(shmlock_upgrade *m)
+{
+	int rc = shmlock_upgrade_lock_shared(m);
+	return rc ? rc : shmlock_upgrade_lock_upgrade(m);
+}
+static const struct {
+	const char *name;
+	upgrade_op take;
+	upgrade_op release[MAX_RELEASES];
+} closed_holds[] = {
+	{"nothing", NULL, {NULL}},
+	{"shared", take_shared_twice, {shmlock_upgrade_unlock_shared, shmlock_upgrade_unlock_shared}},
+	{"unique", shmlock_upgrade_lock, {shmlock_upgrade_unlock}},
+	{"upgrade", shmlock_upgrade_lock_upgrade, {shmlock_upgrade_unlock_upgrade}},
+	{"upgraded", take_upgraded, {shmlock_upgrade_unique_to_upgrade, shmlock_upgrade_unlock_upgrade}},
+	{"shared-and-upgrade", take_shared_and_upgrade, {shmlock_upgrade_unlock_shared, shmlock_upgrade_unlock_upgrade}},
+};
+
+/* A segment closed while a handle holds the mutex: the handle's
+ * acquisitions fail with ECLOSED, but its releases still reach the file
+ * (the handle keeps the mapping), its close refuses while it holds
+ * (EHELD) and then gives its reader record and its claim back, so the
+ * mutex is free for everyone else. Kept, the holds would stall every
+ * other process until this one exits. */
+static void test_release_after_segment_close(void)
+{
+	for (size_t k = 0; k < sizeof closed_holds / sizeof closed_holds[0]; k++) {
+		char p2[256];
+		check_temp_path(p2, sizeof p2, "upgrade-release-closed");
+		shmlock_segment *s2, *observer;
+		CHECK_RC(shmlock_create(p2, NULL, &s2), 0);
+		CHECK_RC(shmlock_open(p2, NULL, &observer), 0);
+		shmlock_upgrade *m;
+		CHECK_RC(shmlock_upgrade_named(s2, "closed", &m), 0);
+		if (closed_holds[k].take)
+			CHECK_RC(closed_holds[k].take(m), 0);
+		CHECK_RC(shmlock_close(s2), 0);
+
+		CHECK_RC(shmlock_upgrade_trylock(m), SHMLOCK_ECLOSED);
+		CHECK_RC(shmlock_upgrade_trylock_shared(m), SHMLOCK_ECLOSED);
+		CHECK_RC(shmlock_upgrade_trylock_upgrade(m), SHMLOCK_ECLOSED);
+		if (closed_holds[k].release[0] != NULL) {
+			CHECK_RC(shmlock_upgrade_close(m), SHMLOCK_EHELD);
+			for (int i = 0; i < MAX_RELEASES && closed_holds[k].release[i] != NULL; i++) {
+				int rc = closed_holds[k].release[i](m);
+				if (rc != 0)
+					fprintf(stderr, "%s: release %d after the segment's close\n", closed_holds[k].name, i);
+				CHECK_RC(rc, 0);
+			}
+		}
+		CHECK_RC(shmlock_upgrade_close(m), 0);
+
+		/* The mutex is free: a unique lock needs no reader counted, and
+		 * no record or claim is left to this process. */
+		shmlock_upgrade *o;
+		CHECK_RC(shmlock_upgrade_named(observer, "closed", &o), 0);
+		CHECK_RC(shmlock_upgrade_trylock(o), 0);
+		CHECK_RC(shmlock_upgrade_unlock(o), 0);
+		CHECK_RC(shmlock_upgrade_close(o), 0);
+		uint64_t n;
+		struct shm_reader_record *rs = shm_table_of(observer, SHM_UPGRADE_READERS, &n);
+		for (uint64_t i = 0; i < n; i++)
+			CHECK(atomic_load(&rs[i].owner) == 0 && atomic_load(&rs[i].count) == 0);
+		/* Every handle of "closed" is closed: its claim went with the
+		 * last (a claim kept would hold the entry until this process
+		 * exits). */
+		struct shm_dir_entry *d = shm_table_of(observer, SHM_UPGRADE_DIRECTORY, &n);
+		for (uint64_t i = 0; i < n; i++)
+			CHECK(atomic_load(&d[i].state) == SHM_DIR_FREE && atomic_load(&d[i].refs) == 0);
+		CHECK_RC(shmlock_close(observer), 0);
+		CHECK_RC(shmlock_remove(p2), 0);
+	}
+}
+
 /* A reader record whose count a damage set to 2^32-1: the next shared
  * hold would wrap it to 0 and count nothing its release could find; it is
  * refused (overflow), the record unchanged. */
@@ -442,6 +530,7 @@ int main(void)
 	RUN(test_dead_reader_and_upgrader);
 	RUN(test_wake);
 	RUN(test_segment_closed_first);
+	RUN(test_release_after_segment_close);
 	RUN(test_wrapped_count);
 	teardown();
 	return CHECK_DONE();
