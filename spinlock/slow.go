@@ -240,7 +240,7 @@ func (l *Lock) wait(ctx context.Context, id Identity, deadline time.Time) (outco
 		if l.word.Load() == 0 && l.tryAcquire(id) {
 			return outcome{}, nil
 		}
-		if errors.Is(err, futex.ErrTimeout) && l.reclaim(id, owner) {
+		if errors.Is(err, futex.ErrTimeout) && !l.closed() && l.reclaim(id, owner) {
 			return outcome{reclaimed: true}, nil
 		}
 	}

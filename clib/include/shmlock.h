@@ -166,7 +166,10 @@ uint64_t shmlock_self_identity(void);
  * SHMLOCK_EDATAFULL if the data area is full, SHMLOCK_ETABLEFULL if its
  * directory is,
  * SHMLOCK_ENOTFOUND, SHMLOCK_EREADONLY (a claim on a read-only segment).
- * Words others change concurrently are reached with atomics only. */
+ * Words others change concurrently are reached with atomics only. *out
+ * points into the mapping: it is valid until seg is closed and its last
+ * lock handle with it (a Go Region says shm.ErrClosed then; a pointer
+ * cannot, and the memory is unmapped). */
 int shmlock_data(shmlock_segment *seg, const char *name, size_t size, void **out);
 /* 1 if the process a packed identity names is alive (same start time, not a
  * zombie, not recorded under an earlier boot), else 0. */
@@ -272,8 +275,8 @@ typedef struct shmlock_acquire_options {
 	int64_t ttl_ns;             /* 0: until released or the process dies */
 	int retries;                /* more attempts after a conflict; SHMLOCK_RETRY_FOREVER */
 	int64_t wait_ns;            /* bound of the whole acquisition; 0 none */
-	int64_t backoff_initial_ns; /* 0: the default */
-	int64_t backoff_max_ns;     /* 0: the default */
+	int64_t backoff_initial_ns; /* 0 or less: the default */
+	int64_t backoff_max_ns;     /* 0 or less: the default */
 } shmlock_acquire_options;
 
 /* What a grant or a refresh returns (lockmgr.LockInfo). */

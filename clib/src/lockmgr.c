@@ -927,12 +927,12 @@ static int64_t backoff_delay(const shmlock_acquire_options *o, int n)
 
 static int check_options(const shmlock_acquire_options *o)
 {
-	if (o->ttl_ns < 0 || o->wait_ns < 0 || o->retries < SHMLOCK_RETRY_FOREVER || o->backoff_initial_ns < 0 ||
-	    o->backoff_max_ns < 0)
+	if (o->ttl_ns < 0 || o->wait_ns < 0 || o->retries < SHMLOCK_RETRY_FOREVER)
 		return SHMLOCK_EINVALID_OPTIONS;
-	int64_t init = o->backoff_initial_ns ? o->backoff_initial_ns : LM_BACKOFF_INITIAL_NS;
-	int64_t max = o->backoff_max_ns ? o->backoff_max_ns : LM_BACKOFF_MAX_NS;
-	if ((o->backoff_initial_ns || o->backoff_max_ns) && init > max)
+	/* As Go's Backoff: a delay of 0 or less is the default. */
+	int64_t init = o->backoff_initial_ns > 0 ? o->backoff_initial_ns : LM_BACKOFF_INITIAL_NS;
+	int64_t max = o->backoff_max_ns > 0 ? o->backoff_max_ns : LM_BACKOFF_MAX_NS;
+	if (init > max)
 		return SHMLOCK_EINVALID_OPTIONS;
 	return 0;
 }

@@ -117,10 +117,13 @@ static inline bool spin_try_seen(shmlock_spin *l, uint64_t word, uint64_t holder
 	return true;
 }
 
+/* spin_try is the slow paths' try: it refuses once the segment is closed,
+ * as Go's tryAcquire, so a waiter never gets the lock after shmlock_close
+ * (spin_acquire checks before the fast path's try). */
 static inline bool spin_try(shmlock_spin *l, uint64_t word, uint64_t holder)
 {
 	uint64_t seen;
-	return spin_try_seen(l, word, holder, &seen);
+	return !spin_closed(l) && spin_try_seen(l, word, holder, &seen);
 }
 
 static bool spin_held_by(const shmlock_spin *l, uint64_t word, uint64_t holder)
@@ -252,7 +255,7 @@ static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t de
 		shm_sleepers_unregister(&s->pad, ticket);
 		if (atomic_load(l->word) == 0 && spin_try(l, word, holder))
 			return spin_report(s);
-		if (rc == SHMLOCK_ETIMEDOUT && spin_reclaim(l, word, holder, owner))
+		if (rc == SHMLOCK_ETIMEDOUT && !spin_closed(l) && spin_reclaim(l, word, holder, owner))
 			return SHMLOCK_OWNERDEAD;
 	}
 }

@@ -958,16 +958,17 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 /* Inconsistent: a unique holder died and nobody has marked it since. */
 SHM_EXPORT int shmlock_upgrade_inconsistent(const shmlock_upgrade *m)
 {
-	if (!m || seg_closed(m))
+	if (!m)
 		return 0;
 	return (ld32(&m->e->state) & UPG_INCONSISTENT) != 0;
 }
 
 SHM_EXPORT int shmlock_upgrade_mark_consistent(shmlock_upgrade *m)
 {
-	int rc = check_open(m);
-	if (rc)
-		return rc;
+	/* No closed check: like a release, it works after the segment's close
+	 * (the holder that repaired the data may still say so). */
+	if (!m)
+		return SHMLOCK_EINVAL;
 	uint32_t s = ld32(&m->e->state);
 	uint64_t w = ld64(&m->e->writer);
 	bool unique = (holds_writer_word(m, w) && writer_holds_unique(s, w)) ||

@@ -326,6 +326,10 @@ static void test_bad_input(void)
 	};
 	for (size_t i = 0; i < sizeof o / sizeof o[0]; i++)
 		CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, &o[i], NULL), SHMLOCK_EINVALID_OPTIONS);
+	/* As Go's Backoff: a delay of 0 or less is the default, not an error. */
+	shmlock_acquire_options defaults = {.backoff_initial_ns = -1, .backoff_max_ns = -5 * MS};
+	CHECK_RC(shmlock_lockmgr_acquire(m, "backoff", "o", SHMLOCK_EXCLUSIVE, &defaults, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "backoff", "o"), 0);
 	CHECK_RC(shmlock_lockmgr_acquire(NULL, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EINVAL);
 	CHECK_RC(shmlock_lockmgr_release(NULL, "r", "o"), SHMLOCK_EINVAL);
 	CHECK_RC(shmlock_lockmgr_refresh(NULL, "r", "o", 0, NULL), SHMLOCK_EINVAL);

@@ -370,6 +370,41 @@ static void test_sleep_wake(void)
 	}
 }
 
+/* A waiter asleep when its segment is closed is not given the lock when
+ * the holder (through another mapping) releases it: it returns ECLOSED and
+ * the lock stays free, as in Go (spinlock.TestCloseEndsAWait). Granted, the
+ * hold would be one its caller was told it could not take. */
+static void test_closed_while_waiting(void)
+{
+	for (int mode = SHMLOCK_PIDTID; mode <= SHMLOCK_TOKEN; mode++) {
+		size_t i = mode == SHMLOCK_PIDTID ? 6 : 3;
+		shmlock_spin *l = open_lock(i, mode);
+		struct shm_owner_slot *s = slot(i);
+		uint64_t h = mode == SHMLOCK_TOKEN ? shmlock_token_new() : shmlock_holder_new();
+		CHECK_RC(shmlock_spin_lock(l, h), 0);
+		shmlock_segment *s2;
+		CHECK_RC(shmlock_open(path, NULL, &s2), 0);
+		shmlock_spin *l2 = NULL;
+		CHECK_RC(shmlock_spin_open(s2, i, mode, &l2), 0);
+		struct sleeper w = {.l = l2, .rc = 99};
+		pthread_t th;
+		pthread_create(&th, NULL, sleeper, &w);
+		while ((atomic_load(&s->pad) & SHM_SLEEPERS_COUNT) == 0) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+		CHECK_RC(shmlock_close(s2), 0);
+		CHECK_RC(shmlock_spin_unlock(l, h), 0); /* wakes the sleeper */
+		pthread_join(th, NULL);
+		CHECK_RC(w.rc, SHMLOCK_ECLOSED);
+		CHECK(atomic_load(&s->pid) == 0);
+		CHECK(mode == SHMLOCK_PIDTID || atomic_load(&s->token) == 0);
+		CHECK((atomic_load(&s->pad) & (SHM_SLEEPERS_COUNT | SHM_SLEEPERS_WAKE_PENDING)) == 0);
+		CHECK_RC(shmlock_spin_close(l2), 0);
+		CHECK_RC(shmlock_spin_close(l), 0);
+	}
+}
+
 int main(void)
 {
 	setup();
@@ -381,6 +416,7 @@ int main(void)
 	RUN(test_reclaim);
 	RUN(test_threads);
 	RUN(test_sleep_wake);
+	RUN(test_closed_while_waiting);
 	teardown();
 	return CHECK_DONE();
 }

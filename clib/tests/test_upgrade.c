@@ -493,6 +493,38 @@ static void test_release_after_segment_close(void)
 	}
 }
 
+/* The news of a dead holder after the segment's close: inconsistent still
+ * says so, and a holder that repaired the data may still mark it
+ * consistent (Go: Inconsistent and MarkConsistent never check the close),
+ * which another mapping sees. */
+static void test_consistent_after_close(void)
+{
+	char p2[256];
+	check_temp_path(p2, sizeof p2, "upgrade-consistent-closed");
+	shmlock_segment *s2, *observer;
+	CHECK_RC(shmlock_create(p2, NULL, &s2), 0);
+	CHECK_RC(shmlock_open(p2, NULL, &observer), 0);
+	shmlock_upgrade *m, *o;
+	CHECK_RC(shmlock_upgrade_open(s2, 0, &m), 0);
+	CHECK_RC(shmlock_upgrade_open(observer, 0, &o), 0);
+	uint64_t n;
+	struct shm_upgrade_entry *e = shm_table_of(observer, SHM_UPGRADES, &n);
+	atomic_fetch_or(&e[0].state, SHM_UPG_INCONSISTENT); /* as a reclaim leaves it */
+	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_close(s2), 0);
+	CHECK(shmlock_upgrade_inconsistent(m) == 1);
+	CHECK_RC(shmlock_upgrade_mark_consistent(m), 0);
+	CHECK(shmlock_upgrade_inconsistent(m) == 0);
+	CHECK(shmlock_upgrade_inconsistent(o) == 0);
+	CHECK_RC(shmlock_upgrade_unlock(m), 0);
+	CHECK_RC(shmlock_upgrade_close(m), 0);
+	CHECK_RC(shmlock_upgrade_trylock(o), 0); /* not INCONSISTENT any more */
+	CHECK_RC(shmlock_upgrade_unlock(o), 0);
+	CHECK_RC(shmlock_upgrade_close(o), 0);
+	CHECK_RC(shmlock_close(observer), 0);
+	CHECK_RC(shmlock_remove(p2), 0);
+}
+
 /* A reader record whose count a damage set to 2^32-1: the next shared
  * hold would wrap it to 0 and count nothing its release could find; it is
  * refused (overflow), the record unchanged. */
@@ -531,6 +563,7 @@ int main(void)
 	RUN(test_wake);
 	RUN(test_segment_closed_first);
 	RUN(test_release_after_segment_close);
+	RUN(test_consistent_after_close);
 	RUN(test_wrapped_count);
 	teardown();
 	return CHECK_DONE();
