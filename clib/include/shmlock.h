@@ -153,7 +153,10 @@ int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmloc
  * open on it fail with SHMLOCK_ECLOSED from then on, but their releases
  * still give back what they hold: each handle keeps the mapping until it is
  * closed itself (an upgrade mutex handle's close is refused, SHMLOCK_EHELD,
- * until it holds nothing), as in Go. */
+ * until it holds nothing), as in Go. A thread of this process waiting on an
+ * upgrade mutex while it holds part of it (a writer draining readers, an
+ * upgrade waiting for a writer) is woken, and shmlock_close returns only once
+ * it has given that part back. */
 int shmlock_close(shmlock_segment *seg);
 /* Removes the segment's file (shm.Remove): other processes keep their maps. */
 int shmlock_remove(const char *path);

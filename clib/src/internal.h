@@ -253,6 +253,7 @@ struct shmlock_segment {
 	char *path;
 	bool creator;                 /* this handle created the segment */
 	atomic_uint refs;             /* the segment's own + one per handle (shm_seg_get) */
+	a32 watchers;                 /* upgrade waits holding part of a lock (upgrade.c's close watch) */
 	pthread_mutex_t registry_mu;  /* this process's directory changes, one at a time */
 };
 
@@ -261,6 +262,10 @@ struct shmlock_segment {
  * shmlock_close still releases in the file (as Go's do). Check shm_closed
  * before every acquisition. */
 void shm_seg_get(shmlock_segment *seg);
+/* shm_wake_watchers is shmlock_close's part of the upgrade mutex's close
+ * watch (upgrade.c): with the segment closed, wake every upgrade mutex's
+ * gates and wait until no wait of this process holds part of a lock. */
+void shm_wake_watchers(shmlock_segment *seg);
 void shm_seg_put(shmlock_segment *seg);
 /* Whether a recorded identity is alive as far as the segment can tell
  * (shm.Segment.OwnerAlive): never while the segment's owners were recorded

@@ -789,9 +789,11 @@ SHM_EXPORT int shmlock_close(shmlock_segment *seg)
 	bool was = false;
 	if (!atomic_compare_exchange_strong(&seg->closed, &was, true))
 		return SHMLOCK_ECLOSED;
-	/* A directory change of this process in progress ends first. */
+	/* A directory change of this process in progress ends first, and so
+	 * does every upgrade wait that holds part of a lock (it gives it back). */
 	pthread_mutex_lock(&seg->registry_mu);
 	pthread_mutex_unlock(&seg->registry_mu);
+	shm_wake_watchers(seg);
 	shm_seg_put(seg);
 	return 0;
 }

@@ -330,11 +330,73 @@ typedef bool (*ready_fn)(shmlock_upgrade *m);
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The close watch (upgrade/closewatch.go). An acquisition that holds part
+ * of the lock while it waits for the rest (lock: the writers' mutex, and
+ * maybe UPG_WRITE, while it waits for the upgrade holder or for readers;
+ * lock_upgrade: the upgrader word while it waits for a writer;
+ * upgrade_to_unique: UPG_PENDING while readers drain) would, should the
+ * segment close meanwhile, keep it held by this live process until its next
+ * liveness slice, and every other process waits for it. So before it first
+ * gives up its CPU (a yield or a sleep) it counts itself in the segment's
+ * watchers; shmlock_close, finding any, wakes every upgrade mutex's gates
+ * and waits until the count is 0, each acquisition having seen the close
+ * and given back what it held (watch_done). The count and the closed flag
+ * are Dekker's pair: the watcher adds and then loads closed, close sets
+ * closed and then loads the count, so a watcher close did not wait for
+ * saw the close before it slept. */
+struct watch {
+	bool on;
+};
+
+/* watch counts w's acquisition in, once; ECLOSED if the segment is closed
+ * already (the caller gives back what it holds). w NULL: the acquisition
+ * holds nothing while it waits. */
+static int watch(shmlock_upgrade *m, struct watch *w)
+{
+	if (!w || w->on)
+		return 0;
+	atomic_fetch_add(&m->seg->watchers, 1);
+	w->on = true;
+	return open_err(m);
+}
+
+/* watch_done ends w's watch, if it began: the acquisition returns, having
+ * given back what it held if it failed. */
+static void watch_done(shmlock_upgrade *m, struct watch *w)
+{
+	if (!w->on)
+		return;
+	w->on = false;
+	if (atomic_fetch_sub(&m->seg->watchers, 1) == 1 && seg_closed(m))
+		shm_futex_wake(&m->seg->watchers, INT_MAX);
+}
+
+void shm_wake_watchers(shmlock_segment *seg)
+{
+	if (atomic_load(&seg->watchers) == 0)
+		return;
+	uint64_t n;
+	struct shm_upgrade_entry *es = shm_table_of(seg, SHM_UPGRADES, &n);
+	for (uint64_t i = 0; i < n; i++) {
+		/* Closed is set: a sleeper that reads the gate after this bump
+		 * sees it before it sleeps (upg_wait); the others wake. Sleepers
+		 * of other processes sleep again. */
+		atomic_fetch_add(&es[i].shared_gate, 1);
+		shm_futex_wake(&es[i].shared_gate, INT_MAX);
+		atomic_fetch_add(&es[i].unique_gate, 1);
+		shm_futex_wake(&es[i].unique_gate, INT_MAX);
+	}
+	for (uint32_t k; (k = atomic_load(&seg->watchers)) != 0;)
+		shm_futex_wait(&seg->watchers, k, -1);
+}
+
 /* wait (upgrade/wait.go): returns 0 once ready (the caller tries again),
  * or with *slice set once a liveness check is due, or ETIMEDOUT at the
- * deadline, or ECLOSED once the segment is closed. */
+ * deadline, or ECLOSED once the segment is closed. w, if not NULL, is the
+ * caller's close watch: it holds part of the lock while it waits, and
+ * counts itself in before it first yields or sleeps. */
 static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d, struct liveness *lv,
-                    ready_fn ready, bool *slice)
+                    ready_fn ready, struct watch *w, bool *slice)
 {
 	*slice = false;
 	begin_wait(m);
@@ -342,6 +404,9 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 		if (ready(m))
 			return open_err(m);
 		if (i >= SPIN_LOADS) {
+			int rc = watch(m, w);
+			if (rc)
+				return rc;
 			time_wait(m);
 			sched_yield();
 		}
@@ -358,6 +423,8 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 		sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));
 	if (seg_closed(m))
 		return SHMLOCK_ECLOSED;
+	if ((rc = watch(m, w)) != 0)
+		return rc;
 	uint32_t ticket = gate_register(m, g);
 	uint32_t seq = ld32(g.word);
 	if (ready(m) || seg_closed(m)) {
@@ -761,12 +828,12 @@ static int writer_granted(shmlock_upgrade *m, bool reclaimed, bool waited)
 	return unique_report(m, reclaimed);
 }
 
-static int drain_readers(shmlock_upgrade *m, const struct deadline *d, uint32_t role)
+static int drain_readers(shmlock_upgrade *m, const struct deadline *d, uint32_t role, struct watch *w)
 {
 	struct liveness lv = {0, false};
 	while (!readers_zero(m)) {
 		bool slice;
-		int rc = upg_wait(m, unique_gate_as(m, role), d, &lv, readers_zero, &slice);
+		int rc = upg_wait(m, unique_gate_as(m, role), d, &lv, readers_zero, w, &slice);
 		if (rc)
 			return rc;
 		if (slice)
@@ -778,7 +845,7 @@ static int drain_readers(shmlock_upgrade *m, const struct deadline *d, uint32_t 
 /* setWriteBit: UPG_WRITE for the Writer word's holder once the upgrade
  * lock is free, releasing a dead upgrade holder's lock if it must. */
 static int set_write_bit(shmlock_upgrade *m, const struct deadline *d, bool try, bool *reclaimed,
-                         bool *waited)
+                         bool *waited, struct watch *w)
 {
 	struct liveness lv = {0, false};
 	for (;;) {
@@ -794,7 +861,7 @@ static int set_write_bit(shmlock_upgrade *m, const struct deadline *d, bool try,
 		}
 		*waited = true;
 		bool slice, unique;
-		int rc = upg_wait(m, unique_gate_as(m, UNIQUE_WRITER), d, &lv, ready_upgrade_clear, &slice);
+		int rc = upg_wait(m, unique_gate_as(m, UNIQUE_WRITER), d, &lv, ready_upgrade_clear, w, &slice);
 		if (rc) {
 			abandon_writer(m);
 			return rc;
@@ -807,11 +874,12 @@ static int set_write_bit(shmlock_upgrade *m, const struct deadline *d, bool try,
 /* finishLock: the Writer word is ours; set UPG_WRITE and drain readers,
  * with a grace period (SOFT_DRAIN_NS) in which UPG_WRITE is cleared again
  * while readers are slow to leave. */
-static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, bool reclaimed, bool waited)
+static int finish_lock_watched(shmlock_upgrade *m, const struct deadline *d, bool try, bool reclaimed, bool waited,
+                               struct watch *w)
 {
 	int64_t grace_end = 0;
 	for (;;) {
-		int rc = set_write_bit(m, d, try, &reclaimed, &waited);
+		int rc = set_write_bit(m, d, try, &reclaimed, &waited, w);
 		if (rc)
 			return rc;
 		for (int i = 0; i < SPIN_LOADS; i++) {
@@ -832,10 +900,11 @@ static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, b
 		clear_write_bit(m);
 		wake(m, shared_gate(m));
 		waited = true;
-		if (seg_closed(m)) {
+		/* The grace period yields with the writers' mutex held. */
+		if ((rc = watch(m, w)) != 0) {
 			release_writer_word(m);
 			wake(m, shared_gate(m));
-			return SHMLOCK_ECLOSED;
+			return rc;
 		}
 		while (!readers_zero(m) && shm_now_ns() < grace_end) {
 			if ((rc = deadline_err(d)) != 0) {
@@ -846,12 +915,20 @@ static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, b
 			sched_yield();
 		}
 	}
-	int rc = drain_readers(m, d, UNIQUE_WRITER);
+	int rc = drain_readers(m, d, UNIQUE_WRITER, w);
 	if (rc) {
 		abandon_writer(m);
 		return rc;
 	}
 	return writer_granted(m, reclaimed, true);
+}
+
+static int finish_lock(shmlock_upgrade *m, const struct deadline *d, bool try, bool reclaimed, bool waited)
+{
+	struct watch w = {false};
+	int rc = finish_lock_watched(m, d, try, reclaimed, waited, &w);
+	watch_done(m, &w);
+	return rc;
 }
 
 static int check_open(shmlock_upgrade *m)
@@ -1028,7 +1105,7 @@ static int lock_shared_slow(shmlock_upgrade *m, const struct deadline *d, bool t
 		waited = true;
 		for (;;) {
 			bool slice;
-			rc = upg_wait(m, shared_gate(m), d, &lv, ready_readers_unblocked, &slice);
+			rc = upg_wait(m, shared_gate(m), d, &lv, ready_readers_unblocked, NULL, &slice);
 			if (rc)
 				return rc;
 			if (!slice)
@@ -1116,7 +1193,7 @@ static void abandon_upgrader(shmlock_upgrade *m)
 	wake(m, shared_gate(m));
 }
 
-static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
+static int lock_upgrade_watched(shmlock_upgrade *m, const struct deadline *d, bool try, struct watch *w)
 {
 	int rc = check_open(m);
 	if (rc)
@@ -1129,7 +1206,7 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 		if (try)
 			return SHMLOCK_EWOULDBLOCK;
 		waited = true;
-		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_upgrader_free, &slice)) != 0)
+		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_upgrader_free, NULL, &slice)) != 0)
 			return end_wait(m, rc);
 		if (slice && take_over_upgrader(m, ld64(&m->e->upgrader))) {
 			reclaimed = true;
@@ -1165,7 +1242,8 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 			return SHMLOCK_EWOULDBLOCK;
 		}
 		waited = true;
-		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_for_upgrade, &slice)) != 0) {
+		/* Waiting with the upgrader word held. */
+		if ((rc = upg_wait(m, shared_gate(m), d, &lv, ready_for_upgrade, w, &slice)) != 0) {
 			abandon_upgrader(m);
 			return end_wait(m, rc);
 		}
@@ -1182,6 +1260,14 @@ static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
 	rc = reclaimed ? SHMLOCK_OWNERDEAD : SHMLOCK_OK;
 	if (waited) /* only here: the uncontended path has no wait to record */
 		return end_wait(m, rc);
+	return rc;
+}
+
+static int lock_upgrade(shmlock_upgrade *m, const struct deadline *d, bool try)
+{
+	struct watch w = {false};
+	int rc = lock_upgrade_watched(m, d, try, &w);
+	watch_done(m, &w);
 	return rc;
 }
 
@@ -1261,13 +1347,16 @@ static int upgrade_to_unique(shmlock_upgrade *m, const struct deadline *d, bool 
 			cancel_pending(m);
 			return SHMLOCK_EWOULDBLOCK;
 		}
-		rc = drain_readers(m, d, UNIQUE_UPGRADER);
+		/* Draining with UPG_PENDING set, which keeps readers out. */
+		struct watch w = {false};
+		rc = drain_readers(m, d, UNIQUE_UPGRADER, &w);
 		if (!rc && seg_closed(m))
 			rc = SHMLOCK_ECLOSED;
-		if (rc) {
+		if (rc)
 			cancel_pending(m);
+		watch_done(m, &w);
+		if (rc)
 			return end_wait(m, rc);
-		}
 	}
 	for (;;) {
 		s = ld32(&m->e->state);

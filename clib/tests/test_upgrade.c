@@ -525,6 +525,85 @@ static void test_consistent_after_close(void)
 	CHECK_RC(shmlock_remove(p2), 0);
 }
 
+/* A thread that waits holding part of the mutex (the close watch). */
+struct part_waiter {
+	shmlock_upgrade *m;
+	int upgrade_first; /* lock_upgrade, then upgrade_to_unique; else op */
+	int (*op)(shmlock_upgrade *);
+	int rc;
+};
+
+static void *part_waiter(void *arg)
+{
+	struct part_waiter *w = arg;
+	if (w->upgrade_first) {
+		w->rc = shmlock_upgrade_lock_upgrade(w->m);
+		if (w->rc == 0)
+			w->rc = shmlock_upgrade_upgrade_to_unique(w->m);
+	} else {
+		w->rc = w->op(w->m);
+	}
+	return NULL;
+}
+
+/* A wait that holds part of the mutex when its segment closes (upgrade's
+ * closeWatch): shmlock_close wakes it and returns only once it has given
+ * back what it held, so right after the close another mapping finds none
+ * of it left. Kept until the waiter's next liveness slice, it would have
+ * kept every other process out meanwhile.
+ *   - a writer with the writers' mutex and UPG_WRITE, draining a reader;
+ *   - an upgrade holder's upgrade_to_unique with UPG_PENDING, draining one;
+ *   - a lock_upgrade with the upgrader word, waiting for a writer. */
+static void test_close_wakes_partial_holds(void)
+{
+	for (int k = 0; k < 3; k++) {
+		char p2[256];
+		check_temp_path(p2, sizeof p2, "upgrade-close-watch");
+		shmlock_segment *s2, *observer;
+		CHECK_RC(shmlock_create(p2, NULL, &s2), 0);
+		CHECK_RC(shmlock_open(p2, NULL, &observer), 0);
+		shmlock_upgrade *m, *o;
+		CHECK_RC(shmlock_upgrade_open(s2, 0, &m), 0);
+		CHECK_RC(shmlock_upgrade_open(observer, 0, &o), 0);
+		uint64_t n;
+		struct shm_upgrade_entry *e = shm_table_of(observer, SHM_UPGRADES, &n);
+		if (k < 2)
+			CHECK_RC(shmlock_upgrade_lock_shared(o), 0); /* the reader they drain */
+		else
+			CHECK_RC(shmlock_upgrade_lock(o), 0); /* the writer it waits for */
+		struct part_waiter w = {.m = m, .upgrade_first = k == 1, .op = k == 0 ? shmlock_upgrade_lock : shmlock_upgrade_lock_upgrade, .rc = 99};
+		pthread_t t;
+		pthread_create(&t, NULL, part_waiter, &w);
+		while (atomic_load(&s2->watchers) == 0) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+		CHECK_RC(shmlock_close(s2), 0);
+		uint32_t st = atomic_load(&e[0].state);
+		switch (k) {
+		case 0:
+			CHECK((st & SHM_UPG_WRITE) == 0 && atomic_load(&e[0].writer) == 0);
+			break;
+		case 1:
+			CHECK((st & SHM_UPG_PENDING) == 0 && (st & SHM_UPG_WRITE) == 0);
+			break;
+		default:
+			CHECK((st & SHM_UPG_UPGRADE) == 0 && atomic_load(&e[0].upgrader) == 0);
+		}
+		pthread_join(t, NULL);
+		CHECK_RC(w.rc, SHMLOCK_ECLOSED);
+		if (k == 1)
+			CHECK_RC(shmlock_upgrade_unlock_upgrade(m), 0); /* its upgrade lock, given back after the close */
+		CHECK_RC(shmlock_upgrade_close(m), 0);
+		CHECK_RC(k < 2 ? shmlock_upgrade_unlock_shared(o) : shmlock_upgrade_unlock(o), 0);
+		CHECK_RC(shmlock_upgrade_trylock(o), 0);
+		CHECK_RC(shmlock_upgrade_unlock(o), 0);
+		CHECK_RC(shmlock_upgrade_close(o), 0);
+		CHECK_RC(shmlock_close(observer), 0);
+		CHECK_RC(shmlock_remove(p2), 0);
+	}
+}
+
 /* A reader record whose count a damage set to 2^32-1: the next shared
  * hold would wrap it to 0 and count nothing its release could find; it is
  * refused (overflow), the record unchanged. */
@@ -564,6 +643,7 @@ int main(void)
 	RUN(test_segment_closed_first);
 	RUN(test_release_after_segment_close);
 	RUN(test_consistent_after_close);
+	RUN(test_close_wakes_partial_holds);
 	RUN(test_wrapped_count);
 	teardown();
 	return CHECK_DONE();
