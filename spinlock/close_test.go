@@ -108,3 +108,25 @@ func openPath(t *testing.T, path string, mode spinlock.Mode) *spinlock.Lock {
 	require.NoError(t, err)
 	return l
 }
+
+// A read-only segment's slots are not lock handles: every acquisition
+// writes the slot, and a write to a read-only mapping kills the process
+// (it did, before Open refused). Inspection reads the slot (seg.Slot).
+func TestReadOnlySegment(t *testing.T) {
+	t.Parallel()
+	path := newSegmentPath(t)
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ro.Close() })
+	slot, err := ro.Slot(1)
+	require.NoError(t, err)
+	for _, mode := range modes {
+		_, err := spinlock.Open(ro, 0, mode)
+		require.ErrorIs(t, err, shm.ErrReadOnly, "Open")
+		_, err = spinlock.OpenAt(ro, slot, mode)
+		require.ErrorIs(t, err, shm.ErrReadOnly, "OpenAt")
+		_, err = spinlock.Named(ro, "lock", mode)
+		require.ErrorIs(t, err, shm.ErrReadOnly, "Named")
+	}
+	require.Zero(t, slot.PID.Load(), "nothing was written")
+}

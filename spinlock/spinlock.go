@@ -169,10 +169,15 @@ func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 // lock that only this process's goroutines share.
 func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
 
-// Open returns a lock over owner slot index of seg.
+// Open returns a lock over owner slot index of seg, which must be writable
+// (shm.ErrReadOnly otherwise: every acquisition writes the slot, and a
+// write to a read-only mapping kills the process; seg.Slot reads one).
 func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	if mode != PIDTID && mode != Token {
 		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
+	}
+	if seg.ReadOnly() {
+		return nil, fmt.Errorf("spinlock: open slot %d: %w", index, shm.ErrReadOnly)
 	}
 	slot, err := seg.Slot(index)
 	if err != nil {
@@ -182,9 +187,7 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	l.alive = seg.OwnerAlive
 	l.index = index
 	l.seg = seg
-	if !seg.ReadOnly() {
-		l.stats = seg.LockStats(layout.KindOwnerSlots, index)
-	}
+	l.stats = seg.LockStats(layout.KindOwnerSlots, index)
 	return l, nil
 }
 
@@ -192,10 +195,14 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 // outside the owner-slot table: a package's own lock in its own table
 // (package txn keeps its allocator's and barrier's there, so that they
 // never take one of the slots the user sized). Like Open, it knows seg's
-// owners from an earlier boot and ends with seg's Close. Index is -1.
+// owners from an earlier boot and ends with seg's Close. Index is -1. seg
+// must be writable, as for Open.
 func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) {
 	if mode != PIDTID && mode != Token {
 		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
+	}
+	if seg.ReadOnly() {
+		return nil, fmt.Errorf("spinlock: open: %w", shm.ErrReadOnly)
 	}
 	if slot == nil {
 		return nil, ErrNoSlot

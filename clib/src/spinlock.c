@@ -372,6 +372,10 @@ SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, s
 		return SHMLOCK_EINVAL;
 	if (shm_closed(seg))
 		return SHMLOCK_ECLOSED;
+	/* Every acquisition writes the slot: on a read-only mapping that
+	 * would kill the process (as upgrade_open, spinlock.Open). */
+	if (seg->read_only)
+		return SHMLOCK_EREADONLY;
 	uint64_t count;
 	struct shm_owner_slot *slots = shm_table_of(seg, SHM_OWNER_SLOTS, &count);
 	if (slots == NULL || index >= count || index > INT32_MAX)
@@ -385,7 +389,7 @@ SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, s
 	l->seg = seg;
 	l->mode = mode;
 	l->index = (int)index;
-	l->stats = seg->read_only ? NULL : shm_lock_stats(seg, SHM_OWNER_SLOTS, index);
+	l->stats = shm_lock_stats(seg, SHM_OWNER_SLOTS, index);
 	shm_seg_get(seg); /* the mapping lives as long as the handle */
 	*out = l;
 	return SHMLOCK_OK;

@@ -405,6 +405,23 @@ static void test_closed_while_waiting(void)
 	}
 }
 
+/* A read-only mapping's slots are not lock handles: every acquisition
+ * writes the slot, and the write would kill the process (as Go's
+ * spinlock.Open). */
+static void test_read_only(void)
+{
+	shmlock_options o = {.flags = SHMLOCK_READ_ONLY};
+	shmlock_segment *ro;
+	CHECK_RC(shmlock_open(path, &o, &ro), 0);
+	shmlock_spin *l = NULL;
+	for (int mode = SHMLOCK_PIDTID; mode <= SHMLOCK_TOKEN; mode++) {
+		CHECK_RC(shmlock_spin_open(ro, 0, mode, &l), SHMLOCK_EREADONLY);
+		CHECK_RC(shmlock_spin_named(ro, "read-only", mode, &l), SHMLOCK_EREADONLY);
+	}
+	CHECK(l == NULL);
+	CHECK_RC(shmlock_close(ro), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -417,6 +434,7 @@ int main(void)
 	RUN(test_threads);
 	RUN(test_sleep_wake);
 	RUN(test_closed_while_waiting);
+	RUN(test_read_only);
 	teardown();
 	return CHECK_DONE();
 }
