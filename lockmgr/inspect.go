@@ -2,6 +2,7 @@ package lockmgr
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
@@ -98,6 +99,22 @@ func (t *table) read(e *layout.LockMgrEntry) snapshot {
 }
 
 func expiredAt(expires uint64, now int64) bool { return expires != 0 && now >= int64(expires) }
+
+// expiry is the Expires word of a hold that runs for ttl from now (0: it
+// does not expire). A ttl so long that now+ttl overflows (math.MaxInt64, a
+// natural way to say "for ever") is the latest time there is: wrapped, it
+// would be a time long past, the hold expired the moment it was granted,
+// and a second owner let in at once. A clock that says a time before its
+// epoch (now <= 0) cannot overflow.
+func expiry(now int64, ttl time.Duration) uint64 {
+	switch {
+	case ttl <= 0:
+		return 0
+	case now > 0 && int64(ttl) > math.MaxInt64-now:
+		return math.MaxInt64
+	}
+	return uint64(now + int64(ttl))
+}
 
 func (m *Manager) info(s snapshot, now int64) ResourceInfo {
 	ri := ResourceInfo{Resource: s.name, Mode: modeOf(s.ctl), Version: s.version, Declared: s.ctl&ctlDeclared != 0,

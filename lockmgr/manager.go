@@ -324,7 +324,7 @@ func (m *Manager) granted(info *LockInfo, opts *AcquireOptions, now int64, o *ou
 	info.Version, info.Reclaimed, info.Attempts = o.version, reclaimed, attempts
 	info.Inconsistent = o.inconsistent
 	if opts.TTL > 0 {
-		info.Timeout, info.ExpiresAt = opts.TTL, info.AcquiredAt.Add(opts.TTL)
+		info.Timeout, info.ExpiresAt = opts.TTL, m.clock.time(int64(expiry(now, opts.TTL)))
 	}
 }
 
@@ -585,10 +585,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	for i := range free.Owner {
 		memview.StoreOwned(&free.Owner[i], own.w[i])
 	}
-	var exp uint64
-	if ttl > 0 {
-		exp = uint64(now + int64(ttl))
-	}
+	exp := expiry(now, ttl)
 	memview.StoreOwned(&free.Companion, 0)
 	memview.StoreOwned(&free.Acquired, uint64(now))
 	memview.StoreOwned(&free.Expires, exp)
@@ -942,9 +939,8 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 		m.t.wakeOne(e)
 		return info, fmt.Errorf("%w: %q by %q", ErrLockTimeout, resource, owner)
 	}
-	var exp uint64
+	exp := expiry(now, ttl)
 	if ttl > 0 {
-		exp = uint64(now + int64(ttl))
 		info.Timeout, info.ExpiresAt = ttl, m.clock.time(int64(exp))
 	}
 	memview.StoreOwned(&mine.Expires, exp)

@@ -743,6 +743,20 @@ struct outcome {
  * hold this attempt ended (so the one who ended a dead holder's hold is the
  * one granted, and alone told reclaimed), a tombstone only when the chain
  * cannot grow (reuse_tombs). */
+/* expiry is the expires word of a hold that runs for ttl from now (0: it
+ * does not expire), saturated: a ttl so long that now + ttl overflows
+ * (INT64_MAX, "for ever") is the latest time there is, where the wrapped
+ * sum (undefined behaviour in C besides) would be long past and the hold
+ * expired at once (Go: expiry). */
+static uint64_t expiry(int64_t now, int64_t ttl)
+{
+	if (ttl <= 0)
+		return 0;
+	if (now > 0 && ttl > INT64_MAX - now)
+		return INT64_MAX;
+	return (uint64_t)(now + ttl);
+}
+
 static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int mode, int64_t ttl, int64_t now,
                       bool first, bool reuse_tombs, uint64_t self, struct outcome *o)
 {
@@ -816,7 +830,7 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 		SO(&free->owner[i], own->w[i]);
 	SO(&free->companion, 0);
 	SO(&free->acquired, (uint64_t)now);
-	SO(&free->expires, ttl > 0 ? (uint64_t)(now + ttl) : 0);
+	SO(&free->expires, expiry(now, ttl));
 	SO(&free->process, self);
 	SO(&e->grants, LD(&e->grants) + 1);
 	if (held == 0)
@@ -1035,7 +1049,7 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 		if (o.granted) {
 			info->version = o.version;
 			info->acquired_ns = now;
-			info->expires_ns = opts->ttl_ns > 0 ? now + opts->ttl_ns : 0;
+			info->expires_ns = (int64_t)expiry(now, opts->ttl_ns);
 			info->reclaimed = reclaimed;
 			info->inconsistent = o.inconsistent;
 			info->attempts = attempt + 1;
@@ -1241,7 +1255,7 @@ SHM_EXPORT int shmlock_lockmgr_refresh(shmlock_lockmgr *m, const char *resource,
 		wake_one(m, e);
 		return SHMLOCK_ELOCK_TIMEOUT;
 	}
-	uint64_t exp = ttl_ns > 0 ? (uint64_t)(now + ttl_ns) : 0;
+	uint64_t exp = expiry(now, ttl_ns);
 	SO(&mine->expires, exp);
 	info->version = LD(&e->version);
 	info->acquired_ns = (int64_t)LD(&mine->acquired);

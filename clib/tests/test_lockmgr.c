@@ -222,6 +222,19 @@ static void test_ttl_expiry_refresh(void)
 	CHECK_RC(shmlock_lockmgr_release(m, "job", "next"), 0);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "other", 0, NULL), SHMLOCK_ELOCK_NOT_HELD);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", -1, NULL), SHMLOCK_EINVALID_OPTIONS);
+	/* A ttl so long that the expiry overflows ("for ever") does not end
+	 * the hold at once: it saturates (Go: TestHugeTTLDoesNotExpire). */
+	int64_t huge[] = {INT64_MAX, INT64_MAX - 1000 * MS};
+	for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+		shmlock_acquire_options forever = {.ttl_ns = huge[i]};
+		CHECK_RC(shmlock_lockmgr_acquire(m, "long", "alice", SHMLOCK_EXCLUSIVE, &forever, &info), 0);
+		CHECK(info.expires_ns > info.acquired_ns);
+		CHECK_RC(shmlock_lockmgr_acquire(m, "long", "bob", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+		CHECK_RC(shmlock_lockmgr_refresh(m, "long", "alice", huge[i], &info), 0);
+		CHECK(info.expires_ns > info.acquired_ns);
+		CHECK_RC(shmlock_lockmgr_acquire(m, "long", "bob", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+		CHECK_RC(shmlock_lockmgr_release(m, "long", "alice"), 0);
+	}
 	done_segment(seg, m, path);
 }
 
