@@ -51,6 +51,7 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 	for _, o := range opts {
 		o(c)
 	}
+	c.label = validName(c.label) // a path, or a caller's string: any bytes
 	// The segment is a constant label: collectors of two segments then
 	// describe different series and may share a registry.
 	seg1 := prometheus.Labels{"segment": c.label}
@@ -105,11 +106,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.segSize, err)
 		return
 	}
+	// Not the Must constructors: Collect runs on the registry's goroutine,
+	// where a panic kills the process. A metric that cannot be made fails
+	// the scrape instead (the labels are valid UTF-8, validName).
+	send := func(m prometheus.Metric, err error) {
+		if err != nil {
+			m = prometheus.NewInvalidMetric(c.segSize, err)
+		}
+		ch <- m
+	}
 	gauge := func(d *prometheus.Desc, x float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, labels...)
+		send(prometheus.NewConstMetric(d, prometheus.GaugeValue, x, labels...))
 	}
 	counter := func(d *prometheus.Desc, x float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, x, labels...)
+		send(prometheus.NewConstMetric(d, prometheus.CounterValue, x, labels...))
 	}
 	for _, l := range v.Locks {
 		k := string(l.Kind)
@@ -130,7 +140,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.reclaims, float64(ct.Reclaims), k, l.Label)
 			counter(c.timeouts, float64(ct.Timeouts), k, l.Label)
 			count, buckets := cumulative(ct.WaitHist)
-			ch <- prometheus.MustNewConstHistogram(c.wait, count, ct.Wait.Seconds(), buckets, k, l.Label)
+			send(prometheus.NewConstHistogram(c.wait, count, ct.Wait.Seconds(), buckets, k, l.Label))
 		}
 	}
 	if st := v.LockMgr; st != nil {

@@ -2,12 +2,14 @@ package metrics_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -393,4 +395,40 @@ shmlock_lock_wakeups_total{kind="upgrade",lock="table",segment="test"} 0
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
 	require.Empty(t, problems)
+}
+
+// Names come from shared memory: a damaged byte in one (here in a claimed
+// slot's name and a resource's) must not kill the exporter. A Prometheus
+// label that is not valid UTF-8 made client_golang's Must constructors
+// panic on the registry's goroutine; now the invalid bytes read as U+FFFD,
+// and the segment label (a caller's string) likewise.
+func TestDamagedNames(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	raw, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close() })
+	for kind, name := range map[layout.Kind]string{layout.KindSlotDirectory: "queue", layout.KindLockMgr: "job"} {
+		mem, err := raw.Region(kind)
+		require.NoError(t, err)
+		i := bytes.Index(mem, []byte(name))
+		require.GreaterOrEqual(t, i, 0, "%q in the %v table", name, kind)
+		mem[i] = 0xff
+	}
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(openRO(t, path), metrics.SegmentLabel("seg\xff"))))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				require.True(t, utf8.ValidString(lp.GetValue()), "%s %s=%q", mf.GetName(), lp.GetName(), lp.GetValue())
+				seen[lp.GetName()+"="+lp.GetValue()] = true
+			}
+		}
+	}
+	require.True(t, seen["lock=\uFFFDueue"], "the slot, under its damaged name")
+	require.True(t, seen["lock=\uFFFDob"], "the resource, under its damaged name")
+	require.True(t, seen["segment=seg\uFFFD"])
 }

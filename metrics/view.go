@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/proc"
@@ -166,7 +167,7 @@ func claims(seg *shm.Segment, k layout.Kind) (labels, error) {
 
 func (l labels) label(i int) string {
 	if c, ok := l[i]; ok && c.Name != "" {
-		return c.Name
+		return validName(c.Name)
 	}
 	s := strconv.Itoa(i)
 	for _, c := range l {
@@ -275,7 +276,7 @@ func readLockMgr(seg *shm.Segment, v *View, now time.Time) error {
 	v.LockMgr = &ov.Stats
 	v.Tables = append(v.Tables, Table{Kind: KindLockMgr, Capacity: m.Capacity(), Used: ov.Stats.Resources})
 	for _, r := range ov.Resources {
-		l := Lock{Kind: KindLockMgr, Label: r.Resource, Index: -1, Held: len(r.Holders) > 0,
+		l := Lock{Kind: KindLockMgr, Label: validName(r.Resource), Index: -1, Held: len(r.Holders) > 0,
 			Holders: len(r.Holders), Waiters: -1, Inconsistent: r.Inconsistent, HoldAge: -1}
 		if r.Entry > 0 {
 			l.Contention = contention(seg, layout.KindLockMgr, r.Entry)
@@ -323,3 +324,11 @@ func readData(seg *shm.Segment, v *View, _ time.Time) error {
 	v.DataBytes, v.DataUsedBytes, v.Regions = size, used, len(regions)
 	return nil
 }
+
+// validName is a name read from the segment as text: the packages write
+// only valid UTF-8 names, but the file is shared memory, and a damaged byte
+// must not reach a consumer that requires UTF-8 (a Prometheus label value
+// that is not valid UTF-8 makes the collector's metric fail, and
+// client_golang's Must constructors panic on the scraping goroutine). Each
+// invalid byte sequence becomes U+FFFD.
+func validName(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
