@@ -9,6 +9,7 @@ var (
 	ErrLoopRunning = errors.New("coro: loop is already running")
 	ErrNoLoop      = errors.New("coro: no loop to resume on")
 	ErrNoCont      = errors.New("coro: LockOn without a continuation")
+	ErrNoFunc      = errors.New("coro: Post without a function")
 	ErrWouldBlock  = errors.New("coro: lock is held")
 	// ErrNoLock is what every locking method of a ProcessMutex made over
 	// no lock returns (NewProcessMutex(nil), the zero ProcessMutex, or an

@@ -69,8 +69,12 @@ func (l *Loop) Run() error {
 	return nil
 }
 
-// Post queues f to run on the loop. ErrLoopClosed after Close.
+// Post queues f to run on the loop. ErrLoopClosed after Close; ErrNoFunc
+// for a nil f, which the loop's goroutine would call and crash on.
 func (l *Loop) Post(f func()) error {
+	if f == nil {
+		return ErrNoFunc
+	}
 	l.init()
 	l.mu.Lock()
 	defer l.mu.Unlock()

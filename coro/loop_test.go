@@ -35,6 +35,24 @@ func TestLoopRunsInOrder(t *testing.T) {
 	l.Close() // again: no effect
 }
 
+// A nil function is refused: queued, the loop's goroutine would call it and
+// the process would die of the nil call (it did). The loop goes on.
+func TestLoopPostNil(t *testing.T) {
+	t.Parallel()
+	l := coro.NewLoop()
+	if err := l.Post(nil); !errors.Is(err, coro.ErrNoFunc) {
+		t.Fatalf("Post(nil): got %v, want ErrNoFunc", err)
+	}
+	ran := false
+	if err := l.Post(func() { ran = true }); err != nil {
+		t.Fatalf("Post: got %v, want nil", err)
+	}
+	closeLoop(t, l)
+	if !ran {
+		t.Fatal("the loop did not run the function posted after the nil one")
+	}
+}
+
 func TestLoopClosesItself(t *testing.T) {
 	t.Parallel()
 	l := coro.NewLoop()
