@@ -1,6 +1,7 @@
 package lockmgr
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -57,14 +58,29 @@ func (b Backoff) valid() bool {
 func (b Backoff) Delay(n int) time.Duration {
 	b = b.withDefaults()
 	d := float64(b.Initial)
-	for range n {
+	// Multiplied out for the first steps (exact for the usual factors);
+	// past them a power, since a factor of 1, or close to it, never
+	// reaches Max, and n multiplications were n steps of CPU per wait
+	// (Delay(math.MaxInt) did not return).
+	for i := range n {
+		if i == exactSteps {
+			d *= math.Pow(b.Factor, float64(n-exactSteps))
+			break
+		}
 		d *= b.Factor
 		if d >= float64(b.Max) {
 			return b.Max
 		}
 	}
-	return min(time.Duration(d), b.Max)
+	if d >= float64(b.Max) || math.IsNaN(d) {
+		return b.Max
+	}
+	return time.Duration(d)
 }
+
+// exactSteps is how many of Delay's steps are multiplied out: 2^64 times
+// the shortest delay (1 ns) is past every Max.
+const exactSteps = 64
 
 // jittered is Delay(n) shortened by the jitter.
 func (b Backoff) jittered(n int) time.Duration {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -878,4 +879,33 @@ func TestFailedAttemptsSetKeepOff(t *testing.T) {
 	_, err = fake.Acquire(ctx, "r", "b", X, lockmgr.AcquireOptions{Retries: 2})
 	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
 	require.Zero(t, fake.AttemptCost(), "a fake clock's readings are not costs")
+}
+
+// Delay is a formula, not a loop of n steps: with a factor of 1 (or one so
+// close to 1 that the delay never reaches Max) Delay(n) took n steps of
+// CPU, and Delay(math.MaxInt) did not return.
+func TestBackoffDelayLargeN(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		b    lockmgr.Backoff
+		n    int
+		want time.Duration
+	}{
+		{lockmgr.Backoff{Initial: ms, Max: time.Second, Factor: 1}, 1 << 20, ms},
+		{lockmgr.Backoff{Initial: ms, Max: time.Second, Factor: 1}, math.MaxInt, ms},
+		{lockmgr.Backoff{Initial: ms, Max: time.Second, Factor: 1 + 1e-15}, 1 << 20, ms}, // (1+1e-15)^(2^20) is 1+1e-9
+		{lockmgr.Backoff{Initial: ms, Max: time.Second, Factor: 1 + 1e-15}, math.MaxInt, time.Second},
+		{lockmgr.Backoff{Initial: ms, Max: time.Second, Factor: 2}, math.MaxInt, time.Second},
+		{lockmgr.Backoff{}, math.MaxInt, lockmgr.DefaultMaxDelay},
+	} {
+		require.Equal(t, tt.want, tt.b.Delay(tt.n), "%+v Delay(%d)", tt.b, tt.n)
+	}
+	// Within the steps multiplied out, the schedule is as before.
+	b := lockmgr.Backoff{Initial: ms, Max: time.Hour, Factor: 1.5}
+	d := float64(ms)
+	for n := range 40 {
+		require.Equal(t, min(time.Duration(d), time.Hour), b.Delay(n), "Delay(%d)", n)
+		d *= 1.5
+	}
 }
