@@ -245,3 +245,10 @@ func inLockEntrySlow() bool {
 	}
 	return false
 }
+
+// A nil segment (an Open that failed, unchecked) is an error, not a panic.
+func TestNilSegment(t *testing.T) {
+	t.Parallel()
+	_, err := lockmgr.Open(nil, lockmgr.Options{})
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+}

@@ -49,6 +49,9 @@ type Manager struct {
 // other holds one resource or extra holders of one). ErrNoTable if the
 // segment has none. A Manager over a read-only segment can only inspect.
 func Open(seg *shm.Segment, opts Options) (*Manager, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	mem, err := seg.Region(layout.KindLockMgr)
 	if err != nil {
 		return nil, err

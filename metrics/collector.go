@@ -47,7 +47,10 @@ func Clock(now func() time.Time) Option { return func(c *Collector) { c.now = no
 // and stay open while the collector is registered: a scrape after
 // seg.Close reports shm.ErrClosed as the scrape's error.
 func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
-	c := &Collector{seg: seg, label: seg.Path(), now: time.Now}
+	c := &Collector{seg: seg, now: time.Now}
+	if seg != nil { // nil: every scrape fails with shm.ErrNoSegment (Read)
+		c.label = seg.Path()
+	}
 	for _, o := range opts {
 		o(c)
 	}

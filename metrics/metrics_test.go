@@ -432,3 +432,15 @@ func TestDamagedNames(t *testing.T) {
 	require.True(t, seen["lock=\uFFFDob"], "the resource, under its damaged name")
 	require.True(t, seen["segment=seg\uFFFD"])
 }
+
+// A nil segment (an Open that failed, unchecked) is an error, not a panic:
+// Read says so, and a collector of it fails every scrape.
+func TestNilSegment(t *testing.T) {
+	t.Parallel()
+	_, err := metrics.Read(nil, time.Now())
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(nil)))
+	_, err = reg.Gather()
+	require.ErrorContains(t, err, shm.ErrNoSegment.Error())
+}

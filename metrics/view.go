@@ -133,6 +133,9 @@ type View struct {
 // Read reads the locks and tables of seg, which may be read-only; now is
 // the time hold ages are measured to. shm.ErrClosed once seg is closed.
 func Read(seg *shm.Segment, now time.Time) (*View, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if seg.Closed() {
 		return nil, shm.ErrClosed
 	}

@@ -25,4 +25,7 @@ var (
 	ErrRegionSize          = errors.New("shm: bad data region size")
 	ErrDataFull            = errors.New("shm: data area is full")
 	ErrRegionOffset        = errors.New("shm: word outside the data region or misaligned")
+	// ErrNoSegment is what the other packages' constructors and readers
+	// return for a nil *Segment (a caller's Open that failed, unchecked).
+	ErrNoSegment = errors.New("shm: no segment (nil)")
 )

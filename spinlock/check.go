@@ -21,6 +21,9 @@ const maxPlausibleSleepers = 1 << 15
 // could reach. Nothing found: nil. Holds of dead processes are not damage
 // (shmctl reclaim frees them).
 func Check(seg *shm.Segment) ([]string, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	claims, err := seg.Claims(layout.KindOwnerSlots)
 	if err != nil {
 		return nil, err

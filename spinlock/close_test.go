@@ -130,3 +130,16 @@ func TestReadOnlySegment(t *testing.T) {
 	}
 	require.Zero(t, slot.PID.Load(), "nothing was written")
 }
+
+// A nil segment (an Open that failed, unchecked) is an error, not a panic.
+func TestNilSegment(t *testing.T) {
+	t.Parallel()
+	_, err := spinlock.Open(nil, 0, spinlock.PIDTID)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = spinlock.OpenAt(nil, spinlock.NewInProcessState(), spinlock.Token)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = spinlock.Named(nil, "lock", spinlock.PIDTID)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = spinlock.Check(nil)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+}

@@ -153,7 +153,10 @@ func (l *Lock) Close() error {
 // table alone; use Open for a slot of a segment, which also knows when the
 // segment's owners come from an earlier boot. New panics on a nil slot or
 // an unknown mode, as a constructor given no object does; Open, OpenAt and
-// Named return errors instead.
+// Named return errors instead. The slot must be writable memory: a slot of
+// a segment opened read-only (shm.Segment.Slot gives one, for reading) makes
+// the first acquisition write through a read-only mapping, a fault that
+// kills the process; Open refuses such a segment (shm.ErrReadOnly).
 func New(slot *layout.OwnerSlot, mode Mode) *Lock {
 	if mode != PIDTID && mode != Token {
 		panic(fmt.Sprintf("spinlock: unknown mode %d", mode))
@@ -173,6 +176,9 @@ func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
 // (shm.ErrReadOnly otherwise: every acquisition writes the slot, and a
 // write to a read-only mapping kills the process; seg.Slot reads one).
 func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if mode != PIDTID && mode != Token {
 		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
 	}
@@ -198,6 +204,9 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 // owners from an earlier boot and ends with seg's Close. Index is -1. seg
 // must be writable, as for Open.
 func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if mode != PIDTID && mode != Token {
 		return nil, fmt.Errorf("%w %d", ErrBadMode, mode)
 	}
@@ -223,6 +232,9 @@ func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) 
 // layout.ErrBadName error (for a private slot, Claim one and Open it).
 // Each Named counts one reference to the slot; the Lock's Close drops it.
 func Named(seg *shm.Segment, name string, mode Mode) (*Lock, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if err := layout.CheckName(name); err != nil {
 		return nil, err
 	}

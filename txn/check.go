@@ -16,6 +16,9 @@ import (
 // nil. The owners' liveness is not damage (Space.Reclaim closes a dead
 // owner's transactions).
 func Check(seg *shm.Segment) ([]string, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	geo, err := geometryOf(seg)
 	if err != nil {
 		return nil, err

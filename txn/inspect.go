@@ -89,6 +89,9 @@ type Snapshot struct {
 // closed, also when it closes while Inspect reads (the words read then
 // are the zeros of private pages, not the file's).
 func Inspect(seg *shm.Segment, all bool) (*Snapshot, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	geo, err := geometryOf(seg)
 	if err != nil {
 		return nil, err

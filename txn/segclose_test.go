@@ -388,3 +388,19 @@ func openClosable(t *testing.T, path string) (*shm.Segment, *txn.Space) {
 	require.NoError(t, err)
 	return seg, sp
 }
+
+// A nil segment or Space is an error, not a panic.
+func TestNilSegmentAndSpace(t *testing.T) {
+	t.Parallel()
+	_, err := txn.Open(nil)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = txn.Inspect(nil, true)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = txn.Check(nil)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = txn.NewBarrier(nil)
+	require.ErrorIs(t, err, txn.ErrInvalid)
+	var zero txn.Space
+	_, err = zero.Begin(txn.BeginOptions{})
+	require.ErrorIs(t, err, txn.ErrInvalid)
+}

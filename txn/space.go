@@ -39,6 +39,9 @@ type Space struct {
 // (else shm.ErrReadOnly) and have room for a pin row (every row taken by a
 // live process is ErrNoPinRow) and two owner slots for package txn's locks.
 func Open(seg *shm.Segment) (*Space, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if seg.Closed() {
 		return nil, fmt.Errorf("txn: open %s: %w", seg.Path(), shm.ErrClosed)
 	}
@@ -162,6 +165,9 @@ func (s *Space) barrierLock() (*spinlock.Lock, error) {
 // releases: shm.ErrClosed once the segment is closed (shm.Segment.Close),
 // ErrSpaceClosed once s is.
 func (s *Space) usable() error {
+	if s == nil || s.seg == nil {
+		return fmt.Errorf("%w: no Space (nil, or not made by Open)", ErrInvalid)
+	}
 	if s.seg.Closed() {
 		return shm.ErrClosed
 	}

@@ -24,6 +24,9 @@ const (
 // without a lock, so under traffic a finding may be a moment's: check a
 // quiet mutex, or check again.
 func Check(seg *shm.Segment, i int) ([]string, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	m, err := open(seg, i)
 	if err != nil {
 		return nil, err

@@ -318,3 +318,20 @@ func TestCloseEndsAWait(t *testing.T) {
 		})
 	}
 }
+
+// A nil segment (an Open that failed, unchecked) is an error, not a panic.
+func TestNilSegment(t *testing.T) {
+	t.Parallel()
+	_, err := upgrade.Open(nil, 0)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = upgrade.Named(nil, "mutex")
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = upgrade.Inspect(nil, 0)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = upgrade.Check(nil, 0)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = upgrade.Reclaim(nil, 0, true)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+	_, err = upgrade.ForceUnlock(nil, 0)
+	require.ErrorIs(t, err, shm.ErrNoSegment)
+}

@@ -25,6 +25,9 @@ func (f Forced) Empty() bool { return f.Writer == 0 && f.Upgrader == 0 && len(f.
 // holders' own releases then fail (ErrNotHeld, or ErrNotOwner once another
 // handle holds the lock). Waiters are woken.
 func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
+	if seg == nil {
+		return Forced{}, shm.ErrNoSegment
+	}
 	if seg.ReadOnly() {
 		return Forced{}, fmt.Errorf("upgrade: force unlock of mutex %d: %w", i, shm.ErrReadOnly)
 	}

@@ -49,6 +49,9 @@ func (s Status) Unique() bool { return s.WriteLocked && s.UpgradeLocked }
 // Inspect reads upgrade mutex i of seg (which may be opened read-only);
 // shm.ErrClosed once seg is closed.
 func Inspect(seg *shm.Segment, i int) (Status, error) {
+	if seg == nil {
+		return Status{}, shm.ErrNoSegment
+	}
 	e, err := seg.Upgrade(i)
 	if err != nil {
 		return Status{}, err
@@ -101,6 +104,9 @@ func (r Repair) Empty() bool {
 // repair tools (shmctl reclaim) and for callers that only ever use the Try
 // forms. shm.ErrClosed once seg is closed.
 func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
+	if seg == nil {
+		return Repair{}, shm.ErrNoSegment
+	}
 	if !dryRun && seg.ReadOnly() {
 		return Repair{}, fmt.Errorf("upgrade: reclaim mutex %d: %w", i, shm.ErrReadOnly)
 	}

@@ -59,6 +59,9 @@ type Mutex struct {
 // Open returns a handle on upgrade mutex index of seg, which must be
 // writable (shm.ErrReadOnly otherwise: Inspect reads a read-only one).
 func Open(seg *shm.Segment, index int) (*Mutex, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if seg.ReadOnly() {
 		return nil, fmt.Errorf("upgrade: open mutex %d: %w", index, shm.ErrReadOnly)
 	}
@@ -89,6 +92,9 @@ func open(seg *shm.Segment, index int) (*Mutex, error) {
 // empty one included, is a layout.ErrBadName error and changes nothing
 // (for a mutex of its own, Claim one unnamed and Open it).
 func Named(seg *shm.Segment, name string) (*Mutex, error) {
+	if seg == nil {
+		return nil, shm.ErrNoSegment
+	}
 	if err := layout.CheckName(name); err != nil {
 		return nil, fmt.Errorf("upgrade: %w", err)
 	}
