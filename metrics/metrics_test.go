@@ -82,7 +82,7 @@ var sizes = layout.Options{Slots: 4, Upgrades: 2, UpgradeReaders: 2, TxnRecords:
 // newSegment creates a segment with the named locks of the hold helper
 // (so that they stay in the tables after its release), the resource "job"
 // declared and a data region of 100 bytes; it returns its path.
-func newSegment(t *testing.T) string {
+func newSegment(t testing.TB) string {
 	t.Helper()
 	path := testproc.SegmentPath(t)
 	seg, err := shm.Create(path, shm.Options{Options: sizes})
@@ -103,7 +103,7 @@ func newSegment(t *testing.T) string {
 }
 
 // openRO opens path read-only, as a monitor does, until the test ends.
-func openRO(t *testing.T, path string) *shm.Segment {
+func openRO(t testing.TB, path string) *shm.Segment {
 	t.Helper()
 	seg, err := shm.Open(path, shm.Options{ReadOnly: true})
 	require.NoError(t, err)
