@@ -444,3 +444,35 @@ func TestNilSegment(t *testing.T) {
 	_, err = reg.Gather()
 	require.ErrorContains(t, err, shm.ErrNoSegment.Error())
 }
+
+// Two entries of a damaged directory under the same name are two series
+// all the same: the second gets "#" and its index. A scrape with two
+// series of the same labels fails whole (FuzzRead found it).
+func TestDuplicateNames(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	raw, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close() })
+	l, err := spinlock.Named(raw, "quell", spinlock.PIDTID)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	dir, err := raw.Region(layout.KindSlotDirectory)
+	require.NoError(t, err)
+	i := bytes.Index(dir, []byte("quell"))
+	require.GreaterOrEqual(t, i, 0)
+	copy(dir[i:], "queue") // now two slots say "queue"
+	v, err := metrics.Read(openRO(t, path), time.Now())
+	require.NoError(t, err)
+	var labels []string
+	for _, lk := range v.Locks {
+		if lk.Kind == metrics.KindSpinlock {
+			labels = append(labels, lk.Label)
+		}
+	}
+	require.ElementsMatch(t, []string{"queue", fmt.Sprintf("queue#%d", l.Index())}, labels)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(openRO(t, path))))
+	_, err = reg.Gather()
+	require.NoError(t, err)
+}

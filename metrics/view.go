@@ -148,7 +148,34 @@ func Read(seg *shm.Segment, now time.Time) (*View, error) {
 	if seg.Closed() {
 		return nil, shm.ErrClosed // closed while read: part of it was zeros
 	}
+	uniqueLabels(v.Locks)
 	return v, nil
+}
+
+// uniqueLabels makes each lock's label unique within its kind. The tables
+// give each name to one entry, but a damaged one may give two entries the
+// same name (FuzzRead found it), and a Prometheus scrape with two series
+// of the same labels fails whole: the monitor would go blind on the
+// damaged segment it is there to show. A repeated label gets "#" and the
+// entry's index (and more "#" while that is taken too).
+func uniqueLabels(locks []Lock) {
+	type key struct {
+		kind  Kind
+		label string
+	}
+	seen := make(map[key]bool, len(locks))
+	for i := range locks {
+		l := &locks[i]
+		k := key{l.Kind, l.Label}
+		if seen[k] {
+			k.label += "#" + strconv.Itoa(l.Index)
+			for seen[k] {
+				k.label += "#"
+			}
+			l.Label = k.label
+		}
+		seen[k] = true
+	}
 }
 
 // labels names the entries of a claimable table: a claimed name, else the
