@@ -476,3 +476,30 @@ func TestDuplicateNames(t *testing.T) {
 	_, err = reg.Gather()
 	require.NoError(t, err)
 }
+
+// A segment file cut short under the mapping (only a writer of the file
+// can) makes the next read of the lost pages a SIGBUS: Read, which runs on
+// a monitor's own goroutines, reports shm.ErrFault instead of dying, and so
+// does a scrape (shmctl serve died of it).
+func TestTruncatedUnderTheMapping(t *testing.T) {
+	t.Parallel()
+	// A segment with a claimed name and no handle left on it: the cleanups
+	// of newSegment's handles would read the lost pages themselves.
+	path := testproc.SegmentPath(t)
+	w, err := shm.Create(path, shm.Options{Options: sizes})
+	require.NoError(t, err)
+	_, err = w.Claim(layout.KindOwnerSlots, "queue")
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	seg := openRO(t, path)
+	v, err := metrics.Read(seg, time.Now())
+	require.NoError(t, err)
+	require.NotEmpty(t, v.Locks)
+	require.NoError(t, os.Truncate(path, 0))
+	_, err = metrics.Read(seg, time.Now())
+	require.ErrorIs(t, err, shm.ErrFault)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(seg)))
+	_, err = reg.Gather()
+	require.ErrorContains(t, err, shm.ErrFault.Error())
+}

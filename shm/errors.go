@@ -28,4 +28,9 @@ var (
 	// ErrNoSegment is what the other packages' constructors and readers
 	// return for a nil *Segment (a caller's Open that failed, unchecked).
 	ErrNoSegment = errors.New("shm: no segment (nil)")
+	// ErrFault is a memory fault met reading a segment: its file was cut
+	// short while mapped (SIGBUS), which only a writer of the file can do.
+	// A reader that runs on goroutines of its own (metrics.Read, for a
+	// monitor's scrape) turns the fault into this error rather than die.
+	ErrFault = errors.New("shm: memory fault reading the segment (was its file cut short while in use?)")
 )

@@ -302,7 +302,11 @@ func renew(m lockmgr.Locker, opts *lockOptions, owner string, done chan struct{}
 	for {
 		select {
 		case <-t.C:
-			if _, err := m.Refresh(opts.Resource, owner, opts.TTL); err != nil {
+			err := faultAsError(func() error {
+				_, err := m.Refresh(opts.Resource, owner, opts.TTL)
+				return err
+			})
+			if err != nil {
 				printError(opts.IO.ErrOut, fmt.Errorf("renewing the lease of %q: %w", opts.Resource, err))
 				return
 			}
