@@ -1,8 +1,12 @@
 package shm_test
 
 import (
+	"context"
+	"encoding/binary"
+	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -284,4 +288,36 @@ func TestReleaseWithoutReference(t *testing.T) {
 	require.EqualValues(t, 1, claims[0].Refs, "unchanged")
 	r.Owner.Store(proc.Self().Pack())
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}
+
+// The claim directory's lock held by a live process (one stopped, or in a
+// debugger, mid-claim) is waited for as long as it is held: shmctl reclaim
+// hung on it without a word. DropDeadClaimsContext gives up when its
+// context is done, with the context's error and the holder's pid, and
+// changes nothing; a dry run needs no lock.
+func TestDropDeadClaimsContextGivesUp(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 2, ClaimRefs: 4}})
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	self := proc.Self()
+	word := make([]byte, 8)
+	binary.LittleEndian.PutUint64(word, self.Pack()) // alive: this process
+	_, err = f.WriteAt(word, layout.OffRegistry)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = seg.DropDeadClaimsContext(ctx, false)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, fmt.Sprintf("held by live process %d", self.PID))
+	_, err = seg.DropDeadClaimsContext(ctx, true)
+	require.NoError(t, err, "a dry run takes no lock")
+
+	clear(word)
+	_, err = f.WriteAt(word, layout.OffRegistry)
+	require.NoError(t, err)
+	_, err = seg.DropDeadClaimsContext(context.Background(), false)
+	require.NoError(t, err, "the lock is free")
 }

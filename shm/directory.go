@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -268,6 +269,15 @@ type DroppedClaim struct {
 // goes is freed if its lock is free. With dryRun it only reports, and the
 // segment may be read-only. For repair tools (shmctl reclaim).
 func (s *Segment) DropDeadClaims(dryRun bool) ([]DroppedClaim, error) {
+	return s.DropDeadClaimsContext(context.Background(), dryRun)
+}
+
+// DropDeadClaimsContext is DropDeadClaims giving up when ctx is done while
+// it waits for the claim directory's lock (a live process holds it: one
+// stopped, or in a debugger, mid-claim holds it for as long), with ctx's
+// error and the holder's pid. For a tool (shmctl reclaim), which should not
+// wait for ever without a word.
+func (s *Segment) DropDeadClaimsContext(ctx context.Context, dryRun bool) ([]DroppedClaim, error) {
 	if dryRun {
 		if s.closed.Load() {
 			return nil, ErrClosed
@@ -277,7 +287,7 @@ func (s *Segment) DropDeadClaims(dryRun bool) ([]DroppedClaim, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
-	if err := s.lockRegistry(); err != nil {
+	if err := s.lockRegistryContext(ctx, false); err != nil {
 		return nil, err
 	}
 	defer s.unlockRegistry()
@@ -545,6 +555,12 @@ func (s *Segment) lockRegistry() error { return s.lockRegistryFor(false) }
 // lockRegistryFor is lockRegistry; release: for a Release, which goes on
 // after Close.
 func (s *Segment) lockRegistryFor(release bool) error {
+	return s.lockRegistryContext(context.Background(), release)
+}
+
+// lockRegistryContext is lockRegistryFor giving up once ctx is done (a
+// live holder is waited for as long as it holds the lock).
+func (s *Segment) lockRegistryContext(ctx context.Context, release bool) error {
 	s.registryMu.Lock()
 	self := proc.Self().Pack()
 	sleep := 10 * time.Microsecond
@@ -567,6 +583,11 @@ func (s *Segment) lockRegistryFor(release bool) error {
 				return nil
 			}
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			s.registryMu.Unlock()
+			id, _ := proc.Unpack(holder)
+			return fmt.Errorf("waiting for the claim directory's lock, held by live process %d: %w", id.PID, err)
 		}
 		if attempt < registrySpins {
 			runtime.Gosched()

@@ -24,7 +24,7 @@ type reclaimOptions struct {
 	Group   bool          // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	DryRun  bool          // list the dead owners, change nothing
 	Force   bool          // reclaim on a segment that fails check
-	Wait    time.Duration // how long a transaction's close may wait for live readers
+	Wait    time.Duration // how long a transaction's close may wait for live readers, and the claims' repair for the directory lock
 	JSON    bool
 }
 
@@ -37,7 +37,8 @@ const (
 )
 
 // reclaimDefaultWait is how long, by default, the close of a reclaimed
-// transaction waits for the pins of live readers.
+// transaction waits for the pins of live readers, and the repair of the
+// claims for the directory lock a live process holds.
 const reclaimDefaultWait = 5 * time.Second
 
 func newCmdReclaim(ios *IOStreams, runF func(*reclaimOptions) error) *cobra.Command {
@@ -98,7 +99,7 @@ table of upgrade mutexes, then the transactions, each only if it has rows.`,
 	}
 	cmd.Flags().BoolVarP(&opts.DryRun, "dry-run", "n", false, "list the dead owners without freeing anything")
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "reclaim even on a segment that fails 'shmctl check'")
-	cmd.Flags().DurationVar(&opts.Wait, "wait", reclaimDefaultWait, "how long a transaction's close may wait for live readers' pins")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", reclaimDefaultWait, "how long a transaction's close may wait for live readers' pins, and the claims' repair for the directory lock a live process holds")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -126,7 +127,7 @@ func runReclaim(opts *reclaimOptions) error {
 	if doc.TokenSlots, err = heldTokenSlots(seg); err != nil {
 		return err
 	}
-	if doc.Claims, err = reclaimClaims(seg, opts.DryRun); err != nil {
+	if doc.Claims, err = reclaimClaims(seg, opts.DryRun, opts.Wait); err != nil {
 		return err
 	}
 	if opts.JSON {
@@ -189,8 +190,13 @@ func runReclaim(opts *reclaimOptions) error {
 
 // reclaimClaims drops the references dead processes held to named slots
 // and upgrade mutexes (shm.Segment.DropDeadClaims).
-func reclaimClaims(seg *shm.Segment, dryRun bool) ([]reclaimClaimJSON, error) {
-	dropped, err := seg.DropDeadClaims(dryRun)
+func reclaimClaims(seg *shm.Segment, dryRun bool, wait time.Duration) ([]reclaimClaimJSON, error) {
+	// The directory's lock may be held by a live process that stopped
+	// (SIGSTOP, a debugger) mid-claim: wait for it as long as for pins,
+	// then say who holds it rather than hang.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	dropped, err := seg.DropDeadClaimsContext(ctx, dryRun)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -369,4 +371,22 @@ func TestReclaimClaims(t *testing.T) {
 		Process: process(proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}, "dead"), Count: 1, Action: "dropped"}}, doc.Claims)
 	_, err = seg.Lookup(layout.KindOwnerSlots, "orphan")
 	assert.ErrorIs(t, err, shm.ErrNotFound, "its last reference went, and its lock is free")
+}
+
+// A live process that holds the claim directory's lock (stopped mid-claim)
+// does not make reclaim hang without a word: it waits --wait for it, then
+// fails naming the holder. It hung for ever.
+func TestReclaimDirectoryLockHeld(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2})
+	f, err := os.OpenFile(seg.Path(), os.O_RDWR, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	word := make([]byte, 8)
+	binary.LittleEndian.PutUint64(word, proc.Self().Pack()) // alive: the test
+	_, err = f.WriteAt(word, layout.OffRegistry)
+	require.NoError(t, err)
+	r := shmctl(t, false, "reclaim", "--wait", "50ms", seg.Path())
+	line := requireOneLineError(t, r, exitError)
+	assert.Contains(t, line, fmt.Sprintf("held by live process %d", proc.Self().PID))
 }
