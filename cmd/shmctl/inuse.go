@@ -101,6 +101,11 @@ func segmentUsers(path string) ([]string, error) {
 	}
 	if seg.Len(layout.KindTxnRecords) > 0 {
 		snap, err := txn.Inspect(seg, false)
+		if errors.Is(err, txn.ErrNoSpace) {
+			// Records but no arena (create --txn-arena=-1): no
+			// transaction can have begun, none is in use.
+			return found, nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,21 @@ func TestRm(t *testing.T) {
 	}
 }
 
+// A segment made with a table left out removes like any other: one with
+// transaction records but no arena (create --txn-arena=-1) was refused,
+// "txn: segment has no room for transactions", asking for --force.
+func TestRmTablesLeftOut(t *testing.T) {
+	t.Parallel()
+	for _, opts := range []layout.Options{{TxnArenaBytes: -1}, {TxnRecords: -1}, {TxnRecords: -1, TxnArenaBytes: -1},
+		{LockMgrEntries: -1}, {Upgrades: -1}, {DataBytes: -1}} {
+		seg := newSegment(t, opts)
+		r := shmctl(t, false, "rm", seg.Path())
+		assert.Equal(t, result{code: exitOK}, r, "%+v", opts)
+		_, err := os.Stat(seg.Path())
+		assert.ErrorIs(t, err, os.ErrNotExist, "%+v", opts)
+	}
+}
+
 func TestRmRefusesNonSegment(t *testing.T) {
 	t.Parallel()
 	notSeg := writeFile(t, []byte("not a segment\n"))
