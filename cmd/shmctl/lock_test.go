@@ -146,6 +146,16 @@ func TestLockRunsCommand(t *testing.T) {
 	line := requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--", "no-such-command-xyz"), exitCannotRun)
 	require.Contains(t, line, "no-such-command-xyz")
 	require.EqualValues(t, 3, m.Stats().TotalLocks, "a command that cannot run takes no lock")
+
+	// Found but not runnable is 126, as in sh(1): a directory (it was
+	// 127) and a file that is no executable format.
+	dir := t.TempDir()
+	notExe := filepath.Join(dir, "not-exe")
+	require.NoError(t, os.WriteFile(notExe, []byte("\x00\x01garbage"), 0o700))
+	for _, c := range []string{dir, notExe} {
+		line = requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--", c), exitNotRunnable)
+		require.Contains(t, line, c)
+	}
 }
 
 func TestLockConflict(t *testing.T) {

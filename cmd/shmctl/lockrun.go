@@ -29,7 +29,7 @@ func runLock(opts *lockOptions) error {
 		p, err := exec.LookPath(opts.Command[0])
 		if err != nil {
 			code := exitCannotRun
-			if errors.Is(err, fs.ErrPermission) {
+			if notRunnable(err) {
 				code = exitNotRunnable
 			}
 			return &statusError{code: code, err: err}
@@ -354,7 +354,17 @@ func newCmdLockExec(ios *IOStreams) *cobra.Command {
 			}
 			err := syscall.Exec(args[0], args[1:], os.Environ())
 			printError(ios.ErrOut, fmt.Errorf("exec %s: %w", args[0], err))
+			if notRunnable(err) {
+				return exitStatus(exitNotRunnable)
+			}
 			return exitStatus(exitCannotRun)
 		},
 	}
+}
+
+// notRunnable reports whether err says a command was found but cannot be
+// run (sh(1)'s 126: not executable, a directory, not an executable format),
+// rather than not found (127).
+func notRunnable(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ENOEXEC)
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 )
@@ -119,10 +122,33 @@ func printError(w io.Writer, err error) {
 	var lines []string
 	for line := range strings.Lines(err.Error()) {
 		if line = strings.TrimSpace(line); line != "" {
-			lines = append(lines, line)
+			lines = append(lines, escapeControls(line))
 		}
 	}
 	fmt.Fprintf(w, "shmctl: %s\n", strings.Join(lines, "; "))
+}
+
+// escapeControls writes the control characters and invalid UTF-8 of s as
+// Go escapes (\x1b, \u0085): an error often quotes what the user typed or
+// what a segment holds (a path, a name), and raw, an escape sequence in it
+// would reach the terminal and act there.
+func escapeControls(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || unicode.IsControl(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // exactArgs requires exactly n positional arguments, named what in the

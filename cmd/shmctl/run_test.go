@@ -166,6 +166,20 @@ func TestFaultIsOneLine(t *testing.T) {
 	assert.True(t, strings.HasPrefix(line, "shmctl: memory fault at 0x"), "line %q", line)
 }
 
+// An error quotes what the user typed or a segment holds: its control
+// characters and invalid bytes are written as escapes, never raw (an
+// escape sequence in a path reached the terminal and acted there).
+func TestErrorEscapesControls(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	printError(&b, errors.New("open /dev/shm/x-\x01\x1b[31mred\xff\u0085\uFFFDü: no such file"))
+	assert.Equal(t, `shmctl: open /dev/shm/x-\x01\x1b[31mred\xff\u0085`+"\uFFFDü"+`: no such file`+"\n", b.String())
+	r := shmctl(t, false, "info", "zzcli-\x1b[31mred")
+	line := requireOneLineError(t, r, exitError)
+	assert.NotContains(t, line, "\x1b", "no raw escape character")
+	assert.Contains(t, line, `zzcli-\x1b[31mred`)
+}
+
 // On any other goroutine of a command (shmctl lock's lease renewal), a
 // fault is an error too: there it killed the process with a runtime trace
 // and exit status 2.
