@@ -282,6 +282,16 @@ func (o *lockOptions) resolve(cmd *cobra.Command, fl *lockFlags) error {
 		return newUsageError(cmd, "--mode: %q is not exclusive, collaborative or shared", o.Mode)
 	}
 	o.Mode = mode
+	// The names are arguments: a bad one is a usage error (status 2),
+	// found before any segment is opened.
+	if err := lockmgr.CheckResource(o.Resource); err != nil {
+		return newUsageError(cmd, "resource %q: %v", o.Resource, err)
+	}
+	if o.Owner != "" {
+		if err := lockmgr.CheckOwner(o.Owner); err != nil {
+			return newUsageError(cmd, "--owner %q: %v", o.Owner, err)
+		}
+	}
 	// Like flock(1): wait for ever unless -n, or -w says how long; -w 0
 	// does not wait.
 	waitSet := cmd.Flags().Changed("timeout") || cmd.Flags().Changed("wait")

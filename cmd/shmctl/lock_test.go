@@ -339,3 +339,20 @@ func startLock(tb testing.TB, args ...string) *testproc.Child {
 	tb.Helper()
 	return testproc.Start(tb, "shmctl", append([]string{"lock"}, args...)...)
 }
+
+// Names and addresses are arguments: a bad one is a usage error (status
+// 2), found before any segment is opened; an over-long owner and a port
+// out of range exited 1.
+func TestBadNamesAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	seg, _ := lockSegment(t)
+	for _, args := range [][]string{
+		{"lock", "--owner", strings.Repeat("o", 5000), seg.Path(), "job", "--", "true"},
+		{"lock", seg.Path(), "bad\x01name", "--", "true"},
+		{"lock", seg.Path(), strings.Repeat("r", 41), "--", "true"},
+		{"serve", seg.Path(), "--listen", "127.0.0.1:99999"},
+		{"serve", seg.Path(), "--listen", "127.0.0.1:-1"},
+	} {
+		requireOneLineError(t, shmctl(t, false, args...), exitUsage)
+	}
+}

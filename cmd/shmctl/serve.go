@@ -95,7 +95,10 @@ serve keeps the file it opened, so restart it then.`,
 // public: a monitor exposed beyond the machine by a typo would hand out
 // the names of every lock.
 func checkListen(cmd *cobra.Command, addr string, public bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port) // a number in 0-65535, or a service name
+	}
 	if err != nil {
 		return newUsageError(cmd, "--listen %q: %v", addr, err)
 	}
