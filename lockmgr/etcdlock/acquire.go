@@ -44,6 +44,9 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode lock
 	if err == nil && opts.TTL > 0 && opts.TTL < MinTTL {
 		err = fmt.Errorf("%w: TTL %v is below etcd's minimum lease of %v", lockmgr.ErrBadOptions, opts.TTL, MinTTL)
 	}
+	if err == nil && opts.TTL > MaxTTL {
+		err = fmt.Errorf("%w: TTL %v is above etcd's maximum lease of %v", lockmgr.ErrBadOptions, opts.TTL, MaxTTL)
+	}
 	if err == nil {
 		err = m.usable()
 	}

@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"math"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -102,16 +103,23 @@ func TestLost(t *testing.T) {
 	testproc.Receive(t, lost, "the lost signal of a released hold")
 }
 
-// TestLeaseLimits: a TTL is whole seconds, rounded up, at least MinTTL.
+// TestLeaseLimits: a TTL is whole seconds, rounded up, at least MinTTL and
+// at most MaxTTL (beyond it etcd's refusal was reported ErrUnavailable).
 func TestLeaseLimits(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, newPrefix(t))
 	_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: etcdlock.MinTTL / 2})
 	require.ErrorIs(t, err, lockmgr.ErrBadOptions)
+	for _, ttl := range []time.Duration{etcdlock.MaxTTL + time.Second, math.MaxInt64} {
+		_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+		require.ErrorIs(t, err, lockmgr.ErrBadOptions, "ttl %v", ttl)
+	}
 	info, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: 1500 * time.Millisecond})
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Second, info.Timeout)
 	_, err = m.Refresh("r", "a", time.Millisecond)
+	require.ErrorIs(t, err, lockmgr.ErrBadOptions)
+	_, err = m.Refresh("r", "a", math.MaxInt64)
 	require.ErrorIs(t, err, lockmgr.ErrBadOptions)
 	require.NoError(t, m.Release("r", "a"))
 	_, err = etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{SessionTTL: time.Millisecond})

@@ -26,6 +26,10 @@ const (
 	// the server's minimum is refused too (ErrBadOptions), never silently
 	// lengthened.
 	MinTTL = time.Second
+	// MaxTTL is the longest TTL a hold may have: etcd refuses a lease of
+	// more than 9e9 seconds (about 285 years), which would otherwise come
+	// back as the server's error, ErrUnavailable. Longer is ErrBadOptions.
+	MaxTTL = 9_000_000_000 * time.Second
 	// DefaultSessionTTL is the lease of a Manager's session: how long
 	// its holds without a TTL outlive a holder that died or lost etcd.
 	DefaultSessionTTL = 10 * time.Second

@@ -174,8 +174,8 @@ func (m *Manager) Release(resource, owner string) error {
 func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.LockInfo, error) {
 	info := lockmgr.LockInfo{Resource: resource, Owner: owner, State: lockmgr.Failed}
 	err := checkNames(resource, owner)
-	if err == nil && (ttl < 0 || (ttl > 0 && ttl < MinTTL)) {
-		err = fmt.Errorf("%w: ttl %v (0, or at least %v)", lockmgr.ErrBadOptions, ttl, MinTTL)
+	if err == nil && (ttl < 0 || (ttl > 0 && ttl < MinTTL) || ttl > MaxTTL) {
+		err = fmt.Errorf("%w: ttl %v (0, or %v to %v)", lockmgr.ErrBadOptions, ttl, MinTTL, MaxTTL)
 	}
 	if err == nil {
 		err = m.usable()
