@@ -909,7 +909,8 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, i
 		if (i >= LM_WAIT_SPINS - LM_WAIT_YIELDS)
 			sched_yield();
 	}
-	int64_t end = shm_now_ns() + d;
+	int64_t now = shm_now_ns();
+	int64_t end = d > INT64_MAX - now ? INT64_MAX : now + d; /* a backoff_max_ns of INT64_MAX */
 	for (;;) {
 		/* Registered for one slice at a time: a registration dropped as
 		 * stale costs a live sleeper one slice at most. */
@@ -1095,7 +1096,7 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 		now = shm_now_ns();
 		failed_attempt(m, now - tried);
 		if (opts->wait_ns > 0) {
-			int64_t left = start + opts->wait_ns - now;
+			int64_t left = opts->wait_ns - (now - start); /* start + wait_ns may overflow */
 			if (left <= 0) {
 				rc = SHMLOCK_EWAIT_TIMEOUT;
 				goto failed;

@@ -339,6 +339,10 @@ static void test_bad_input(void)
 	};
 	for (size_t i = 0; i < sizeof o / sizeof o[0]; i++)
 		CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, &o[i], NULL), SHMLOCK_EINVALID_OPTIONS);
+	/* The longest wait there is ("for ever") with a retry limit: the
+	 * deadline arithmetic must not overflow (UBSan caught start + wait). */
+	shmlock_acquire_options forever = {.wait_ns = INT64_MAX, .retries = 1, .backoff_initial_ns = 1 * MS};
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "other", SHMLOCK_EXCLUSIVE, &forever, NULL), SHMLOCK_EACQUISITION_FAILED);
 	/* As Go's Backoff: a delay of 0 or less is the default, not an error. */
 	shmlock_acquire_options defaults = {.backoff_initial_ns = -1, .backoff_max_ns = -5 * MS};
 	CHECK_RC(shmlock_lockmgr_acquire(m, "backoff", "o", SHMLOCK_EXCLUSIVE, &defaults, NULL), 0);
