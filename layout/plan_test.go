@@ -2,6 +2,7 @@ package layout_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -162,6 +163,27 @@ func TestPlanArenaOverflow(t *testing.T) {
 	}
 	if strings.Contains(fe.Detail, "count -") {
 		t.Errorf("Detail: got %q, want a positive count", fe.Detail)
+	}
+}
+
+// The tables sized in bytes say their limits in bytes, as the options and
+// shmctl create's flags give them: a data area over the limit was
+// reported as a count of 64-byte units.
+func TestPlanLimitsInBytes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts layout.Options
+		want string
+	}{
+		{layout.Options{DataBytes: layout.MaxDataBytes + 1}, fmt.Sprintf("%d bytes outside [0, %d]", layout.MaxDataBytes+1, layout.MaxDataBytes)},
+		{layout.Options{DataBytes: -5}, fmt.Sprintf("-5 bytes outside [0, %d]", layout.MaxDataBytes)},
+		{layout.Options{TxnArenaBytes: math.MaxInt64}, fmt.Sprintf("%d bytes outside [0, %d]", int64(math.MaxInt64), layout.MaxTxnArenaBytes)},
+	} {
+		_, err := layout.Plan(tc.opts)
+		var fe *layout.FormatError
+		if !errors.As(err, &fe) || fe.Detail != tc.want {
+			t.Errorf("Plan(%+v): got %v, want detail %q", tc.opts, err, tc.want)
+		}
 	}
 }
 

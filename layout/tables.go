@@ -169,6 +169,14 @@ func Plan(opts Options) (Header, error) {
 	for i, n := range counts {
 		k := Kind(i + 1)
 		if n < 0 || uint64(n) > maxCounts[i] {
+			// The two sized in bytes say so in bytes, not in the table's
+			// units (64-byte data units were reported as a count).
+			switch k {
+			case KindData:
+				return Header{}, formatErr(ErrLimit, k.String(), "%d bytes outside [0, %d]", opts.DataBytes, uint64(MaxDataBytes))
+			case KindTxnArena:
+				return Header{}, formatErr(ErrLimit, k.String(), "%d bytes outside [0, %d]", opts.TxnArenaBytes, uint64(MaxTxnArenaBytes))
+			}
 			return Header{}, formatErr(ErrLimit, k.String(), "count %d outside [0, %d]", n, maxCounts[i])
 		}
 		t := Table{Kind: k, EntrySize: k.EntrySize(), Count: uint64(n), Offset: off}
