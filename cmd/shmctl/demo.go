@@ -8,9 +8,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,6 +132,7 @@ func runDemo(opts *demoOptions) error {
 		return err
 	}
 	defer d.cleanup()
+	defer d.removeOnSignal(path)()
 	if d.words, err = demoWordsOf(d.seg, true); err != nil {
 		return err
 	}
@@ -342,6 +345,33 @@ func (d *demo) startWorker(i int) (*demoProcess, error) {
 // kill sends SIGKILL to worker w (os.Process uses a pidfd, so a worker
 // already reaped is never confused with a new user of its pid).
 func (d *demo) kill(w *demoProcess) error { return w.process.Kill() }
+
+// removeOnSignal ends the demo on SIGINT, SIGTERM or SIGHUP (Ctrl-C,
+// timeout(1), a closed terminal) as its end would, until stop is called:
+// the segment removed (unless --keep) and the conventional status 128+N.
+// Without it the process died at once and left its segment (the next run
+// removed it). The workers die with the demo (their parent-death signal);
+// the segment is only unlinked here, so the demo's goroutine, which may
+// still be using its mapping, is never faulted: the exit unmaps it.
+func (d *demo) removeOnSignal(path string) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			if !d.opts.Keep && shm.Remove(path) == nil {
+				fmt.Fprintf(d.opts.IO.ErrOut, "\nshmctl: demo stopped by %v: removed %s\n", s, path)
+			}
+			os.Exit(exitSignalled + int(s.(syscall.Signal)))
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}
 
 // cleanup kills the workers still running, waits for them, and closes and
 // (unless --keep) removes the segment.

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,4 +127,31 @@ func TestDemoKeepAndReplace(t *testing.T) {
 	b, err := os.ReadFile(notSeg)
 	require.NoError(t, err)
 	assert.Equal(t, "precious\n", string(b))
+}
+
+// A demo stopped by a signal (Ctrl-C, timeout's SIGTERM) removes its
+// segment and exits 128+N: it died at once and left the segment behind.
+func TestDemoStoppedBySignal(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		path := testproc.SegmentPath(t)
+		cmd := testproc.Command("shmctl", "demo", "--path", path, "--workers", "2", "--duration", "1m")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		lines := bufio.NewScanner(stdout)
+		for lines.Scan() && !strings.HasPrefix(lines.Text(), "started worker 1") {
+		}
+		_, err = os.Stat(path)
+		require.NoError(t, err, "the demo's segment while it runs")
+		require.NoError(t, cmd.Process.Signal(sig))
+		go func() { _, _ = io.Copy(io.Discard, stdout) }()
+		err = cmd.Wait()
+		require.Equal(t, exitSignalled+int(sig), cmd.ProcessState.ExitCode(), "%v: %v; stderr %q", sig, err, stderr.String())
+		assert.Contains(t, stderr.String(), "shmctl: demo stopped by "+sig.String()+": removed "+path)
+		_, err = os.Stat(path)
+		assert.ErrorIs(t, err, os.ErrNotExist, "%v: the segment after the demo", sig)
+	}
 }
