@@ -338,6 +338,15 @@ struct sleeper {
 	int rc;
 };
 
+/* wait_for_sleeper returns once a waiter is registered asleep on slot s. */
+static void wait_for_sleeper(struct shm_owner_slot *s)
+{
+	while ((atomic_load(&s->pad) & SHM_SLEEPERS_COUNT) == 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 static void *sleeper(void *arg)
 {
 	struct sleeper *w = arg;
@@ -358,10 +367,7 @@ static void test_sleep_wake(void)
 		struct sleeper w = {.l = l, .rc = 99};
 		pthread_t th;
 		pthread_create(&th, NULL, sleeper, &w);
-		while ((atomic_load(&s->pad) & SHM_SLEEPERS_COUNT) == 0) {
-			struct timespec ts = {0, 1000000};
-			nanosleep(&ts, NULL);
-		}
+		wait_for_sleeper(s);
 		CHECK_RC(shmlock_spin_unlock(l, h), 0);
 		pthread_join(th, NULL);
 		CHECK_RC(w.rc, 0);
@@ -389,10 +395,7 @@ static void test_closed_while_waiting(void)
 		struct sleeper w = {.l = l2, .rc = 99};
 		pthread_t th;
 		pthread_create(&th, NULL, sleeper, &w);
-		while ((atomic_load(&s->pad) & SHM_SLEEPERS_COUNT) == 0) {
-			struct timespec ts = {0, 1000000};
-			nanosleep(&ts, NULL);
-		}
+		wait_for_sleeper(s);
 		CHECK_RC(shmlock_close(s2), 0);
 		CHECK_RC(shmlock_spin_unlock(l, h), 0); /* wakes the sleeper */
 		pthread_join(th, NULL);

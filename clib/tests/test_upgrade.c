@@ -493,36 +493,56 @@ static void test_release_after_segment_close(void)
 	}
 }
 
+/* closing is a segment of its own that a test closes under a handle of
+ * mutex 0 (m), and a second mapping of it (observer, with its own handle
+ * o) that sees the file afterwards. */
+struct closing {
+	char path[256];
+	shmlock_segment *seg, *observer;
+	shmlock_upgrade *m, *o;
+	struct shm_upgrade_entry *e; /* mutex 0, through the observer */
+};
+
+static void closing_open(struct closing *c, const char *name)
+{
+	check_temp_path(c->path, sizeof c->path, name);
+	CHECK_RC(shmlock_create(c->path, NULL, &c->seg), 0);
+	CHECK_RC(shmlock_open(c->path, NULL, &c->observer), 0);
+	CHECK_RC(shmlock_upgrade_open(c->seg, 0, &c->m), 0);
+	CHECK_RC(shmlock_upgrade_open(c->observer, 0, &c->o), 0);
+	uint64_t n;
+	c->e = shm_table_of(c->observer, SHM_UPGRADES, &n);
+}
+
+/* closing_done: the test closed seg and m; the observer's handle finds the
+ * mutex free, then the observer goes and the file with it. */
+static void closing_done(struct closing *c)
+{
+	CHECK_RC(shmlock_upgrade_trylock(c->o), 0);
+	CHECK_RC(shmlock_upgrade_unlock(c->o), 0);
+	CHECK_RC(shmlock_upgrade_close(c->o), 0);
+	CHECK_RC(shmlock_close(c->observer), 0);
+	CHECK_RC(shmlock_remove(c->path), 0);
+}
+
 /* The news of a dead holder after the segment's close: inconsistent still
  * says so, and a holder that repaired the data may still mark it
  * consistent (Go: Inconsistent and MarkConsistent never check the close),
  * which another mapping sees. */
 static void test_consistent_after_close(void)
 {
-	char p2[256];
-	check_temp_path(p2, sizeof p2, "upgrade-consistent-closed");
-	shmlock_segment *s2, *observer;
-	CHECK_RC(shmlock_create(p2, NULL, &s2), 0);
-	CHECK_RC(shmlock_open(p2, NULL, &observer), 0);
-	shmlock_upgrade *m, *o;
-	CHECK_RC(shmlock_upgrade_open(s2, 0, &m), 0);
-	CHECK_RC(shmlock_upgrade_open(observer, 0, &o), 0);
-	uint64_t n;
-	struct shm_upgrade_entry *e = shm_table_of(observer, SHM_UPGRADES, &n);
-	atomic_fetch_or(&e[0].state, SHM_UPG_INCONSISTENT); /* as a reclaim leaves it */
-	CHECK_RC(shmlock_upgrade_lock(m), SHMLOCK_INCONSISTENT);
-	CHECK_RC(shmlock_close(s2), 0);
-	CHECK(shmlock_upgrade_inconsistent(m) == 1);
-	CHECK_RC(shmlock_upgrade_mark_consistent(m), 0);
-	CHECK(shmlock_upgrade_inconsistent(m) == 0);
-	CHECK(shmlock_upgrade_inconsistent(o) == 0);
-	CHECK_RC(shmlock_upgrade_unlock(m), 0);
-	CHECK_RC(shmlock_upgrade_close(m), 0);
-	CHECK_RC(shmlock_upgrade_trylock(o), 0); /* not INCONSISTENT any more */
-	CHECK_RC(shmlock_upgrade_unlock(o), 0);
-	CHECK_RC(shmlock_upgrade_close(o), 0);
-	CHECK_RC(shmlock_close(observer), 0);
-	CHECK_RC(shmlock_remove(p2), 0);
+	struct closing c;
+	closing_open(&c, "upgrade-consistent-closed");
+	atomic_fetch_or(&c.e[0].state, SHM_UPG_INCONSISTENT); /* as a reclaim leaves it */
+	CHECK_RC(shmlock_upgrade_lock(c.m), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_close(c.seg), 0);
+	CHECK(shmlock_upgrade_inconsistent(c.m) == 1);
+	CHECK_RC(shmlock_upgrade_mark_consistent(c.m), 0);
+	CHECK(shmlock_upgrade_inconsistent(c.m) == 0);
+	CHECK(shmlock_upgrade_inconsistent(c.o) == 0);
+	CHECK_RC(shmlock_upgrade_unlock(c.m), 0);
+	CHECK_RC(shmlock_upgrade_close(c.m), 0);
+	closing_done(&c); /* its trylock: not INCONSISTENT any more */
 }
 
 /* A thread that waits holding part of the mutex (the close watch). */
@@ -557,16 +577,11 @@ static void *part_waiter(void *arg)
 static void test_close_wakes_partial_holds(void)
 {
 	for (int k = 0; k < 3; k++) {
-		char p2[256];
-		check_temp_path(p2, sizeof p2, "upgrade-close-watch");
-		shmlock_segment *s2, *observer;
-		CHECK_RC(shmlock_create(p2, NULL, &s2), 0);
-		CHECK_RC(shmlock_open(p2, NULL, &observer), 0);
-		shmlock_upgrade *m, *o;
-		CHECK_RC(shmlock_upgrade_open(s2, 0, &m), 0);
-		CHECK_RC(shmlock_upgrade_open(observer, 0, &o), 0);
-		uint64_t n;
-		struct shm_upgrade_entry *e = shm_table_of(observer, SHM_UPGRADES, &n);
+		struct closing c;
+		closing_open(&c, "upgrade-close-watch");
+		shmlock_segment *s2 = c.seg;
+		shmlock_upgrade *m = c.m, *o = c.o;
+		struct shm_upgrade_entry *e = c.e;
 		if (k < 2)
 			CHECK_RC(shmlock_upgrade_lock_shared(o), 0); /* the reader they drain */
 		else
@@ -596,11 +611,7 @@ static void test_close_wakes_partial_holds(void)
 			CHECK_RC(shmlock_upgrade_unlock_upgrade(m), 0); /* its upgrade lock, given back after the close */
 		CHECK_RC(shmlock_upgrade_close(m), 0);
 		CHECK_RC(k < 2 ? shmlock_upgrade_unlock_shared(o) : shmlock_upgrade_unlock(o), 0);
-		CHECK_RC(shmlock_upgrade_trylock(o), 0);
-		CHECK_RC(shmlock_upgrade_unlock(o), 0);
-		CHECK_RC(shmlock_upgrade_close(o), 0);
-		CHECK_RC(shmlock_close(observer), 0);
-		CHECK_RC(shmlock_remove(p2), 0);
+		closing_done(&c);
 	}
 }
 
