@@ -20,12 +20,15 @@ import (
 // so that /dev/shm does not fill up with them over a day of fuzzing. Only
 // regular files of this user whose creator is gone (no process, or a
 // zombie: internal/proc) go; a live creator's, and this process's own,
-// stay.
+// stay. libshmlock's C unit tests (which go test ./clib runs) name theirs
+// cStem, then what the test is about, the PID and a random number
+// (clib/tests/check.h): a failing C test leaves its segment too.
 func sweepDead(dir string) (removed []string) {
-	paths, _ := filepath.Glob(filepath.Join(dir, segStem+"*"))
+	goPaths, _ := filepath.Glob(filepath.Join(dir, segStem+"*"))
+	cPaths, _ := filepath.Glob(filepath.Join(dir, cStem+"*"))
 	self := os.Getpid()
-	for _, p := range paths {
-		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(p), segStem), "-")
+	for _, p := range append(goPaths, cPaths...) {
+		pidText, ok := creatorField(filepath.Base(p))
 		pid, err := strconv.ParseUint(pidText, 10, 32)
 		if !ok || err != nil || pid == 0 || int(pid) == self || !gone(uint32(pid)) {
 			continue
@@ -42,6 +45,23 @@ func sweepDead(dir string) (removed []string) {
 		}
 	}
 	return removed
+}
+
+// cStem begins the name of every segment of libshmlock's C tests.
+const cStem = "shmlock-ctest-"
+
+// creatorField is the PID field of a test segment's name: the first after
+// segStem, or the second to last of a C test's (its "what" may hold dashes).
+func creatorField(name string) (string, bool) {
+	if rest, ok := strings.CutPrefix(name, segStem); ok {
+		pid, _, ok := strings.Cut(rest, "-")
+		return pid, ok
+	}
+	fields := strings.Split(strings.TrimPrefix(name, cStem), "-")
+	if len(fields) < 3 {
+		return "", false
+	}
+	return fields[len(fields)-2], true
 }
 
 // gone reports whether pid names no running process: none, or a zombie.

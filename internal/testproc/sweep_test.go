@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A segment whose creator is gone (reaped, or a zombie) is removed; a live
-// creator's, this process's own, a name that is not a test segment's and a
-// symlink stay.
+// A segment whose creator is gone (reaped, or a zombie) is removed, a C
+// test's too; a live creator's, this process's own, a name that is not a
+// test segment's and a symlink stay.
 func TestSweepDead(t *testing.T) {
 	dir := t.TempDir()
 	reaped := exec.Command("true")
@@ -37,15 +37,18 @@ func TestSweepDead(t *testing.T) {
 	own := write(prefix() + "TestX-3")
 	other := write("shmlock-demo")
 	odd := write("shmlock-test-notapid-TestX-4")
+	cDead := write("shmlock-ctest-upgrade-release-closed-" + strconv.Itoa(reaped.Process.Pid) + "-1714636915")
+	cLive := write("shmlock-ctest-lockmgr-" + strconv.Itoa(alive.Process.Pid) + "-42")
+	cOdd := write("shmlock-ctest-" + strconv.Itoa(reaped.Process.Pid))
 	link := filepath.Join(dir, "shmlock-test-"+strconv.Itoa(reaped.Process.Pid)+"-TestX-5")
 	require.NoError(t, os.Symlink(other, link))
 
-	require.ElementsMatch(t, []string{dead, undead}, sweepDead(dir))
-	for _, p := range []string{live, own, other, odd, link} {
+	require.ElementsMatch(t, []string{dead, undead, cDead}, sweepDead(dir))
+	for _, p := range []string{live, own, other, odd, link, cLive, cOdd} {
 		_, err := os.Lstat(p)
 		require.NoError(t, err, p)
 	}
-	for _, p := range []string{dead, undead} {
+	for _, p := range []string{dead, undead, cDead} {
 		_, err := os.Lstat(p)
 		require.ErrorIs(t, err, os.ErrNotExist, p)
 	}
