@@ -3,7 +3,6 @@ package metrics
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -133,7 +132,7 @@ type View struct {
 
 // Read reads the locks and tables of seg, which may be read-only; now is
 // the time hold ages are measured to. shm.ErrClosed once seg is closed.
-func Read(seg *shm.Segment, now time.Time) (v *View, err error) {
+func Read(seg *shm.Segment, now time.Time) (*View, error) {
 	if seg == nil {
 		return nil, shm.ErrNoSegment
 	}
@@ -142,23 +141,21 @@ func Read(seg *shm.Segment, now time.Time) (v *View, err error) {
 	}
 	// A monitor reads on goroutines of its own (a scrape, a dashboard's
 	// request), where the SIGBUS of a file cut short under the mapping
-	// would kill the process: on this goroutine it is a panic with the
-	// fault's address, which becomes shm.ErrFault.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(interface{ Addr() uintptr })
-			if !ok {
-				panic(r)
+	// would kill the process: shm.CatchFault makes it shm.ErrFault.
+	v := &View{Path: seg.Path(), SizeBytes: seg.Header().TotalSize}
+	err := shm.CatchFault(func() error {
+		for _, read := range []func(*shm.Segment, *View, time.Time) error{readSlots, readUpgrades, readLockMgr, readTxns, readData} {
+			if err := read(seg, v, now); err != nil {
+				return err
 			}
-			v, err = nil, fmt.Errorf("reading %s: %w (fault at %#x)", seg.Path(), shm.ErrFault, f.Addr())
 		}
-	}()
-	v = &View{Path: seg.Path(), SizeBytes: seg.Header().TotalSize}
-	for _, read := range []func(*shm.Segment, *View, time.Time) error{readSlots, readUpgrades, readLockMgr, readTxns, readData} {
-		if err := read(seg, v, now); err != nil {
-			return nil, err
-		}
+		return nil
+	})
+	if errors.Is(err, shm.ErrFault) {
+		return nil, fmt.Errorf("reading %s: %w", seg.Path(), err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if seg.Closed() {
 		return nil, shm.ErrClosed // closed while read: part of it was zeros

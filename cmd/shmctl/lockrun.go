@@ -302,7 +302,7 @@ func renew(m lockmgr.Locker, opts *lockOptions, owner string, done chan struct{}
 	for {
 		select {
 		case <-t.C:
-			err := faultAsError(func() error {
+			err := shm.CatchFault(func() error {
 				_, err := m.Refresh(opts.Resource, owner, opts.TTL)
 				return err
 			})

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shmlock/shmlock/shm"
 )
 
 // Exit statuses.
@@ -84,15 +86,16 @@ func execute(root *cobra.Command, args []string, ios *IOStreams) (code int) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		// A fault has an address; a nil dereference is a plain runtime.Error.
-		switch r := recover(); r := r.(type) {
-		case nil:
-		case interface{ Addr() uintptr }:
-			printError(ios.ErrOut, faultError(r))
-			code = exitError
-		default:
-			printError(ios.ErrOut, fmt.Errorf("internal error (a bug in shmctl, please report it): %v", r))
-			code = exitError
+		r := recover()
+		if r == nil {
+			return
 		}
+		err, fault := shm.FaultOf(r)
+		if !fault {
+			err = fmt.Errorf("internal error (a bug in shmctl, please report it): %v", r)
+		}
+		printError(ios.ErrOut, err)
+		code = exitError
 	}()
 	root.SetArgs(args)
 	_, err := root.ExecuteC()
@@ -170,26 +173,4 @@ func minArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// faultError is the error of a memory fault met reading a segment.
-func faultError(f interface{ Addr() uintptr }) error {
-	return fmt.Errorf("memory fault at %#x reading a segment (was its file truncated while in use?)", f.Addr())
-}
-
-// faultAsError runs f with a memory fault turned into its error, as execute
-// does for the command's goroutine: on any other goroutine of a command (a
-// lease's renewal) the fault would kill the process with a runtime trace.
-func faultAsError(f func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			fa, ok := r.(interface{ Addr() uintptr })
-			if !ok {
-				panic(r)
-			}
-			err = faultError(fa)
-		}
-	}()
-	return f()
 }

@@ -180,33 +180,6 @@ func TestErrorEscapesControls(t *testing.T) {
 	assert.Contains(t, line, `zzcli-\x1b[31mred`)
 }
 
-// On any other goroutine of a command (shmctl lock's lease renewal), a
-// fault is an error too: there it killed the process with a runtime trace
-// and exit status 2.
-func TestFaultOnAnotherGoroutine(t *testing.T) {
-	t.Parallel()
-	seg := newSegment(t, layout.Options{Slots: 1024})
-	require.NoError(t, os.Truncate(seg.Path(), 0))
-	done := make(chan error, 1)
-	go func() {
-		done <- faultAsError(func() error {
-			s, err := seg.Slot(1023)
-			if err != nil {
-				return err
-			}
-			_ = s.PID.Load()
-			return errors.New("the load did not fault")
-		})
-	}()
-	err := <-done
-	require.Error(t, err)
-	assert.True(t, strings.HasPrefix(err.Error(), "memory fault at 0x"), "error %q", err)
-	// Without a fault, f's own error (or none) comes back.
-	require.NoError(t, faultAsError(func() error { return nil }))
-	errOwn := errors.New("f's own")
-	require.ErrorIs(t, faultAsError(func() error { return errOwn }), errOwn)
-}
-
 // Every command meets an unknown flag or a flag value it cannot parse
 // with one line naming it and its help, and exit status exitUsage.
 func TestBadFlagEveryCommand(t *testing.T) {
