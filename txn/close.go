@@ -19,6 +19,10 @@ import (
 // it copies.
 var testHookDrained, testHookFinishing, testHookPromotePinned func(idx int)
 
+// testHookReclaimRead runs in Reclaim between its read of record idx's Ctl
+// word and its read of the owner (export_test.go).
+var testHookReclaimRead func(idx int)
+
 // closeTxn is the per-transaction close, the
 // request_close_and_wait followed by the end sequence:
 //
@@ -369,15 +373,32 @@ func (s *Space) Reclaim(ctx context.Context, index int) error {
 		return ErrBadRef
 	}
 	rec := s.recs[index]
-	c := rec.Ctl.Load()
-	if !ctlLive(c) {
-		return s.unlessClosed(ErrClosed)
-	}
-	owner := rec.Owner.Load()
-	if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {
-		// A CAS that failed on a segment closed since the owner was read
-		// says nothing of the owner.
-		return s.unlessClosed(ErrOwnerAlive)
+	var c, owner uint64
+	for {
+		c = rec.Ctl.Load()
+		if !ctlLive(c) {
+			return s.unlessClosed(ErrClosed)
+		}
+		if testHookReclaimRead != nil {
+			testHookReclaimRead(index)
+		}
+		owner = rec.Owner.Load()
+		if s.seg.OwnerAlive(owner) || !rec.Owner.CompareAndSwap(owner, s.ident) {
+			// A CAS that failed on a segment closed since the owner was read
+			// says nothing of the owner.
+			return s.unlessClosed(ErrOwnerAlive)
+		}
+		// The owner was read after the state: the record may have been
+		// closed meanwhile (by another reclaimer) and begun anew, the owner
+		// taken over being the new use's. Once the ownership is ours, the
+		// generation can no longer change under us (only an owner or its
+		// reclaimer closes a record): if it is still the one read, the
+		// record is ours to close; otherwise give the ownership back and
+		// look again.
+		if now := rec.Ctl.Load(); ctlLive(now) && ctlGen(now) == ctlGen(c) {
+			break
+		}
+		rec.Owner.CompareAndSwap(s.ident, owner)
 	}
 	var err error
 	if c&flagBarrier != 0 {

@@ -25,6 +25,11 @@ func SetCloseHooks(drained, finishing, promotePinned func(idx int)) {
 	testHookDrained, testHookFinishing, testHookPromotePinned = drained, finishing, promotePinned
 }
 
+// SetReclaimHook installs f to run inside Reclaim between its read of the
+// record's state and its read of the owner (nil removes it). Tests only;
+// not concurrent with Reclaim.
+func SetReclaimHook(f func(idx int)) { testHookReclaimRead = f }
+
 // PoisonByte is the byte a freed arena is filled with.
 const PoisonByte = poisonByte
 

@@ -482,3 +482,43 @@ func dieFinishingHelper(args []string) int {
 	fmt.Println("error", m.closeTx(context.Background(), sp, tx))
 	return 1
 }
+
+// TestReclaimOfReusedRecord: a Reclaim that read the record's state, then
+// found it closed (by another reclaimer) and begun anew by a process that
+// died too, closes the new use, whose owner it took over. It used to run
+// the close for the generation it read first, fail with ErrStale, and
+// keep the ownership it had taken (its give-back compared generations):
+// the transaction then looked owned by a live process, and no Reclaim
+// could close it while the reclaimer lived.
+func TestReclaimOfReusedRecord(t *testing.T) {
+	seg, path := newSegment(t, layout.Options{TxnRecords: 4})
+	sp := newSpace(t, seg)
+	other := newSpace(t, seg)
+	bg := context.Background()
+
+	c1 := testproc.Start(t, "own", path)
+	r1, err := txn.ParseRef(c1.WaitLine(t, "ref "))
+	require.NoError(t, err)
+	c1.Kill(t)
+
+	var r2 txn.Ref
+	txn.SetReclaimHook(func(idx int) {
+		txn.SetReclaimHook(nil)
+		// Between the state and the owner: another reclaimer closes the
+		// record, a new owner begins on it and dies.
+		require.NoError(t, other.Reclaim(bg, idx))
+		c2 := testproc.Start(t, "own", path)
+		r, err := txn.ParseRef(c2.WaitLine(t, "ref "))
+		require.NoError(t, err)
+		c2.Kill(t)
+		r2 = r
+	})
+	defer txn.SetReclaimHook(nil)
+	err = sp.Reclaim(bg, int(r1.Txn))
+	require.Equal(t, r1.Txn, r2.Txn, "the new owner took the same record")
+	require.NotEqual(t, r1.Gen, r2.Gen)
+	require.NoError(t, err)
+	ti := txnInfo(t, seg, int(r2.Txn))
+	require.Equal(t, r2.Gen, ti.Gen)
+	require.Equal(t, txn.StateClosed, ti.State, "the new use, whose owner is dead, is closed")
+}
