@@ -73,6 +73,11 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
+	s.closing.Add(1) // before the check: see Space.closing
+	defer s.closing.Add(-1)
+	if s.closed.Load() {
+		return ErrSpaceClosed
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

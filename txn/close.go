@@ -55,6 +55,8 @@ var testHookReclaimRead func(idx int)
 // (Finishing) runs to its end, and so does a close begun after the
 // segment's Close (late).
 func (s *Space) closeTxn(ctx context.Context, idx int, gen uint32, resume bool) error {
+	s.closing.Add(1) // before the check: see Space.closing
+	defer s.closing.Add(-1)
 	if s.closed.Load() {
 		return ErrSpaceClosed
 	}

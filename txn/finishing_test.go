@@ -522,3 +522,37 @@ func TestReclaimOfReusedRecord(t *testing.T) {
 	require.Equal(t, r2.Gen, ti.Gen)
 	require.Equal(t, txn.StateClosed, ti.State, "the new use, whose owner is dead, is closed")
 }
+
+// TestSpaceCloseDuringCloseKeepsPromotion: a Space closed by another
+// goroutine while a close through it runs must not cost the promotion.
+// Space.Close found no pin counted (a closer holds none while it waits,
+// nor at the start of its end sequence) and gave the row up; the end
+// sequence's promotion pin then saw the Space closed and backed out, and
+// the destination's cell was skipped: its reader got ErrClosed although
+// the destination was open. Close now refuses (ErrPinsHeld) while a close
+// through the Space is in progress.
+func TestSpaceCloseDuringCloseKeepsPromotion(t *testing.T) {
+	seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
+	sp, err := txn.Open(seg)
+	require.NoError(t, err)
+	reader := newSpace(t, seg)
+	bg := context.Background()
+	src, _, _, cell := linked(t, sp, txn.BeginOptions{ArenaBytes: 4096}, txn.BeginOptions{ArenaBytes: 4096}, 3, 100)
+
+	var closeErr error
+	txn.SetCloseHooks(nil, func(idx int) {
+		if idx == src.Index() {
+			closeErr = sp.Close()
+		}
+	}, nil)
+	defer txn.SetCloseHooks(nil, nil, nil)
+	require.NoError(t, src.RequestCloseAndWait(bg))
+	require.ErrorIs(t, closeErr, txn.ErrPinsHeld, "Space.Close while a close through it runs")
+	assert.Equal(t, uint32(1), txnInfo(t, seg, src.Index()).Promoted)
+
+	b, err := reader.Borrow(bg, cell)
+	require.NoError(t, err, "the cell of an open destination after its source's close")
+	require.NoError(t, checkBytes(b.Bytes(), 3))
+	b.Release()
+	require.NoError(t, sp.Close())
+}

@@ -33,6 +33,12 @@ type Space struct {
 	mu      sync.Mutex
 	barLock *spinlock.Lock // opened on first use
 	closed  atomic.Bool
+	// closing counts the closes (closeTxn, closeBarrier) running through
+	// this handle: their end sequences take promotion pins in its row, so
+	// Close must not give the row up under them. A close counts itself
+	// before it checks closed, Close raises closed before it reads the
+	// count: of the two, at least one sees the other.
+	closing atomic.Int32
 }
 
 // Open returns a handle on the transactions of seg, which must be writable
@@ -126,7 +132,9 @@ func wake(d drain) {
 
 // Close gives up the handle's pin row, also after the segment's Close.
 // ErrPinsHeld, changing nothing, if pins taken through it are still held
-// (release them: Pin.Release works after the segment's Close too);
+// (release them: Pin.Release works after the segment's Close too) or a
+// close through it (RequestCloseAndWait, Barrier.Close, Reclaim) is in
+// progress, whose end sequence pins the destinations of its promotions;
 // ErrSpaceClosed the second time.
 //
 // The closed flag goes up before the counters are checked, and a pin
@@ -136,6 +144,10 @@ func wake(d drain) {
 func (s *Space) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrSpaceClosed
+	}
+	if s.closing.Load() != 0 {
+		s.closed.Store(false)
+		return ErrPinsHeld
 	}
 	for _, c := range s.ctrs {
 		if c.Load() != 0 {
