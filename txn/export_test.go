@@ -30,6 +30,11 @@ func SetCloseHooks(drained, finishing, promotePinned func(idx int)) {
 // not concurrent with Reclaim.
 func SetReclaimHook(f func(idx int)) { testHookReclaimRead = f }
 
+// SetRowCheckedHook installs f to run inside Space.Close between its check
+// of the row's counters and its giving up of the row (nil removes it).
+// Tests only; not concurrent with Space.Close.
+func SetRowCheckedHook(f func()) { testHookRowChecked = f }
+
 // PoisonByte is the byte a freed arena is filled with.
 const PoisonByte = poisonByte
 

@@ -77,7 +77,8 @@ func Open(seg *shm.Segment) (*Space, error) {
 }
 
 // claimRow takes a free pin row, or the row of a dead process. A dead
-// process's counters are zeroed only after the row is ours (nobody else
+// process's counters are zeroed (a free row's are left as they are: see
+// below) only after the row is ours (nobody else
 // writes a row's counters but its user); until then a closer counts them
 // as pins of a live process and waits a little longer, which the wake
 // below ends.
@@ -96,7 +97,12 @@ func (s *Space) claimRow() error {
 		dirty := false
 		for i := range s.ctrs {
 			s.ctrs[i] = s.geo.counter(row, i)
-			if s.ctrs[i].Swap(0) != 0 {
+			// Only a dead process's pins are dropped. A row that Space.Close
+			// gave up (ident 0) counts nothing but the increments of pins
+			// in flight in that process, which saw the Space closed and
+			// are backing out: their decrements come to this row, and
+			// zeroing the increments first would wrap the counters.
+			if old != 0 && s.ctrs[i].Swap(0) != 0 {
 				dirty = true
 			}
 		}
@@ -130,6 +136,10 @@ func wake(d drain) {
 	sleepers.WakeAll(d.sleepers, d.seq)
 }
 
+// testHookRowChecked runs in Space.Close between its check of the row's
+// counters and its giving up of the row (export_test.go).
+var testHookRowChecked func()
+
 // Close gives up the handle's pin row, also after the segment's Close.
 // ErrPinsHeld, changing nothing, if pins taken through it are still held
 // (release them: Pin.Release works after the segment's Close too) or a
@@ -140,7 +150,9 @@ func wake(d drain) {
 // The closed flag goes up before the counters are checked, and a pin
 // checks the flag after its increment, so that either the pin sees the
 // flag and backs out or Close sees the pin and leaves the row alone: a pin
-// is never counted in a row given up (which another process may take).
+// is never held in a row given up (which another process may take). A
+// back-out may still reach the row after Close gave it up; claimRow leaves
+// a given-up row's counters alone, so it nets to zero there.
 func (s *Space) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrSpaceClosed
@@ -154,6 +166,9 @@ func (s *Space) Close() error {
 			s.closed.Store(false)
 			return ErrPinsHeld
 		}
+	}
+	if testHookRowChecked != nil {
+		testHookRowChecked()
 	}
 	s.geo.rowIdent(s.row).CompareAndSwap(s.ident, 0)
 	return nil
