@@ -103,7 +103,7 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 		_ = g.Unlock()
 		return ProcessGuard{}, err
 	}
-	return m.hold(g, false), nil
+	return m.hold(g, m.tryReclaimed()), nil
 }
 
 // LockOn locks m for a continuation that runs on loop l, as Mutex.LockOn
@@ -138,7 +138,7 @@ func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGua
 		switch err := m.lock.TryLock(); {
 		case err == nil:
 			l.unreserve()
-			cont(m.hold(g, false), nil)
+			cont(m.hold(g, m.tryReclaimed()), nil)
 			return
 		case !errors.Is(err, ErrWouldBlock):
 			_ = g.Unlock()
@@ -170,6 +170,17 @@ func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGua
 		l.unreserve()
 	}
 	return err
+}
+
+// tryReclaimed is Reclaimed for a hold that m.lock.TryLock just took:
+// what the adapters of this package report of it (the upgrade mutex tells
+// every unique holder until the data is marked consistent); false for a
+// ProcessLock of another kind, whose TryLock has no way to say.
+func (m *ProcessMutex) tryReclaimed() bool {
+	if r, ok := m.lock.(interface{ holdReclaimed() bool }); ok {
+		return r.holdReclaimed()
+	}
+	return false
 }
 
 func (m *ProcessMutex) hold(g Guard, reclaimed bool) ProcessGuard {
@@ -250,6 +261,9 @@ func (s *spinHold) TryLock() error {
 	}
 	return err
 }
+
+// holdReclaimed is Reclaimed of the current hold (see tryReclaimed).
+func (s *spinHold) holdReclaimed() bool { return s.g.Reclaimed() }
 
 func (s *spinHold) Unlock() error {
 	if s.lock == nil {

@@ -71,6 +71,10 @@ func (u *upgradeHold) TryLock() error {
 	return err
 }
 
+// holdReclaimed is the handle's Reclaimed for the current hold (see
+// ProcessMutex.tryReclaimed).
+func (u *upgradeHold) holdReclaimed() bool { return u.m != nil && u.m.Reclaimed() }
+
 func (u *upgradeHold) Unlock() error {
 	if u.m == nil {
 		return ErrNoLock

@@ -119,3 +119,44 @@ func TestUpgradeProcessMutexUpgradable(t *testing.T) {
 	require.NoError(t, reader.TryLock(), "free once the guard is unlocked")
 	require.NoError(t, reader.Unlock())
 }
+
+// Once a unique holder died, every unique acquisition of the upgrade
+// mutex reports Reclaimed until a holder marks the data consistent; a
+// ProcessGuard must say what its handle says whichever way it locked. The
+// guards of TryLock and of LockOn (which tries first) reported false while
+// the handle reported true, so their holders were not told that the data
+// may be half-updated.
+func TestUpgradeProcessMutexTryLockReclaimed(t *testing.T) {
+	t.Parallel()
+	path := newProcessSegment(t)
+	other := startHolder(t, path, lockKindUpgrade)
+	_, h, _ := openUpgrade(t, path)
+	m := coro.NewProcessMutex(coro.UpgradeUnique(h))
+	g := lockAcrossKill(t, m, other, nil)
+	require.NoError(t, g.Unlock()) // the data is not marked consistent
+
+	g, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	require.True(t, h.Reclaimed())
+	require.True(t, g.Reclaimed(), "Lock")
+	require.NoError(t, g.Unlock())
+
+	g, err = m.TryLock()
+	require.NoError(t, err)
+	require.True(t, h.Reclaimed())
+	require.True(t, g.Reclaimed(), "TryLock")
+	require.NoError(t, g.Unlock())
+
+	loop := coro.NewLoop()
+	defer loop.Close()
+	got := make(chan coro.ProcessGuard, 1)
+	require.NoError(t, m.LockOn(context.Background(), loop, func(g coro.ProcessGuard, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}))
+	g = <-got
+	require.True(t, g.Reclaimed(), "LockOn")
+	require.NoError(t, g.Unlock())
+}
