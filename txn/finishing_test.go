@@ -3,6 +3,7 @@ package txn_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -565,45 +566,64 @@ func TestSpaceCloseDuringCloseKeepsPromotion(t *testing.T) {
 // the counter to 2^32-1: pins of the new, live owner, so the
 // transaction's close waited for ever and the new Space could never be
 // closed (ErrPinsHeld). A row given up by Close is now claimed with its
-// counters as they are: the back-outs in flight take them back to zero.
+// counters as they are, and only when no other row is left: the back-outs
+// in flight take them back to zero.
 func TestPinBackOutAfterRowGivenUp(t *testing.T) {
-	seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
-	sp, err := txn.Open(seg) // the first row
-	require.NoError(t, err)
-	owner := newSpace(t, seg)
-	tx, err := owner.Begin(txn.BeginOptions{ArenaBytes: 1024})
-	require.NoError(t, err)
-	ref, err := tx.Alloc(pattern(1, 10))
-	require.NoError(t, err)
+	for _, lastRow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lastRow=%v", lastRow), func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{TxnRecords: 4})
+			sp, err := txn.Open(seg) // the first row
+			require.NoError(t, err)
+			owner := newSpace(t, seg)
+			tx, err := owner.Begin(txn.BeginOptions{ArenaBytes: 1024})
+			require.NoError(t, err)
+			ref, err := tx.Alloc(pattern(1, 10))
+			require.NoError(t, err)
+			if lastRow { // every other row taken: the claim must take the one given up
+				for {
+					other, err := txn.Open(seg)
+					if errors.Is(err, txn.ErrNoPinRow) {
+						break
+					}
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = other.Close() })
+				}
+			}
 
-	checked, goOn := make(chan struct{}), make(chan struct{})
-	txn.SetRowCheckedHook(func() {
-		txn.SetRowCheckedHook(nil)
-		close(checked)
-		<-goOn
-	})
-	defer txn.SetRowCheckedHook(nil)
-	closed := make(chan error, 1)
-	go func() { closed <- sp.Close() }()
-	<-checked // Close found the row empty; it has not given it up yet
+			checked, goOn := make(chan struct{}), make(chan struct{})
+			txn.SetRowCheckedHook(func() {
+				txn.SetRowCheckedHook(nil)
+				close(checked)
+				<-goOn
+			})
+			defer txn.SetRowCheckedHook(nil)
+			closed := make(chan error, 1)
+			go func() { closed <- sp.Close() }()
+			<-checked // Close found the row empty; it has not given it up yet
 
-	var claimer *txn.Space
-	txn.SetPinnedHook(func() {
-		txn.SetPinnedHook(nil)
-		close(goOn) // the pin's increment is in; Close gives the row up
-		require.NoError(t, recv(t, closed))
-		c, err := txn.Open(seg)
-		require.NoError(t, err)
-		claimer = c
-	})
-	defer txn.SetPinnedHook(nil)
-	_, err = sp.TryPin(ref)
-	require.ErrorIs(t, err, txn.ErrSpaceClosed)
-	require.Equal(t, sp.Row(), claimer.Row(), "the new Space took the row given up")
-	require.Zero(t, claimer.OwnPinCount(tx.Index()), "the back-out left the row's counter")
+			var claimer *txn.Space
+			txn.SetPinnedHook(func() {
+				txn.SetPinnedHook(nil)
+				close(goOn) // the pin's increment is in; Close gives the row up
+				require.NoError(t, recv(t, closed))
+				c, err := txn.Open(seg)
+				require.NoError(t, err)
+				claimer = c
+			})
+			defer txn.SetPinnedHook(nil)
+			_, err = sp.TryPin(ref)
+			require.ErrorIs(t, err, txn.ErrSpaceClosed)
+			if lastRow {
+				require.Equal(t, sp.Row(), claimer.Row(), "the new Space took the row given up, the only one left")
+			} else {
+				require.NotEqual(t, sp.Row(), claimer.Row(), "the new Space took the row with a pin in flight")
+			}
+			require.Zero(t, claimer.OwnPinCount(tx.Index()), "the back-out left the row's counter")
 
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	require.NoError(t, tx.RequestCloseAndWait(ctx))
-	require.NoError(t, claimer.Close())
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			require.NoError(t, tx.RequestCloseAndWait(ctx))
+			require.NoError(t, claimer.Close())
+		})
+	}
 }

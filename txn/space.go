@@ -77,41 +77,59 @@ func Open(seg *shm.Segment) (*Space, error) {
 }
 
 // claimRow takes a free pin row, or the row of a dead process. A dead
-// process's counters are zeroed (a free row's are left as they are: see
-// below) only after the row is ours (nobody else
+// process's counters are zeroed only after the row is ours (nobody else
 // writes a row's counters but its user); until then a closer counts them
 // as pins of a live process and waits a little longer, which the wake
 // below ends.
+//
+// A free row (one that Space.Close gave up) is claimed with its counters
+// as they are: they count nothing but the increments of pins in flight in
+// the process that closed it, which saw the Space closed and are backing
+// out. Their decrements come to this row, and zeroing the increments first
+// would wrap the counters (pins of a live owner, for ever). A free row
+// with such an increment is taken only when no other row is left: if the
+// process that backs out dies before it does, the increment stays, and it
+// is better left in a row nobody uses.
 func (s *Space) claimRow() error {
-	for row := range s.geo.rows {
-		w := s.geo.rowIdent(row)
-		old := w.Load()
-		if old != 0 && s.seg.OwnerAlive(old) {
-			continue
-		}
-		if !w.CompareAndSwap(old, s.ident) {
-			continue
-		}
-		s.row = row
-		s.ctrs = make([]*atomic.Uint32, s.geo.nrec+1)
-		dirty := false
-		for i := range s.ctrs {
-			s.ctrs[i] = s.geo.counter(row, i)
-			// Only a dead process's pins are dropped. A row that Space.Close
-			// gave up (ident 0) counts nothing but the increments of pins
-			// in flight in that process, which saw the Space closed and
-			// are backing out: their decrements come to this row, and
-			// zeroing the increments first would wrap the counters.
-			if old != 0 && s.ctrs[i].Swap(0) != 0 {
-				dirty = true
+	for _, busyFree := range [...]bool{false, true} {
+		for row := range s.geo.rows {
+			w := s.geo.rowIdent(row)
+			old := w.Load()
+			if old != 0 && s.seg.OwnerAlive(old) {
+				continue
 			}
+			if old == 0 && !busyFree && s.rowCounts(row) {
+				continue
+			}
+			if !w.CompareAndSwap(old, s.ident) {
+				continue
+			}
+			s.row = row
+			s.ctrs = make([]*atomic.Uint32, s.geo.nrec+1)
+			dirty := false
+			for i := range s.ctrs {
+				s.ctrs[i] = s.geo.counter(row, i)
+				if old != 0 && s.ctrs[i].Swap(0) != 0 {
+					dirty = true
+				}
+			}
+			if dirty {
+				s.wakeClosers()
+			}
+			return nil
 		}
-		if dirty {
-			s.wakeClosers()
-		}
-		return nil
 	}
 	return ErrNoPinRow
+}
+
+// rowCounts reports whether any of row's counters is not 0.
+func (s *Space) rowCounts(row int) bool {
+	for i := range s.geo.nrec + 1 {
+		if s.geo.counter(row, i).Load() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // wakeClosers wakes whoever waits for pins to drain anywhere.
