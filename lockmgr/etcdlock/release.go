@@ -211,6 +211,10 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 			return info, m.rpcErr(ctx, err)
 		}
 	} else {
+		// The old lease is the hold's own only if it had a TTL: else it
+		// is the session of the Manager that granted it, perhaps not this
+		// one, on which that Manager's other holds live.
+		own := hv.TTL > 0
 		newLease := m.session
 		if secs > 0 {
 			if newLease, _, err = m.grant(ctx, ttl); err != nil {
@@ -234,7 +238,7 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 			}
 			return info, m.rpcErr(ctx, err)
 		}
-		if lease != m.session && lease != newLease {
+		if own && lease != m.session && lease != newLease {
 			m.revoke(lease)
 		}
 		lease = newLease

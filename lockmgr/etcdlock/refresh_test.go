@@ -1,0 +1,43 @@
+package etcdlock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// TestRefreshByAnotherManager: any Manager may refresh any owner's hold
+// (shmctl does, from a process of its own). Moving a hold that lives on
+// its granting Manager's session to a lease of its own, or onto the
+// refreshing Manager's session, must not revoke the granting Manager's
+// session: that would end every other hold it has.
+func TestRefreshByAnotherManager(t *testing.T) {
+	t.Parallel()
+	for _, ttl := range []time.Duration{0, 5 * time.Second} {
+		p := newPrefix(t)
+		a, b := newManager(t, p), newManager(t, p)
+		_, err := a.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		_, err = a.Acquire(testCtx(t), "other", "bystander", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		_, err = b.Refresh("r", "a", ttl)
+		require.NoError(t, err)
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-a.Done():
+			t.Fatalf("ttl %v: the refresh by another Manager ended the holder's session", ttl)
+		default:
+		}
+		ri, err := b.Inspect("other")
+		require.NoError(t, err)
+		require.Equal(t, lockmgr.Acquired, ri.State, "ttl %v: the bystander's hold", ttl)
+		ri, err = b.Inspect("r")
+		require.NoError(t, err)
+		require.Equal(t, lockmgr.Acquired, ri.State, "ttl %v: the refreshed hold", ttl)
+		require.NoError(t, a.Release("other", "bystander"))
+		require.NoError(t, a.Release("r", "a"))
+	}
+}
