@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -56,7 +57,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode lock
 	if err := ctx.Err(); err != nil {
 		return info, err
 	}
-	a := &acquisition{m: m, k: m.keys(resource, owner), mode: mode, opts: opts, info: info, start: time.Now()}
+	a := &acquisition{m: m, k: m.keys(resource, owner), mode: mode, opts: opts, info: info, start: time.Now(), tag: rand.Uint64() | 1}
 	return a.run(ctx)
 }
 
@@ -75,6 +76,12 @@ type acquisition struct {
 	myRev    int64            // create revision of the queued key; 0 before
 	reclaim  bool             // an orphan ended by this acquisition had no TTL
 	attempts int
+
+	// tag marks the values this acquisition writes; queuedVal and
+	// grantVal are the last it sent, so that a request whose answer was
+	// lost can be taken back without touching a key it did not write.
+	tag                 uint64
+	queuedVal, grantVal string
 }
 
 func (a *acquisition) run(ctx context.Context) (lockmgr.LockInfo, error) {
@@ -97,7 +104,7 @@ func (a *acquisition) run(ctx context.Context) (lockmgr.LockInfo, error) {
 
 // holdValue is the value of the hold's key and ledger at the grant.
 func (a *acquisition) holdValue(granted bool) holdValue {
-	hv := holdValue{Owner: a.k.owner, Mode: a.mode.String(), Host: a.m.host, PID: a.m.pid, TTL: a.ttl}
+	hv := holdValue{Owner: a.k.owner, Mode: a.mode.String(), Host: a.m.host, PID: a.m.pid, TTL: a.ttl, Tag: a.tag}
 	if granted {
 		hv.Acquired = time.Now().UnixNano()
 		hv.Lease = int64(a.lease)
@@ -123,11 +130,11 @@ func (a *acquisition) conflictFree() clientv3.Cmp {
 // create revisions are in the keys, and the rare ledger whose hold ended
 // unnoticed is read again in full.
 func (a *acquisition) grantOps() []clientv3.Op {
-	hv := a.holdValue(true)
+	a.grantVal = a.holdValue(true).encode()
 	return []clientv3.Op{
 		clientv3.OpGet(a.k.ledgerPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpPut(a.k.holdKey(a.mode), hv.encode(), clientv3.WithLease(a.lease)),
-		clientv3.OpPut(a.k.ledger, hv.encode()),
+		clientv3.OpPut(a.k.holdKey(a.mode), a.grantVal, clientv3.WithLease(a.lease)),
+		clientv3.OpPut(a.k.ledger, a.grantVal),
 		clientv3.OpPut(a.k.version, ""),
 		clientv3.OpPut(a.m.counter(ctrGrants), ""),
 		clientv3.OpGet(a.k.incons),
@@ -150,7 +157,8 @@ func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
 		refuse := []clientv3.Op{clientv3.OpPut(m.counter(ctrConflicts), "")}
 		wait := a.opts.MaxRetries() != 0
 		if wait {
-			refuse = append(refuse, clientv3.OpPut(k.holdKey(a.mode), a.holdValue(false).encode(), clientv3.WithLease(m.session)))
+			a.queuedVal = a.holdValue(false).encode()
+			refuse = append(refuse, clientv3.OpPut(k.holdKey(a.mode), a.queuedVal, clientv3.WithLease(m.session)))
 		}
 		refuse = append(refuse, clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
 		resp, err := m.c.Txn(ctx).If(
@@ -517,10 +525,17 @@ func (a *acquisition) leave() {
 		_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", a.myRev)).
 			Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
 	} else {
-		// The key is this acquisition's if it is on one of its leases;
-		// so is the ledger beside it then (the grant wrote both).
-		for _, id := range []clientv3.LeaseID{a.m.session, a.lease} {
-			_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", id)).
+		// The key is this acquisition's only if it holds a value this
+		// acquisition wrote (its tag): being on its Manager's session
+		// does not say so, for the owner's hold that the request found
+		// there (ErrAlreadyHeld) may be on it too. The ledger goes with a
+		// granted key (the grant wrote both).
+		if a.queuedVal != "" {
+			_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", a.queuedVal)).
+				Then(clientv3.OpDelete(key)).Commit()
+		}
+		if a.grantVal != "" {
+			_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", a.grantVal)).
 				Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
 		}
 	}

@@ -121,6 +121,7 @@ type holdValue struct {
 	TTL      int64  `json:"ttl,omitempty"`      // seconds; 0: the session's lease
 	Lease    int64  `json:"lease,omitempty"`    // the ledger's copy of the hold's lease
 	Rev      int64  `json:"rev,omitempty"`      // the ledger's copy of the hold's create revision
+	Tag      uint64 `json:"tag,omitempty"`      // random, per acquisition: which one wrote the key
 }
 
 func (h holdValue) mode() lockmgr.Mode {
