@@ -499,8 +499,10 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 		info, err := a.granted(ctx, resp.Header.Revision, a.myRev, ops)
 		return info, true, nil, 0, err
 	}
-	if len(ranged(ops[0])) == 0 {
-		// The queued key is gone: the session's lease ended under it.
+	if kvs := ranged(ops[0]); len(kvs) == 0 || kvs[0].CreateRevision != a.myRev {
+		// The queued key is gone: the session's lease ended under it, or
+		// it was deleted (and perhaps queued again by another acquisition
+		// of the owner, which is not this one's to take).
 		if err := m.usable(); err != nil {
 			return a.info, false, nil, 0, err
 		}

@@ -1,0 +1,57 @@
+package etcdlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// TestQueuedKeyReplaced: a waiter whose queued key was deleted behind its
+// back (an operator, etcdctl del) and then queued again by another
+// acquisition of the same owner is no longer in the queue: it fails as
+// soon as it looks, instead of taking the other acquisition's key for its
+// own and spinning on grant attempts that cannot succeed.
+func TestQueuedKeyReplaced(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	h, w, w2 := newManager(t, p), newManager(t, p), newManager(t, p)
+	raw := newClient(t)
+	_, err := h.Acquire(testCtx(t), "r", "h", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	wait := func(m interface {
+		Acquire(context.Context, string, string, lockmgr.Mode, lockmgr.AcquireOptions) (lockmgr.LockInfo, error)
+	}) <-chan error {
+		queued, errs := make(chan struct{}), make(chan error, 1)
+		first := true
+		go func() {
+			_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
+				OnWait: func(lockmgr.LockInfo, time.Duration) {
+					if first {
+						first = false
+						close(queued)
+					}
+				}})
+			errs <- err
+		}()
+		testproc.Receive(t, queued, "a queued")
+		return errs
+	}
+	errs := wait(w)
+	_, err = raw.Delete(testCtx(t), p+"r/r/h/x/a")
+	require.NoError(t, err)
+	errs2 := wait(w2)
+	require.NoError(t, h.Release("r", "h"))
+	require.NoError(t, testproc.Receive(t, errs2, "the second acquisition's grant"))
+	select {
+	case err := <-errs:
+		require.Error(t, err)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter whose key was replaced still waits (spinning on its grant)")
+	}
+	require.NoError(t, w2.Release("r", "a"))
+}
