@@ -114,12 +114,16 @@ func (m *Manager) watchLost(h *hold) {
 						return
 					}
 					// Compacted past the hold's revision, or the watch
-					// broke: look at the key itself, then watch on.
-					if m.holdGone(ctx, h) {
+					// broke: look at the key itself, then watch on from
+					// the revision it was seen at (a compacted answer's
+					// header has no revision: watching from its 0+1 would
+					// be compacted again, a loop of watches and reads).
+					gone, rev := m.holdGone(ctx, h)
+					if gone {
 						m.loseHold(h)
 						return
 					}
-					wch = m.c.Watch(ctx, h.key, clientv3.WithRev(wr.Header.Revision+1), clientv3.WithFilterPut())
+					wch = m.c.Watch(ctx, h.key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
 					continue
 				}
 				if len(wr.Events) > 0 {
@@ -132,10 +136,14 @@ func (m *Manager) watchLost(h *hold) {
 }
 
 // holdGone reports whether h's key no longer exists as h (or the answer
-// cannot be had: then it is not safe to go on writing).
-func (m *Manager) holdGone(ctx context.Context, h *hold) bool {
+// cannot be had: then it is not safe to go on writing), and the revision
+// it was read at.
+func (m *Manager) holdGone(ctx context.Context, h *hold) (bool, int64) {
 	resp, err := m.c.Get(ctx, h.key)
-	return err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev
+	if err != nil {
+		return true, 0
+	}
+	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev, resp.Header.Revision
 }
 
 // loseHold fires h's signal and drops this Manager's record of it, if it
