@@ -1,0 +1,117 @@
+package etcdlock_test
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/etcdtest"
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
+)
+
+// blackhole forwards connections to target until cut is set, then drops
+// every byte both ways without closing anything: a partition.
+func blackhole(t *testing.T, target string, cut *atomic.Bool) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !cut.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				_ = dst.Close()
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			go pipe(out, in)
+			go pipe(in, out)
+		}
+	}()
+	return "http://" + l.Addr().String()
+}
+
+// TestPartitionedSessionHoldLostFirst: a holder on the session (no TTL)
+// partitioned from etcd must be told (Lost, Done) no later than etcd
+// expires its session and grants the resource to a waiter; the package
+// documentation says a partition is noticed through Done within the
+// session's TTL. It is not: Done closes when clientv3's lessor gives up,
+// which counts the TTL from the last keep-alive answer's arrival (not
+// its sending) and looks once a second, so it comes up to about a second
+// after etcd's own expiry, while the next holder already writes.
+func TestPartitionedSessionHoldLostFirst(t *testing.T) {
+	t.Skip("design: the session's Done follows clientv3's KeepAlive channel, which closes after etcd's expiry; " +
+		"a fix keeps the session alive itself (KeepAliveOnce every TTL/3, a deadline of send time + TTL that closes Done)")
+	t.Parallel()
+	u, err := url.Parse(server.Members[0].Endpoint)
+	require.NoError(t, err)
+	// The two clocks race (etcd's lessor looks every 500 ms, clientv3's
+	// every second): a few rounds make the loss all but certain.
+	for round := range 4 {
+		p := newPrefix(t)
+		var cut atomic.Bool
+		cli, err := etcdtest.Client(blackhole(t, u.Host, &cut))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
+		holder, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
+		require.NoError(t, err)
+		waiter := newManager(t, p)
+		_, err = holder.Acquire(ctx, "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		lost, err := holder.Lost("r", "holder")
+		require.NoError(t, err)
+		var lostAt atomic.Int64
+		go func() { <-lost; lostAt.Store(time.Now().UnixNano()) }()
+		time.Sleep(testSessionTTL / 2) // a renewal or two on the way
+		cut.Store(true)
+		_, err = waiter.Acquire(ctx, "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
+		require.NoError(t, err)
+		grantedAt := time.Now().UnixNano()
+		time.Sleep(10 * time.Millisecond)
+		la := lostAt.Load()
+		cut.Store(false) // so that Close is quick
+		_ = holder.Close()
+		_ = cli.Close()
+		cancel()
+		require.NotZero(t, la, "round %d: the waiter was granted while the partitioned holder had not been told its hold was lost", round)
+		require.LessOrEqual(t, la, grantedAt, "round %d", round)
+	}
+}
