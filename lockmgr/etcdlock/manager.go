@@ -52,7 +52,8 @@ type Options struct {
 	// DefaultPrefix; a missing trailing "/" is added.
 	Prefix string
 	// SessionTTL is the lease of the Manager's session, rounded up to
-	// whole seconds; 0 means DefaultSessionTTL, at least MinTTL.
+	// whole seconds; 0 means DefaultSessionTTL, at least MinTTL, at most
+	// MaxTTL.
 	SessionTTL time.Duration
 	// RequestTimeout bounds each request of a call that takes no
 	// context; 0 means DefaultRequestTimeout.
@@ -109,9 +110,9 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 	if client == nil {
 		return nil, fmt.Errorf("%w: no etcd client", lockmgr.ErrBadOptions)
 	}
-	if opts.SessionTTL < 0 || (opts.SessionTTL > 0 && opts.SessionTTL < MinTTL) || opts.RequestTimeout < 0 {
-		return nil, fmt.Errorf("%w: session TTL %v (at least %v), request timeout %v",
-			lockmgr.ErrBadOptions, opts.SessionTTL, MinTTL, opts.RequestTimeout)
+	if opts.SessionTTL < 0 || (opts.SessionTTL > 0 && opts.SessionTTL < MinTTL) || opts.SessionTTL > MaxTTL || opts.RequestTimeout < 0 {
+		return nil, fmt.Errorf("%w: session TTL %v (%v to %v), request timeout %v",
+			lockmgr.ErrBadOptions, opts.SessionTTL, MinTTL, MaxTTL, opts.RequestTimeout)
 	}
 	m := &Manager{c: client, prefix: opts.Prefix, timeout: opts.RequestTimeout, log: opts.Logger,
 		pid: os.Getpid(), done: make(chan struct{}), holds: make(map[holdID]*hold)}
