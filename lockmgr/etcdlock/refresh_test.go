@@ -41,3 +41,25 @@ func TestRefreshByAnotherManager(t *testing.T) {
 		require.NoError(t, a.Release("r", "a"))
 	}
 }
+
+// TestRefreshKeepsSessionHold: a Refresh to no expiry of a hold that has
+// none already leaves it where it is, on the session of the Manager that
+// granted it. Moving it onto the refreshing Manager's session tied the
+// hold to that Manager: a shmctl refresh, say, whose Close then ended the
+// hold while its owner's process still ran and believed it held.
+func TestRefreshKeepsSessionHold(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	a, b := newManager(t, p), newManager(t, p)
+	_, err := a.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	info, err := b.Refresh("r", "a", 0)
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Acquired, info.State)
+	require.Zero(t, info.Timeout)
+	require.NoError(t, b.Close())
+	ri, err := a.Inspect("r")
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Acquired, ri.State, "the hold ended with the refreshing Manager")
+	require.NoError(t, a.Release("r", "a"))
+}

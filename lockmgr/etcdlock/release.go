@@ -167,8 +167,9 @@ func (m *Manager) Release(resource, owner string) error {
 
 // Refresh extends owner's live hold of resource to ttl from now: a
 // keep-alive of the hold's lease when ttl is its TTL, else the hold moves
-// to a new lease of ttl (0: the session's lease, so it lasts while the
-// Manager does). ErrLockTimeout if it had expired already,
+// to a new lease of ttl (0: this Manager's session, so it lasts while this
+// Manager does; a hold that had no TTL stays on the session of the Manager
+// that granted it). ErrLockTimeout if it had expired already,
 // ErrLockNotHeld if owner does not hold it; ttl is whole seconds (rounded
 // up), at least MinTTL.
 func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.LockInfo, error) {
@@ -201,7 +202,14 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 	secs := seconds(ttl)
 	lease := clientv3.LeaseID(st.key.Lease)
 	sent := time.Now()
-	if secs > 0 && secs == hv.TTL && lease != m.session {
+	switch {
+	case secs == 0 && hv.TTL == 0:
+		// No expiry asked of a hold that has none: it stays on the
+		// session of the Manager that granted it, which lives as long as
+		// the owner's process does. Moving it onto this Manager's session
+		// would tie the hold to this one (a shmctl refresh, whose Close
+		// would end it under its owner).
+	case secs > 0 && secs == hv.TTL && lease != m.session:
 		if _, err := m.c.KeepAliveOnce(ctx, lease); err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				// Expired between the read and the keep-alive.
@@ -210,7 +218,7 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 			}
 			return info, m.rpcErr(ctx, err)
 		}
-	} else {
+	default:
 		// The old lease is the hold's own only if it had a TTL: else it
 		// is the session of the Manager that granted it, perhaps not this
 		// one, on which that Manager's other holds live.
