@@ -567,7 +567,10 @@ static int plan(const shmlock_options *o, struct shm_table_desc d[SHM_TABLE_COUN
 	int64_t readers = DEF(o->upgrade_readers, DEFAULT_UPGRADE_READERS);
 	int64_t refs = o->claim_refs;
 	if (refs == 0) {
-		refs = 2 * (POS(slots) + POS(ups));
+		/* A count past its table's limit fails on that table, before the
+		 * claim refs': capped there, the sum cannot overflow (Go's wraps). */
+		int64_t cap = (int64_t)max_counts[SHM_OWNER_SLOTS] + 1;
+		refs = 2 * ((POS(slots) < cap ? POS(slots) : cap) + (POS(ups) < cap ? POS(ups) : cap));
 		if (refs < MIN_DEFAULT_CLAIM_REFS)
 			refs = MIN_DEFAULT_CLAIM_REFS;
 	}

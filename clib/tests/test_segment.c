@@ -479,6 +479,28 @@ static void test_stats_reset_by_fresh_claim(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* Table sizes far past their limits are refused (SHMLOCK_ELIMIT) with
+ * the default claim references, whose count is derived from the slots and
+ * upgrades: that sum must not overflow on the way (undefined in C). */
+static void test_huge_counts(void)
+{
+	static const int64_t huge[] = {INT64_MAX, INT64_MAX / 2 + 1, INT64_MAX / 4 + 1, (int64_t)1 << 21};
+	for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+		for (int which = 0; which < 3; which++) {
+			char path[256];
+			check_temp_path(path, sizeof path, "huge-count");
+			shmlock_options o = {0};
+			if (which != 1)
+				o.slots = huge[i];
+			if (which != 0)
+				o.upgrades = huge[i];
+			shmlock_segment *s = NULL;
+			CHECK_RC(shmlock_create(path, &o, &s), SHMLOCK_ELIMIT);
+			CHECK(access(path, F_OK) != 0);
+		}
+	}
+}
+
 int main(void)
 {
 	RUN(test_golden_owner_slots);
@@ -490,5 +512,6 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
 	RUN(test_stats_reset_by_fresh_claim);
+	RUN(test_huge_counts);
 	return CHECK_DONE();
 }
