@@ -449,7 +449,8 @@ static void sleep_ns(int64_t ns)
 static int read_complete_header(int fd, const shmlock_options *o, uint8_t h[SHM_HEADER_SIZE], uint64_t *size)
 {
 	int64_t timeout = o->ready_timeout_ns > 0 ? o->ready_timeout_ns : DEFAULT_READY_TIMEOUT_NS;
-	int64_t deadline = shm_now_ns() + timeout;
+	int64_t now = shm_now_ns();
+	int64_t deadline = timeout > INT64_MAX - now ? INT64_MAX : now + timeout; /* saturated, as Go's */
 	struct shm_table_desc d[SHM_TABLE_COUNT + 1];
 	for (int64_t backoff = 1000000;; backoff = backoff * 2 < 50000000 ? backoff * 2 : 50000000) {
 		struct stat st;

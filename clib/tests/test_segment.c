@@ -2,6 +2,8 @@
  * change nothing), create/open round trips, claims, releases, regions. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -501,6 +503,44 @@ static void test_huge_counts(void)
 	}
 }
 
+static void *set_ready_later(void *arg)
+{
+	struct timespec ts = {0, 30 * 1000000};
+	nanosleep(&ts, NULL);
+	int fd = open((const char *)arg, O_WRONLY);
+	uint32_t ready = SHM_READY;
+	CHECK(fd >= 0 && pwrite(fd, &ready, 4, SHM_OFF_MUTABLE) == 4);
+	close(fd);
+	return NULL;
+}
+
+/* A ready timeout too long to add to the clock waits (Go's deadline
+ * saturates): the open of a segment whose creator sets the ready word a
+ * little later succeeds, where a wrapped deadline (undefined in C) had
+ * long passed and the open failed at once with SHMLOCK_ENOTREADY. */
+static void test_ready_timeout_saturates(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "ready-forever");
+	shmlock_options small = {.slots = 1, .upgrades = -1, .txn_records = -1, .txn_arena_bytes = -1,
+	                         .lockmgr_entries = -1, .data_bytes = -1};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &small, &s), 0);
+	if (!s)
+		return;
+	atomic_store(&s->hdr->ready, 0); /* a creator still writing */
+	CHECK_RC(shmlock_close(s), 0);
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, set_ready_later, path) == 0);
+	shmlock_options o = {.ready_timeout_ns = INT64_MAX};
+	s = NULL;
+	CHECK_RC(shmlock_open(path, &o, &s), 0);
+	pthread_join(t, NULL);
+	if (s)
+		CHECK_RC(shmlock_close(s), 0);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 int main(void)
 {
 	RUN(test_golden_owner_slots);
@@ -513,5 +553,6 @@ int main(void)
 	RUN(test_dead_claimant);
 	RUN(test_stats_reset_by_fresh_claim);
 	RUN(test_huge_counts);
+	RUN(test_ready_timeout_saturates);
 	return CHECK_DONE();
 }
