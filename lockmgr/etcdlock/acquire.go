@@ -255,7 +255,13 @@ func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb
 		deadline = a.renewed.Add(time.Duration(a.ttl) * time.Second)
 	}
 	h.lost = newLostSignal(deadline)
-	m.remember(k.res, k.owner, h)
+	if !m.remember(k.res, k.owner, h) {
+		// The session ended while the grant was on its way: the hold
+		// may already be another's (see remember).
+		a.myRev = created
+		a.leave()
+		return a.info, m.usable()
+	}
 	a.info.State = lockmgr.Acquired
 	a.info.AcquiredAt = h.acquired
 	a.info.Version = uint64(version)

@@ -76,7 +76,13 @@
 // only after the next holder has written. Lost closes when the hold's TTL
 // has passed on the holder's clock since its last renewal was sent, which
 // is never later than etcd's expiry, as long as the two clocks run at the
-// same rate; no wall-clock time is compared across hosts (a step of the
+// same rate. So does Done for the session, which the Manager keeps alive
+// itself for this reason (a renewal every third of its TTL; Done closes
+// at the TTL, less a margin, after the sending of the last renewal etcd
+// acknowledged), and with it the Lost of every hold on the session:
+// clientv3's own keep-alive counts from the answer's arrival and would
+// tell up to a second after etcd granted the hold to another. No
+// wall-clock time is compared across hosts (a step of the
 // wall clock does not move a lease: etcd counts leases on its leader's
 // monotonic clock, restarted in full at a leader's election). The times
 // that Inspect reports (AcquiredAt, ExpiresAt) are the acquiring host's

@@ -80,7 +80,8 @@ type Manager struct {
 	pid        int
 
 	stopKeepAlive context.CancelFunc
-	done          chan struct{} // closed when the session ends
+	done          chan struct{} // closed when the session ends (keepSession)
+	stopped       chan struct{} // closed when keepSession has returned
 	closed        atomic.Bool
 	declaredOnly  atomic.Bool // as last seen: picks the acquisition's comparison
 
@@ -115,7 +116,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 			lockmgr.ErrBadOptions, opts.SessionTTL, MinTTL, MaxTTL, opts.RequestTimeout)
 	}
 	m := &Manager{c: client, prefix: opts.Prefix, timeout: opts.RequestTimeout, log: opts.Logger,
-		pid: os.Getpid(), done: make(chan struct{}), holds: make(map[holdID]*hold)}
+		pid: os.Getpid(), done: make(chan struct{}), stopped: make(chan struct{}), holds: make(map[holdID]*hold)}
 	if m.prefix == "" {
 		m.prefix = DefaultPrefix
 	}
@@ -133,6 +134,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 	if ttl == 0 {
 		ttl = DefaultSessionTTL
 	}
+	granted := time.Now() // before the request: etcd counts from later
 	id, secs, err := m.grant(ctx, ttl)
 	if err != nil {
 		return nil, err
@@ -141,28 +143,19 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 	// The keep-alive runs on a context of its own: ctx bounds the start
 	// only, the session lasts until Close.
 	kctx, cancel := context.WithCancel(context.Background())
-	ch, err := client.KeepAlive(kctx, id)
-	if err != nil {
-		cancel()
-		m.revoke(id)
-		return nil, unavailable(err)
-	}
 	m.stopKeepAlive = cancel
-	go func() {
-		// The client closes ch when the lease is gone or was not renewed
-		// within its TTL: from then on the session's holds may be gone.
-		for range ch {
-		}
-		close(m.done)
-		m.endSessionHolds()
-	}()
+	go m.keepSession(kctx, granted)
 	return m, nil
 }
 
 // Done is closed when the Manager's session ends: by Close, or because
-// its lease expired or could not be renewed in time (etcd unreachable).
-// Its holds without a TTL are then lost, and every call returns
-// lockmgr.ErrSessionLost.
+// etcd says its lease is gone, or because it could not be renewed in time
+// (etcd unreachable). In the last case it closes when the session's TTL
+// (less a margin) has passed on this host's monotonic clock since the
+// last renewal that etcd acknowledged was sent: never after etcd expires
+// the lease and grants its holds to others, for etcd counts from the
+// renewal's arrival. Its holds without a TTL are then lost, and every
+// call returns lockmgr.ErrSessionLost.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
 // Close ends the session: it revokes the session's lease, which ends every
@@ -174,7 +167,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.stopKeepAlive()
-	<-m.done
+	<-m.stopped
 	m.bg.Wait()
 	err := m.foldHeld()
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
@@ -261,10 +254,23 @@ func (m *Manager) local(resource, owner string) *hold {
 	return m.holds[holdID{resource, owner}]
 }
 
-func (m *Manager) remember(resource, owner string, h *hold) {
+// remember records a hold this Manager granted; false, recording
+// nothing, if the hold is on the session and the session has ended. Done
+// closes before endSessionHolds takes m.mu, so a hold on the session is
+// either recorded before endSessionHolds looks (and told by it) or
+// refused here: none is taken as live after Done.
+func (m *Manager) remember(resource, owner string, h *hold) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if h.lease == m.session {
+		select {
+		case <-m.done:
+			return false
+		default:
+		}
+	}
 	m.holds[holdID{resource, owner}] = h
+	return true
 }
 
 // forget drops this Manager's record of a hold that ended, and tells its

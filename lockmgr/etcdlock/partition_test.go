@@ -73,13 +73,11 @@ func blackhole(t *testing.T, target string, cut *atomic.Bool) string {
 // partitioned from etcd must be told (Lost, Done) no later than etcd
 // expires its session and grants the resource to a waiter; the package
 // documentation says a partition is noticed through Done within the
-// session's TTL. It is not: Done closes when clientv3's lessor gives up,
+// session's TTL. It was not while Done followed clientv3's KeepAlive,
 // which counts the TTL from the last keep-alive answer's arrival (not
-// its sending) and looks once a second, so it comes up to about a second
-// after etcd's own expiry, while the next holder already writes.
+// its sending) and looks once a second: Done came up to about a second
+// after etcd's own expiry, while the next holder already wrote.
 func TestPartitionedSessionHoldLostFirst(t *testing.T) {
-	t.Skip("design: the session's Done follows clientv3's KeepAlive channel, which closes after etcd's expiry; " +
-		"a fix keeps the session alive itself (KeepAliveOnce every TTL/3, a deadline of send time + TTL that closes Done)")
 	t.Parallel()
 	u, err := url.Parse(server.Members[0].Endpoint)
 	require.NoError(t, err)
@@ -98,20 +96,23 @@ func TestPartitionedSessionHoldLostFirst(t *testing.T) {
 		require.NoError(t, err)
 		lost, err := holder.Lost("r", "holder")
 		require.NoError(t, err)
-		var lostAt atomic.Int64
+		var lostAt, doneAt atomic.Int64
 		go func() { <-lost; lostAt.Store(time.Now().UnixNano()) }()
+		go func() { <-holder.Done(); doneAt.Store(time.Now().UnixNano()) }()
 		time.Sleep(testSessionTTL / 2) // a renewal or two on the way
 		cut.Store(true)
 		_, err = waiter.Acquire(ctx, "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
 		require.NoError(t, err)
 		grantedAt := time.Now().UnixNano()
 		time.Sleep(10 * time.Millisecond)
-		la := lostAt.Load()
+		la, da := lostAt.Load(), doneAt.Load()
 		cut.Store(false) // so that Close is quick
 		_ = holder.Close()
 		_ = cli.Close()
 		cancel()
 		require.NotZero(t, la, "round %d: the waiter was granted while the partitioned holder had not been told its hold was lost", round)
 		require.LessOrEqual(t, la, grantedAt, "round %d", round)
+		require.NotZero(t, da, "round %d: the waiter was granted while the partitioned holder's Done was open", round)
+		require.LessOrEqual(t, da, grantedAt, "round %d", round)
 	}
 }

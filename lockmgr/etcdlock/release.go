@@ -261,6 +261,12 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 		h.lease, h.ttl = lease, secs
 		m.mu.Unlock()
 		h.lost.setDeadline(deadline)
+		if lease == m.session && m.usable() != nil {
+			// Moved onto a session that ended meanwhile, perhaps after
+			// endSessionHolds looked (Done closes before it does).
+			m.loseHold(h)
+			return info, m.usable()
+		}
 	}
 	info.Mode = hv.mode()
 	info.AcquiredAt = time.Unix(0, hv.Acquired)
