@@ -252,7 +252,9 @@ func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb
 	h := &hold{key: k.holdKey(a.mode), rev: created, mode: a.mode, lease: a.lease, ttl: a.ttl, acquired: time.Now()}
 	var deadline time.Time
 	if a.ttl > 0 {
-		deadline = a.renewed.Add(time.Duration(a.ttl) * time.Second)
+		// a.renewed was taken before the lease's grant or renewal was
+		// sent: the deadline cannot be after etcd's expiry.
+		deadline = expiresBy(a.renewed, time.Duration(a.ttl)*time.Second)
 	}
 	h.lost = newLostSignal(deadline)
 	if !m.remember(k.res, k.owner, h) {
@@ -270,7 +272,7 @@ func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb
 	a.info.Attempts = a.attempts
 	if a.ttl > 0 {
 		a.info.Timeout = time.Duration(a.ttl) * time.Second
-		a.info.ExpiresAt = deadline
+		a.info.ExpiresAt = a.renewed.Add(a.info.Timeout)
 	}
 	return a.info, nil
 }

@@ -70,23 +70,25 @@
 // that let its lease expire) and writes afterwards, not knowing.
 //
 // It does not protect a store that does not check it, and it does not
-// make two holders impossible: while a partitioned holder's lease runs
-// out, it may still believe it holds the lock until Lost's channel or
-// Done closes, and a store it reaches meanwhile sees its older version
-// only after the next holder has written. Lost closes when the hold's TTL
-// has passed on the holder's clock since its last renewal was sent, which
-// is never later than etcd's expiry, as long as the two clocks run at the
-// same rate. So does Done for the session, which the Manager keeps alive
+// make two holders impossible: a holder that learns of its loss only
+// after a write has left (a pause between its check of Lost and the
+// write's arrival) may reach a store after the next holder, which then
+// sees its older version and refuses it. Lost closes when the hold's
+// TTL, less a margin (a tenth, at most a second, for a late timer), has
+// passed on the holder's monotonic clock since its last renewal was
+// sent, which is never later than etcd's expiry (etcd counts from the
+// renewal's arrival), as long as the two clocks run at about the same
+// rate. So does Done for the session, which the Manager keeps alive
 // itself for this reason (a renewal every third of its TTL; Done closes
-// at the TTL, less a margin, after the sending of the last renewal etcd
-// acknowledged), and with it the Lost of every hold on the session:
+// at the TTL, less the margin, after the sending of the last renewal
+// etcd acknowledged), and with it the Lost of every hold on the session:
 // clientv3's own keep-alive counts from the answer's arrival and would
 // tell up to a second after etcd granted the hold to another. No
-// wall-clock time is compared across hosts (a step of the
-// wall clock does not move a lease: etcd counts leases on its leader's
-// monotonic clock, restarted in full at a leader's election). The times
-// that Inspect reports (AcquiredAt, ExpiresAt) are the acquiring host's
-// wall clock and are for people, not for decisions.
+// wall-clock time is compared across hosts, nor relied on here (a step
+// of the wall clock does not move a lease: etcd counts leases on its
+// leader's monotonic clock, restarted in full at a leader's election).
+// The times that Inspect reports (AcquiredAt, ExpiresAt) are the
+// acquiring host's wall clock and are for people, not for decisions.
 //
 // # Differences from the shm table
 //

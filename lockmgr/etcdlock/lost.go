@@ -23,7 +23,7 @@ type lostSignal struct {
 	start    sync.Once
 	stop     context.CancelFunc // the watch's, once started
 	mu       sync.Mutex
-	deadline atomic.Int64 // Unix ns after which a TTL hold must be taken as lost; 0: none
+	deadline atomic.Pointer[time.Time] // when a TTL hold must be taken as lost; nil: none
 }
 
 func newLostSignal(deadline time.Time) *lostSignal {
@@ -32,12 +32,17 @@ func newLostSignal(deadline time.Time) *lostSignal {
 	return l
 }
 
+// setDeadline sets the time after which the hold must be taken as lost
+// (zero: none). It keeps t itself, monotonic reading included: a deadline
+// kept as wall-clock nanoseconds would move with a step of the wall clock
+// (NTP, an operator), and a step back would let the hold outlive etcd's
+// expiry, which etcd counts on a monotonic clock.
 func (l *lostSignal) setDeadline(t time.Time) {
 	if t.IsZero() {
-		l.deadline.Store(0)
+		l.deadline.Store(nil)
 		return
 	}
-	l.deadline.Store(t.UnixNano())
+	l.deadline.Store(&t)
 }
 
 func (l *lostSignal) fire() {
@@ -57,11 +62,11 @@ func (l *lostSignal) fire() {
 // lost: Done), or because its key was deleted by someone else. A holder
 // selects on it while it works, and stops writing when it closes.
 //
-// A TTL hold is taken as lost as soon as its TTL has passed on this
-// host's clock since the last renewal was sent, which is never later
-// than etcd's own expiry (etcd counts from when the renewal arrives).
-// A partition from etcd is noticed through the session (Done) within its
-// TTL. ErrLockNotHeld if this Manager holds no such hold.
+// A TTL hold is taken as lost as soon as its TTL, less a margin (a
+// tenth, at most a second), has passed on this host's monotonic clock
+// since the last renewal was sent, which is never later than etcd's own
+// expiry (etcd counts from when the renewal arrives). A hold on the
+// session is lost with it (Done), which is noticed the same way. ErrLockNotHeld if this Manager holds no such hold.
 func (m *Manager) Lost(resource, owner string) (<-chan struct{}, error) {
 	if err := checkNames(resource, owner); err != nil {
 		return nil, err
@@ -93,8 +98,8 @@ func (m *Manager) watchLost(h *hold) {
 		timer := time.NewTimer(time.Hour)
 		defer timer.Stop()
 		for {
-			if dl := h.lost.deadline.Load(); dl != 0 {
-				left := time.Until(time.Unix(0, dl))
+			if dl := h.lost.deadline.Load(); dl != nil {
+				left := time.Until(*dl)
 				if left <= 0 {
 					m.loseHold(h)
 					return

@@ -253,8 +253,9 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 	}
 	var deadline time.Time
 	if secs > 0 {
-		deadline = sent.Add(time.Duration(secs) * time.Second)
-		info.Timeout, info.ExpiresAt = time.Duration(secs)*time.Second, deadline
+		info.Timeout = time.Duration(secs) * time.Second
+		info.ExpiresAt = sent.Add(info.Timeout)
+		deadline = expiresBy(sent, info.Timeout)
 	}
 	if h := m.local(resource, owner); h != nil && h.rev == st.key.CreateRevision {
 		m.mu.Lock()
