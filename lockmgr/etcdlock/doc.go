@@ -25,10 +25,11 @@
 //
 // An uncontended Acquire is one transaction (with a TTL, one more request
 // grants the hold's lease first), and Release is one (a TTL hold's lease
-// is revoked after it, in the background): each checks, writes the hold and
-// its ledger, bumps the version and counts the event at once. A grant
-// after a wait is one more transaction, made when the watch reports the
-// predecessor's deletion.
+// is revoked after it, in the background, or in the Release itself once
+// Close has begun): each checks, writes the hold and its ledger, bumps
+// the version and counts the event at once. A grant after a wait is one
+// more transaction, made when the watch reports the predecessor's
+// deletion.
 //
 // # Keys
 //

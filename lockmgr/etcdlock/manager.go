@@ -89,7 +89,15 @@ type Manager struct {
 	holds map[holdID]*hold // this Manager's holds
 
 	held heldStats
-	bg   sync.WaitGroup // background revocations, waited for by Close
+	// bg counts the background revocations, which Close waits for. A
+	// WaitGroup's Add from zero must happen before its Wait, and none may
+	// come while Wait runs; but Release (allowed during and after Close:
+	// a TTL hold outlives the session) adds to it. So every Add is made
+	// under bgMu while bgClosed is false, and Close sets bgClosed under
+	// bgMu before it waits: no Add follows the Wait.
+	bgMu     sync.Mutex
+	bgClosed bool
+	bg       sync.WaitGroup
 }
 
 type holdID struct{ resource, owner string }
@@ -168,6 +176,9 @@ func (m *Manager) Close() error {
 	}
 	m.stopKeepAlive()
 	<-m.stopped
+	m.bgMu.Lock()
+	m.bgClosed = true
+	m.bgMu.Unlock()
 	m.bg.Wait()
 	err := m.foldHeld()
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
@@ -215,6 +226,20 @@ func (m *Manager) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseI
 			lockmgr.ErrBadOptions, ttl, resp.TTL)
 	}
 	return resp.ID, secs, nil
+}
+
+// background runs f in a goroutine that Close waits for; once Close has
+// begun to wait, in the caller (see bg): the work is not left running
+// after Close, when the caller may close the client.
+func (m *Manager) background(f func()) {
+	m.bgMu.Lock()
+	if !m.bgClosed {
+		m.bg.Go(f)
+		m.bgMu.Unlock()
+		return
+	}
+	m.bgMu.Unlock()
+	f()
 }
 
 // revoke revokes a lease the Manager no longer needs; a failure only

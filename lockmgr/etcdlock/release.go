@@ -142,8 +142,8 @@ func (m *Manager) Release(resource, owner string) error {
 			if h != nil && h.ttl > 0 {
 				// The key is gone; its lease only costs the server
 				// memory until it expires: give it back, but not on the
-				// release's time.
-				m.bg.Go(func() { m.revoke(h.lease) })
+				// release's time (unless the Manager is closing).
+				m.background(func() { m.revoke(h.lease) })
 			}
 			return nil
 		}

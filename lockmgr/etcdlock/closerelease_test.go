@@ -1,0 +1,62 @@
+package etcdlock_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
+)
+
+// TestReleaseDuringClose: a hold with a TTL outlives its Manager's
+// session, so its Release is allowed during and after Close; each such
+// Release revokes the hold's lease in the background. Close waited for
+// those revocations with a WaitGroup that the Releases went on adding to
+// meanwhile: an Add from zero during Wait, which the race detector
+// reports and which may panic ("WaitGroup is reused before previous Wait
+// has returned").
+func TestReleaseDuringClose(t *testing.T) {
+	t.Parallel()
+	const holds = 48
+	for round := range 6 {
+		p := newPrefix(t)
+		m, err := etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
+		require.NoError(t, err)
+		for i := range holds {
+			_, err := m.Acquire(testCtx(t), fmt.Sprintf("r%d", i), "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: 5 * time.Second})
+			require.NoError(t, err)
+		}
+		// Releases in parallel, in waves, so that the count of
+		// revocations in flight goes to zero and up again while Close
+		// waits.
+		started := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range holds {
+			wg.Go(func() {
+				if i >= 4 {
+					<-started
+					time.Sleep(time.Duration(i%8) * time.Millisecond)
+				}
+				if err := m.Release(fmt.Sprintf("r%d", i), "a"); err != nil {
+					t.Errorf("round %d: release %d: %v", round, i, err)
+				}
+				if i == 0 {
+					close(started)
+				}
+			})
+		}
+		<-started
+		require.NoError(t, m.Close())
+		wg.Wait()
+		other := newManager(t, p)
+		for i := range holds {
+			ri, err := other.Inspect(fmt.Sprintf("r%d", i))
+			require.NoError(t, err)
+			require.Empty(t, ri.Holders, "round %d: r%d", round, i)
+		}
+	}
+}
