@@ -21,6 +21,11 @@ func TestForceUnlockLiveHolder(t *testing.T) {
 	holder := testproc.Start(t, "hold", path, "2")
 	holder.WaitLine(t, "held")
 	gen := l.Generation()
+	cur, _ := l.Owner()
+	before := stateOf(l.Slot())
+	forged := spinlock.Identity{PID: spinlock.NewHolder().PID, TID: cur.TID} // this process's, with the holder's TID
+	require.ErrorIs(t, l.Unlock(forged), spinlock.ErrNotOwner)
+	require.Equal(t, before, stateOf(l.Slot()), "a release by a forged identity changed the slot")
 	owner, err := l.ForceUnlock()
 	require.NoError(t, err)
 	require.Equal(t, holder.Identity(t), owner.PID)
@@ -47,4 +52,24 @@ func TestForceUnlockToken(t *testing.T) {
 	require.ErrorIs(t, l.Unlock(tok), spinlock.ErrNotOwner)
 	_, err = l.TryLock(spinlock.NewToken())
 	require.NoError(t, err, "free")
+}
+
+// A holder of this process forced out, whose lock another holder then
+// took: its release through a Locker (whose fast path does not read the
+// slot's PID) fails, and the new holder keeps the lock.
+func TestForceUnlockThenReleaseThroughLocker(t *testing.T) {
+	t.Parallel()
+	l := newLock(spinlock.PIDTID)
+	old, next := spinlock.NewHolder(), spinlock.NewHolder()
+	k := l.Locker(old)
+	k.Lock()
+	forced, err := l.ForceUnlock()
+	require.NoError(t, err)
+	require.Equal(t, old, forced)
+	var g spinlock.Guard
+	require.NoError(t, g.Lock(l, next))
+	before := stateOf(l.Slot())
+	require.PanicsWithValue(t, "spinlock: unlock: "+spinlock.ErrNotOwner.Error(), k.Unlock)
+	require.Equal(t, before, stateOf(l.Slot()), "the forced-out holder's release changed the new holder's slot")
+	require.NoError(t, g.Release())
 }

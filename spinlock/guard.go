@@ -210,11 +210,14 @@ func (k *locker) Unlock() {
 	l, id := k.l, k.id
 	if l.mode == PIDTID && !racesync.Enabled {
 		s := l.slot
-		if s.PID.Load() == id.PID && s.TID.Load() == id.TID && s.RecursionCount.Load()&layout.SlotRecursion == 0 {
-			memview.StoreRelease32(l.oursOf(id), 0)
+		ours := l.oursOf(id)
+		if id.PID == l.self && ours.Load() == id.TID && s.TID.Load() == id.TID && s.RecursionCount.Load()&layout.SlotRecursion == 0 {
+			memview.StoreRelease64(ours, 0)
 			memview.StoreOwned(&s.TID, 0)
 			memview.StoreOwned(&s.Token, s.Token.Load()+1)
-			s.PID.Store(0)
+			if !s.PID.CompareAndSwap(id.PID, 0) {
+				panic("spinlock: unlock: " + ErrNotOwner.Error())
+			}
 			if s.Pad.Load()&layout.PadSleepers != 0 {
 				l.wakeOne()
 			}

@@ -159,7 +159,7 @@ func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try
 // the same slot (the flags are per handle) is caught in the spin loop below,
 // after the keep-off: the word it loads anyway is then the caller's PID.
 func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time, try bool) (outcome, error) {
-	if l.mode == PIDTID && (l.oursOf(id).Load() != 0 || try) && l.heldBy(id) {
+	if l.mode == PIDTID && (l.oursOf(id).Load() == id.TID || try) && l.heldBy(id) {
 		return l.recurse()
 	}
 	if try {
@@ -279,7 +279,7 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 		racesync.Acquire(l.word)
 	}
 	l.slot.TID.Store(id.TID)
-	memview.StoreRelease32(l.oursOf(id), 1)
+	memview.StoreRelease64(l.oursOf(id), id.TID)
 	l.slot.RecursionCount.Store(layout.SlotInconsistent)
 	l.slot.Token.Add(1)
 	l.stats.AddReclaim()

@@ -7,3 +7,6 @@ import "sync/atomic"
 // StoreRelease32 is an atomic store off x86 (on arm64 a store-release,
 // STLR: cheap) and in race-detector builds; see release_tso.go.
 func StoreRelease32(w *atomic.Uint32, v uint32) { w.Store(v) }
+
+// StoreRelease64 is StoreRelease32 for a 64-bit word.
+func StoreRelease64(w *atomic.Uint64, v uint64) { w.Store(v) }

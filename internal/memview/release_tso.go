@@ -19,3 +19,6 @@ import (
 // check for sleepers after the release), a locked instruction must come
 // between.
 func StoreRelease32(w *atomic.Uint32, v uint32) { *(*uint32)(unsafe.Pointer(w)) = v }
+
+// StoreRelease64 is StoreRelease32 for a 64-bit word.
+func StoreRelease64(w *atomic.Uint64, v uint64) { *(*uint64)(unsafe.Pointer(w)) = v }
