@@ -237,6 +237,27 @@ static void kill_child(pid_t pid)
 	CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
 }
 
+/* The holder id of another process's hold, given to this process's
+ * unlock (a forged identity): ENOTOWNER, and the slot as it was. The
+ * release does not read PID for a holder it finds in the handle's ours;
+ * this one is not there, so PID is read first. */
+static void test_forged_holder(void)
+{
+	shmlock_spin *l = open_lock(6, SHMLOCK_PIDTID);
+	pid_t pid = child_holding(l);
+	struct shm_owner_slot *s = slot(6);
+	uint64_t p = atomic_load(&s->pid), t = atomic_load(&s->tid), g = atomic_load(&s->token);
+	CHECK(p != 0 && t != 0);
+	CHECK_RC(shmlock_spin_unlock(l, t), SHMLOCK_ENOTOWNER);
+	CHECK(atomic_load(&s->pid) == p && atomic_load(&s->tid) == t && atomic_load(&s->token) == g);
+	kill_child(pid);
+	uint64_t h = shmlock_holder_new(); /* the slot left free and consistent */
+	CHECK_RC(shmlock_spin_lock(l, h), SHMLOCK_OWNERDEAD);
+	CHECK_RC(shmlock_spin_mark_consistent(l, h), 0);
+	CHECK_RC(shmlock_spin_unlock(l, h), 0);
+	CHECK_RC(shmlock_spin_close(l), 0);
+}
+
 static void test_reclaim(void)
 {
 	shmlock_spin *l = open_lock(4, SHMLOCK_PIDTID);
@@ -433,6 +454,7 @@ int main(void)
 	RUN(test_bad_input);
 	RUN(test_token);
 	RUN(test_named);
+	RUN(test_forged_holder);
 	RUN(test_reclaim);
 	RUN(test_threads);
 	RUN(test_sleep_wake);
