@@ -35,6 +35,12 @@ func SetReclaimHook(f func(idx int)) { testHookReclaimRead = f }
 // Tests only; not concurrent with Space.Close.
 func SetRowCheckedHook(f func()) { testHookRowChecked = f }
 
+// SetSourceRefusedHook installs f to run inside Borrow after a promotion
+// cell's source refused its pin as closing, before Borrow reads the
+// source's state again (nil removes it). Tests only; not concurrent with
+// Borrow.
+func SetSourceRefusedHook(f func(idx int)) { testHookSourceRefused = f }
+
 // PoisonByte is the byte a freed arena is filled with.
 const PoisonByte = poisonByte
 

@@ -627,3 +627,47 @@ func TestPinBackOutAfterRowGivenUp(t *testing.T) {
 		})
 	}
 }
+
+// TestBorrowSourceCloseEndsMeanwhile: a Borrow through a cell whose source
+// refused its pin as closing, and whose close then ended (the cell is
+// promoted) or was called off (the source is open again) before Borrow
+// looked at the source's state again, returned ErrClosing, as if a barrier
+// kept the reader out. It now looks again and reads the object.
+func TestBorrowSourceCloseEndsMeanwhile(t *testing.T) {
+	t.Parallel()
+	for _, finish := range []bool{false, true} {
+		t.Run(fmt.Sprintf("finish=%v", finish), func(t *testing.T) {
+			seg, _ := newSegment(t, layout.Options{})
+			sp, reader := newSpace(t, seg), newSpace(t, seg)
+			src, dst, obj, cell := linked(t, sp, txn.BeginOptions{}, txn.BeginOptions{}, 4, 100)
+			p, err := sp.TryPin(obj) // holds the source's close in Closing
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			closed := make(chan error, 1)
+			go func() { closed <- src.RequestCloseAndWait(ctx) }()
+			waitState(t, sp, src.Index(), txn.StateClosing)
+
+			txn.SetSourceRefusedHook(func(int) {
+				txn.SetSourceRefusedHook(nil)
+				if finish {
+					p.Release() // the close drains, promotes the cell, ends
+					require.NoError(t, recv(t, closed))
+				} else {
+					cancel() // the close is called off: the source reopens
+					require.ErrorIs(t, recv(t, closed), context.Canceled)
+					p.Release()
+				}
+			})
+			defer txn.SetSourceRefusedHook(nil)
+			b, err := reader.Borrow(context.Background(), cell)
+			require.NoError(t, err)
+			require.NoError(t, checkBytes(b.Bytes(), 4))
+			b.Release()
+			if !finish {
+				require.NoError(t, src.RequestCloseAndWait(context.Background()))
+			}
+			require.NoError(t, dst.RequestCloseAndWait(context.Background()))
+		})
+	}
+}

@@ -16,6 +16,11 @@ import (
 // state, so a test can close the transaction right there (export_test.go).
 var testHookPinned func()
 
+// testHookSourceRefused runs in Borrow after a promotion cell's source
+// refused its pin (ErrClosing), before the source's state is read again;
+// it gets the source's record index.
+var testHookSourceRefused func(idx int)
+
 // testHookUnchecked runs where the segment's Close can come between an
 // operation's last check of it and its use of the segment: after the
 // stores of Open, Begin, Alloc and Link (stored), before a pinned object
@@ -294,8 +299,17 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 			return s.unlessClosed(ErrClosed)
 		}
 		b.Release()
-		if !ctlEnding(s.recs[t.Txn].Ctl.Load()) {
-			return s.unlessClosed(ErrClosing) // the barrier is up, for other transactions
+		if testHookSourceRefused != nil {
+			testHookSourceRefused(int(t.Txn))
+		}
+		if c := s.recs[t.Txn].Ctl.Load(); !ctlEnding(c) {
+			if c&flagBarrier != 0 && s.bar.Leader.Load() != 0 {
+				return s.unlessClosed(ErrClosing) // the barrier is up, for other transactions
+			}
+			// The source's close ended since the pin looked (the cell
+			// is promoted now), or was called off (it is open again):
+			// look again.
+			continue
 		}
 		if err := s.awaitEnd(ctx, t, false); err != nil {
 			return err
