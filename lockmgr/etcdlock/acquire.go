@@ -522,34 +522,84 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 // leave deletes the queued key (if it is still the one queued), so that a
 // failed acquisition leaves the queue as it found it. myRev -1: a request
 // failed without saying whether it queued or granted the key.
+//
+// If etcd does not answer the deletion either, the key may still be
+// there, on the session's lease: a queued key keeps every later waiter of
+// the resource waiting, a grant whose answer was lost holds the resource
+// for nobody, until the Manager ends. So the deletion is tried again in
+// the background (Close waits for it) until etcd answers it or the
+// session ends, which takes the key with it. A key on the acquisition's
+// own lease (a TTL) would run out with it; the retries delete it sooner.
 func (a *acquisition) leave() {
 	if a.myRev == 0 {
 		return
 	}
-	ctx, cancel := a.m.reqCtx()
+	l := &leaving{m: a.m, key: a.k.holdKey(a.mode), ledger: a.k.ledger, rev: a.myRev, queuedVal: a.queuedVal, grantVal: a.grantVal}
+	a.myRev = 0
+	if !l.try() {
+		a.m.background(l.retry)
+	}
+}
+
+// leaving is what leave deletes: the key of an acquisition that failed.
+type leaving struct {
+	m                   *Manager
+	key, ledger         string
+	rev                 int64 // the key's create revision; -1 if unknown
+	queuedVal, grantVal string
+}
+
+// leaveRetryMax is the longest pause between leave's retries.
+const leaveRetryMax = 2 * time.Second
+
+// try makes the deletion once; false if etcd did not answer it.
+func (l *leaving) try() bool {
+	ctx, cancel := l.m.reqCtx()
 	defer cancel()
-	key := a.k.holdKey(a.mode)
-	if a.myRev > 0 {
+	c := l.m.c
+	if l.rev > 0 {
 		// A grant whose answer was lost wrote a ledger beside the key:
 		// it goes too (the owner is unique, so the ledger is this one's).
-		_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", a.myRev)).
-			Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
-	} else {
-		// The key is this acquisition's only if it holds a value this
-		// acquisition wrote (its tag): being on its Manager's session
-		// does not say so, for the owner's hold that the request found
-		// there (ErrAlreadyHeld) may be on it too. The ledger goes with a
-		// granted key (the grant wrote both).
-		if a.queuedVal != "" {
-			_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", a.queuedVal)).
-				Then(clientv3.OpDelete(key)).Commit()
-		}
-		if a.grantVal != "" {
-			_, _ = a.m.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", a.grantVal)).
-				Then(clientv3.OpDelete(key), clientv3.OpDelete(a.k.ledger)).Commit()
-		}
+		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
+			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Commit()
+		return err == nil
 	}
-	a.myRev = 0
+	// The key is this acquisition's only if it holds a value this
+	// acquisition wrote (its tag): being on its Manager's session does not
+	// say so, for the owner's hold that the request found there
+	// (ErrAlreadyHeld) may be on it too. The ledger goes with a granted
+	// key (the grant wrote both).
+	answered := true
+	if l.queuedVal != "" {
+		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Value(l.key), "=", l.queuedVal)).
+			Then(clientv3.OpDelete(l.key)).Commit()
+		answered = err == nil
+	}
+	if l.grantVal != "" {
+		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Value(l.key), "=", l.grantVal)).
+			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Commit()
+		answered = answered && err == nil
+	}
+	return answered
+}
+
+// retry makes the deletion until etcd answers it or the session ends (or
+// the Manager closes: done closes then too).
+func (l *leaving) retry() {
+	pause := 50 * time.Millisecond
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-l.m.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if l.try() {
+			return
+		}
+		pause = min(2*pause, leaveRetryMax)
+	}
 }
 
 // ranged is the key-values of a range response (none for another kind).

@@ -21,12 +21,16 @@ import (
 // lossyManager is a Manager whose client loses the answer of its next
 // transaction once *lose is set: the server commits it, the caller sees
 // an error, as when a request's context ends or the connection breaks
-// after the request was sent.
-func lossyManager(t *testing.T, prefix string, lose *atomic.Bool) *etcdlock.Manager {
+// after the request was sent. Once that answer is lost, the next *fail
+// transactions fail without reaching the server (fail may be nil).
+func lossyManager(t *testing.T, prefix string, lose *atomic.Bool, fail *atomic.Int32) *etcdlock.Manager {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if fail != nil && strings.HasSuffix(method, "/Txn") && !lose.Load() && takeOne(fail) {
+					return errors.New("test: etcd unreachable")
+				}
 				err := invoker(ctx, method, req, reply, cc, opts...)
 				if err == nil && strings.HasSuffix(method, "/Txn") && lose.CompareAndSwap(true, false) {
 					return errors.New("test: the answer was lost")
@@ -43,6 +47,19 @@ func lossyManager(t *testing.T, prefix string, lose *atomic.Bool) *etcdlock.Mana
 	return m
 }
 
+// takeOne takes 1 from *n if it is positive.
+func takeOne(n *atomic.Int32) bool {
+	for {
+		v := n.Load()
+		if v <= 0 {
+			return false
+		}
+		if n.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
 // TestLostAnswerKeepsOthersHold: an acquisition whose first request
 // fails without an answer takes back what that request may have written,
 // and only that: the owner's hold that was there before (the request found
@@ -51,7 +68,7 @@ func TestLostAnswerKeepsOthersHold(t *testing.T) {
 	t.Parallel()
 	p := newPrefix(t)
 	var lose atomic.Bool
-	m, other := lossyManager(t, p, &lose), newManager(t, p)
+	m, other := lossyManager(t, p, &lose, nil), newManager(t, p)
 	for _, mode := range []lockmgr.Mode{lockmgr.Exclusive, lockmgr.Collaborative} {
 		_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 		require.NoError(t, err)
@@ -84,4 +101,35 @@ func TestLostAnswerKeepsOthersHold(t *testing.T) {
 	_, err = other.Acquire(testCtx(t), "r", "c", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err, "the lost queued key was taken back")
 	require.NoError(t, other.Release("r", "c"))
+}
+
+// TestLostAnswerCleanupRetried: when etcd answers neither an acquisition's
+// request nor the deletion of what it may have written, the key it wrote
+// (a grant nobody knows of, or a queued key) stayed on the session's lease
+// and kept the resource from everyone until the Manager closed. The
+// deletion is now tried again in the background until etcd answers it.
+func TestLostAnswerCleanupRetried(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	var lose atomic.Bool
+	var fail atomic.Int32
+	m, other := lossyManager(t, p, &lose, &fail), newManager(t, p)
+
+	fail.Store(2) // the deletion and its first retry
+	lose.Store(true)
+	_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+	_, err = other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testproc.Timeout})
+	require.NoError(t, err, "the lost grant was taken back in the end")
+
+	// A queued key (a waits behind b) whose deletion fails at first.
+	fail.Store(3)
+	lose.Store(true)
+	_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
+	require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+	require.NoError(t, other.Release("r", "b"))
+	_, err = other.Acquire(testCtx(t), "r", "c", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testproc.Timeout})
+	require.NoError(t, err, "the lost queued key was taken back in the end")
+	require.NoError(t, other.Release("r", "c"))
+	require.Zero(t, fail.Load(), "every failure was used")
 }
