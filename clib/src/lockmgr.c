@@ -937,6 +937,10 @@ static int64_t backoff_delay(const shmlock_acquire_options *o, int n)
 		d = max;
 	double r = (double)(shm_random64() >> 11) / 9007199254740992.0; /* [0, 1) */
 	d -= LM_BACKOFF_JITTER * r * d;
+	/* A maximum of INT64_MAX is 2^63 as a double, which no int64_t holds
+	 * (the conversion would be undefined): with a jitter draw of 0. */
+	if (d >= 9223372036854775808.0)
+		return INT64_MAX;
 	return (int64_t)d;
 }
 
