@@ -503,13 +503,19 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	// holder's hold is always the one granted, so it alone is told
 	// Reclaimed); a tombstone of an earlier end (see manager.go) only once
 	// the chain cannot grow (reuseTombs), so that the owners whose holds
-	// ended are told for as long as room allows.
-	var free, ended, tomb *layout.LockMgrHolder
+	// ended are told for as long as room allows. But the record of an
+	// earlier hold of own's that ended without its release (mine) goes
+	// first: the new grant is own's news of it, as LastExpired's is
+	// cleared below, and a tombstone left beside the new hold would tell
+	// the new hold's second release that its hold had expired.
+	var free, ended, tomb, mine *layout.LockMgrHolder
 	held := 0
 	for h := range m.t.holders(e) {
 		if h.Process.Load() == 0 {
 			if c := h.Companion.Load(); c == tombExpired || c == tombForced {
-				if tomb == nil {
+				if sameOwner(h, own) {
+					mine = h
+				} else if tomb == nil {
 					tomb = h
 				}
 			} else if free == nil {
@@ -521,6 +527,9 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			m.endHold(e, h, endExpired, now)
 			o.woke = true
 			ended = h
+			if sameOwner(h, own) {
+				mine = h
+			}
 			continue
 		}
 		if sameOwner(h, own) {
@@ -571,6 +580,8 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 		ctl = withMode(ctl, 0)
 	}
 	switch {
+	case mine != nil:
+		free = mine
 	case free != nil:
 	case ended != nil:
 		free = ended

@@ -742,7 +742,10 @@ struct outcome {
  * grant takes: one never used or released first, else that of the last
  * hold this attempt ended (so the one who ended a dead holder's hold is the
  * one granted, and alone told reclaimed), a tombstone only when the chain
- * cannot grow (reuse_tombs). */
+ * cannot grow (reuse_tombs); but before all of them the record of an
+ * earlier hold of own's that ended without its release (mine): the grant
+ * is own's news of it, and a tombstone left beside the new hold would tell
+ * its second release that it had expired (Go: try). */
 /* expiry is the expires word of a hold that runs for ttl from now (0: it
  * does not expire), saturated: a ttl so long that now + ttl overflows
  * (INT64_MAX, "for ever") is the latest time there is, where the wrapped
@@ -760,7 +763,7 @@ static uint64_t expiry(int64_t now, int64_t ttl)
 static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int mode, int64_t ttl, int64_t now,
                       bool first, bool reuse_tombs, uint64_t self, struct outcome *o)
 {
-	holder_t *hs[LM_MAX_HOLDERS], *free = NULL, *ended = NULL, *tomb = NULL;
+	holder_t *hs[LM_MAX_HOLDERS], *free = NULL, *ended = NULL, *tomb = NULL, *mine = NULL;
 	int n = holders(m, e, hs), held = 0;
 	memset(o, 0, sizeof *o);
 	for (int i = 0; i < n; i++) {
@@ -768,7 +771,9 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 		if (LD(&h->process) == 0) {
 			uint64_t c = LD(&h->companion);
 			if (c == LM_TOMB_EXPIRED || c == LM_TOMB_FORCED) {
-				if (tomb == NULL)
+				if (same_owner(h, own))
+					mine = h;
+				else if (tomb == NULL)
 					tomb = h;
 			} else if (free == NULL) {
 				free = h;
@@ -779,6 +784,8 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 			end_hold(m, e, h, END_EXPIRED, now);
 			o->woke = true;
 			ended = h;
+			if (same_owner(h, own))
+				mine = h;
 			continue;
 		}
 		if (same_owner(h, own)) {
@@ -815,7 +822,9 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 	}
 	if (held == 0)
 		ctl = with_mode(ctl, 0);
-	if (free == NULL)
+	if (mine != NULL)
+		free = mine;
+	else if (free == NULL)
 		free = ended != NULL ? ended : reuse_tombs ? tomb : NULL;
 	if (free == NULL) {
 		o->need_room = true;

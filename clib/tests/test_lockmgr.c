@@ -222,6 +222,23 @@ static void test_ttl_expiry_refresh(void)
 	CHECK_RC(shmlock_lockmgr_release(m, "job", "next"), 0);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "other", 0, NULL), SHMLOCK_ELOCK_NOT_HELD);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "job", "next", -1, NULL), SHMLOCK_EINVALID_OPTIONS);
+	/* An owner whose hold expired and who acquires again is not told of
+	 * the old hold at the new one's releases: the grant is its news, as
+	 * in Go (lockertest ExpiredOwnerAcquiresAgain). Ended by its own
+	 * acquisition, and ended by another's first. */
+	CHECK_RC(shmlock_lockmgr_acquire(m, "again", "a", SHMLOCK_EXCLUSIVE, &o, NULL), 0);
+	sleep_ns(30 * MS);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "again", "a", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_release(m, "again", "a"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "again", "a"), 0); /* nobody holds it */
+	CHECK_RC(shmlock_lockmgr_acquire(m, "again", "a", SHMLOCK_EXCLUSIVE, &o, NULL), 0);
+	sleep_ns(30 * MS);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "again", "b", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "again", "b"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "again", "a", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "again", "a"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "again", "a"), 0);
 	/* A ttl so long that the expiry overflows ("for ever") does not end
 	 * the hold at once: it saturates (Go: TestHugeTTLDoesNotExpire). */
 	int64_t huge[] = {INT64_MAX, INT64_MAX - 1000 * MS};

@@ -59,6 +59,7 @@ func Run(t *testing.T, b Backend) {
 		{"CancelLeavesNothing", cancelWait},
 		{"RetriesExhausted", retriesExhausted},
 		{"TTLExpiry", ttlExpiry},
+		{"ExpiredOwnerAcquiresAgain", expiredOwnerAgain},
 		{"Refresh", refresh},
 		{"DeclaredOnly", declaredOnly},
 		{"InspectAndOverview", inspectAndOverview},
@@ -370,6 +371,32 @@ func ttlExpiry(t *testing.T, b Backend) {
 	c := acquire(t, l, "r", "c", X, none)
 	require.False(t, c.Inconsistent)
 	release(t, l, "r", "c")
+}
+
+// expiredOwnerAgain: an owner whose hold expired unreleased, and who
+// then acquires the resource again, is not told of the old hold at the
+// new hold's releases: its release is a release, and a second one finds
+// nobody holding (a warning, no error), as for any owner.
+func expiredOwnerAgain(t *testing.T, b Backend) {
+	l, other := b.New(t)
+	acquire(t, l, "r", "a", X, lockmgr.AcquireOptions{TTL: b.MinTTL})
+	eventually(t, "the hold to expire", func() bool {
+		ri, err := other.Inspect("r")
+		require.NoError(t, err)
+		return ri.State == lockmgr.Expired
+	})
+	again := acquire(t, l, "r", "a", X, waitLong)
+	require.True(t, again.Inconsistent, "the expiry marked the resource inconsistent")
+	require.NoError(t, l.Release("r", "a"), "the new hold's release")
+	require.NoError(t, l.Release("r", "a"), "a second release finds nobody holding")
+
+	// The same when another owner's acquisition ended the hold first.
+	acquire(t, l, "r", "a", X, lockmgr.AcquireOptions{TTL: b.MinTTL})
+	acquire(t, other, "r", "b", X, waitLong)
+	release(t, other, "r", "b")
+	acquire(t, l, "r", "a", X, none)
+	require.NoError(t, l.Release("r", "a"), "the new hold's release, after another's")
+	require.NoError(t, l.Release("r", "a"), "a second release finds nobody holding, after another's")
 }
 
 func refresh(t *testing.T, b Backend) {

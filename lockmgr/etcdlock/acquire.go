@@ -139,10 +139,15 @@ func (a *acquisition) grantOps() []clientv3.Op {
 		clientv3.OpPut(a.m.counter(ctrGrants), ""),
 		clientv3.OpGet(a.k.incons),
 		clientv3.OpGet(a.k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		// The grant is the owner's news of an earlier hold of its that
+		// ended unreleased: its tombstone goes, or the new hold's second
+		// release would be told that hold expired (as the shared-memory
+		// table does: lockertest's ExpiredOwnerAcquiresAgain).
+		clientv3.OpDelete(a.k.tomb),
 	}
 }
 
-const grantOpCount = 7
+const grantOpCount = 8
 
 // enter is the first transaction: it grants at once if nothing
 // conflicts, or else counts the conflict and, if the acquisition may

@@ -39,7 +39,8 @@
 //	P r/R/h/x/O      O's exclusive hold or queued wait, on its lease
 //	P r/R/h/c/O      O's collaborative hold or queued wait, on its lease
 //	P r/R/l/O        the ledger of O's granted hold, on no lease
-//	P r/R/t/O        news of O's hold that ended without its release (1 h lease)
+//	P r/R/t/O        news of O's hold that ended without its release (1 h lease;
+//	                 O's next release, refresh or grant takes it)
 //	P r/R/v          the version: its mod revision; deleted with the last hold
 //	P r/R/i          present while R is inconsistent
 //	P r/R/d          present while R is declared
