@@ -26,3 +26,7 @@ func (m *Manager) HomeEntry(resource string) int {
 	}
 	return m.t.probe(k.hash, 0)
 }
+
+// SetStepHook sets the function called at the named steps of the changes
+// made under an entry lock (testHookStep); nil: none.
+func SetStepHook(f func(step string)) { testHookStep = f }

@@ -37,6 +37,7 @@ var helpers = map[string]func(args []string) int{
 	"wait-cpu":     waitCPUHelper,      // PATH MODE (sleep_test.go)
 	"kill-worker":  killWorkerHelper,   // PATH RECORD (kill_test.go)
 	"bench-worker": benchWorkersHelper, // PATH KIND SHARED INDEX ITERS DIR (bench_test.go)
+	"crash-at":     crashAtHelper,      // PATH STEP OP RESOURCE [OWNER MODE] (crash_test.go)
 }
 
 // newManager creates a segment with a lock table of entries entries (one

@@ -643,12 +643,27 @@ const (
 	tombForced  uint64 = 1<<62 | 1<<61
 )
 
-// endHold ends hold h of e. The Process word goes first, so a
-// process that dies half-way leaves the record free. Under e's lock; the
-// caller wakes the sleepers after unlocking.
+// endHold ends hold h of e. A hold that ends without its release marks
+// the resource inconsistent and names its owner in LastExpired before
+// anything else, and then the Process word goes: a process that dies
+// half-way leaves either the hold (which the next attempt ends again)
+// beside the mark, or the record free and the mark set, never a freed
+// record that the next holder is not told of. Under e's lock; the caller
+// wakes the sleepers after unlocking.
 func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why ending, now int64) {
 	acquired := int64(h.Acquired.Load())
+	switch why {
+	case endExpired, endReclaimed:
+		memview.StoreOwned(&e.LastExpired, ownerHash(h))
+		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
+	case endForced:
+		memview.StoreOwned(&e.LastExpired, ownerHash(h)^forcedMark)
+		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
+	}
 	memview.StoreOwned(&h.Process, 0)
+	if testHookStep != nil {
+		testHookStep("endHold:process")
+	}
 	switch why {
 	case endReleased:
 		memview.StoreOwned(&h.Companion, 0)
@@ -665,16 +680,9 @@ func (m *Manager) endHold(e *layout.LockMgrEntry, h *layout.LockMgrHolder, why e
 		}
 	case endExpired:
 		memview.StoreOwned32(&e.Expired, e.Expired.Load()+1)
-		memview.StoreOwned(&e.LastExpired, ownerHash(h))
-		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
-	case endForced:
-		memview.StoreOwned(&e.LastExpired, ownerHash(h)^forcedMark)
-		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
-	default:
+	case endReclaimed:
 		memview.StoreOwned32(&e.Reclaimed, e.Reclaimed.Load()+1)
 		m.t.statsOf(e).AddReclaim()
-		memview.StoreOwned(&e.LastExpired, ownerHash(h))
-		memview.StoreOwned32(&e.Ctl, e.Ctl.Load()|ctlInconsistent)
 	}
 	memview.StoreOwned(&e.Version, e.Version.Load()+1)
 	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)

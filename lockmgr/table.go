@@ -223,6 +223,11 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 	return free, nil
 }
 
+// testHookStep, nil but in tests, is called at the named steps of the
+// changes made under an entry lock, so that a test can kill a process
+// there (crash_test.go).
+var testHookStep func(step string)
+
 func zeroCounters(e *layout.LockMgrEntry) {
 	memview.StoreOwned(&e.Grants, 0)
 	memview.StoreOwned(&e.Releases, 0)

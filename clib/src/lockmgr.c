@@ -646,12 +646,20 @@ out_head:
 
 enum ending { END_RELEASED, END_EXPIRED, END_RECLAIMED };
 
-/* end_hold ends hold h of e: the Process word first, so a process that dies
- * half-way leaves the record free. Under e's lock; the caller wakes the
- * sleepers after unlocking. */
+/* end_hold ends hold h of e. A hold that ends without its release marks the
+ * resource inconsistent and names its owner in last_expired first, then the
+ * Process word goes: a process that dies half-way leaves the hold (ended
+ * again by the next attempt) beside the mark, or the record free and the
+ * mark set, never a freed record the next holder is not told of (as in
+ * lockmgr's endHold). Under e's lock; the caller wakes the sleepers after
+ * unlocking. */
 static void end_hold(const shmlock_lockmgr *m, entry_t *e, holder_t *h, enum ending why, int64_t now)
 {
 	int64_t acquired = (int64_t)LD(&h->acquired);
+	if (why != END_RELEASED) {
+		SO(&e->last_expired, owner_hash(h));
+		SO(&e->ctl, LD(&e->ctl) | LM_CTL_INCONSISTENT);
+	}
 	SO(&h->process, 0);
 	SO(&h->companion, why == END_RELEASED ? 0 : LM_TOMB_EXPIRED);
 	switch (why) {
@@ -662,14 +670,10 @@ static void end_hold(const shmlock_lockmgr *m, entry_t *e, holder_t *h, enum end
 		break;
 	case END_EXPIRED:
 		SO(&e->expired, LD(&e->expired) + 1);
-		SO(&e->last_expired, owner_hash(h));
-		SO(&e->ctl, LD(&e->ctl) | LM_CTL_INCONSISTENT);
 		break;
 	case END_RECLAIMED:
 		SO(&e->reclaimed, LD(&e->reclaimed) + 1);
 		SHM_STATS_ADD(stats_of(m, e), reclaims);
-		SO(&e->last_expired, owner_hash(h));
-		SO(&e->ctl, LD(&e->ctl) | LM_CTL_INCONSISTENT);
 		break;
 	}
 	SO(&e->version, LD(&e->version) + 1);

@@ -1,0 +1,86 @@
+package lockmgr_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// crashAtHelper makes one change of the table and stops itself (SIGSTOP)
+// at the named step of it, under the entry lock, for the test to kill it
+// there. OP is acquire (RESOURCE OWNER MODE) or force (RESOURCE). Args:
+// PATH STEP OP RESOURCE [OWNER MODE].
+func crashAtHelper(args []string) int {
+	seg, m, _, err := openHelper(args[0])
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer seg.Close()
+	step := args[1]
+	lockmgr.SetStepHook(func(s string) {
+		if s == step {
+			fmt.Println("at " + s)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+	})
+	switch args[2] {
+	case "acquire":
+		mode, err := lockmgr.ParseMode(args[5])
+		if err != nil {
+			return fail("%v", err)
+		}
+		_, err = m.Acquire(context.Background(), args[3], args[4], mode, lockmgr.AcquireOptions{})
+		fmt.Printf("acquire: %v\n", err)
+	case "force":
+		_, err := m.ForceRelease(args[3])
+		fmt.Printf("force: %v\n", err)
+	}
+	return fail("step %s not reached", step)
+}
+
+// crashAt runs crashAtHelper to step and kills it there.
+func crashAt(t *testing.T, path, step string, args ...string) {
+	t.Helper()
+	c := testproc.Start(t, "crash-at", append([]string{path, step}, args...)...)
+	c.WaitLine(t, "at "+step)
+	c.WaitStopped(t)
+	c.Kill(t)
+}
+
+// A process killed while it reclaimed a dead holder's hold, right after it
+// freed the holder's record, leaves the resource marked inconsistent: the
+// next holder is told.
+func TestCrashMidReclaimMarksInconsistent(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
+	dead := testproc.Start(t, "hold", path, "r", "victim", "exclusive")
+	dead.WaitLine(t, "held")
+	dead.Kill(t)
+	crashAt(t, path, "endHold:process", "acquire", "r", "reclaimer", "exclusive")
+	info, err := m.Acquire(context.Background(), "r", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.True(t, info.Inconsistent || info.Reclaimed, "the dead holder's end is not told: %+v", info)
+}
+
+// A process killed while it forced a live hold off, right after it freed
+// the holder's record, leaves the resource marked inconsistent and the
+// holder's late release is told of the forced end.
+func TestCrashMidForceRelease(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 8, lockmgr.Options{Logger: discard()})
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "f", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	crashAt(t, path, "endHold:process", "force", "f")
+	require.ErrorIs(t, m.Release("f", "holder"), lockmgr.ErrLockNotHeld, "the forced end is not told")
+	info, err := m.Acquire(ctx, "f", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.True(t, info.Inconsistent, "the forced end is not told: %+v", info)
+}
