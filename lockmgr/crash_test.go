@@ -84,3 +84,33 @@ func TestCrashMidForceRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, info.Inconsistent, "the forced end is not told: %+v", info)
 }
+
+// A process killed while it recycled a resource with an overflow entry,
+// right after it freed the overflow entry, leaves no link from the
+// resource to the freed entry: another resource's chain that takes it
+// would otherwise be the first's too, whose holders then block it.
+func TestCrashMidRetire(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 4, lockmgr.Options{}) // three entries
+	ctx := context.Background()
+	C := lockmgr.Collaborative
+	for _, o := range []string{"a1", "a2", "a3"} { // a's third holder needs an overflow entry
+		_, err := m.Acquire(ctx, "a", o, C, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+	}
+	for _, o := range []string{"c1", "c2"} { // the last entry, held
+		_, err := m.Acquire(ctx, "c", o, C, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+	}
+	for _, o := range []string{"a1", "a2", "a3"} {
+		require.NoError(t, m.Release("a", o))
+	}
+	crashAt(t, path, "retire:overflow", "acquire", "b", "b1", "exclusive") // recycles a
+	_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{})       // takes the freed entry
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "a", "z", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err, "a's chain has c's overflow entry")
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}

@@ -273,7 +273,13 @@ func (t *table) retire(e *layout.LockMgrEntry) {
 	if v := e.Version.Load(); v > h.Version.Load() {
 		h.Version.Store(v)
 	}
-	for i, steps := e.Next.Load(), 0; i != 0 && steps < maxOverflow; steps++ {
+	// The chain is unlinked before its entries are freed: a process that
+	// dies in between leaves them unreachable (Check reports them), not a
+	// link from e to a free entry, which a grow of another resource may
+	// make its overflow entry, shared then by both chains.
+	next := e.Next.Load()
+	memview.StoreOwned32(&e.Next, 0)
+	for i, steps := next, 0; i != 0 && steps < maxOverflow; steps++ {
 		o := t.overflow(i)
 		if o == nil {
 			break
@@ -282,7 +288,9 @@ func (t *table) retire(e *layout.LockMgrEntry) {
 		o.Next.Store(0)
 		o.Ctl.Store(kindFree)
 	}
-	memview.StoreOwned32(&e.Next, 0)
+	if testHookStep != nil {
+		testHookStep("retire:overflow")
+	}
 	memview.StoreOwned32(&e.Ctl, kindFree)
 }
 

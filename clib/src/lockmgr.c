@@ -473,7 +473,12 @@ static void retire(shmlock_lockmgr *m, entry_t *e)
 	uint64_t v = LD(&e->version);
 	if (v > LD(&h->version))
 		ST(&h->version, v);
+	/* The chain is unlinked before its entries are freed: a process that
+	 * dies in between leaves them unreachable, not a link from e to a free
+	 * entry that another resource's grow may take, shared then by both
+	 * chains (as in lockmgr's retire). */
 	uint32_t i = LD(&e->next);
+	ST(&e->next, 0);
 	for (int steps = 0; i != 0 && steps < LM_MAX_OVERFLOW; steps++) {
 		entry_t *o = overflow(m, i);
 		if (o == NULL)
@@ -482,7 +487,6 @@ static void retire(shmlock_lockmgr *m, entry_t *e)
 		ST(&o->next, 0);
 		ST(&o->ctl, LM_KIND_FREE);
 	}
-	ST(&e->next, 0);
 	ST(&e->ctl, LM_KIND_FREE);
 }
 
