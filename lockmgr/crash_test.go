@@ -15,7 +15,8 @@ import (
 
 // crashAtHelper makes one change of the table and stops itself (SIGSTOP)
 // at the named step of it, under the entry lock, for the test to kill it
-// there. OP is acquire (RESOURCE OWNER MODE) or force (RESOURCE). Args:
+// there. OP is acquire (RESOURCE OWNER MODE), release (RESOURCE OWNER: acquires
+// exclusively, then releases) or force (RESOURCE). Args:
 // PATH STEP OP RESOURCE [OWNER MODE].
 func crashAtHelper(args []string) int {
 	seg, m, _, err := openHelper(args[0])
@@ -38,6 +39,12 @@ func crashAtHelper(args []string) int {
 		}
 		_, err = m.Acquire(context.Background(), args[3], args[4], mode, lockmgr.AcquireOptions{})
 		fmt.Printf("acquire: %v\n", err)
+	case "release": // acquires, then releases
+		_, err := m.Acquire(context.Background(), args[3], args[4], lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		if err != nil {
+			return fail("acquire: %v", err)
+		}
+		fmt.Printf("release: %v\n", m.Release(args[3], args[4]))
 	case "force":
 		_, err := m.ForceRelease(args[3])
 		fmt.Printf("force: %v\n", err)
@@ -113,4 +120,16 @@ func TestCrashMidRetire(t *testing.T) {
 	found, err := m.Check()
 	require.NoError(t, err)
 	require.Empty(t, found)
+}
+
+// A process killed while it released a resource, holding the entry's lock,
+// does not keep the entry from being recycled when the table is full:
+// recycle takes a dead process's entry lock over as lookups do.
+func TestCrashMidReleaseRecycles(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 2, lockmgr.Options{}) // one resource entry
+	crashAt(t, path, "endHold:process", "release", "old", "o")
+	info, err := m.Acquire(context.Background(), "new", "n", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err, "the entry of a resource nobody holds is not recycled")
+	require.Greater(t, info.Version, uint64(1), "the version goes on from the recycled resource's")
 }

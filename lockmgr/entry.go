@@ -208,14 +208,7 @@ func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
 		}
 		if now := time.Now(); now.Sub(checked) >= livenessInterval {
 			checked = now
-			if w != t.self && !t.seg.OwnerAlive(w) && e.Lock.CompareAndSwap(w, t.self) {
-				if racesync.Enabled { // the dead process released nothing; earlier holders did
-					racesync.Acquire(&e.Lock)
-				}
-				// The dead process may have stopped between a hold's end
-				// and the wake that goes with it: wake every sleeper.
-				memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
-				t.wakeAll(e)
+			if t.takeOver(e, w) {
 				return true
 			}
 		}
@@ -226,6 +219,22 @@ func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
 		futex.Nap(nap) // time.Sleep would stretch a 1 us nap to hundreds
 		nap = min(2*nap, maxNap)
 	}
+}
+
+// takeOver takes e's lock word from w, its value, if w is a dead
+// process's: true if it did.
+func (t *table) takeOver(e *layout.LockMgrEntry, w uint64) bool {
+	if w == 0 || w == t.self || t.seg.OwnerAlive(w) || !e.Lock.CompareAndSwap(w, t.self) {
+		return false
+	}
+	if racesync.Enabled { // the dead process released nothing; earlier holders did
+		racesync.Acquire(&e.Lock)
+	}
+	// The dead process may have stopped between a hold's end and the wake
+	// that goes with it: wake every sleeper.
+	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
+	t.wakeAll(e)
+	return true
 }
 
 // key is a checked resource or owner name, packed into the words an entry

@@ -238,7 +238,7 @@ func zeroCounters(e *layout.LockMgrEntry) {
 }
 
 // recycle frees the first resource along hash's probe sequence that nobody
-// holds, nobody declared and that is not marked inconsistent (its next
+// holds (its entry lock free, or left by a dead process), nobody declared and that is not marked inconsistent (its next
 // holder must be told), for a new resource, and returns it locked with
 // its distance. Called under the insert lock when no entry is free. Its
 // statistics move to the header and its version raises the header's
@@ -246,7 +246,10 @@ func zeroCounters(e *layout.LockMgrEntry) {
 func (t *table) recycle(hash uint64) (*layout.LockMgrEntry, uint64) {
 	for d := range t.n {
 		e := t.entries[t.probe(hash, d)]
-		if kindOf(e.Ctl.Load()) != kindResource || !t.tryLockEntry(e) {
+		// An entry whose lock a dead process left is taken over, as a
+		// lookup would (lockEntrySlow): else, with nobody looking its
+		// name up, it would never be recycled.
+		if kindOf(e.Ctl.Load()) != kindResource || !t.tryLockEntry(e) && !t.takeOver(e, e.Lock.Load()) {
 			continue
 		}
 		c := e.Ctl.Load()

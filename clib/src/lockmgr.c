@@ -303,6 +303,18 @@ static void wake_all(const shmlock_lockmgr *m, entry_t *e)
 		SHM_STATS_ADD(stats_of(m, e), wakeups);
 }
 
+/* take_over takes e's lock word from w, its value, if w is a dead
+ * process's; it may have stopped between a hold's end and the wake that goes
+ * with it, so every sleeper is woken. */
+static bool take_over(shmlock_lockmgr *m, entry_t *e, uint64_t w, uint64_t self)
+{
+	if (w == 0 || w == self || shm_owner_alive(m->seg, w) || !atomic_compare_exchange_strong(&e->lock, &w, self))
+		return false;
+	ST(&e->gate, LD(&e->gate) + 1);
+	wake_all(m, e);
+	return true;
+}
+
 /* lock_entry_slow waits for e's lock; false, without it, if the segment
  * closed meanwhile. A holder found dead is taken over; it may have stopped
  * between a hold's end and the wake that goes with it, so every sleeper is
@@ -328,12 +340,8 @@ static bool lock_entry_slow(shmlock_lockmgr *m, entry_t *e, uint64_t self)
 		int64_t now = shm_now_ns();
 		if (checked == 0 || now - checked >= LM_LIVENESS_NS) {
 			checked = now;
-			if (w != self && !shm_owner_alive(m->seg, w) &&
-			    atomic_compare_exchange_strong(&e->lock, &w, self)) {
-				ST(&e->gate, LD(&e->gate) + 1);
-				wake_all(m, e);
+			if (take_over(m, e, w, self))
 				return true;
-			}
 		}
 		if (closed(m))
 			return false;
@@ -499,7 +507,11 @@ static entry_t *recycle(shmlock_lockmgr *m, uint64_t hash, uint64_t *at, uint64_
 	uint64_t home = home_of(m, hash);
 	for (uint64_t d = 0; d < m->n; d++) {
 		entry_t *e = probe(m, home, d);
-		if (kind_of(LD(&e->ctl)) != LM_KIND_RESOURCE || !try_lock_entry(e, self))
+		/* An entry whose lock a dead process left is taken over, as a
+		 * lookup would: else, with nobody looking its name up, it would
+		 * never be recycled. */
+		if (kind_of(LD(&e->ctl)) != LM_KIND_RESOURCE ||
+		    (!try_lock_entry(e, self) && !take_over(m, e, LD(&e->lock), self)))
 			continue;
 		uint32_t c = LD(&e->ctl);
 		if (kind_of(c) != LM_KIND_RESOURCE || (c & (LM_CTL_DECLARED | LM_CTL_INCONSISTENT)) != 0 ||
