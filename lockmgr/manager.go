@@ -596,11 +596,14 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	}
 	o.version = e.Version.Load() + 1
 	memview.StoreOwned(&e.Version, o.version)
+	// A tombstone taken over stops being one before it names the new
+	// owner: a process killed in between would leave a tombstone that
+	// tells this owner's next release of a hold that never was.
+	memview.StoreOwned(&free.Companion, 0)
 	for i := range free.Owner {
 		memview.StoreOwned(&free.Owner[i], own.w[i])
 	}
 	exp := expiry(now, ttl)
-	memview.StoreOwned(&free.Companion, 0)
 	memview.StoreOwned(&free.Acquired, uint64(now))
 	memview.StoreOwned(&free.Expires, exp)
 	memview.StoreOwned(&free.Process, m.t.self)

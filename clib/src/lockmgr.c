@@ -855,9 +855,9 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 	}
 	o->version = LD(&e->version) + 1;
 	SO(&e->version, o->version);
+	SO(&free->companion, 0); /* a tombstone stops being one before it names the new owner (Go: try) */
 	for (int i = 0; i < LM_OWNER_WORDS; i++)
 		SO(&free->owner[i], own->w[i]);
-	SO(&free->companion, 0);
 	SO(&free->acquired, (uint64_t)now);
 	SO(&free->expires, expiry(now, ttl));
 	SO(&free->process, self);
