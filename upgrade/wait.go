@@ -636,13 +636,15 @@ func (m *Mutex) bumpGeneration() {
 }
 
 // repairBlockers releases whichever dead holder the state blames for
-// blocking readers.
+// blocking readers. Both may: a writer killed on Lock's fast path between
+// its CAS of writerUnique and its step back leaves the bit under a live
+// upgrade holder's stateUpgrade, and readers, whom the upgrade holder
+// does not block, would otherwise wait for as long as it holds.
 func (m *Mutex) repairBlockers() {
-	s := m.e.State.Load()
-	switch {
-	case s&stateUpgrade != 0:
+	if m.e.State.Load()&stateUpgrade != 0 {
 		m.releaseDeadUpgrader()
-	case writerHoldsUnique(s, m.e.Writer.Load()):
+	}
+	if writerHoldsUnique(m.e.State.Load(), m.e.Writer.Load()) {
 		m.releaseDeadWriter()
 	}
 }

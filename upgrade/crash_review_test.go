@@ -1,0 +1,46 @@
+package upgrade_test
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// deadIdentity is the packed identity of a process that has exited, as a
+// lock word killed at some step would record it.
+func deadIdentity(tb testing.TB) uint64 {
+	tb.Helper()
+	cmd := exec.Command("sleep", "60")
+	require.NoError(tb, cmd.Start())
+	id, err := proc.Lookup(uint32(cmd.Process.Pid))
+	require.NoError(tb, err)
+	require.NoError(tb, cmd.Process.Kill())
+	_ = cmd.Wait()
+	return id.Pack()
+}
+
+// A writer killed on Lock's fast path after its CAS of the Writer word
+// (writerUnique) and before its step back, because a live handle holds the
+// upgrade lock: readers, which the upgrade holder does not block, must
+// release the dead writer's bit and get in, not wait for as long as the
+// upgrade lock is held.
+func TestDeadFastPathWriterUnderUpgradeHolder(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	u := open(t, seg)
+	require.NoError(t, u.LockUpgrade())
+	e := entry(t, seg)
+	e.Writer.Store(deadIdentity(t) | upgrade.WriterUnique) // the dead writer's CAS
+	r := open(t, seg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, r.LockSharedContext(ctx), "a reader waits for a dead writer's bit under a live upgrade holder")
+	require.NoError(t, r.UnlockShared())
+	require.NoError(t, u.UnlockUpgrade())
+}
