@@ -92,7 +92,9 @@ func (m *Mutex) UniqueToUpgrade() error {
 	case m.segClosed():
 		return shm.ErrClosed // a writer's would take the Upgrader word
 	case m.holdsWriter():
-		if !m.e.Upgrader.CompareAndSwap(0, m.pid) {
+		// A dead seeker's word (killed between its CAS and stateUpgrade)
+		// is nobody waiting: take it over rather than refuse for good.
+		if !m.e.Upgrader.CompareAndSwap(0, m.pid) && !m.takeOverUpgrader(m.e.Upgrader.Load()) {
 			return ErrWouldBlock
 		}
 		memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS

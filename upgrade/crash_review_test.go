@@ -44,3 +44,28 @@ func TestDeadFastPathWriterUnderUpgradeHolder(t *testing.T) {
 	require.NoError(t, r.UnlockShared())
 	require.NoError(t, u.UnlockUpgrade())
 }
+
+// An upgrade seeker killed right after its CAS of the Upgrader word (before
+// it set stateUpgrade) leaves the word. A writer that then downgrades
+// with UniqueToUpgrade must take the dead one's word over, not report
+// ErrWouldBlock until some other upgrade seeker happens to come by.
+func TestUniqueToUpgradeOverDeadSeeker(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	for _, form := range []string{"fast", "try"} {
+		w := open(t, seg)
+		if form == "fast" {
+			require.NoError(t, w.Lock()) // writerUnique
+		} else {
+			require.NoError(t, w.TryLock()) // stateWrite
+		}
+		e := entry(t, seg)
+		dead := deadIdentity(t)
+		e.Upgrader.Store(dead) // the dead seeker's CAS
+		require.NoError(t, w.UniqueToUpgrade(), form)
+		require.True(t, w.HoldsUpgrade())
+		require.NoError(t, w.UnlockUpgrade())
+		require.Zero(t, e.Upgrader.Load())
+		require.NoError(t, w.Close())
+	}
+}
