@@ -113,11 +113,12 @@ func (l *Locker) Unlock() {
 func (l *Locker) RLock() {
 	m := l.m
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); grantable(n) && !readersBlocked(m.e) {
+		n := r.Count.Add(1)
+		if grantable(n) && !readersBlocked(m.e) {
 			m.raceAcquireShared()
 			return
 		}
-		m.backOff(r)
+		m.backOff(r, n)
 	}
 	must(m.endWait(m.lockSharedSlow(context.Background(), false)))
 }

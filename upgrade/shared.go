@@ -36,11 +36,12 @@ func (m *Mutex) LockSharedContext(ctx context.Context) error {
 // a copy.
 func (m *Mutex) lockSharedFast() bool {
 	if r := m.rec.Load(); r != nil && !m.segClosed() {
-		if n := r.Count.Add(1); grantable(n) && !readersBlocked(m.e) {
+		n := r.Count.Add(1)
+		if grantable(n) && !readersBlocked(m.e) {
 			m.raceAcquireShared()
 			return true
 		}
-		m.backOff(r)
+		m.backOff(r, n)
 	}
 	return false
 }
@@ -59,19 +60,20 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 	waited := false
 	var lv liveness
 	for {
-		if !grantable(r.Count.Add(1)) {
-			m.backOff(r)
+		n := r.Count.Add(1)
+		if !grantable(n) {
+			m.backOff(r, n)
 			return ErrOverflow
 		}
 		if !readersBlocked(m.e) {
 			if waited && m.segClosed() {
-				m.backOff(r) // see writerGranted
+				m.backOff(r, n) // see writerGranted
 				return shm.ErrClosed
 			}
 			m.raceAcquireShared()
 			return nil
 		}
-		m.backOff(r)
+		m.backOff(r, n)
 		if try {
 			return ErrWouldBlock
 		}
@@ -95,13 +97,30 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 // could find (FuzzEntry found it).
 func grantable(n uint32) bool { return n-1 < MaxShared }
 
-// backOff takes back a shared hold that was not granted (or is released):
-// if that empties the record while a writer or an upgrade drains readers,
-// this may have been the last one it waits for. (A writer with
-// writerUnique does not wait: see state.go.)
-func (m *Mutex) backOff(r *layout.ReaderRecord) {
-	if r.Count.Add(^uint32(0)) == 0 && m.e.State.Load()&blockReaders != 0 {
-		m.wake(m.uniqueGate())
+// backOff takes back a shared hold that was counted (n: the count its add
+// returned) but not granted: if that empties the record while a writer or
+// an upgrade drains readers, this may have been the last one it waits for.
+// (A writer with writerUnique does not wait: see state.go.) A granted
+// count is taken back as UnlockShared does, never below 0: ForceUnlock may
+// have dropped the record's count since the add, and a decrement would
+// leave 2^32-1 holds of a live process that writers wait for forever. A
+// count that was not grantable (a damaged record) is put back as it was.
+func (m *Mutex) backOff(r *layout.ReaderRecord, n uint32) {
+	if !grantable(n) {
+		r.Count.Add(^uint32(0))
+		return
+	}
+	for {
+		n := r.Count.Load()
+		if n == 0 {
+			return // dropped by ForceUnlock
+		}
+		if r.Count.CompareAndSwap(n, n-1) {
+			if n == 1 && m.e.State.Load()&blockReaders != 0 {
+				m.wake(m.uniqueGate())
+			}
+			return
+		}
 	}
 }
 
