@@ -636,13 +636,17 @@ static void clear_dead_readers(shmlock_upgrade *m)
 }
 
 /* repairBlockers: release whichever dead holder blocks readers. */
+/* repair_blockers releases whichever dead holder blocks readers. Both may:
+ * a writer killed on the fast path between its CAS of the unique bit and
+ * its step back leaves the bit under a live upgrade holder's UPG_UPGRADE,
+ * and readers, whom the upgrade holder does not block, would otherwise wait
+ * for as long as it holds (Go: repairBlockers). */
 static void repair_blockers(shmlock_upgrade *m)
 {
-	uint32_t s = ld32(&m->e->state);
 	bool unique;
-	if (s & UPG_UPGRADE)
+	if (ld32(&m->e->state) & UPG_UPGRADE)
 		release_dead_upgrader(m, &unique);
-	else if (writer_holds_unique(s, ld64(&m->e->writer)))
+	if (writer_holds_unique(ld32(&m->e->state), ld64(&m->e->writer)))
 		release_dead_writer(m);
 }
 
@@ -695,9 +699,28 @@ static int record(shmlock_upgrade *m, struct shm_reader_record **out)
 }
 
 /* backOff: take back a shared hold; the last one a drainer waits for wakes it. */
-static void back_off(shmlock_upgrade *m, struct shm_reader_record *r)
+/* grantable: may a record whose count the hold just raised to n grant it?
+ * n in 1..MAX_SHARED; 0 is a count that wrapped (a damaged record said
+ * 2^32-1), where a grant would count nothing its release could find. */
+static inline bool grantable(uint32_t n) { return n - 1 < MAX_SHARED; }
+
+/* back_off takes back a shared hold that was counted (n: the count its add
+ * made) but not granted. A grantable count is taken back never below 0, as
+ * a release is: an operator's forced unlock (Go's ForceUnlock) may have
+ * dropped the record's count since the add, and a decrement would leave
+ * 2^32-1 holds of a live process that writers wait for for ever. A count
+ * that was not grantable (a damaged record) is put back as it was (Go:
+ * backOff). */
+static void back_off(shmlock_upgrade *m, struct shm_reader_record *r, uint32_t n)
 {
-	if (atomic_fetch_sub(&r->count, 1) == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
+	if (!grantable(n)) {
+		atomic_fetch_sub(&r->count, 1);
+		return;
+	}
+	uint32_t c = ld32(&r->count);
+	while (c != 0 && !atomic_compare_exchange_weak(&r->count, &c, c - 1)) {
+	}
+	if (c == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
 		wake(m, unique_gate(m));
 }
 
@@ -1059,18 +1082,15 @@ SHM_EXPORT int shmlock_upgrade_mark_consistent(shmlock_upgrade *m)
 
 /* ---------------------------------------------------------- shared holds */
 
-/* grantable: may a record whose count the hold just raised to n grant it?
- * n in 1..MAX_SHARED; 0 is a count that wrapped (a damaged record said
- * 2^32-1), where a grant would count nothing its release could find. */
-static inline bool grantable(uint32_t n) { return n - 1 < MAX_SHARED; }
 
 static bool lock_shared_fast(shmlock_upgrade *m)
 {
 	struct shm_reader_record *r = m->rec;
 	if (r && !seg_closed(m)) {
-		if (grantable(atomic_fetch_add(&r->count, 1) + 1) && !readers_blocked(m))
+		uint32_t n = atomic_fetch_add(&r->count, 1) + 1;
+		if (grantable(n) && !readers_blocked(m))
 			return true;
-		back_off(m, r);
+		back_off(m, r, n);
 	}
 	return false;
 }
@@ -1088,18 +1108,19 @@ static int lock_shared_slow(shmlock_upgrade *m, const struct deadline *d, bool t
 	bool waited = false;
 	struct liveness lv = {0, false};
 	for (;;) {
-		if (!grantable(atomic_fetch_add(&r->count, 1) + 1)) {
-			back_off(m, r);
+		uint32_t n = atomic_fetch_add(&r->count, 1) + 1;
+		if (!grantable(n)) {
+			back_off(m, r, n);
 			return SHMLOCK_EOVERFLOW;
 		}
 		if (!readers_blocked(m)) {
 			if (waited && seg_closed(m)) {
-				back_off(m, r);
+				back_off(m, r, n);
 				return SHMLOCK_ECLOSED;
 			}
 			return SHMLOCK_OK;
 		}
-		back_off(m, r);
+		back_off(m, r, n);
 		if (try)
 			return SHMLOCK_EWOULDBLOCK;
 		waited = true;
@@ -1403,7 +1424,10 @@ SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 		return SHMLOCK_ECLOSED; /* a writer's would take the upgrader word */
 	if (!holds_writer(m))
 		return not_unique(m);
-	if (!cas64(&m->e->upgrader, 0, m->pid))
+	/* A dead seeker's word (killed between its CAS and UPG_UPGRADE) is
+	 * nobody waiting: take it over rather than refuse for good (Go:
+	 * UniqueToUpgrade). */
+	if (!cas64(&m->e->upgrader, 0, m->pid) && !take_over_upgrader(m, ld64(&m->e->upgrader)))
 		return SHMLOCK_EWOULDBLOCK;
 	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	/* The writer's UPG_WRITE becomes UPG_UPGRADE in one step, then the

@@ -639,6 +639,44 @@ static void test_wrapped_count(void)
 	CHECK_RC(shmlock_upgrade_close(m), 0);
 }
 
+/* A writer killed on the fast path after its CAS of the unique bit and
+ * before its step back (it found a live upgrade holder) leaves the bit
+ * under the live holder's UPG_UPGRADE. A reader, whom the upgrade holder
+ * does not block, must release the dead writer and get in, not wait for
+ * as long as the upgrade lock is held (Go:
+ * TestDeadFastPathWriterUnderUpgradeHolder). And a writer that moves down
+ * to the upgrade lock takes a dead seeker's bare upgrader word over
+ * (Go: TestUniqueToUpgradeOverDeadSeeker). */
+static void test_dead_fast_path_writer(void)
+{
+	shmlock_upgrade *u = named("deadfast"), *r = named("deadfast");
+	uint64_t n;
+	struct shm_upgrade_entry *e = shm_table_of(seg, SHM_UPGRADES, &n);
+	e += shmlock_upgrade_index(u);
+	child_holds("deadfast", HOLD_UNIQUE);
+	uint64_t dead = atomic_load(&e->writer); /* the dead child's word, unique bit and all */
+	CHECK(dead != 0);
+	CHECK_RC(shmlock_upgrade_lock(u), SHMLOCK_OWNERDEAD); /* clear it away first */
+	CHECK_RC(shmlock_upgrade_mark_consistent(u), 0);
+	CHECK_RC(shmlock_upgrade_unlock(u), 0);
+
+	CHECK_RC(shmlock_upgrade_lock_upgrade(u), 0);
+	atomic_store(&e->writer, dead); /* as the killed fast-path writer left it */
+	CHECK_RC(shmlock_upgrade_timedlock_shared(r, 5 * INT64_C(1000000000)), 0);
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_lock(u), SHMLOCK_INCONSISTENT);
+	CHECK_RC(shmlock_upgrade_mark_consistent(u), 0);
+
+	/* A seeker killed between its CAS of the upgrader word and
+	 * UPG_UPGRADE: the holder of the unique lock moves down over it. */
+	atomic_store(&e->upgrader, dead & ~(uint64_t)SHM_UPG_WRITER_UNIQUE);
+	CHECK_RC(shmlock_upgrade_unique_to_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_close(u), 0);
+	CHECK_RC(shmlock_upgrade_close(r), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -656,6 +694,7 @@ int main(void)
 	RUN(test_consistent_after_close);
 	RUN(test_close_wakes_partial_holds);
 	RUN(test_wrapped_count);
+	RUN(test_dead_fast_path_writer);
 	teardown();
 	return CHECK_DONE();
 }
