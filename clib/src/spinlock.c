@@ -64,16 +64,19 @@ struct shmlock_spin {
 	int mode;
 	int index;
 	bool named; /* made by shmlock_spin_named: close releases the claim */
-	/* ours[holder % SPIN_OURS_WAYS].tid is holder while holder holds the
-	 * lock through this handle (pid/tid mode): stored after its CAS,
-	 * cleared at its release. A release that finds its holder there need
-	 * not read the slot's PID (see shmlock_spin_unlock). A way a line, off
-	 * the fields above, so threads of one handle write lines of their own
-	 * (Go: Lock.ours). */
+	/* ours[holder % SPIN_OURS_WAYS] is {holder, the process's lock word}
+	 * while holder holds the lock through this handle (pid/tid mode):
+	 * stored after its CAS, cleared at its release. A release that finds
+	 * its holder there, with the word of the process it runs in (a child
+	 * forked while the parent held has the parent's ours, and another
+	 * word), need not read the slot's PID (see shmlock_spin_unlock). A way
+	 * a line, off the fields above, so threads of one handle write lines
+	 * of their own (Go: Lock.ours). */
 	char pad_[64];
-	struct {
+	struct spin_ours {
 		a64 tid;
-		char pad_[56];
+		a64 word;
+		char pad_[48];
 	} ours[SPIN_OURS_WAYS];
 };
 
@@ -105,9 +108,18 @@ static inline int spin_report(const struct shm_owner_slot *s)
 }
 
 /* spin_ours is holder's way of l->ours. */
-static inline a64 *spin_ours(shmlock_spin *l, uint64_t holder)
+static inline struct spin_ours *spin_ours(shmlock_spin *l, uint64_t holder)
 {
-	return &l->ours[holder % SPIN_OURS_WAYS].tid;
+	return &l->ours[holder % SPIN_OURS_WAYS];
+}
+
+/* spin_ours_set records that holder holds through l, in the process whose
+ * lock word is word. */
+static inline void spin_ours_set(shmlock_spin *l, uint64_t holder, uint64_t word)
+{
+	struct spin_ours *o = spin_ours(l, holder);
+	atomic_store_explicit(&o->word, word, memory_order_relaxed);
+	atomic_store_explicit(&o->tid, holder, memory_order_relaxed);
 }
 
 /* spin_try is the fast path: one CAS of the free lock word. */
@@ -124,7 +136,7 @@ static inline bool spin_try_seen(shmlock_spin *l, uint64_t word, uint64_t holder
 	}
 	if (l->mode == SHMLOCK_PIDTID) {
 		SHM_STORE_OWNED(&l->slot->tid, holder);
-		atomic_store_explicit(spin_ours(l, holder), holder, memory_order_relaxed);
+		spin_ours_set(l, holder, word);
 		/* A free slot with a recursion count: no release, reclaim or
 		 * takeover leaves one, so the slot was damaged. The count would
 		 * keep this holder's release from freeing the lock; it goes, and
@@ -183,7 +195,7 @@ static bool spin_reclaim(shmlock_spin *l, uint64_t word, uint64_t holder, uint64
 	if (!atomic_compare_exchange_strong(&s->pid, &owner, word))
 		return false;
 	atomic_store(&s->tid, holder);
-	atomic_store_explicit(spin_ours(l, holder), holder, memory_order_relaxed);
+	spin_ours_set(l, holder, word);
 	atomic_store(&s->recursion, SHM_SLOT_INCONSISTENT);
 	atomic_fetch_add(&s->token, 1);
 	SHM_STATS_ADD(l->stats, reclaims);
@@ -342,8 +354,9 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 		 * pingpong_retry (spinlock/spinlock.go, release). A holder not
 		 * found there (another handle's, or a forged TID of another
 		 * process's holder) has PID read first, so it changes nothing. */
-		a64 *ours = spin_ours(l, holder);
-		bool mine = atomic_load_explicit(ours, memory_order_relaxed) == holder;
+		struct spin_ours *ours = spin_ours(l, holder);
+		bool mine = atomic_load_explicit(&ours->tid, memory_order_relaxed) == holder &&
+		            atomic_load_explicit(&ours->word, memory_order_relaxed) == word;
 		if ((!mine && atomic_load(&s->pid) != word) || atomic_load(&s->tid) != holder)
 			return SHMLOCK_ENOTOWNER;
 		uint32_t r = atomic_load(&s->recursion);
@@ -352,7 +365,7 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 			return SHMLOCK_OK;
 		}
 		if (mine)
-			atomic_store_explicit(ours, 0, memory_order_relaxed);
+			atomic_store_explicit(&ours->tid, 0, memory_order_relaxed);
 		SHM_STORE_OWNED(&s->tid, 0);
 		SHM_STORE_OWNED(&s->token, atomic_load_explicit(&s->token, memory_order_relaxed) + 1);
 		if (!atomic_compare_exchange_strong(&s->pid, &word, 0)) /* last: the lock is free from here */

@@ -258,6 +258,27 @@ static void test_forged_holder(void)
 	CHECK_RC(shmlock_spin_close(l), 0);
 }
 
+/* A child forked while its parent holds the lock has the parent's handle,
+ * holder id and all: its unlock with that id is not the holder's (another
+ * process), so ENOTOWNER and the slot as it was; the parent's unlock
+ * works after. */
+static void test_forked_child_unlock(void)
+{
+	shmlock_spin *l = open_lock(6, SHMLOCK_PIDTID);
+	struct shm_owner_slot *s = slot(6);
+	uint64_t h = shmlock_holder_new();
+	CHECK_RC(shmlock_spin_lock(l, h), 0);
+	uint64_t p = atomic_load(&s->pid), g = atomic_load(&s->token);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(shmlock_spin_unlock(l, h) == SHMLOCK_ENOTOWNER ? 0 : 1);
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(atomic_load(&s->pid) == p && atomic_load(&s->tid) == h && atomic_load(&s->token) == g);
+	CHECK_RC(shmlock_spin_unlock(l, h), 0);
+	CHECK_RC(shmlock_spin_close(l), 0);
+}
+
 static void test_reclaim(void)
 {
 	shmlock_spin *l = open_lock(4, SHMLOCK_PIDTID);
@@ -455,6 +476,7 @@ int main(void)
 	RUN(test_token);
 	RUN(test_named);
 	RUN(test_forged_holder);
+	RUN(test_forked_child_unlock);
 	RUN(test_reclaim);
 	RUN(test_threads);
 	RUN(test_sleep_wake);
