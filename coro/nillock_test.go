@@ -128,7 +128,7 @@ func TestAdapterNilLock(t *testing.T) {
 			require.False(t, reclaimed)
 			return err
 		}},
-		{"TryLock", func(_ *testing.T, l coro.ProcessLock) error { return l.TryLock() }},
+		{"TryLock", func(_ *testing.T, l coro.ProcessLock) error { _, err := l.TryLock(); return err }},
 		{"Unlock", func(_ *testing.T, l coro.ProcessLock) error { return l.Unlock() }},
 	} {
 		for _, a := range nilAdapters {

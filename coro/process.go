@@ -18,8 +18,8 @@ type ProcessLock interface {
 	// the previous holder died holding the lock.
 	LockContext(ctx context.Context) (reclaimed bool, err error)
 	// TryLock locks only if that needs no waiting: ErrWouldBlock (or an
-	// error that matches it) otherwise.
-	TryLock() error
+	// error that matches it) otherwise. reclaimed as for LockContext.
+	TryLock() (reclaimed bool, err error)
 	// Unlock releases the current hold.
 	Unlock() error
 }
@@ -99,11 +99,12 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 	if !ok {
 		return ProcessGuard{}, ErrWouldBlock
 	}
-	if err := m.lock.TryLock(); err != nil {
+	reclaimed, err := m.lock.TryLock()
+	if err != nil {
 		_ = g.Unlock()
 		return ProcessGuard{}, err
 	}
-	return m.hold(g, m.tryReclaimed()), nil
+	return m.hold(g, reclaimed), nil
 }
 
 // LockOn locks m for a continuation that runs on loop l, as Mutex.LockOn
@@ -135,10 +136,10 @@ func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGua
 			cont(ProcessGuard{}, err)
 			return
 		}
-		switch err := m.lock.TryLock(); {
+		switch reclaimed, err := m.lock.TryLock(); {
 		case err == nil:
 			l.unreserve()
-			cont(m.hold(g, m.tryReclaimed()), nil)
+			cont(m.hold(g, reclaimed), nil)
 			return
 		case !errors.Is(err, ErrWouldBlock):
 			_ = g.Unlock()
@@ -170,17 +171,6 @@ func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGua
 		l.unreserve()
 	}
 	return err
-}
-
-// tryReclaimed is Reclaimed for a hold that m.lock.TryLock just took:
-// what the adapters of this package report of it (the upgrade mutex tells
-// every unique holder until the data is marked consistent); false for a
-// ProcessLock of another kind, whose TryLock has no way to say.
-func (m *ProcessMutex) tryReclaimed() bool {
-	if r, ok := m.lock.(interface{ holdReclaimed() bool }); ok {
-		return r.holdReclaimed()
-	}
-	return false
 }
 
 func (m *ProcessMutex) hold(g Guard, reclaimed bool) ProcessGuard {
@@ -251,19 +241,19 @@ func (s *spinHold) LockContext(ctx context.Context) (bool, error) {
 	return s.g.Reclaimed(), nil
 }
 
-func (s *spinHold) TryLock() error {
+func (s *spinHold) TryLock() (bool, error) {
 	if s.lock == nil {
-		return ErrNoLock
+		return false, ErrNoLock
 	}
 	err := s.g.TryLock(s.lock, s.identity())
 	if errors.Is(err, spinlock.ErrWouldBlock) {
-		return ErrWouldBlock
+		return false, ErrWouldBlock
 	}
-	return err
+	if err != nil {
+		return false, err
+	}
+	return s.g.Reclaimed(), nil
 }
-
-// holdReclaimed is Reclaimed of the current hold (see tryReclaimed).
-func (s *spinHold) holdReclaimed() bool { return s.g.Reclaimed() }
 
 func (s *spinHold) Unlock() error {
 	if s.lock == nil {

@@ -60,20 +60,19 @@ func (u *upgradeHold) LockContext(ctx context.Context) (bool, error) {
 	return u.m.Reclaimed(), nil
 }
 
-func (u *upgradeHold) TryLock() error {
+func (u *upgradeHold) TryLock() (bool, error) {
 	if u.m == nil {
-		return ErrNoLock
+		return false, ErrNoLock
 	}
 	err := u.try()
 	if errors.Is(err, upgrade.ErrWouldBlock) {
-		return ErrWouldBlock
+		return false, ErrWouldBlock
 	}
-	return err
+	if err != nil {
+		return false, err
+	}
+	return u.m.Reclaimed(), nil
 }
-
-// holdReclaimed is the handle's Reclaimed for the current hold (see
-// ProcessMutex.tryReclaimed).
-func (u *upgradeHold) holdReclaimed() bool { return u.m != nil && u.m.Reclaimed() }
 
 func (u *upgradeHold) Unlock() error {
 	if u.m == nil {
