@@ -238,11 +238,12 @@ func zeroCounters(e *layout.LockMgrEntry) {
 }
 
 // recycle frees the first resource along hash's probe sequence that nobody
-// holds (its entry lock free, or left by a dead process), nobody declared and that is not marked inconsistent (its next
-// holder must be told), for a new resource, and returns it locked with
-// its distance. Called under the insert lock when no entry is free. Its
-// statistics move to the header and its version raises the header's
-// high-water mark, so a later insert of the same name starts above it.
+// holds (its entry lock free, or left by a dead process), nobody declared
+// and that is not marked inconsistent (its next holder must be told), for
+// a new resource, and returns it locked with its distance. Called under
+// the insert lock when no entry is free. Its statistics move to the header
+// and its version raises the header's high-water mark, so a later insert
+// of the same name starts above it.
 func (t *table) recycle(hash uint64) (*layout.LockMgrEntry, uint64) {
 	for d := range t.n {
 		e := t.entries[t.probe(hash, d)]

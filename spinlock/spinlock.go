@@ -406,14 +406,15 @@ func (l *Lock) release(id Identity) error {
 	} else {
 		s := l.slot
 		ours := l.oursOf(id)
-		if (id.PID != l.self || ours.Load() != id.TID) && s.PID.Load() != id.PID || s.TID.Load() != id.TID {
+		mine := id.PID == l.self && ours.Load() == id.TID
+		if !mine && s.PID.Load() != id.PID || s.TID.Load() != id.TID {
 			return ErrNotOwner
 		}
 		if r := s.RecursionCount.Load(); r&layout.SlotRecursion > 0 {
 			s.RecursionCount.Store(r - 1) // keeps SlotInconsistent
 			return nil
 		}
-		if ours.Load() == id.TID {
+		if mine {
 			memview.StoreRelease64(ours, 0)
 		}
 		memview.StoreOwned(&s.TID, 0)
