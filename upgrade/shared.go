@@ -110,16 +110,23 @@ func (m *Mutex) backOff(r *layout.ReaderRecord, n uint32) {
 		r.Count.Add(^uint32(0))
 		return
 	}
+	m.dropShared(r)
+}
+
+// dropShared takes one hold off r's count, never below 0 (false if it was
+// 0 already), and wakes a writer or an upgrade that drains readers if that
+// emptied the record: it may have been the last one it waits for.
+func (m *Mutex) dropShared(r *layout.ReaderRecord) bool {
 	for {
 		n := r.Count.Load()
 		if n == 0 {
-			return // dropped by ForceUnlock
+			return false
 		}
 		if r.Count.CompareAndSwap(n, n-1) {
 			if n == 1 && m.e.State.Load()&blockReaders != 0 {
 				m.wake(m.uniqueGate())
 			}
-			return
+			return true
 		}
 	}
 }
@@ -132,17 +139,12 @@ func (m *Mutex) UnlockShared() error {
 	if r == nil {
 		return ErrNotHeld
 	}
-	for {
-		n := r.Count.Load()
-		if n == 0 {
-			return ErrNotHeld
-		}
-		m.raceReleaseShared() // before the CAS that may let a writer in
-		if r.Count.CompareAndSwap(n, n-1) {
-			if n == 1 && m.e.State.Load()&blockReaders != 0 {
-				m.wake(m.uniqueGate())
-			}
-			return nil
-		}
+	if r.Count.Load() == 0 {
+		return ErrNotHeld
 	}
+	m.raceReleaseShared() // before the CAS that may let a writer in
+	if !m.dropShared(r) {
+		return ErrNotHeld
+	}
+	return nil
 }
