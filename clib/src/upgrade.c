@@ -711,17 +711,30 @@ static inline bool grantable(uint32_t n) { return n - 1 < MAX_SHARED; }
  * 2^32-1 holds of a live process that writers wait for for ever. A count
  * that was not grantable (a damaged record) is put back as it was (Go:
  * backOff). */
+/* drop_shared takes one hold off r's count, never below 0 (false if it was
+ * 0 already), and wakes a writer or an upgrade that drains readers if that
+ * emptied the record (Go: dropShared). */
+static bool drop_shared(shmlock_upgrade *m, struct shm_reader_record *r)
+{
+	for (;;) {
+		uint32_t n = ld32(&r->count);
+		if (n == 0)
+			return false;
+		if (cas32(&r->count, n, n - 1)) {
+			if (n == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
+				wake(m, unique_gate(m));
+			return true;
+		}
+	}
+}
+
 static void back_off(shmlock_upgrade *m, struct shm_reader_record *r, uint32_t n)
 {
 	if (!grantable(n)) {
 		atomic_fetch_sub(&r->count, 1);
 		return;
 	}
-	uint32_t c = ld32(&r->count);
-	while (c != 0 && !atomic_compare_exchange_weak(&r->count, &c, c - 1)) {
-	}
-	if (c == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
-		wake(m, unique_gate(m));
+	drop_shared(m, r);
 }
 
 /* ------------------------------------------------------- the writers' word */
@@ -1165,18 +1178,9 @@ SHM_EXPORT int shmlock_upgrade_unlock_shared(shmlock_upgrade *m)
 	if (!m)
 		return SHMLOCK_EINVAL;
 	struct shm_reader_record *r = m->rec;
-	if (!r)
+	if (!r || !drop_shared(m, r))
 		return SHMLOCK_ENOTHELD;
-	for (;;) {
-		uint32_t n = ld32(&r->count);
-		if (n == 0)
-			return SHMLOCK_ENOTHELD;
-		if (cas32(&r->count, n, n - 1)) {
-			if (n == 1 && (ld32(&m->e->state) & UPG_BLOCK_READERS))
-				wake(m, unique_gate(m));
-			return SHMLOCK_OK;
-		}
-	}
+	return SHMLOCK_OK;
 }
 
 /* --------------------------------------------------------- upgrade holds */
