@@ -3,6 +3,7 @@ package clib_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -479,6 +481,63 @@ func TestUpgradeWakeAcross(t *testing.T) {
 	}
 	if err := m.UnlockUpgrade(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An operator's force (Go's ForceUnlock) of a stuck Go holder while a C
+// process waits for it: the C waiter holds its word but was not granted,
+// so the force leaves it (libshmlock writes the holder id only at the
+// grant, as Go does), and it gets the lock once the stuck hold is freed.
+func TestUpgradeForceLeavesCWaiter(t *testing.T) {
+	segPath, _, seg := upgSegment(t)
+	m, err := upgrade.Named(seg, upgName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	status := func() upgrade.Status {
+		s, err := upgrade.Inspect(seg, m.Index())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	self := proc.Self().Pack()
+	for _, c := range []struct {
+		stuck, waiter string
+		take          func() error
+		release       func() error
+		asleep        func(upgrade.Status) bool
+	}{
+		{"upgrade", "unique", m.LockUpgrade, m.UnlockUpgrade,
+			func(s upgrade.Status) bool { return s.UniqueWaiters == 1 && s.Writer != 0 }},
+		{"unique", "upgrade", m.Lock, m.Unlock,
+			func(s upgrade.Status) bool { return s.SharedWaiters == 1 && s.Upgrader != 0 }},
+	} {
+		if err := c.take(); err != nil {
+			t.Fatal(err)
+		}
+		p := startUpgradeC(t, "wait", segPath, upgName, c.waiter)
+		p.waitLine(t, "waiting")
+		testproc.WaitFor(t, func() bool { return c.asleep(status()) }, "C %s waiter asleep behind Go's %s hold", c.waiter, c.stuck)
+		f, err := upgrade.ForceUnlock(seg, m.Index())
+		if err != nil {
+			t.Fatal(err)
+		}
+		freed, waiting := f.Upgrader, f.WaitingWriter
+		if c.stuck == "unique" {
+			freed, waiting = f.Writer, f.WaitingUpgrader
+		}
+		if freed != self || waiting == 0 || waiting == self {
+			t.Fatalf("force of Go's %s hold with a C %s waiter: %+v", c.stuck, c.waiter, f)
+		}
+		if got := p.waitLine(t, "got "); got != "0" {
+			t.Fatalf("C %s waiter got %s", c.waiter, got)
+		}
+		p.waitOK(t)
+		if err := c.release(); !errors.Is(err, upgrade.ErrNotHeld) {
+			t.Fatalf("the forced Go holder's release: %v, want ErrNotHeld", err)
+		}
 	}
 }
 

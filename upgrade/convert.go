@@ -59,6 +59,15 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 	}
 	for {
 		s := m.e.State.Load()
+		if s&(stateUpgrade|statePending) != stateUpgrade|statePending || !m.holdsUpgrader() {
+			// ForceUnlock freed the upgrade lock while this upgrade waited
+			// for readers: setting stateWrite now would make a unique hold
+			// of a lock the handle no longer has.
+			if _, err := m.upgraderState(); err != nil {
+				return err
+			}
+			return ErrNotHeld
+		}
 		if m.e.State.CompareAndSwap(s, s&^statePending|stateWrite) {
 			m.raceAcquireUnique()
 			if s&stateInconsistent != 0 {
@@ -97,7 +106,6 @@ func (m *Mutex) UniqueToUpgrade() error {
 		if !m.e.Upgrader.CompareAndSwap(0, m.pid) && !m.takeOverUpgrader(m.e.Upgrader.Load()) {
 			return ErrWouldBlock
 		}
-		memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
 		// writers' mutex goes (with writerUnique, if that was the hold's
 		// form: stateWrite is clear then, and readers wait for the bit).
@@ -109,6 +117,9 @@ func (m *Mutex) UniqueToUpgrade() error {
 				break
 			}
 		}
+		// The upgrade hold is granted now that its bit is set; its holder
+		// id says so (see "Granted holds" in state.go).
+		memview.StoreOwned(&m.e.UpgraderTID, m.tid)
 		m.releaseWriterWord()
 		m.wake(m.sharedGate())
 		m.wake(m.uniqueGate())

@@ -36,10 +36,10 @@ func (m *Mutex) lock(ctx context.Context) error {
 	// CAS, writerUnique (see state.go). (Locker.Lock has a copy.)
 	e := m.e // as in Unlock
 	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid|writerUnique) {
-		// Other handles of this process see WriterTID 0 until this store:
-		// never their own id, so none of them takes the hold for its own.
-		memview.StoreOwned(&e.WriterTID, m.tid)
 		if s := e.State.Load(); s&stateLocked == 0 && m.readersZero() {
+			// Granted: the holder id goes in now, not with the word (see
+			// "Granted holds" in state.go).
+			memview.StoreOwned(&e.WriterTID, m.tid)
 			m.raceAcquireUnique()
 			m.setReclaimed(s != 0)
 			return nil
@@ -81,6 +81,7 @@ func (m *Mutex) lockAfterWriterWord(ctx context.Context) error {
 	if m.e.State.Load()&stateLocked == 0 {
 		for range spinLoads {
 			if m.readersZero() {
+				memview.StoreOwned(&m.e.WriterTID, m.tid) // granted
 				m.raceAcquireUnique()
 				m.setReclaimed(m.e.State.Load()&stateInconsistent != 0)
 				return nil
@@ -103,7 +104,6 @@ func (m *Mutex) lockSlow(ctx context.Context, try bool) error {
 	if err != nil {
 		return err
 	}
-	memview.StoreOwned(&m.e.WriterTID, m.tid) // published by setWriteBit's CAS, or the Writer release
 	return m.finishLock(ctx, try, reclaimed, waited)
 }
 
@@ -192,6 +192,7 @@ func (m *Mutex) writerGranted(reclaimed, waited bool) error {
 		m.abandonWriter()
 		return shm.ErrClosed
 	}
+	memview.StoreOwned(&m.e.WriterTID, m.tid) // granted (state.go)
 	m.raceAcquireUnique()
 	if m.e.State.Load()&stateInconsistent != 0 {
 		reclaimed = true
@@ -336,9 +337,10 @@ func (m *Mutex) Unlock() error {
 }
 
 // endUniqueHold ends the caller's unique hold up to the Writer word w
-// (as loaded), which stays the caller's: the generation moves on, then
-// stateWrite goes (unless the hold is writerUnique, which the Writer
-// word's release clears), then the writer's thread id. While the hold is
+// (as loaded), which stays the caller's: the holder id goes first (so a
+// ForceUnlock that meets this release sees it, see force.go), then the
+// generation moves on, then stateWrite goes (unless the hold is
+// writerUnique, which the Writer word's release clears). While the hold is
 // ours nobody else changes the generation, nor the state word if the hold
 // is stateWrite (see state.go), so these are plain and release stores, no
 // locked instruction; the Writer word's CAS that follows (freeWriterWord)
@@ -346,11 +348,11 @@ func (m *Mutex) Unlock() error {
 // sleepers. Small enough to inline into both Unlocks (Mutex's and
 // Locker's).
 func (m *Mutex) endUniqueHold(e *layout.UpgradeEntry, w uint64) {
+	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
 	m.bumpGeneration()
 	if w&writerUnique == 0 {
 		memview.StoreRelease32(&e.State, e.State.Load()&^stateWrite)
 	}
-	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
 }
 
 // LockUpgrade takes the upgrade lock: it waits for the upgrade lock to be
@@ -391,7 +393,6 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 			break
 		}
 	}
-	memview.StoreOwned(&m.e.UpgraderTID, m.tid) // published by the State CAS below, or the Upgrader release
 	lv = liveness{}
 	for {
 		s := m.e.State.Load()
@@ -449,6 +450,7 @@ func (m *Mutex) lockUpgrade(ctx context.Context, try bool) error {
 		return m.endWait(shm.ErrClosed)
 	}
 	w.done()
+	memview.StoreOwned(&m.e.UpgraderTID, m.tid) // granted (state.go)
 	m.raceAcquireUpgrade()
 	m.setReclaimed(reclaimed)
 	if waited { // only here: the uncontended path has no wait to record
@@ -503,11 +505,12 @@ func (m *Mutex) UnlockUpgrade() error {
 	}
 	m.setReclaimed(false)
 	m.raceReleaseUpgrade()
-	// As in Unlock: the word is ours while stateUpgrade is; the Upgrader
-	// word's store is the full barrier.
+	// As in Unlock: the holder id goes first; the word is ours while
+	// stateUpgrade is; the Upgrader word's store is the full barrier.
+	memview.StoreOwned(&m.e.UpgraderTID, 0)
 	m.bumpGeneration()
 	memview.StoreRelease32(&m.e.State, m.e.State.Load()&^(stateUpgrade|statePending))
-	m.releaseUpgraderWord()
+	m.e.Upgrader.Store(0)
 	m.wake(m.sharedGate())
 	m.wake(m.uniqueGate())
 	return nil

@@ -6,15 +6,32 @@ import (
 	"github.com/shmlock/shmlock/shm"
 )
 
-// Forced says what ForceUnlock freed.
+// Forced says what ForceUnlock freed, and which acquisitions in progress
+// it left to go on.
 type Forced struct {
-	Writer   uint64         // the writer's packed identity, 0 if none held the unique lock's word
+	Writer   uint64         // the writer's packed identity, 0 if no writer held the unique lock
 	Upgrader uint64         // the upgrade holder's, 0 if none
 	Readers  []ReaderStatus // the reader records whose shared holds were dropped
+
+	// A writer that held the Writer word but was not granted (it waited
+	// for the upgrade holder or for readers), and an upgrade seeker that
+	// held the Upgrader word but was not granted: not holds, so not freed.
+	// 0 if none.
+	WaitingWriter, WaitingUpgrader uint64
 }
 
 // Empty reports whether there was nothing to free.
 func (f Forced) Empty() bool { return f.Writer == 0 && f.Upgrader == 0 && len(f.Readers) == 0 }
+
+// forceTries bounds ForceUnlock's looks at a word that keeps changing
+// hands: a lock that busy has no stuck holder to free.
+const forceTries = 64
+
+// forceGiveBackWait is how many times (each a sched_yield) a release that
+// finds its Writer word taken by ForceUnlock looks again for it to come
+// back: the forcer gives it back within a few instructions when it sees
+// the release's holder id gone.
+const forceGiveBackWait = 1000
 
 // ForceUnlock frees every hold of upgrade mutex i of seg, whoever has it,
 // alive or not: for an operator who knows a holder is stuck (shmctl
@@ -24,6 +41,24 @@ func (f Forced) Empty() bool { return f.Writer == 0 && f.Upgrader == 0 && len(f.
 // inconsistent; the shared holds of the reader records are dropped. The
 // holders' own releases then fail (ErrNotHeld, or ErrNotOwner once another
 // handle holds the lock). Waiters are woken.
+//
+// Only granted holds are freed: a live writer or upgrade seeker that holds
+// its word while it waits (most often for the very holder the operator
+// means) is left to go on, and gets the lock once what it waits for is
+// freed (Forced.WaitingWriter, WaitingUpgrader). Freeing its word would let
+// it go on all the same and a second writer in beside it.
+//
+// A force and a live holder's own release of the same hold, at the same
+// instant: the release clears its holder id first, so a forcer that took
+// the word sees the id gone and gives the word back, and the release waits
+// for it and ends as it began. Left open is the instant between a
+// release's ownership check and that first store (the releases end a hold
+// with plain stores, one locked instruction each, see state.go): a force
+// that lands there proceeds, and the release's stores of the generation
+// and the state word may land after the force, over the next holder's.
+// A stuck holder is not releasing; a force of a live holder that is
+// running is the operator's gamble, and its data's fencing tokens are the
+// protection that stays.
 func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	if seg == nil {
 		return Forced{}, shm.ErrNoSegment
@@ -36,27 +71,8 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 		return Forced{}, err
 	}
 	var f Forced
-	if o := m.e.Writer.Load(); isHandoff(o) {
-		m.releaseStaleHandoff(o)
-	} else if id := writerID(o); id != 0 && m.seizeWriterWord(o) {
-		m.e.Waiters.And(^uniqueWriter)
-		if m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
-			m.e.State.Or(stateInconsistent)
-		}
-		m.e.WriterTID.Store(m.tid)
-		m.forceGeneration()
-		m.clearWriteBit()
-		m.releaseWriterWord()
-		f.Writer = id
-	}
-	if u := m.e.Upgrader.Load(); u != 0 && m.e.Upgrader.CompareAndSwap(u, m.pid) {
-		m.e.Waiters.And(^uniqueUpgrader)
-		m.e.UpgraderTID.Store(m.tid)
-		m.forceGeneration()
-		m.clearUpgradeBits() // sets stateInconsistent if it had upgraded
-		m.releaseUpgraderWord()
-		f.Upgrader = u
-	}
+	f.Writer, f.WaitingWriter = m.forceWriter()
+	f.Upgrader, f.WaitingUpgrader = m.forceUpgrader()
 	for j, r := range m.readers {
 		if n := r.Count.Swap(0); n != 0 {
 			f.Readers = append(f.Readers, ReaderStatus{Record: j, Owner: r.Owner.Load(), Count: n})
@@ -68,6 +84,93 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 		m.wakeWriter()
 	}
 	return f, nil
+}
+
+// forceWriter frees the writer's granted hold, and returns the identity
+// it freed, or that of a writer it left because it was not granted.
+//
+// A granted writer has its holder id in WriterTID (see "Granted holds" in
+// state.go). The word is taken (CAS to this process's identity, keeping
+// writerUnique so that readers stay out until the release), then the holder
+// id is cleared by CAS from the one seen before: that fails if the hold
+// ended in between, and a writer of the holder's process may then have
+// taken the same word value, not granted yet: the word goes back to it.
+func (m *Mutex) forceWriter() (freed, waiting uint64) {
+	e := m.e
+	for range forceTries {
+		o := e.Writer.Load()
+		if isHandoff(o) {
+			m.releaseStaleHandoff(o)
+			return 0, 0
+		}
+		id := writerID(o)
+		if id == 0 {
+			return 0, 0
+		}
+		t := e.WriterTID.Load()
+		if t == 0 {
+			return 0, id // acquiring (or being repaired): not a hold
+		}
+		if !e.Writer.CompareAndSwap(o, m.pid|o&writerUnique) {
+			continue
+		}
+		if !e.WriterTID.CompareAndSwap(t, 0) {
+			m.giveBackWriterWord(id)
+			continue
+		}
+		e.Waiters.And(^uniqueWriter)
+		if o&writerUnique != 0 || e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
+			e.State.Or(stateInconsistent)
+		}
+		m.forceGeneration()
+		m.clearWriteBit()
+		m.releaseWriterWord() // writerUnique goes with the word
+		return id, 0
+	}
+	return 0, 0
+}
+
+// giveBackWriterWord hands the Writer word, taken by forceWriter from a
+// writer that was not granted, back to that writer's identity id, with
+// the bits the writer and the waiting writers set meanwhile.
+func (m *Mutex) giveBackWriterWord(id uint64) {
+	for {
+		cur := m.e.Writer.Load()
+		if writerID(cur) != m.pid || m.e.Writer.CompareAndSwap(cur, id|cur&(writerHungry|writerUnique)) {
+			return
+		}
+	}
+}
+
+// forceUpgrader is forceWriter for the upgrade holder.
+func (m *Mutex) forceUpgrader() (freed, waiting uint64) {
+	e := m.e
+	for range forceTries {
+		u := e.Upgrader.Load()
+		if u == 0 {
+			return 0, 0
+		}
+		t := e.UpgraderTID.Load()
+		if t == 0 {
+			return 0, u
+		}
+		if !e.Upgrader.CompareAndSwap(u, m.pid) {
+			continue
+		}
+		if !e.UpgraderTID.CompareAndSwap(t, 0) {
+			e.Upgrader.CompareAndSwap(m.pid, u)
+			continue
+		}
+		e.Waiters.And(^uniqueUpgrader)
+		m.forceGeneration()
+		m.clearUpgradeBits() // sets stateInconsistent if it had upgraded
+		// By CAS, not releaseUpgraderWord's store: a release the holder
+		// began before the force may have stored 0 meanwhile, and a new
+		// holder taken the word.
+		e.Upgrader.CompareAndSwap(m.pid, 0)
+		return u, 0
+	}
+	return 0, 0
 }
 
 // forceGeneration moves the generation past every token of a holder that

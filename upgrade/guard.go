@@ -80,8 +80,8 @@ func (l *Locker) Lock() {
 	m := l.m
 	e := m.e
 	if m.fastPathOpen() && e.Writer.CompareAndSwap(0, m.pid|writerUnique) {
-		memview.StoreOwned(&e.WriterTID, m.tid)
 		if s := e.State.Load(); s&stateLocked == 0 && m.readersZero() {
+			memview.StoreOwned(&e.WriterTID, m.tid)
 			m.raceAcquireUnique()
 			m.setReclaimed(s != 0)
 			return

@@ -31,7 +31,8 @@ import (
 // lines (records are handed out one per line first).
 //
 // Who may change what:
-//   - Writer (packed identity) and WriterTID name the writer. The Writer
+//   - Writer (packed identity) and WriterTID name the writer (WriterTID
+//     once it is granted, see "Granted holds" below). The Writer
 //     word is the writers' own mutex: CAS 0 -> identity takes it, and only
 //     its holder sets stateWrite without stateUpgrade, which it does only
 //     while stateUpgrade is clear. It then waits for the reader sum to
@@ -91,6 +92,21 @@ import (
 //     writerUnique is set it takes the 1 back and waits. All these accesses
 //     are sequentially consistent, so either the reader sees the bit or the
 //     writer (drainer) sees the count: never neither (Dekker).
+//
+// Granted holds: WriterTID and UpgraderTID are 0 until the hold is
+// granted, not from the moment the word is taken. A writer holds the
+// Writer word while it waits for the upgrade lock and for readers, and an
+// upgrade seeker the Upgrader word while it waits for a writer; their
+// holder ids go in only when they have the lock (a plain store: nobody
+// else writes the id while the word is held and the id is 0), and go back
+// to 0 first thing in a release, before the word. Whoever takes a dead
+// holder's word over sets the id back to 0 at once. So a word with a
+// holder id is a granted hold, and a word without one is an acquisition in
+// progress, a repair, or a holder that is releasing. ForceUnlock frees only
+// the first kind: an acquisition it took the word from would go on, set
+// its state bit without the word, and let a second holder in beside it.
+// Nothing else reads the difference (a handle holds the lock if the word
+// has its identity and the id is its own).
 //
 // A waiter that finds a dead holder: a writer or upgrade seeker takes the
 // dead one's identity word over by CAS (one winner) and holds the lock,

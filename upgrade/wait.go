@@ -438,7 +438,6 @@ func (m *Mutex) releaseDeadWriter() bool {
 	if !m.takeOverWriter(o) {
 		return false
 	}
-	m.e.WriterTID.Store(m.tid)
 	m.clearWriteBit()
 	m.releaseWriterWord()
 	m.wake(m.sharedGate())
@@ -481,6 +480,7 @@ func (m *Mutex) takeOverWriter(o uint64) bool {
 	if !m.seizeWriterWord(o) {
 		return false
 	}
+	m.e.WriterTID.Store(0) // the dead one's grant, if any, is over (state.go: granted holds)
 	m.e.Waiters.And(^uniqueWriter)
 	if m.e.State.Load()&(stateWrite|stateUpgrade) == stateWrite {
 		// The dead one held the unique lock (or was draining readers for
@@ -510,6 +510,7 @@ func (m *Mutex) takeOverUpgrader(o uint64) bool {
 	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
 		return false
 	}
+	m.e.UpgraderTID.Store(0) // as in takeOverWriter
 	m.e.Waiters.And(^uniqueUpgrader)
 	if m.e.State.Load()&stateUpgrade != 0 {
 		m.bumpGeneration() // as in takeOverWriter: its hold is ours now
@@ -540,7 +541,6 @@ func (m *Mutex) releaseDeadUpgrader() (released, unique bool) {
 	if !m.takeOverUpgrader(m.e.Upgrader.Load()) {
 		return false, false
 	}
-	m.e.UpgraderTID.Store(m.tid)
 	unique = m.clearUpgradeBits()&stateWrite != 0
 	m.releaseUpgraderWord()
 	m.wake(m.sharedGate())
@@ -608,9 +608,20 @@ func (m *Mutex) wakeWaitingWriter(e *layout.UpgradeEntry) {
 // or marks the word hungry meanwhile: the word goes to the waiting writers
 // (a handoff).
 func (m *Mutex) handOffWriterWord() {
-	for {
-		// Waiting writers only ever add writerHungry to the word.
+	for tries := 0; ; {
+		// Waiting writers only ever add or take off writerHungry.
 		o, next := m.e.Writer.Load(), uint64(0)
+		if writerID(o) != m.pid {
+			// ForceUnlock took the word while this release ran. It gives
+			// the word straight back when it sees that the holder id
+			// went (force.go): wait a moment for that, but free nothing
+			// that is not ours.
+			if tries++; tries > forceGiveBackWait || writerID(o) == 0 {
+				return
+			}
+			futex.Yield()
+			continue
+		}
 		if o&writerHungry != 0 {
 			next = handoffWord()
 		}

@@ -76,6 +76,10 @@
 /* Limits and waiting (upgrade/state.go). */
 #define MAX_SHARED ((UINT32_C(1) << 29) - 1)
 #define SPIN_LOADS 100
+/* A release that finds its writer word taken by an operator's force looks
+ * again this many times (each a sched_yield) for the forcer to give it back
+ * (upgrade/force.go: forceGiveBackWait). */
+#define FORCE_GIVE_BACK_WAIT 1000
 /* sched_yields before a sleep (wait). Unlike the lock manager's entry lock,
  * whose holder is a few instructions from unlocking, a waiter here waits
  * for a hold: runs of PAUSEs in their place cost rw90 0.88x/0.79x at 4/8
@@ -487,10 +491,20 @@ static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
 {
 	SHM_STORE_OWNED(&m->e->writer_tid, 0);
 	/* The word is this handle's identity (with WRITER_UNIQUE if the hold
-	 * is so) and only a waiting writer changes it meanwhile, adding
-	 * WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
-	 * freeWriterWord). */
-	for (;;) {
+	 * is so) and only a waiting writer changes it meanwhile, adding or
+	 * taking off WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
+	 * freeWriterWord). Or an operator's force (Go's ForceUnlock) took the
+	 * word while this release ran: the forcer gives it back when it sees
+	 * the holder id gone, so wait a moment for that, and free nothing that
+	 * is not ours (upgrade/wait.go: handOffWriterWord). */
+	for (int tries = 0;;) {
+		if (writer_id(o) != m->pid) {
+			if (++tries > FORCE_GIVE_BACK_WAIT || writer_id(o) == 0)
+				return;
+			sched_yield();
+			o = ld64(&m->e->writer);
+			continue;
+		}
 		uint64_t next = (o & WRITER_HUNGRY) ? handoff_word() : 0;
 		if (atomic_compare_exchange_strong(&m->e->writer, &o, next))
 			break;
@@ -550,6 +564,9 @@ static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
 	}
 	if (!cas64(&m->e->writer, o, m->pid))
 		return false;
+	/* The dead one's grant, if any, is over: no holder id until the
+	 * taker is granted (upgrade/state.go: granted holds). */
+	atomic_store(&m->e->writer_tid, 0);
 	atomic_fetch_and(&m->e->waiters, ~UNIQUE_WRITER);
 	if ((ld32(&m->e->state) & (UPG_WRITE | UPG_UPGRADE)) == UPG_WRITE) {
 		/* It held the unique lock (or drained readers for it): that
@@ -565,6 +582,7 @@ static bool take_over_upgrader(shmlock_upgrade *m, uint64_t o)
 {
 	if (o == 0 || alive(m, o) || !cas64(&m->e->upgrader, o, m->pid))
 		return false;
+	atomic_store(&m->e->upgrader_tid, 0); /* as in take_over_writer */
 	atomic_fetch_and(&m->e->waiters, ~UNIQUE_UPGRADER);
 	if (ld32(&m->e->state) & UPG_UPGRADE)
 		bump_generation(m); /* as in take_over_writer */
@@ -592,7 +610,6 @@ static bool release_dead_writer(shmlock_upgrade *m)
 	}
 	if (!take_over_writer(m, o))
 		return false;
-	SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 	clear_write_bit(m);
 	release_writer_word(m);
 	wake(m, shared_gate(m));
@@ -607,7 +624,6 @@ static bool release_dead_upgrader(shmlock_upgrade *m, bool *unique)
 	*unique = false;
 	if (!take_over_upgrader(m, ld64(&m->e->upgrader)))
 		return false;
-	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	*unique = (clear_upgrade_bits(m, true) & UPG_WRITE) != 0;
 	release_upgrader_word(m);
 	wake(m, shared_gate(m));
@@ -861,6 +877,7 @@ static int writer_granted(shmlock_upgrade *m, bool reclaimed, bool waited)
 		abandon_writer(m);
 		return SHMLOCK_ECLOSED;
 	}
+	SHM_STORE_OWNED(&m->e->writer_tid, m->tid); /* granted (upgrade/state.go) */
 	return unique_report(m, reclaimed);
 }
 
@@ -985,26 +1002,25 @@ static int lock_slow(shmlock_upgrade *m, const struct deadline *d, bool try)
 	rc = acquire_writer_word(m, d, try, &reclaimed, &waited);
 	if (rc)
 		return rc;
-	SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 	return finish_lock(m, d, try, reclaimed, waited);
 }
 
 static int lock_unique(shmlock_upgrade *m, const struct deadline *d)
 {
 	/* Fast path: nobody holds or wants anything: the unique lock in one
-	 * CAS, WRITER_UNIQUE (upgrade/exclusive.go: lock). holds_writer of
-	 * another handle of this process sees the thread id 0, left by the
-	 * last release, until the store: never its own id. */
+	 * CAS, WRITER_UNIQUE (upgrade/exclusive.go: lock). The holder id goes
+	 * in once the lock is granted (upgrade/state.go: granted holds). */
 	if (m && !seg_closed(m) && shared_holds(m) == 0 && cas64(&m->e->writer, 0, m->pid | WRITER_UNIQUE)) {
-		SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 		/* With no lock bit, readers still counted leave within a few
 		 * loads and the bit keeps new ones out: keep it for SPIN_LOADS
 		 * checks before stepping back (upgrade/exclusive.go:
 		 * lockAfterWriterWord). */
 		if (!(ld32(&m->e->state) & UPG_LOCKED))
 			for (int i = 0; i < SPIN_LOADS; i++)
-				if (readers_zero(m))
+				if (readers_zero(m)) {
+					SHM_STORE_OWNED(&m->e->writer_tid, m->tid);
 					return (ld32(&m->e->state) & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK;
+				}
 		/* stepBack: keep the Writer word, go on through UPG_WRITE. */
 		atomic_fetch_and(&m->e->writer, ~WRITER_UNIQUE);
 		wake(m, shared_gate(m));
@@ -1059,7 +1075,10 @@ SHM_EXPORT int shmlock_upgrade_unlock(shmlock_upgrade *m)
 	 * generation. So plain and release stores, no locked instruction;
 	 * release_writer_word's CAS is the full barrier before wake loads the
 	 * waiters word. A WRITER_UNIQUE hold leaves the state word alone: its
-	 * bit goes with the word's CAS. */
+	 * bit goes with the word's CAS. The holder id goes first, so that a
+	 * force that meets this release sees it (upgrade/exclusive.go:
+	 * endUniqueHold). */
+	SHM_STORE_OWNED(&m->e->writer_tid, 0);
 	bump_generation(m);
 	if (!(w & WRITER_UNIQUE))
 		SHM_STORE_OWNED(&m->e->state, ld32(&m->e->state) & ~UPG_WRITE);
@@ -1238,7 +1257,6 @@ static int lock_upgrade_watched(shmlock_upgrade *m, const struct deadline *d, bo
 			break;
 		}
 	}
-	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	lv = (struct liveness){0, false};
 	for (;;) {
 		uint32_t s = ld32(&m->e->state);
@@ -1282,6 +1300,7 @@ static int lock_upgrade_watched(shmlock_upgrade *m, const struct deadline *d, bo
 		wake(m, unique_gate(m));
 		return end_wait(m, SHMLOCK_ECLOSED);
 	}
+	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid); /* granted */
 	rc = reclaimed ? SHMLOCK_OWNERDEAD : SHMLOCK_OK;
 	if (waited) /* only here: the uncontended path has no wait to record */
 		return end_wait(m, rc);
@@ -1337,11 +1356,12 @@ SHM_EXPORT int shmlock_upgrade_unlock_upgrade(shmlock_upgrade *m)
 		return rc;
 	if (s & UPG_WRITE)
 		return SHMLOCK_ENOTHELD; /* leave the unique lock first */
-	/* As in unlock: the state word is ours while UPG_UPGRADE is; the
-	 * upgrader word's store is the full barrier. */
+	/* As in unlock: the holder id goes first; the state word is ours while
+	 * UPG_UPGRADE is; the upgrader word's store is the full barrier. */
+	SHM_STORE_OWNED(&m->e->upgrader_tid, 0);
 	bump_generation(m);
 	SHM_STORE_OWNED(&m->e->state, ld32(&m->e->state) & ~(UPG_UPGRADE | UPG_PENDING));
-	release_upgrader_word(m);
+	atomic_store(&m->e->upgrader, 0);
 	wake(m, shared_gate(m)); /* each checks its bits inline (the epoch is no sleeper) */
 	wake(m, unique_gate(m));
 	return SHMLOCK_OK;
@@ -1385,6 +1405,13 @@ static int upgrade_to_unique(shmlock_upgrade *m, const struct deadline *d, bool 
 	}
 	for (;;) {
 		s = ld32(&m->e->state);
+		if ((s & (UPG_UPGRADE | UPG_PENDING)) != (UPG_UPGRADE | UPG_PENDING) || !holds_upgrader(m)) {
+			/* An operator's force freed the upgrade lock while this
+			 * upgrade drained readers (Go: upgradeToUnique). */
+			uint32_t ignored;
+			rc = upgrader_state(m, &ignored);
+			return end_wait(m, rc ? rc : SHMLOCK_ENOTHELD);
+		}
 		if (cas32(&m->e->state, s, (s & ~UPG_PENDING) | UPG_WRITE))
 			/* after the CAS: a granted wait, if it waited */
 			return end_wait(m, (s & UPG_INCONSISTENT) ? SHMLOCK_INCONSISTENT : SHMLOCK_OK);
@@ -1433,7 +1460,6 @@ SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 	 * UniqueToUpgrade). */
 	if (!cas64(&m->e->upgrader, 0, m->pid) && !take_over_upgrader(m, ld64(&m->e->upgrader)))
 		return SHMLOCK_EWOULDBLOCK;
-	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid);
 	/* The writer's UPG_WRITE becomes UPG_UPGRADE in one step, then the
 	 * writers' mutex goes. */
 	bump_generation(m); /* the unique hold ends */
@@ -1442,6 +1468,7 @@ SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 		if (cas32(&m->e->state, s, (s & ~UPG_WRITE) | UPG_UPGRADE))
 			break;
 	}
+	SHM_STORE_OWNED(&m->e->upgrader_tid, m->tid); /* granted now that its bit is set */
 	release_writer_word(m);
 	wake(m, shared_gate(m));
 	wake(m, unique_gate(m));
