@@ -251,6 +251,10 @@ type (
 		Kind    string             `json:"kind"`
 		Name    string             `json:"name"`
 		Holders []unlockHolderJSON `json:"holders"`
+		// Waiting are the acquisitions in progress the force left (an
+		// upgrade mutex's writer or seeker that held its word, not
+		// granted): upgrade.Forced.WaitingWriter, WaitingUpgrader.
+		Waiting []unlockHolderJSON `json:"waiting"`
 		// Generation is the lock's fencing generation (version) after the
 		// unlock: every token of the old holders is below it. nil for a
 		// token-mode slot, which has none.

@@ -54,7 +54,9 @@ With --force, free the named lock whoever holds it, alive or not: an owner slot
 (spinlock), an upgrade mutex (every hold: writer, upgrade holder, readers),
 or a lock-manager resource (every holder). It is for a holder that is stuck
 but alive, which reclaim never touches: a dead holder's lock is freed by
-its waiters, or by 'shmctl reclaim'.
+its waiters, or by 'shmctl reclaim'. Only holds are freed: an upgrade
+mutex's writer or upgrade seeker that waits (for the stuck holder, most
+often) is left to go on, and gets the lock next ("left waiting").
 
 The lock's generation (version) advances past every token its holders had,
 so their fencing tokens are stale, their own later releases fail with a
@@ -121,7 +123,7 @@ func runUnlock(opts *unlockOptions) error {
 	if err != nil {
 		return err
 	}
-	doc := unlockJSON{docHeader: header("unlock"), Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []unlockHolderJSON{}, Action: "freed"}
+	doc := unlockJSON{docHeader: header("unlock"), Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []unlockHolderJSON{}, Waiting: []unlockHolderJSON{}, Action: "freed"}
 	switch kind {
 	case unlockSlot:
 		err = forceSlot(seg, opts.Name, &doc)
@@ -148,7 +150,11 @@ func runUnlock(opts *unlockOptions) error {
 		}
 		holders = fmt.Sprint(cells)
 	}
-	t.AddRow(doc.Kind, doc.Name, holders, orDash(doc.Generation), doc.Action)
+	action := doc.Action
+	for _, h := range doc.Waiting {
+		action += "; left waiting " + h.text()
+	}
+	t.AddRow(doc.Kind, doc.Name, holders, orDash(doc.Generation), action)
 	return t.Render()
 }
 
@@ -239,6 +245,12 @@ func forceUpgrade(seg *shm.Segment, name string, doc *unlockJSON) error {
 	}
 	for _, r := range f.Readers {
 		doc.Holders = append(doc.Holders, unlockHolderJSON{Role: unlockRoleReader, Process: processOf(seg, r.Owner), Count: &r.Count})
+	}
+	if f.WaitingWriter != 0 {
+		doc.Waiting = append(doc.Waiting, unlockHolderJSON{Role: unlockRoleWriter, Process: processOf(seg, f.WaitingWriter)})
+	}
+	if f.WaitingUpgrader != 0 {
+		doc.Waiting = append(doc.Waiting, unlockHolderJSON{Role: unlockRoleUpgrader, Process: processOf(seg, f.WaitingUpgrader)})
 	}
 	st, err := upgrade.Inspect(seg, i)
 	if err != nil {

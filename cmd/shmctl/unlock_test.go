@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,4 +118,37 @@ func TestUnlockUsage(t *testing.T) {
 	assert.Contains(t, line, `"nosuch"`)
 	r := shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--kind", "upgrade")
 	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+}
+
+// unlock --force of an upgrade mutex whose upgrade holder is stuck while a
+// writer waits for it: the upgrade hold is freed, the waiting writer is
+// reported as left, and it gets the lock.
+func TestUnlockForceLeavesWaitingWriter(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	stuck, err := upgrade.Named(seg, "table")
+	require.NoError(t, err)
+	w, err := upgrade.Named(seg, "table")
+	require.NoError(t, err)
+	require.NoError(t, stuck.LockUpgrade())
+	got := make(chan error, 1)
+	go func() { got <- w.Lock() }()
+	require.Eventually(t, func() bool {
+		st, err := upgrade.Inspect(seg, w.Index())
+		return err == nil && st.Writer != 0
+	}, 10*time.Second, time.Millisecond, "the writer waiting")
+	r := shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--json")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc unlockJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	self := process(proc.Self(), "alive")
+	require.Len(t, doc.Holders, 1)
+	require.Len(t, doc.Waiting, 1)
+	checkStarted(t, doc.Holders[0].Process)
+	checkStarted(t, doc.Waiting[0].Process)
+	assert.Equal(t, unlockHolderJSON{Role: "upgrader", Process: self}, doc.Holders[0])
+	assert.Equal(t, unlockHolderJSON{Role: "writer", Process: self}, doc.Waiting[0])
+	require.NoError(t, <-got, "the waiting writer gets the lock")
+	require.NoError(t, w.Unlock())
+	require.ErrorIs(t, stuck.UnlockUpgrade(), upgrade.ErrNotHeld)
 }
