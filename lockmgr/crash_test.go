@@ -133,3 +133,54 @@ func TestCrashMidReleaseRecycles(t *testing.T) {
 	require.NoError(t, err, "the entry of a resource nobody holds is not recycled")
 	require.Greater(t, info.Version, uint64(1), "the version goes on from the recycled resource's")
 }
+
+// A process killed while it linked a new overflow entry to a chain, after
+// it made the entry an overflow entry and before the link, leaves an entry
+// that no chain reaches. Whoever takes the insert lock over from it frees
+// that entry: else it were lost to the table for good (here the table is
+// full without it).
+func TestCrashMidGrowFreesOrphan(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 4, lockmgr.Options{}) // three entries
+	ctx := context.Background()
+	C := lockmgr.Collaborative
+	for _, o := range []string{"a1", "a2"} { // a's entry full
+		_, err := m.Acquire(ctx, "a", o, C, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+	}
+	crashAt(t, path, "grow:unlinked", "acquire", "a", "a3", "collaborative")
+	for _, r := range []string{"b", "c"} { // the second takes the orphan's entry
+		_, err := m.Acquire(ctx, r, "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err, "resource %s", r)
+	}
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}
+
+// A process killed while it recycled a resource, after it unlinked the
+// resource's overflow chain and before it freed the entries, leaves them
+// unreachable: the next taker of the insert lock frees them.
+func TestCrashMidRetireFreesOrphans(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 4, lockmgr.Options{}) // three entries
+	ctx := context.Background()
+	C := lockmgr.Collaborative
+	for _, o := range []string{"a1", "a2", "a3"} { // a's third holder needs an overflow entry
+		_, err := m.Acquire(ctx, "a", o, C, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+	}
+	for _, o := range []string{"c1", "c2"} { // the last entry, held
+		_, err := m.Acquire(ctx, "c", o, C, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+	}
+	for _, o := range []string{"a1", "a2", "a3"} {
+		require.NoError(t, m.Release("a", o))
+	}
+	crashAt(t, path, "retire:unlinked", "acquire", "b", "b1", "exclusive") // recycles a
+	_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{})       // needs an overflow entry
+	require.NoError(t, err, "the orphaned overflow entry was not freed")
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}

@@ -234,6 +234,11 @@ func (t *table) takeOver(e *layout.LockMgrEntry, w uint64) bool {
 	// that goes with it: wake every sleeper.
 	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
 	t.wakeAll(e)
+	if e == t.head {
+		// It may have died in a grow or a retire, and left an overflow
+		// entry that no chain reaches: a leak for good otherwise.
+		t.freeOrphans()
+	}
 	return true
 }
 

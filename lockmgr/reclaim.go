@@ -24,7 +24,9 @@ type EndedHold struct {
 // Reclaim ends every hold whose TTL has passed or whose processes died,
 // as a conflicting acquisition would, and reports them; each marks its
 // resource inconsistent (see MarkConsistent) and wakes its waiters. With
-// dryRun it only reports (the table may be read-only then). For repair
+// dryRun it only reports (the table may be read-only then). It also frees
+// the overflow entries that no resource's chain reaches (a process died
+// in the middle of linking or unlinking one). For repair
 // tools (shmctl reclaim) and for callers that never conflict with a dead
 // holder themselves. shm.ErrClosed once the segment is closed.
 func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
@@ -83,6 +85,17 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 		if woke {
 			m.t.wakeAll(e)
 		}
+	}
+	if !dryRun {
+		// Overflow entries a process left unreachable when it died in the
+		// middle of a chain's change (freeOrphans; taking the insert lock
+		// over from it frees them too, but a segment may carry them from
+		// a build before that).
+		if !m.t.lockEntry(m.t.head) {
+			return ended, shm.ErrClosed
+		}
+		m.t.freeOrphans()
+		m.t.unlockEntry(m.t.head)
 	}
 	return ended, nil
 }

@@ -278,11 +278,14 @@ func (t *table) retire(e *layout.LockMgrEntry) {
 		h.Version.Store(v)
 	}
 	// The chain is unlinked before its entries are freed: a process that
-	// dies in between leaves them unreachable (Check reports them), not a
-	// link from e to a free entry, which a grow of another resource may
+	// dies in between leaves them unreachable (freeOrphans frees them), not
+	// a link from e to a free entry, which a grow of another resource may
 	// make its overflow entry, shared then by both chains.
 	next := e.Next.Load()
 	memview.StoreOwned32(&e.Next, 0)
+	if testHookStep != nil {
+		testHookStep("retire:unlinked")
+	}
 	for i, steps := next, 0; i != 0 && steps < maxOverflow; steps++ {
 		o := t.overflow(i)
 		if o == nil {
@@ -296,6 +299,42 @@ func (t *table) retire(e *layout.LockMgrEntry) {
 		testHookStep("retire:overflow")
 	}
 	memview.StoreOwned32(&e.Ctl, kindFree)
+}
+
+// freeOrphans frees the overflow entries that no resource's chain reaches,
+// and returns how many. Only a process that died in grow (between the
+// entry's kind and its link) or in retire (between the unlink and the
+// free) leaves one, holding the insert lock: so whoever takes the insert
+// lock over from the dead calls this (takeOver), and so does Reclaim.
+// Under the insert lock, which every change of a chain or of an entry's
+// kind takes: the chains hold still. An orphan has no holder (grow zeroes
+// its records, and retire only retires a resource nobody holds) and
+// nobody reads it (lookups go through the chains), so it is freed as
+// retire would.
+func (t *table) freeOrphans() int {
+	reached := make([]bool, len(t.entries))
+	for _, e := range t.entries[1:] {
+		if kindOf(e.Ctl.Load()) != kindResource {
+			continue
+		}
+		for i, steps := e.Next.Load(), 0; steps < maxOverflow; steps++ {
+			o := t.overflow(i)
+			if o == nil || reached[i] {
+				break
+			}
+			reached[i] = true
+			i = o.Next.Load()
+		}
+	}
+	freed := 0
+	for i, o := range t.entries {
+		if i > 0 && !reached[i] && kindOf(o.Ctl.Load()) == kindOverflow {
+			o.Next.Store(0)
+			o.Ctl.Store(kindFree)
+			freed++
+		}
+	}
+	return freed
 }
 
 // overflow returns overflow entry i, or nil if i names none (a corrupted
@@ -401,7 +440,10 @@ func (t *table) grow(k *resKey) error {
 		}
 		o.Hash.Store(0)
 		o.Next.Store(0)
-		o.Ctl.Store(kindOverflow)
+		o.Ctl.Store(kindOverflow) // an orphan until linked (freeOrphans)
+		if testHookStep != nil {
+			testHookStep("grow:unlinked")
+		}
 		idx := uint32(t.probe(k.hash, d))
 		if last == e {
 			memview.StoreOwned32(&e.Next, idx)

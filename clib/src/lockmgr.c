@@ -303,15 +303,21 @@ static void wake_all(const shmlock_lockmgr *m, entry_t *e)
 		SHM_STATS_ADD(stats_of(m, e), wakeups);
 }
 
+static void free_orphans(shmlock_lockmgr *m);
+
 /* take_over takes e's lock word from w, its value, if w is a dead
  * process's; it may have stopped between a hold's end and the wake that goes
- * with it, so every sleeper is woken. */
+ * with it, so every sleeper is woken. A dead holder of the insert lock may
+ * have died in a grow or a retire, and left an overflow entry that no chain
+ * reaches: those are freed (lockmgr's takeOver). */
 static bool take_over(shmlock_lockmgr *m, entry_t *e, uint64_t w, uint64_t self)
 {
 	if (w == 0 || w == self || shm_owner_alive(m->seg, w) || !atomic_compare_exchange_strong(&e->lock, &w, self))
 		return false;
 	ST(&e->gate, LD(&e->gate) + 1);
 	wake_all(m, e);
+	if (e == m->head)
+		free_orphans(m);
 	return true;
 }
 
@@ -469,6 +475,38 @@ static entry_t *find(shmlock_lockmgr *m, const struct key *k, uint64_t self)
 
 /* retire folds a resource entry's statistics and version into the header
  * and frees its overflow entries. Under the insert lock and e's lock. */
+/* free_orphans frees the overflow entries that no resource's chain reaches
+ * (lockmgr's freeOrphans): left only by a process that died in grow or
+ * retire, holding the insert lock, under which the caller runs. Without
+ * memory for its map it frees nothing (the next takeover tries again). */
+static void free_orphans(shmlock_lockmgr *m)
+{
+	unsigned char *reached = calloc(m->n + 1, 1);
+	if (reached == NULL)
+		return;
+	for (uint64_t j = 1; j <= m->n; j++) {
+		entry_t *e = &m->entries[j];
+		if (kind_of(LD(&e->ctl)) != LM_KIND_RESOURCE)
+			continue;
+		uint32_t i = LD(&e->next);
+		for (int steps = 0; steps < LM_MAX_OVERFLOW; steps++) {
+			entry_t *o = overflow(m, i);
+			if (o == NULL || reached[i])
+				break;
+			reached[i] = 1;
+			i = LD(&o->next);
+		}
+	}
+	for (uint64_t j = 1; j <= m->n; j++) {
+		entry_t *o = &m->entries[j];
+		if (!reached[j] && kind_of(LD(&o->ctl)) == LM_KIND_OVERFLOW) {
+			ST(&o->next, 0);
+			ST(&o->ctl, LM_KIND_FREE);
+		}
+	}
+	free(reached);
+}
+
 static void retire(shmlock_lockmgr *m, entry_t *e)
 {
 	entry_t *h = m->head;

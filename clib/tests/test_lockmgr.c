@@ -425,6 +425,44 @@ static void test_dead_holder_reclaimed(void)
 	done_segment(seg, m, path);
 }
 
+/* A process that died in a grow or a retire, holding the insert lock, left
+ * an overflow entry that no chain reaches (here made by hand): whoever
+ * takes the insert lock over frees it, else it were lost to the table for
+ * good (here the table is full without it). */
+static void test_orphan_freed(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 4); /* three entries */
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "a", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	CHECK(count == 4);
+	int orphans = 0;
+	for (uint64_t i = 1; i < count && orphans < 1; i++)
+		if ((atomic_load(&t[i].ctl) & 3) == 0) {
+			atomic_store(&t[i].ctl, 3); /* an overflow entry no chain links */
+			orphans++;
+		}
+	CHECK(orphans == 1);
+	pid_t pid = fork();
+	if (pid == 0) { /* the insert lock, left by a dead process */
+		atomic_store(&t[0].lock, shm_self());
+		_exit(0);
+	}
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "b", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "c", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0); /* the orphan's entry */
+	for (uint64_t i = 1; i < count; i++)
+		CHECK((atomic_load(&t[i].ctl) & 3) == 1);
+	CHECK_RC(shmlock_lockmgr_release(m, "a", "o"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "b", "o"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "c", "o"), 0);
+	done_segment(seg, m, path);
+}
+
 /* Threads of one process as different owners: an exact counter, and
  * waiters woken by releases (the gate). */
 struct worker {
@@ -494,6 +532,7 @@ int main(void)
 	RUN(test_bad_input);
 	RUN(test_name_cache);
 	RUN(test_dead_holder_reclaimed);
+	RUN(test_orphan_freed);
 	RUN(test_threads_counter);
 	return CHECK_DONE();
 }
