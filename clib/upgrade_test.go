@@ -390,13 +390,7 @@ func TestUpgradeWakeAcross(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	status := func() upgrade.Status {
-		s, err := upgrade.Inspect(seg, m.Index())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	status := func() upgrade.Status { return upgStatus(t, seg, m.Index()) }
 	// C waiters, Go holder.
 	for _, c := range []struct {
 		mode   string
@@ -484,6 +478,16 @@ func TestUpgradeWakeAcross(t *testing.T) {
 	}
 }
 
+// upgStatus is upgrade mutex i's status.
+func upgStatus(t *testing.T, seg *shm.Segment, i int) upgrade.Status {
+	t.Helper()
+	s, err := upgrade.Inspect(seg, i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // An operator's force (Go's ForceUnlock) of a stuck Go holder while a C
 // process waits for it: the C waiter holds its word but was not granted,
 // so the force leaves it (libshmlock writes the holder id only at the
@@ -495,13 +499,7 @@ func TestUpgradeForceLeavesCWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	status := func() upgrade.Status {
-		s, err := upgrade.Inspect(seg, m.Index())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	status := func() upgrade.Status { return upgStatus(t, seg, m.Index()) }
 	self := proc.Self().Pack()
 	for _, c := range []struct {
 		stuck, waiter string

@@ -92,26 +92,36 @@ func TestCrashMidForceRelease(t *testing.T) {
 	require.True(t, info.Inconsistent, "the forced end is not told: %+v", info)
 }
 
-// A process killed while it recycled a resource with an overflow entry,
-// right after it freed the overflow entry, leaves no link from the
-// resource to the freed entry: another resource's chain that takes it
-// would otherwise be the first's too, whose holders then block it.
-func TestCrashMidRetire(t *testing.T) {
-	t.Parallel()
-	m, _, path := newManagerAt(t, 4, lockmgr.Options{}) // three entries
+// retireSetup makes a table of three entries where the next new resource
+// recycles "a", a resource nobody holds with an overflow entry; "c" holds
+// the last entry, two holders of it.
+func retireSetup(t *testing.T) (*lockmgr.Manager, string) {
+	t.Helper()
+	m, _, path := newManagerAt(t, 4, lockmgr.Options{})
 	ctx := context.Background()
 	C := lockmgr.Collaborative
 	for _, o := range []string{"a1", "a2", "a3"} { // a's third holder needs an overflow entry
 		_, err := m.Acquire(ctx, "a", o, C, lockmgr.AcquireOptions{})
 		require.NoError(t, err)
 	}
-	for _, o := range []string{"c1", "c2"} { // the last entry, held
+	for _, o := range []string{"c1", "c2"} {
 		_, err := m.Acquire(ctx, "c", o, C, lockmgr.AcquireOptions{})
 		require.NoError(t, err)
 	}
 	for _, o := range []string{"a1", "a2", "a3"} {
 		require.NoError(t, m.Release("a", o))
 	}
+	return m, path
+}
+
+// A process killed while it recycled a resource with an overflow entry,
+// right after it freed the overflow entry, leaves no link from the
+// resource to the freed entry: another resource's chain that takes it
+// would otherwise be the first's too, whose holders then block it.
+func TestCrashMidRetire(t *testing.T) {
+	t.Parallel()
+	m, path := retireSetup(t)
+	ctx, C := context.Background(), lockmgr.Collaborative
 	crashAt(t, path, "retire:overflow", "acquire", "b", "b1", "exclusive") // recycles a
 	_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{})       // takes the freed entry
 	require.NoError(t, err)
@@ -163,20 +173,8 @@ func TestCrashMidGrowFreesOrphan(t *testing.T) {
 // unreachable: the next taker of the insert lock frees them.
 func TestCrashMidRetireFreesOrphans(t *testing.T) {
 	t.Parallel()
-	m, _, path := newManagerAt(t, 4, lockmgr.Options{}) // three entries
-	ctx := context.Background()
-	C := lockmgr.Collaborative
-	for _, o := range []string{"a1", "a2", "a3"} { // a's third holder needs an overflow entry
-		_, err := m.Acquire(ctx, "a", o, C, lockmgr.AcquireOptions{})
-		require.NoError(t, err)
-	}
-	for _, o := range []string{"c1", "c2"} { // the last entry, held
-		_, err := m.Acquire(ctx, "c", o, C, lockmgr.AcquireOptions{})
-		require.NoError(t, err)
-	}
-	for _, o := range []string{"a1", "a2", "a3"} {
-		require.NoError(t, m.Release("a", o))
-	}
+	m, path := retireSetup(t)
+	ctx, C := context.Background(), lockmgr.Collaborative
 	crashAt(t, path, "retire:unlinked", "acquire", "b", "b1", "exclusive") // recycles a
 	_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{})       // needs an overflow entry
 	require.NoError(t, err, "the orphaned overflow entry was not freed")
