@@ -29,8 +29,9 @@ const forceTries = 64
 
 // forceGiveBackWait is how many times (each a sched_yield) a release that
 // finds its Writer word taken by ForceUnlock looks again for it to come
-// back: the forcer gives it back within a few instructions when it sees
-// the release's holder id gone.
+// back before it checks that the forcer is alive: the forcer gives it back
+// within a few instructions when it sees the release's holder id gone,
+// unless it is off its CPU, and nobody else would free the word then.
 const forceGiveBackWait = 1000
 
 // ForceUnlock frees every hold of upgrade mutex i of seg, whoever has it,

@@ -2,9 +2,11 @@ package upgrade
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -124,4 +126,63 @@ func TestGiveBackWriterWord(t *testing.T) {
 		}
 	}
 	m.e.Writer.Store(0)
+}
+
+// A force that meets a live writer's Unlock after the release cleared its
+// holder id: the forcer's CAS of the id fails and it gives the word back,
+// and the release frees it then. The forcer may be off its CPU between
+// its two CASes for longer than the release's forceGiveBackWait yields: a
+// release that stopped waiting left the word given back to its identity,
+// with no holder id and nobody to free it, so no writer could take it
+// while that process lived, and ForceUnlock took it for a waiting writer.
+func TestForceGiveBackAfterSlowForcer(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	h, _ := Open(seg, 0)
+	f, _ := Open(seg, 0)
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pid = parent.Pack() // the forcer: another live process
+	if err := h.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	e := h.e
+	o, tid := e.Writer.Load(), e.WriterTID.Load() // forceWriter reads the hold
+	w := e.Writer.Load()                          // Unlock's ownership check
+	if !h.holdsWriterWord(w) {
+		t.Fatal("not held")
+	}
+	h.endUniqueHold(e, w)                                  // the holder id goes
+	if !e.Writer.CompareAndSwap(o, f.pid|o&writerUnique) { // the forcer takes the word
+		t.Fatal("the forcer's CAS failed")
+	}
+	released := make(chan struct{})
+	go func() {
+		h.freeWriterWord(e, w) // Unlock's last step, while the forcer is off its CPU
+		close(released)
+	}()
+	select {
+	case <-released:
+	case <-time.After(200 * time.Millisecond):
+	}
+	if e.WriterTID.CompareAndSwap(tid, 0) { // the forcer runs again
+		t.Fatal("the forcer cleared the holder id of a release")
+	}
+	f.giveBackWriterWord(writerID(o))
+	<-released
+	if got := e.Writer.Load(); got != 0 {
+		forced, _ := ForceUnlock(seg, 0)
+		t.Fatalf("Writer word %#x after the release and the give-back, held by nobody (ForceUnlock: %+v)", got, forced)
+	}
+	w2, _ := Open(seg, 0)
+	if err := w2.TryLock(); err != nil {
+		t.Fatalf("a writer after the release: %v", err)
+	}
+	_ = w2.Unlock()
 }

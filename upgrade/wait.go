@@ -608,16 +608,24 @@ func (m *Mutex) wakeWaitingWriter(e *layout.UpgradeEntry) {
 // or marks the word hungry meanwhile: the word goes to the waiting writers
 // (a handoff).
 func (m *Mutex) handOffWriterWord() {
+	var forcer uint64 // the identity that took the word, once seen
 	for tries := 0; ; {
 		// Waiting writers only ever add or take off writerHungry.
 		o, next := m.e.Writer.Load(), uint64(0)
-		if writerID(o) != m.pid {
+		if id := writerID(o); id != m.pid {
 			// ForceUnlock took the word while this release ran. It gives
 			// the word straight back when it sees that the holder id
-			// went (force.go): wait a moment for that, but free nothing
-			// that is not ours.
-			if tries++; tries > forceGiveBackWait || writerID(o) == 0 {
+			// went (force.go): wait for that for as long as the forcer
+			// lives and has the word (a release that stopped waiting
+			// sooner left the word it gave back to nobody, for good),
+			// but free nothing that is not ours: a word gone elsewhere
+			// (freed, or to another holder) ends the wait.
+			if id == 0 || forcer != 0 && id != forcer {
 				return
+			}
+			forcer = id
+			if tries++; tries%forceGiveBackWait == 0 && !m.alive(id) {
+				return // a waiter takes the dead forcer's word over
 			}
 			futex.Yield()
 			continue

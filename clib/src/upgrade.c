@@ -78,7 +78,8 @@
 #define SPIN_LOADS 100
 /* A release that finds its writer word taken by an operator's force looks
  * again this many times (each a sched_yield) for the forcer to give it back
- * (upgrade/force.go: forceGiveBackWait). */
+ * before it checks that the forcer is alive (upgrade/force.go:
+ * forceGiveBackWait). */
 #define FORCE_GIVE_BACK_WAIT 1000
 /* sched_yields before a sleep (wait). Unlike the lock manager's entry lock,
  * whose holder is a few instructions from unlocking, a waiter here waits
@@ -495,12 +496,19 @@ static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
 	 * taking off WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
 	 * freeWriterWord). Or an operator's force (Go's ForceUnlock) took the
 	 * word while this release ran: the forcer gives it back when it sees
-	 * the holder id gone, so wait a moment for that, and free nothing that
-	 * is not ours (upgrade/wait.go: handOffWriterWord). */
+	 * the holder id gone, so wait for that for as long as the forcer lives
+	 * and has the word (a release that stopped sooner left the word given
+	 * back to nobody, for good), and free nothing that is not ours: a word
+	 * gone elsewhere ends the wait (upgrade/wait.go: handOffWriterWord). */
+	uint64_t forcer = 0;
 	for (int tries = 0;;) {
-		if (writer_id(o) != m->pid) {
-			if (++tries > FORCE_GIVE_BACK_WAIT || writer_id(o) == 0)
+		uint64_t id = writer_id(o);
+		if (id != m->pid) {
+			if (id == 0 || (forcer != 0 && id != forcer))
 				return;
+			forcer = id;
+			if (++tries % FORCE_GIVE_BACK_WAIT == 0 && !alive(m, id))
+				return; /* a waiter takes the dead forcer's word over */
 			sched_yield();
 			o = ld64(&m->e->writer);
 			continue;

@@ -677,6 +677,62 @@ static void test_dead_fast_path_writer(void)
 	CHECK_RC(shmlock_upgrade_close(r), 0);
 }
 
+/* An operator's force (Go's ForceUnlock) takes the writer word of a
+ * release and gives it back when it sees the holder id gone, but may be
+ * off its CPU for long in between: the release (here a timed lock's
+ * abandon, whose wait for the upgrade lock timed out) waits for the word
+ * for as long as the forcer lives and has it. A release that stopped
+ * after FORCE_GIVE_BACK_WAIT yields left the word given back to its
+ * identity with nobody to free it, for as long as this process lived. */
+static void *timed_writer(void *arg)
+{
+	return (void *)(intptr_t)shmlock_upgrade_timedlock(arg, 300 * INT64_C(1000000));
+}
+
+static void test_slow_force_give_back(void)
+{
+	shmlock_upgrade *u = named("giveback"), *w = named("giveback");
+	uint64_t n;
+	struct shm_upgrade_entry *e = shm_table_of(seg, SHM_UPGRADES, &n);
+	e += shmlock_upgrade_index(u);
+	CHECK_RC(shmlock_upgrade_lock_upgrade(u), 0);
+	pthread_t t;
+	pthread_create(&t, NULL, timed_writer, w);
+	uint64_t self = shm_self();
+	while (atomic_load(&e->writer) != self) /* it waits for the upgrade lock */
+		sched_yield();
+	int p[2];
+	CHECK(pipe(p) == 0);
+	pid_t pid = fork();
+	if (pid == 0) { /* the forcer: takes the word, is slow, gives it back */
+		uint64_t me = shm_self(), o = self;
+		if (!atomic_compare_exchange_strong(&e->writer, &o, me))
+			_exit(2);
+		char c = 'y';
+		if (write(p[1], &c, 1) != 1)
+			_exit(1);
+		usleep(600000);
+		o = me;
+		_exit(atomic_compare_exchange_strong(&e->writer, &o, self) ? 0 : 3);
+	}
+	char c = 0;
+	CHECK(read(p[0], &c, 1) == 1 && c == 'y');
+	void *rc;
+	pthread_join(t, &rc);
+	CHECK_RC((int)(intptr_t)rc, SHMLOCK_ETIMEDOUT);
+	int st;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(atomic_load(&e->writer) == 0);
+	close(p[0]);
+	close(p[1]);
+	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), 0);
+	CHECK_RC(shmlock_upgrade_trylock(w), 0);
+	CHECK_RC(shmlock_upgrade_unlock(w), 0);
+	CHECK_RC(shmlock_upgrade_close(u), 0);
+	CHECK_RC(shmlock_upgrade_close(w), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -695,6 +751,7 @@ int main(void)
 	RUN(test_close_wakes_partial_holds);
 	RUN(test_wrapped_count);
 	RUN(test_dead_fast_path_writer);
+	RUN(test_slow_force_give_back);
 	teardown();
 	return CHECK_DONE();
 }
