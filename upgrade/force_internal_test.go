@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -185,4 +186,81 @@ func TestForceGiveBackAfterSlowForcer(t *testing.T) {
 		t.Fatalf("a writer after the release: %v", err)
 	}
 	_ = w2.Unlock()
+}
+
+// deadIdentity is the packed identity of a process that has exited.
+func deadIdentity(tb testing.TB) uint64 {
+	tb.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	id, err := proc.Lookup(uint32(cmd.Process.Pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return id.Pack()
+}
+
+// ForceUnlock of a mutex whose holder died granted (its holder id still
+// there) while a waiter takes the dead one's word over: just after the
+// taker's CAS the word has the taker's live identity, and the holder id
+// must not be the dead one's any more, or the force takes the taker's
+// acquisition for a granted hold and frees its word under it. The taker
+// then goes on to a unique hold without the word, and the next writer
+// adopts its stateWrite: two writers. Likewise for the Upgrader word.
+func TestForceUnlockDuringTakeover(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 2, UpgradeReaders: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	dead := deadIdentity(t)
+	ctx := context.Background()
+
+	w, _ := Open(seg, 0)
+	e := w.e
+	e.Writer.Store(dead) // a writer that died holding the unique lock
+	e.WriterTID.Store(777)
+	e.State.Store(stateWrite)
+	if !w.seizeWriterWord(dead) { // takeOverWriter's CAS
+		t.Fatal("the takeover's CAS failed")
+	}
+	f, err := ForceUnlock(seg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Writer != 0 || f.WaitingWriter != w.pid {
+		t.Errorf("forced %+v during a takeover: want the taker left to go on", f)
+	}
+	if err := w.finishLock(ctx, false, true, true); err != nil { // Lock after the takeover
+		t.Fatal(err)
+	}
+	w2, _ := Open(seg, 0)
+	ctx2, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := w2.LockContext(ctx2); err == nil {
+		t.Fatal("two writers hold the unique lock after ForceUnlock")
+	}
+	if err := w.Unlock(); err != nil {
+		t.Fatalf("the taker's own unlock: %v", err)
+	}
+
+	u, _ := Open(seg, 1)
+	e = u.e
+	e.Upgrader.Store(dead) // an upgrade holder that died holding it
+	e.UpgraderTID.Store(777)
+	e.State.Store(stateUpgrade)
+	if !u.seizeUpgraderWord(dead) { // takeOverUpgrader's CAS
+		t.Fatal("the takeover's CAS failed")
+	}
+	if f, err = ForceUnlock(seg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.Upgrader != 0 || f.WaitingUpgrader != u.pid || e.Upgrader.Load() != u.pid {
+		t.Errorf("forced %+v during a takeover: want the taker left to go on", f)
+	}
 }

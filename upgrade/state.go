@@ -100,7 +100,8 @@ import (
 // holder ids go in only when they have the lock (a plain store: nobody
 // else writes the id while the word is held and the id is 0), and go back
 // to 0 first thing in a release, before the word. Whoever takes a dead
-// holder's word over sets the id back to 0 at once. So a word with a
+// holder's word over clears the id before its CAS (seizeWriterWord), and
+// sets it to 0 again at once after. So a word with a
 // holder id is a granted hold, and a word without one is an acquisition in
 // progress, a repair, or a holder that is releasing. ForceUnlock frees only
 // the first kind: an acquisition it took the word from would go on, set

@@ -494,20 +494,36 @@ func (m *Mutex) takeOverWriter(o uint64) bool {
 }
 
 // seizeWriterWord takes the Writer word o (read by the caller) over from
-// its holder, dead (takeOverWriter) or forced out (ForceUnlock): CAS to
-// the caller's identity. A writerUnique hold ends in that CAS, so the mutex
-// is marked inconsistent before it; a stateWrite hold stays set, for the
-// caller to mark and clear.
+// its dead holder (takeOverWriter): CAS to the caller's identity. A
+// writerUnique hold ends in that CAS, so the mutex is marked inconsistent
+// before it; a stateWrite hold stays set, for the caller to mark and
+// clear. The dead one's holder id goes before the CAS too, while the word
+// is still the dead one's (clearDeadTID): after it, the word names the
+// live taker, and a ForceUnlock that saw a holder id there would take the
+// acquisition for a granted hold and free its word under it.
 func (m *Mutex) seizeWriterWord(o uint64) bool {
 	if o&writerUnique != 0 {
 		m.e.State.Or(stateInconsistent)
 	}
+	clearDeadTID(&m.e.Writer, &m.e.WriterTID, o)
 	return m.e.Writer.CompareAndSwap(o, m.pid)
+}
+
+// clearDeadTID clears the holder id tid of the dead holder of the identity
+// word w while w is still o, the dead one's (see seizeWriterWord). By CAS
+// from the id seen: if the word went to a taker after it was read, that
+// taker clears the id itself, and a holder it was granted to since has an
+// id of its own, which stays. (The word never comes back to o once taken
+// over; a forcer that gives back o leaves the dead one's id or 0.)
+func clearDeadTID(w, tid *atomic.Uint64, o uint64) {
+	if t := tid.Load(); t != 0 && w.Load() == o {
+		tid.CompareAndSwap(t, 0)
+	}
 }
 
 // takeOverUpgrader is takeOverWriter for the Upgrader word.
 func (m *Mutex) takeOverUpgrader(o uint64) bool {
-	if o == 0 || m.alive(o) || !m.e.Upgrader.CompareAndSwap(o, m.pid) {
+	if o == 0 || m.alive(o) || !m.seizeUpgraderWord(o) {
 		return false
 	}
 	m.e.UpgraderTID.Store(0) // as in takeOverWriter
@@ -518,6 +534,12 @@ func (m *Mutex) takeOverUpgrader(o uint64) bool {
 	m.repairs.Add(1)
 	m.stats.AddReclaim()
 	return true
+}
+
+// seizeUpgraderWord is seizeWriterWord for the Upgrader word.
+func (m *Mutex) seizeUpgraderWord(o uint64) bool {
+	clearDeadTID(&m.e.Upgrader, &m.e.UpgraderTID, o)
+	return m.e.Upgrader.CompareAndSwap(o, m.pid)
 }
 
 // clearWriteBit clears a writer's stateWrite. Only stateWrite without

@@ -557,6 +557,19 @@ static uint32_t clear_upgrade_bits(shmlock_upgrade *m, bool mark)
 	}
 }
 
+/* clearDeadTID: the holder id of the dead holder of the identity word w,
+ * while w is still o, goes before the takeover's CAS: after it the word
+ * names the live taker, and an operator's force (Go's ForceUnlock) that
+ * saw a holder id there would free the taker's acquisition under it. By
+ * CAS from the id seen, so that a later holder's id stays (upgrade/wait.go:
+ * clearDeadTID). */
+static void clear_dead_tid(a64 *w, a64 *tid, uint64_t o)
+{
+	uint64_t t = ld64(tid);
+	if (t != 0 && ld64(w) == o)
+		cas64(tid, t, 0);
+}
+
 /* takeOverWriter: the Writer word o, if its holder is dead. A
  * WRITER_UNIQUE hold ends in the CAS, which lets readers in: the mark and
  * the generation go first, with locked instructions (another repairer may
@@ -570,6 +583,7 @@ static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
 		atomic_fetch_or(&m->e->state, UPG_INCONSISTENT);
 		atomic_fetch_add(&m->e->generation, 1);
 	}
+	clear_dead_tid(&m->e->writer, &m->e->writer_tid, o);
 	if (!cas64(&m->e->writer, o, m->pid))
 		return false;
 	/* The dead one's grant, if any, is over: no holder id until the
@@ -588,7 +602,10 @@ static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
 
 static bool take_over_upgrader(shmlock_upgrade *m, uint64_t o)
 {
-	if (o == 0 || alive(m, o) || !cas64(&m->e->upgrader, o, m->pid))
+	if (o == 0 || alive(m, o))
+		return false;
+	clear_dead_tid(&m->e->upgrader, &m->e->upgrader_tid, o);
+	if (!cas64(&m->e->upgrader, o, m->pid))
 		return false;
 	atomic_store(&m->e->upgrader_tid, 0); /* as in take_over_writer */
 	atomic_fetch_and(&m->e->waiters, ~UNIQUE_UPGRADER);
