@@ -13,10 +13,11 @@ type Forced struct {
 	Upgrader uint64         // the upgrade holder's, 0 if none
 	Readers  []ReaderStatus // the reader records whose shared holds were dropped
 
-	// A writer that held the Writer word but was not granted (it waited
-	// for the upgrade holder or for readers), and an upgrade seeker that
-	// held the Upgrader word but was not granted: not holds, so not freed.
-	// 0 if none.
+	// A live writer that held the Writer word but was not granted (it
+	// waited for the upgrade holder or for readers), and a live upgrade
+	// seeker that held the Upgrader word but was not granted: not holds,
+	// so not freed. 0 if none. (A dead one's word is freed, and reported
+	// above.)
 	WaitingWriter, WaitingUpgrader uint64
 }
 
@@ -110,7 +111,15 @@ func (m *Mutex) forceWriter() (freed, waiting uint64) {
 		}
 		t := e.WriterTID.Load()
 		if t == 0 {
-			return 0, id // acquiring (or being repaired): not a hold
+			if m.alive(id) {
+				return 0, id // acquiring (or being repaired): not a hold
+			}
+			// Dead: it goes on with nothing, and may have been granted
+			// (killed before its store of the id): free it as a reclaim.
+			if m.releaseDeadWriter() {
+				return id, 0
+			}
+			continue
 		}
 		if !e.Writer.CompareAndSwap(o, m.pid|o&writerUnique) {
 			continue
@@ -153,7 +162,13 @@ func (m *Mutex) forceUpgrader() (freed, waiting uint64) {
 		}
 		t := e.UpgraderTID.Load()
 		if t == 0 {
-			return 0, u
+			if m.alive(u) {
+				return 0, u
+			}
+			if released, _ := m.releaseDeadUpgrader(); released { // as in forceWriter
+				return u, 0
+			}
+			continue
 		}
 		if !e.Upgrader.CompareAndSwap(u, m.pid) {
 			continue

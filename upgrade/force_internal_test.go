@@ -264,3 +264,51 @@ func TestForceUnlockDuringTakeover(t *testing.T) {
 		t.Errorf("forced %+v during a takeover: want the taker left to go on", f)
 	}
 }
+
+// ForceUnlock of words whose holders died with holder id 0: a writer
+// killed after its grant and before its store of the id (or while it
+// waited), an upgrade seeker likewise. Nobody goes on with those: they are
+// freed, as a reclaim would, not reported as waiters left to go on (the
+// operator was told a dead process would get the lock, and TryLock kept
+// failing until a waiter or Reclaim came by).
+func TestForceUnlockDeadWithoutHolderID(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 2, UpgradeReaders: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	dead := deadIdentity(t)
+
+	w, _ := Open(seg, 0)
+	w.e.Writer.Store(dead) // granted, killed before its holder id
+	w.e.State.Store(stateWrite)
+	f, err := ForceUnlock(seg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Writer != dead || f.WaitingWriter != 0 {
+		t.Errorf("forced %+v: want the dead writer freed", f)
+	}
+	if err := w.TryLock(); err != nil {
+		t.Fatalf("a writer after the force: %v", err)
+	}
+	if !w.Reclaimed() {
+		t.Error("the dead writer's unique hold freed without a report")
+	}
+	_ = w.Unlock()
+
+	u, _ := Open(seg, 1)
+	u.e.Upgrader.Store(dead) // granted, killed before its holder id
+	u.e.State.Store(stateUpgrade)
+	if f, err = ForceUnlock(seg, 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.Upgrader != dead || f.WaitingUpgrader != 0 {
+		t.Errorf("forced %+v: want the dead upgrade holder freed", f)
+	}
+	if err := u.TryLockUpgrade(); err != nil {
+		t.Fatalf("an upgrade holder after the force: %v", err)
+	}
+	_ = u.UnlockUpgrade()
+}

@@ -104,8 +104,9 @@ import (
 // sets it to 0 again at once after. So a word with a
 // holder id is a granted hold, and a word without one is an acquisition in
 // progress, a repair, or a holder that is releasing. ForceUnlock frees only
-// the first kind: an acquisition it took the word from would go on, set
-// its state bit without the word, and let a second holder in beside it.
+// the first kind (and dead identities' words, as a reclaim does): an
+// acquisition it took the word from would go on, set its state bit without
+// the word, and let a second holder in beside it.
 // Nothing else reads the difference (a handle holds the lock if the word
 // has its identity and the id is its own).
 //
