@@ -62,7 +62,16 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 		if s&(stateUpgrade|statePending) != stateUpgrade|statePending || !m.holdsUpgrader() {
 			// ForceUnlock freed the upgrade lock while this upgrade waited
 			// for readers: setting stateWrite now would make a unique hold
-			// of a lock the handle no longer has.
+			// of a lock the handle no longer has. If the force came before
+			// this upgrade set statePending, the bit stands with no upgrade
+			// lock under it, keeping readers out, and nobody else takes it
+			// down: this upgrade does.
+			if s&(stateUpgrade|statePending) == statePending {
+				if !m.e.State.CompareAndSwap(s, s&^statePending) {
+					continue
+				}
+				m.wake(m.sharedGate())
+			}
 			if _, err := m.upgraderState(); err != nil {
 				return err
 			}

@@ -312,3 +312,49 @@ func TestForceUnlockDeadWithoutHolderID(t *testing.T) {
 	}
 	_ = u.UnlockUpgrade()
 }
+
+// ForceUnlock that lands between UpgradeToUnique's check of the upgrade
+// lock and its setting of statePending: the pending bit goes up after the
+// force cleared the upgrade holder's bits, with no upgrade lock under it.
+// The upgrade fails (ErrNotHeld) once its readers leave, and must take
+// that bit down: nothing else does (Reclaim and ForceUnlock leave it, and
+// only the next upgrade holder's release clears it), and it keeps every
+// reader out meanwhile.
+func TestForceUnlockBeforePendingUpgrade(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	u, _ := Open(seg, 0)
+	r, _ := Open(seg, 0)
+	if err := r.LockShared(); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.LockUpgrade(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- u.UpgradeToUnique() }()
+	for u.e.State.Load()&statePending == 0 || u.e.Waiters.Load()&uniqueUpgrader == 0 {
+		time.Sleep(time.Millisecond) // draining r's hold
+	}
+	if _, err := ForceUnlock(seg, 0); err != nil { // the force lands first...
+		t.Fatal(err)
+	}
+	u.e.State.Or(statePending) // ...and the upgrade's pending bit after it
+	u.wake(u.uniqueGate())
+	if err := <-done; err != ErrNotHeld {
+		t.Fatalf("the forced upgrade: %v, want ErrNotHeld", err)
+	}
+	if s := u.e.State.Load(); s&statePending != 0 {
+		t.Errorf("state %#x after the forced upgrade failed: a pending bit without the upgrade lock", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.LockSharedContext(ctx); err != nil {
+		t.Fatalf("a reader after the forced upgrade: %v", err)
+	}
+	_ = r.UnlockShared()
+}

@@ -1432,7 +1432,14 @@ static int upgrade_to_unique(shmlock_upgrade *m, const struct deadline *d, bool 
 		s = ld32(&m->e->state);
 		if ((s & (UPG_UPGRADE | UPG_PENDING)) != (UPG_UPGRADE | UPG_PENDING) || !holds_upgrader(m)) {
 			/* An operator's force freed the upgrade lock while this
-			 * upgrade drained readers (Go: upgradeToUnique). */
+			 * upgrade drained readers (Go: upgradeToUnique). If it came
+			 * before this upgrade set UPG_PENDING, the bit stands with no
+			 * upgrade lock under it, keeping readers out: take it down. */
+			if ((s & (UPG_UPGRADE | UPG_PENDING)) == UPG_PENDING) {
+				if (!cas32(&m->e->state, s, s & ~UPG_PENDING))
+					continue;
+				wake(m, shared_gate(m));
+			}
 			uint32_t ignored;
 			rc = upgrader_state(m, &ignored);
 			return end_wait(m, rc ? rc : SHMLOCK_ENOTHELD);
