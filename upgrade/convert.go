@@ -115,6 +115,9 @@ func (m *Mutex) UniqueToUpgrade() error {
 		if !m.e.Upgrader.CompareAndSwap(0, m.pid) && !m.takeOverUpgrader(m.e.Upgrader.Load()) {
 			return ErrWouldBlock
 		}
+		// The unique hold ends here: its holder id goes first, as in
+		// Unlock (a ForceUnlock that meets this downgrade sees it).
+		memview.StoreOwned(&m.e.WriterTID, 0)
 		// stateWrite (writer's) becomes stateUpgrade in one step, then the
 		// writers' mutex goes (with writerUnique, if that was the hold's
 		// form: stateWrite is clear then, and readers wait for the bit).
@@ -158,6 +161,13 @@ func (m *Mutex) UniqueToShared() error {
 	if !grantable(r.Count.Add(1)) {
 		r.Count.Add(^uint32(0))
 		return ErrOverflow
+	}
+	// The exclusive hold ends here: its holder id goes first, as in
+	// Unlock and UnlockUpgrade.
+	if writer {
+		memview.StoreOwned(&m.e.WriterTID, 0)
+	} else {
+		memview.StoreOwned(&m.e.UpgraderTID, 0)
 	}
 	m.setReclaimed(false)
 	m.raceReleaseUnique()

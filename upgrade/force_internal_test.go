@@ -358,3 +358,52 @@ func TestForceUnlockBeforePendingUpgrade(t *testing.T) {
 	}
 	_ = r.UnlockShared()
 }
+
+// releaseWriterWord (the downgrades' and the repairs' release of the
+// Writer word) meets a forcer that took the word, as Unlock's release
+// does: it frees nothing that is not its own, and waits for the give-back.
+// (It loaded the word afresh and CASed whatever was there to 0: the
+// forcer's word, which the forcer then gave back to nobody.)
+func TestReleaseWriterWordLeavesForcersWord(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	h, _ := Open(seg, 0)
+	f, _ := Open(seg, 0)
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pid = parent.Pack() // the forcer: another live process
+	if err := h.TryLock(); err != nil {
+		t.Fatal(err)
+	}
+	e := h.e
+	o := e.Writer.Load()
+	e.WriterTID.Store(0) // a downgrade's first step
+	if !e.Writer.CompareAndSwap(o, f.pid) {
+		t.Fatal("the forcer's CAS failed")
+	}
+	released := make(chan struct{})
+	go func() {
+		h.clearWriteBit()
+		h.releaseWriterWord()
+		close(released)
+	}()
+	select {
+	case <-released:
+		t.Fatal("the release did not wait for the forcer's give-back")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if got := e.Writer.Load(); got != f.pid {
+		t.Fatalf("Writer word %#x while the forcer had it, want the forcer's %#x", got, f.pid)
+	}
+	f.giveBackWriterWord(writerID(o))
+	<-released
+	if got := e.Writer.Load(); got != 0 {
+		t.Fatalf("Writer word %#x after the give-back and the release", got)
+	}
+}

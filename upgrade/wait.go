@@ -603,7 +603,11 @@ func (m *Mutex) clearUpgradeBits() uint32 {
 func (m *Mutex) releaseWriterWord() {
 	e := m.e
 	memview.StoreOwned(&e.WriterTID, 0) // published by the Writer CAS
-	m.freeWriterWord(e, e.Writer.Load())
+	if w := e.Writer.Load(); writerID(w) == m.pid {
+		m.freeWriterWord(e, w)
+	} else {
+		m.handOffWriterWord() // ForceUnlock has it: wait for it back, free nothing else
+	}
 	m.wakeWaitingWriter(e)
 }
 

@@ -1492,6 +1492,7 @@ SHM_EXPORT int shmlock_upgrade_unique_to_upgrade(shmlock_upgrade *m)
 	 * UniqueToUpgrade). */
 	if (!cas64(&m->e->upgrader, 0, m->pid) && !take_over_upgrader(m, ld64(&m->e->upgrader)))
 		return SHMLOCK_EWOULDBLOCK;
+	SHM_STORE_OWNED(&m->e->writer_tid, 0); /* the unique hold ends here: its id first */
 	/* The writer's UPG_WRITE becomes UPG_UPGRADE in one step, then the
 	 * writers' mutex goes. */
 	bump_generation(m); /* the unique hold ends */
@@ -1525,6 +1526,9 @@ SHM_EXPORT int shmlock_upgrade_unique_to_shared(shmlock_upgrade *m)
 		atomic_fetch_sub(&r->count, 1);
 		return SHMLOCK_EOVERFLOW;
 	}
+	/* The exclusive hold ends here: its holder id goes first, as in
+	 * unlock (upgrade/convert.go: UniqueToShared). */
+	SHM_STORE_OWNED(writer ? &m->e->writer_tid : &m->e->upgrader_tid, 0);
 	bump_generation(m);
 	if (writer) {
 		atomic_fetch_and(&m->e->state, ~UPG_WRITE);
