@@ -485,21 +485,19 @@ static void bump_generation(shmlock_upgrade *m)
 	SHM_STORE_OWNED(&m->e->generation, ld64(&m->e->generation) + 1);
 }
 
-/* releaseWriterWord: holder id, then the word o (as the caller loaded it:
- * a handoff if a writer is hungry); then one waiting writer is woken. The
- * end of a unique hold has bumped the generation before. */
-static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
+/* handOffWriterWord: the release of the writer word o (as last loaded) when
+ * the first CAS failed or was not tried. The word is this handle's identity
+ * (with WRITER_UNIQUE if the hold is so) and only a waiting writer changes
+ * it meanwhile, adding or taking off WRITER_HUNGRY: a failed CAS reloads it
+ * (upgrade/wait.go: freeWriterWord); a hungry word is handed off. Or an
+ * operator's force (Go's ForceUnlock) took the word while this release
+ * ran: the forcer gives it back when it sees the holder id gone, so wait
+ * for that for as long as the forcer lives and has the word (a release that
+ * stopped sooner left the word given back to nobody, for good), and free
+ * nothing that is not ours: a word gone elsewhere ends the wait
+ * (upgrade/wait.go: handOffWriterWord). */
+static void hand_off_writer_word(shmlock_upgrade *m, uint64_t o)
 {
-	SHM_STORE_OWNED(&m->e->writer_tid, 0);
-	/* The word is this handle's identity (with WRITER_UNIQUE if the hold
-	 * is so) and only a waiting writer changes it meanwhile, adding or
-	 * taking off WRITER_HUNGRY: a failed CAS reloads it (upgrade/wait.go:
-	 * freeWriterWord). Or an operator's force (Go's ForceUnlock) took the
-	 * word while this release ran: the forcer gives it back when it sees
-	 * the holder id gone, so wait for that for as long as the forcer lives
-	 * and has the word (a release that stopped sooner left the word given
-	 * back to nobody, for good), and free nothing that is not ours: a word
-	 * gone elsewhere ends the wait (upgrade/wait.go: handOffWriterWord). */
 	uint64_t forcer = 0;
 	for (int tries = 0;;) {
 		uint64_t id = writer_id(o);
@@ -515,13 +513,37 @@ static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
 		}
 		uint64_t next = (o & WRITER_HUNGRY) ? handoff_word() : 0;
 		if (atomic_compare_exchange_strong(&m->e->writer, &o, next))
-			break;
+			return;
 	}
+}
+
+/* releaseWriterWord: holder id, then the word o (as the caller loaded it
+ * and found its own: one CAS to 0 unless a writer is hungry); then one
+ * waiting writer is woken. The end of a unique hold has bumped the
+ * generation before. */
+static inline void release_writer_word_from(shmlock_upgrade *m, uint64_t o)
+{
+	SHM_STORE_OWNED(&m->e->writer_tid, 0);
+	if ((o & WRITER_HUNGRY) || !atomic_compare_exchange_strong(&m->e->writer, &o, 0))
+		hand_off_writer_word(m, o);
 	if ((ld32(&m->e->writer_sleepers) & SHM_SLEEPERS_COUNT) != 0)
 		wake_writer(m);
 }
 
-static inline void release_writer_word(shmlock_upgrade *m) { release_writer_word_from(m, ld64(&m->e->writer)); }
+/* release_writer_word loads the word afresh: one a force took goes the
+ * checked way (upgrade/wait.go: releaseWriterWord). */
+static void release_writer_word(shmlock_upgrade *m)
+{
+	uint64_t o = ld64(&m->e->writer);
+	if (writer_id(o) == m->pid) {
+		release_writer_word_from(m, o);
+		return;
+	}
+	SHM_STORE_OWNED(&m->e->writer_tid, 0);
+	hand_off_writer_word(m, o);
+	if ((ld32(&m->e->writer_sleepers) & SHM_SLEEPERS_COUNT) != 0)
+		wake_writer(m);
+}
 
 static void release_upgrader_word(shmlock_upgrade *m)
 {
