@@ -176,6 +176,19 @@ func (t *table) unlockEntry(e *layout.LockMgrEntry) {
 	e.Lock.Store(0)
 }
 
+// unlockEntryNoWake is unlockEntry for an unlock that no check for
+// sleepers follows (a grant that ended no hold): a release store, without
+// the full fence of unlockEntry's exchange, which only orders the unlock
+// before the load of Sleepers in wakeOne and wakeAll. The entry's fields,
+// written with plain stores under the lock, are published by it all the
+// same (memview.StoreRelease64).
+func (t *table) unlockEntryNoWake(e *layout.LockMgrEntry) {
+	if racesync.Enabled {
+		racesync.Release(&e.Lock)
+	}
+	memview.StoreRelease64(&e.Lock, 0)
+}
+
 // closed reports whether the segment has been closed. The acquisitions and
 // changes check it on entry (releases do not: they work after Close). A
 // goroutine that waits for an entry lock (lockEntrySlow), held by another

@@ -297,11 +297,12 @@ func (m *Manager) acquire(ctx context.Context, res *resKey, own *ownKey, mode Mo
 	}
 	var o outcome
 	m.try(e, own, mode, opts.TTL, now, true, false, &o)
-	m.t.unlockEntry(e)
 	if o.granted && !o.woke {
+		m.t.unlockEntryNoWake(e)
 		m.granted(info, opts, now, &o, o.reclaimed, 1)
 		return nil
 	}
+	m.t.unlockEntry(e)
 	return m.acquireSlow(ctx, res, own, mode, opts, info, now, e, o)
 }
 

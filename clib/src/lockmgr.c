@@ -371,6 +371,12 @@ static inline bool try_lock_entry(entry_t *e, uint64_t self)
 
 static inline void unlock_entry(entry_t *e) { ST(&e->lock, 0); }
 
+/* unlock_entry_no_wake is unlock_entry when no wake follows (a grant that
+ * ended no hold, by a waiter that took no wake): a release store, without
+ * the full fence that only orders the unlock before a waker's load of the
+ * sleepers (lockmgr's unlockEntryNoWake). */
+static inline void unlock_entry_no_wake(entry_t *e) { atomic_store_explicit(&e->lock, 0, memory_order_release); }
+
 /* ------------------------------------------------------------ the table */
 
 /* home_of is where hash's probe sequence starts, less one (hash mod the
@@ -1112,7 +1118,10 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 			start = now;
 		struct outcome o;
 		try_grant(m, e, own, mode, opts->ttl_ns, now, attempt == 0, reuse_tombs, self, &o);
-		unlock_entry(e);
+		if (o.granted && !o.woke && slept == NULL)
+			unlock_entry_no_wake(e); /* no wake follows */
+		else
+			unlock_entry(e);
 		if (o.granted && mode == SHMLOCK_COLLABORATIVE && (o.woke || slept != NULL))
 			wake_all(m, e); /* whoever waited behind the holds that ended may join too */
 		else if (o.woke && !o.granted)
