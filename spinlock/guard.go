@@ -211,10 +211,11 @@ func (k *locker) Unlock() {
 	if l.mode == PIDTID && !racesync.Enabled {
 		s := l.slot
 		ours := l.oursOf(id)
-		if id.PID == l.self && ours.Load() == id.TID && s.TID.Load() == id.TID && s.RecursionCount.Load()&layout.SlotRecursion == 0 {
-			memview.StoreRelease64(ours, 0)
+		gen := s.Token.Load()
+		if ours.mine(id, l.self, gen) && s.TID.Load() == id.TID && s.RecursionCount.Load()&layout.SlotRecursion == 0 {
+			memview.StoreRelease64(&ours.held, 0)
 			memview.StoreOwned(&s.TID, 0)
-			memview.StoreOwned(&s.Token, s.Token.Load()+1)
+			memview.StoreOwned(&s.Token, gen+1)
 			if !s.PID.CompareAndSwap(id.PID, 0) {
 				panic("spinlock: unlock: " + ErrNotOwner.Error())
 			}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/futex"
-	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/mono"
 	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/internal/sleepers"
@@ -159,7 +158,7 @@ func (l *Lock) acquire(ctx context.Context, id Identity, deadline time.Time, try
 // the same slot (the flags are per handle) is caught in the spin loop below,
 // after the keep-off: the word it loads anyway is then the caller's PID.
 func (l *Lock) acquireSlow(ctx context.Context, id Identity, deadline time.Time, try bool) (outcome, error) {
-	if l.mode == PIDTID && (l.oursOf(id).Load() == id.TID || try) && l.heldBy(id) {
+	if l.mode == PIDTID && (l.oursOf(id).held.Load() == id.TID || try) && l.heldBy(id) {
 		return l.recurse()
 	}
 	if try {
@@ -279,9 +278,8 @@ func (l *Lock) reclaim(id Identity, owner uint64) bool {
 		racesync.Acquire(l.word)
 	}
 	l.slot.TID.Store(id.TID)
-	memview.StoreRelease64(l.oursOf(id), id.TID)
 	l.slot.RecursionCount.Store(layout.SlotInconsistent)
-	l.slot.Token.Add(1)
+	l.oursOf(id).set(id, l.slot.Token.Add(1))
 	l.stats.AddReclaim()
 	return true
 }

@@ -89,14 +89,16 @@ type Lock struct {
 	named bool              // made by Named: Close drops its reference to the claim
 	shut  atomic.Bool       // Close was called
 	stats *layout.LockStats // the slot's contention counters (slow paths only); nil for New, OpenAt and a segment without them
-	// ours[id.TID%oursWays] is id.TID while holder id of this process
-	// holds the lock through this handle (pid/tid mode): stored after its
-	// CAS, cleared before its release, with plain stores; a holder forced
-	// out (ForceUnlock) leaves it until its way's next holder. A waiting
-	// acquisition reads it, not the slot, to learn whether its holder may
-	// hold the lock already (recursion): see acquireSlow; a release reads
-	// it to know, without the slot's PID, that the holder is of this
-	// handle: see release. Each way has a cache line
+	// ours[id.TID%oursWays] is id.TID and the generation of its hold
+	// while holder id of this process holds the lock through this handle
+	// (pid/tid mode): stored after its CAS, cleared before its release,
+	// with plain stores; a holder forced out (ForceUnlock) or released
+	// through another handle leaves it until its way's next holder, so it
+	// may name a hold that ended: the generation tells (every end of a
+	// hold moves it). A waiting acquisition reads it, not the slot, to
+	// learn whether its holder may hold the lock already (recursion): see
+	// acquireSlow; a release reads it to know, without the slot's PID,
+	// that the holder is of this handle: see release. Each way has a cache line
 	// of its own, off the line of the fields above: holders of one handle
 	// in different goroutines then write different lines (one shared flag
 	// made goroutines contending in one process twice as slow, 58 -> 125
@@ -111,12 +113,29 @@ const oursWays = 8
 
 // oursWay is one way of Lock.ours, alone on its cache line.
 type oursWay struct {
-	held atomic.Uint64
-	_    [56]byte
+	held atomic.Uint64 // the holder's TID; 0 none
+	gen  atomic.Uint64 // the slot's generation (Token) while it holds
+	_    [48]byte
 }
 
 // oursOf is id's way of Lock.ours.
-func (l *Lock) oursOf(id Identity) *atomic.Uint64 { return &l.ours[id.TID%oursWays].held }
+func (l *Lock) oursOf(id Identity) *oursWay { return &l.ours[id.TID%oursWays] }
+
+// set records that id holds, at generation gen, through this handle.
+func (o *oursWay) set(id Identity, gen uint64) {
+	memview.StoreRelease64(&o.gen, gen)
+	memview.StoreRelease64(&o.held, id.TID)
+}
+
+// mine reports whether o says that id holds through this handle the hold
+// of generation gen (the slot's now): id is of this process (self) and
+// acquired through this handle at that generation, and no release,
+// reclaim or takeover has ended that hold since (each moves the
+// generation). A stale o (the hold ended through another handle or by
+// ForceUnlock) names an older generation.
+func (o *oursWay) mine(id Identity, self, gen uint64) bool {
+	return id.PID == self && o.held.Load() == id.TID && o.gen.Load() == gen
+}
 
 // noSegment stands for the segment of a lock made with New: it is never
 // closed, and sparing closed a nil test keeps the fast path short.
@@ -325,7 +344,7 @@ func (l *Lock) tryAcquire(id Identity) bool {
 		}
 		if l.mode == PIDTID {
 			memview.StoreOwned(&l.slot.TID, id.TID)
-			memview.StoreRelease64(l.oursOf(id), id.TID)
+			l.oursOf(id).set(id, l.slot.Token.Load())
 			if r := l.slot.RecursionCount.Load(); r&layout.SlotRecursion != 0 {
 				l.freedWithCount()
 			}
@@ -370,10 +389,17 @@ func (l *Lock) Unlock(id Identity) error {
 //
 // In pid/tid mode a holder of this process that holds through this handle
 // (ours says so) is not asked for the slot's PID: its own PID is known
-// (self), its TID is in the slot only while it holds (every acquisition,
-// reclaim and takeover writes its own TID after its CAS of PID, and a
-// release clears TID before PID; TIDs are random, so no other holder's
-// is equal), and the CAS that frees the lock word checks PID at the end.
+// (self), the generation it acquired at is still the slot's (every end of
+// a hold, by release, reclaim or takeover, moves it, so ours naming a
+// hold that ended elsewhere is not taken for this one), its TID is in the
+// slot (every acquisition, reclaim and takeover writes its own TID after
+// its CAS of PID, and a release clears TID before PID), and the CAS that
+// frees the lock word checks PID at the end. Without the generation, ours
+// alone let a holder whose hold had ended through another handle (or by
+// ForceUnlock) pass for the holder when another process's holder with the
+// same holder id (holder ids are per process: a C holder drawn before a
+// fork is the child's too) held: its release cleared that holder's TID
+// before its CAS failed, and the lock stayed held until that process died.
 // Reading PID first, as the other fields, cost 10-15 %: bench/matrix
 // -baseline, 10 rounds, far-placed host, counter 1.16x/1.11x/1.07x at
 // 2/4/8 processes (10, 9 and 7 of 10 rounds), pingpong_retry 1.17x (10 of
@@ -406,7 +432,8 @@ func (l *Lock) release(id Identity) error {
 	} else {
 		s := l.slot
 		ours := l.oursOf(id)
-		mine := id.PID == l.self && ours.Load() == id.TID
+		gen := s.Token.Load()
+		mine := ours.mine(id, l.self, gen)
 		if !mine && s.PID.Load() != id.PID || s.TID.Load() != id.TID {
 			return ErrNotOwner
 		}
@@ -415,10 +442,10 @@ func (l *Lock) release(id Identity) error {
 			return nil
 		}
 		if mine {
-			memview.StoreRelease64(ours, 0)
+			memview.StoreRelease64(&ours.held, 0)
 		}
 		memview.StoreOwned(&s.TID, 0)
-		memview.StoreOwned(&s.Token, s.Token.Load()+1)
+		memview.StoreOwned(&s.Token, gen+1)
 		if racesync.Enabled {
 			racesync.Release(l.word)
 		}
