@@ -64,19 +64,22 @@ struct shmlock_spin {
 	int mode;
 	int index;
 	bool named; /* made by shmlock_spin_named: close releases the claim */
-	/* ours[holder % SPIN_OURS_WAYS] is {holder, the process's lock word}
-	 * while holder holds the lock through this handle (pid/tid mode):
-	 * stored after its CAS, cleared at its release. A release that finds
-	 * its holder there, with the word of the process it runs in (a child
-	 * forked while the parent held has the parent's ours, and another
-	 * word), need not read the slot's PID (see shmlock_spin_unlock). A way
-	 * a line, off the fields above, so threads of one handle write lines
-	 * of their own (Go: Lock.ours). */
+	/* ours[holder % SPIN_OURS_WAYS] is {holder, the process's lock word,
+	 * the slot's generation} while holder holds the lock through this
+	 * handle (pid/tid mode): stored after its CAS, cleared at its release.
+	 * A release that finds its holder there, with the word of the process
+	 * it runs in (a child forked while the parent held has the parent's
+	 * ours, and another word) and the generation still the slot's (a hold
+	 * that ended through another handle left ours naming it; every end of
+	 * a hold moves the generation), need not read the slot's PID (see
+	 * shmlock_spin_unlock). A way a line, off the fields above, so threads
+	 * of one handle write lines of their own (Go: Lock.ours). */
 	char pad_[64];
 	struct spin_ours {
 		a64 tid;
 		a64 word;
-		char pad_[48];
+		a64 gen;
+		char pad_[40];
 	} ours[SPIN_OURS_WAYS];
 };
 
@@ -114,11 +117,12 @@ static inline struct spin_ours *spin_ours(shmlock_spin *l, uint64_t holder)
 }
 
 /* spin_ours_set records that holder holds through l, in the process whose
- * lock word is word. */
-static inline void spin_ours_set(shmlock_spin *l, uint64_t holder, uint64_t word)
+ * lock word is word, the hold of generation gen. */
+static inline void spin_ours_set(shmlock_spin *l, uint64_t holder, uint64_t word, uint64_t gen)
 {
 	struct spin_ours *o = spin_ours(l, holder);
 	atomic_store_explicit(&o->word, word, memory_order_relaxed);
+	atomic_store_explicit(&o->gen, gen, memory_order_relaxed);
 	atomic_store_explicit(&o->tid, holder, memory_order_relaxed);
 }
 
@@ -136,7 +140,7 @@ static inline bool spin_try_seen(shmlock_spin *l, uint64_t word, uint64_t holder
 	}
 	if (l->mode == SHMLOCK_PIDTID) {
 		SHM_STORE_OWNED(&l->slot->tid, holder);
-		spin_ours_set(l, holder, word);
+		spin_ours_set(l, holder, word, atomic_load_explicit(&l->slot->token, memory_order_relaxed));
 		/* A free slot with a recursion count: no release, reclaim or
 		 * takeover leaves one, so the slot was damaged. The count would
 		 * keep this holder's release from freeing the lock; it goes, and
@@ -195,9 +199,8 @@ static bool spin_reclaim(shmlock_spin *l, uint64_t word, uint64_t holder, uint64
 	if (!atomic_compare_exchange_strong(&s->pid, &owner, word))
 		return false;
 	atomic_store(&s->tid, holder);
-	spin_ours_set(l, holder, word);
 	atomic_store(&s->recursion, SHM_SLOT_INCONSISTENT);
-	atomic_fetch_add(&s->token, 1);
+	spin_ours_set(l, holder, word, atomic_fetch_add(&s->token, 1) + 1);
 	SHM_STATS_ADD(l->stats, reclaims);
 	return true;
 }
@@ -353,10 +356,16 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 		 * Reading PID first cost Go's release 10-15 % of its counter and
 		 * pingpong_retry (spinlock/spinlock.go, release). A holder not
 		 * found there (another handle's, or a forged TID of another
-		 * process's holder) has PID read first, so it changes nothing. */
+		 * process's holder) has PID read first, so it changes nothing;
+		 * so has one found there whose hold ended through another handle
+		 * (the generation moved): another process's holder with the same
+		 * id (a holder drawn before a fork is the child's too) may hold,
+		 * and passing on ours alone cleared its TID, wedging the lock. */
 		struct spin_ours *ours = spin_ours(l, holder);
+		uint64_t gen = atomic_load_explicit(&s->token, memory_order_relaxed);
 		bool mine = atomic_load_explicit(&ours->tid, memory_order_relaxed) == holder &&
-		            atomic_load_explicit(&ours->word, memory_order_relaxed) == word;
+		            atomic_load_explicit(&ours->word, memory_order_relaxed) == word &&
+		            atomic_load_explicit(&ours->gen, memory_order_relaxed) == gen;
 		if ((!mine && atomic_load(&s->pid) != word) || atomic_load(&s->tid) != holder)
 			return SHMLOCK_ENOTOWNER;
 		uint32_t r = atomic_load(&s->recursion);
@@ -367,7 +376,7 @@ SHM_EXPORT int shmlock_spin_unlock(shmlock_spin *l, uint64_t holder)
 		if (mine)
 			atomic_store_explicit(&ours->tid, 0, memory_order_relaxed);
 		SHM_STORE_OWNED(&s->tid, 0);
-		SHM_STORE_OWNED(&s->token, atomic_load_explicit(&s->token, memory_order_relaxed) + 1);
+		SHM_STORE_OWNED(&s->token, gen + 1);
 		if (!atomic_compare_exchange_strong(&s->pid, &word, 0)) /* last: the lock is free from here */
 			return SHMLOCK_ENOTOWNER;
 	}

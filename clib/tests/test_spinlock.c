@@ -279,6 +279,48 @@ static void test_forked_child_unlock(void)
 	CHECK_RC(shmlock_spin_close(l), 0);
 }
 
+/* A handle whose ours still names a holder whose hold ended through
+ * another handle: the holder's unlock through it, once a child forked with
+ * the same holder id (the pair process, holder is the holder) holds, is
+ * ENOTOWNER and changes nothing; the child's unlock works after. It used
+ * to pass on ours alone, clear the child's TID and bump the generation
+ * before its CAS failed: the child's unlock then failed too, and the lock
+ * stayed held while the child lived. */
+static void test_stale_ours(void)
+{
+	shmlock_spin *a = open_lock(6, SHMLOCK_PIDTID), *b = open_lock(6, SHMLOCK_PIDTID);
+	struct shm_owner_slot *s = slot(6);
+	uint64_t h = shmlock_holder_new();
+	CHECK_RC(shmlock_spin_lock(a, h), 0);
+	CHECK_RC(shmlock_spin_unlock(b, h), 0); /* a's ours still names h */
+	int held[2], done[2];
+	if (pipe(held) != 0 || pipe(done) != 0)
+		exit(1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char c = shmlock_spin_lock(b, h) == 0 ? 'h' : 'x';
+		if (write(held[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
+			_exit(2);
+		_exit(shmlock_spin_unlock(b, h) == 0 ? 0 : 1);
+	}
+	char c = 0;
+	CHECK(read(held[0], &c, 1) == 1 && c == 'h');
+	uint64_t p = atomic_load(&s->pid), g = atomic_load(&s->token);
+	CHECK(p != shmlock_self_identity() && atomic_load(&s->tid) == h);
+	CHECK_RC(shmlock_spin_unlock(a, h), SHMLOCK_ENOTOWNER);
+	CHECK(atomic_load(&s->pid) == p && atomic_load(&s->tid) == h && atomic_load(&s->token) == g);
+	CHECK(write(done[1], "u", 1) == 1);
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(atomic_load(&s->pid) == 0);
+	close(held[0]);
+	close(held[1]);
+	close(done[0]);
+	close(done[1]);
+	CHECK_RC(shmlock_spin_close(a), 0);
+	CHECK_RC(shmlock_spin_close(b), 0);
+}
+
 static void test_reclaim(void)
 {
 	shmlock_spin *l = open_lock(4, SHMLOCK_PIDTID);
@@ -477,6 +519,7 @@ int main(void)
 	RUN(test_named);
 	RUN(test_forged_holder);
 	RUN(test_forked_child_unlock);
+	RUN(test_stale_ours);
 	RUN(test_reclaim);
 	RUN(test_threads);
 	RUN(test_sleep_wake);
