@@ -20,6 +20,18 @@ var ErrChanged = fmt.Errorf("spinlock: the lock changed hands meanwhile")
 // ErrNotOwner. In Token mode the token is cleared, and the holder's
 // Unlock fails the same way. ErrNotHeld if the lock is free; ErrChanged
 // if its holder changed meanwhile (nothing done).
+//
+// Forcing a holder that is not stuck but running is a race that no check
+// closes: a release (or a nested lock) that has passed its checks before
+// the takeover goes on writing the slot without reading it again, and its
+// stores may land after the lock was freed, on the next holder's hold:
+// TID 0 (that holder's release then fails with ErrNotOwner and the lock
+// stays held while it lives), a recursion count (its release then only
+// decrements; a later acquisition of a free slot with a count resets it
+// and marks the slot inconsistent), or an older generation (fencing
+// tokens repeat). Its final CAS of PID fails unless the next holder is of
+// the holder's own process, whose hold it then frees (two holders). So
+// force only a holder known to be stuck, or dead.
 func (l *Lock) ForceUnlock() (Identity, error) {
 	if l.closed() {
 		return Identity{}, l.closedErr()
@@ -52,5 +64,37 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 	s.TID.Store(me.TID)
 	s.RecursionCount.Store(layout.SlotInconsistent)
 	s.Token.Add(1)
-	return owner, l.release(me)
+	testHookForceTakenOver()
+	// The holder forced out may be inside its release, past its checks
+	// (they passed before the CAS above): its store of TID 0, or of its
+	// recursion count less one, may land on this hold. Freeing through
+	// release's checks then failed (TID) or only decremented (count), and
+	// the lock stayed held by this process for as long as it lived. So the
+	// free checks only that the hold is still this one (PID, and TID this
+	// or 0: a second forcer's takeover writes its own), and resets the
+	// count whatever it is. (Stores of the holder that land after the
+	// free: see the doc above.)
+	if s.PID.Load() != me.PID {
+		return owner, ErrNotOwner
+	}
+	if t := s.TID.Load(); t != me.TID && t != 0 {
+		return owner, ErrNotOwner
+	}
+	s.TID.Store(0)
+	s.RecursionCount.Store(layout.SlotInconsistent)
+	s.Token.Add(1)
+	if racesync.Enabled {
+		racesync.Release(l.word)
+	}
+	if !s.PID.CompareAndSwap(me.PID, 0) {
+		return owner, ErrNotOwner
+	}
+	if s.Pad.Load()&layout.PadSleepers != 0 {
+		l.wakeOne()
+	}
+	return owner, nil
 }
+
+// testHookForceTakenOver runs in ForceUnlock between the takeover and the
+// free; tests replace it.
+var testHookForceTakenOver = func() {}

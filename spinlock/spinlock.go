@@ -409,7 +409,9 @@ func (l *Lock) Unlock(id Identity) error {
 // only if the hold was taken over (ForceUnlock) between the checks and the
 // CAS; TID and the generation were written by then, as they would have
 // been by a release a moment earlier, and the release reports
-// ErrNotOwner without freeing the new holder's lock (a plain store would).
+// ErrNotOwner without freeing the new holder's lock (a plain store would),
+// unless the new holder is of this process: the CAS sees the process, not
+// the holder (see ForceUnlock on forcing a running holder).
 //
 // Under contention the first read of the slot may miss (a waiter's poll
 // took the line shared) and the stores then need it exclusive: two
