@@ -15,6 +15,7 @@
  * which bumps fork_gen; per-thread caches compare their generation with it.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -56,13 +57,13 @@ static bool exited_state(char s) { return s == 'Z' || s == 'X' || s == 'x'; }
 
 enum { STAT_OK, STAT_NOPROC, STAT_UNKNOWN };
 
-/* Reads the state (field 3) and start time (field 22) of pid. The command
- * name (field 2) may contain anything, so fields are counted from the last
- * ')'. STAT_NOPROC: no such process; STAT_UNKNOWN: /proc could not tell. */
-static int read_stat(uint32_t pid, char *state, uint64_t *start)
+/* Reads the state (field 3) and start time (field 22) from the stat file
+ * at path (/proc/<pid>/stat, or a thread's). The command name (field 2)
+ * may contain anything, so fields are counted from the last ')'.
+ * STAT_NOPROC: no such process; STAT_UNKNOWN: /proc could not tell. */
+static int read_stat_at(const char *path, char *state, uint64_t *start)
 {
-	char path[32], buf[1024];
-	snprintf(path, sizeof path, "/proc/%u/stat", pid);
+	char buf[1024];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT || errno == ESRCH ? STAT_NOPROC : STAT_UNKNOWN;
@@ -107,6 +108,46 @@ static int read_stat(uint32_t pid, char *state, uint64_t *start)
 	return STAT_OK;
 }
 
+static int read_stat(uint32_t pid, char *state, uint64_t *start)
+{
+	char path[32];
+	snprintf(path, sizeof path, "/proc/%u/stat", pid);
+	return read_stat_at(path, state, start);
+}
+
+/* group_runs reports whether a thread of process pid, whose leader is a
+ * zombie, still runs: a process whose main thread exited (pthread_exit in
+ * main) shows Z in /proc/<pid>/stat until its last thread exits, and its
+ * threads may hold locks. When /proc cannot tell it says yes, as
+ * shm_alive_uncached errs (Go: proc.groupRuns). */
+static bool group_runs(uint32_t pid)
+{
+	char dir[40];
+	snprintf(dir, sizeof dir, "/proc/%u/task", pid);
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return errno != ENOENT && errno != ESRCH;
+	bool runs = false;
+	struct dirent *t;
+	while (!runs && (t = readdir(d)) != NULL) {
+		if (t->d_name[0] < '0' || t->d_name[0] > '9')
+			continue;
+		char path[80], state = 0;
+		uint64_t start;
+		snprintf(path, sizeof path, "%s/%.20s/stat", dir, t->d_name);
+		switch (read_stat_at(path, &state, &start)) {
+		case STAT_OK:
+			runs = !exited_state(state);
+			break;
+		case STAT_UNKNOWN:
+			runs = true; /* cannot tell: alive */
+			break;
+		}
+	}
+	closedir(d);
+	return runs;
+}
+
 static uint64_t pack(uint32_t pid, uint64_t start)
 {
 	return (uint64_t)pid | (start & SHM_START_MASK) << SHM_PID_BITS;
@@ -141,7 +182,9 @@ bool shm_alive_uncached(uint64_t identity)
 	uint64_t got = 0;
 	switch (read_stat(pid, &state, &got)) {
 	case STAT_OK:
-		return !exited_state(state) && (got & SHM_START_MASK) == start;
+		if ((got & SHM_START_MASK) != start || state == 'X' || state == 'x')
+			return false;
+		return state != 'Z' || group_runs(pid);
 	case STAT_NOPROC:
 		return false;
 	default:

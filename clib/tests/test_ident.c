@@ -74,6 +74,66 @@ static void test_zombie(void)
 	waitpid(pid, NULL, 0);
 }
 
+/* A process whose main thread exited (pthread_exit) shows Z in
+ * /proc/<pid>/stat while its other threads run, and may hold locks: alive
+ * until the last one exits (zombie meant dead: two holders). */
+static int leader_pipe[2];
+
+static void *leader_thread(void *arg)
+{
+	(void)arg;
+	char c;
+	while (read(leader_pipe[0], &c, 1) > 0) {
+	}
+	return NULL;
+}
+
+static char stat_state(pid_t pid, uint64_t *start)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char *got = fgets(buf, sizeof buf, f);
+	fclose(f);
+	if (!got)
+		return 0;
+	char *p = strrchr(buf, ')');
+	char state = p[2];
+	int field = 2;
+	for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
+		if (++field == 22)
+			*start = strtoull(t, NULL, 10);
+	return state;
+}
+
+static void test_leader_exited(void)
+{
+	CHECK(pipe(leader_pipe) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(leader_pipe[1]);
+		pthread_t t;
+		if (pthread_create(&t, NULL, leader_thread, NULL) != 0)
+			_exit(1);
+		pthread_exit(NULL);
+	}
+	close(leader_pipe[0]);
+	uint64_t start = 0;
+	for (int i = 0; i < 10000 && stat_state(pid, &start) != 'Z'; i++)
+		usleep(1000);
+	CHECK(stat_state(pid, &start) == 'Z');
+	uint64_t id = (uint64_t)pid | (start & SHM_START_MASK) << SHM_PID_BITS;
+	CHECK(shm_alive_uncached(id));
+	close(leader_pipe[1]); /* its last thread exits */
+	bool alive = true;
+	for (int i = 0; i < 10000 && (alive = shm_alive_uncached(id)); i++)
+		usleep(1000);
+	CHECK(!alive);
+	waitpid(pid, NULL, 0);
+}
+
 static void *thread_holder(void *arg)
 {
 	*(uint64_t *)arg = shmlock_holder_thread();
@@ -223,6 +283,7 @@ int main(void)
 	RUN(test_self);
 	RUN(test_fork);
 	RUN(test_zombie);
+	RUN(test_leader_exited);
 	RUN(test_holders);
 	RUN(test_boot_clock);
 	RUN(test_clock_tracks_kernel);

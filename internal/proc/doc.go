@@ -17,8 +17,10 @@
 //		owner.CompareAndSwap(w, me) // the owner died: take over
 //	}
 //
-// Liveness comes from /proc/<pid>/stat: a missing entry, a zombie, or a
-// different start time means the owner is gone. When /proc cannot tell
+// Liveness comes from /proc/<pid>/stat: a missing entry, a zombie (whose
+// threads have all exited: a process whose main thread exited shows Z
+// while its other threads run), or a different start time means the
+// owner is gone. When /proc cannot tell
 // (for instance it is mounted with hidepid), Alive falls back to
 // kill(pid, 0) and errs on the side of "alive": it never reports a live
 // owner as dead. Other platforms than Linux only get that fallback.

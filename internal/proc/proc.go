@@ -11,7 +11,10 @@ import (
 
 // Process states from field 3 of /proc/<pid>/stat that mean the process
 // has exited. A zombie has released nothing but its memory: it will never
-// unlock anything, so it counts as dead.
+// unlock anything, so it counts as dead. But the state is the thread-group
+// leader's: a process whose main thread exited (pthread_exit in a C
+// program's main) shows Z while its other threads run and hold locks; so
+// a zombie leader is dead only if no thread of its group runs (groupRuns).
 const (
 	stateZombie  = 'Z'
 	stateDead    = 'X'
@@ -56,8 +59,13 @@ func Alive(id Identity) bool {
 	state, start, err := readStat(id.PID)
 	switch {
 	case err == nil:
-		exited := state == stateZombie || state == stateDead || state == stateDeadOld
-		return !exited && start&startMask == id.StartTicks&startMask
+		switch {
+		case start&startMask != id.StartTicks&startMask, state == stateDead, state == stateDeadOld:
+			return false
+		case state == stateZombie:
+			return groupRuns(id.PID)
+		}
+		return true
 	case errors.Is(err, ErrNoProcess):
 		return false
 	default:

@@ -35,6 +35,35 @@ func readStat(pid uint32) (state byte, startTicks uint64, err error) {
 	return state, startTicks, nil
 }
 
+// readTaskDir lists a /proc/<pid>/task directory; tests replace it.
+var readTaskDir = os.ReadDir
+
+// groupRuns reports whether a thread of process pid, whose leader is a
+// zombie, still runs: a process whose main thread exited shows Z in
+// /proc/<pid>/stat until its last thread exits. When /proc cannot tell
+// (an error other than a missing process) it says yes, as Alive errs.
+func groupRuns(pid uint32) bool {
+	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/task/"
+	tasks, err := readTaskDir(dir)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
+	}
+	for _, t := range tasks {
+		b, err := readStatFile(dir + t.Name() + "/stat")
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue // that thread was reaped meanwhile
+		}
+		if err != nil {
+			return true
+		}
+		state, _, err := parseStat(b)
+		if err != nil || state != stateZombie && state != stateDead && state != stateDeadOld {
+			return true
+		}
+	}
+	return false
+}
+
 var self = sync.OnceValue(func() Identity {
 	id, err := Lookup(uint32(os.Getpid()))
 	if err != nil {

@@ -118,8 +118,15 @@ func TestAliveExitedChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitZombie(t, pid)
-	if proc.Alive(id) || proc.AlivePacked(id.Pack()) {
-		t.Errorf("zombie child %v: Alive got true, want false", id)
+	// The leader shows Z as soon as it exits; its other threads (a Go
+	// process has several) may take a moment more, and until the last has
+	// exited the process counts as alive (see TestAliveLeaderExited).
+	deadline := time.Now().Add(testTimeout)
+	for proc.Alive(id) || proc.AlivePacked(id.Pack()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("zombie child %v: Alive got true, want false", id)
+		}
+		time.Sleep(time.Millisecond)
 	}
 
 	if err := cmd.Wait(); err != nil {
@@ -177,11 +184,20 @@ func TestAliveDecisions(t *testing.T) {
 		killErr  error
 		wantKill bool
 		want     bool
+		// tasks are the states of the threads in /proc/<pid>/task (the
+		// leader's first), read for a zombie leader; taskErr its error.
+		tasks   []string
+		taskErr error
 	}{
 		{name: "running", stat: stat("S", start), want: true},
 		{name: "running, ticks beyond 41 bits", stat: stat("R", start+proc.MaxStart+1), want: true},
 		{name: "pid reused", stat: stat("S", start+1), want: false},
-		{name: "zombie", stat: stat("Z", start), want: false},
+		{name: "zombie", stat: stat("Z", start), tasks: []string{"Z"}, want: false},
+		{name: "zombie, its threads exiting", stat: stat("Z", start), tasks: []string{"Z", "X", "Z"}, want: false},
+		{name: "zombie, reaped meanwhile", stat: stat("Z", start), taskErr: syscall.ENOENT, want: false},
+		{name: "main thread exited, another runs", stat: stat("Z", start), tasks: []string{"Z", "S"}, want: true},
+		{name: "main thread exited, threads unreadable", stat: stat("Z", start), taskErr: syscall.EACCES, want: true},
+		{name: "zombie of a reused pid", stat: stat("Z", start+1), tasks: []string{"Z", "S"}, want: false},
 		{name: "dead", stat: stat("X", start), want: false},
 		{name: "dead, old kernel", stat: stat("x", start), want: false},
 		{name: "gone", statErr: statErr(syscall.ENOENT), want: false},
@@ -196,10 +212,28 @@ func TestAliveDecisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			proc.SetReadStatFile(t, func(path string) ([]byte, error) {
+				for i, st := range tt.tasks {
+					if path == fmt.Sprintf("/proc/%d/task/%d/stat", pid, pid+i) {
+						return stat(st, start), nil
+					}
+				}
 				if want := fmt.Sprintf("/proc/%d/stat", pid); path != want {
 					t.Errorf("read %s, want %s", path, want)
 				}
 				return tt.stat, tt.statErr
+			})
+			proc.SetReadTaskDir(t, func(path string) ([]os.DirEntry, error) {
+				if want := fmt.Sprintf("/proc/%d/task/", pid); path != want {
+					t.Errorf("read dir %s, want %s", path, want)
+				}
+				if tt.taskErr != nil {
+					return nil, &fs.PathError{Op: "open", Path: path, Err: tt.taskErr}
+				}
+				var ents []os.DirEntry
+				for i := range tt.tasks {
+					ents = append(ents, fakeDirEntry(fmt.Sprint(pid+i)))
+				}
+				return ents, nil
 			})
 			killed := false
 			proc.SetKill(t, func(p int, sig syscall.Signal) error {
@@ -321,3 +355,68 @@ func TestSharesOurVM(t *testing.T) {
 		t.Errorf("a missing process shares our address space")
 	}
 }
+
+// leaderExitC is a C program whose main thread exits (pthread_exit) while
+// another thread runs on, reading stdin until it is closed.
+const leaderExitC = `#include <pthread.h>
+#include <unistd.h>
+static void *run(void *a) { char c; (void)a; while (read(0, &c, 1) > 0) {} return 0; }
+int main(void) { pthread_t t; pthread_create(&t, 0, run, 0); pthread_exit(0); }
+`
+
+// A process whose main thread exited shows Z in /proc/<pid>/stat while its
+// other threads run (and may hold locks): it is alive until the last one
+// exits. (Zombie meant dead, so such a C process's locks were taken over
+// under its running threads: two holders.)
+func TestAliveLeaderExited(t *testing.T) {
+	t.Parallel()
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build the C program")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/leader.c", []byte(leaderExitC), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-pthread", "-o", dir+"/leader", dir+"/leader.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(dir + "/leader")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	id, err := proc.Lookup(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitZombie(t, pid) // the main thread exited
+	if !proc.Alive(id) || !proc.AlivePacked(id.Pack()) {
+		t.Errorf("process %v with a running thread, its main thread exited: Alive got false, want true", id)
+	}
+	if err := stdin.Close(); err != nil { // its last thread exits
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for proc.Alive(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %v after its last thread exited: Alive still true", id)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("leader program: %v", err)
+	}
+}
+
+// fakeDirEntry is a directory entry with only a name.
+type fakeDirEntry string
+
+func (d fakeDirEntry) Name() string               { return string(d) }
+func (d fakeDirEntry) IsDir() bool                { return true }
+func (d fakeDirEntry) Type() fs.FileMode          { return fs.ModeDir }
+func (d fakeDirEntry) Info() (fs.FileInfo, error) { return nil, fs.ErrNotExist }

@@ -13,6 +13,8 @@ var errNoProcFS = fmt.Errorf("proc: /proc: %w", errors.ErrUnsupported)
 
 func readStat(uint32) (byte, uint64, error) { return 0, 0, errNoProcFS }
 
+func groupRuns(uint32) bool { return true }
+
 func self() Identity { return Identity{PID: uint32(os.Getpid())} }
 
 func bootID() ([16]byte, error) { return [16]byte{}, errNoProcFS }
