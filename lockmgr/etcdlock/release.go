@@ -363,11 +363,13 @@ func (m *Manager) endOrphanKV(ctx context.Context, k *resKeys, l *mvccpb.KeyValu
 		clientv3.OpPut(k.version, ""),
 		clientv3.OpPut(m.counter(ctr), ""),
 	}
+	var tombLease clientv3.LeaseID
 	if !told {
 		lease, err := m.c.Grant(ctx, int64(tombstoneTTL/time.Second))
 		if err != nil {
 			return 0, m.rpcErr(ctx, err)
 		}
+		tombLease = lease.ID
 		ops = append(ops, clientv3.OpPut(k.tomb, tombExpired, clientv3.WithLease(lease.ID)))
 	}
 	resp, err := m.c.Txn(ctx).If(
@@ -376,10 +378,26 @@ func (m *Manager) endOrphanKV(ctx context.Context, k *resKeys, l *mvccpb.KeyValu
 		clientv3.Compare(clientv3.CreateRevision(k.collab), "=", 0),
 	).Then(ops...).Commit()
 	if err != nil {
+		// Whether the transaction was applied is unknown: the lease may
+		// carry the tombstone, and expires with it.
 		return 0, m.rpcErr(ctx, err)
 	}
 	if !resp.Succeeded {
+		if tombLease != 0 {
+			// Someone recorded the end first: the tombstone was not
+			// written, and its lease, with nothing on it, would stay in
+			// the cluster for tombstoneTTL.
+			m.revokeUnused(tombLease)
+		}
 		return 0, nil
 	}
 	return resp.Header.Revision, nil
+}
+
+// revokeUnused revokes a lease this Manager granted and did not use,
+// best effort: an error leaves it to expire.
+func (m *Manager) revokeUnused(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	_, _ = m.c.Revoke(ctx, id)
 }

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
 )
 
 // TestQueuedKeyReplaced: a waiter whose queued key was deleted behind its
@@ -54,4 +56,33 @@ func TestQueuedKeyReplaced(t *testing.T) {
 		t.Fatal("the waiter whose key was replaced still waits (spinning on its grant)")
 	}
 	require.NoError(t, w2.Release("r", "a"))
+}
+
+// TestLosingTombstoneLeaseRevoked: a Manager that records the end of an
+// unreleased hold grants a lease for the tombstone before its transaction;
+// when the transaction loses (another Manager recorded the end first), the
+// lease, with nothing on it, is revoked instead of staying in the cluster
+// for an hour. Not parallel: it looks at the cluster's leases.
+func TestLosingTombstoneLeaseRevoked(t *testing.T) {
+	m := newManager(t, newPrefix(t))
+	raw := newClient(t)
+	tombLeases := func() map[clientv3.LeaseID]bool {
+		resp, err := raw.Leases(testCtx(t))
+		require.NoError(t, err)
+		ids := map[clientv3.LeaseID]bool{}
+		for _, l := range resp.Leases {
+			ttl, err := raw.TimeToLive(testCtx(t), l.ID)
+			if err == nil && ttl.GrantedTTL == int64(etcdlock.TombstoneTTL/time.Second) {
+				ids[l.ID] = true
+			}
+		}
+		return ids
+	}
+	before := tombLeases()
+	won, err := etcdlock.EndOrphanLosing(testCtx(t), m, "r", "o")
+	require.NoError(t, err)
+	require.False(t, won)
+	for id := range tombLeases() {
+		require.True(t, before[id], "a tombstone lease (%x) left after a losing transaction", id)
+	}
 }
