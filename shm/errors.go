@@ -15,6 +15,7 @@ var (
 	ErrPermissiveMode      = errors.New("shm: segment's file mode grants access to others")
 	ErrForeignPIDNamespace = errors.New("shm: segment was made in another PID namespace")
 	ErrNotReady            = errors.New("shm: segment was never completed by its creator")
+	ErrChanged             = errors.New("shm: segment file was replaced while it was checked")
 	ErrReadOnly            = errors.New("shm: segment is open read-only")
 	ErrIndex               = errors.New("shm: table index out of range")
 	ErrNotClaimable        = errors.New("shm: table has no directory")

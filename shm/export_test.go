@@ -22,3 +22,7 @@ func SetTestHookLastRef(f func()) (restore func()) { return setHook(&testHookLas
 // SetTestHookFreeing replaces the hook that runs while an entry is freed,
 // between marking it free and forgetting the records that name it.
 func SetTestHookFreeing(f func()) (restore func()) { return setHook(&testHookFreeing, f) }
+
+// SetTestHookBeforeUnlink replaces the hook that runs in Remove between
+// checking the file and removing its name.
+func SetTestHookBeforeUnlink(f func()) (restore func()) { return setHook(&testHookBeforeUnlink, f) }

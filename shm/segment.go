@@ -322,8 +322,15 @@ func (s *Segment) Closed() bool { return s.closed.Load() }
 
 // Remove deletes the segment file at path after checking that it is a
 // shmlock segment (not a symlink, a regular file, with the magic). Processes
-// that have it mapped keep their mapping.
-func Remove(path string) error {
+// that have it mapped keep their mapping. If the path comes to name another
+// file while it is checked, that file is left alone: ErrChanged.
+func Remove(path string) error { return RemoveIfSame(path, nil) }
+
+// RemoveIfSame is Remove, but only if the file at path is still the one
+// want describes (os.SameFile), the file a caller examined before deciding
+// to remove it; a nil want accepts any. Otherwise: ErrChanged, nothing
+// removed.
+func RemoveIfSame(path string, want fs.FileInfo) error {
 	path, err := ResolvePath(path)
 	if err != nil {
 		return err
@@ -340,16 +347,56 @@ func Remove(path string) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%w: %s is %s", ErrNotRegular, path, describeType(fi.Mode()))
 	}
+	if want != nil && !os.SameFile(fi, want) {
+		return fmt.Errorf("%w: %s (nothing removed)", ErrChanged, path)
+	}
 	magic := make([]byte, len(layout.Magic))
 	n, _ := io.ReadFull(f, magic)
 	if _, err := layout.Validate(magic[:n], fi.Size()); errors.Is(err, layout.ErrBadMagic) || n < len(magic) {
 		return fmt.Errorf("shm: remove %s: %w", path, err)
 	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("shm: %w", err)
-	}
-	return nil
+	testHookBeforeUnlink()
+	return unlinkSame(path, fi)
 }
+
+// unlinkSame removes path if it still names the file fi describes. An
+// unlink of the path itself would remove whatever it names by then: a
+// segment another process made after the checked one was removed, or any
+// file put there. So the name is first moved aside (rename never follows
+// or replaces), the moved file compared with the checked one, and only the
+// file under the name this process made removed; another file goes back.
+func unlinkSame(path string, fi fs.FileInfo) error {
+	aside, err := fsys.MoveAside(path)
+	if errors.Is(err, fsys.ErrNoMoveAside) {
+		// A file system without RENAME_NOREPLACE: the narrow window of a
+		// check right before the unlink is the best there is.
+		if now, err := os.Lstat(path); err != nil || !os.SameFile(now, fi) {
+			return fmt.Errorf("%w: %s (nothing removed)", ErrChanged, path)
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("shm: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("shm: remove %s: %w", path, err)
+	}
+	now, err := os.Lstat(aside)
+	if err == nil && os.SameFile(now, fi) {
+		if err := os.Remove(aside); err != nil {
+			return fmt.Errorf("shm: remove %s: %w", path, err)
+		}
+		return nil
+	}
+	if err := fsys.MoveBack(aside, path); err != nil {
+		return fmt.Errorf("%w: %s, and putting the new file back failed (it is at %s): %v", ErrChanged, path, aside, err)
+	}
+	return fmt.Errorf("%w: %s (nothing removed)", ErrChanged, path)
+}
+
+// testHookBeforeUnlink runs in Remove between checking the file and
+// removing its name; tests replace it to put another file there.
+var testHookBeforeUnlink = func() {}
 
 func describeType(m fs.FileMode) string {
 	switch {

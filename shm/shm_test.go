@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -699,6 +700,30 @@ func TestRemove(t *testing.T) {
 	link := testproc.SegmentPath(t)
 	require.NoError(t, os.Symlink(other, link))
 	require.ErrorIs(t, shm.Remove(link), shm.ErrSymlink)
+}
+
+// A file put in the segment's place after Remove checked the segment is
+// not removed: Remove unlinked the path, whatever it named by then.
+// (Not parallel: the hook is global.)
+func TestRemoveLeavesAReplacement(t *testing.T) {
+	seg, path := create(t, shm.Options{})
+	require.NoError(t, seg.Close())
+	restore := shm.SetTestHookBeforeUnlink(func() {
+		tmp := path + ".new"
+		require.NoError(t, os.WriteFile(tmp, []byte("precious data, not a segment"), 0o600))
+		require.NoError(t, os.Rename(tmp, path))
+	})
+	defer restore()
+	err := shm.Remove(path)
+	require.ErrorIs(t, err, shm.ErrChanged)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err, "the replacement was removed")
+	require.Equal(t, "precious data, not a segment", string(b))
+	entries, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.False(t, strings.HasPrefix(e.Name(), ".shmlock-rm-"), "left behind: %s", e.Name())
+	}
 }
 
 func TestResolvePath(t *testing.T) {

@@ -84,6 +84,38 @@ func (p *Pending) Discard() {
 	_ = p.file.Close()
 }
 
+// ErrNoMoveAside is MoveAside's error on a file system that cannot rename
+// without replacing (RENAME_NOREPLACE).
+var ErrNoMoveAside = errors.New("rename without replacing is not supported here")
+
+// MoveAside renames path to a new hidden name in its directory and returns
+// that name. The rename moves the directory entry itself (a symlink is not
+// followed) and never replaces anything.
+func MoveAside(path string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		aside := filepath.Join(filepath.Dir(path), ".shmlock-rm-"+strconv.Itoa(os.Getpid())+"-"+
+			strconv.FormatInt(time.Now().UnixNano(), 36))
+		err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE)
+		switch {
+		case err == nil:
+			return aside, nil
+		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
+			return "", ErrNoMoveAside
+		case !errors.Is(err, unix.EEXIST) || attempt == 10:
+			return "", &fs.PathError{Op: "rename", Path: path, Err: err}
+		}
+	}
+}
+
+// MoveBack renames aside back to path, unless something has taken path
+// meanwhile.
+func MoveBack(aside, path string) error {
+	if err := unix.Renameat2(unix.AT_FDCWD, aside, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE); err != nil {
+		return &fs.PathError{Op: "rename", Path: path, Err: err}
+	}
+	return nil
+}
+
 // OpenNoFollow opens path for reading (and writing unless readOnly). It
 // fails with an error wrapping syscall.ELOOP if path is a symlink and never
 // blocks on a FIFO or device.
