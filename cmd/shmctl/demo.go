@@ -405,14 +405,14 @@ func removeLeftoverDemo(path string) (removed bool, err error) {
 	if !isDemoSegment(path) {
 		return false, fmt.Errorf("%w: %s exists and is not a segment the demo made: the demo never removes it (choose another --path)", errRefused, path)
 	}
-	users, err := segmentUsers(path)
+	users, fi, err := segmentUsers(path)
 	if err != nil {
 		return false, err
 	}
 	if len(users) > 0 {
 		return false, fmt.Errorf("%w: %s, a demo segment, is in use: %s (choose another --path)", errRefused, path, strings.Join(users, "; "))
 	}
-	return true, shm.Remove(path)
+	return true, shm.RemoveIfSame(path, fi)
 }
 
 // isDemoSegment reports whether the segment at path has the demo's named

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
 
@@ -20,17 +21,31 @@ import (
 // remove or replace it: its owner if another user, the processes that
 // have it mapped, and every hold of a live process (or of an unknown one:
 // a token-mode slot). Nothing found: nil. It opens the segment read-only
-// and changes nothing.
-func segmentUsers(path string) ([]string, error) {
-	path, err := shm.ResolvePath(path)
+// and changes nothing. fi is the file it examined: the caller removes
+// that file only (shm.RemoveIfSame), not whatever the path names by then.
+func segmentUsers(path string) (found []string, fi fs.FileInfo, err error) {
+	path, err = shm.ResolvePath(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	if fi, err = os.Lstat(path); err != nil {
+		return nil, nil, err
+	}
+	found, err = fileUsers(path, fi)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The holds were read from the file Open found: it must be the one
+	// whose owner and mappings were seen.
+	if now, err := os.Lstat(path); err != nil || !os.SameFile(now, fi) {
+		return nil, nil, fmt.Errorf("%w: %s", shm.ErrChanged, path)
+	}
+	return found, fi, nil
+}
+
+// fileUsers is segmentUsers of the file fi at path.
+func fileUsers(path string, fi fs.FileInfo) ([]string, error) {
 	var found []string
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return nil, err
-	}
 	if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() {
 		found = append(found, fmt.Sprintf("owned by uid %d, not you", uid))
 	}

@@ -69,14 +69,20 @@ func runRm(opts *rmOptions) error {
 // removeSegment removes the segment at path unless it is in use (see
 // segmentUsers), or force.
 func removeSegment(path string, force bool) error {
-	if !force {
-		users, err := segmentUsers(path)
-		if err != nil {
-			return err
-		}
-		if len(users) > 0 {
-			return fmt.Errorf("%w: %s is in use: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))
-		}
+	if force {
+		return shm.Remove(path)
 	}
-	return shm.Remove(path)
+	users, fi, err := segmentUsers(path)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("%w: %s is in use: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))
+	}
+	testHookAfterCheck()
+	return shm.RemoveIfSame(path, fi)
 }
+
+// testHookAfterCheck runs in rm between finding a segment unused and
+// removing it; tests replace it to put another file there.
+var testHookAfterCheck = func() {}

@@ -141,3 +141,19 @@ func TestRmOlderFormat(t *testing.T) {
 	_, err = os.Stat(path)
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// A segment put in the place of one rm found unused is not removed: rm
+// checked one file and removed whatever the path named next. (Not
+// parallel: the hook is global.)
+func TestRmLeavesAReplacement(t *testing.T) {
+	checked, inUse := newSegment(t, layout.Options{}), newSegment(t, layout.Options{})
+	path := checked.Path()
+	require.NoError(t, checked.Close())
+	old := testHookAfterCheck
+	testHookAfterCheck = func() { require.NoError(t, os.Rename(inUse.Path(), path)) }
+	defer func() { testHookAfterCheck = old }()
+	r := shmctl(t, false, "rm", path)
+	assert.Equal(t, exitError, r.code, "stderr: %q", r.stderr)
+	_, err := os.Stat(path)
+	require.NoError(t, err, "rm removed a segment it never checked")
+}
