@@ -1,12 +1,15 @@
 package shm_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
@@ -16,6 +19,36 @@ import (
 func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 
 var helpers = map[string]func(args []string) int{
+	// open-tty: as a session leader without a controlling terminal, Open
+	// a terminal (refused: not a regular file), then exit 0 if the process
+	// still has no controlling terminal, 1 if the open gave it one, 2 on
+	// any other failure, 3 if there are no pseudo-terminals to try.
+	"open-tty": func(args []string) int {
+		master, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fmt.Println("no pseudo-terminals:", err)
+			return 3
+		}
+		defer unix.Close(master)
+		if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+			fmt.Println("error", err)
+			return 2
+		}
+		n, err := unix.IoctlGetInt(master, unix.TIOCGPTN)
+		if err != nil {
+			fmt.Println("error", err)
+			return 2
+		}
+		if _, err := shm.Open("/dev/pts/"+strconv.Itoa(n), shm.Options{}); !errors.Is(err, shm.ErrNotRegular) {
+			fmt.Println("error: Open of a terminal:", err)
+			return 2
+		}
+		if fd, err := unix.Open("/dev/tty", unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(fd)
+			return 1
+		}
+		return 0
+	},
 	// race-create PATH START_UNIX_NANO: OpenOrCreate at START, print who made it.
 	"race-create": func(args []string) int {
 		start, _ := strconv.ParseInt(args[1], 10, 64)

@@ -726,6 +726,21 @@ func TestRemoveLeavesAReplacement(t *testing.T) {
 	}
 }
 
+// Open of a path that names a terminal refuses it, and must not make it
+// the controlling terminal of a session leader that has none, as an open
+// without O_NOCTTY does: the terminal's hangup would then kill the process.
+func TestOpenTerminalTakesNoControllingTTY(t *testing.T) {
+	t.Parallel()
+	cmd := testproc.Command("open-tty")
+	cmd.SysProcAttr.Setsid = true
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
+		t.Skipf("%s", out)
+	}
+	// Exit status 1, or SIGHUP when the helper closes the terminal.
+	require.NoError(t, err, "Open of a terminal made it the controlling terminal? %s", out)
+}
+
 func TestResolvePath(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

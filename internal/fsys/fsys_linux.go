@@ -118,13 +118,15 @@ func MoveBack(aside, path string) error {
 
 // OpenNoFollow opens path for reading (and writing unless readOnly). It
 // fails with an error wrapping syscall.ELOOP if path is a symlink and never
-// blocks on a FIFO or device.
+// blocks on a FIFO or device. A terminal it opens (to find it is no
+// segment) does not become the controlling terminal of a session leader
+// that has none (O_NOCTTY), whose hangup would then kill the process.
 func OpenNoFollow(path string, readOnly bool) (*os.File, error) {
 	flags := unix.O_RDWR
 	if readOnly {
 		flags = unix.O_RDONLY
 	}
-	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
