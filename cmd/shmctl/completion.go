@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/cmd/shmctl/internal/bench"
+	"github.com/shmlock/shmlock/internal/fsys"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
@@ -79,12 +80,17 @@ func segmentNames(prefix string) ([]string, cobra.ShellCompDirective) {
 }
 
 // hasMagic reports whether the file at path starts with a segment's magic.
+// The entry's type was read before, and the name may be a FIFO by now: the
+// open must not wait for a writer (nor follow a symlink).
 func hasMagic(path string) bool {
-	f, err := os.Open(path)
+	f, err := fsys.OpenNoFollow(path, true)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
 	b := make([]byte, len(layout.Magic))
 	_, err = io.ReadFull(f, b)
 	return err == nil && string(b) == layout.Magic

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,4 +51,26 @@ func TestCompletion(t *testing.T) {
 	assert.Equal(t, []string{"exclusive", "collaborative", "shared"}, completions(t, "lock", "--mode", ""))
 	assert.Equal(t, []string{"slot", "upgrade", "resource"}, completions(t, "unlock", "--kind", ""))
 	assert.Contains(t, completions(t, "bench", "--workload", ""), "pingpong_retry")
+}
+
+// The directory's entry types are read before the files are opened: a
+// name that became a FIFO in between is looked into without blocking
+// (hasMagic waited for a writer forever, and the shell with it).
+func TestHasMagicDoesNotBlockOnAFIFO(t *testing.T) {
+	t.Parallel()
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	done := make(chan bool, 1)
+	go func() { done <- hasMagic(fifo) }()
+	select {
+	case got := <-done:
+		assert.False(t, got)
+	case <-time.After(5 * time.Second):
+		// Unblock the open so that the goroutine ends.
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			_ = f.Close()
+		}
+		t.Fatal("hasMagic blocked on a FIFO")
+	}
 }
