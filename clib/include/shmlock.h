@@ -75,6 +75,7 @@ enum {
 	SHMLOCK_ENOTABLE = -34,       /* the segment has no such table (spinlock.ErrNoSlot, lockmgr.ErrNoTable) */
 	SHMLOCK_EREGIONSIZE = -35,    /* shm.ErrRegionSize: a data region claimed with another size */
 	SHMLOCK_EDATAFULL = -36,      /* shm.ErrDataFull: the data area has not the bytes left */
+	SHMLOCK_EFILECHANGED = -37,   /* shm.ErrChanged: the path came to name another file while it was checked */
 	/* Locks (spinlock.Err*, upgrade.Err*). */
 	SHMLOCK_EWOULDBLOCK = -40,    /* a try found the lock held */
 	SHMLOCK_ETIMEDOUT = -41,      /* a timed wait ran out */

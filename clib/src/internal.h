@@ -329,6 +329,10 @@ static inline bool shm_closed(const shmlock_segment *seg)
 /* Records errno for shmlock_errno and returns SHMLOCK_ESYS. */
 int shm_sys_error(int err);
 
+/* Tests set it to run in shmlock_remove between its check of the file and
+ * the removal of the name (to put another file there). */
+extern void (*shm_test_hook_before_unlink)(void);
+
 /* ---------------------------------------------- identities, clock (ident.c) */
 
 /* This process's packed identity (recomputed after fork). */

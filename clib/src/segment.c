@@ -802,7 +802,49 @@ SHM_EXPORT int shmlock_close(shmlock_segment *seg)
 	return 0;
 }
 
-/* shm.Remove: only a regular file with the magic is removed. */
+void (*shm_test_hook_before_unlink)(void);
+
+/* unlink_same removes path if it still names the file st describes (shm's
+ * unlinkSame): an unlink of the path would remove whatever it names by
+ * then (a segment another process made after the checked one was removed,
+ * or any file put there). So the name is moved aside first (a rename never
+ * follows a symlink or replaces), the moved file compared with the checked
+ * one, and only the name this process made removed; another file goes
+ * back. */
+static int unlink_same(const char *p, const struct stat *st)
+{
+	char aside[PATH_MAX];
+	const char *slash = strrchr(p, '/');
+	int dir = slash ? (int)(slash - p) : 0;
+	for (int attempt = 0;; attempt++) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		if (snprintf(aside, sizeof aside, "%.*s%s.shmlock-rm-%d-%lld%09ld", dir, p, slash ? "/" : "", (int)getpid(),
+		             (long long)ts.tv_sec, ts.tv_nsec) >= (int)sizeof aside)
+			return SHMLOCK_EBADPATH;
+		if (renameat2(AT_FDCWD, p, AT_FDCWD, aside, RENAME_NOREPLACE) == 0)
+			break;
+		if (errno == EINVAL || errno == ENOSYS) {
+			/* No rename without replacing here: a check right before the
+			 * unlink is the narrowest window there is. */
+			struct stat now;
+			if (lstat(p, &now) != 0 || now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+				return SHMLOCK_EFILECHANGED;
+			return unlink(p) == 0 ? 0 : shm_sys_error(errno);
+		}
+		if (errno != EEXIST || attempt == 10)
+			return shm_sys_error(errno);
+	}
+	struct stat now;
+	if (lstat(aside, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino)
+		return unlink(aside) == 0 ? 0 : shm_sys_error(errno);
+	if (renameat2(AT_FDCWD, aside, AT_FDCWD, p, RENAME_NOREPLACE) != 0)
+		return shm_sys_error(errno); /* the new file stays at aside */
+	return SHMLOCK_EFILECHANGED;
+}
+
+/* shm.Remove: only a regular file with the magic is removed, and only if
+ * the path still names it when its name goes. */
 SHM_EXPORT int shmlock_remove(const char *path)
 {
 	char *p;
@@ -826,8 +868,11 @@ SHM_EXPORT int shmlock_remove(const char *path)
 		rc = SHMLOCK_ETRUNCATED;
 	else if (memcmp(magic, SHM_MAGIC, 8) != 0)
 		rc = SHMLOCK_EBADMAGIC;
-	else if (unlink(p) != 0)
-		rc = shm_sys_error(errno);
+	else {
+		if (shm_test_hook_before_unlink)
+			shm_test_hook_before_unlink();
+		rc = unlink_same(p, &st);
+	}
 	close(fd);
 	free(p);
 	return rc;

@@ -518,6 +518,44 @@ static void *set_ready_later(void *arg)
  * saturates): the open of a segment whose creator sets the ready word a
  * little later succeeds, where a wrapped deadline (undefined in C) had
  * long passed and the open failed at once with SHMLOCK_ENOTREADY. */
+/* shmlock_remove removes only the file it checked: a file put at the path
+ * between its check and the removal of the name (another process's new
+ * segment, say) stays, and the call says so (it unlinked the path, whatever
+ * it named by then). */
+static char replace_path[128];
+
+static void replace_at_path(void)
+{
+	char other[160];
+	snprintf(other, sizeof other, "%s.other", replace_path);
+	int fd = open(other, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	CHECK(fd >= 0 && write(fd, "x", 1) == 1);
+	close(fd);
+	CHECK(rename(other, replace_path) == 0);
+}
+
+static void test_remove_leaves_replacement(void)
+{
+	check_temp_path(replace_path, sizeof replace_path, "replace");
+	shmlock_options o = {0};
+	shmlock_segment *seg = NULL;
+	CHECK_RC(shmlock_create(replace_path, &o, &seg), 0);
+	if (seg)
+		shmlock_close(seg);
+	shm_test_hook_before_unlink = replace_at_path;
+	CHECK_RC(shmlock_remove(replace_path), SHMLOCK_EFILECHANGED);
+	shm_test_hook_before_unlink = NULL;
+	struct stat st;
+	CHECK(lstat(replace_path, &st) == 0 && st.st_size == 1); /* the replacement */
+	CHECK(unlink(replace_path) == 0);
+	/* And the plain case leaves no file aside. */
+	CHECK_RC(shmlock_create(replace_path, &o, &seg), 0);
+	if (seg)
+		shmlock_close(seg);
+	CHECK_RC(shmlock_remove(replace_path), 0);
+	CHECK(lstat(replace_path, &st) != 0 && errno == ENOENT);
+}
+
 static void test_ready_timeout_saturates(void)
 {
 	char path[256];
@@ -554,5 +592,6 @@ int main(void)
 	RUN(test_stats_reset_by_fresh_claim);
 	RUN(test_huge_counts);
 	RUN(test_ready_timeout_saturates);
+	RUN(test_remove_leaves_replacement);
 	return CHECK_DONE();
 }
