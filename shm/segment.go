@@ -330,7 +330,15 @@ func Remove(path string) error { return RemoveIfSame(path, nil) }
 // want describes (os.SameFile), the file a caller examined before deciding
 // to remove it; a nil want accepts any. Otherwise: ErrChanged, nothing
 // removed.
-func RemoveIfSame(path string, want fs.FileInfo) error {
+func RemoveIfSame(path string, want fs.FileInfo) error { return RemoveUnused(path, want, nil) }
+
+// RemoveUnused is RemoveIfSame with a last check: once the file's name is
+// moved aside, where no process can open it any more, recheck is called
+// with the file's new path, and an error from it puts the name back and is
+// returned, nothing removed. A caller that found the file unused checks
+// again there (shmctl rm): a process that opened it in between would go on
+// with a file nobody else can reach, while later ones make a new one.
+func RemoveUnused(path string, want fs.FileInfo, recheck func(path string) error) error {
 	path, err := ResolvePath(path)
 	if err != nil {
 		return err
@@ -356,7 +364,7 @@ func RemoveIfSame(path string, want fs.FileInfo) error {
 		return fmt.Errorf("shm: remove %s: %w", path, err)
 	}
 	testHookBeforeUnlink()
-	return unlinkSame(path, fi)
+	return unlinkSame(path, fi, recheck)
 }
 
 // unlinkSame removes path if it still names the file fi describes. An
@@ -365,13 +373,18 @@ func RemoveIfSame(path string, want fs.FileInfo) error {
 // file put there. So the name is first moved aside (rename never follows
 // or replaces), the moved file compared with the checked one, and only the
 // file under the name this process made removed; another file goes back.
-func unlinkSame(path string, fi fs.FileInfo) error {
+func unlinkSame(path string, fi fs.FileInfo, recheck func(string) error) error {
 	aside, err := fsys.MoveAside(path)
 	if errors.Is(err, fsys.ErrNoMoveAside) {
 		// A file system without RENAME_NOREPLACE: the narrow window of a
 		// check right before the unlink is the best there is.
 		if now, err := os.Lstat(path); err != nil || !os.SameFile(now, fi) {
 			return fmt.Errorf("%w: %s (nothing removed)", ErrChanged, path)
+		}
+		if recheck != nil {
+			if err := recheck(path); err != nil {
+				return err
+			}
 		}
 		if err := os.Remove(path); err != nil {
 			return fmt.Errorf("shm: %w", err)
@@ -383,6 +396,14 @@ func unlinkSame(path string, fi fs.FileInfo) error {
 	}
 	now, err := os.Lstat(aside)
 	if err == nil && os.SameFile(now, fi) {
+		if recheck != nil {
+			if err := recheck(aside); err != nil {
+				if mbErr := fsys.MoveBack(aside, path); mbErr != nil {
+					return fmt.Errorf("%w; and putting it back failed (it is at %s): %v", err, aside, mbErr)
+				}
+				return err
+			}
+		}
 		if err := os.Remove(aside); err != nil {
 			return fmt.Errorf("shm: remove %s: %w", path, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -973,4 +974,30 @@ func TestLockStatsResetByFreshClaim(t *testing.T) {
 		require.Zero(t, st.WaitNanos.Load(), "%v", k)
 		require.NoError(t, seg.Release(k, b))
 	}
+}
+
+// RemoveUnused calls its last check with the file's name moved aside
+// (the path free, nobody can open the file), and an error from it puts the
+// name back and is returned; without one the file goes.
+func TestRemoveUnusedLooksAgain(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{})
+	require.NoError(t, seg.Close())
+	errBusy := errors.New("busy")
+	var aside string
+	err := shm.RemoveUnused(path, nil, func(p string) error {
+		aside = p
+		_, err := os.Lstat(path)
+		require.ErrorIs(t, err, os.ErrNotExist, "the name is not moved aside")
+		return errBusy
+	})
+	require.ErrorIs(t, err, errBusy)
+	require.NotEqual(t, path, aside)
+	_, err = os.Lstat(aside)
+	require.ErrorIs(t, err, os.ErrNotExist, "the name aside stays")
+	_, err = os.Lstat(path)
+	require.NoError(t, err, "the name is not back")
+	require.NoError(t, shm.RemoveUnused(path, nil, func(string) error { return nil }))
+	_, err = os.Lstat(path)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"syscall"
 
 	"github.com/shmlock/shmlock/internal/fsys"
@@ -43,21 +44,44 @@ func segmentUsers(path string) (found []string, fi fs.FileInfo, err error) {
 	return found, fi, nil
 }
 
+// processUsers lists the processes that have the file fi mapped or open
+// (one that opens a segment maps it a moment later).
+func processUsers(fi fs.FileInfo) ([]string, error) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, nil
+	}
+	var found []string
+	mapped, err := proc.MappedBy(uint64(st.Dev), st.Ino)
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range mapped {
+		found = append(found, fmt.Sprintf("mapped by process %d", pid))
+	}
+	opened, err := proc.OpenedBy(uint64(st.Dev), st.Ino)
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range opened {
+		if !slices.Contains(mapped, pid) {
+			found = append(found, fmt.Sprintf("open in process %d", pid))
+		}
+	}
+	return found, nil
+}
+
 // fileUsers is segmentUsers of the file fi at path.
 func fileUsers(path string, fi fs.FileInfo) ([]string, error) {
 	var found []string
 	if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() {
 		found = append(found, fmt.Sprintf("owned by uid %d, not you", uid))
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		pids, err := proc.MappedBy(uint64(st.Dev), st.Ino)
-		if err != nil {
-			return nil, err
-		}
-		for _, pid := range pids {
-			found = append(found, fmt.Sprintf("mapped by process %d", pid))
-		}
+	users, err := processUsers(fi)
+	if err != nil {
+		return nil, err
 	}
+	found = append(found, users...)
 	seg, err := shm.Open(path, shm.Options{ReadOnly: true, AllowForeignOwner: true, AllowOthersAccess: true})
 	if errors.Is(err, layout.ErrVersion) {
 		// A segment of a format this build does not read (an older

@@ -25,12 +25,15 @@ func newCmdRm(ios *IOStreams, runF func(*rmOptions) error) *cobra.Command {
 not a regular file, a symbolic link) is refused and left alone.
 
 A segment in use is refused too, with what was found, unless --force: one
-owned by another user, one that other processes have mapped (as their
-/proc/PID/maps show, for the processes this user may see), and one where a
-live process holds a lock (an owner slot, an upgrade mutex, a lock-manager
-resource, a transaction or a transaction space), or a token-mode slot is
-held (its holder cannot be known). Processes that have a removed segment
-mapped keep using it until they close it, but nobody else can join them.
+owned by another user, one that other processes have mapped or open (as
+their /proc/PID/maps and /proc/PID/fd show, for the processes this user may
+see), and one where a live process holds a lock (an owner slot, an upgrade
+mutex, a lock-manager resource, a transaction or a transaction space), or a
+token-mode slot is held (its holder cannot be known). The file is removed
+only if it is still the one checked, and nobody has mapped or opened it by
+the time its name is gone (rm moves the name aside, where nobody can open
+it, and looks again). Processes that have a removed segment mapped keep
+using it until they close it, but nobody else can join them.
 
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
@@ -80,7 +83,19 @@ func removeSegment(path string, force bool) error {
 		return fmt.Errorf("%w: %s is in use: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))
 	}
 	testHookAfterCheck()
-	return shm.RemoveIfSame(path, fi)
+	// Once the name is moved aside nobody can open the file any more: a
+	// process that opened or mapped it since the check above is found
+	// there, and the name goes back.
+	return shm.RemoveUnused(path, fi, func(string) error {
+		users, err := processUsers(fi)
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("%w: %s came into use while rm looked: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))
+		}
+		return nil
+	})
 }
 
 // testHookAfterCheck runs in rm between finding a segment unused and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -156,4 +157,47 @@ func TestRmLeavesAReplacement(t *testing.T) {
 	assert.Equal(t, exitError, r.code, "stderr: %q", r.stderr)
 	_, err := os.Stat(path)
 	require.NoError(t, err, "rm removed a segment it never checked")
+}
+
+// openedBy starts a process that has the file at path open (as its
+// stdin) and does not map it, as a process between the open and the map
+// of shm.Open; it ends with the test.
+func openedBy(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	cmd := exec.Command("sleep", "60")
+	cmd.Stdin = f
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// A segment another process has open, not yet mapped, is in use: rm
+// refuses it (it looked at the mappings only and removed it).
+func TestRmRefusesSegmentOpenElsewhere(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	openedBy(t, seg.Path())
+	line := requireOneLineError(t, shmctl(t, false, "rm", seg.Path()), exitError)
+	assert.Contains(t, line, "open in process")
+	_, err := os.Stat(seg.Path())
+	require.NoError(t, err, "rm removed a segment another process has open")
+}
+
+// A process that opens the segment after rm found it unused, before its
+// name goes, is found by the second look, made once the name is moved
+// aside where nobody can open it any more: the name goes back. (It removed
+// the file, and the process went on with one nobody else could reach.)
+// Not parallel: the hook is global.
+func TestRmLooksAgainOnceTheNameIsAside(t *testing.T) {
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	old := testHookAfterCheck
+	testHookAfterCheck = func() { openedBy(t, path) }
+	defer func() { testHookAfterCheck = old }()
+	line := requireOneLineError(t, shmctl(t, false, "rm", path), exitError)
+	assert.Contains(t, line, "came into use")
+	_, err := os.Stat(path)
+	require.NoError(t, err, "the segment's name is not back")
 }

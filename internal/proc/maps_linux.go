@@ -41,6 +41,50 @@ func MappedBy(dev, ino uint64) ([]int, error) {
 	return pids, nil
 }
 
+// OpenedBy returns the pids of the processes that have the file of device
+// dev and inode ino open, as their /proc/<pid>/fd say, leaving out this
+// process and a child of the moment in its address space (as MappedBy:
+// until its exec it holds copies of this process's descriptors). A
+// process opens a segment a moment before it maps it: MappedBy alone
+// misses it then. Processes whose descriptors this user cannot read are
+// left out: the answer is a lower bound.
+func OpenedBy(dev, ino uint64) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("proc: %w", err)
+	}
+	self := os.Getpid()
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if hasOpen(pid, dev, ino) && !sharesOurVM(pid) && hasOpen(pid, dev, ino) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// hasOpen reports whether a descriptor of process pid names the file dev,
+// ino (a stat through /proc/<pid>/fd/N reaches the file itself, even one
+// whose name is gone).
+func hasOpen(pid int, dev, ino uint64) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false // gone, or not ours to read
+	}
+	for _, fd := range fds {
+		var st unix.Stat_t
+		if unix.Stat(dir+fd.Name(), &st) == nil && uint64(st.Dev) == dev && st.Ino == ino {
+			return true
+		}
+	}
+	return false
+}
+
 // mapsFile reports whether a line of /proc/<pid>/maps names the mapping of
 // the file "dev inode" in want: the line's fourth and fifth fields.
 func mapsFile(pid int, want []byte) bool {

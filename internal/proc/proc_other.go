@@ -27,3 +27,6 @@ func threadID() uint64 { return 0 }
 
 // MappedBy needs /proc.
 func MappedBy(dev, ino uint64) ([]int, error) { return nil, errNoProcFS }
+
+// OpenedBy needs /proc.
+func OpenedBy(dev, ino uint64) ([]int, error) { return nil, errNoProcFS }
