@@ -114,22 +114,30 @@ func retireSetup(t *testing.T) (*lockmgr.Manager, string) {
 	return m, path
 }
 
-// A process killed while it recycled a resource with an overflow entry,
-// right after it freed the overflow entry, leaves no link from the
-// resource to the freed entry: another resource's chain that takes it
-// would otherwise be the first's too, whose holders then block it.
+// A process killed while it recycled a resource with an overflow entry:
+//   - right after it freed the overflow entry: it leaves no link from the
+//     resource to the freed entry (another resource's chain that takes it
+//     would otherwise be the first's too, whose holders then block it);
+//   - after it unlinked the chain and before it freed the entries: they are
+//     unreachable, and the next taker of the insert lock frees them (the
+//     table has no other entry for c's third holder).
 func TestCrashMidRetire(t *testing.T) {
 	t.Parallel()
-	m, path := retireSetup(t)
-	ctx, C := context.Background(), lockmgr.Collaborative
-	crashAt(t, path, "retire:overflow", "acquire", "b", "b1", "exclusive") // recycles a
-	_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{})       // takes the freed entry
-	require.NoError(t, err)
-	_, err = m.Acquire(ctx, "a", "z", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-	require.NoError(t, err, "a's chain has c's overflow entry")
-	found, err := m.Check()
-	require.NoError(t, err)
-	require.Empty(t, found)
+	for _, step := range []string{"retire:overflow", "retire:unlinked"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			m, path := retireSetup(t)
+			ctx, C := context.Background(), lockmgr.Collaborative
+			crashAt(t, path, step, "acquire", "b", "b1", "exclusive")        // recycles a
+			_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{}) // needs an overflow entry
+			require.NoError(t, err, "the overflow entry was not freed")
+			_, err = m.Acquire(ctx, "a", "z", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+			require.NoError(t, err, "a's chain has c's overflow entry")
+			found, err := m.Check()
+			require.NoError(t, err)
+			require.Empty(t, found)
+		})
+	}
 }
 
 // A process killed while it released a resource, holding the entry's lock,
@@ -163,21 +171,6 @@ func TestCrashMidGrowFreesOrphan(t *testing.T) {
 		_, err := m.Acquire(ctx, r, "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 		require.NoError(t, err, "resource %s", r)
 	}
-	found, err := m.Check()
-	require.NoError(t, err)
-	require.Empty(t, found)
-}
-
-// A process killed while it recycled a resource, after it unlinked the
-// resource's overflow chain and before it freed the entries, leaves them
-// unreachable: the next taker of the insert lock frees them.
-func TestCrashMidRetireFreesOrphans(t *testing.T) {
-	t.Parallel()
-	m, path := retireSetup(t)
-	ctx, C := context.Background(), lockmgr.Collaborative
-	crashAt(t, path, "retire:unlinked", "acquire", "b", "b1", "exclusive") // recycles a
-	_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{})       // needs an overflow entry
-	require.NoError(t, err, "the orphaned overflow entry was not freed")
 	found, err := m.Check()
 	require.NoError(t, err)
 	require.Empty(t, found)

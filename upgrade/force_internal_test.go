@@ -8,9 +8,6 @@ import (
 	"time"
 
 	"github.com/shmlock/shmlock/internal/proc"
-	"github.com/shmlock/shmlock/internal/testproc"
-	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // ForceUnlock drops a reader record's count while its (live) owner is
@@ -20,11 +17,7 @@ import (
 // that refuses the handle's every shared lock (ErrOverflow).
 func TestForceUnlockDuringReaderBackOff(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 1)
 	w, _ := Open(seg, 0)
 	r, _ := Open(seg, 0)
 	if err := w.Lock(); err != nil {
@@ -59,11 +52,7 @@ func TestForceUnlockDuringReaderBackOff(t *testing.T) {
 // the next writer adopt that bit as its own: two writers.)
 func TestForceUnlockWaitingWriterTwoOwners(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 1)
 	h, _ := Open(seg, 0)
 	w, _ := Open(seg, 0)
 	if err := h.LockUpgrade(); err != nil {
@@ -104,11 +93,7 @@ func TestForceUnlockWaitingWriterTwoOwners(t *testing.T) {
 // not put back.
 func TestGiveBackWriterWord(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 1)
 	m, _ := Open(seg, 0)
 	const other = uint64(12345)
 	handoff := handoffWord()
@@ -138,18 +123,10 @@ func TestGiveBackWriterWord(t *testing.T) {
 // while that process lived, and ForceUnlock took it for a waiting writer.
 func TestForceGiveBackAfterSlowForcer(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 1)
 	h, _ := Open(seg, 0)
 	f, _ := Open(seg, 0)
-	parent, err := proc.Lookup(uint32(os.Getppid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.pid = parent.Pack() // the forcer: another live process
+	f.pid = otherLiveIdentity(t) // the forcer: another live process
 	if err := h.Lock(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +165,17 @@ func TestForceGiveBackAfterSlowForcer(t *testing.T) {
 	_ = w2.Unlock()
 }
 
+// otherLiveIdentity is the packed identity of a live process other than
+// this one (the test's parent).
+func otherLiveIdentity(tb testing.TB) uint64 {
+	tb.Helper()
+	parent, err := proc.Lookup(uint32(os.Getppid()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return parent.Pack()
+}
+
 // deadIdentity is the packed identity of a process that has exited.
 func deadIdentity(tb testing.TB) uint64 {
 	tb.Helper()
@@ -213,11 +201,7 @@ func deadIdentity(tb testing.TB) uint64 {
 // adopts its stateWrite: two writers. Likewise for the Upgrader word.
 func TestForceUnlockDuringTakeover(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 2, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 2)
 	dead := deadIdentity(t)
 	ctx := context.Background()
 
@@ -273,11 +257,7 @@ func TestForceUnlockDuringTakeover(t *testing.T) {
 // failing until a waiter or Reclaim came by).
 func TestForceUnlockDeadWithoutHolderID(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 2, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 2)
 	dead := deadIdentity(t)
 
 	w, _ := Open(seg, 0)
@@ -322,11 +302,7 @@ func TestForceUnlockDeadWithoutHolderID(t *testing.T) {
 // reader out meanwhile.
 func TestForceUnlockBeforePendingUpgrade(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 1)
 	u, _ := Open(seg, 0)
 	r, _ := Open(seg, 0)
 	if err := r.LockShared(); err != nil {
@@ -366,18 +342,10 @@ func TestForceUnlockBeforePendingUpgrade(t *testing.T) {
 // forcer's word, which the forcer then gave back to nobody.)
 func TestReleaseWriterWordLeavesForcersWord(t *testing.T) {
 	t.Parallel()
-	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := newInternalSegment(t, 1)
 	h, _ := Open(seg, 0)
 	f, _ := Open(seg, 0)
-	parent, err := proc.Lookup(uint32(os.Getppid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.pid = parent.Pack() // the forcer: another live process
+	f.pid = otherLiveIdentity(t) // the forcer: another live process
 	if err := h.TryLock(); err != nil {
 		t.Fatal(err)
 	}

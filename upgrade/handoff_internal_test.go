@@ -52,7 +52,7 @@ func TestHandoffStampBelowUniqueBit(t *testing.T) {
 // nothing else in the state word changes); without the bit it stands.
 func TestUpgradeBitStands(t *testing.T) {
 	t.Parallel()
-	seg := newInternalSegment(t)
+	seg := newInternalSegment(t, 1)
 	m, err := Open(seg, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -87,11 +87,11 @@ func TestUpgradeBitStands(t *testing.T) {
 	e.State.Store(0)
 }
 
-// newInternalSegment creates a small segment for this package's internal
-// tests, removed at the end of the test.
-func newInternalSegment(tb testing.TB) *shm.Segment {
+// newInternalSegment creates a small segment of upgrades mutexes for this
+// package's internal tests, removed at the end of the test.
+func newInternalSegment(tb testing.TB, upgrades int) *shm.Segment {
 	tb.Helper()
-	seg, err := shm.Create(testproc.SegmentPath(tb), shm.Options{Options: layout.Options{Upgrades: 1, UpgradeReaders: 4}})
+	seg, err := shm.Create(testproc.SegmentPath(tb), shm.Options{Options: layout.Options{Upgrades: upgrades, UpgradeReaders: 4}})
 	if err != nil {
 		tb.Fatal(err)
 	}

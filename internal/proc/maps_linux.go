@@ -22,11 +22,20 @@ import (
 // image that maps the file itself is counted. Without this, a segment this
 // process maps was found "in use" by its own child of the moment.
 func MappedBy(dev, ino uint64) ([]int, error) {
+	want := []byte(fmt.Sprintf("%02x:%02x %d", unix.Major(dev), unix.Minor(dev), ino))
+	return otherProcesses(func(pid int) bool { return mapsFile(pid, want) })
+}
+
+// otherProcesses returns the pids of the processes but this one for which
+// uses holds, leaving out a child of the moment that runs in this
+// process's address space (sharesOurVM): uses is asked again after that
+// check, so that a child that has exec'd meanwhile counts only for what
+// its new image does.
+func otherProcesses(uses func(pid int) bool) ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("proc: %w", err)
 	}
-	want := []byte(fmt.Sprintf("%02x:%02x %d", unix.Major(dev), unix.Minor(dev), ino))
 	self := os.Getpid()
 	var pids []int
 	for _, e := range entries {
@@ -34,7 +43,7 @@ func MappedBy(dev, ino uint64) ([]int, error) {
 		if err != nil || pid == self {
 			continue
 		}
-		if mapsFile(pid, want) && !sharesOurVM(pid) && mapsFile(pid, want) {
+		if uses(pid) && !sharesOurVM(pid) && uses(pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -49,22 +58,7 @@ func MappedBy(dev, ino uint64) ([]int, error) {
 // misses it then. Processes whose descriptors this user cannot read are
 // left out: the answer is a lower bound.
 func OpenedBy(dev, ino uint64) ([]int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("proc: %w", err)
-	}
-	self := os.Getpid()
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		if hasOpen(pid, dev, ino) && !sharesOurVM(pid) && hasOpen(pid, dev, ino) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
+	return otherProcesses(func(pid int) bool { return hasOpen(pid, dev, ino) })
 }
 
 // hasOpen reports whether a descriptor of process pid names the file dev,
