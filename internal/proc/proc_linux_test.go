@@ -370,16 +370,16 @@ int main(void) { pthread_t t; pthread_create(&t, 0, run, 0); pthread_exit(0); }
 // under its running threads: two holders.)
 func TestAliveLeaderExited(t *testing.T) {
 	t.Parallel()
-	cc, err := exec.LookPath("gcc")
+	cc, err := exec.LookPath("cc") // the tests need a C compiler (README, Set-up)
 	if err != nil {
-		t.Skip("no gcc to build the C program")
+		t.Fatalf("no C compiler to build the program: %v", err)
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(dir+"/leader.c", []byte(leaderExitC), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(cc, "-pthread", "-o", dir+"/leader", dir+"/leader.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
+		t.Fatalf("cc: %v\n%s", err, out)
 	}
 	cmd := exec.Command(dir + "/leader")
 	stdin, err := cmd.StdinPipe()
