@@ -100,13 +100,22 @@ func Long() bool { return os.Getenv("SHMLOCK_LONG") == "1" }
 
 // Command returns a command that runs helper name with args in a new
 // process of this test binary. The child is killed if the test process dies.
+//
+// The child leads a process group of its own, whose parent (this process)
+// is in another group of the session: so the group is never orphaned
+// while the test runs. A stopped helper (the crash tests stop one at a
+// named step) in the test binary's group was continued by the kernel
+// (SIGHUP and SIGCONT to an orphaned group with stopped members) when that
+// group was orphaned, as it is under a shell that has exited (a
+// background job), and some process of the group exited: it ran past its
+// step and the test failed.
 func Command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envHelper+"="+name, envArgs+"="+strings.Join(args, argSep),
 		// A race-detector build sleeps a second at exit by default;
 		// helpers have nothing to wait for.
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	return cmd
 }
 
