@@ -146,9 +146,9 @@ func TestMarkdown(t *testing.T) {
 // that does not say has none.
 func TestBusyCPUs(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 1.5, driverLine{Seconds: 2, CPUSeconds: 3}.busyCPUs())
-	require.Zero(t, driverLine{Seconds: 2}.busyCPUs())
-	require.Zero(t, driverLine{CPUSeconds: 1}.busyCPUs())
+	require.Equal(t, 1.5, driverLine{Seconds: 2, CPUSeconds: 3}.BusyCPUs())
+	require.Zero(t, driverLine{Seconds: 2}.BusyCPUs())
+	require.Zero(t, driverLine{CPUSeconds: 1}.BusyCPUs())
 	e := Entry{Samples: []Sample{{Round: 1, OpsPerSec: 1, CPUs: 2}, {Round: 2, OpsPerSec: 1}, {Round: 3, OpsPerSec: 1, CPUs: 1}}}
 	c := Cell{Entries: []Entry{e}}
 	c.summarize(nil)

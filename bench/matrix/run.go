@@ -14,37 +14,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shmlock/shmlock/internal/peerwork"
 )
 
 // driverLine is the contract's one JSON line.
-type driverLine struct {
-	Peer      string  `json:"peer"`
-	Workload  string  `json:"workload"`
-	Procs     int     `json:"procs"`
-	Iters     uint64  `json:"iters"`
-	Seconds   float64 `json:"seconds"`
-	OpsPerSec float64 `json:"ops_per_sec"`
-	NsPerOp   float64 `json:"ns_per_op"`
-	// CPUSeconds is the workers' CPU time in their loops, all together; 0
-	// if the driver does not say (it is not in every driver's line).
-	CPUSeconds float64 `json:"cpu_seconds"`
-	OK         bool    `json:"ok"`
-	Detail     string  `json:"detail"`
-}
-
-// busyCPUs is how many CPUs the run kept busy on average: the workers' CPU
-// time over the run's time; 0 if the driver does not say.
-func (l driverLine) busyCPUs() float64 {
-	if l.CPUSeconds <= 0 || l.Seconds <= 0 {
-		return 0
-	}
-	return l.CPUSeconds / l.Seconds
-}
+type driverLine = peerwork.Line
 
 // Exit statuses of the contract that the matrix tells apart.
 const (
-	exitOK          = 0
-	exitUnsupported = 3
+	exitOK          = peerwork.ExitOK
+	exitUnsupported = peerwork.ExitUnsupported
 )
 
 // outcome is one driver call.
@@ -241,7 +221,7 @@ func (m *matrixRun) do() ([]Cell, []Probe) {
 					fmt.Fprintf(m.log, "  %-15s %-20s FAILED: %s\n", cl.Title(), e.Name, why)
 					continue
 				}
-				e.Samples = append(e.Samples, Sample{Round: round, OpsPerSec: o.line.OpsPerSec, CPUs: o.line.busyCPUs(), Waits: waitsOf(o.line.Detail)})
+				e.Samples = append(e.Samples, Sample{Round: round, OpsPerSec: o.line.OpsPerSec, CPUs: o.line.BusyCPUs(), Waits: waitsOf(o.line.Detail)})
 				e.Detail = o.line.Detail
 				fmt.Fprintf(m.log, "  %-15s %-20s %s %s\n", cl.Title(), e.Name, si(o.line.OpsPerSec), cl.Unit())
 			}

@@ -65,13 +65,20 @@ var jsonDocTypes = map[string]reflect.Type{
 // ownPkg is this package's path, as reflect gives it.
 var ownPkg = reflect.TypeFor[processJSON]().PkgPath()
 
+// documented reports whether t is a type of the documents: this
+// package's, or the benchmark contract's line (internal/peerwork), which
+// shmctl bench prints.
+func documented(t reflect.Type) bool {
+	return t.PkgPath() == ownPkg || t == reflect.TypeFor[benchJSON]()
+}
+
 // jsonKeys collects the JSON keys of struct type t and of the objects in
 // it, but not those of processJSON, which docs/JSON.md describes once.
 func jsonKeys(t reflect.Type, into map[string]bool) {
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct || t.PkgPath() != ownPkg || t == reflect.TypeFor[processJSON]() {
+	if t.Kind() != reflect.Struct || !documented(t) || t == reflect.TypeFor[processJSON]() {
 		return
 	}
 	for f := range t.Fields() {
@@ -197,8 +204,8 @@ func TestJSONIntegersFit(t *testing.T) {
 		"locksJSON.Capacity":          "below layout.MaxLockMgrEntries, 2^20",
 		"txnsJSON.Records":            "below layout.MaxTxnRecords, 2^20",
 		"rwlockJSON.ReaderRecords":    "below layout.MaxUpgradeReaders, 2^12",
-		"benchJSON.Procs":             "bench.MaxProcs",
-		"benchJSON.Iters":             "iterations per worker, run one by one: 2^53 of them take years",
+		"Line.Procs":                  "bench.MaxProcs",
+		"Line.Iters":                  "iterations per worker, run one by one: 2^53 of them take years",
 		"schema":                      "schemaVersion, a small number",
 		"claimed":                     "claimed entries of a table: below 2^24",
 		"index":                       "an index into a table: below 2^24",
@@ -247,7 +254,7 @@ func walkFields(t reflect.Type, f func(owner string, field reflect.StructField))
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct || t.PkgPath() != ownPkg {
+	if t.Kind() != reflect.Struct || !documented(t) {
 		return
 	}
 	for field := range t.Fields() {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/shmlock/shmlock/internal/peerwork"
 )
 
 // The --json documents, one struct per document and per object in it.
@@ -272,19 +274,8 @@ type (
 	}
 	// benchJSON is the peer-benchmark contract's line, whose keys and
 	// their order the contract fixes: no docHeader.
-	benchJSON struct {
-		Peer       string  `json:"peer"`
-		Workload   string  `json:"workload"`
-		Procs      int     `json:"procs"`
-		Iters      uint64  `json:"iters"`
-		Seconds    float64 `json:"seconds"`
-		OpsPerSec  float64 `json:"ops_per_sec"`
-		NsPerOp    float64 `json:"ns_per_op"`
-		CPUSeconds float64 `json:"cpu_seconds"`
-		OK         bool    `json:"ok"`
-		Detail     string  `json:"detail"`
-	}
-	txnsJSON struct {
+	benchJSON = peerwork.Line
+	txnsJSON  struct {
 		docHeader
 		Path          string        `json:"path"`
 		Records       int           `json:"records"`

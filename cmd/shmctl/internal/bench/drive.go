@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shmlock/shmlock/internal/peerwork"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -21,30 +22,15 @@ type Config struct {
 	Lock     string // LockSpin or LockSpinToken
 }
 
-// Result is the one JSON line a driver prints, field for field the
-// contract's (shmctl's jsonout.go gives the names and order).
-type Result struct {
-	Peer      string
-	Workload  string
-	Procs     int
-	Iters     uint64
-	Seconds   float64
-	OpsPerSec float64
-	NsPerOp   float64
-	// CPUSeconds is the CPU time the workers' processes used in their
-	// workload loops, all together (0 if a worker could not read it):
-	// over Seconds, how many CPUs the run kept busy.
-	CPUSeconds float64
-	OK         bool
-	Detail     string
-}
+// Result is the one JSON line a driver prints.
+type Result = peerwork.Line
 
 // Exit statuses of the contract.
 const (
-	ExitOK          = 0 // ran and validated
-	ExitFailed      = 1 // ran but failed; the result says why
-	ExitBadArgs     = 2 // e.g. uncontended with procs != 1
-	ExitUnsupported = 3 // the lock does not support the workload
+	ExitOK          = peerwork.ExitOK
+	ExitFailed      = peerwork.ExitFailed
+	ExitBadArgs     = peerwork.ExitBadArgs
+	ExitUnsupported = peerwork.ExitUnsupported
 )
 
 // Unsupported is the detail of a workload the lock does not support.
