@@ -340,11 +340,7 @@ func (p *upgProc) waitOK(t *testing.T) {
 // counter is exactly the writes made.
 func TestUpgradeMixedCounter(t *testing.T) {
 	segPath, recPath, seg := upgSegment(t)
-	m, err := upgrade.Named(seg, upgName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, _ := namedUpg(t, seg)
 	rounds := "1200"
 	if testproc.Long() {
 		rounds = "30000"
@@ -385,12 +381,7 @@ func TestUpgradeMixedCounter(t *testing.T) {
 // sleeper on its gate (Inspect) before the release, so it slept.
 func TestUpgradeWakeAcross(t *testing.T) {
 	segPath, _, seg := upgSegment(t)
-	m, err := upgrade.Named(seg, upgName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	status := func() upgrade.Status { return upgStatus(t, seg, m.Index()) }
+	m, status := namedUpg(t, seg)
 	// C waiters, Go holder.
 	for _, c := range []struct {
 		mode   string
@@ -478,6 +469,18 @@ func TestUpgradeWakeAcross(t *testing.T) {
 	}
 }
 
+// namedUpg opens the tests' mutex (upgName) in seg, closed when the test
+// ends, and a reader of its status.
+func namedUpg(t *testing.T, seg *shm.Segment) (*upgrade.Mutex, func() upgrade.Status) {
+	t.Helper()
+	m, err := upgrade.Named(seg, upgName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m, func() upgrade.Status { return upgStatus(t, seg, m.Index()) }
+}
+
 // upgStatus is upgrade mutex i's status.
 func upgStatus(t *testing.T, seg *shm.Segment, i int) upgrade.Status {
 	t.Helper()
@@ -494,12 +497,7 @@ func upgStatus(t *testing.T, seg *shm.Segment, i int) upgrade.Status {
 // grant, as Go does), and it gets the lock once the stuck hold is freed.
 func TestUpgradeForceLeavesCWaiter(t *testing.T) {
 	segPath, _, seg := upgSegment(t)
-	m, err := upgrade.Named(seg, upgName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	status := func() upgrade.Status { return upgStatus(t, seg, m.Index()) }
+	m, status := namedUpg(t, seg)
 	self := proc.Self().Pack()
 	for _, c := range []struct {
 		stuck, waiter string
@@ -546,11 +544,7 @@ func TestUpgradeForceLeavesCWaiter(t *testing.T) {
 // end with the record whole and nothing left to repair.
 func TestUpgradeKillTorture(t *testing.T) {
 	segPath, recPath, seg := upgSegment(t)
-	m, err := upgrade.Named(seg, upgName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, _ := namedUpg(t, seg)
 	kills := 12
 	if testproc.Long() {
 		kills = 200
