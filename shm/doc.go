@@ -7,7 +7,9 @@
 // unnamed file and then links it under its name, so another process either
 // finds no file or finds a complete one, and exactly one of several racing
 // creators succeeds (the others get ErrExists, or the winner's segment from
-// OpenOrCreate).
+// OpenOrCreate). The file's memory is reserved before it has a name, so a
+// full /dev/shm fails Create with ErrNoSpace rather than a later access to
+// the segment with SIGBUS.
 //
 // Opening is defensive: a symlink, a non-regular file, a file owned by another
 // user (ErrForeignOwner), a file whose mode lets other users in

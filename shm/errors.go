@@ -34,4 +34,9 @@ var (
 	// A reader that runs on goroutines of its own (metrics.Read, for a
 	// monitor's scrape) turns the fault into this error rather than die.
 	ErrFault = errors.New("shm: memory fault reading the segment (was its file cut short while in use?)")
+	// ErrNoSpace is Create's (or a writable Open's) error when the memory
+	// of the segment file cannot be reserved: its file system, or the
+	// memory cgroup its pages are charged to, is full. The error also
+	// wraps the system's (syscall.ENOSPC, EDQUOT or ENOMEM).
+	ErrNoSpace = errors.New("shm: no room for the segment in its file system or memory limit")
 )

@@ -157,6 +157,10 @@ var helpers = map[string]func(args []string) int{
 	// open-as PATH [group] [others] [readonly]: Open with those options and,
 	// unless read-only, claim and release a name; print "ok" or the error.
 	"open-as": openAsHelper,
+	// create-full DIR: Create on a full tmpfs of its own on DIR.
+	"create-full": createFullHelper,
+	// open-sparse DIR: Open a sparse segment on a full tmpfs of its own on DIR.
+	"open-sparse": openSparseHelper,
 	// echo-token PATH: wait for slot 0's token to be set, write token+1 to slot 1.
 	"echo-token": func(args []string) int {
 		seg, err := shm.Open(args[0], shm.Options{})

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/edsrzf/mmap-go"
@@ -83,6 +84,13 @@ type Segment struct {
 
 // Create makes a new segment at path (see ResolvePath). It fails with
 // ErrExists if the name is taken.
+//
+// The file gets all its memory at once (fallocate), before it has a name:
+// if its file system or memory cgroup is full, Create fails with
+// ErrNoSpace (wrapping syscall.ENOSPC or the like) and leaves no file,
+// where a sparse file would have been created and a later first write to
+// one of its pages, in any process, raised SIGBUS. On a file system
+// without fallocate the file is only sized (ftruncate), sparse as before.
 func Create(path string, opts Options) (*Segment, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
@@ -110,9 +118,9 @@ func Create(path string, opts Options) (*Segment, error) {
 		return nil, fmt.Errorf("shm: create %s: %w", path, err)
 	}
 	f := pending.File()
-	if err := f.Truncate(int64(h.TotalSize)); err != nil {
+	if err := sizeNew(f, int64(h.TotalSize)); err != nil {
 		pending.Discard()
-		return nil, fmt.Errorf("shm: create %s: sizing: %w", path, err)
+		return nil, sizeError("create", path, h.TotalSize, err)
 	}
 	mem, err := mmap.MapRegion(f, int(h.TotalSize), mmap.RDWR, 0, 0)
 	if err != nil {
@@ -136,7 +144,34 @@ func Create(path string, opts Options) (*Segment, error) {
 	return s, nil
 }
 
+// sizeNew gives a new segment file its size and reserves its memory.
+func sizeNew(f *os.File, size int64) error {
+	err := fsys.Reserve(f, size)
+	if errors.Is(err, fsys.ErrNoReserve) {
+		err = f.Truncate(size) // sparse: the best this file system offers
+	}
+	return err
+}
+
+// sizeError describes a failure to size or reserve a segment file; one for
+// want of memory or space is ErrNoSpace.
+func sizeError(op, path string, size uint64, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.ENOMEM) {
+		return fmt.Errorf("%w: %s %s (%d bytes): %w", ErrNoSpace, op, path, size, err)
+	}
+	return fmt.Errorf("shm: %s %s: reserving %d bytes: %w", op, path, size, err)
+}
+
 // Open maps an existing segment after checking the file and its header.
+//
+// A writable Open reserves the memory of a file that is still sparse (made
+// by a build of shmlock that only sized the file), as Create does: so a
+// full file system or memory cgroup fails it with ErrNoSpace, instead of
+// raising SIGBUS later at a first write to a page nobody had touched. A
+// fully allocated file is left alone, and so is a file on a file system
+// without fallocate. A read-only Open cannot reserve: on tmpfs even a read
+// of a sparse file's untouched page takes memory, and faults if there is
+// none.
 func Open(path string, opts Options) (*Segment, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
@@ -170,6 +205,13 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 		}
 		if ns != h.PIDNamespace {
 			return nil, fmt.Errorf("%w: %s (made in pid:[%d], this is pid:[%d])", ErrForeignPIDNamespace, path, h.PIDNamespace, ns)
+		}
+	}
+	if !opts.ReadOnly {
+		// Only now that the header has passed: a file that is no segment
+		// is never written.
+		if err := fsys.Reserve(f, int64(h.TotalSize)); err != nil && !errors.Is(err, fsys.ErrNoReserve) {
+			return nil, sizeError("open", path, h.TotalSize, err)
 		}
 	}
 	prot := mmap.RDWR

@@ -84,6 +84,51 @@ func (p *Pending) Discard() {
 	_ = p.file.Close()
 }
 
+// ErrNoReserve is Reserve's error on a file system without fallocate(2).
+var ErrNoReserve = errors.New("fallocate is not supported here")
+
+// maxReserveAttempts bounds Reserve's retries of an allocation a signal
+// interrupted: one that signals keep interrupting (a periodic timer against
+// a very large file) fails with EINTR rather than spin.
+const maxReserveAttempts = 16
+
+// Reserve allocates the blocks of the file's first size bytes, extending
+// the file to size if it is shorter (fallocate(2) mode 0). A file sized by
+// ftruncate alone is sparse: on tmpfs a page gets its memory only when it
+// is first touched, and if the file system (or the memory cgroup it is
+// charged to) is full by then, that access through a mapping raises
+// SIGBUS. Reserved, the file fails here instead, with an error wrapping
+// syscall.ENOSPC (or EDQUOT, or ENOMEM).
+//
+// Blocks already allocated are kept as they are, so reserving a file that
+// others use changes none of its bytes. A file whose allocated blocks
+// already cover size is left alone after one fstat, rather than walked page
+// by page again; on a file system that counts its own metadata in
+// st_blocks a small hole may then stay.
+func Reserve(f *os.File, size int64) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return os.NewSyscallError("fstat", err)
+	}
+	if st.Size >= size && st.Blocks*512 >= size { // st_blocks counts 512-byte units
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EINTR) && attempt < maxReserveAttempts:
+			// tmpfs of older kernels stops (and undoes) an allocation
+			// when any signal arrives, rather than restart it.
+			continue
+		case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS):
+			return ErrNoReserve
+		}
+		return os.NewSyscallError("fallocate", err)
+	}
+}
+
 // ErrNoMoveAside is MoveAside's error on a file system that cannot rename
 // without replacing (RENAME_NOREPLACE).
 var ErrNoMoveAside = errors.New("rename without replacing is not supported here")
