@@ -76,6 +76,7 @@ enum {
 	SHMLOCK_EREGIONSIZE = -35,    /* shm.ErrRegionSize: a data region claimed with another size */
 	SHMLOCK_EDATAFULL = -36,      /* shm.ErrDataFull: the data area has not the bytes left */
 	SHMLOCK_EFILECHANGED = -37,   /* shm.ErrChanged: the path came to name another file while it was checked */
+	SHMLOCK_ENOSPACE = -38,       /* shm.ErrNoSpace: no room for the segment's memory (shmlock_errno(): ENOSPC, EDQUOT or ENOMEM) */
 	/* Locks (spinlock.Err*, upgrade.Err*). */
 	SHMLOCK_EWOULDBLOCK = -40,    /* a try found the lock held */
 	SHMLOCK_ETIMEDOUT = -41,      /* a timed wait ran out */
@@ -146,7 +147,11 @@ typedef struct shmlock_options {
 	int64_t data_regions;
 } shmlock_options;
 
-/* A path without a slash names a file in /dev/shm (shm.ResolvePath). */
+/* A path without a slash names a file in /dev/shm (shm.ResolvePath).
+ * shmlock_create reserves the new file's memory (fallocate; only ftruncate
+ * on a file system without it), and a writable shmlock_open that of a
+ * sparse file an earlier version made: a full file system or memory cgroup
+ * is SHMLOCK_ENOSPACE there, not a SIGBUS at a first touch of a page. */
 int shmlock_open(const char *path, const shmlock_options *opts, shmlock_segment **out);
 int shmlock_create(const char *path, const shmlock_options *opts, shmlock_segment **out);
 int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmlock_segment **out);

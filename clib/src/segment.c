@@ -4,8 +4,9 @@
  * identities after a reboot (shm/reboot.go).
  *
  * A segment is published complete: Create writes an unnamed file
- * (O_TMPFILE), sizes it, writes the header with the ready word last and only
- * then links it under its name, so an opener finds no file or a whole one.
+ * (O_TMPFILE), sizes it with its memory reserved (reserve), writes the
+ * header with the ready word last and only then links it under its name,
+ * so an opener finds no file or a whole one.
  * An opener validates a private copy of the header, read with pread before
  * mapping, and takes the tables from that copy: the mapped header's
  * immutable part is never trusted after the check.
@@ -486,6 +487,47 @@ static int read_complete_header(int fd, const shmlock_options *o, uint8_t h[SHM_
 	}
 }
 
+/* Reserve's tries of an allocation a signal interrupted (tmpfs of older
+ * kernels gives up, undoing it, rather than restart): one that signals
+ * keep interrupting fails with EINTR rather than spin. */
+#define MAX_RESERVE_ATTEMPTS 16
+
+/* reserve allocates the memory of the file's first size bytes, extending
+ * it to size if it is shorter (shm's fsys.Reserve): a file sized by
+ * ftruncate alone is sparse, and on tmpfs a page gets its memory only when
+ * first touched, so a full file system or memory cgroup raised SIGBUS at
+ * that access instead of an error here (SHMLOCK_ENOSPACE, errno kept for
+ * shmlock_errno). Blocks already allocated are kept, so reserving a file
+ * others use changes none of its bytes; a file whose blocks already cover
+ * size is left alone after one fstat. *unsupported is set, and 0 returned,
+ * on a file system without fallocate.
+ *
+ * Not posix_fallocate: where fallocate is missing, glibc's reads a byte
+ * of each block and writes a zero where it read one, which on a segment
+ * in use could overwrite a word another process has just set. */
+static int reserve(int fd, uint64_t size, bool *unsupported)
+{
+	*unsupported = false;
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return shm_sys_error(errno);
+	if ((uint64_t)st.st_size >= size && (uint64_t)st.st_blocks * 512 >= size) /* st_blocks: 512-byte units */
+		return 0;
+	for (int attempt = 1;; attempt++) {
+		if (fallocate(fd, 0, 0, (off_t)size) == 0)
+			return 0;
+		int err = errno;
+		if (err == EINTR && attempt < MAX_RESERVE_ATTEMPTS)
+			continue;
+		if (err == EOPNOTSUPP || err == ENOSYS) {
+			*unsupported = true;
+			return 0;
+		}
+		shm_sys_error(err);
+		return err == ENOSPC || err == EDQUOT || err == ENOMEM ? SHMLOCK_ENOSPACE : SHMLOCK_ESYS;
+	}
+}
+
 static int open_fd(shmlock_segment *seg, const shmlock_options *o)
 {
 	uint8_t h[SHM_HEADER_SIZE];
@@ -505,6 +547,12 @@ static int open_fd(shmlock_segment *seg, const shmlock_options *o)
 	}
 	bool ro = o->flags & SHMLOCK_READ_ONLY;
 	uint64_t total = le64(h + 16);
+	bool unsupported;
+	/* A segment of a build that only sized its file is sparse: reserved
+	 * now, as shm.Open does, and only now that its header has passed, so
+	 * a file that is no segment is never written. */
+	if (!ro && (rc = reserve(seg->fd, total, &unsupported)) != 0)
+		return rc;
 	void *m = mmap(NULL, total, ro ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
 	if (m == MAP_FAILED)
 		return shm_sys_error(errno);
@@ -538,7 +586,7 @@ static int do_open(const char *path, const shmlock_options *o, shmlock_segment *
 	if ((rc = open_fd(seg, o)) != 0) {
 		int err = shmlock_errno();
 		shm_seg_put(seg);
-		if (rc == SHMLOCK_ESYS)
+		if (rc == SHMLOCK_ESYS || rc == SHMLOCK_ENOSPACE)
 			shm_sys_error(err);
 		return rc;
 	}
@@ -734,8 +782,13 @@ static int do_create(const char *path, const shmlock_options *o, shmlock_segment
 		free(p);
 		return SHMLOCK_ENOMEM;
 	}
+	bool unsupported;
 	void *m = MAP_FAILED;
-	if (ftruncate(fd, (off_t)total) != 0 ||
+	if ((rc = reserve(fd, total, &unsupported)) != 0)
+		goto fail;
+	/* Without fallocate the file is sparse, as before: the best this file
+	 * system offers. */
+	if ((unsupported && ftruncate(fd, (off_t)total) != 0) ||
 	    (m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
 		rc = shm_sys_error(errno);
 		goto fail;
@@ -757,7 +810,7 @@ fail:;
 		free(tmp);
 	}
 	shm_seg_put(seg);
-	if (rc == SHMLOCK_ESYS)
+	if (rc == SHMLOCK_ESYS || rc == SHMLOCK_ENOSPACE)
 		shm_sys_error(err);
 	return rc;
 }

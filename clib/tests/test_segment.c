@@ -1,9 +1,14 @@
 /* test_segment.c: opening the golden images, refusals of bad files (which
  * change nothing), create/open round trips, claims, releases, regions. */
+#define _GNU_SOURCE /* unshare */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <time.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -579,6 +584,249 @@ static void test_ready_timeout_saturates(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* The full-file-system tests' segment: 1 MiB of data area alone, four
+ * times the tmpfs they make it in, whose first pages still hold the few a
+ * sparse segment's header and directories touch. */
+#define BIG_DATA (1 << 20)
+#define FULL_TMPFS (256 << 10)
+#define SKIP_STATUS 77 /* a child that may not have namespaces of its own */
+#define TEST_PAGE 4096   /* a page, or a part of one where pages are larger */
+
+static const shmlock_options big_options = {.data_bytes = BIG_DATA};
+
+static bool write_proc(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* own_mounts makes this forked (single-threaded) process root of a user and
+ * mount namespace of its own, every mount private, so that the tmpfs it
+ * mounts (mount_tmpfs) no other process sees and goes with it. A user
+ * namespace needs no privilege; SKIP_STATUS only where the kernel refuses
+ * one or its capabilities (EPERM, EACCES; ENOSPC at a limit of 0; EINVAL
+ * without them). */
+static int own_mounts(void)
+{
+	uid_t uid = getuid();
+	gid_t gid = getgid();
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+		fprintf(stderr, "unshare: %s\n", strerror(errno));
+		return errno == EPERM || errno == ENOSPC || errno == EINVAL ? SKIP_STATUS : 1;
+	}
+	char map[64];
+	snprintf(map, sizeof map, "0 %u 1", (unsigned)uid);
+	bool ok = write_proc("/proc/self/uid_map", map);
+	snprintf(map, sizeof map, "0 %u 1", (unsigned)gid);
+	ok = ok && write_proc("/proc/self/setgroups", "deny") && write_proc("/proc/self/gid_map", map);
+	if (!ok || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+		fprintf(stderr, "entering the namespaces: %s\n", strerror(errno));
+		return errno == EPERM || errno == EACCES ? SKIP_STATUS : 1;
+	}
+	return 0;
+}
+
+static int mount_tmpfs(const char *dir, long size)
+{
+	char opts[64];
+	snprintf(opts, sizeof opts, "size=%ld,mode=0700", size);
+	if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+		fprintf(stderr, "mounting a tmpfs on %s: %s\n", dir, strerror(errno));
+		return errno == EPERM || errno == EACCES ? SKIP_STATUS : 1;
+	}
+	return 0;
+}
+
+/* fill_data claims the whole data area as one region and writes each of
+ * its pages, more than the file system has room for: on a sparse file
+ * that raises SIGBUS once the file system is full. */
+static void fill_data(shmlock_segment *s)
+{
+	void *p = NULL;
+	int rc = shmlock_data(s, "end", BIG_DATA, &p);
+	if (rc) {
+		fprintf(stderr, "shmlock_data: %s\n", shmlock_strerror(rc));
+		return;
+	}
+	for (size_t i = 0; i < BIG_DATA; i += TEST_PAGE)
+		((volatile char *)p)[i] = 1;
+}
+
+/* check_no_space reports, in a child, a create or open that should have
+ * failed for want of room: 0 if it did (SHMLOCK_ENOSPACE, errno ENOSPC). */
+static int check_no_space(const char *what, int rc, shmlock_segment *s)
+{
+	if (rc == 0) {
+		fill_data(s);
+		fprintf(stderr, "%s made a segment larger than its file system, and wrote all its data area\n", what);
+		return 1;
+	}
+	if (rc != SHMLOCK_ENOSPACE || shmlock_errno() != ENOSPC) {
+		fprintf(stderr, "%s = %d (%s), errno %d; want SHMLOCK_ENOSPACE, ENOSPC\n", what, rc, shmlock_strerror(rc),
+		        shmlock_errno());
+		return 1;
+	}
+	return 0;
+}
+
+/* The names in dir, hidden ones too: how many there are. */
+static int count_names(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int create_full_child(const char *dir)
+{
+	int rc = own_mounts();
+	if (rc || (rc = mount_tmpfs(dir, FULL_TMPFS)) != 0)
+		return rc;
+	char path[512];
+	snprintf(path, sizeof path, "%s/seg", dir);
+	shmlock_segment *s = NULL;
+	rc = shmlock_create(path, &big_options, &s);
+	if ((rc = check_no_space("shmlock_create", rc, s)) != 0)
+		return rc;
+	int n = count_names(dir);
+	if (n != 0) {
+		fprintf(stderr, "%d files left in %s after a create that failed\n", n, dir);
+		return 1;
+	}
+	return 0;
+}
+
+/* copy_sparse writes the pages of src that are not all zero into a new
+ * file dst of src's size, the others left holes: the file a build that
+ * only sized its segments made. */
+static bool copy_sparse(const char *src, const char *dst)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	int out = open(dst, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	struct stat st;
+	bool ok = in >= 0 && out >= 0 && fstat(in, &st) == 0 && ftruncate(out, st.st_size) == 0;
+	static const char zero[TEST_PAGE];
+	char page[TEST_PAGE];
+	for (off_t off = 0; ok && off < st.st_size; off += TEST_PAGE) {
+		ssize_t n = pread(in, page, sizeof page, off);
+		ok = n > 0 && (memcmp(page, zero, (size_t)n) == 0 || pwrite(out, page, (size_t)n, off) == n);
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return ok;
+}
+
+static int open_sparse_child(const char *dir)
+{
+	char full[512], small[512], sparse[512];
+	snprintf(full, sizeof full, "%s/full", dir);
+	snprintf(small, sizeof small, "%s/small", dir);
+	snprintf(sparse, sizeof sparse, "%s/small/seg", dir);
+	int rc = own_mounts();
+	if (rc || (rc = mount_tmpfs(dir, 4 << 20)) != 0)
+		return rc;
+	if (mkdir(small, 0700) != 0 || (rc = mount_tmpfs(small, FULL_TMPFS)) != 0)
+		return rc ? rc : 1;
+	shmlock_segment *s = NULL;
+	if ((rc = shmlock_create(full, &big_options, &s)) != 0) {
+		fprintf(stderr, "shmlock_create: %s\n", shmlock_strerror(rc));
+		return 1;
+	}
+	shmlock_close(s);
+	if (!copy_sparse(full, sparse)) {
+		fprintf(stderr, "copying %s sparse: %s\n", full, strerror(errno));
+		return 1;
+	}
+	s = NULL;
+	rc = shmlock_open(sparse, NULL, &s);
+	return check_no_space("shmlock_open", rc, s);
+}
+
+/* run_with_own_mounts runs child in a forked process with namespaces of
+ * its own (own_mounts), given an empty directory to mount on. */
+static void run_with_own_mounts(int (*child)(const char *dir), const char *what)
+{
+	char dir[] = "/tmp/shmlock-ctest-mounts-XXXXXX";
+	if (!mkdtemp(dir)) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(child(dir));
+	int st = 0;
+	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+	if (WIFSIGNALED(st)) {
+		fprintf(stderr, "%s: the child died of signal %d (%s)\n", what, WTERMSIG(st), strsignal(WTERMSIG(st)));
+		check_failures++;
+	} else if (WEXITSTATUS(st) == SKIP_STATUS) {
+		fprintf(stderr, "skip %s: no user and mount namespace of its own here\n", what);
+	} else {
+		CHECK(WEXITSTATUS(st) == 0);
+	}
+	CHECK(rmdir(dir) == 0);
+}
+
+/* A create on a full file system fails with SHMLOCK_ENOSPACE (errno ENOSPC)
+ * and leaves no file: the segment's memory is reserved before it has a
+ * name. A segment that was only sized got it, and a SIGBUS later. */
+static void test_create_on_full_fs(void) { run_with_own_mounts(create_full_child, "create on a full tmpfs"); }
+
+/* A writable open of a sparse segment (made by a build that only sized
+ * the file) reserves its memory, and on a full file system fails with
+ * SHMLOCK_ENOSPACE rather than let a first write to a page raise SIGBUS. */
+static void test_open_sparse_on_full_fs(void) { run_with_own_mounts(open_sparse_child, "open of a sparse segment on a full tmpfs"); }
+
+static int64_t allocated(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (int64_t)st.st_blocks * 512 : -1;
+}
+
+/* A new segment has all its memory; a sparse one gets it from a writable
+ * open, not from a read-only one, which may not write. */
+static void test_memory_reserved(void)
+{
+	char full[256], sparse[256];
+	check_temp_path(full, sizeof full, "reserved");
+	check_temp_path(sparse, sizeof sparse, "sparse");
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(full, &big_options, &s), 0);
+	if (!s)
+		return;
+	int64_t size = (int64_t)s->size;
+	shmlock_close(s);
+	CHECK(allocated(full) >= size);
+	CHECK(copy_sparse(full, sparse));
+	int64_t before = allocated(sparse);
+	CHECK(before > 0 && before < size);
+	shmlock_options ro = {.flags = SHMLOCK_READ_ONLY};
+	s = NULL;
+	CHECK_RC(shmlock_open(sparse, &ro, &s), 0);
+	if (s)
+		shmlock_close(s);
+	CHECK(allocated(sparse) == before);
+	s = NULL;
+	CHECK_RC(shmlock_open(sparse, NULL, &s), 0);
+	if (s)
+		shmlock_close(s);
+	CHECK(allocated(sparse) >= size);
+	CHECK_RC(shmlock_remove(sparse), 0);
+	CHECK_RC(shmlock_remove(full), 0);
+}
+
 int main(void)
 {
 	RUN(test_golden_owner_slots);
@@ -593,5 +841,8 @@ int main(void)
 	RUN(test_huge_counts);
 	RUN(test_ready_timeout_saturates);
 	RUN(test_remove_leaves_replacement);
+	RUN(test_create_on_full_fs);
+	RUN(test_open_sparse_on_full_fs);
+	RUN(test_memory_reserved);
 	return CHECK_DONE();
 }
