@@ -1,11 +1,15 @@
 package bench_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,6 +32,27 @@ var helpers = map[string]func(args []string) int{
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		return 0
+	},
+	// create-full DIR: mount a tmpfs smaller than the shared file on DIR,
+	// create the file there and write each of its pages; print
+	// "enospc=B files=[...]" (what DIR holds after) and the error for a
+	// create that failed. On a sparse file the writes raise SIGBUS.
+	"create-full": func(args []string) int {
+		if err := testproc.MountTmpfs(args[0], bench.ShmSize/4); err != nil {
+			fmt.Println(err)
+			if testproc.MountRefused(err) {
+				return testproc.ExitCannotMount
+			}
+			return 2
+		}
+		err := bench.CreateSharedFile(filepath.Join(args[0], "file"))
+		if err == nil {
+			fmt.Println("created a file larger than its file system, and wrote all of it")
+			return 1
+		}
+		names, _ := filepath.Glob(filepath.Join(args[0], "*"))
+		fmt.Printf("enospc=%t files=%q\n%v\n", errors.Is(err, syscall.ENOSPC), names, err)
 		return 0
 	},
 	// fail PATH: attach to the start barrier, then exit 1.
@@ -150,5 +175,17 @@ func TestWorkloadsInProcess(t *testing.T) {
 		assert.Equal(t, bench.ExitOK, code, "%s: %+v", tt.workload, res)
 		assert.True(t, res.OK, tt.workload)
 		assert.Contains(t, res.Detail, tt.detail, tt.workload)
+	}
+}
+
+// The driver's shared file has all its memory: on a full file system
+// creating it fails with ENOSPC and leaves no file, where a sparse file
+// was made and the workers' first writes to its pages raised SIGBUS.
+func TestSharedFileOnFullFileSystem(t *testing.T) {
+	t.Parallel()
+	out, err := testproc.RunWithOwnMounts(t, "create-full", t.TempDir())
+	first, _, _ := strings.Cut(string(out), "\n")
+	if want := `enospc=true files=[]`; err != nil || first != want {
+		t.Fatalf("helper: %v; got %q, want %q; output:\n%s", err, first, want, out)
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"runtime"
 	"sync"
 
@@ -57,3 +58,16 @@ type failed struct{}
 func (failed) Error() string { return "failed on purpose" }
 
 var errFailed error = failed{}
+
+// CreateSharedFile creates and maps the shared file as Drive does, writes
+// each of its pages, and unmaps it.
+func CreateSharedFile(path string) error {
+	s, err := mapFile(path, true)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(s.mem); i += os.Getpagesize() {
+		s.mem[i] = 0
+	}
+	return s.unmap()
+}

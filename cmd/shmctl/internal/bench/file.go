@@ -10,6 +10,7 @@ import (
 
 	"github.com/edsrzf/mmap-go"
 
+	"github.com/shmlock/shmlock/internal/fsys"
 	"github.com/shmlock/shmlock/internal/memview"
 )
 
@@ -75,12 +76,16 @@ func mapFile(path string, create bool) (*shared, error) {
 	}
 	defer f.Close()
 	if create {
-		if err := f.Truncate(ShmSize); err != nil {
-			return nil, err
+		if err := reserve(f); err != nil {
+			_ = os.Remove(path) // made here (O_EXCL), and of no use to anyone
+			return nil, fmt.Errorf("sizing %s: %w", path, err)
 		}
 	}
 	mem, err := mmap.MapRegion(f, ShmSize, mmap.RDWR, 0, 0) // MAP_SHARED
 	if err != nil {
+		if create {
+			_ = os.Remove(path)
+		}
 		return nil, fmt.Errorf("mapping %s: %w", path, err)
 	}
 	s, err := view(mem)
@@ -89,6 +94,19 @@ func mapFile(path string, create bool) (*shared, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// reserve sizes the new file with its memory allocated, as shm.Create
+// does its segments: a file only sized is sparse, and on a full /dev/shm a
+// worker's first write to one of its pages raised SIGBUS instead of this
+// error (wrapping syscall.ENOSPC). A file system without fallocate gets a
+// sparse file still.
+func reserve(f *os.File) error {
+	err := fsys.Reserve(f, ShmSize)
+	if errors.Is(err, fsys.ErrNoReserve) {
+		err = f.Truncate(ShmSize)
+	}
+	return err
 }
 
 // view types the words of mem, which must be ShmSize bytes.
