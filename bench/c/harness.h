@@ -162,13 +162,19 @@ static inline uint64_t h_next(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* h_map maps path (64 KiB, MAP_SHARED); create makes or truncates it first. */
+/* h_map maps path (64 KiB, MAP_SHARED); create makes or truncates it first
+ * and allocates its memory (fallocate), so that a full /dev/shm stops the
+ * driver here with ENOSPC rather than a worker with SIGBUS at its first
+ * write; a file system without fallocate gets the size alone. */
 static struct h_file *h_map(const char *path, int create)
 {
     int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
     int fd = open(path, flags, 0600);
     if (fd < 0) h_die(path, errno);
-    if (create && ftruncate(fd, H_FILE_SIZE) != 0) h_die("ftruncate", errno);
+    if (create && fallocate(fd, 0, 0, H_FILE_SIZE) != 0) {
+        if (errno != EOPNOTSUPP && errno != ENOSYS) h_die("fallocate", errno);
+        if (ftruncate(fd, H_FILE_SIZE) != 0) h_die("ftruncate", errno);
+    }
     void *p = mmap(NULL, H_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) h_die("mmap", errno);
     close(fd);
