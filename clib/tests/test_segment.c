@@ -519,10 +519,6 @@ static void *set_ready_later(void *arg)
 	return NULL;
 }
 
-/* A ready timeout too long to add to the clock waits (Go's deadline
- * saturates): the open of a segment whose creator sets the ready word a
- * little later succeeds, where a wrapped deadline (undefined in C) had
- * long passed and the open failed at once with SHMLOCK_ENOTREADY. */
 /* shmlock_remove removes only the file it checked: a file put at the path
  * between its check and the removal of the name (another process's new
  * segment, say) stays, and the call says so (it unlinked the path, whatever
@@ -561,6 +557,10 @@ static void test_remove_leaves_replacement(void)
 	CHECK(lstat(replace_path, &st) != 0 && errno == ENOENT);
 }
 
+/* A ready timeout too long to add to the clock waits (Go's deadline
+ * saturates): the open of a segment whose creator sets the ready word a
+ * little later succeeds, where a wrapped deadline (undefined in C) had
+ * long passed and the open failed at once with SHMLOCK_ENOTREADY. */
 static void test_ready_timeout_saturates(void)
 {
 	char path[256];
