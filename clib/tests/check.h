@@ -15,6 +15,7 @@
 #include "shmlock.h"
 
 static int check_failures;
+static int check_skipped; /* the running case could not run here (CHECK_SKIP) */
 
 #define CHECK(cond)                                                                        \
 	do {                                                                               \
@@ -35,11 +36,20 @@ static int check_failures;
 		}                                                                            \
 	} while (0)
 
+/* CHECK_SKIP(why): the running case cannot run on this machine; RUN
+ * reports it as skipped (unless a CHECK failed too), not as passed. */
+#define CHECK_SKIP(why)                                       \
+	do {                                                  \
+		fprintf(stderr, "skip: %s\n", (why));         \
+		check_skipped = 1;                            \
+	} while (0)
+
 #define RUN(fn)                                        \
 	do {                                           \
 		int before_ = check_failures;          \
+		check_skipped = 0;                     \
 		fn();                                  \
-		fprintf(stderr, "%s %s\n", check_failures == before_ ? "ok  " : "FAIL", #fn); \
+		fprintf(stderr, "%s %s\n", check_failures != before_ ? "FAIL" : check_skipped ? "skip" : "ok  ", #fn); \
 	} while (0)
 
 #define CHECK_DONE() (check_failures ? (fprintf(stderr, "%d failures\n", check_failures), 1) : 0)

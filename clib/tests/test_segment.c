@@ -772,7 +772,8 @@ static void run_with_own_mounts(int (*child)(const char *dir), const char *what)
 		fprintf(stderr, "%s: the child died of signal %d (%s)\n", what, WTERMSIG(st), strsignal(WTERMSIG(st)));
 		check_failures++;
 	} else if (WEXITSTATUS(st) == SKIP_STATUS) {
-		fprintf(stderr, "skip %s: no user and mount namespace of its own here\n", what);
+		fprintf(stderr, "%s: ", what);
+		CHECK_SKIP("no user and mount namespace of its own here");
 	} else {
 		CHECK(WEXITSTATUS(st) == 0);
 	}
