@@ -39,4 +39,8 @@ var (
 	// memory cgroup its pages are charged to, is full. The error also
 	// wraps the system's (syscall.ENOSPC, EDQUOT or ENOMEM).
 	ErrNoSpace = errors.New("shm: no room for the segment in its file system or memory limit")
+	// ErrNoProcFS is Open's error where /proc is not mounted (or is not
+	// procfs): the file Open checked is opened for use through
+	// /proc/self/fd, and liveness is read from /proc.
+	ErrNoProcFS = errors.New("shm: /proc is not mounted")
 )

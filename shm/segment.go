@@ -235,11 +235,14 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 }
 
 func openError(path string, err error) error {
+	if typ, ok := fsys.NotRegular(err); ok {
+		return fmt.Errorf("%w: %s is %s", ErrNotRegular, path, describeType(typ))
+	}
 	switch {
 	case fsys.IsSymlinkError(err):
 		return fmt.Errorf("%w: %s", ErrSymlink, path)
-	case fsys.IsDirectoryError(err):
-		return fmt.Errorf("%w: %s is a directory", ErrNotRegular, path)
+	case errors.Is(err, fsys.ErrNoProcFS):
+		return fmt.Errorf("%w: %w", ErrNoProcFS, err)
 	}
 	return fmt.Errorf("shm: %w", err)
 }

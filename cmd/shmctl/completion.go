@@ -80,17 +80,14 @@ func segmentNames(prefix string) ([]string, cobra.ShellCompDirective) {
 }
 
 // hasMagic reports whether the file at path starts with a segment's magic.
-// The entry's type was read before, and the name may be a FIFO by now: the
-// open must not wait for a writer (nor follow a symlink).
+// The entry's type was read before, and the name may be a FIFO or a device
+// by now: OpenNoFollow opens only a regular file (nor follows a symlink).
 func hasMagic(path string) bool {
 	f, err := fsys.OpenNoFollow(path, true)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return false
-	}
 	b := make([]byte, len(layout.Magic))
 	_, err = io.ReadFull(f, b)
 	return err == nil && string(b) == layout.Magic

@@ -161,30 +161,89 @@ func MoveBack(aside, path string) error {
 	return nil
 }
 
-// OpenNoFollow opens path for reading (and writing unless readOnly). It
-// fails with an error wrapping syscall.ELOOP if path is a symlink and never
-// blocks on a FIFO or device. A terminal it opens (to find it is no
-// segment) does not become the controlling terminal of a session leader
-// that has none (O_NOCTTY), whose hangup would then kill the process.
+// ErrNoProcFS is OpenNoFollow's error where /proc is not mounted, or is
+// not procfs: the file it checked is reopened through /proc/self/fd. It
+// does not wrap ENOENT, so it is not taken for a missing file.
+var ErrNoProcFS = errors.New("/proc is not mounted, or is not procfs")
+
+// NotRegularError is OpenNoFollow's error for a path that names something
+// other than a regular file or a symlink. Only its type was read: the
+// file itself was never opened.
+type NotRegularError struct {
+	Path string
+	Mode fs.FileMode // its type bits
+}
+
+func (e *NotRegularError) Error() string { return "open " + e.Path + ": not a regular file" }
+
+// OpenNoFollow opens the regular file at path for reading (and writing
+// unless readOnly). It fails with an error wrapping syscall.ELOOP if path
+// is a symlink, and with a *NotRegularError for any other type.
+//
+// Opening a device or a FIFO for real runs its driver's open, which may
+// have effects of its own: a tape rewinds, a FIFO's reader sees a writer
+// come and go, a terminal may become the caller's controlling terminal.
+// So the path is first opened with O_PATH, which runs no driver's open and
+// does not follow a symlink with O_NOFOLLOW (it opens the link itself),
+// and only a regular file is opened again, through /proc/self/fd/N. That
+// is a magic link to the very inode the O_PATH descriptor holds, so no
+// file put at path in between can be opened instead; it must be followed
+// (O_NOFOLLOW would refuse it, ELOOP). Its open checks the caller's
+// permissions on the inode as an open of path does.
 func OpenNoFollow(path string, readOnly bool) (*os.File, error) {
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	checked := os.NewFile(uintptr(pfd), path)
+	defer checked.Close()
+	fi, err := checked.Stat()
+	if err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ELOOP}
+	case !fi.Mode().IsRegular():
+		return nil, &NotRegularError{Path: path, Mode: fi.Mode().Type()}
+	}
 	flags := unix.O_RDWR
 	if readOnly {
 		flags = unix.O_RDONLY
 	}
-	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	// O_NOCTTY cannot matter for a regular file; it stays in case a type
+	// check above is ever loosened.
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		// The descriptor is open: only a missing /proc explains this.
+		return nil, fmt.Errorf("open %s: reopening it through /proc/self/fd/%d: %w", path, pfd, ErrNoProcFS)
+	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	f := os.NewFile(uintptr(fd), path)
+	// Something else than procfs at /proc (a bind mount, a test's fake)
+	// could name any file there: the reopened file must be the checked one.
+	if now, err := f.Stat(); err != nil || !os.SameFile(now, fi) {
+		_ = f.Close()
+		return nil, fmt.Errorf("open %s: /proc/self/fd/%d is not the file checked: %w", path, pfd, ErrNoProcFS)
+	}
+	return f, nil
 }
 
 // IsSymlinkError reports whether err came from opening a symlink with
 // O_NOFOLLOW.
 func IsSymlinkError(err error) bool { return errors.Is(err, syscall.ELOOP) }
 
-// IsDirectoryError reports whether err came from opening a directory for
-// writing.
-func IsDirectoryError(err error) bool { return errors.Is(err, syscall.EISDIR) }
+// NotRegular returns the file type that OpenNoFollow refused, if err is
+// that refusal.
+func NotRegular(err error) (fs.FileMode, bool) {
+	var nr *NotRegularError
+	if errors.As(err, &nr) {
+		return nr.Mode, true
+	}
+	return 0, false
+}
 
 // Owner returns the uid owning a file.
 func Owner(fi fs.FileInfo) (uint32, bool) {
