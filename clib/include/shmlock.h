@@ -77,6 +77,7 @@ enum {
 	SHMLOCK_EDATAFULL = -36,      /* shm.ErrDataFull: the data area has not the bytes left */
 	SHMLOCK_EFILECHANGED = -37,   /* shm.ErrChanged: the path came to name another file while it was checked */
 	SHMLOCK_ENOSPACE = -38,       /* shm.ErrNoSpace: no room for the segment's memory (shmlock_errno(): ENOSPC, EDQUOT or ENOMEM) */
+	SHMLOCK_ENOPROCFS = -39,      /* shm.ErrNoProcFS: /proc is not mounted (or is not procfs) */
 	/* Locks (spinlock.Err*, upgrade.Err*). */
 	SHMLOCK_EWOULDBLOCK = -40,    /* a try found the lock held */
 	SHMLOCK_ETIMEDOUT = -41,      /* a timed wait ran out */

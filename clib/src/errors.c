@@ -58,6 +58,7 @@ static const struct code codes[] = {
 	{SHMLOCK_EDATAFULL, NULL, "data area is full"},
 	{SHMLOCK_EFILECHANGED, NULL, "segment file was replaced while it was checked"},
 	{SHMLOCK_ENOSPACE, NULL, "no room for the segment in its file system or memory limit"},
+	{SHMLOCK_ENOPROCFS, NULL, "/proc is not mounted"},
 	{SHMLOCK_EWOULDBLOCK, NULL, "lock is held"},
 	{SHMLOCK_ETIMEDOUT, NULL, "timed out"},
 	{SHMLOCK_ENOTOWNER, NULL, "not held by this holder"},

@@ -438,6 +438,53 @@ static int open_error(int err)
 	return shm_sys_error(err);
 }
 
+/* open_regular opens the regular file at p for reading (and writing unless
+ * ro), as shm's fsys.OpenNoFollow: a symlink is SHMLOCK_ESYMLINK, anything
+ * else that is not a regular file SHMLOCK_ENOTREGULAR, and neither is ever
+ * opened for real. Opening a device or a FIFO runs its driver's open, which
+ * may do things of its own (a tape rewinds, a FIFO's reader sees a writer
+ * come and go): so p is first opened O_PATH, which runs no driver's open
+ * and, with O_NOFOLLOW, gives the symlink itself; and a regular file is
+ * opened again through /proc/self/fd/N, a magic link to the very inode the
+ * O_PATH descriptor holds, so that no file put at p in between is opened
+ * instead. The magic link must be followed (O_NOFOLLOW refuses it: ELOOP);
+ * its open checks the caller's permissions on the inode as an open of p
+ * does. Where /proc is not mounted, or is not procfs (its self/fd/N is not
+ * the checked file), SHMLOCK_ENOPROCFS: never ENOENT, which
+ * shmlock_open_or_create would take for a missing segment. *st is the
+ * file's status. */
+static int open_regular(const char *p, bool ro, int *out, struct stat *st)
+{
+	int pfd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0)
+		return open_error(errno);
+	if (fstat(pfd, st) != 0) {
+		int err = errno;
+		close(pfd);
+		return shm_sys_error(err);
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(pfd);
+		return S_ISLNK(st->st_mode) ? SHMLOCK_ESYMLINK : SHMLOCK_ENOTREGULAR;
+	}
+	char proc[40];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", pfd);
+	/* O_NOCTTY cannot matter for a regular file; it stays in case the
+	 * type check above is ever loosened. */
+	int fd = open(proc, (ro ? O_RDONLY : O_RDWR) | O_NOCTTY | O_CLOEXEC);
+	int err = errno;
+	close(pfd);
+	if (fd < 0)
+		return err == ENOENT ? SHMLOCK_ENOPROCFS : shm_sys_error(err);
+	struct stat now;
+	if (fstat(fd, &now) != 0 || now.st_dev != st->st_dev || now.st_ino != st->st_ino) {
+		close(fd);
+		return SHMLOCK_ENOPROCFS;
+	}
+	*out = fd;
+	return 0;
+}
+
 static void sleep_ns(int64_t ns)
 {
 	struct timespec ts = {ns / 1000000000, ns % 1000000000};
@@ -571,11 +618,11 @@ static int do_open(const char *path, const shmlock_options *o, shmlock_segment *
 	int rc = resolve_path(path, &p);
 	if (rc)
 		return rc;
-	bool ro = o->flags & SHMLOCK_READ_ONLY;
-	int fd = open(p, (ro ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0) {
+	int fd;
+	struct stat st;
+	if ((rc = open_regular(p, o->flags & SHMLOCK_READ_ONLY, &fd, &st)) != 0) {
 		free(p);
-		return open_error(errno);
+		return rc;
 	}
 	shmlock_segment *seg = seg_new(fd, p);
 	if (!seg) {
@@ -904,20 +951,15 @@ SHM_EXPORT int shmlock_remove(const char *path)
 	int rc = resolve_path(path, &p);
 	if (rc)
 		return rc;
-	int fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0) {
-		rc = open_error(errno);
+	int fd;
+	struct stat st;
+	if ((rc = open_regular(p, true, &fd, &st)) != 0) {
 		free(p);
 		return rc;
 	}
-	struct stat st;
 	uint8_t magic[8];
 	ssize_t n = 0;
-	if (fstat(fd, &st) != 0)
-		rc = shm_sys_error(errno);
-	else if (!S_ISREG(st.st_mode))
-		rc = SHMLOCK_ENOTREGULAR;
-	else if ((n = pread(fd, magic, sizeof magic, 0)) < (ssize_t)sizeof magic)
+	if ((n = pread(fd, magic, sizeof magic, 0)) < (ssize_t)sizeof magic)
 		rc = SHMLOCK_ETRUNCATED;
 	else if (memcmp(magic, SHM_MAGIC, 8) != 0)
 		rc = SHMLOCK_EBADMAGIC;

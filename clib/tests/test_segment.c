@@ -1,15 +1,18 @@
 /* test_segment.c: opening the golden images, refusals of bad files (which
  * change nothing), create/open round trips, claims, releases, regions. */
-#define _GNU_SOURCE /* unshare */
+#define _GNU_SOURCE /* unshare, O_PATH */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <time.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 #include "check.h"
@@ -557,6 +560,85 @@ static void test_remove_leaves_replacement(void)
 	CHECK(lstat(replace_path, &st) != 0 && errno == ENOENT);
 }
 
+/* Opening a FIFO or a device runs its driver's open, which may do things of
+ * its own: what is not a regular file is refused before it is opened. A
+ * FIFO's reader never sees a writer come and go (POLLHUP once it has gone),
+ * and the kernel reports no other open of it than an O_PATH open (of which
+ * kernels since 6.5 report nothing). Before, shmlock_open opened the path
+ * O_RDWR|O_NONBLOCK and refused the file after: the reader saw POLLHUP, and
+ * inotify an IN_OPEN and an IN_CLOSE_WRITE (an IN_CLOSE_NOWRITE for
+ * shmlock_remove and read-only opens). */
+static int open_events(const char *path, int which)
+{
+	int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	CHECK(in >= 0 && inotify_add_watch(in, path, IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE) >= 0);
+	shmlock_segment *s = NULL;
+	shmlock_options ro = {.flags = SHMLOCK_READ_ONLY};
+	switch (which) {
+	case 0: {
+		int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		CHECK(fd >= 0);
+		close(fd);
+		break;
+	}
+	case 1:
+		CHECK_RC(shmlock_open(path, NULL, &s), SHMLOCK_ENOTREGULAR);
+		break;
+	case 2:
+		CHECK_RC(shmlock_open(path, &ro, &s), SHMLOCK_ENOTREGULAR);
+		break;
+	case 3:
+		CHECK_RC(shmlock_open_or_create(path, NULL, &s), SHMLOCK_ENOTREGULAR);
+		break;
+	case 4:
+		CHECK_RC(shmlock_remove(path), SHMLOCK_ENOTREGULAR);
+		break;
+	}
+	/* The masks of the events, one bit per kind. */
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int kinds = 0;
+	ssize_t n = read(in, buf, sizeof buf);
+	for (ssize_t off = 0; n > 0 && off + (ssize_t)sizeof(struct inotify_event) <= n;) {
+		const struct inotify_event *ev = (const struct inotify_event *)(const void *)(buf + off);
+		kinds |= (int)ev->mask;
+		off += (ssize_t)(sizeof *ev + ev->len);
+	}
+	close(in);
+	return kinds;
+}
+
+static void test_fifo_and_device_not_opened(void)
+{
+	char fifo[256], dev[256];
+	check_temp_path(fifo, sizeof fifo, "fifo");
+	check_temp_path(dev, sizeof dev, "device");
+	CHECK(mkfifo(fifo, 0600) == 0);
+	const char *paths[2] = {fifo, dev};
+	int npaths = 1;
+	if (mknod(dev, S_IFCHR | 0600, makedev(1, 3)) == 0) /* /dev/null's numbers */
+		npaths = 2;
+	for (int i = 0; i < npaths; i++) {
+		int type_only = open_events(paths[i], 0);
+		for (int which = 1; which <= 4; which++) {
+			int got = open_events(paths[i], which);
+			if (got != type_only) {
+				fprintf(stderr, "%s: call %d: inotify events %#x, want %#x (an O_PATH open's)\n", paths[i], which, got,
+				        type_only);
+				CHECK(got == type_only);
+			}
+		}
+	}
+	int reader = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	CHECK(reader >= 0);
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_open(fifo, NULL, &s), SHMLOCK_ENOTREGULAR);
+	struct pollfd pfd = {.fd = reader, .events = POLLIN};
+	CHECK(poll(&pfd, 1, 0) >= 0 && !(pfd.revents & POLLHUP)); /* no writer came and went */
+	close(reader);
+	unlink(fifo);
+	unlink(dev);
+}
+
 /* A ready timeout too long to add to the clock waits (Go's deadline
  * saturates): the open of a segment whose creator sets the ready word a
  * little later succeeds, where a wrapped deadline (undefined in C) had
@@ -845,5 +927,6 @@ int main(void)
 	RUN(test_create_on_full_fs);
 	RUN(test_open_sparse_on_full_fs);
 	RUN(test_memory_reserved);
+	RUN(test_fifo_and_device_not_opened);
 	return CHECK_DONE();
 }
