@@ -15,7 +15,7 @@
 #include "shmlock.h"
 
 static int check_failures;
-static int check_skipped; /* the running case could not run here (CHECK_SKIP) */
+static int check_skipped __attribute__((unused)); /* the running case could not run here (CHECK_SKIP) */
 
 #define CHECK(cond)                                                                        \
 	do {                                                                               \
