@@ -43,4 +43,11 @@ var (
 	// procfs): the file Open checked is opened for use through
 	// /proc/self/fd, and liveness is read from /proc.
 	ErrNoProcFS = errors.New("shm: /proc is not mounted")
+	// ErrRemoverAlive: RecoverLeftovers keeps a leftover whose remover
+	// still runs, in the middle of its removal maybe.
+	ErrRemoverAlive = errors.New("shm: the process that moved the segment aside is alive")
+	// ErrNameNotKept: a leftover's hidden name keeps only the digest of
+	// the long name it was removed from (RecoverLeftoversOf, told the
+	// name, puts it back).
+	ErrNameNotKept = errors.New("shm: the leftover's hidden name does not keep the name it was removed from")
 )

@@ -1,5 +1,7 @@
 package shm
 
+import "github.com/shmlock/shmlock/internal/proc"
+
 // setHook replaces *hook with f, and returns a function that restores it.
 func setHook(hook *func(), f func()) (restore func()) {
 	old := *hook
@@ -26,3 +28,25 @@ func SetTestHookFreeing(f func()) (restore func()) { return setHook(&testHookFre
 // SetTestHookBeforeUnlink replaces the hook that runs in Remove between
 // checking the file and removing its name.
 func SetTestHookBeforeUnlink(f func()) (restore func()) { return setHook(&testHookBeforeUnlink, f) }
+
+// SetTestHookAside replaces the hook that runs in Remove once the name is
+// moved aside, with the hidden path.
+func SetTestHookAside(f func(aside string)) (restore func()) {
+	old := testHookAside
+	testHookAside = f
+	return func() { testHookAside = old }
+}
+
+// AsideName is the hidden name Remove gives a segment of base name name,
+// as the process id would (nonce tells names apart), and ParseAside
+// reads one back.
+func AsideName(id proc.Identity, name string, nonce uint64) string {
+	return asideName(id, originOf(name), nonce, false)
+}
+
+// ParseAside reads a hidden name: its remover, the name it keeps ("" for a
+// digest) and whether the name is one.
+func ParseAside(base string) (proc.Identity, string, bool) {
+	id, o, ok := parseAside(base)
+	return id, o.name, ok
+}

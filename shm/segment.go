@@ -409,7 +409,7 @@ func RemoveUnused(path string, want fs.FileInfo, recheck func(path string) error
 		return fmt.Errorf("shm: remove %s: %w", path, err)
 	}
 	testHookBeforeUnlink()
-	return unlinkSame(path, fi, recheck)
+	return unlinkSame(path, originOf(filepath.Base(path)), fi, recheck)
 }
 
 // unlinkSame removes path if it still names the file fi describes. An
@@ -418,8 +418,14 @@ func RemoveUnused(path string, want fs.FileInfo, recheck func(path string) error
 // file put there. So the name is first moved aside (rename never follows
 // or replaces), the moved file compared with the checked one, and only the
 // file under the name this process made removed; another file goes back.
-func unlinkSame(path string, fi fs.FileInfo, recheck func(string) error) error {
-	aside, err := fsys.MoveAside(path)
+// The hidden name keeps o, the name the segment is removed from (path's
+// own, or the one a leftover came from): should this process be killed
+// before it is done, RecoverLeftovers finishes.
+func unlinkSame(path string, o origin, fi fs.FileInfo, recheck func(string) error) error {
+	aside, err := moveAside(path, o)
+	if err == nil {
+		testHookAside(aside)
+	}
 	if errors.Is(err, fsys.ErrNoMoveAside) {
 		// A file system without RENAME_NOREPLACE: the narrow window of a
 		// check right before the unlink is the best there is.
@@ -463,6 +469,11 @@ func unlinkSame(path string, fi fs.FileInfo, recheck func(string) error) error {
 // testHookBeforeUnlink runs in Remove between checking the file and
 // removing its name; tests replace it to put another file there.
 var testHookBeforeUnlink = func() {}
+
+// testHookAside runs in Remove once the name is moved aside, before the
+// file is compared and unlinked; tests replace it to kill the remover
+// there.
+var testHookAside = func(aside string) {}
 
 func describeType(m fs.FileMode) string {
 	switch {

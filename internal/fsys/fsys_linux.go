@@ -133,23 +133,19 @@ func Reserve(f *os.File, size int64) error {
 // without replacing (RENAME_NOREPLACE).
 var ErrNoMoveAside = errors.New("rename without replacing is not supported here")
 
-// MoveAside renames path to a new hidden name in its directory and returns
-// that name. The rename moves the directory entry itself (a symlink is not
-// followed) and never replaces anything.
-func MoveAside(path string) (string, error) {
-	for attempt := 0; ; attempt++ {
-		aside := filepath.Join(filepath.Dir(path), ".shmlock-rm-"+strconv.Itoa(os.Getpid())+"-"+
-			strconv.FormatInt(time.Now().UnixNano(), 36))
-		err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE)
-		switch {
-		case err == nil:
-			return aside, nil
-		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
-			return "", ErrNoMoveAside
-		case !errors.Is(err, unix.EEXIST) || attempt == 10:
-			return "", &fs.PathError{Op: "rename", Path: path, Err: err}
-		}
+// MoveAside renames path to aside, a new name, usually hidden, in the same
+// directory. The rename moves the directory entry itself (a symlink is not
+// followed) and never replaces anything: a taken aside fails with an error
+// wrapping fs.ErrExist.
+func MoveAside(path, aside string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
+		return ErrNoMoveAside
 	}
+	return &fs.PathError{Op: "rename", Path: path, Err: err}
 }
 
 // MoveBack renames aside back to path, unless something has taken path

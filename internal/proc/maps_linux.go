@@ -22,8 +22,17 @@ import (
 // image that maps the file itself is counted. Without this, a segment this
 // process maps was found "in use" by its own child of the moment.
 func MappedBy(dev, ino uint64) ([]int, error) {
-	want := []byte(fmt.Sprintf("%02x:%02x %d", unix.Major(dev), unix.Minor(dev), ino))
+	want := mapsKey(dev, ino)
 	return otherProcesses(func(pid int) bool { return mapsFile(pid, want) })
+}
+
+// OpenHere reports whether this process has the file of device dev and
+// inode ino open, which OpenedBy leaves out.
+func OpenHere(dev, ino uint64) bool { return hasOpen(os.Getpid(), dev, ino) }
+
+// mapsKey is how a line of /proc/<pid>/maps names the file dev, ino.
+func mapsKey(dev, ino uint64) []byte {
+	return []byte(fmt.Sprintf("%02x:%02x %d", unix.Major(dev), unix.Minor(dev), ino))
 }
 
 // otherProcesses returns the pids of the processes but this one for which

@@ -1,0 +1,332 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// Remove moves a segment's name aside before it unlinks the file (see
+// unlinkSame). The hidden name says who moved it there and from where, so
+// that once that remover is dead another process can finish the job
+// (RecoverLeftovers):
+//
+//	.shmlock-rm-<pid>-<start>-<nonce>-<name>
+//	.shmlock-rm-<pid>-<start>-<nonce>#<digest>
+//
+// pid and start, in decimal, are the remover's identity: its pid and its
+// start time in clock ticks since boot, the low proc.StartBits bits of it
+// (internal/proc; no later process with that pid has that start time).
+// nonce, in hexadecimal, tells apart the names one process makes. name is
+// the base name the segment had. Where the whole would be longer than
+// NAME_MAX, the name is replaced by '#' and its digest, the 64-bit FNV-1a
+// hash of the name in 16 hexadecimal digits: RecoverLeftoversOf, told the
+// name, still finds such a leftover. libshmlock makes the same names.
+const (
+	asidePrefix      = ".shmlock-rm-"
+	nameMax          = 255 // NAME_MAX: the longest file name of Linux file systems
+	digestDigits     = 16  // hexadecimal digits of a name's digest
+	maxAsideAttempts = 10  // names tried when the one made is taken
+)
+
+// origin is the name a segment was removed from, as an aside name keeps
+// it: the name itself, or only its digest.
+type origin struct {
+	name   string // "" if only the digest is known
+	digest uint64
+}
+
+func originOf(name string) origin { return origin{name: name, digest: nameDigest(name)} }
+
+// nameDigest is the FNV-1a hash of a segment's base name.
+func nameDigest(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// is reports whether the segment came from the base name name.
+func (o origin) is(name string) bool {
+	if o.name != "" {
+		return o.name == name
+	}
+	return o.digest == nameDigest(name)
+}
+
+// asideName formats the hidden name that remover gives the segment from o.
+// With digest, or where the name does not fit, it keeps o's digest only.
+func asideName(remover proc.Identity, o origin, nonce uint64, digest bool) string {
+	head := asidePrefix + strconv.FormatUint(uint64(remover.PID), 10) + "-" +
+		strconv.FormatUint(remover.StartTicks&proc.MaxStart, 10) + "-" + strconv.FormatUint(nonce, 16)
+	if whole := head + "-" + o.name; !digest && o.name != "" && len(whole) <= nameMax {
+		return whole
+	}
+	return fmt.Sprintf("%s#%0*x", head, digestDigits, o.digest)
+}
+
+// parseAside reads a hidden name that asideName made: the remover and the
+// origin. ok is false for any other name.
+func parseAside(base string) (remover proc.Identity, o origin, ok bool) {
+	rest, ok := strings.CutPrefix(base, asidePrefix)
+	if !ok {
+		return remover, o, false
+	}
+	pidText, rest, ok1 := strings.Cut(rest, "-")
+	startText, rest, ok2 := strings.Cut(rest, "-")
+	i := strings.IndexAny(rest, "-#")
+	if !ok1 || !ok2 || i < 1 {
+		return remover, o, false
+	}
+	pid, err1 := strconv.ParseUint(pidText, 10, 32)
+	start, err2 := strconv.ParseUint(startText, 10, 64)
+	_, err3 := strconv.ParseUint(rest[:i], 16, 64)
+	if err1 != nil || err2 != nil || err3 != nil || pid == 0 || pid > proc.MaxPID || start > proc.MaxStart {
+		return remover, o, false
+	}
+	remover = proc.Identity{PID: uint32(pid), StartTicks: start}
+	tail := rest[i+1:]
+	if rest[i] == '-' {
+		return remover, originOf(tail), tail != ""
+	}
+	d, err := strconv.ParseUint(tail, 16, 64)
+	return remover, origin{digest: d}, err == nil && len(tail) == digestDigits
+}
+
+// moveAside moves path to a new hidden name in its directory that names
+// this process and o, and returns that name.
+func moveAside(path string, o origin) (string, error) {
+	self := proc.Self()
+	digest := false
+	for attempt := 0; ; attempt++ {
+		aside := filepath.Join(filepath.Dir(path), asideName(self, o, uint64(time.Now().UnixNano()), digest))
+		err := fsys.MoveAside(path, aside)
+		switch {
+		case err == nil:
+			return aside, nil
+		case errors.Is(err, syscall.ENAMETOOLONG) && !digest:
+			digest = true // a file system whose names are shorter than NAME_MAX
+		case !errors.Is(err, fs.ErrExist) || attempt == maxAsideAttempts:
+			return "", err
+		}
+	}
+}
+
+// LeftoverAction is what RecoverLeftovers did with a leftover or, dry,
+// would do.
+type LeftoverAction string
+
+// The actions of RecoverLeftovers.
+const (
+	LeftoverRestored LeftoverAction = "restored" // in use: put back under its name
+	LeftoverRemoved  LeftoverAction = "removed"  // unused: removed, as its remover meant to
+	LeftoverKept     LeftoverAction = "kept"     // left where it is: Err says why
+)
+
+// A Leftover is a segment file that a remover (Remove, RemoveIfSame,
+// RemoveUnused, libshmlock's shmlock_remove) moved to a hidden name on its
+// way to unlinking it, and did not unlink or put back: it was killed in
+// between. The file's memory (on tmpfs) is never freed, and if it was in
+// use, its users are cut off from the processes that open its name anew.
+type Leftover struct {
+	Path string // its hidden path
+	// Name is the path it was removed from: "" if its hidden name keeps
+	// only the digest of a long name, unless RecoverLeftoversOf was given
+	// that name.
+	Name    string
+	Remover uint64 // the packed identity (see package proc) of the process that moved it aside
+	// Users are the processes that have it mapped or open (this one: open),
+	// as far as /proc shows this user (another user's processes may be
+	// missing).
+	Users  []int
+	Action LeftoverAction
+	Err    error // why it was kept; nil for the other actions
+}
+
+// RecoverLeftovers finds the leftovers of removers in dir (see Leftover)
+// and finishes what each remover began, unless dryRun:
+//
+//   - a leftover whose remover still runs is kept (ErrRemoverAlive): it
+//     may be in the middle of its removal;
+//   - one that is not a regular file of this user with a segment's header
+//     is kept: a symlink (not followed), a FIFO or a device (not opened,
+//     see Open), a file of another user, a file of other contents;
+//   - one no process has mapped or open is removed, if the hidden name
+//     still names the file examined (as RemoveUnused removes, looking for
+//     users again once the name is aside);
+//   - one in use is put back under its name, never replacing what has that
+//     name by now (then it is kept, ErrExists), nor when its hidden name
+//     keeps only the digest of a long name (ErrNameNotKept; RecoverLeftoversOf,
+//     given the name, puts it back).
+//
+// It reports every leftover it found, in the order of their hidden names;
+// the error is for dir itself.
+func RecoverLeftovers(dir string, dryRun bool) ([]Leftover, error) {
+	return recoverLeftovers(dir, "", dryRun)
+}
+
+// RecoverLeftoversOf is RecoverLeftovers for the leftovers that came from
+// the segment path (see ResolvePath), once or several times: those in its
+// directory whose hidden name keeps path's base name or its digest.
+func RecoverLeftoversOf(path string, dryRun bool) ([]Leftover, error) {
+	path, err := ResolvePath(path)
+	if err != nil {
+		return nil, err
+	}
+	return recoverLeftovers(filepath.Dir(path), filepath.Base(path), dryRun)
+}
+
+func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	found := []Leftover{}
+	for _, e := range entries {
+		remover, o, ok := parseAside(e.Name())
+		if !ok || name != "" && !o.is(name) {
+			continue
+		}
+		if name != "" {
+			o.name = name
+		}
+		found = append(found, recoverLeftover(filepath.Join(dir, e.Name()), remover, o, dryRun))
+	}
+	return found, nil
+}
+
+// recoverLeftover does what RecoverLeftovers does with the leftover at
+// path, which remover moved aside from o.
+func recoverLeftover(path string, remover proc.Identity, o origin, dryRun bool) Leftover {
+	l := Leftover{Path: path, Remover: remover.Pack(), Action: LeftoverKept}
+	if o.name != "" {
+		l.Name = filepath.Join(filepath.Dir(path), o.name)
+	}
+	if proc.Alive(remover) {
+		l.Err = fmt.Errorf("%w (process %d)", ErrRemoverAlive, remover.PID)
+		return l
+	}
+	fi, err := examineLeftover(path)
+	if err != nil {
+		l.Err = err
+		return l
+	}
+	if l.Users, err = fileUsers(fi); err != nil {
+		l.Err = fmt.Errorf("shm: %s: %w", path, err)
+		return l
+	}
+	if len(l.Users) == 0 {
+		l.Action = LeftoverRemoved
+		if !dryRun {
+			l.Err = unlinkSame(path, o, fi, func(string) error {
+				users, err := fileUsers(fi)
+				switch {
+				case err != nil:
+					return fmt.Errorf("shm: %s: %w", path, err)
+				case len(users) > 0:
+					return fmt.Errorf("%w: %s came into use as it was removed (processes %v)", ErrChanged, path, users)
+				}
+				return nil
+			})
+		}
+	} else {
+		l.Action = LeftoverRestored
+		switch {
+		case l.Name == "":
+			l.Err = fmt.Errorf("%w: %s is in use", ErrNameNotKept, path)
+		case dryRun:
+			if _, err := os.Lstat(l.Name); err == nil {
+				l.Err = fmt.Errorf("%w: %s (and the leftover %s is in use)", ErrExists, l.Name, path)
+			}
+		default:
+			l.Err = restoreLeftover(path, l.Name, fi)
+		}
+	}
+	if l.Err != nil {
+		l.Action = LeftoverKept
+	}
+	return l
+}
+
+// examineLeftover checks the leftover at path as Remove checks a segment,
+// and that it is this user's, and returns what it found.
+func examineLeftover(path string) (fs.FileInfo, error) {
+	f, err := fsys.OpenNoFollow(path, true)
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	if uid, ok := fsys.Owner(fi); !ok || uid != fsys.Euid() {
+		return nil, fmt.Errorf("%w: %s (uid %d)", ErrForeignOwner, path, uid)
+	}
+	header := make([]byte, layout.HeaderSize)
+	n, _ := f.ReadAt(header, 0)
+	// A segment of another format version is a segment all the same.
+	if _, err := layout.Validate(header[:n], fi.Size()); err != nil && !errors.Is(err, layout.ErrVersion) {
+		return nil, fmt.Errorf("shm: %s: %w", path, err)
+	}
+	return fi, nil
+}
+
+// fileUsers lists the processes that have the file fi mapped or open.
+// This process counts if it has the file open: an open Segment has, and a
+// closed one, whose mapping stays until it is unreachable, is not in use.
+func fileUsers(fi fs.FileInfo) ([]int, error) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, errors.New("no device and inode")
+	}
+	dev, ino := uint64(st.Dev), st.Ino
+	users, err := proc.MappedBy(dev, ino)
+	if err != nil {
+		return nil, err
+	}
+	opened, err := proc.OpenedBy(dev, ino)
+	if err != nil {
+		return nil, err
+	}
+	users = append(users, opened...)
+	if proc.OpenHere(dev, ino) {
+		users = append(users, os.Getpid())
+	}
+	slices.Sort(users)
+	return slices.Compact(users), nil
+}
+
+// restoreLeftover moves the leftover at path, the file fi, back to name,
+// unless name is taken.
+func restoreLeftover(path, name string, fi fs.FileInfo) error {
+	if err := fsys.MoveBack(path, name); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %s (and the leftover %s is in use)", ErrExists, name, path)
+		}
+		return fmt.Errorf("shm: %w", err)
+	}
+	now, err := os.Lstat(name)
+	if err != nil {
+		return fmt.Errorf("%w: %s was removed as it was put back", ErrChanged, name)
+	}
+	if !os.SameFile(now, fi) {
+		// Another file took the hidden name after the check: it goes back.
+		if err := fsys.MoveBack(name, path); err != nil {
+			return fmt.Errorf("%w: %s, and moving it back failed (it is at %s): %v", ErrChanged, path, name, err)
+		}
+		return fmt.Errorf("%w: %s (nothing put back)", ErrChanged, path)
+	}
+	return nil
+}
