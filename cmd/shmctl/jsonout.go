@@ -148,6 +148,17 @@ type (
 		// mutexes, dropped (a claim whose last reference goes is freed if
 		// its lock is free).
 		Claims []reclaimClaimJSON `json:"claims"`
+		// Leftovers are the files of the segment that removers moved
+		// aside and were killed before they removed them (shm.Leftover).
+		Leftovers []reclaimLeftoverJSON `json:"leftovers"`
+	}
+	reclaimLeftoverJSON struct {
+		Path    string       `json:"path"`
+		Name    *string      `json:"name"`
+		Process *processJSON `json:"process"`
+		Users   []int        `json:"users"`
+		Action  string       `json:"action"`
+		Error   *string      `json:"error"`
 	}
 	reclaimClaimJSON struct {
 		Table   string       `json:"table"`

@@ -80,6 +80,18 @@ most --wait; "timed out" leaves it open, to be reclaimed again), its
 promotions are finalized and its arena is freed. The pins of dead readers
 never count. In a pipe, transaction rows start with the field "txn".
 
+Before all that, reclaim finishes what killed removers of the segment
+began. A remover killed between moving the segment's name aside and
+removing the file (shmctl rm, a program's shm.Remove, libshmlock's
+shmlock_remove) leaves it under a hidden name in the segment's directory,
+.shmlock-rm-PID-...-NAME, cut off from the processes that open the name
+anew. Once that remover is dead, such a file that processes still have
+mapped or open is put back under the segment's name (unless the name is
+taken: then it is left, and said so), and one nobody uses is removed, as
+its remover meant to. A live remover's, another user's, and a file that is
+no segment are left alone. Each is a line on stderr (the JSON's
+leftovers).
+
 The segment is opened read-write. With --dry-run nothing changes.
 
 The text output is the table of slots, then (after an empty line) the
@@ -107,8 +119,13 @@ table of upgrade mutexes, then the transactions, each only if it has rows.`,
 }
 
 func runReclaim(opts *reclaimOptions) error {
+	leftovers, err := leftoversOf(opts.Segment, opts.DryRun)
+	if err != nil {
+		return err
+	}
 	seg, err := shm.Open(opts.Segment, shm.Options{GroupAccess: opts.Group})
 	if err != nil {
+		printLeftovers(opts.IO.ErrOut, leftovers)
 		return err
 	}
 	defer seg.Close()
@@ -132,9 +149,11 @@ func runReclaim(opts *reclaimOptions) error {
 	if doc.Claims, err = reclaimClaims(seg, opts.DryRun, opts.Wait); err != nil {
 		return err
 	}
+	doc.Leftovers = leftovers
 	if opts.JSON {
 		return writeJSON(opts.IO.Out, doc)
 	}
+	printLeftovers(opts.IO.ErrOut, leftovers)
 	tty := opts.IO.IsStdoutTTY()
 	for _, c := range doc.Claims {
 		fmt.Fprintf(opts.IO.ErrOut, "%s %d references of dead process %d to %s[%d] %q\n", c.Action, c.Count, c.Process.PID, c.Table, c.Index, deref(c.Name))

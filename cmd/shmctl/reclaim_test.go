@@ -150,11 +150,12 @@ func TestReclaimJSON(t *testing.T) {
 			want.Action, want.NewGeneration = "reclaimed", ptr("12")
 		}
 		assert.Equal(t, &reclaimJSON{docHeader: docHeader{Schema: 1, Command: "reclaim"}, Path: seg.Path(), DryRun: dryRun, Slots: []reclaimSlotJSON{want},
-			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}, TokenSlots: []reclaimTokenJSON{}, Claims: []reclaimClaimJSON{}}, &doc)
+			RWLocks: []reclaimRWLockJSON{}, Txns: []reclaimTxnJSON{}, Locks: []reclaimLockJSON{}, TokenSlots: []reclaimTokenJSON{}, Claims: []reclaimClaimJSON{},
+			Leftovers: []reclaimLeftoverJSON{}}, &doc)
 
 		var raw map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &raw))
-		assert.ElementsMatch(t, []string{"schema", "command", "path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots", "claims"}, keys(raw))
+		assert.ElementsMatch(t, []string{"schema", "command", "path", "dry_run", "slots", "rwlocks", "txns", "locks", "token_slots", "claims", "leftovers"}, keys(raw))
 		slot := raw["slots"].([]any)[0].(map[string]any)
 		assert.ElementsMatch(t, []string{"index", "name", "process", "tid",
 			"generation", "new_generation", "action"}, keys(slot))

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -35,6 +38,15 @@ the time its name is gone (rm moves the name aside, where nobody can open
 it, and looks again). Processes that have a removed segment mapped keep
 using it until they close it, but nobody else can join them.
 
+A remover killed between moving the name aside and removing the file
+(another rm, a program's shm.Remove, libshmlock's shmlock_remove) leaves it
+under a hidden name in the segment's directory, .shmlock-rm-PID-...-NAME,
+where it is neither freed nor found. rm finishes first: once that remover
+is dead, such a file of the segment that nobody has mapped or open is
+removed, and one in use is put back under its name (unless the name is
+taken), and then checked as any other. Each is reported on stderr; a live
+remover's, another user's and a file that is no segment are left alone.
+
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
   shmctl rm /dev/shm/a /dev/shm/b
@@ -54,11 +66,11 @@ Each failure is reported on its own line; the others are still removed.`,
 
 func runRm(opts *rmOptions) error {
 	if len(opts.Segments) == 1 {
-		return removeSegment(opts.Segments[0], opts.Force)
+		return removeSegment(opts.IO, opts.Segments[0], opts.Force)
 	}
 	failed := false
 	for _, s := range opts.Segments {
-		if err := removeSegment(s, opts.Force); err != nil {
+		if err := removeSegment(opts.IO, s, opts.Force); err != nil {
 			printError(opts.IO.ErrOut, err)
 			failed = true
 		}
@@ -70,14 +82,28 @@ func runRm(opts *rmOptions) error {
 }
 
 // removeSegment removes the segment at path unless it is in use (see
-// segmentUsers), or force.
-func removeSegment(path string, force bool) error {
+// segmentUsers), or force, once it has finished with the leftovers of
+// killed removers of the segment (said on stderr). The segment is gone
+// without an error if one of those was it.
+func removeSegment(ios *IOStreams, path string, force bool) error {
+	leftovers, err := leftoversOf(path, false)
+	if err != nil {
+		return err
+	}
+	printLeftovers(ios.ErrOut, leftovers)
+	removed := slices.ContainsFunc(leftovers, func(l reclaimLeftoverJSON) bool { return l.Action == string(shm.LeftoverRemoved) })
+	gone := func(err error) error {
+		if removed && errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
 	if force {
-		return shm.Remove(path)
+		return gone(shm.Remove(path))
 	}
 	users, fi, err := segmentUsers(path)
 	if err != nil {
-		return err
+		return gone(err)
 	}
 	if len(users) > 0 {
 		return fmt.Errorf("%w: %s is in use: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))

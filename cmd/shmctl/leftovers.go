@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// The actions of a leftover in the documents: shm.LeftoverAction's words,
+// and what --dry-run says of them.
+const (
+	actionWouldRestore = "would restore"
+	actionWouldRemove  = "would remove"
+)
+
+// leftoversOf finishes what the killed removers of the segment at path
+// began (shm.RecoverLeftoversOf): rm and reclaim both look for them, since
+// a segment whose name a killed remover moved aside is missing from its
+// name, and its file is neither freed nor reachable.
+func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
+	found, err := shm.RecoverLeftoversOf(path, dryRun)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		// A directory that cannot be listed may still hold the segment
+		// (search permission only): its own open says what is wrong.
+		return []reclaimLeftoverJSON{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []reclaimLeftoverJSON{}
+	for _, l := range found {
+		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l.Remover), Users: l.Users, Action: string(l.Action)}
+		if row.Users == nil {
+			row.Users = []int{}
+		}
+		if l.Name != "" {
+			row.Name = &l.Name
+		}
+		if l.Err != nil {
+			msg := l.Err.Error()
+			row.Error = &msg
+		}
+		if dryRun {
+			switch l.Action {
+			case shm.LeftoverRestored:
+				row.Action = actionWouldRestore
+			case shm.LeftoverRemoved:
+				row.Action = actionWouldRemove
+			}
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// removerOf is the process of a leftover's remover: no segment says
+// whether its pids mean anything here, as for a lock's holder, so it is
+// alive or dead.
+func removerOf(w uint64) *processJSON {
+	id, _ := proc.Unpack(w)
+	p := &processJSON{PID: id.PID, StartTicks: id.StartTicks, Liveness: livenessDead}
+	if proc.Alive(id) {
+		p.Liveness = livenessAlive
+	}
+	if t, err := id.StartTime(); err == nil {
+		t = t.UTC()
+		p.Started = &t
+	}
+	return p
+}
+
+// printLeftovers writes one line for each leftover to w.
+func printLeftovers(w io.Writer, leftovers []reclaimLeftoverJSON) {
+	for _, l := range leftovers {
+		was := ""
+		if l.Name != nil {
+			was = ", was " + *l.Name
+		}
+		killed := fmt.Sprintf("process %d moved it aside to remove it and was killed", l.Process.PID)
+		var line string
+		switch l.Action {
+		case string(shm.LeftoverRestored), actionWouldRestore:
+			pids := make([]string, len(l.Users))
+			for i, pid := range l.Users {
+				pids[i] = fmt.Sprint(pid)
+			}
+			line = fmt.Sprintf("%s %s as %s: %s, and it is in use (processes %s)", l.Action, l.Path, deref(l.Name), killed,
+				strings.Join(pids, ", "))
+		case string(shm.LeftoverRemoved), actionWouldRemove:
+			line = fmt.Sprintf("%s %s (%s%s): nobody uses it", l.Action, l.Path, killed, was)
+		default:
+			line = fmt.Sprintf("%s %s (moved aside by process %d%s): %s", l.Action, l.Path, l.Process.PID, was, deref(l.Error))
+		}
+		fmt.Fprintln(w, escapeControls(line))
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// killedRemoverLeft moves the segment at path aside as a remover killed
+// before it unlinked it leaves it (docs/FORMAT.md): under a hidden name
+// naming a dead process and the segment's name. It returns the hidden
+// path.
+func killedRemoverLeft(t *testing.T, path string) (hidden string, remover proc.Identity) {
+	t.Helper()
+	self := proc.Self()
+	remover = proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1} // this pid, started at another time: dead
+	hidden = filepath.Join(filepath.Dir(path), fmt.Sprintf(".shmlock-rm-%d-%d-%x-%s", remover.PID, remover.StartTicks, 1, filepath.Base(path)))
+	require.NoError(t, os.Rename(path, hidden))
+	t.Cleanup(func() { _ = os.Remove(hidden) })
+	return hidden, remover
+}
+
+// rm finishes what a killed remover began: the leftover nobody uses is
+// removed, and the segment is gone without an error. Before, rm found no
+// segment (the name was aside) and failed, and the file stayed for ever.
+func TestRmRemovesAKilledRemoversLeftover(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	require.NoError(t, seg.Close())
+	hidden, remover := killedRemoverLeft(t, path)
+
+	r := shmctl(t, false, "rm", path)
+	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Empty(t, r.stdout)
+	assert.Equal(t, fmt.Sprintf("removed %s (process %d moved it aside to remove it and was killed, was %s): nobody uses it\n",
+		hidden, remover.PID, path), r.stderr)
+	_, err := os.Lstat(hidden)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// The leftover of a segment another process still has open goes back under
+// its name, where rm then finds it in use and refuses it. Before, the
+// segment stayed lost from its name.
+func TestRmPutsBackAKilledRemoversLeftoverInUse(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	require.NoError(t, seg.Close())
+	openedBy(t, path)
+	hidden, remover := killedRemoverLeft(t, path)
+
+	r := shmctl(t, false, "rm", path)
+	assert.Equal(t, exitError, r.code)
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	require.Len(t, lines, 2, "stderr: %q", r.stderr)
+	assert.True(t, strings.HasPrefix(lines[0], fmt.Sprintf("restored %s as %s: process %d moved it aside to remove it and was killed, and it is in use (processes ",
+		hidden, path, remover.PID)), lines[0])
+	assert.Contains(t, lines[1], "is in use: open in process")
+	_, err := os.Stat(path)
+	require.NoError(t, err, "the segment is not back under its name")
+}
+
+// reclaim puts a segment in use back under its name before it reclaims
+// its locks, and says so in its document; --dry-run only says it would.
+func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	require.NoError(t, seg.Close())
+	openedBy(t, path)
+	hidden, remover := killedRemoverLeft(t, path)
+
+	r := shmctl(t, false, "reclaim", "--dry-run", path)
+	assert.Equal(t, exitError, r.code, "the segment is not under its name yet")
+	assert.Contains(t, r.stderr, fmt.Sprintf("would restore %s as %s: process %d moved it aside", hidden, path, remover.PID))
+	_, err := os.Lstat(hidden)
+	require.NoError(t, err, "--dry-run moved the leftover")
+
+	r = shmctl(t, false, "reclaim", "--json", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Leftovers, 1)
+	l := doc.Leftovers[0]
+	checkStarted(t, l.Process)
+	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover, livenessDead), Users: l.Users,
+		Action: "restored"}, l)
+	assert.Len(t, l.Users, 1)
+	_, err = os.Stat(path)
+	require.NoError(t, err, "the segment is not back under its name")
+}
