@@ -165,7 +165,10 @@ int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmloc
  * upgrade waiting for a writer) is woken, and shmlock_close returns only once
  * it has given that part back. */
 int shmlock_close(shmlock_segment *seg);
-/* Removes the segment's file (shm.Remove): other processes keep their maps. */
+/* Removes the segment's file (shm.Remove): other processes keep their maps.
+ * The name is moved aside to a hidden one first (docs/FORMAT.md, The file):
+ * if the caller is killed before the file is unlinked, Go's
+ * shm.RecoverLeftovers (shmctl rm, shmctl reclaim) finishes. */
 int shmlock_remove(const char *path);
 /* The packed identity (docs/FORMAT.md, Identities) of the calling process. */
 uint64_t shmlock_self_identity(void);

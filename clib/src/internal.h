@@ -332,6 +332,9 @@ int shm_sys_error(int err);
 /* Tests set it to run in shmlock_remove between its check of the file and
  * the removal of the name (to put another file there). */
 extern void (*shm_test_hook_before_unlink)(void);
+/* And this one once the name is moved aside, with the hidden path (to kill
+ * the remover there). */
+extern void (*shm_test_hook_aside)(const char *aside);
 
 /* ---------------------------------------------- identities, clock (ident.c) */
 

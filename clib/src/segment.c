@@ -903,6 +903,48 @@ SHM_EXPORT int shmlock_close(shmlock_segment *seg)
 }
 
 void (*shm_test_hook_before_unlink)(void);
+void (*shm_test_hook_aside)(const char *aside);
+
+#define ASIDE_PREFIX ".shmlock-rm-"
+#define ASIDE_NAME_MAX 255 /* NAME_MAX: the longest file name of Linux file systems */
+
+/* The 64-bit FNV-1a hash of a name, which a hidden name keeps of a name too
+ * long to keep whole. */
+static uint64_t name_digest(const char *name)
+{
+	uint64_t h = UINT64_C(14695981039346656037);
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		h = (h ^ *c) * UINT64_C(1099511628211);
+	return h;
+}
+
+/* aside_name writes to buf the hidden name shm's moveAside gives the file
+ * p: in p's directory, .shmlock-rm-<pid>-<start>-<nonce>-<name>, where
+ * pid and start (decimal) are this process's identity, nonce (hex) tells
+ * apart the names one process makes, and name is p's base name; or, where
+ * that is longer than NAME_MAX (or digest), -<name> is replaced by
+ * #<digest>, 16 hex digits of name_digest. A process that finds it once
+ * this one is dead knows from where it came and that its remover is gone
+ * (FORMAT.md; shm.RecoverLeftovers). */
+static int aside_name(char *buf, size_t n, const char *p, bool digest)
+{
+	const char *slash = strrchr(p, '/');
+	int dir = slash ? (int)(slash - p) + 1 : 0;
+	const char *base = p + dir;
+	uint64_t self = shm_self();
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	char head[80];
+	int h = snprintf(head, sizeof head, ASIDE_PREFIX "%u-%llu-%llx", (unsigned)(self & SHM_PID_MASK),
+	                 (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK),
+	                 (unsigned long long)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec));
+	int w;
+	if (!digest && (size_t)h + 1 + strlen(base) <= ASIDE_NAME_MAX)
+		w = snprintf(buf, n, "%.*s%s-%s", dir, p, head, base);
+	else
+		w = snprintf(buf, n, "%.*s%s#%016llx", dir, p, head, (unsigned long long)name_digest(base));
+	return w < 0 || (size_t)w >= n ? SHMLOCK_EBADPATH : 0;
+}
 
 /* unlink_same removes path if it still names the file st describes (shm's
  * unlinkSame): an unlink of the path would remove whatever it names by
@@ -914,14 +956,11 @@ void (*shm_test_hook_before_unlink)(void);
 static int unlink_same(const char *p, const struct stat *st)
 {
 	char aside[PATH_MAX];
-	const char *slash = strrchr(p, '/');
-	int dir = slash ? (int)(slash - p) : 0;
+	bool digest = false;
 	for (int attempt = 0;; attempt++) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		if (snprintf(aside, sizeof aside, "%.*s%s.shmlock-rm-%d-%lld%09ld", dir, p, slash ? "/" : "", (int)getpid(),
-		             (long long)ts.tv_sec, ts.tv_nsec) >= (int)sizeof aside)
-			return SHMLOCK_EBADPATH;
+		int rc = aside_name(aside, sizeof aside, p, digest);
+		if (rc)
+			return rc;
 		if (renameat2(AT_FDCWD, p, AT_FDCWD, aside, RENAME_NOREPLACE) == 0)
 			break;
 		if (errno == EINVAL || errno == ENOSYS) {
@@ -932,9 +971,15 @@ static int unlink_same(const char *p, const struct stat *st)
 				return SHMLOCK_EFILECHANGED;
 			return unlink(p) == 0 ? 0 : shm_sys_error(errno);
 		}
+		if (errno == ENAMETOOLONG && !digest) {
+			digest = true; /* a file system whose names are shorter than NAME_MAX */
+			continue;
+		}
 		if (errno != EEXIST || attempt == 10)
 			return shm_sys_error(errno);
 	}
+	if (shm_test_hook_aside)
+		shm_test_hook_aside(aside);
 	struct stat now;
 	if (lstat(aside, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino)
 		return unlink(aside) == 0 ? 0 : shm_sys_error(errno);

@@ -639,6 +639,59 @@ static void test_fifo_and_device_not_opened(void)
 	unlink(dev);
 }
 
+/* A remover killed with the name aside leaves a hidden name that says who
+ * it was and from where the file came (FORMAT.md), for shm.RecoverLeftovers:
+ * .shmlock-rm-<pid>-<start>-<nonce>-<name>. Before, it was
+ * .shmlock-rm-<pid>-<seconds><nanoseconds>. */
+static void die_aside(const char *aside)
+{
+	(void)aside;
+	raise(SIGKILL);
+}
+
+static void test_remover_killed_aside(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "killed-remover");
+	shmlock_segment *seg = NULL;
+	CHECK_RC(shmlock_create(path, NULL, &seg), 0);
+	if (seg)
+		shmlock_close(seg);
+	pid_t child = fork();
+	if (child == 0) {
+		shm_test_hook_aside = die_aside;
+		shmlock_remove(path);
+		_exit(3); /* not reached */
+	}
+	int status;
+	CHECK(child > 0 && waitpid(child, &status, 0) == child && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	CHECK(access(path, F_OK) != 0);
+	char prefix[64];
+	snprintf(prefix, sizeof prefix, ".shmlock-rm-%d-", (int)child);
+	const char *base = strrchr(path, '/') + 1;
+	DIR *d = opendir("/dev/shm");
+	CHECK(d != NULL);
+	int found = 0;
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		found++;
+		/* <start>-<nonce>-<name> */
+		const char *p = e->d_name + strlen(prefix);
+		size_t digits = strspn(p, "0123456789");
+		CHECK(digits > 0 && p[digits] == '-');
+		p += digits + 1;
+		size_t hex = strspn(p, "0123456789abcdef");
+		CHECK(hex > 0 && p[hex] == '-' && strcmp(p + hex + 1, base) == 0);
+		char aside[512];
+		snprintf(aside, sizeof aside, "/dev/shm/%s", e->d_name);
+		CHECK(unlink(aside) == 0);
+	}
+	if (d)
+		closedir(d);
+	CHECK(found == 1);
+}
+
 /* A ready timeout too long to add to the clock waits (Go's deadline
  * saturates): the open of a segment whose creator sets the ready word a
  * little later succeeds, where a wrapped deadline (undefined in C) had
@@ -928,5 +981,6 @@ int main(void)
 	RUN(test_open_sparse_on_full_fs);
 	RUN(test_memory_reserved);
 	RUN(test_fifo_and_device_not_opened);
+	RUN(test_remover_killed_aside);
 	return CHECK_DONE();
 }

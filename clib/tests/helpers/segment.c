@@ -22,11 +22,18 @@
  *                             releases one reference to entry INDEX of KIND
  *                             (1 slots, 3 upgrades) without having claimed
  *                             it: prints "release RC"
+ *   segment remove-dies PATH
+ *                             prints "ready", waits for a line on stdin,
+ *                             then removes PATH and kills itself (SIGKILL)
+ *                             once the name is moved aside, before the file
+ *                             is unlinked
  *   segment regions PATH NAME...
  *                             looks each data region NAME up (size 0),
  *                             printing "region NAME RC OFFSET", then claims
  *                             region c-new (64 bytes): "claim RC OFFSET"
  */
+#include <signal.h>
+
 #include "helper.h"
 #include "internal.h"
 
@@ -117,6 +124,12 @@ static int regions(const char *path, int n, char **names)
 	return 0;
 }
 
+static void die_aside(const char *aside)
+{
+	(void)aside;
+	raise(SIGKILL);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3)
@@ -132,6 +145,14 @@ int main(int argc, char **argv)
 		say("ready");
 		for (;;)
 			pause();
+	}
+	if (!strcmp(cmd, "remove-dies")) {
+		say("ready");
+		char line[16];
+		if (fgets(line, sizeof line, stdin) == NULL)
+			return 1;
+		shm_test_hook_aside = die_aside;
+		die("remove", shmlock_remove(path)); /* not reached */
 	}
 	if (!strcmp(cmd, "create")) {
 		shmlock_segment *s;
