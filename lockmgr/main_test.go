@@ -38,6 +38,7 @@ var helpers = map[string]func(args []string) int{
 	"kill-worker":  killWorkerHelper,   // PATH RECORD (kill_test.go)
 	"bench-worker": benchWorkersHelper, // PATH KIND SHARED INDEX ITERS DIR (bench_test.go)
 	"crash-at":     crashAtHelper,      // PATH STEP OP RESOURCE [OWNER MODE] (crash_test.go)
+	"hold-many":    holdManyHelper,     // PATH RESOURCE MODE OWNER... (dead_test.go)
 }
 
 // newManager creates a segment with a lock table of entries entries (one

@@ -201,7 +201,8 @@ func (c *conflict) error(res *resKey) error {
 // are cached that long; a sleeping waiter looks for dead holders between
 // its sleep slices, every 100 ms, and attempts again when it finds one). A resource with
 // MaxHolders holders is busy for a waiting acquisition, and
-// ErrTooManyHolders for one that does not wait. An owner that holds the
+// ErrTooManyHolders for one that does not wait, unless some of them died:
+// their holds are ended to make room. An owner that holds the
 // resource already gets ErrAlreadyHeld: holds do not nest. The holder of a
 // grant learns of every hold granted before it from the version (the n'th
 // grant of a resource has a higher version than every earlier one).
@@ -494,7 +495,8 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 
 // try is one attempt to grant own a hold of e, under e's lock. It ends the
 // holds that expired; on a conflict it also ends the holds of dead
-// processes, and grants if that removed every conflict. It fills o, which
+// processes, and grants if that removed every conflict; so it does when
+// compatible holds leave no free record. It fills o, which
 // is zero (a pointer: an outcome returned by value was copied through the
 // stack).
 func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.Duration, now int64, first, reuseTombs bool, o *outcome) {
@@ -577,6 +579,18 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 		}
 		o.blocked, o.blocker = false, ownerWords{}
 	}
+	if held > 0 && free == nil && mine == nil && ended == nil {
+		// Compatible holds take every record. Those whose processes died
+		// make room, ended as a conflict ends them: nothing else would end
+		// them (no acquisition in their mode conflicts with them), and a
+		// resource full of dead holders would refuse every later one.
+		if h, n := m.reclaimDead(e, now); n > 0 {
+			o.woke, o.reclaimed = true, true
+			held -= n
+			ended = h
+			ctl |= e.Ctl.Load() & ctlInconsistent
+		}
+	}
 	if held == 0 {
 		ctl = withMode(ctl, 0)
 	}
@@ -617,6 +631,20 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 		memview.StoreOwned(&e.LastExpired, 0)
 	}
 	o.granted, o.inconsistent = true, ctl&ctlInconsistent != 0
+}
+
+// reclaimDead ends the holds of e whose processes (and companions) died,
+// and returns the record of the last and how many there were. Under e's
+// lock, on the way to a grant that found no free record (try).
+func (m *Manager) reclaimDead(e *layout.LockMgrEntry, now int64) (last *layout.LockMgrHolder, n int) {
+	for h := range m.t.holders(e) {
+		if p := h.Process.Load(); p != 0 && !m.t.isAlive(p, now) && !m.t.isAlive(h.Companion.Load(), now) {
+			m.endHold(e, h, endReclaimed, now)
+			last = h
+			n++
+		}
+	}
+	return last, n
 }
 
 // How a hold ends.

@@ -802,7 +802,8 @@ struct outcome {
 
 /* try_grant is one attempt to grant own a hold of e, under e's lock: it
  * ends the holds that expired; on a conflict it ends the holds of dead
- * processes too, and grants if that removed every conflict. The record a
+ * processes too, and grants if that removed every conflict; so it does
+ * when compatible holds leave no free record. The record a
  * grant takes: one never used or released first, else that of the last
  * hold this attempt ended (so the one who ended a dead holder's hold is the
  * one granted, and alone told reclaimed), a tombstone only when the chain
@@ -882,6 +883,27 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 				SO(&e->conflicts, LD(&e->conflicts) + 1);
 			o->seq = LD(&e->gate);
 			return;
+		}
+	}
+	if (held > 0 && free == NULL && mine == NULL && ended == NULL) {
+		/* Compatible holds take every record. Those whose processes died
+		 * make room, ended as a conflict ends them: nothing else would end
+		 * them, and a resource full of dead holders would refuse every
+		 * later one (Go: try, reclaimDead). */
+		int dead = 0;
+		for (int i = 0; i < n; i++) {
+			holder_t *h = hs[i];
+			uint64_t p = LD(&h->process);
+			if (p != 0 && !alive(m, p, self) && !alive(m, LD(&h->companion), self)) {
+				end_hold(m, e, h, END_RECLAIMED, now);
+				ended = h;
+				dead++;
+			}
+		}
+		if (dead > 0) {
+			o->woke = o->reclaimed = true;
+			held -= dead;
+			ctl |= LD(&e->ctl) & LM_CTL_INCONSISTENT;
 		}
 	}
 	if (held == 0)

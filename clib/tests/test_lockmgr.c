@@ -63,6 +63,21 @@ static struct shm_lockmgr_entry *entry_named(shmlock_segment *seg, const char *n
 	return NULL;
 }
 
+/* The used holder records of e and its overflow chain. */
+static int holder_count_of(shmlock_segment *seg, struct shm_lockmgr_entry *e)
+{
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	int n = 0;
+	for (struct shm_lockmgr_entry *o = e; o != NULL;) {
+		for (int j = 0; j < 2; j++)
+			n += atomic_load(&o->holders[j].process) != 0;
+		uint32_t next = atomic_load(&o->next);
+		o = next != 0 && next < count ? &t[next] : NULL;
+	}
+	return n;
+}
+
 /* The hashes Go's lockmgr stored for these names (its hashWords). */
 static void test_hash_matches_go(void)
 {
@@ -425,6 +440,57 @@ static void test_dead_holder_reclaimed(void)
 	done_segment(seg, m, path);
 }
 
+/* A forked child fills every holder record of a resource with
+ * collaborative holds and is killed: a collaborative acquisition conflicts
+ * with none of them, but their records are the only room there is. The dead
+ * holds make room (reclaimed, and told) instead of keeping the resource
+ * full for good, for an acquisition that does not wait (not
+ * SHMLOCK_ETOO_MANY_HOLDERS) and for one that waits. */
+static void test_dead_holders_make_room(void)
+{
+	for (int waits = 0; waits < 2; waits++) {
+		char path[128];
+		shmlock_segment *seg = new_segment(path, sizeof path, 16);
+		shmlock_lockmgr *m = NULL;
+		CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+		int p[2];
+		CHECK(pipe(p) == 0);
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(p[0]);
+			char c = 'y';
+			for (int i = 0; i < 16; i++) {
+				char owner[16];
+				snprintf(owner, sizeof owner, "dead-%d", i);
+				if (shmlock_lockmgr_acquire(m, "r", owner, SHMLOCK_COLLABORATIVE, NULL, NULL) != 0)
+					c = 'n';
+			}
+			if (write(p[1], &c, 1) != 1)
+				_exit(1);
+			pause();
+			_exit(0);
+		}
+		close(p[1]);
+		char c = 0;
+		CHECK(read(p[0], &c, 1) == 1 && c == 'y');
+		close(p[0]);
+		kill(pid, SIGKILL);
+		int status;
+		CHECK(waitpid(pid, &status, 0) == pid);
+		/* The waiting one is bounded only so that the old failure ends. */
+		shmlock_acquire_options o = {.wait_ns = 30000 * MS, .backoff_initial_ns = 3600000 * MS,
+		                             .backoff_max_ns = 3600000 * MS};
+		shmlock_lock_info info;
+		CHECK_RC(shmlock_lockmgr_acquire(m, "r", "new", SHMLOCK_COLLABORATIVE, waits ? &o : NULL, &info), 0);
+		CHECK(info.reclaimed && info.inconsistent);
+		struct shm_lockmgr_entry *e = entry_named(seg, "r");
+		CHECK(e && atomic_load(&e->reclaimed) == 16);
+		CHECK_RC(shmlock_lockmgr_release(m, "r", "new"), 0);
+		CHECK(e && holder_count_of(seg, e) == 0);
+		done_segment(seg, m, path);
+	}
+}
+
 /* A process that died in a grow or a retire, holding the insert lock, left
  * an overflow entry that no chain reaches (here made by hand): whoever
  * takes the insert lock over frees it, else it were lost to the table for
@@ -532,6 +598,7 @@ int main(void)
 	RUN(test_bad_input);
 	RUN(test_name_cache);
 	RUN(test_dead_holder_reclaimed);
+	RUN(test_dead_holders_make_room);
 	RUN(test_orphan_freed);
 	RUN(test_threads_counter);
 	return CHECK_DONE();
