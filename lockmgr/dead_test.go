@@ -74,3 +74,38 @@ func TestDeadHoldersMakeRoom(t *testing.T) {
 		})
 	}
 }
+
+// An owner's hold whose process died does not keep that owner out: an
+// owner name outlives a process (an agent restarted under its name), and
+// the hold of the dead process is ended as any acquisition that conflicts
+// with it would end it, not taken for the new process's own (which would
+// answer ErrAlreadyHeld for good: nobody else conflicts with it, and it
+// has no TTL). A live process's hold under the same name is still held.
+func TestSameOwnerAfterDeath(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 8, lockmgr.Options{Logger: discard()})
+	ctx := context.Background()
+	live := testproc.Start(t, "hold", path, "live", "agent", "exclusive")
+	live.WaitLine(t, "held")
+	_, err := m.Acquire(ctx, "live", "agent", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrAlreadyHeld, "a live process's hold under the same name")
+
+	dead := testproc.Start(t, "hold", path, "r", "agent", "exclusive")
+	dead.WaitLine(t, "held")
+	dead.Kill(t)
+	for _, mode := range []lockmgr.Mode{lockmgr.Exclusive, lockmgr.Collaborative} {
+		info, err := m.Acquire(ctx, "r", "agent", mode, lockmgr.AcquireOptions{})
+		require.NoError(t, err, "%v: the dead process's hold keeps its owner out", mode)
+		require.Equal(t, mode == lockmgr.Exclusive, info.Reclaimed, "%v: only the first grant ended a dead hold", mode)
+		require.True(t, info.Inconsistent)
+		ri, err := m.Inspect("r")
+		require.NoError(t, err)
+		require.Len(t, ri.Holders, 1)
+		require.True(t, ri.Holders[0].Alive)
+		require.NoError(t, m.Release("r", "agent"))
+		require.NoError(t, m.Release("r", "agent"), "the dead hold's end was told by the grant, not by a later release")
+	}
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}

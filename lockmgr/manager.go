@@ -203,7 +203,9 @@ func (c *conflict) error(res *resKey) error {
 // MaxHolders holders is busy for a waiting acquisition, and
 // ErrTooManyHolders for one that does not wait, unless some of them died:
 // their holds are ended to make room. An owner that holds the
-// resource already gets ErrAlreadyHeld: holds do not nest. The holder of a
+// resource already gets ErrAlreadyHeld: holds do not nest (a hold under
+// the same owner name by a process that died is ended as a conflicting
+// one would be, Reclaimed, rather than held against it). The holder of a
 // grant learns of every hold granted before it from the version (the n'th
 // grant of a resource has a higher version than every earlier one).
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode Mode, opts AcquireOptions) (info LockInfo, err error) {
@@ -536,8 +538,19 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 			continue
 		}
 		if sameOwner(h, own) {
-			o.already = true
-			break
+			if !m.heldByDead(h, now) {
+				o.already = true
+				break
+			}
+			// A hold under own's name by a process that died (an owner
+			// restarted under its name): ended as a conflict ends a dead
+			// hold, not taken for own's, which would keep own out for
+			// good (nobody else conflicts with it). The grant goes into
+			// its record, own's news of it.
+			m.endHold(e, h, endReclaimed, now)
+			o.woke, o.reclaimed = true, true
+			mine = h
+			continue
 		}
 		held++
 	}
@@ -633,12 +646,19 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	o.granted, o.inconsistent = true, ctl&ctlInconsistent != 0
 }
 
+// heldByDead reports whether hold h belongs to processes that are all
+// gone (its process and its companion). try asks only off its fast path:
+// where it would otherwise refuse (ErrAlreadyHeld) or ask for room.
+func (m *Manager) heldByDead(h *layout.LockMgrHolder, now int64) bool {
+	return !m.t.isAlive(h.Process.Load(), now) && !m.t.isAlive(h.Companion.Load(), now)
+}
+
 // reclaimDead ends the holds of e whose processes (and companions) died,
 // and returns the record of the last and how many there were. Under e's
 // lock, on the way to a grant that found no free record (try).
 func (m *Manager) reclaimDead(e *layout.LockMgrEntry, now int64) (last *layout.LockMgrHolder, n int) {
 	for h := range m.t.holders(e) {
-		if p := h.Process.Load(); p != 0 && !m.t.isAlive(p, now) && !m.t.isAlive(h.Companion.Load(), now) {
+		if h.Process.Load() != 0 && m.heldByDead(h, now) {
 			m.endHold(e, h, endReclaimed, now)
 			last = h
 			n++

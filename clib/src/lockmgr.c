@@ -854,8 +854,18 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 			continue;
 		}
 		if (same_owner(h, own)) {
-			o->already = true;
-			return;
+			if (alive(m, LD(&h->process), self) || alive(m, LD(&h->companion), self)) {
+				o->already = true;
+				return;
+			}
+			/* A hold under own's name by a process that died (an owner
+			 * restarted under its name): ended as a conflict ends a dead
+			 * hold, not taken for own's, which would keep own out for good.
+			 * The grant goes into its record (Go: try). */
+			end_hold(m, e, h, END_RECLAIMED, now);
+			o->woke = o->reclaimed = true;
+			mine = h;
+			continue;
 		}
 		held++;
 	}

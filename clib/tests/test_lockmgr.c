@@ -440,6 +440,60 @@ static void test_dead_holder_reclaimed(void)
 	done_segment(seg, m, path);
 }
 
+/* fork_holder forks a child that acquires res as owner in mode and then
+ * waits to be killed; it returns the child's pid once it holds. */
+static pid_t fork_holder(shmlock_lockmgr *m, const char *res, const char *owner, int mode)
+{
+	int p[2];
+	CHECK(pipe(p) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		int rc = shmlock_lockmgr_acquire(m, res, owner, mode, NULL, NULL);
+		char c = rc == 0 ? 'y' : 'n';
+		if (write(p[1], &c, 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	char c = 0;
+	CHECK(read(p[0], &c, 1) == 1 && c == 'y');
+	close(p[0]);
+	return pid;
+}
+
+static void kill_child(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+}
+
+/* Forked children take locks under the parent's owner name: one lives on,
+ * one is killed holding its lock. The parent, as that owner, is refused
+ * the live one's lock (SHMLOCK_EALREADY_HELD) and granted the dead one's
+ * (the dead hold reclaimed, and told), not refused it for good. */
+static void test_same_owner_after_death(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	pid_t live = fork_holder(m, "live", "agent", SHMLOCK_EXCLUSIVE);
+	pid_t dead = fork_holder(m, "job", "agent", SHMLOCK_EXCLUSIVE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "live", "agent", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EALREADY_HELD);
+	kill_child(dead);
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "agent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(info.reclaimed && info.inconsistent && info.version == 3);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "agent", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EALREADY_HELD);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "agent"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "agent"), 0); /* told by the grant, not by a later release */
+	kill_child(live);
+	done_segment(seg, m, path);
+}
+
 /* A forked child fills every holder record of a resource with
  * collaborative holds and is killed: a collaborative acquisition conflicts
  * with none of them, but their records are the only room there is. The dead
@@ -598,6 +652,7 @@ int main(void)
 	RUN(test_bad_input);
 	RUN(test_name_cache);
 	RUN(test_dead_holder_reclaimed);
+	RUN(test_same_owner_after_death);
 	RUN(test_dead_holders_make_room);
 	RUN(test_orphan_freed);
 	RUN(test_threads_counter);
