@@ -106,6 +106,37 @@ func TestEveryExpiredOwnerIsTold(t *testing.T) {
 	require.NoError(t, m.Release("r", "c"))
 }
 
+// An expired owner is told even after another hold's end has taken
+// LastExpired: a grant that finds no free record, only the one of a hold
+// it has just ended for its TTL, grows the chain while it can, and leaves
+// that record the owner's tombstone. Here "c" ends "a"'s hold with "b"
+// still in the other record, and "d" then ends "b"'s.
+func TestExpiredOwnerToldWhileTheChainGrows(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	m, _ := newManager(t, 8, lockmgr.Options{Clock: clk, Logger: discard()})
+	ctx, C := context.Background(), lockmgr.Collaborative
+	_, err := m.Acquire(ctx, "r", "a", C, lockmgr.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "r", "b", C, lockmgr.AcquireOptions{TTL: time.Minute})
+	require.NoError(t, err)
+	clk.Advance(time.Second)
+	_, err = m.Acquire(ctx, "r", "c", C, lockmgr.AcquireOptions{}) // ends a's hold
+	require.NoError(t, err)
+	clk.Advance(time.Minute)
+	_, err = m.Acquire(ctx, "r", "d", C, lockmgr.AcquireOptions{}) // ends b's hold
+	require.NoError(t, err)
+	for _, o := range []string{"a", "b"} {
+		require.ErrorIs(t, m.Release("r", o), lockmgr.ErrLockTimeout, "owner %s", o)
+	}
+	for _, o := range []string{"c", "d"} {
+		require.NoError(t, m.Release("r", o))
+	}
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found)
+}
+
 // Short-lived processes each acquire and release a resource of their own
 // in a table with room for three, and exit (one in five killed with
 // SIGKILL after its release): resources nobody holds are recycled, so none

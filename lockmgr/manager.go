@@ -503,17 +503,18 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 // stack).
 func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.Duration, now int64, first, reuseTombs bool, o *outcome) {
 	// free is the record a grant takes: one never used or released first;
-	// else the record of the last hold this attempt ended (its owner is
-	// still told, through LastExpired, and the one that ended a dead
-	// holder's hold is always the one granted, so it alone is told
-	// Reclaimed); a tombstone of an earlier end (see manager.go) only once
-	// the chain cannot grow (reuseTombs), so that the owners whose holds
-	// ended are told for as long as room allows. But the record of an
-	// earlier hold of own's that ended without its release (mine) goes
+	// else the record of the last dead holder's hold this attempt ended
+	// (ended: the one that ended a dead holder's hold is always the one
+	// granted, so it alone is told Reclaimed); a tombstone (see
+	// manager.go), of an earlier end or of a hold this attempt ended for
+	// its TTL (expired), only once the chain cannot grow (reuseTombs), so
+	// that the owners whose holds ended are told for as long as room
+	// allows: LastExpired names only the last of them. But the record of
+	// an earlier hold of own's that ended without its release (mine) goes
 	// first: the new grant is own's news of it, as LastExpired's is
 	// cleared below, and a tombstone left beside the new hold would tell
 	// the new hold's second release that its hold had expired.
-	var free, ended, tomb, mine *layout.LockMgrHolder
+	var free, ended, expired, tomb, mine *layout.LockMgrHolder
 	held := 0
 	for h := range m.t.holders(e) {
 		if h.Process.Load() == 0 {
@@ -531,7 +532,7 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 		if exp := int64(h.Expires.Load()); exp != 0 && now >= exp {
 			m.endHold(e, h, endExpired, now)
 			o.woke = true
-			ended = h
+			expired = h
 			if sameOwner(h, own) {
 				mine = h
 			}
@@ -613,11 +614,13 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 	case free != nil:
 	case ended != nil:
 		free = ended
+	case reuseTombs && tomb != nil:
+		free = tomb // the older news gives way first
 	case reuseTombs:
-		free = tomb
+		free = expired
 	}
 	if free == nil {
-		o.needRoom, o.tombs = true, tomb != nil
+		o.needRoom, o.tombs = true, tomb != nil || expired != nil
 		o.seq = e.Gate.Load()
 		memview.StoreOwned32(&e.Ctl, ctl)
 		return

@@ -805,9 +805,11 @@ struct outcome {
  * processes too, and grants if that removed every conflict; so it does
  * when compatible holds leave no free record. The record a
  * grant takes: one never used or released first, else that of the last
- * hold this attempt ended (so the one who ended a dead holder's hold is the
- * one granted, and alone told reclaimed), a tombstone only when the chain
- * cannot grow (reuse_tombs); but before all of them the record of an
+ * dead holder's hold this attempt ended (so the one who ended it is the one
+ * granted, and alone told reclaimed), a tombstone (of an earlier end, or of
+ * a hold this attempt ended for its TTL) only when the chain cannot grow
+ * (reuse_tombs), so that every such owner is told for as long as room
+ * allows (last_expired names only the last); but before all of them the record of an
  * earlier hold of own's that ended without its release (mine): the grant
  * is own's news of it, and a tombstone left beside the new hold would tell
  * its second release that it had expired (Go: try). */
@@ -828,7 +830,7 @@ static uint64_t expiry(int64_t now, int64_t ttl)
 static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int mode, int64_t ttl, int64_t now,
                       bool first, bool reuse_tombs, uint64_t self, struct outcome *o)
 {
-	holder_t *hs[LM_MAX_HOLDERS], *free = NULL, *ended = NULL, *tomb = NULL, *mine = NULL;
+	holder_t *hs[LM_MAX_HOLDERS], *free = NULL, *ended = NULL, *expired = NULL, *tomb = NULL, *mine = NULL;
 	int n = holders(m, e, hs), held = 0;
 	memset(o, 0, sizeof *o);
 	for (int i = 0; i < n; i++) {
@@ -848,7 +850,7 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 		if (expired_at(LD(&h->expires), now)) {
 			end_hold(m, e, h, END_EXPIRED, now);
 			o->woke = true;
-			ended = h;
+			expired = h;
 			if (same_owner(h, own))
 				mine = h;
 			continue;
@@ -921,10 +923,10 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 	if (mine != NULL)
 		free = mine;
 	else if (free == NULL)
-		free = ended != NULL ? ended : reuse_tombs ? tomb : NULL;
+		free = ended != NULL ? ended : !reuse_tombs ? NULL : tomb != NULL ? tomb : expired;
 	if (free == NULL) {
 		o->need_room = true;
-		o->tombs = tomb != NULL;
+		o->tombs = tomb != NULL || expired != NULL;
 		o->seq = LD(&e->gate);
 		SO(&e->ctl, ctl);
 		return;

@@ -270,6 +270,32 @@ static void test_ttl_expiry_refresh(void)
 	done_segment(seg, m, path);
 }
 
+/* An expired owner is told even after another hold's end has taken
+ * last_expired: a grant that finds no free record, only the one of a hold
+ * it has just ended for its TTL, grows the chain while it can and leaves
+ * that record the owner's tombstone. Here "c" ends "a"'s hold with "b" in
+ * the other record, and "d" then ends "b"'s. */
+static void test_expired_owner_told_while_chain_grows(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "a", SHMLOCK_COLLABORATIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "b", SHMLOCK_COLLABORATIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "r", "a", 1, NULL), 0);
+	sleep_ns(MS); /* a's TTL passes */
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "c", SHMLOCK_COLLABORATIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_refresh(m, "r", "b", 1, NULL), 0);
+	sleep_ns(MS); /* b's TTL passes */
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "d", SHMLOCK_COLLABORATIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "a"), SHMLOCK_ELOCK_TIMEOUT);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "b"), SHMLOCK_ELOCK_TIMEOUT);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "c"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "d"), 0);
+	done_segment(seg, m, path);
+}
+
 /* Versions only grow, also when entries are recycled for other names. */
 static void test_versions_recycled(void)
 {
@@ -648,6 +674,7 @@ int main(void)
 	RUN(test_grant_release);
 	RUN(test_collaborative_overflow);
 	RUN(test_ttl_expiry_refresh);
+	RUN(test_expired_owner_told_while_chain_grows);
 	RUN(test_versions_recycled);
 	RUN(test_bad_input);
 	RUN(test_name_cache);
