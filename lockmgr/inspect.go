@@ -230,16 +230,61 @@ type Stats struct {
 
 // Stats sums the statistics of the table; all zero once the segment is
 // closed.
+//
+// A resource recycled meanwhile moves its counters into the header (retire,
+// under the insert lock) before its entry is freed: a sum that read the
+// header before that and the entry after would miss them, and one that read
+// the header after the move and the entry before it would count them twice.
+// So the header's counters are read, then the insert lock must be free (no
+// move under way), and the sum counts only if, after the entries, the lock
+// is free and the header's counters are as they were (no move happened). It
+// reads again otherwise, at most snapshotTries times, and while the insert
+// lock is held only looks again at it (a dead process may keep it until
+// the next insert takes it over; then the last try sums as it finds).
 func (m *Manager) Stats() Stats {
 	if m.closed() {
 		return Stats{}
 	}
+	var st Stats
+	for try := 1; ; try++ {
+		c := m.t.headCounters()
+		if m.t.head.Lock.Load() != 0 && try < snapshotTries {
+			runtime.Gosched()
+			continue
+		}
+		st = m.sum(c)
+		if try >= snapshotTries || m.t.head.Lock.Load() == 0 && m.t.headCounters() == c {
+			break
+		}
+		runtime.Gosched()
+	}
+	if m.closed() {
+		return Stats{} // closed while read: part of it was zeros
+	}
+	return st
+}
+
+// counters are the statistics words of an entry (in the header: those of
+// the recycled resources).
+type counters struct {
+	grants, releases, holdNanos, conflicts, expired, reclaimed uint64
+}
+
+func (t *table) headCounters() counters {
+	h := t.head
+	return counters{grants: h.Grants.Load(), releases: h.Releases.Load(), holdNanos: h.HoldNanos.Load(),
+		conflicts: h.Conflicts.Load(), expired: uint64(h.Expired.Load()), reclaimed: uint64(h.Reclaimed.Load())}
+}
+
+// sum is Stats from the header's counters c and the entries as they are.
+func (m *Manager) sum(c counters) Stats {
 	now := m.clock.now()
-	h := m.t.head
-	st := Stats{TotalLocks: h.Grants.Load(), ExpiredLocks: uint64(h.Expired.Load()),
-		ConflictsDetected: h.Conflicts.Load(), Released: h.Releases.Load(),
-		Reclaimed: uint64(h.Reclaimed.Load()), Capacity: int(m.t.n)}
-	holdNanos := h.HoldNanos.Load()
+	st := Stats{TotalLocks: c.grants, ExpiredLocks: c.expired, ConflictsDetected: c.conflicts,
+		Released: c.releases, Reclaimed: c.reclaimed, Capacity: int(m.t.n)}
+	holdNanos := c.holdNanos
+	if testHookStep != nil {
+		testHookStep("stats:head")
+	}
 	for _, e := range m.t.entries[1:] {
 		if kindOf(e.Ctl.Load()) != kindResource {
 			continue
@@ -267,9 +312,6 @@ func (m *Manager) Stats() Stats {
 	st.HoldTime = time.Duration(holdNanos)
 	if st.Released > 0 {
 		st.AverageHoldTime = time.Duration(holdNanos / st.Released)
-	}
-	if m.closed() {
-		return Stats{} // closed while read: part of it was zeros
 	}
 	return st
 }

@@ -42,3 +42,36 @@ func TestLockStatsTimeouts(t *testing.T) {
 	require.Equal(t, uint32(n), timeouts, "Timeouts")
 	require.Equal(t, uint32(n), hist, "waits in the histogram")
 }
+
+// Stats never goes back: a resource recycled while Stats reads the table
+// moves its counters into the header, which Stats may have read already,
+// and its entry then holds another resource's counters. Stats reads again
+// rather than report the sum without them (a Prometheus counter that goes
+// back is taken for a reset, package metrics). The recycling happens at
+// the step hook, after Stats read the header. Not parallel: it sets the
+// package's step hook.
+func TestStatsAcrossRecycling(t *testing.T) {
+	m, _ := newManager(t, 2, lockmgr.Options{}) // one resource entry
+	ctx := context.Background()
+	for range 3 {
+		_, err := m.Acquire(ctx, "a", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		require.NoError(t, m.Release("a", "o"))
+	}
+	before := m.Stats()
+	recycled := false
+	lockmgr.SetStepHook(func(step string) {
+		if step == "stats:head" && !recycled {
+			recycled = true
+			_, err := m.Acquire(ctx, "b", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{}) // recycles a
+			require.NoError(t, err)
+			require.NoError(t, m.Release("b", "o"))
+		}
+	})
+	defer lockmgr.SetStepHook(nil)
+	got := m.Stats()
+	require.True(t, recycled, "the hook did not run")
+	require.Equal(t, before.TotalLocks+1, got.TotalLocks, "TotalLocks")
+	require.Equal(t, before.Released+1, got.Released, "Released")
+	require.Equal(t, 1, got.Resources)
+}
