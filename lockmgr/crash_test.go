@@ -152,6 +152,30 @@ func TestCrashMidReleaseRecycles(t *testing.T) {
 	require.Greater(t, info.Version, uint64(1), "the version goes on from the recycled resource's")
 }
 
+// A process killed while it released the last hold of a resource, after
+// the hold's end and before it cleared the resource's mode, leaves a mode
+// with no holder: Check reports it and Inspect shows the resource
+// exclusive and unlocked. Reclaim, the repair that Check's findings call
+// for (shmctl reclaim), clears it.
+func TestCrashMidReleaseReclaimClearsMode(t *testing.T) {
+	t.Parallel()
+	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
+	crashAt(t, path, "endHold:process", "release", "r", "o")
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Len(t, found, 1, "the crash's trace")
+	ended, err := m.Reclaim(false)
+	require.NoError(t, err)
+	require.Empty(t, ended, "a released hold is not ended again")
+	found, err = m.Check()
+	require.NoError(t, err)
+	require.Empty(t, found)
+	ri, err := m.Inspect("r")
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Mode(0), ri.Mode)
+	require.Equal(t, lockmgr.Unlocked, ri.State)
+}
+
 // A process killed while it linked a new overflow entry to a chain, after
 // it made the entry an overflow entry and before the link, leaves an entry
 // that no chain reaches. Whoever takes the insert lock over from it frees

@@ -26,7 +26,9 @@ type EndedHold struct {
 // resource inconsistent (see MarkConsistent) and wakes its waiters. With
 // dryRun it only reports (the table may be read-only then). It also frees
 // the overflow entries that no resource's chain reaches (a process died
-// in the middle of linking or unlinking one). For repair
+// in the middle of linking or unlinking one), and clears the mode of a
+// resource that no hold is left to have (a process died in the middle of
+// the last release). For repair
 // tools (shmctl reclaim) and for callers that never conflict with a dead
 // holder themselves. shm.ErrClosed once the segment is closed.
 func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
@@ -77,8 +79,11 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 				m.endHold(e, h, ending, now)
 				woke = true
 			}
-			if woke && left == 0 {
-				memview.StoreOwned32(&e.Ctl, withMode(e.Ctl.Load(), 0))
+			if c := e.Ctl.Load(); left == 0 && modeOf(c) != 0 {
+				// No holder left: the ones just ended, or a process
+				// killed in a release (or ForceRelease) between the end of
+				// the last hold and this same clear left the mode behind.
+				memview.StoreOwned32(&e.Ctl, withMode(c, 0))
 			}
 		}
 		m.t.unlockEntry(e)
