@@ -643,7 +643,10 @@ func (m *Manager) try(e *layout.LockMgrEntry, own *ownKey, mode Mode, ttl time.D
 		ctl = withMode(ctl, mode)
 	}
 	memview.StoreOwned32(&e.Ctl, ctl)
-	if e.LastExpired.Load() == own.hash {
+	// The grant is own's news of its hold's end, by expiry or reclaim
+	// (LastExpired is own's hash) or by an operator (its hash with
+	// forcedMark flipped): either way a later release is not told again.
+	if (e.LastExpired.Load()^own.hash)&^forcedMark == 0 {
 		memview.StoreOwned(&e.LastExpired, 0)
 	}
 	o.granted, o.inconsistent = true, ctl&ctlInconsistent != 0

@@ -100,3 +100,21 @@ func TestForceRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ended)
 }
+
+// An owner whose hold an operator ended, granted the resource again, has
+// had its news (the grant): a second release of its new hold, after the
+// first, is the release of a lock nobody holds (nil and a warning), not
+// an operator's end of a hold again.
+func TestForcedOwnerGrantedAgain(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t, 4, lockmgr.Options{})
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	_, err = m.ForceRelease("r")
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.NoError(t, m.Release("r", "a"))
+	require.NoError(t, m.Release("r", "a"), "a release again, of a lock nobody holds")
+}

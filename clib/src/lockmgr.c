@@ -943,7 +943,10 @@ static void try_grant(shmlock_lockmgr *m, entry_t *e, const struct key *own, int
 	if (held == 0)
 		ctl = with_mode(ctl, mode);
 	SO(&e->ctl, ctl);
-	if (LD(&e->last_expired) == own->hash)
+	/* The grant is own's news of its hold's end, by expiry or reclaim
+	 * (own's hash) or by an operator (its hash with LM_FORCED_MARK
+	 * flipped): a later release is not told again. */
+	if (((LD(&e->last_expired) ^ own->hash) & ~LM_FORCED_MARK) == 0)
 		SO(&e->last_expired, 0);
 	o->granted = true;
 	o->inconsistent = (ctl & LM_CTL_INCONSISTENT) != 0;

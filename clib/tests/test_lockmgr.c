@@ -540,7 +540,7 @@ static void test_dead_holders_make_room(void)
 			close(p[0]);
 			char c = 'y';
 			for (int i = 0; i < 16; i++) {
-				char owner[16];
+				char owner[24];
 				snprintf(owner, sizeof owner, "dead-%d", i);
 				if (shmlock_lockmgr_acquire(m, "r", owner, SHMLOCK_COLLABORATIVE, NULL, NULL) != 0)
 					c = 'n';
@@ -644,6 +644,32 @@ static void *hammer(void *arg)
 	return NULL;
 }
 
+/* An owner whose hold an operator ended (Go's ForceRelease leaves its hash
+ * with the top bit flipped in last_expired) and that is granted the
+ * resource again has had its news: a second release of the new hold is
+ * the release of a lock nobody holds (0), not an operator's end again. */
+static void test_forced_owner_granted_again(void)
+{
+	const uint64_t forced_a = UINT64_C(0xf7e8e6f7ad8fab5f) ^ (UINT64_C(1) << 63); /* owner "a" */
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "a", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "a"), 0);
+	struct shm_lockmgr_entry *e = entry_named(seg, "r");
+	CHECK(e != NULL);
+	if (e) {
+		atomic_store(&e->last_expired, forced_a);
+		CHECK_RC(shmlock_lockmgr_release(m, "r", "a"), SHMLOCK_ELOCK_NOT_HELD); /* the mark is a's */
+		atomic_store(&e->last_expired, forced_a);
+		CHECK_RC(shmlock_lockmgr_acquire(m, "r", "a", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+		CHECK_RC(shmlock_lockmgr_release(m, "r", "a"), 0);
+		CHECK_RC(shmlock_lockmgr_release(m, "r", "a"), 0);
+	}
+	done_segment(seg, m, path);
+}
+
 static void test_threads_counter(void)
 {
 	char path[128];
@@ -682,6 +708,7 @@ int main(void)
 	RUN(test_same_owner_after_death);
 	RUN(test_dead_holders_make_room);
 	RUN(test_orphan_freed);
+	RUN(test_forced_owner_granted_again);
 	RUN(test_threads_counter);
 	return CHECK_DONE();
 }
