@@ -244,8 +244,12 @@ func (t *table) takeOver(e *layout.LockMgrEntry, w uint64) bool {
 		racesync.Acquire(&e.Lock)
 	}
 	// The dead process may have stopped between a hold's end and the wake
-	// that goes with it: wake every sleeper.
-	memview.StoreOwned32(&e.Gate, e.Gate.Load()+1)
+	// that goes with it: wake every sleeper. The bump is a locked add, not
+	// a plain store: a plain store may still sit in this CPU's store buffer
+	// when wakeAll loads Sleepers, and a sleeper registering meanwhile
+	// would then sleep on the old gate unwoken, for a slice (a release's
+	// bump is fenced by its unlock's exchange instead).
+	e.Gate.Add(1)
 	t.wakeAll(e)
 	if e == t.head {
 		// It may have died in a grow or a retire, and left an overflow
