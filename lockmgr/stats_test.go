@@ -75,3 +75,29 @@ func TestStatsAcrossRecycling(t *testing.T) {
 	require.Equal(t, before.Released+1, got.Released, "Released")
 	require.Equal(t, 1, got.Resources)
 }
+
+// An entry recycled for another resource changes its version: the new
+// resource starts above every version the entry had. The readers (List,
+// Inspect, Stats) take an entry whose lock was free and whose version did
+// not move while they read it for a whole one; an entry recycled and given
+// a resource of the same version in between (a Declare, which grants
+// nothing) passed, and a reader could pair the old name with words of the
+// new resource's chain.
+func TestRecycledEntryChangesVersion(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t, 2, lockmgr.Options{}) // one resource entry
+	ctx := context.Background()
+	info, err := m.Acquire(ctx, "a", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.NoError(t, m.Release("a", "o"))
+	before, err := m.Inspect("a")
+	require.NoError(t, err)
+	require.Greater(t, before.Version, info.Version)
+	require.NoError(t, m.Declare("b")) // recycles a's entry
+	after, err := m.Inspect("b")
+	require.NoError(t, err)
+	require.Greater(t, after.Version, before.Version, "the entry's version moved with its resource")
+	gone, err := m.Inspect("a")
+	require.NoError(t, err)
+	require.Zero(t, gone.Entry, "a is no longer in the table")
+}

@@ -275,7 +275,13 @@ func (t *table) retire(e *layout.LockMgrEntry) {
 	h.Conflicts.Add(e.Conflicts.Load())
 	h.Expired.Add(e.Expired.Load())
 	h.Reclaimed.Add(e.Reclaimed.Load())
-	if v := e.Version.Load(); v > h.Version.Load() {
+	// One more than the entry's last version, so that the resource
+	// inserted here next (which starts at the header's) does not start at
+	// the version the entry has now: the readers (see read) take an
+	// unchanged version as proof that the entry held still.
+	v := e.Version.Load() + 1
+	memview.StoreOwned(&e.Version, v)
+	if v > h.Version.Load() {
 		h.Version.Store(v)
 	}
 	// The chain is unlinked before its entries are freed: a process that

@@ -479,8 +479,6 @@ static entry_t *find(shmlock_lockmgr *m, const struct key *k, uint64_t self)
 	return i >= 0 ? &m->entries[i] : NULL;
 }
 
-/* retire folds a resource entry's statistics and version into the header
- * and frees its overflow entries. Under the insert lock and e's lock. */
 /* free_orphans frees the overflow entries that no resource's chain reaches
  * (lockmgr's freeOrphans): left only by a process that died in grow or
  * retire, holding the insert lock, under which the caller runs. Without
@@ -513,6 +511,8 @@ static void free_orphans(shmlock_lockmgr *m)
 	free(reached);
 }
 
+/* retire folds a resource entry's statistics and version into the header
+ * and frees its overflow entries. Under the insert lock and e's lock. */
 static void retire(shmlock_lockmgr *m, entry_t *e)
 {
 	entry_t *h = m->head;
@@ -522,7 +522,12 @@ static void retire(shmlock_lockmgr *m, entry_t *e)
 	atomic_fetch_add(&h->conflicts, LD(&e->conflicts));
 	atomic_fetch_add(&h->expired, LD(&e->expired));
 	atomic_fetch_add(&h->reclaimed, LD(&e->reclaimed));
-	uint64_t v = LD(&e->version);
+	/* One more than the entry's last version, so that the resource
+	 * inserted here next (which starts at the header's) does not start at
+	 * the version the entry has now: readers take an unchanged version as
+	 * proof that the entry held still (lockmgr's read). */
+	uint64_t v = LD(&e->version) + 1;
+	SO(&e->version, v);
 	if (v > LD(&h->version))
 		ST(&h->version, v);
 	/* The chain is unlinked before its entries are freed: a process that

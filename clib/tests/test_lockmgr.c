@@ -327,6 +327,29 @@ static void test_versions_recycled(void)
 	done_segment(seg, m, path);
 }
 
+/* An entry recycled for another resource changes its version: the new
+ * resource starts one above the entry's last version, so its first grant
+ * is two above it. Readers take an entry whose version did not move while
+ * they read it for one that held still (lockmgr's read). */
+static void test_recycled_entry_changes_version(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 2); /* one resource */
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "a", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "a", "o"), 0);
+	struct shm_lockmgr_entry *e = entry_named(seg, "a");
+	CHECK(e != NULL);
+	uint64_t last = e ? atomic_load(&e->version) : 0;
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "b", "o", SHMLOCK_EXCLUSIVE, NULL, &info), 0); /* recycles a */
+	CHECK(entry_named(seg, "b") == e);
+	CHECK(info.version == last + 2);
+	CHECK_RC(shmlock_lockmgr_release(m, "b", "o"), 0);
+	done_segment(seg, m, path);
+}
+
 /* The thread's cache of its last pair of names (check_names) answers only
  * for exactly those names: a name one byte longer than a cached name of the
  * longest length is still refused, another owner of the cached resource is
@@ -703,6 +726,7 @@ int main(void)
 	RUN(test_expired_owner_told_while_chain_grows);
 	RUN(test_versions_recycled);
 	RUN(test_bad_input);
+	RUN(test_recycled_entry_changes_version);
 	RUN(test_name_cache);
 	RUN(test_dead_holder_reclaimed);
 	RUN(test_same_owner_after_death);
