@@ -2,6 +2,7 @@ package coro
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -23,7 +24,12 @@ import (
 // goroutine-local state, so code finds the loop it runs on through its
 // context (WithLoop).
 //
-// A function that panics crashes the program, as on any goroutine. A
+// A function that panics ends the loop's goroutine, as on any goroutine:
+// on the goroutine NewLoop started that crashes the program; from Run the
+// panic reaches Run's caller. A caller that recovers may call Run again:
+// the loop keeps the functions posted after the one that panicked (among
+// them, perhaps, the resumption of a LockOn waiter that holds a lock), and
+// Done is not closed, since the loop was neither closed nor drained. A
 // function that blocks holds up the loop; a continuation waiting for a
 // lock should be a LockOn, not a Lock. A Loop must not be copied after
 // first use.
@@ -59,7 +65,8 @@ func (l *Loop) init() {
 // Run runs the loop on the calling goroutine until it is closed and has
 // drained (see Close); then Done is closed and Run returns nil. A loop runs
 // once: Run returns ErrLoopRunning, at once, for a loop that NewLoop
-// started or that Run already ran.
+// started or that Run is running or already ran. The exception is a Run
+// that a posted function's panic ended: the loop may be run again.
 func (l *Loop) Run() error {
 	l.init()
 	if !l.started.CompareAndSwap(false, true) {
@@ -154,31 +161,57 @@ func (l *Loop) signal() {
 }
 
 func (l *Loop) run() {
-	defer close(l.done)
+	var batch []func()
+	next := 0 // batch[next:] has not run
+	drained := false
+	defer func() {
+		if drained {
+			close(l.done)
+			return
+		}
+		l.unwind(batch[next:])
+	}()
 	for {
 		l.mu.Lock()
 		for len(l.queue) == 0 {
 			if l.closed && l.reserved == 0 {
 				l.mu.Unlock()
+				drained = true
 				return
 			}
 			l.mu.Unlock()
 			<-l.wake
 			l.mu.Lock()
 		}
-		batch := l.queue
+		batch = l.queue
 		l.queue, l.spare = l.spare[:0], nil
 		l.mu.Unlock()
 
-		for i, f := range batch {
+		for next = 0; next < len(batch); {
+			f := batch[next]
+			batch[next] = nil
+			next++ // before f runs: a function that panics is not run again
 			f()
-			batch[i] = nil
 		}
 
 		l.mu.Lock()
 		l.spare = batch
 		l.mu.Unlock()
+		batch, next = nil, 0
 	}
+}
+
+// unwind is run's way out when a posted function panicked (or called
+// runtime.Goexit): the functions of its batch that did not run go back to
+// the front of the queue, and the loop may be run again. The loop is not
+// done (only a closed, drained loop is), and what it owes stays owed: the
+// resumption of a LockOn waiter that was handed a lock, behind the
+// function that panicked, still runs once Run is called again.
+func (l *Loop) unwind(rest []func()) {
+	l.mu.Lock()
+	l.queue = append(slices.Clip(rest), l.queue...)
+	l.mu.Unlock()
+	l.started.Store(false)
 }
 
 type loopKey struct{}
