@@ -111,7 +111,11 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 // does: cont(g, nil) once m is held, or cont(ProcessGuard{}, ctx.Err()) if
 // ctx is done first; cont runs exactly once, on l, never inside LockOn.
 // While the cross-process lock is held elsewhere, a goroutine waits for it
-// and then posts cont to l; it ends when ctx is done. A nil l means
+// and then posts cont to l; it ends when ctx is done. If ctx is done after
+// the lock was taken but before cont starts, the lock is passed on, as
+// with Mutex.LockOn; except a lock taken over from a holder that died,
+// which cont gets all the same (Reclaimed): passed on, the news would be
+// lost, since the next owner's acquisition reclaims nothing. A nil l means
 // LoopFrom(ctx): ErrNoLoop if there is none; ErrLoopClosed if l is closed;
 // ErrNoCont if cont is nil; ErrNoLock if m has no lock. On an error cont
 // never runs and m is untouched.
@@ -158,7 +162,10 @@ func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGua
 			l.postReserved(func() {
 				// As with Mutex.LockOn: once cont starts with the lock, ctx no
 				// longer matters; until then, a done ctx passes the lock on.
-				if err := ctx.Err(); err != nil {
+				// Not a lock taken over from a dead holder: its next owner
+				// (perhaps in another process) would not learn of the
+				// reclaim, so cont gets it, and the news, all the same.
+				if err := ctx.Err(); err != nil && !reclaimed {
 					_ = pg.Unlock()
 					cont(ProcessGuard{}, err)
 					return
