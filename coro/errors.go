@@ -11,6 +11,10 @@ var (
 	ErrNoCont      = errors.New("coro: LockOn without a continuation")
 	ErrNoFunc      = errors.New("coro: Post without a function")
 	ErrWouldBlock  = errors.New("coro: lock is held")
+	// ErrWrongMode is what a ProcessGuard's Unlock reports when its holder
+	// left a hold of an upgrade mutex in another mode than the one it
+	// took (see UpgradeUnique); the hold was released all the same.
+	ErrWrongMode = errors.New("coro: hold left in another mode than it was taken in (released)")
 	// ErrNoLock is what every locking method of a ProcessMutex made over
 	// no lock returns (NewProcessMutex(nil), the zero ProcessMutex, or an
 	// adapter of a nil lock: SpinLock(nil), UpgradeUnique(nil),

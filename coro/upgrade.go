@@ -15,7 +15,10 @@ import (
 // the ProcessMutex decides which of this process's goroutines holds it.
 // While a goroutine holds the upgrade lock through the ProcessMutex it may
 // call m.UpgradeToUnique and m.UniqueToUpgrade; it must leave the hold in
-// the mode it took before Unlock.
+// the mode it took before Unlock. If it does not (an upgrade lock left
+// unique, a unique lock left as the upgrade lock), Unlock releases the
+// hold all the same and reports ErrWrongMode, so that the lock does not
+// stay held in the file with no guard to release it.
 //
 // Shared holds need no adapter: a handle's shared holds are counted
 // together, so goroutines share one handle's LockSharedContext, which
@@ -27,7 +30,7 @@ func UpgradeUnique(m *upgrade.Mutex) ProcessLock {
 	if m == nil {
 		return &upgradeHold{}
 	}
-	return &upgradeHold{m: m, lock: m.LockContext, try: m.TryLock, unlock: m.Unlock}
+	return &upgradeHold{m: m, lock: m.LockContext, try: m.TryLock, unlock: m.Unlock, unlockOther: m.UnlockUpgrade}
 }
 
 // UpgradeUpgradable adapts the upgrade lock of m for NewProcessMutex (see
@@ -36,7 +39,13 @@ func UpgradeUpgradable(m *upgrade.Mutex) ProcessLock {
 	if m == nil {
 		return &upgradeHold{}
 	}
-	return &upgradeHold{m: m, lock: m.LockUpgradeContext, try: m.TryLockUpgrade, unlock: m.UnlockUpgrade}
+	return &upgradeHold{m: m, lock: m.LockUpgradeContext, try: m.TryLockUpgrade, unlock: m.UnlockUpgrade,
+		unlockOther: func() error {
+			if err := m.UniqueToUpgrade(); err != nil {
+				return err
+			}
+			return m.UnlockUpgrade()
+		}}
 }
 
 // upgradeHold is one mode of m; with a nil m (and no functions), every
@@ -46,6 +55,9 @@ type upgradeHold struct {
 	lock   func(context.Context) error
 	try    func() error
 	unlock func() error
+	// unlockOther releases the hold left in the other mode it may take
+	// (UpgradeToUnique, UniqueToUpgrade); upgrade.ErrNotHeld if it is not.
+	unlockOther func() error
 }
 
 func (u *upgradeHold) adaptsNil() bool { return u.m == nil }
@@ -78,7 +90,11 @@ func (u *upgradeHold) Unlock() error {
 	if u.m == nil {
 		return ErrNoLock
 	}
-	return u.unlock()
+	err := u.unlock()
+	if errors.Is(err, upgrade.ErrNotHeld) && u.unlockOther() == nil {
+		return ErrWrongMode
+	}
+	return err
 }
 
 // Close closes the upgrade handle (upgrade.Mutex.Close).
