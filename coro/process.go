@@ -213,7 +213,10 @@ func (g ProcessGuard) Reclaimed() bool { return g.reclaimed }
 // SpinLock adapts a segment's spinlock for NewProcessMutex. In PIDTID mode
 // it locks with a holder of its own (spinlock.NewHolder), so no other code
 // of the process shares its identity and its recursion; in Token mode with
-// a fresh token for every hold. A nil l gives an adapter whose methods
+// a fresh token for every hold. Only PIDTID mode is robust: a Token lock
+// records no process, so a hold of a process that died stays until an
+// operator forces it (spinlock.Lock.ForceUnlock), and the waiters here wait
+// until their contexts are done. A nil l gives an adapter whose methods
 // fail with ErrNoLock.
 func SpinLock(l *spinlock.Lock) ProcessLock {
 	s := &spinHold{lock: l}
