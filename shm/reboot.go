@@ -13,10 +13,12 @@ import (
 // previous boot and could match unrelated processes of this one. The first
 // process to open it in this boot marks every recorded identity stale (so
 // each lock is reclaimed from a dead owner, with the usual report to the new
-// owner), frees the registry lock, and only then records this boot as the
-// owners' boot. Until that last store nobody of this boot can have used the
-// segment, which is why a plain flock, released by the kernel if the
-// recovering process dies, is enough to serialise recoverers.
+// owner), frees the registry lock (recounting the claims' references first
+// if a process of the previous boot held it), and only then records this
+// boot as the owners' boot. Until that last store nobody of this boot can
+// have used the segment, which is why a plain flock, released by the
+// kernel if the recovering process dies, is enough to serialise
+// recoverers.
 //
 // Tables that record owners must be listed in markStale.
 func (s *Segment) recoverFromReboot() error {
@@ -34,10 +36,18 @@ func (s *Segment) recoverFromReboot() error {
 	if s.ownersBoot() == boot {
 		return nil
 	}
-	s.registry.Store(0)
 	if err := s.markStale(); err != nil {
 		return err
 	}
+	if s.registry.Load() != 0 {
+		// A process of the previous boot held the directory's lock, and
+		// may have stopped between a claim's or a release's two counts:
+		// recount, as a takeover from a dead holder does (lockRegistry),
+		// or a reference that no record names stays for ever. Nobody of
+		// this boot changes the directory before the boot is recorded.
+		s.recountRefs()
+	}
+	s.registry.Store(0)
 	s.regGen.Add(1)
 	s.setOwnersBoot(boot)
 	return nil

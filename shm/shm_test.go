@@ -860,6 +860,45 @@ func TestOpenAfterRebootMarksOwnersStale(t *testing.T) {
 	require.Equal(t, proc.MarkStale(me), slot.PID.Load())
 }
 
+// fakeReboot makes the segment at path read as one whose owners were
+// recorded under another boot, as a file that survived a reboot does.
+func fakeReboot(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{0xAB}, 16), layout.OffOwnersBoot)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+// A machine that goes down while a process is between a claim's two counts
+// (Refs counted, its reference record not yet) leaves the registry lock
+// held and Refs one above what the records count. The first open after the
+// reboot frees the lock: it must recount as a takeover from a dead holder
+// does, or the reference that no record names is never dropped and the
+// name is never freed nor recycled. (Before, the open only stored 0 into
+// the lock word: the claim below kept a reference for ever.)
+func TestRebootMidClaimRecounts(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 1}})
+	err := testproc.Command("die-between-steps", path, "gone", "claim").Run()
+	requireKilled(t, err) // the lock held, as by a process of the boot before
+	require.NoError(t, seg.Close())
+	fakeReboot(t, path)
+
+	seg, err = shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer seg.Close()
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	for _, c := range claims {
+		t.Errorf("after the reboot: got claim %q with %d references, want none", c.Name, c.Refs)
+	}
+	i, err := seg.Claim(layout.KindOwnerSlots, "next")
+	require.NoError(t, err, "the only slot must be free again")
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}
+
 // lockMgrEntry views entry i of seg's lock-manager table.
 func lockMgrEntry(t *testing.T, seg *shm.Segment, i int) *layout.LockMgrEntry {
 	t.Helper()

@@ -120,8 +120,6 @@ static bool dir_named(struct shm_dir_entry *e, const char *name, uint32_t len)
 
 /* -------------------------------------------------------- registry lock */
 
-static void recount_refs(shmlock_segment *seg);
-
 static int registry_lock_for(shmlock_segment *seg, bool release)
 {
 	pthread_mutex_lock(&seg->registry_mu);
@@ -141,7 +139,7 @@ static int registry_lock_for(shmlock_segment *seg, bool release)
 		if (attempt % REGISTRY_LIVENESS_STEP == REGISTRY_LIVENESS_STEP - 1 && !shm_owner_alive(seg, holder)) {
 			if (atomic_compare_exchange_strong(&seg->hdr->registry, &holder, self)) {
 				atomic_fetch_add(&seg->hdr->registry_gen, 1); /* the dead's change is abandoned */
-				recount_refs(seg);
+				shm_recount_refs(seg);
 				return 0;
 			}
 			continue;
@@ -282,7 +280,7 @@ static void free_entry(shmlock_segment *seg, int kind, int dk, uint64_t i)
  * freed, as a release would: also one whose releaser was killed between
  * taking the last reference off and freeing it. Without records there is
  * nothing to recount. */
-static void recount_refs(shmlock_segment *seg)
+void shm_recount_refs(shmlock_segment *seg)
 {
 	uint64_t nrefs;
 	struct shm_claim_ref *refs = shm_table_of(seg, SHM_CLAIM_REFS, &nrefs);

@@ -426,6 +426,9 @@ int shm_release_claim(shmlock_segment *seg, int kind, size_t index);
 /* The registry lock of the header (held while changing a directory). */
 int shm_registry_lock(shmlock_segment *seg);
 void shm_registry_unlock(shmlock_segment *seg);
+/* shm's recountRefs: after the registry lock's holder died (or the machine
+ * rebooted under it), each claimed entry's Refs from the records naming it. */
+void shm_recount_refs(shmlock_segment *seg);
 
 /* The data region named name (shm.Segment.Data): found, or claimed with
  * size bytes if no region has that name (size 0 only finds). *out gets its

@@ -399,7 +399,8 @@ static void mark_stale(shmlock_segment *seg)
 }
 
 /* shm's recoverFromReboot: the first writable open of a boot marks every
- * recorded identity stale, frees the registry lock, and only then records
+ * recorded identity stale, frees the registry lock (recounting the claims
+ * first if a process of the previous boot held it), and only then records
  * this boot; a flock serialises recoverers (the kernel drops it if one dies). */
 static int recover_from_reboot(shmlock_segment *seg)
 {
@@ -413,8 +414,15 @@ static int recover_from_reboot(shmlock_segment *seg)
 		if (errno != EINTR)
 			return shm_sys_error(errno);
 	if (!owners_boot_is(seg, boot)) {
-		atomic_store(&seg->hdr->registry, 0);
 		mark_stale(seg);
+		/* A process of the previous boot held the directory's lock and may
+		 * have stopped between a claim's or a release's two counts: recount,
+		 * as a takeover from a dead holder does, or a reference no record
+		 * names stays for ever. Nobody of this boot changes the directory
+		 * before the boot is recorded. */
+		if (atomic_load(&seg->hdr->registry) != 0)
+			shm_recount_refs(seg);
+		atomic_store(&seg->hdr->registry, 0);
 		atomic_fetch_add(&seg->hdr->registry_gen, 1);
 		uint64_t w[2];
 		memcpy(w, boot, 16);

@@ -456,6 +456,44 @@ static void test_dead_claimant(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A machine that went down while a process was between a claim's two
+ * counts (Refs counted, its record not yet) leaves the registry lock held
+ * and a reference that no record names: the first open after the reboot
+ * recounts, as a takeover of the lock does, so the claim goes (as in Go). */
+static void test_reboot_mid_claim_recounts(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "reboot-mid-claim");
+	shmlock_options o = {.slots = 1, .claim_refs = 2};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	size_t i = 99;
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "gone", 1, &i), 0);
+	struct shm_claim_ref *r = s->tables[SHM_CLAIM_REFS].base;
+	atomic_store(&r[0].owner, 0); /* the record not yet made */
+	atomic_store(&r[0].target, 0);
+	atomic_store(&r[0].count, 0);
+	atomic_store(&s->hdr->registry, DEAD & ~SHM_STALE_BIT);
+	uint64_t other = UINT64_C(0xabababababababab);
+	atomic_store((a64 *)(void *)&s->hdr->owners_boot[0], other);
+	atomic_store((a64 *)(void *)&s->hdr->owners_boot[8], other);
+	shmlock_close(s);
+	s = NULL;
+	CHECK_RC(shmlock_open(path, NULL, &s), 0);
+	if (s) {
+		struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+		CHECK(atomic_load(&s->hdr->registry) == 0);
+		CHECK(atomic_load(&d[0].state) == 0 && atomic_load(&d[0].refs) == 0);
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "next", 1, &i), 0);
+		CHECK(i == 0);
+		CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, i), 0);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 /* A fresh claim under a new name starts the entry's contention counters
  * at zero; another claim of the same name keeps them (as shm in Go). */
 static void test_stats_reset_by_fresh_claim(void)
@@ -973,6 +1011,7 @@ int main(void)
 	RUN(test_bad_inputs);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
+	RUN(test_reboot_mid_claim_recounts);
 	RUN(test_stats_reset_by_fresh_claim);
 	RUN(test_huge_counts);
 	RUN(test_ready_timeout_saturates);
