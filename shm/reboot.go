@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 )
@@ -104,6 +105,44 @@ func (s *Segment) markStale() error {
 		}
 		staleWord(&r.Owner)
 	}
+	return s.markTxnStale()
+}
+
+// markTxnStale marks the identities of package txn's tables: each
+// record's owner, the barrier's leader, the holders of the arena's two
+// locks and the pin rows' processes (see layout.TxnPinRows).
+func (s *Segment) markTxnStale() error {
+	recs := s.header.Table(layout.KindTxnRecords)
+	for i := range recs.Count {
+		if err := s.staleAt(recs.EntryOffset(i) + layout.TxnRecordOwner); err != nil {
+			return err
+		}
+	}
+	arena := s.header.Table(layout.KindTxnArena)
+	if arena.Size() < layout.TxnCtlAreaSize {
+		return nil // no room for the control area: package txn never used it
+	}
+	for _, off := range []uint64{layout.TxnLeader, layout.TxnAllocLock, layout.TxnBarrierLock} {
+		if err := s.staleAt(arena.Offset + off); err != nil {
+			return err
+		}
+	}
+	rows, rowSize := layout.TxnPinRows(int(recs.Count), arena.Size())
+	for row := range uint64(rows) {
+		if err := s.staleAt(arena.Offset + layout.TxnCtlAreaSize + row*rowSize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// staleAt marks the identity word at byte off of the segment.
+func (s *Segment) staleAt(off uint64) error {
+	w, err := memview.Uint64(s.mem, off)
+	if err != nil {
+		return err
+	}
+	staleWord(w)
 	return nil
 }
 

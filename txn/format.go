@@ -106,6 +106,9 @@ type record struct {
 
 var _ [layout.TxnRecordSize - unsafe.Sizeof(record{})]byte
 var _ [unsafe.Sizeof(record{}) - layout.TxnRecordSize]byte
+var _ [layout.TxnRecordOwner - unsafe.Offsetof(record{}.Owner)]byte
+var _ [unsafe.Offsetof(record{}.Owner) - layout.TxnRecordOwner]byte
+var _ [layout.TxnLeader - unsafe.Offsetof(barrierWords{}.Leader)]byte
 
 // drainOf is the futex word and its sleeper count.
 type drain struct {
@@ -132,14 +135,16 @@ type drain struct {
 //	dataStart   the data area: units of layout.ArenaUnit bytes, handed out to
 //	            transactions first-fit.
 //
-// pinRows is maxPinRows, or fewer if the table would take more than half
-// of the region. All of it is zero in a new segment, which is a valid empty
-// state: no rows in use, barrier down.
+// pinRows is layout.TxnMaxPinRows, or fewer if the table would take more
+// than half of the region. All of it is zero in a new segment, which is a
+// valid empty state: no rows in use, barrier down.
+//
+// The words that hold identities are named in package layout too (a reboot
+// recovery marks them stale), and the pin table's geometry is computed there.
 const (
-	maxPinRows  = 64
-	ctlAreaSize = 2 * layout.CacheLine
-	offAlloc    = layout.CacheLine                        // the allocator lock's owner slot
-	offBarLock  = layout.CacheLine + layout.OwnerSlotSize // the barrier leader lock's
+	ctlAreaSize = layout.TxnCtlAreaSize
+	offAlloc    = layout.TxnAllocLock   // the allocator lock's owner slot
+	offBarLock  = layout.TxnBarrierLock // the barrier leader lock's
 )
 
 // barrierWords are the global barrier's shared state.
@@ -180,12 +185,11 @@ func geometryOf(seg *shm.Segment) (geometry, error) {
 	if g.nrec == 0 {
 		return geometry{}, fmt.Errorf("%w: no transaction records", ErrNoSpace)
 	}
-	g.rowSize = roundUp(8+4*uint64(g.nrec+1), layout.CacheLine)
 	size := uint64(len(region))
 	if size < ctlAreaSize {
 		return geometry{}, fmt.Errorf("%w: txn arena of %d bytes", ErrNoSpace, size)
 	}
-	g.rows = int(min(maxPinRows, (size/2)/g.rowSize))
+	g.rows, g.rowSize = layout.TxnPinRows(g.nrec, size)
 	if g.rows < 1 {
 		return geometry{}, fmt.Errorf("%w: txn arena of %d bytes has no room for a pin row of %d", ErrNoSpace, size, g.rowSize)
 	}

@@ -365,6 +365,44 @@ static void stale_word(a64 *w)
 		;
 }
 
+/* Where package txn's tables record identities (layout/txn.go): each
+ * record's owner; in the arena's control area the barrier's leader and the
+ * owner slots of its two locks; then the pin rows, each opening with its
+ * process's identity. */
+#define TXN_RECORD_OWNER 8
+#define TXN_CTL_AREA 128
+#define TXN_LEADER 0
+#define TXN_ALLOC_LOCK 64
+#define TXN_BARRIER_LOCK 96
+#define TXN_MAX_PIN_ROWS 64
+
+static a64 *word_at(void *base, uint64_t off)
+{
+	return (a64 *)(void *)((uint8_t *)base + off);
+}
+
+/* shm's markTxnStale. */
+static void mark_txn_stale(shmlock_segment *seg)
+{
+	struct shm_table *recs = &seg->tables[SHM_TXN_RECORDS], *arena = &seg->tables[SHM_TXN_ARENA];
+	for (uint64_t i = 0; recs->base && i < recs->count; i++)
+		stale_word(word_at(recs->base, i * recs->entry_size + TXN_RECORD_OWNER));
+	uint64_t bytes = arena->count * arena->entry_size;
+	if (!arena->base || bytes < TXN_CTL_AREA)
+		return; /* no room for the control area: package txn never used it */
+	stale_word(word_at(arena->base, TXN_LEADER));
+	stale_word(word_at(arena->base, TXN_ALLOC_LOCK));
+	stale_word(word_at(arena->base, TXN_BARRIER_LOCK));
+	if (recs->count == 0)
+		return;
+	uint64_t row_size = (8 + 4 * (recs->count + 1) + 63) / 64 * 64; /* layout.TxnPinRows */
+	uint64_t rows = bytes / 2 / row_size;
+	if (rows > TXN_MAX_PIN_ROWS)
+		rows = TXN_MAX_PIN_ROWS;
+	for (uint64_t r = 0; r < rows; r++)
+		stale_word(word_at(arena->base, TXN_CTL_AREA + r * row_size));
+}
+
 /* The identity words of every table (shm's markStale, table by table). */
 static void mark_stale(shmlock_segment *seg)
 {
@@ -396,6 +434,7 @@ static void mark_stale(shmlock_segment *seg)
 	struct shm_claim_ref *refs = shm_table_of(seg, SHM_CLAIM_REFS, &n);
 	for (uint64_t i = 0; i < n; i++)
 		stale_word(&refs[i].owner);
+	mark_txn_stale(seg);
 }
 
 /* shm's recoverFromReboot: the first writable open of a boot marks every

@@ -231,6 +231,30 @@ static void test_reboot_and_claims(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A writable open of txn.seg, an image of another boot: the identities of
+ * the txn tables are stale too (record owners, pin rows; the arena's lock
+ * and barrier words), as every other table's (shm's markTxnStale). */
+static void test_reboot_marks_txn(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "reboot-txn");
+	copy_golden("segments/txn.seg", path);
+	shmlock_options o = {.flags = SHMLOCK_ALLOW_FOREIGN_PIDNS};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_open(path, &o, &s), 0);
+	if (s) {
+		uint8_t *recs = s->tables[SHM_TXN_RECORDS].base, *arena = s->tables[SHM_TXN_ARENA].base;
+		a64 *owner0 = (a64 *)(void *)(recs + 8), *owner1 = (a64 *)(void *)(recs + 128 + 8);
+		a64 *row0 = (a64 *)(void *)(arena + 128), *row1 = (a64 *)(void *)(arena + 128 + 64);
+		CHECK(atomic_load(owner0) == (LIVE | SHM_STALE_BIT));
+		CHECK(atomic_load(owner1) == DEAD);
+		CHECK(atomic_load(row0) == (LIVE | SHM_STALE_BIT));
+		CHECK(atomic_load(row1) == DEAD);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 static size_t read_file(const char *path, uint8_t *buf, size_t n)
 {
 	int fd = open(path, O_RDONLY);
@@ -1008,6 +1032,7 @@ int main(void)
 	RUN(test_golden_lockmgr_txn);
 	RUN(test_golden_regions);
 	RUN(test_reboot_and_claims);
+	RUN(test_reboot_marks_txn);
 	RUN(test_bad_inputs);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
