@@ -321,3 +321,30 @@ func TestDropDeadClaimsContextGivesUp(t *testing.T) {
 	_, err = seg.DropDeadClaimsContext(context.Background(), false)
 	require.NoError(t, err, "the lock is free")
 }
+
+// A claimed entry whose reference count is at its greatest (damage: no
+// segment holds 2^32 - 1 claims): another claim of its name must fail, not
+// wrap the count to 0, which would make a claim that a live handle uses
+// look unreferenced, and the next claim that finds no free entry would
+// recycle it for another name under that handle. (Before, the claim
+// succeeded with Refs 0, and "other" got the same slot as "jobs".)
+func TestClaimRefusesWrappedRefs(t *testing.T) {
+	t.Parallel()
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 1}})
+	i, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+	require.NoError(t, err)
+	dirs, err := seg.Region(layout.KindSlotDirectory)
+	require.NoError(t, err)
+	d, err := memview.At[layout.DirEntry](dirs, uint64(i*layout.DirEntrySize))
+	require.NoError(t, err)
+	d.Refs.Store(^uint32(0))
+
+	_, err = seg.Claim(layout.KindOwnerSlots, "jobs")
+	require.ErrorIs(t, err, layout.ErrMalformed)
+	require.Equal(t, ^uint32(0), d.Refs.Load(), "a refused claim changes nothing")
+	_, err = seg.Claim(layout.KindOwnerSlots, "other")
+	require.ErrorIs(t, err, shm.ErrTableFull)
+	d.Refs.Store(1)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+	requireNoClaims(t, seg)
+}

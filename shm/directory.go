@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
@@ -105,6 +106,12 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 		case !names && e.Refs.Load() == 0 && parked < 0 && s.lockFree(k, i, e.Use.Load()):
 			parked = i // recyclable, if nothing is free (a damaged entry too, whatever its name)
 		case names:
+			if e.Refs.Load() == math.MaxUint32 {
+				// Damage (no segment holds that many claims): one more would
+				// wrap to 0, and a claim that live handles use would read as
+				// one nobody references, to be recycled for another name.
+				return -1, false, fmt.Errorf("shm: %v %q counts %d references, the most there can be: %w", k, name, uint32(math.MaxUint32), layout.ErrMalformed)
+			}
 			switch had := e.Use.Load(); {
 			case use == 0 || had == use:
 			case had == 0:
@@ -197,6 +204,9 @@ func (s *Segment) addRef(k layout.Kind, i int) error {
 		}
 		switch o := r.Owner.Load(); {
 		case o == self && r.Target.Load() == target:
+			if r.Count.Load() == math.MaxUint32 {
+				return fmt.Errorf("shm: %v[%d] counts %d references, the most there can be: %w", layout.KindClaimRefs, j, uint32(math.MaxUint32), layout.ErrMalformed)
+			}
 			r.Count.Add(1)
 			return nil
 		case o == 0 && free == nil:
@@ -617,14 +627,14 @@ func (s *Segment) recountRefs() {
 	if n == 0 || s.readOnly {
 		return
 	}
-	counts := map[uint32]uint32{}
+	counts := map[uint32]uint64{}
 	for j := range n {
 		r, err := entryOf[layout.ClaimRef](s, layout.KindClaimRefs, j)
 		if err != nil {
 			return
 		}
 		if r.Owner.Load() != 0 {
-			counts[r.Target.Load()] += r.Count.Load()
+			counts[r.Target.Load()] += uint64(r.Count.Load())
 		}
 	}
 	for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
@@ -634,7 +644,9 @@ func (s *Segment) recountRefs() {
 			if err != nil || d.State.Load() != layout.DirClaimed {
 				continue
 			}
-			want := counts[layout.ClaimTarget(k, i)]
+			// Damaged records may count more than a Refs can hold: the most
+			// it can, never a sum wrapped to (nearly) nothing.
+			want := uint32(min(counts[layout.ClaimTarget(k, i)], math.MaxUint32))
 			d.Refs.Store(want)
 			if want == 0 && s.lockFree(k, i, d.Use.Load()) {
 				_ = s.freeEntry(k, dk, i)

@@ -293,11 +293,16 @@ void shm_recount_refs(shmlock_segment *seg)
 			struct shm_dir_entry *d = dir_entry(seg, dk, i);
 			if (atomic_load(&d->state) != SHM_DIR_CLAIMED)
 				continue;
-			uint32_t target = claim_target(kind, i), want = 0;
+			uint32_t target = claim_target(kind, i);
+			uint64_t want = 0;
 			for (uint64_t j = 0; j < nrefs; j++)
 				if (atomic_load(&refs[j].owner) != 0 && atomic_load(&refs[j].target) == target)
 					want += atomic_load(&refs[j].count);
-			atomic_store(&d->refs, want);
+			/* Damaged records may count more than Refs holds: the most it
+			 * can, never a sum wrapped to (nearly) nothing. */
+			if (want > UINT32_MAX)
+				want = UINT32_MAX;
+			atomic_store(&d->refs, (uint32_t)want);
 			if (want == 0 && lock_free(seg, kind, i, atomic_load(&d->use)))
 				free_entry(seg, kind, dk, i);
 		}
@@ -370,6 +375,8 @@ static int add_ref(shmlock_segment *seg, int kind, uint64_t i)
 		for (uint64_t j = 0; j < n; j++) {
 			uint64_t o = atomic_load(&r[j].owner);
 			if (o == self && atomic_load(&r[j].target) == target) {
+				if (atomic_load(&r[j].count) == UINT32_MAX)
+					return SHMLOCK_EMALFORMED; /* damage: one more would wrap */
 				atomic_fetch_add(&r[j].count, 1);
 				return 0;
 			}
@@ -427,6 +434,11 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 		           lock_free(seg, kind, i, atomic_load(&e->use))) {
 			parked = (int64_t)i; /* recyclable if nothing is free; a damaged entry too, whatever its name */
 		} else if (names) {
+			/* Damage (no segment holds that many claims): one more would wrap
+			 * to 0, and a claim live handles use would read as unreferenced,
+			 * to be recycled for another name (as shm's claimEntry). */
+			if (atomic_load(&e->refs) == UINT32_MAX)
+				return SHMLOCK_EMALFORMED;
 			uint32_t had = atomic_load(&e->use);
 			if (had == 0 && use != 0)
 				atomic_store(&e->use, use);

@@ -518,6 +518,32 @@ static void test_reboot_mid_claim_recounts(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A claim whose reference count is at its greatest (damage): another claim
+ * of its name fails and changes nothing, rather than wrap the count to 0,
+ * which would let a claim live handles use be recycled for another name. */
+static void test_claim_refuses_wrapped_refs(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "wrapped-refs");
+	shmlock_options o = {.slots = 1};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	size_t i = 99, j = 99;
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "jobs", 1, &i), 0);
+	struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+	atomic_store(&d[0].refs, UINT32_MAX);
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "jobs", 1, &j), SHMLOCK_EMALFORMED);
+	CHECK(atomic_load(&d[0].refs) == UINT32_MAX);
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "other", 1, &j), SHMLOCK_ETABLEFULL);
+	atomic_store(&d[0].refs, 1);
+	CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, i), 0);
+	CHECK(atomic_load(&d[0].state) == 0);
+	shmlock_close(s);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 /* A fresh claim under a new name starts the entry's contention counters
  * at zero; another claim of the same name keeps them (as shm in Go). */
 static void test_stats_reset_by_fresh_claim(void)
@@ -1037,6 +1063,7 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
 	RUN(test_reboot_mid_claim_recounts);
+	RUN(test_claim_refuses_wrapped_refs);
 	RUN(test_stats_reset_by_fresh_claim);
 	RUN(test_huge_counts);
 	RUN(test_ready_timeout_saturates);
