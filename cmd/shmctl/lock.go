@@ -102,7 +102,8 @@ shmctl dies (even by kill -9), and the hold records both processes, so it
 is reclaimed as a dead holder's only once neither lives. The command's own
 children do not keep the lock (flock(1)'s inherited descriptor does). The
 signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
-the command.
+the command; one that was ignored when shmctl started (nohup's SIGHUP)
+stays ignored, for the command too.
 
 --hold-for PID holds the lock for another process, typically a shell, for
 a block of a script: shmctl takes the lock, ties it to that process and

@@ -58,7 +58,9 @@ func runLock(opts *lockOptions) error {
 	// ones go to the command. The watcher is gone before the command
 	// starts, so no signal is taken by both or lost between them.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	if caught := caughtSignals(); len(caught) > 0 { // none would mean all
+		signal.Notify(sigs, caught...)
+	}
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -122,6 +124,25 @@ func runLock(opts *lockOptions) error {
 		return nil
 	}
 	return exitStatus(code)
+}
+
+// caughtSignals are the signals shmctl lock catches, to end its wait or
+// pass them on to the command: SIGINT, SIGTERM, SIGHUP and SIGQUIT, but for
+// one that was ignored when shmctl started. That one stays ignored, for
+// shmctl and for the command, which inherits the disposition, as with
+// flock(1): nohup's SIGHUP, the SIGINT a shell ignores for a command it
+// runs with & (without job control). Catching it would undo the ignore,
+// and the command would die of the hang-up it was started to survive.
+// (Go keeps only an ignored SIGHUP or SIGINT ignored at start, so those
+// are the two signal.Ignored sees.)
+func caughtSignals() []os.Signal {
+	var sigs []os.Signal
+	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
 }
 
 // reclaimedEnv is SHMLOCK_RECLAIMED's value: "1" if an earlier hold of the
