@@ -122,7 +122,9 @@ seconds), and --hold-for is not available: the session ends with shmctl.
 
 Exit status: the command's; 75 (-E) if the lock was taken (-n) or the wait
 timed out (-w), the command not run; 128+N if signal N ended the wait or
-killed the command; 126 if the command could not be run, 127 if it was not
+killed the command (for SIGINT, shmctl then dies of SIGINT itself, once the
+lock is released, as flock(1) does on Ctrl-C: a shell reports 130, and
+stops its script); 126 if the command could not be run, 127 if it was not
 found; 2 for a usage error; 1 if shmctl failed otherwise (a message says
 why), or if the hold was lost while the command ran (its lease lapsed) and
 the command exited 0.`,

@@ -87,8 +87,13 @@ func runLock(opts *lockOptions) error {
 		if err == nil {
 			err = m.Release(opts.Resource, owner)
 		}
-		return &statusError{code: exitSignalled + int(interrupted.(syscall.Signal)),
+		sig := interrupted.(syscall.Signal)
+		se := &statusError{code: exitSignalled + int(sig),
 			err: errors.Join(fmt.Errorf("interrupted by %v while waiting for the lock; the command did not run", interrupted), err)}
+		if sig == syscall.SIGINT {
+			return &signalExit{sig: sig, err: se}
+		}
+		return se
 	}
 	switch {
 	case errors.Is(err, lockmgr.ErrResourceLocked), errors.Is(err, lockmgr.ErrTimeout), errors.Is(err, lockmgr.ErrTooManyHolders):
@@ -103,7 +108,7 @@ func runLock(opts *lockOptions) error {
 	if opts.HoldFor > 0 {
 		return holdForProcess(t.shm, opts, holder, info)
 	}
-	code, runErr := runLocked(t, opts, info, path, sigs)
+	code, killedBy, runErr := runLocked(t, opts, info, path, sigs)
 	if runErr != nil {
 		printError(opts.IO.ErrOut, runErr)
 	}
@@ -120,8 +125,11 @@ func runLock(opts *lockOptions) error {
 			code = exitError
 		}
 	}
-	if code == exitOK {
+	switch {
+	case code == exitOK:
 		return nil
+	case killedBy == syscall.SIGINT:
+		return &signalExit{sig: killedBy, err: exitStatus(code)}
 	}
 	return exitStatus(code)
 }
@@ -207,7 +215,7 @@ func openLockRunTable(opts *lockOptions) (*lockRunTable, func(), error) {
 }
 
 // runLocked runs the command while the lock is held and returns its exit
-// status.
+// status, and the signal that killed it (or 0).
 //
 // The command runs directly, as shmctl's child, killed by the kernel when
 // shmctl dies (Pdeathsig), and recorded in the hold as its companion right
@@ -224,19 +232,19 @@ func openLockRunTable(opts *lockOptions) (*lockRunTable, func(), error) {
 // On etcd there is no record: the hold lives on shmctl's session, so it
 // ends when shmctl dies, and the command with it (Pdeathsig, restored by
 // lock-exec for a command that gains privileges).
-func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path string, sigs chan os.Signal) (int, error) {
+func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path string, sigs chan os.Signal) (int, syscall.Signal, error) {
 	var cmd *exec.Cmd
 	var ready *os.File // the lock-exec stage's go-ahead
 	if gainsPrivileges(path) {
 		r, w, err := os.Pipe()
 		if err != nil {
-			return exitCannotRun, err
+			return exitCannotRun, 0, err
 		}
 		defer r.Close()
 		defer w.Close()
 		cmd, err = selfCommand(append([]string{"lock-exec", "--", path}, opts.Command...)...)
 		if err != nil {
-			return exitCannotRun, err
+			return exitCannotRun, 0, err
 		}
 		cmd.ExtraFiles = []*os.File{r} // fd 3 in the child
 		ready = w
@@ -251,7 +259,7 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return exitNotRunnable, err
+		return exitNotRunnable, 0, err
 	}
 	if ready != nil {
 		_ = cmd.ExtraFiles[0].Close()
@@ -260,14 +268,14 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 		if err := t.shm.SetCompanion(opts.Resource, info.Owner, cmd.Process.Pid); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return exitError, fmt.Errorf("recording the command in the hold: %w", err)
+			return exitError, 0, fmt.Errorf("recording the command in the hold: %w", err)
 		}
 	}
 	if ready != nil {
 		if _, err := ready.Write([]byte{1}); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return exitCannotRun, err
+			return exitCannotRun, 0, err
 		}
 		_ = ready.Close()
 	}
@@ -280,16 +288,16 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	}
 	err := cmd.Wait()
 	if err == nil {
-		return exitOK, nil
+		return exitOK, 0, nil
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return exitSignalled + int(ws.Signal()), nil
+			return exitSignalled + int(ws.Signal()), ws.Signal(), nil
 		}
-		return exit.ExitCode(), nil
+		return exit.ExitCode(), 0, nil
 	}
-	return exitError, err
+	return exitError, 0, err
 }
 
 // gainsPrivileges reports whether exec of path may change the process's

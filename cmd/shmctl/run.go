@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 
@@ -70,7 +73,35 @@ func newUsageError(cmd *cobra.Command, format string, args ...any) error {
 // the exit status. main only connects it to the process.
 func run(args []string, stdout, stderr io.Writer) int {
 	ios := newIOStreams(stdout, stderr)
-	return execute(newCmdRoot(ios), args, ios)
+	code, sig := executeSignal(newCmdRoot(ios), args, ios)
+	if sig != 0 {
+		dieOf(sig)
+	}
+	return code
+}
+
+// signalExit asks the process to end by signal sig, once the command is
+// done: shmctl lock's, when SIGINT killed its command or ended its wait. A
+// shell waiting for a command on Ctrl-C stops its script only if the
+// command died of SIGINT too (bash's "wait and cooperative exit"); an exit
+// with status 130 says the command handled the signal, and the script
+// goes on, as a loop of shmctl lock commands did. flock(1) dies of the
+// SIGINT. In process (tests) the exit status is err's, 128+N.
+type signalExit struct {
+	sig syscall.Signal
+	err error // an exitStatus or *statusError
+}
+
+func (e *signalExit) Error() string { return e.err.Error() }
+func (e *signalExit) Unwrap() error { return e.err }
+
+// dieOf ends the process by sig, with the signal's default action, and
+// returns only if sig is ignored (it was ignored when shmctl started).
+func dieOf(sig syscall.Signal) {
+	signal.Reset(sig) // Go's runtime then dies of a SIGINT, SIGTERM or SIGHUP
+	// Sent to this thread, the signal is handled before tgkill returns.
+	runtime.LockOSThread()
+	_ = syscall.Tgkill(syscall.Getpid(), syscall.Gettid(), sig)
 }
 
 // execute runs root with args and turns what happened into an exit status
@@ -82,7 +113,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 // mapped raises SIGBUS, which would otherwise kill the process with a
 // runtime trace. Commands run on this goroutine, so SetPanicOnFault turns
 // such a fault into a panic that the deferred recover sees.
-func execute(root *cobra.Command, args []string, ios *IOStreams) (code int) {
+func execute(root *cobra.Command, args []string, ios *IOStreams) int {
+	code, _ := executeSignal(root, args, ios)
+	return code
+}
+
+// executeSignal is execute, and also returns the signal the process is to
+// end by, if the command asked for one (signalExit), else 0.
+func executeSignal(root *cobra.Command, args []string, ios *IOStreams) (code int, sig syscall.Signal) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		// A fault has an address; a nil dereference is a plain runtime.Error.
@@ -100,23 +138,26 @@ func execute(root *cobra.Command, args []string, ios *IOStreams) (code int) {
 	root.SetArgs(args)
 	_, err := root.ExecuteC()
 	if err == nil {
-		return exitOK
+		return exitOK, 0
+	}
+	if se, ok := errors.AsType[*signalExit](err); ok {
+		sig = se.sig
 	}
 	if errors.Is(err, errSilent) {
-		return exitError
+		return exitError, sig
 	}
 	if status, ok := errors.AsType[exitStatus](err); ok {
-		return int(status)
+		return int(status), sig
 	}
 	if se, ok := errors.AsType[*statusError](err); ok {
 		printError(ios.ErrOut, se.err)
-		return se.code
+		return se.code, sig
 	}
 	printError(ios.ErrOut, err)
 	if _, ok := errors.AsType[*usageError](err); ok {
-		return exitUsage
+		return exitUsage, sig
 	}
-	return exitError
+	return exitError, sig
 }
 
 // printError writes err as the one line "shmctl: <message>": a multi-line
