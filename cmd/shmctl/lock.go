@@ -103,7 +103,8 @@ is reclaimed as a dead holder's only once neither lives. The command's own
 children do not keep the lock (flock(1)'s inherited descriptor does). The
 signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
 the command; one that was ignored when shmctl started (nohup's SIGHUP)
-stays ignored, for the command too.
+stays ignored, for the command too. A ^C or ^\ typed at the terminal
+reaches the command once: the terminal sends it to the command itself.
 
 --hold-for PID holds the lock for another process, typically a shell, for
 a block of a script: shmctl takes the lock, ties it to that process and

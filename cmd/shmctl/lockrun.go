@@ -317,11 +317,33 @@ func forward(sigs chan os.Signal, p *os.Process, done chan struct{}) {
 	for {
 		select {
 		case s := <-sigs:
-			_ = p.Signal(s)
+			if !typedAtTerminal(s) {
+				_ = p.Signal(s)
+			}
 		case <-done:
 			return
 		}
 	}
+}
+
+// typedAtTerminal reports whether s is a SIGINT or SIGQUIT that shmctl got
+// in the foreground process group of its controlling terminal: the
+// terminal's ^C or ^\, which the kernel sent to the whole group, and so to
+// the command too. Passed on, it reached the command twice, and many
+// programs take a second SIGINT for "stop at once, without cleaning up".
+// (The price: in that case a kill of shmctl alone with one of these
+// signals does not reach the command, as with flock(1).)
+func typedAtTerminal(s os.Signal) bool {
+	if s != syscall.SIGINT && s != syscall.SIGQUIT {
+		return false
+	}
+	tty, err := os.Open("/dev/tty") // the controlling terminal, if any
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	pgrp, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
 }
 
 // renew refreshes the lease every third of it until done.

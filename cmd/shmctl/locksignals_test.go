@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
@@ -88,4 +94,98 @@ func TestLockDiesOfSIGINT(t *testing.T) {
 	require.Contains(t, c.Out.String(), "interrupted by interrupt while waiting for the lock")
 	require.NotContains(t, c.Out.String(), "ran")
 	require.NoError(t, m.Release("job", "holder"))
+}
+
+func init() {
+	// count-sigint: print "ready", then "SIGINT N" at each SIGINT, and at
+	// SIGTERM "SIGINT N times" and exit 0.
+	helpers["count-sigint"] = func([]string) int {
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		fmt.Println("ready")
+		n := 0
+		for s := range sigs {
+			if s == syscall.SIGTERM {
+				fmt.Printf("SIGINT %d times\n", n)
+				return 0
+			}
+			n++
+			fmt.Printf("SIGINT %d\n", n)
+		}
+		return 1
+	}
+}
+
+// openPTY opens a pseudo-terminal: its master, and its slave for a child.
+func openPTY(tb testing.TB) (master, slave *os.File) {
+	tb.Helper()
+	fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	require.NoError(tb, err)
+	master = os.NewFile(uintptr(fd), "/dev/ptmx")
+	tb.Cleanup(func() { _ = master.Close() })
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	require.NoError(tb, err)
+	require.NoError(tb, unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0))
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(tb, err)
+	return master, slave
+}
+
+// A ^C typed at the terminal reaches the command once, as with flock(1):
+// the kernel sends it to the foreground process group, the command's and
+// shmctl's, and shmctl passed its copy on as well, so the command got
+// SIGINT twice (a program that takes a second ^C for "quit at once" did
+// so on the first). A SIGTERM sent to shmctl is still passed on.
+func TestLockTerminalSIGINTOnce(t *testing.T) {
+	t.Parallel()
+	seg, _ := lockSegment(t)
+	master, slave := openPTY(t)
+	cmd := testproc.Command("shmctl", "lock", seg.Path(), "r", "--", testproc.Script(t, "count-sigint"))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	// A session of its own, with the terminal as its controlling one and
+	// shmctl's process group in the foreground, as a shell starts a job.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true, Setctty: true, Ctty: 0}
+	require.NoError(t, cmd.Start())
+	_ = slave.Close()
+	var waitErr error
+	done := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		for sc := bufio.NewScanner(master); sc.Scan(); {
+			lines <- strings.TrimRight(sc.Text(), "\r")
+		}
+	}()
+	waitLine := func(prefix string) string {
+		t.Helper()
+		for {
+			select {
+			case line, ok := <-lines:
+				require.True(t, ok, "the terminal closed before %q", prefix)
+				if i := strings.Index(line, prefix); i >= 0 {
+					return line[i:]
+				}
+			case <-time.After(testproc.Timeout):
+				t.Fatalf("no %q on the terminal after %v", prefix, testproc.Timeout)
+			}
+		}
+	}
+	waitLine("ready")
+	_, err := master.Write([]byte{0x03}) // ^C
+	require.NoError(t, err)
+	waitLine("SIGINT 1")
+	// The SIGTERM is passed on after any copy of the SIGINT shmctl had.
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, "SIGINT 1 times", waitLine("SIGINT "))
+	select {
+	case <-done:
+	case <-time.After(testproc.Timeout):
+		t.Fatalf("shmctl still running after %v", testproc.Timeout)
+	}
+	require.NoError(t, waitErr)
 }
