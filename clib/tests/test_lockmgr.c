@@ -443,52 +443,6 @@ static void test_bad_input(void)
 	done_segment(seg, NULL, path);
 }
 
-/* A forked child takes the lock and is killed holding it: the next
- * acquisition reclaims it, is told so once, and the resource stays
- * inconsistent until a holder marks it consistent. */
-static void test_dead_holder_reclaimed(void)
-{
-	char path[128];
-	shmlock_segment *seg = new_segment(path, sizeof path, 16);
-	shmlock_lockmgr *m = NULL;
-	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
-	int p[2];
-	CHECK(pipe(p) == 0);
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(p[0]);
-		int rc = shmlock_lockmgr_acquire(m, "job", "child", SHMLOCK_EXCLUSIVE, NULL, NULL);
-		char c = rc == 0 ? 'y' : 'n';
-		if (write(p[1], &c, 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	close(p[1]);
-	char c = 0;
-	CHECK(read(p[0], &c, 1) == 1 && c == 'y');
-	close(p[0]);
-	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
-	kill(pid, SIGKILL);
-	int status;
-	CHECK(waitpid(pid, &status, 0) == pid);
-	shmlock_acquire_options o = {.retries = SHMLOCK_RETRY_FOREVER, .backoff_initial_ns = 5 * MS};
-	shmlock_lock_info info;
-	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, &o, &info), 0);
-	CHECK(info.reclaimed && info.inconsistent && info.version == 3);
-	struct shm_lockmgr_entry *e = entry_named(seg, "job");
-	CHECK(e && atomic_load(&e->reclaimed) == 1);
-	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
-	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
-	CHECK(!info.reclaimed && info.inconsistent);
-	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "job", "parent"), 0);
-	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
-	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
-	CHECK(!info.reclaimed && !info.inconsistent);
-	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
-	done_segment(seg, m, path);
-}
-
 /* fork_holder forks a child that acquires res as owner in mode and then
  * waits to be killed; it returns the child's pid once it holds. */
 static pid_t fork_holder(shmlock_lockmgr *m, const char *res, const char *owner, int mode)
@@ -517,6 +471,35 @@ static void kill_child(pid_t pid)
 	kill(pid, SIGKILL);
 	int status;
 	CHECK(waitpid(pid, &status, 0) == pid);
+}
+
+/* A forked child takes the lock and is killed holding it: the next
+ * acquisition reclaims it, is told so once, and the resource stays
+ * inconsistent until a holder marks it consistent. */
+static void test_dead_holder_reclaimed(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	pid_t pid = fork_holder(m, "job", "child", SHMLOCK_EXCLUSIVE);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
+	kill_child(pid);
+	shmlock_acquire_options o = {.retries = SHMLOCK_RETRY_FOREVER, .backoff_initial_ns = 5 * MS};
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, &o, &info), 0);
+	CHECK(info.reclaimed && info.inconsistent && info.version == 3);
+	struct shm_lockmgr_entry *e = entry_named(seg, "job");
+	CHECK(e && atomic_load(&e->reclaimed) == 1);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(!info.reclaimed && info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "job", "parent"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "job", "parent", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(!info.reclaimed && !info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_release(m, "job", "parent"), 0);
+	done_segment(seg, m, path);
 }
 
 /* Forked children take locks under the parent's owner name: one lives on,
