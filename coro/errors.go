@@ -21,4 +21,8 @@ var (
 	// UpgradeUpgradable(nil)), and what such an adapter's own methods
 	// return. Nothing is locked or queued.
 	ErrNoLock = errors.New("coro: no lock to wait for (nil)")
+	// ErrAdapterInUse is what every method of a ProcessMutex returns that
+	// was made over a SpinLock adapter already serving another
+	// ProcessMutex (see NewProcessMutex). Nothing is locked or queued.
+	ErrAdapterInUse = errors.New("coro: the lock's adapter serves another ProcessMutex")
 )

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/coro"
+	"github.com/shmlock/shmlock/spinlock"
 )
 
 // The adapters of a nil lock, each a ProcessLock whose methods fail with
@@ -141,4 +142,39 @@ func TestAdapterNilLock(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A SpinLock adapter serves one ProcessMutex: a second one made over the
+// same adapter would share its hold's state (and in PIDTID mode its holder,
+// under which a lock again is a nested hold: two owners). Every method of
+// the second fails with ErrAdapterInUse before it queues, and the first
+// works on.
+func TestProcessMutexAdapterServesOne(t *testing.T) {
+	t.Parallel()
+	l, _, _ := openSpin(t, newProcessSegment(t), spinlock.PIDTID)
+	adapter := coro.SpinLock(l)
+	first := coro.NewProcessMutex(adapter)
+	second := coro.NewProcessMutex(adapter)
+	g, err := first.Lock(context.Background())
+	require.NoError(t, err)
+	_, err = second.Lock(context.Background())
+	require.ErrorIs(t, err, coro.ErrAdapterInUse)
+	_, err = second.TryLock()
+	require.ErrorIs(t, err, coro.ErrAdapterInUse)
+	loop := coro.NewLoop()
+	defer loop.Close()
+	require.ErrorIs(t, second.LockOn(context.Background(), loop, func(coro.ProcessGuard, error) {
+		t.Error("the continuation of a refused LockOn ran")
+	}), coro.ErrAdapterInUse)
+	require.ErrorIs(t, second.Close(), coro.ErrAdapterInUse)
+	mustFree(t, coro.ProcessLocal(second))
+	require.NoError(t, g.Unlock())
+	g, err = first.TryLock()
+	require.NoError(t, err, "the first ProcessMutex works on")
+	require.NoError(t, g.Unlock())
+	// Another adapter over the same lock has a holder of its own.
+	other := coro.NewProcessMutex(coro.SpinLock(l))
+	g, err = other.TryLock()
+	require.NoError(t, err)
+	require.NoError(t, g.Unlock())
 }

@@ -50,16 +50,53 @@ type ProcessMutex struct {
 // UpgradeUnique(nil), UpgradeUpgradable(nil)), gives a ProcessMutex whose
 // every locking method fails with ErrNoLock and changes nothing, as does
 // the zero ProcessMutex.
+//
+// An adapter of SpinLock serves one ProcessMutex: it keeps the state of the
+// current hold, and in PIDTID mode its holder identity would let a second
+// ProcessMutex over it lock again as a nested hold while the first holds
+// (two owners). A second NewProcessMutex over the same adapter gives a
+// ProcessMutex whose every method fails with ErrAdapterInUse.
 func NewProcessMutex(lock ProcessLock) *ProcessMutex {
-	if a, ok := lock.(adapter); ok && a.adaptsNil() {
-		lock = nil // so that one comparison serves every method
+	if a, ok := lock.(adapter); ok {
+		switch {
+		case a.adaptsNil():
+			lock = nil // so that one comparison serves every method
+		case !a.bind():
+			lock = adapterInUse{}
+		}
 	}
 	return &ProcessMutex{lock: lock}
 }
 
 // adapter is implemented by this package's ProcessLocks, which are never
-// nil themselves but may adapt a nil lock.
-type adapter interface{ adaptsNil() bool }
+// nil themselves but may adapt a nil lock. bind reports whether the
+// adapter may serve a new ProcessMutex (false if it serves one already
+// and must not serve two).
+type adapter interface {
+	adaptsNil() bool
+	bind() bool
+}
+
+// adapterInUse is the lock of a ProcessMutex made over an adapter that
+// serves another one: every method fails (refused), before it queues.
+type adapterInUse struct{}
+
+func (adapterInUse) LockContext(context.Context) (bool, error) { return false, ErrAdapterInUse }
+func (adapterInUse) TryLock() (bool, error)                    { return false, ErrAdapterInUse }
+func (adapterInUse) Unlock() error                             { return ErrAdapterInUse }
+
+// refused is the error of every method of a ProcessMutex that cannot lock
+// at all: ErrNoLock over no lock, ErrAdapterInUse over an adapter that
+// serves another ProcessMutex; nil otherwise.
+func (m *ProcessMutex) refused() error {
+	switch m.lock.(type) {
+	case nil:
+		return ErrNoLock
+	case adapterInUse:
+		return ErrAdapterInUse
+	}
+	return nil
+}
 
 // A ProcessGuard is one hold of a ProcessMutex: a small value, which any
 // one copy may Unlock once. The zero ProcessGuard holds nothing.
@@ -73,8 +110,8 @@ type ProcessGuard struct {
 // is done; then it returns ctx.Err() and m is as it was. A context already
 // done fails at once. ErrNoLock if m has no lock (see NewProcessMutex).
 func (m *ProcessMutex) Lock(ctx context.Context) (ProcessGuard, error) {
-	if m.lock == nil {
-		return ProcessGuard{}, ErrNoLock
+	if err := m.refused(); err != nil {
+		return ProcessGuard{}, err
 	}
 	g, err := m.local.Lock(ctx)
 	if err != nil {
@@ -92,8 +129,8 @@ func (m *ProcessMutex) Lock(ctx context.Context) (ProcessGuard, error) {
 // and the cross-process lock is free: ErrWouldBlock otherwise. ErrNoLock if
 // m has no lock.
 func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
-	if m.lock == nil {
-		return ProcessGuard{}, ErrNoLock
+	if err := m.refused(); err != nil {
+		return ProcessGuard{}, err
 	}
 	g, ok := m.local.TryLock()
 	if !ok {
@@ -120,8 +157,8 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 // ErrNoCont if cont is nil; ErrNoLock if m has no lock. On an error cont
 // never runs and m is untouched.
 func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGuard, error)) error {
-	if m.lock == nil {
-		return ErrNoLock
+	if err := m.refused(); err != nil {
+		return err
 	}
 	if cont == nil {
 		return ErrNoCont
@@ -230,7 +267,10 @@ type spinHold struct {
 	lock   *spinlock.Lock
 	holder spinlock.Identity // PIDTID mode
 	g      spinlock.Guard    // the current hold
+	bound  atomic.Bool       // serves a ProcessMutex (see NewProcessMutex)
 }
+
+func (s *spinHold) bind() bool { return s.bound.CompareAndSwap(false, true) }
 
 func (s *spinHold) identity() spinlock.Identity {
 	if s.lock.Mode() == spinlock.Token {
@@ -279,8 +319,8 @@ func (s *spinHold) Unlock() error {
 // locking methods fail from then on with the handle's error. ErrNoLock for
 // a ProcessMutex over no lock.
 func (m *ProcessMutex) Close() error {
-	if m.lock == nil {
-		return ErrNoLock
+	if err := m.refused(); err != nil {
+		return err
 	}
 	if c, ok := m.lock.(interface{ Close() error }); ok {
 		return c.Close()

@@ -62,6 +62,10 @@ type upgradeHold struct {
 
 func (u *upgradeHold) adaptsNil() bool { return u.m == nil }
 
+// bind always succeeds: the state of a hold is the handle's, which refuses
+// a second unique or upgrade hold itself (upgrade.ErrHeld).
+func (u *upgradeHold) bind() bool { return true }
+
 func (u *upgradeHold) LockContext(ctx context.Context) (bool, error) {
 	if u.m == nil {
 		return false, ErrNoLock
