@@ -27,7 +27,7 @@ func addCompletions(root *cobra.Command) {
 	}
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "create", "demo", "bench", "version", "completion", "help", "demo-worker", "lock-exec":
+		case "create", "demo", "bench", "version", "completion", "help", "demo-worker", "lock-guard":
 		case "rm":
 			c.ValidArgsFunction = func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 				return segmentNames(prefix)

@@ -55,9 +55,9 @@
 // naming it and the create flag that sizes it; info and reclaim take any
 // segment. demo and bench start worker processes: this
 // program again (demo through the hidden demo-worker command, bench with
-// SHMCTL_BENCH_WORKER set); lock starts a CMD that gains privileges
-// (set-user-ID, set-group-ID, file capabilities) through the hidden
-// lock-exec command, which execs CMD once the hold records its pid.
+// SHMCTL_BENCH_WORKER set); lock runs CMD under the hidden lock-guard
+// command, the hold's companion, which kills CMD's whole subtree if shmctl
+// dies.
 //
 // Output is for people on a terminal (aligned columns, local times) and for
 // programs in a pipe (tab-separated rows, RFC 3339 times); tables have a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/proc"
@@ -217,76 +217,86 @@ func openLockRunTable(opts *lockOptions) (*lockRunTable, func(), error) {
 // runLocked runs the command while the lock is held and returns its exit
 // status, and the signal that killed it (or 0).
 //
-// The command runs directly, as shmctl's child, killed by the kernel when
-// shmctl dies (Pdeathsig), and recorded in the hold as its companion right
-// after it starts. The hold is never reclaimable while the command runs:
-// until the record is made, shmctl's own life keeps the hold, and the
-// command cannot outlive shmctl. That holds for every command except one
-// that gains privileges (set-user-ID, set-group-ID or file capabilities):
-// the kernel clears Pdeathsig when it execs such a file. Such a command
-// starts as "shmctl lock-exec", which waits until its pid is recorded
-// before it execs the command (the pid and start time stay the same
-// across exec, so the record names the command from its first
-// instruction).
+// The command runs under a guard (see lockguard.go): shmctl's child,
+// shmctl again as the hidden lock-guard command, which runs the command as
+// its own child. The guard is recorded in the hold as its companion before
+// the command starts, and it outlives every process of the command's
+// subtree when shmctl dies (even by kill -9): the kernel signals the guard
+// (Pdeathsig), which kills the whole subtree, waits until the last of it
+// is gone, and only then exits. So the hold is never reclaimable while a
+// process the command started runs: until the record is made, shmctl's own
+// life keeps the hold, then the guard's. A command that gains privileges
+// (set-user-ID, set-group-ID, file capabilities), whose Pdeathsig the
+// kernel clears at exec, is killed by the guard just the same.
 //
 // On etcd there is no record: the hold lives on shmctl's session, so it
-// ends when shmctl dies, and the command with it (Pdeathsig, restored by
-// lock-exec for a command that gains privileges).
+// ends when the session's lease lapses after shmctl died; the guard kills
+// the subtree at shmctl's death, long before.
 func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path string, sigs chan os.Signal) (int, syscall.Signal, error) {
-	var cmd *exec.Cmd
-	var ready *os.File // the lock-exec stage's go-ahead
-	if gainsPrivileges(path) {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return exitCannotRun, 0, err
-		}
-		defer r.Close()
-		defer w.Close()
-		cmd, err = selfCommand(append([]string{"lock-exec", "--", path}, opts.Command...)...)
-		if err != nil {
-			return exitCannotRun, 0, err
-		}
-		cmd.ExtraFiles = []*os.File{r} // fd 3 in the child
-		ready = w
-	} else {
-		cmd = &exec.Cmd{Path: path, Args: opts.Command, SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+	controlR, controlW, err := os.Pipe()
+	if err != nil {
+		return exitNotRunnable, 0, err
 	}
-	cmd.Env = lockEnv(cmd.Environ(), t.env, info)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, opts.IO.Out, opts.IO.ErrOut
+	defer controlR.Close()
+	defer controlW.Close() // only once the guard is reaped: see lockguard.go
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return exitNotRunnable, 0, err
+	}
+	defer statusR.Close()
+	defer statusW.Close()
+	guard, err := selfCommand(append([]string{"lock-guard", "--parent", strconv.Itoa(os.Getpid()), "--", path}, opts.Command...)...)
+	if err != nil {
+		return exitNotRunnable, 0, err
+	}
+	// In shmctl's process group (the terminal's foreground one), as the
+	// command; told of shmctl's death by a signal it catches, so that it
+	// can kill the subtree before it dies.
+	guard.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: guardDeathSignal}
+	guard.ExtraFiles = []*os.File{controlR, statusW} // guardControlFD, guardStatusFD
+	guard.Env = lockEnv(guard.Environ(), t.env, info)
+	guard.Stdin, guard.Stdout, guard.Stderr = os.Stdin, opts.IO.Out, opts.IO.ErrOut
 	// Pdeathsig fires when the thread that started the child exits, not
 	// the process: keep this goroutine on its thread until the child is
 	// reaped.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	if err := guard.Start(); err != nil {
 		return exitNotRunnable, 0, err
 	}
-	if ready != nil {
-		_ = cmd.ExtraFiles[0].Close()
-	}
+	_ = controlR.Close()
+	_ = statusW.Close()
 	if t.shm != nil {
-		if err := t.shm.SetCompanion(opts.Resource, info.Owner, cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return exitError, 0, fmt.Errorf("recording the command in the hold: %w", err)
+		if err := t.shm.SetCompanion(opts.Resource, info.Owner, guard.Process.Pid); err != nil {
+			_ = guard.Process.Kill()
+			_ = guard.Wait()
+			return exitError, 0, fmt.Errorf("recording the command's guard in the hold: %w", err)
 		}
 	}
-	if ready != nil {
-		if _, err := ready.Write([]byte{1}); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return exitCannotRun, 0, err
-		}
-		_ = ready.Close()
+	if _, err := controlW.Write([]byte{1}); err != nil { // go ahead
+		_ = guard.Process.Kill()
+		_ = guard.Wait()
+		return exitNotRunnable, 0, err
 	}
 
 	done := make(chan struct{}) // from here on, signals are the command's
 	defer close(done)
-	go forward(sigs, cmd.Process, done)
+	go forward(sigs, controlW, done)
 	if opts.TTL > 0 {
 		go renew(t.l, opts, info.Owner, done)
 	}
-	err := cmd.Wait()
+	err = guard.Wait()
+	// The guard was the only writer: its exit ends the report.
+	report, _ := io.ReadAll(statusR)
+	if w, perr := strconv.ParseUint(string(report), 10, 32); perr == nil {
+		ws := syscall.WaitStatus(w)
+		if ws.Signaled() {
+			return exitSignalled + int(ws.Signal()), ws.Signal(), nil
+		}
+		return ws.ExitStatus(), 0, nil
+	}
+	// No report: the guard could not run the command (it said why on
+	// stderr), or it was killed; its own status is shmctl's.
 	if err == nil {
 		return exitOK, 0, nil
 	}
@@ -300,25 +310,14 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	return exitError, 0, err
 }
 
-// gainsPrivileges reports whether exec of path may change the process's
-// credentials: set-user-ID or set-group-ID bits, or file capabilities.
-// The kernel then clears the parent-death signal.
-func gainsPrivileges(path string) bool {
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
-		return true // if in doubt, the staged start is always safe
-	}
-	_, err = unix.Getxattr(path, "security.capability", nil)
-	return err == nil
-}
-
-// forward passes the signals shmctl receives on to the command.
-func forward(sigs chan os.Signal, p *os.Process, done chan struct{}) {
+// forward passes the signals shmctl receives on to the command, through
+// its guard's control pipe.
+func forward(sigs chan os.Signal, control *os.File, done chan struct{}) {
 	for {
 		select {
 		case s := <-sigs:
 			if !typedAtTerminal(s) {
-				_ = p.Signal(s)
+				_, _ = control.Write([]byte{byte(s.(syscall.Signal))})
 			}
 		case <-done:
 			return
@@ -364,52 +363,6 @@ func renew(m lockmgr.Locker, opts *lockOptions, owner string, done chan struct{}
 		case <-done:
 			return
 		}
-	}
-}
-
-// newCmdLockExec is the first stage of the command shmctl lock runs; it is
-// hidden from help.
-func newCmdLockExec(ios *IOStreams) *cobra.Command {
-	return &cobra.Command{
-		Use:    "lock-exec -- PATH ARGV0 ARGS...",
-		Short:  "Wait for shmctl lock to record this process, then exec the command",
-		Hidden: true,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 || len(args) < 2 {
-				return newUsageError(cmd, "lock-exec takes -- PATH ARGV0 ARGS...")
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			// fd 3 is the pipe from shmctl lock: one byte means go, end of
-			// file means shmctl gave up or died.
-			ready := os.NewFile(3, "lock-exec ready")
-			var b [1]byte
-			if n, _ := ready.Read(b[:]); n != 1 {
-				return exitStatus(exitCannotRun)
-			}
-			_ = ready.Close()
-			// Pdeathsig, which shmctl lock asked for when it started this
-			// process, is a setting of the thread it was set on, this
-			// process's first. Go may run this goroutine on another
-			// thread, and an exec from a thread that is not the first
-			// keeps only the calling thread's setting: none, so the
-			// command would outlive a killed shmctl lock and keep its
-			// hold. Set it again on the thread that execs. (Should
-			// shmctl lock die before this, the first thread's setting
-			// kills the whole process.)
-			runtime.LockOSThread()
-			if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-				printError(ios.ErrOut, fmt.Errorf("prctl PR_SET_PDEATHSIG: %w", err))
-				return exitStatus(exitCannotRun)
-			}
-			err := syscall.Exec(args[0], args[1:], os.Environ())
-			printError(ios.ErrOut, fmt.Errorf("exec %s: %w", args[0], err))
-			if notRunnable(err) {
-				return exitStatus(exitNotRunnable)
-			}
-			return exitStatus(exitCannotRun)
-		},
 	}
 }
 

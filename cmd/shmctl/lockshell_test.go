@@ -214,33 +214,37 @@ func TestLockCreatesSegment(t *testing.T) {
 }
 
 // A command that gains privileges when it is exec'd (here: a set-user-ID
-// file) starts through the lock-exec stage, so it is recorded in the hold
-// before it runs its first instruction.
-func TestLockStagesPrivilegedCommand(t *testing.T) {
+// file), whose Pdeathsig the kernel may clear, runs under the guard like
+// any other: the guard is recorded in the hold before the command runs,
+// and kills it when shmctl dies.
+func TestLockGuardsPrivilegedCommand(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	prog := filepath.Join(dir, "setuid-script")
-	testproc.WriteExecutable(t, prog, "#!/bin/sh\necho $$ > "+pidFile+"\nexec sleep 60\n")
+	testproc.WriteExecutable(t, prog, "#!/bin/sh\necho $$ $PPID > "+pidFile+"\nexec sleep 60\n")
 	require.NoError(t, os.Chmod(prog, 0o755|fs.ModeSetuid))
-	require.True(t, gainsPrivileges(prog))
-	require.False(t, gainsPrivileges("/bin/sh"))
 	c := startLock(t, seg.Path(), "r", prog)
-	var pid int
+	var pid, guard int
 	testproc.WaitFor(t, func() bool {
 		b, err := os.ReadFile(pidFile)
 		if err != nil || !strings.HasSuffix(string(b), "\n") {
 			return false
 		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		f := strings.Fields(string(b))
+		require.Len(t, f, 2, "%q", b)
+		pid, err = strconv.Atoi(f[0])
+		require.NoError(t, err)
+		guard, err = strconv.Atoi(f[1])
 		require.NoError(t, err)
 		return true
 	}, "the command's pid (output %q)", c.Out.String())
 	ri, err := m.Inspect("r")
 	require.NoError(t, err)
 	require.Len(t, ri.Holders, 1)
-	require.Equal(t, pid, ri.Holders[0].Companion, "recorded before the command ran")
+	require.Equal(t, guard, ri.Holders[0].Companion, "the guard recorded before the command ran")
+	require.Equal(t, c.PID(), parentPID(t, guard), "the guard is shmctl's child")
 	c.Kill(t)
 	for deadline := time.Now().Add(testproc.Timeout); processExists(pid); time.Sleep(time.Millisecond) {
 		require.False(t, time.Now().After(deadline), "the command outlived shmctl")

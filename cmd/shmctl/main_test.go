@@ -149,6 +149,12 @@ func TestClockEnvWarning(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "shmctl: warning: mono: unknown clock: SHMLOCK_CLOCK=\"hpet\" (want vdso or tsc); the default clock is in use\n", r.stderr)
 	require.True(t, strings.HasPrefix(r.stdout, "shmctl "), r.stdout)
+	// Once for shmctl lock: its guard process, shmctl again, says nothing.
+	seg := newSegment(t, layout.Options{Slots: 1, LockMgrEntries: 8})
+	warning := r.stderr
+	r = shmctl(t, false, "lock", seg.Path(), "r", "--", "true")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, warning, r.stderr)
 
 	t.Setenv(mono.ClockEnv, "vdso")
 	r = shmctl(t, false, "version")

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// The guard is the process between shmctl lock and its command: shmctl
+// re-executed as the hidden "lock-guard" command. It is the hold's
+// companion, and it keeps the command's whole subtree from outliving the
+// hold: the kernel's parent-death signal reaches a process's child only,
+// so a kill -9 of shmctl killed the command (a shell) but not the
+// processes it had started, which ran on out of the lock.
+//
+// The guard is a child subreaper: a process of the subtree whose parent
+// dies becomes the guard's child, not init's. When shmctl dies the kernel
+// sends the guard guardDeathSignal, which it catches: it kills the command
+// and every child it has with SIGKILL, reaps them, and starts again until
+// it has no child left; only then does it exit, and only then is the hold
+// (whose companion it is) free. The command has Pdeathsig SIGKILL too, in
+// case the guard is killed with SIGKILL itself (the command's own children
+// then outlive it: that needs someone to kill the guard in particular).
+//
+// shmctl lock and its guard talk through two pipes:
+//
+//   - guardControlFD, shmctl to guard: one byte once shmctl has recorded
+//     the guard in the hold (the command starts only then; end of file
+//     before it means shmctl gave up or died, and the guard exits without
+//     running it), then one byte for each signal shmctl passes on to the
+//     command, its number. shmctl keeps its end open until the guard has
+//     exited, so end of file later means that shmctl died: the guard then
+//     kills the subtree, as on its parent-death signal.
+//   - guardStatusFD, guard to shmctl: the command's wait status in
+//     decimal, written when the command has ended, so shmctl reports a
+//     command killed by a signal exactly as one it ran itself. Nothing
+//     there means the guard failed (it said why on stderr, and its exit
+//     status is shmctl's) or was killed.
+//
+// Signals come to the command from shmctl through the pipe, not as
+// signals to the guard, so that the command gets each exactly as often
+// as when shmctl ran it itself: a signal sent to the process group (a ^C
+// typed at the terminal, a kill of the group) reaches the command and the
+// guard alike, and the guard must not pass its copy on as well. The guard
+// catches SIGINT, SIGTERM, SIGHUP and SIGQUIT (those not ignored) only so
+// that they do not kill it, and drops them.
+const (
+	guardControlFD = 3
+	guardStatusFD  = 4
+	// guardDeathSignal is the guard's parent-death signal: a signal the
+	// guard can catch, unlike the command's SIGKILL, and one that shmctl
+	// lock never passes on. Sent by anyone else while shmctl lives, it is
+	// ignored, as shmctl ignores it.
+	guardDeathSignal = syscall.SIGUSR2
+)
+
+// newCmdLockGuard is the guard of the command shmctl lock runs (see
+// above); it is hidden from help.
+func newCmdLockGuard(ios *IOStreams) *cobra.Command {
+	var parent int
+	cmd := &cobra.Command{
+		Use:    "lock-guard --parent PID -- PATH ARGV0 ARGS...",
+		Short:  "Run shmctl lock's command and kill its whole subtree if shmctl lock dies",
+		Hidden: true,
+		// shmctl lock has warned of what the root's hook warns of.
+		PersistentPreRun: func(*cobra.Command, []string) {},
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 || len(args) < 2 || parent <= 0 {
+				return newUsageError(cmd, "lock-guard takes --parent PID -- PATH ARGV0 ARGS...")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runLockGuard(ios, parent, args[0], args[1:])
+		},
+	}
+	cmd.Flags().IntVar(&parent, "parent", 0, "the pid of shmctl lock")
+	return cmd
+}
+
+// runLockGuard runs the command path with argv as the guard of shmctl
+// lock, process parent.
+func runLockGuard(ios *IOStreams, parent int, path string, argv []string) error {
+	// The pipes must not reach the command: a descendant that kept the
+	// status pipe open would keep shmctl waiting for its end.
+	syscall.CloseOnExec(guardControlFD)
+	syscall.CloseOnExec(guardStatusFD)
+	control := os.NewFile(guardControlFD, "lock-guard control")
+	status := os.NewFile(guardStatusFD, "lock-guard status")
+
+	// Every signal the guard waits for is caught before it looks whether
+	// shmctl still lives, so none comes unseen in between.
+	died := make(chan os.Signal, 1)
+	signal.Notify(died, guardDeathSignal)
+	children := make(chan os.Signal, 1)
+	signal.Notify(children, syscall.SIGCHLD)
+	if caught := caughtSignals(); len(caught) > 0 { // dropped: see above
+		signal.Notify(make(chan os.Signal, 1), caught...)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		printError(ios.ErrOut, fmt.Errorf("prctl PR_SET_CHILD_SUBREAPER: %w", err))
+		return exitStatus(exitCannotRun)
+	}
+	var b [1]byte
+	if n, _ := control.Read(b[:]); n != 1 {
+		return exitStatus(exitCannotRun) // shmctl said why, or died
+	}
+	if os.Getppid() != parent {
+		return exitStatus(exitCannotRun) // shmctl died before the signal was caught
+	}
+
+	// The command's Pdeathsig fires when the thread that started it exits:
+	// keep this goroutine, which never returns before the command is
+	// reaped, on its thread.
+	runtime.LockOSThread()
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		printError(ios.ErrOut, err)
+		if notRunnable(err) {
+			return exitStatus(exitNotRunnable)
+		}
+		return exitStatus(exitCannotRun)
+	}
+	passOn := make(chan syscall.Signal)
+	go func() {
+		defer close(passOn)
+		var b [1]byte
+		for {
+			if n, _ := control.Read(b[:]); n != 1 {
+				return
+			}
+			passOn <- syscall.Signal(b[0])
+		}
+	}()
+	for {
+		select {
+		case s, ok := <-passOn:
+			if ok {
+				_ = p.Signal(s) // p's pidfd: never another process, even once reaped
+				continue
+			}
+			passOn = nil
+			killSubtree(p) // end of file: shmctl died
+			return exitStatus(exitSignalled + int(syscall.SIGKILL))
+		case <-died:
+			if os.Getppid() != parent {
+				killSubtree(p)
+				return exitStatus(exitSignalled + int(syscall.SIGKILL))
+			}
+		case <-children:
+			ws, ok := reapChildren(p.Pid)
+			if !ok {
+				continue
+			}
+			// The command has ended. The processes it left behind are
+			// not the lock's (flock(1)'s -o): they are left alone.
+			_, _ = io.WriteString(status, strconv.FormatUint(uint64(ws), 10))
+			_ = status.Close()
+			switch {
+			case ws.Signaled():
+				return exitStatus(exitSignalled + int(ws.Signal()))
+			case ws.ExitStatus() != exitOK:
+				return exitStatus(ws.ExitStatus())
+			}
+			return nil
+		}
+	}
+}
+
+// reapChildren reaps the children of the guard that have ended (the
+// command's orphans it adopted, the command) and returns the command's
+// wait status, and whether the command was among them.
+func reapChildren(command int) (ws unix.WaitStatus, ended bool) {
+	for {
+		var s unix.WaitStatus
+		pid, err := unix.Wait4(-1, &s, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil || pid <= 0:
+			return ws, ended
+		case pid == command:
+			ws, ended = s, true
+		}
+	}
+}
+
+// killSubtree kills the command p and every process of its subtree: the
+// command, and every child of the guard (the orphans of the subtree, which
+// the guard adopts as subreaper), with SIGKILL, again and again until the
+// guard has no child left. A process of the subtree that is killed leaves
+// its children to the guard, which kills them in the next round.
+//
+// Only this goroutine reaps, so a pid read from the list of children
+// names that child until it is reaped here: no pid is signalled after
+// another process could have taken it.
+func killSubtree(p *os.Process) {
+	_ = p.Signal(syscall.SIGKILL)
+	for {
+		for _, pid := range guardChildren() {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		var s unix.WaitStatus
+		_, err := unix.Wait4(-1, &s, 0, nil)
+		if errors.Is(err, unix.ECHILD) {
+			return
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return // cannot happen with these arguments
+		}
+	}
+}
+
+// guardChildren lists the pids of this process's children, from
+// /proc/self/task/*/children (an adopted orphan is the child of one of
+// the threads); where the kernel has no such file, from the parent pid of
+// every process in /proc.
+func guardChildren() []int {
+	var pids []int
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, w := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(w); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(tasks) > 0 {
+		return pids
+	}
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, whose ")" is the last:
+		// state, then the parent's pid.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if f := strings.Fields(s[i+1:]); i >= 0 && len(f) > 1 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == self {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
