@@ -1069,8 +1069,9 @@ func (m *Manager) MarkConsistent(resource, owner string) error {
 
 // SetCompanion records process pid as the companion of owner's hold of
 // resource: the hold then counts as alive while either its own process or
-// the companion lives. shmctl lock names the command it runs, so the lock
-// is not reclaimed while the command still runs after shmctl died.
+// the companion lives. shmctl lock names the guard process it runs its
+// command under, so the lock is not reclaimed after shmctl died while the
+// guard still kills what the command started.
 func (m *Manager) SetCompanion(resource, owner string, pid int) error {
 	var res resKey
 	var own ownKey

@@ -97,10 +97,16 @@ command that exits 0 after SHMLOCK_RECLAIMED=1 has repaired the data, as far
 as shmctl can know: the resource is marked consistent again, and the next
 holders are no longer told.
 
-The lock is never free while the command runs: the command is killed if
-shmctl dies (even by kill -9), and the hold records both processes, so it
-is reclaimed as a dead holder's only once neither lives. The command's own
-children do not keep the lock (flock(1)'s inherited descriptor does). The
+The lock is never free while the command, or any process it started, runs:
+the command runs under a guard process, shmctl's child, which the hold
+records with shmctl. If shmctl dies (even by kill -9), the guard kills the
+command's whole subtree, the processes it left behind included, and exits
+only once none of them lives; the hold is reclaimed as a dead holder's only
+then. When the command exits, the processes it leaves running in the
+background are left alone and do not keep the lock (flock(1)'s inherited
+descriptor does). Only a kill -9 of the guard itself lets them outlive the
+hold (the command dies with its guard, unless it gained privileges at exec:
+set-user-ID, set-group-ID or file capabilities). The
 signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
 the command; one that was ignored when shmctl started (nohup's SIGHUP)
 stays ignored, for the command too. A ^C or ^\ typed at the terminal
@@ -116,9 +122,10 @@ of a second).
 With --etcd (or SHMLOCK_ETCD set), the lock lives in etcd, shared by
 every host that reaches it, and no segment is named: the same flags, exit
 statuses and environment apply, with SHMLOCK_ETCD in place of
-SHMLOCK_SEGMENT. The hold is kept by shmctl's etcd session: if shmctl dies
-(the command is then killed too), it ends when the session's lease lapses,
-within 10 seconds. --ttl is at least 1s there (etcd's leases count whole
+SHMLOCK_SEGMENT. The hold is kept by shmctl's etcd session: if shmctl dies,
+it ends when the session's lease lapses, within 10 seconds, while the guard
+kills the command's subtree at once; a process of it outlives the hold only
+if it cannot be killed in those seconds (one stuck in the kernel). --ttl is at least 1s there (etcd's leases count whole
 seconds), and --hold-for is not available: the session ends with shmctl.
 
 Exit status: the command's; 75 (-E) if the lock was taken (-n) or the wait

@@ -36,8 +36,8 @@ per holder: the resource, its mode (exclusive or collaborative), its state
 (acquired, expired: every hold past its TTL, unlocked), its generation (the
 fencing token of the last grant, which lockmgr calls the version), the
 owner, the holding process's pid and liveness, the companion process whose
-life also keeps the hold (the command 'shmctl lock' runs; "(dead)" if it
-died), the hold's age in seconds, and the seconds left before it expires
+life also keeps the hold (the guard 'shmctl lock' runs its command under;
+"(dead)" if it died), the hold's age in seconds, and the seconds left before it expires
 ("-" if it never does; negative if it expired and nobody has ended it yet).
 
 Without --all, resources that nobody holds and that were not declared are
