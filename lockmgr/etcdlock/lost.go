@@ -24,10 +24,14 @@ type lostSignal struct {
 	stop     context.CancelFunc // the watch's, once started
 	mu       sync.Mutex
 	deadline atomic.Pointer[time.Time] // when a TTL hold must be taken as lost; nil: none
+	// moved has a value when the deadline changed since the watch's
+	// goroutine last looked: a Refresh may shorten it (or give a hold on
+	// the session one), and the goroutine must not sleep on the old one.
+	moved chan struct{}
 }
 
 func newLostSignal(deadline time.Time) *lostSignal {
-	l := &lostSignal{ch: make(chan struct{})}
+	l := &lostSignal{ch: make(chan struct{}), moved: make(chan struct{}, 1)}
 	l.setDeadline(deadline)
 	return l
 }
@@ -40,9 +44,13 @@ func newLostSignal(deadline time.Time) *lostSignal {
 func (l *lostSignal) setDeadline(t time.Time) {
 	if t.IsZero() {
 		l.deadline.Store(nil)
-		return
+	} else {
+		l.deadline.Store(&t)
 	}
-	l.deadline.Store(&t)
+	select {
+	case l.moved <- struct{}{}:
+	default: // a change is already waiting to be seen: it reads the latest
+	}
 }
 
 func (l *lostSignal) fire() {
@@ -96,6 +104,7 @@ func (m *Manager) watchLost(h *hold) {
 	go func() {
 		defer cancel()
 		timer := time.NewTimer(time.Hour)
+		timer.Stop() // armed below while there is a deadline
 		defer timer.Stop()
 		for {
 			if dl := h.lost.deadline.Load(); dl != nil {
@@ -105,11 +114,16 @@ func (m *Manager) watchLost(h *hold) {
 					return
 				}
 				timer.Reset(left)
+			} else {
+				timer.Stop()
 			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-timer.C:
+			case <-h.lost.moved:
+				// Look at the deadline again: a Refresh may have moved
+				// it sooner.
 			case wr, ok := <-wch:
 				if !ok {
 					return // cancelled: the hold ended

@@ -134,3 +134,48 @@ func partitionedHolder(t *testing.T, ttl time.Duration) {
 		}
 	}
 }
+
+// TestPartitionedRefreshedHoldLostFirst: a hold whose Lost watch already
+// runs and which a Refresh then gives a shorter life (a hold on the
+// session moved to a TTL of its own, or a TTL shortened) must still be
+// told, when its holder is cut from etcd, before a waiter is granted it.
+// The watch's goroutine armed its timer for the deadline it saw when it
+// started (none: an hour) and slept on it; the Refresh stored a new
+// deadline that nobody looked at, so a partitioned holder was told only
+// when the old deadline passed, long after etcd had granted the resource
+// to the next holder.
+func TestPartitionedRefreshedHoldLostFirst(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(server.Members[0].Endpoint)
+	require.NoError(t, err)
+	for _, first := range []time.Duration{0, time.Minute} {
+		p := newPrefix(t)
+		var cut atomic.Bool
+		cli, err := etcdtest.Client(blackhole(t, u.Host, &cut))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
+		holder, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: p, SessionTTL: time.Minute})
+		require.NoError(t, err)
+		waiter := newManager(t, p)
+		_, err = holder.Acquire(ctx, "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: first})
+		require.NoError(t, err)
+		lost, err := holder.Lost("r", "holder")
+		require.NoError(t, err)
+		_, err = holder.Refresh("r", "holder", testSessionTTL)
+		require.NoError(t, err)
+		var lostAt atomic.Int64
+		go func() { <-lost; lostAt.Store(time.Now().UnixNano()) }()
+		cut.Store(true)
+		_, err = waiter.Acquire(ctx, "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
+		require.NoError(t, err)
+		grantedAt := time.Now().UnixNano()
+		time.Sleep(10 * time.Millisecond)
+		la := lostAt.Load()
+		cut.Store(false) // so that Close is quick
+		_ = holder.Close()
+		_ = cli.Close()
+		cancel()
+		require.NotZero(t, la, "first TTL %v: the waiter was granted while the partitioned holder had not been told its refreshed hold was lost", first)
+		require.LessOrEqual(t, la, grantedAt, "first TTL %v", first)
+	}
+}
