@@ -239,6 +239,7 @@ func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb
 	for _, kv := range queue {
 		live[ownerOfKey(kv.Key)] = true
 	}
+	recordedMeanwhile := false
 	for _, l := range ledgers {
 		if live[ownerOfKey(l.Key)] {
 			continue
@@ -251,8 +252,18 @@ func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb
 			a.leave()
 			return a.info, err
 		}
+		recordedMeanwhile = recordedMeanwhile || v == 0
 		version = max(version, v)
 		inconsistent = true
+	}
+	if recordedMeanwhile {
+		v, err := a.catchUpVersion(ctx, created, version)
+		if err != nil {
+			a.myRev = created
+			a.leave()
+			return a.info, err
+		}
+		version = max(version, v)
 	}
 	h := &hold{key: k.holdKey(a.mode), rev: created, mode: a.mode, lease: a.lease, ttl: a.ttl, acquired: time.Now()}
 	var deadline time.Time
@@ -280,6 +291,29 @@ func (a *acquisition) granted(ctx context.Context, rev, created int64, ops []*pb
 		a.info.ExpiresAt = a.renewed.Add(a.info.Timeout)
 	}
 	return a.info, nil
+}
+
+// catchUpVersion moves the resource's version past version, under the
+// hold created at created, if it is there already: someone else recorded
+// the end of a hold that this grant found unrecorded (its owner's late
+// Release, another grant), after this grant's transaction, and that
+// moved the version past the grant's. The grant's version must be the
+// resource's current one (CheckVersion), and no other grant's: so a
+// revision of its own, made while the hold stands. 0 if there was
+// nothing to move or the hold is gone.
+func (a *acquisition) catchUpVersion(ctx context.Context, created, version int64) (int64, error) {
+	k := a.k
+	resp, err := a.m.c.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(k.holdKey(a.mode)), "=", created),
+		clientv3.Compare(clientv3.ModRevision(k.version), ">", version),
+	).Then(clientv3.OpPut(k.version, "")).Commit()
+	if err != nil {
+		return 0, a.m.rpcErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return 0, nil
+	}
+	return resp.Header.Revision, nil
 }
 
 // blockedBy describes the first hold of the queue, for a conflict's error.
