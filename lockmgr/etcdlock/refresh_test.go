@@ -1,10 +1,12 @@
 package etcdlock_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/shmlock/shmlock/lockmgr"
 )
@@ -62,4 +64,39 @@ func TestRefreshKeepsSessionHold(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lockmgr.Acquired, ri.State, "the hold ended with the refreshing Manager")
 	require.NoError(t, a.Release("r", "a"))
+}
+
+// TestRefreshMeetsExpiry: a Refresh that moves a hold to a new lease (a
+// new TTL) and finds, at its transaction, that the hold's lease expired
+// after its read, reports ErrLockTimeout and tells the owner once, as a
+// Refresh that reads the expiry does. It reported ErrUnavailable (code
+// UNAVAILABLE: "the outcome is unknown") around the ErrLockTimeout, and
+// left the end unrecorded, so the owner's next Release was told again.
+func TestRefreshMeetsExpiry(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	raw := newClient(t)
+	var hook atomic.Pointer[func()]
+	m := hookedManager(t, p, func(req any) bool {
+		_, ok := req.(*pb.LeaseGrantRequest)
+		return ok
+	}, &hook)
+	_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: 5 * time.Second})
+	require.NoError(t, err)
+	// The lease runs out between the Refresh's read and its transaction
+	// (deleting the key is what etcd does then).
+	expire := func() {
+		_, err := raw.Delete(testCtx(t), p+"r/r/h/x/a")
+		require.NoError(t, err)
+	}
+	hook.Store(&expire)
+	_, err = m.Refresh("r", "a", 10*time.Second)
+	require.ErrorIs(t, err, lockmgr.ErrLockTimeout)
+	require.NotErrorIs(t, err, lockmgr.ErrUnavailable)
+	require.Equal(t, "LOCK_TIMEOUT", lockmgr.Code(err))
+	require.Nil(t, hook.Load(), "the hook ran")
+	require.NoError(t, m.Release("r", "a"), "told once: the release finds nobody holding")
+	ri, err := m.Inspect("r")
+	require.NoError(t, err)
+	require.Empty(t, ri.Holders)
 }

@@ -187,69 +187,39 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 	ctx, cancel := m.reqCtx()
 	defer cancel()
 	k := m.keys(resource, owner)
-	st, err := m.read(ctx, k)
-	if err != nil {
-		return info, err
-	}
-	if st.key == nil || st.ledger == nil {
-		m.forget(resource, owner)
-		return info, m.notHeld(ctx, k, st, false)
-	}
-	hv, err := decodeHold(st.key.Value)
-	if err != nil {
-		return info, err
-	}
 	secs := seconds(ttl)
-	lease := clientv3.LeaseID(st.key.Lease)
-	sent := time.Now()
-	switch {
-	case secs == 0 && hv.TTL == 0:
-		// No expiry asked of a hold that has none: it stays on the
-		// session of the Manager that granted it, which lives as long as
-		// the owner's process does. Moving it onto this Manager's session
-		// would tie the hold to this one (a shmctl refresh, whose Close
-		// would end it under its owner).
-	case secs > 0 && secs == hv.TTL && lease != m.session:
-		if _, err := m.c.KeepAliveOnce(ctx, lease); err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				// Expired between the read and the keep-alive.
-				st.key = nil
-				return info, m.notHeld(ctx, k, st, false)
-			}
-			return info, m.rpcErr(ctx, err)
-		}
-	default:
-		// The old lease is the hold's own only if it had a TTL: else it
-		// is the session of the Manager that granted it, perhaps not this
-		// one, on which that Manager's other holds live.
-		own := hv.TTL > 0
-		newLease := m.session
-		if secs > 0 {
-			if newLease, _, err = m.grant(ctx, ttl); err != nil {
-				return info, err
-			}
-		}
-		hv.TTL, hv.Lease = secs, int64(newLease)
-		resp, err := m.c.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(string(st.key.Key)), "=", st.key.CreateRevision),
-			clientv3.Compare(clientv3.CreateRevision(k.ledger), ">", 0),
-		).Then(
-			clientv3.OpPut(string(st.key.Key), hv.encode(), clientv3.WithLease(newLease)),
-			clientv3.OpPut(k.ledger, hv.encode()),
-		).Commit()
-		if err == nil && !resp.Succeeded {
-			err = fmt.Errorf("%w: %q by %q: the hold ended meanwhile", lockmgr.ErrLockTimeout, resource, owner)
-		}
+	var st state
+	var hv holdValue
+	var lease clientv3.LeaseID
+	var sent time.Time
+	for tries := 0; ; tries++ {
+		st, err = m.read(ctx, k)
 		if err != nil {
-			if newLease != m.session {
-				m.revoke(newLease)
-			}
-			return info, m.rpcErr(ctx, err)
+			return info, err
 		}
-		if own && lease != m.session && lease != newLease {
-			m.revoke(lease)
+		if st.key == nil || st.ledger == nil {
+			m.forget(resource, owner)
+			return info, m.notHeld(ctx, k, st, false)
 		}
-		lease = newLease
+		if hv, err = decodeHold(st.key.Value); err != nil {
+			return info, err
+		}
+		sent = time.Now()
+		var gone bool
+		lease, gone, err = m.extend(ctx, k, st.key, &hv, secs, ttl)
+		if err != nil {
+			return info, err
+		}
+		if !gone {
+			break
+		}
+		if tries >= 2 {
+			return info, fmt.Errorf("%w: %q by %q: the hold kept changing", lockmgr.ErrUnavailable, resource, owner)
+		}
+		// The hold read is gone (its lease expired between the read and
+		// the request, or it was released and granted again): read
+		// again and decide from what is there, as a Refresh that came
+		// after would.
 	}
 	var deadline time.Time
 	if secs > 0 {
@@ -278,6 +248,68 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 	}
 	info.Version = uint64(ver)
 	return info, nil
+}
+
+// extend gives the hold whose key is kv (hv, its value) a life of secs
+// (ttl) from now, as Refresh describes: it returns the lease the hold
+// now lives on, or gone if the hold was no longer there (kv's lease
+// expired, or the key was replaced), having changed nothing.
+func (m *Manager) extend(ctx context.Context, k *resKeys, kv *mvccpb.KeyValue, hv *holdValue, secs int64, ttl time.Duration) (clientv3.LeaseID, bool, error) {
+	lease := clientv3.LeaseID(kv.Lease)
+	switch {
+	case secs == 0 && hv.TTL == 0:
+		// No expiry asked of a hold that has none: it stays on the
+		// session of the Manager that granted it, which lives as long as
+		// the owner's process does. Moving it onto this Manager's session
+		// would tie the hold to this one (a shmctl refresh, whose Close
+		// would end it under its owner).
+	case secs > 0 && secs == hv.TTL && lease != m.session:
+		if _, err := m.c.KeepAliveOnce(ctx, lease); err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				// Expired between the read and the keep-alive.
+				return 0, true, nil
+			}
+			return 0, false, m.rpcErr(ctx, err)
+		}
+	default:
+		// The old lease is the hold's own only if it had a TTL: else it
+		// is the session of the Manager that granted it, perhaps not this
+		// one, on which that Manager's other holds live.
+		own := hv.TTL > 0
+		newLease := m.session
+		if secs > 0 {
+			var err error
+			if newLease, _, err = m.grant(ctx, ttl); err != nil {
+				return 0, false, err
+			}
+		}
+		hv.TTL, hv.Lease = secs, int64(newLease)
+		resp, err := m.c.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.CreateRevision(k.ledger), ">", 0),
+		).Then(
+			clientv3.OpPut(string(kv.Key), hv.encode(), clientv3.WithLease(newLease)),
+			clientv3.OpPut(k.ledger, hv.encode()),
+		).Commit()
+		if err != nil {
+			if newLease != m.session {
+				m.revoke(newLease)
+			}
+			return 0, false, m.rpcErr(ctx, err)
+		}
+		if !resp.Succeeded {
+			// Nothing was written on the new lease.
+			if newLease != m.session {
+				m.revoke(newLease)
+			}
+			return 0, true, nil
+		}
+		if own && lease != m.session && lease != newLease {
+			m.revoke(lease)
+		}
+		lease = newLease
+	}
+	return lease, false, nil
 }
 
 // version is the resource's current version: its version key's revision.

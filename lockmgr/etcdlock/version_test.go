@@ -18,13 +18,13 @@ import (
 )
 
 // hookedManager is a Manager whose client calls *hook (once, if set)
-// before it sends a read of key.
-func hookedManager(t *testing.T, prefix, key string, hook *atomic.Pointer[func()]) *etcdlock.Manager {
+// before it sends a request that match accepts.
+func hookedManager(t *testing.T, prefix string, match func(req any) bool, hook *atomic.Pointer[func()]) *etcdlock.Manager {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if r, ok := req.(*pb.RangeRequest); ok && string(r.Key) == key {
+				if match(req) {
 					if f := hook.Swap(nil); f != nil {
 						(*f)()
 					}
@@ -55,7 +55,10 @@ func TestVersionAfterOrphanRecordedMeanwhile(t *testing.T) {
 	p := newPrefix(t)
 	var hook atomic.Pointer[func()]
 	a := newManager(t, p)
-	b := hookedManager(t, p, p+"r/r/l/a", &hook)
+	b := hookedManager(t, p, func(req any) bool {
+		r, ok := req.(*pb.RangeRequest)
+		return ok && string(r.Key) == p+"r/r/l/a"
+	}, &hook)
 	_, err := a.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: etcdlock.MinTTL})
 	require.NoError(t, err)
 	testproc.WaitFor(t, func() bool {
