@@ -1,14 +1,20 @@
 package etcdlock_test
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
 )
 
 // TestRefreshByAnotherManager: any Manager may refresh any owner's hold
@@ -99,4 +105,47 @@ func TestRefreshMeetsExpiry(t *testing.T) {
 	ri, err := m.Inspect("r")
 	require.NoError(t, err)
 	require.Empty(t, ri.Holders)
+}
+
+// TestRefreshLostAnswerKeepsHold: a Refresh that moves a hold to a new
+// lease and gets no answer to its transaction, which etcd applied, must
+// not end the hold. It revoked the new lease on any error, taking the
+// key it had just moved onto it: the hold ended (and was granted to the
+// next comer) because one answer was lost, while the owner was told only
+// that the outcome was unknown.
+func TestRefreshLostAnswerKeepsHold(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	var lose atomic.Bool
+	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				err := invoker(ctx, method, req, reply, cc, opts...)
+				if r, ok := req.(*pb.TxnRequest); ok && err == nil && len(r.Success) > 0 && r.Success[0].GetRequestPut() != nil && lose.CompareAndSwap(true, false) {
+					return errors.New("test: the answer was lost")
+				}
+				return err
+			})}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	m, err := etcdlock.New(testCtx(t), cli, etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	other := newManager(t, p)
+	for _, ttl := range []time.Duration{5 * time.Second, 0} {
+		_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+		require.NoError(t, err)
+		lose.Store(true)
+		_, err = m.Refresh("r", "a", 10*time.Second)
+		require.False(t, lose.Load(), "the answer was lost")
+		if err != nil {
+			require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+		}
+		ri, err := other.Inspect("r")
+		require.NoError(t, err)
+		require.Equal(t, lockmgr.Acquired, ri.State, "ttl %v: the hold after a Refresh whose answer was lost", ttl)
+		_, err = other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.ErrorIs(t, err, lockmgr.ErrResourceLocked, "ttl %v", ttl)
+		require.NoError(t, m.Release("r", "a"))
+	}
 }

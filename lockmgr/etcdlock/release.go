@@ -292,7 +292,11 @@ func (m *Manager) extend(ctx context.Context, k *resKeys, kv *mvccpb.KeyValue, h
 			clientv3.OpPut(k.ledger, hv.encode()),
 		).Commit()
 		if err != nil {
-			if newLease != m.session {
+			// The transaction may have moved the hold onto the new lease
+			// before its answer was lost: revoking that lease would end
+			// the hold. It goes only once the hold is seen elsewhere;
+			// if that cannot be seen, it runs out with its TTL.
+			if newLease != m.session && m.leaseOf(kv) == clientv3.LeaseID(kv.Lease) {
 				m.revoke(newLease)
 			}
 			return 0, false, m.rpcErr(ctx, err)
@@ -310,6 +314,19 @@ func (m *Manager) extend(ctx context.Context, k *resKeys, kv *mvccpb.KeyValue, h
 		lease = newLease
 	}
 	return lease, false, nil
+}
+
+// leaseOf is the lease that the key kv's hold lives on now, read with a
+// request of its own (the caller's context may be what failed); -1 if it
+// cannot be read or the hold is gone (kv's key no longer exists as kv).
+func (m *Manager) leaseOf(kv *mvccpb.KeyValue) clientv3.LeaseID {
+	ctx, cancel := m.reqCtx()
+	defer cancel()
+	resp, err := m.c.Get(ctx, string(kv.Key))
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision {
+		return -1
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
 }
 
 // version is the resource's current version: its version key's revision.
