@@ -522,17 +522,20 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 		clientv3.OpGet(k.hold, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	}
 	var then clientv3.Op
+	// One set of grant operations for either branch: they write one value
+	// (a.grantVal), which leave recognises.
+	grant := a.grantOps()
 	if a.mode == lockmgr.Exclusive {
 		// Every key left was created no earlier than mine.
 		first := clientv3.Compare(clientv3.CreateRevision(k.hold), ">", a.myRev-1).WithPrefix()
-		then = clientv3.OpTxn([]clientv3.Cmp{first}, a.grantOps(), notGranted)
+		then = clientv3.OpTxn([]clientv3.Cmp{first}, grant, notGranted)
 	} else {
 		// No exclusive key at all, or none created before mine: two
 		// comparisons, for one over an empty range compares a zero.
 		none := clientv3.Compare(clientv3.CreateRevision(k.exclPrefix), "=", 0).WithPrefix()
 		later := clientv3.Compare(clientv3.CreateRevision(k.exclPrefix), ">", a.myRev-1).WithPrefix()
-		then = clientv3.OpTxn([]clientv3.Cmp{none}, a.grantOps(),
-			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{later}, a.grantOps(), notGranted)})
+		then = clientv3.OpTxn([]clientv3.Cmp{none}, grant,
+			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{later}, grant, notGranted)})
 	}
 	resp, err := m.c.Txn(ctx).If(mine).Then(then).Else(notGranted...).Commit()
 	if err != nil {
@@ -596,11 +599,20 @@ func (l *leaving) try() bool {
 	ctx, cancel := l.m.reqCtx()
 	defer cancel()
 	c := l.m.c
+	// A ledger that holds the value this acquisition's grant wrote goes
+	// even when the key is gone: the acquisition's lease, revoked as it
+	// gave up, took the key and left the ledger (on no lease), which
+	// would pass for a hold that ended unreleased.
+	var orphan []clientv3.Op
+	if l.grantVal != "" {
+		orphan = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(l.ledger), "=", l.grantVal)},
+			[]clientv3.Op{clientv3.OpDelete(l.ledger)}, nil)}
+	}
 	if l.rev > 0 {
 		// A grant whose answer was lost wrote a ledger beside the key:
 		// it goes too (the owner is unique, so the ledger is this one's).
 		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
-			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Commit()
+			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Else(orphan...).Commit()
 		return err == nil
 	}
 	// The key is this acquisition's only if it holds a value this
@@ -616,7 +628,7 @@ func (l *leaving) try() bool {
 	}
 	if l.grantVal != "" {
 		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Value(l.key), "=", l.grantVal)).
-			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Commit()
+			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Else(orphan...).Commit()
 		answered = answered && err == nil
 	}
 	return answered

@@ -144,3 +144,35 @@ func TestLostAnswerCleanupRetried(t *testing.T) {
 	require.NoError(t, other.Release("r", "c"))
 	require.Zero(t, fail.Load(), "every failure was used")
 }
+
+// TestLostAnswerTTLGrantLeavesNoLedger: an acquisition with a TTL whose
+// grant's answer is lost, and whose first deletion of what the grant
+// wrote fails too, revokes its lease as it gives up, which deletes the
+// granted key but not its ledger (on no lease). The retried deletion
+// then compared the key's value, found no key, and stopped: the ledger
+// stayed, a hold nobody ever knew of that "ended without its release",
+// and the next grant of the resource was told it was inconsistent (and
+// the owner got a tombstone). The retry now deletes the ledger by its
+// own value, whatever became of the key.
+func TestLostAnswerTTLGrantLeavesNoLedger(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	var lose atomic.Bool
+	var fail atomic.Int32
+	m, other := lossyManager(t, p, &lose, &fail), newManager(t, p)
+	fail.Store(1) // the first deletion
+	lose.Store(true)
+	_, err := m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: 5 * time.Second})
+	require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+	require.False(t, lose.Load(), "the answer was lost")
+	require.Zero(t, fail.Load(), "the deletion failed")
+	testproc.WaitFor(t, func() bool {
+		ri, err := other.Inspect("r")
+		require.NoError(t, err)
+		return len(ri.Holders) == 0 && ri.State == lockmgr.Unlocked
+	}, "what the lost grant wrote to be taken back")
+	info, err := other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.False(t, info.Inconsistent, "a grant nobody knew of is no hold that ended unreleased")
+	require.NoError(t, other.Release("r", "b"))
+}
