@@ -412,7 +412,7 @@ func (a *acquisition) watchDelete(ctx context.Context, pred *mvccpb.KeyValue, re
 		}
 		if a.opts.OnWait != nil {
 			a.info.State, a.info.Attempts = lockmgr.Waiting, a.attempts
-			a.opts.OnWait(a.info, d)
+			a.onWait(d)
 			a.info.State = lockmgr.Failed
 		}
 		timer.Reset(d)
@@ -581,6 +581,21 @@ func (a *acquisition) leave() {
 	if !l.try() {
 		a.m.background(l.retry)
 	}
+}
+
+// onWait calls OnWait. If it panics, the acquisition leaves the queue on
+// its way out, as a failed one does, and the panic goes on: else its
+// queued key, on the session's lease, kept every later waiter of the
+// resource waiting until the session ended.
+func (a *acquisition) onWait(d time.Duration) {
+	returned := false
+	defer func() {
+		if !returned {
+			a.leave()
+		}
+	}()
+	a.opts.OnWait(a.info, d)
+	returned = true
 }
 
 // leaving is what leave deletes: the key of an acquisition that failed.

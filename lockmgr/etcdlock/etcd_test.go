@@ -197,3 +197,26 @@ func TestServerStaysOutOfTheLibrary(t *testing.T) {
 	require.NotContains(t, cli, "go.etcd.io/etcd/server")
 	require.NotContains(t, deps("github.com/shmlock/shmlock/lockmgr"), "go.etcd.io")
 }
+
+// An OnWait that panics ends its acquisition, and the acquisition leaves
+// the queue on its way out: before, its queued key (on the session's
+// lease) stayed, and every later waiter of the resource waited behind it
+// until that Manager's session ended.
+func TestPanickingOnWaitLeavesTheQueue(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	holder, waiter, next := newManager(t, p), newManager(t, p), newManager(t, p)
+	_, err := holder.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	func() {
+		defer func() { require.Equal(t, "OnWait", recover(), "the panic goes on") }()
+		_, _ = waiter.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{
+			Retries: lockmgr.RetryForever,
+			OnWait:  func(lockmgr.LockInfo, time.Duration) { panic("OnWait") },
+		})
+	}()
+	require.NoError(t, holder.Release("r", "a"))
+	_, err = next.Acquire(testCtx(t), "r", "c", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testproc.Timeout})
+	require.NoError(t, err, "granted behind the panicked waiter's queued key")
+	require.NoError(t, next.Release("r", "c"))
+}
