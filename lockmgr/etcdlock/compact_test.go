@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -20,22 +18,13 @@ import (
 // countingManager is a Manager whose client counts its Range requests.
 func countingManager(t *testing.T, prefix string, ranges *atomic.Int64) *etcdlock.Manager {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if strings.HasSuffix(method, "/Range") {
-					ranges.Add(1)
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
-	defer cancel()
-	m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	return m
+	return interceptedManager(t, prefix,
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if strings.HasSuffix(method, "/Range") {
+				ranges.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})
 }
 
 // TestLostAfterCompaction: the Lost watch of a hold granted before a

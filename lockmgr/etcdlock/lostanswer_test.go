@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -25,26 +23,17 @@ import (
 // transactions fail without reaching the server (fail may be nil).
 func lossyManager(t *testing.T, prefix string, lose *atomic.Bool, fail *atomic.Int32) *etcdlock.Manager {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if fail != nil && strings.HasSuffix(method, "/Txn") && !lose.Load() && takeOne(fail) {
-					return errors.New("test: etcd unreachable")
-				}
-				err := invoker(ctx, method, req, reply, cc, opts...)
-				if err == nil && strings.HasSuffix(method, "/Txn") && ctx.Value(lossyKey{}) != nil && lose.CompareAndSwap(true, false) {
-					return errors.New("test: the answer was lost")
-				}
-				return err
-			})}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
-	defer cancel()
-	m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	return m
+	return interceptedManager(t, prefix,
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if fail != nil && strings.HasSuffix(method, "/Txn") && !lose.Load() && takeOne(fail) {
+				return errors.New("test: etcd unreachable")
+			}
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil && strings.HasSuffix(method, "/Txn") && ctx.Value(lossyKey{}) != nil && lose.CompareAndSwap(true, false) {
+				return errors.New("test: the answer was lost")
+			}
+			return err
+		})
 }
 
 // lossyKey marks the context of a call whose request may lose its

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/internal/etcdtest"
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -64,6 +66,22 @@ func newClient(tb testing.TB, endpoints ...string) *clientv3.Client {
 // testSessionTTL keeps a killed holder's hold for 2 s only; a shorter one
 // risks the session of a live but descheduled test process.
 const testSessionTTL = 2 * time.Second
+
+// interceptedManager is newManager with a client whose every unary
+// request goes through intercept (to count, delay or lose requests).
+func interceptedManager(tb testing.TB, prefix string, intercept grpc.UnaryClientInterceptor) *etcdlock.Manager {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(intercept)}})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
+	defer cancel()
+	m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = m.Close() })
+	return m
+}
 
 // newManager is a Manager on prefix with a client of its own (as another
 // process would have), closed when tb ends.

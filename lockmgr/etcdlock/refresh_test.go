@@ -9,12 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/lockmgr"
-	"github.com/shmlock/shmlock/lockmgr/etcdlock"
 )
 
 // TestRefreshByAnotherManager: any Manager may refresh any owner's hold
@@ -117,23 +114,17 @@ func TestRefreshLostAnswerKeepsHold(t *testing.T) {
 	t.Parallel()
 	p := newPrefix(t)
 	var lose atomic.Bool
-	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				err := invoker(ctx, method, req, reply, cc, opts...)
-				if r, ok := req.(*pb.TxnRequest); ok && err == nil && len(r.Success) > 0 && r.Success[0].GetRequestPut() != nil && lose.CompareAndSwap(true, false) {
-					return errors.New("test: the answer was lost")
-				}
-				return err
-			})}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cli.Close() })
-	m, err := etcdlock.New(testCtx(t), cli, etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
+	m := interceptedManager(t, p,
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if r, ok := req.(*pb.TxnRequest); ok && err == nil && len(r.Success) > 0 && r.Success[0].GetRequestPut() != nil && lose.CompareAndSwap(true, false) {
+				return errors.New("test: the answer was lost")
+			}
+			return err
+		})
 	other := newManager(t, p)
 	for _, ttl := range []time.Duration{5 * time.Second, 0} {
-		_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+		_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
 		require.NoError(t, err)
 		lose.Store(true)
 		_, err = m.Refresh("r", "a", 10*time.Second)

@@ -4,12 +4,9 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -21,24 +18,15 @@ import (
 // before it sends a request that match accepts.
 func hookedManager(t *testing.T, prefix string, match func(req any) bool, hook *atomic.Pointer[func()]) *etcdlock.Manager {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if match(req) {
-					if f := hook.Swap(nil); f != nil {
-						(*f)()
-					}
+	return interceptedManager(t, prefix,
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if match(req) {
+				if f := hook.Swap(nil); f != nil {
+					(*f)()
 				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
-	defer cancel()
-	m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	return m
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})
 }
 
 // TestVersionAfterOrphanRecordedMeanwhile: a grant that finds the ledger
