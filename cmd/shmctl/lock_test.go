@@ -131,9 +131,7 @@ func TestLockRunsCommand(t *testing.T) {
 	st := m.Stats()
 	require.EqualValues(t, 1, st.TotalLocks)
 	require.EqualValues(t, 1, st.Released)
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	requireUnlocked(t, m, "job")
 	pid, err := os.ReadFile(out)
 	require.NoError(t, err)
 	require.NotEmpty(t, strings.TrimSpace(string(pid)))
@@ -199,13 +197,19 @@ func TestLockKilled(t *testing.T) {
 
 	c.Kill(t)
 	// The command dies of Pdeathsig; until it has, the hold stands.
-	for deadline := time.Now().Add(30 * time.Second); processExists(h.Companion); time.Sleep(time.Millisecond) {
-		require.False(t, time.Now().After(deadline), "the command outlived shmctl")
-	}
+	testproc.WaitFor(t, func() bool { return !processExists(h.Companion) }, "the command to die with shmctl")
 	// Liveness answers are cached for a moment: wait rather than try once.
 	info, err := m.Acquire(context.Background(), "job", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 30 * time.Second})
 	require.NoError(t, err)
 	require.True(t, info.Reclaimed)
+}
+
+// requireUnlocked requires that nobody holds resource in m.
+func requireUnlocked(t *testing.T, m *lockmgr.Manager, resource string) {
+	t.Helper()
+	ri, err := m.Inspect(resource)
+	require.NoError(t, err)
+	require.Equal(t, lockmgr.Unlocked, ri.State, "%s is held", resource)
 }
 
 // processExists reports whether pid names a process that is not a zombie.
@@ -303,9 +307,7 @@ func TestLockForwardsSignals(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "output %q", c.Out.String())
 	require.Equal(t, 9, exit.ExitCode(), "output %q", c.Out.String())
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	requireUnlocked(t, m, "job")
 	require.EqualValues(t, 1, m.Stats().Released)
 }
 

@@ -9,13 +9,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
-	"github.com/shmlock/shmlock/lockmgr"
 )
 
 // tickerScript writes a script that appends a line to the file $2 every
@@ -101,9 +99,7 @@ wc -c < %s; wc -c < %s`, ids[0].PID, ids[1].PID, bgCount, fgCount)
 		require.NoError(t, err)
 		require.Equal(t, lines[i], strconv.FormatInt(fi.Size(), 10), "%s grew after the next holder took the lock", f)
 	}
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	requireUnlocked(t, m, "job")
 }
 
 // parentPID reads the parent pid of process pid from /proc.
@@ -150,9 +146,7 @@ func TestLockGuardReportsStatus(t *testing.T) {
 	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", guardCheck+"; kill -INT $$")
 	requireDiedOf(t, c, syscall.SIGINT)
 	require.Equal(t, fmt.Sprintf("guard-parent %d\n", c.PID()), c.Out.String())
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	requireUnlocked(t, m, "job")
 	require.EqualValues(t, 8, m.Stats().Released)
 }
 
@@ -175,12 +169,8 @@ func TestLockGuardKilled(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "output %q", c.Out.String())
 	require.Equal(t, exitSignalled+int(syscall.SIGKILL), exit.ExitCode(), "output %q", c.Out.String())
-	for deadline := time.Now().Add(testproc.Timeout); processExists(command); time.Sleep(time.Millisecond) {
-		require.False(t, time.Now().After(deadline), "the command outlived its guard")
-	}
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	testproc.WaitFor(t, func() bool { return !processExists(command) }, "the command to die with its guard")
+	requireUnlocked(t, m, "job")
 	require.EqualValues(t, 1, m.Stats().Released)
 }
 
@@ -214,7 +204,5 @@ func TestLockLeavesBackgroundAlone(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	id := readPIDFile(t, pidFile)
 	require.True(t, proc.Alive(id), "the background process was killed")
-	ri, err := m.Inspect("job")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	requireUnlocked(t, m, "job")
 }

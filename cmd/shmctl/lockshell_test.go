@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -183,9 +182,7 @@ func TestUnlockHoldErrors(t *testing.T) {
 	require.Equal(t, "someone", ri.Holders[0].Owner, "no refusal changed the hold")
 	r := shmctl(t, false, "unlock", seg.Path(), "r", "--owner", "someone")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	ri, err = m.Inspect("r")
-	require.NoError(t, err)
-	require.Equal(t, lockmgr.Unlocked, ri.State)
+	requireUnlocked(t, m, "r")
 }
 
 // shmctl lock creates the segment it is given if there is none: private
@@ -246,7 +243,5 @@ func TestLockGuardsPrivilegedCommand(t *testing.T) {
 	require.Equal(t, guard, ri.Holders[0].Companion, "the guard recorded before the command ran")
 	require.Equal(t, c.PID(), parentPID(t, guard), "the guard is shmctl's child")
 	c.Kill(t)
-	for deadline := time.Now().Add(testproc.Timeout); processExists(pid); time.Sleep(time.Millisecond) {
-		require.False(t, time.Now().After(deadline), "the command outlived shmctl")
-	}
+	testproc.WaitFor(t, func() bool { return !processExists(pid) }, "the command to die with shmctl")
 }
