@@ -292,20 +292,16 @@ func fileUsers(fi fs.FileInfo) ([]int, error) {
 		return nil, errors.New("no device and inode")
 	}
 	dev, ino := uint64(st.Dev), st.Ino
-	users, err := proc.MappedBy(dev, ino)
+	mapped, opened, err := proc.Users(dev, ino)
 	if err != nil {
 		return nil, err
 	}
-	opened, err := proc.OpenedBy(dev, ino)
-	if err != nil {
-		return nil, err
-	}
-	users = append(users, opened...)
+	users := append(mapped, opened...)
 	if proc.OpenHere(dev, ino) {
 		users = append(users, os.Getpid())
 	}
 	slices.Sort(users)
-	return slices.Compact(users), nil
+	return users, nil
 }
 
 // restoreLeftover moves the leftover at path, the file fi, back to name,

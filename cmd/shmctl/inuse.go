@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"syscall"
 
 	"github.com/shmlock/shmlock/internal/fsys"
@@ -51,22 +50,16 @@ func processUsers(fi fs.FileInfo) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	var found []string
-	mapped, err := proc.MappedBy(uint64(st.Dev), st.Ino)
+	mapped, opened, err := proc.Users(uint64(st.Dev), st.Ino)
 	if err != nil {
 		return nil, err
 	}
+	var found []string
 	for _, pid := range mapped {
 		found = append(found, fmt.Sprintf("mapped by process %d", pid))
 	}
-	opened, err := proc.OpenedBy(uint64(st.Dev), st.Ino)
-	if err != nil {
-		return nil, err
-	}
 	for _, pid := range opened {
-		if !slices.Contains(mapped, pid) {
-			found = append(found, fmt.Sprintf("open in process %d", pid))
-		}
+		found = append(found, fmt.Sprintf("open in process %d", pid))
 	}
 	return found, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -68,6 +69,25 @@ func otherProcesses(uses func(pid int) bool) ([]int, error) {
 // left out: the answer is a lower bound.
 func OpenedBy(dev, ino uint64) ([]int, error) {
 	return otherProcesses(func(pid int) bool { return hasOpen(pid, dev, ino) })
+}
+
+// Users returns the other processes that use the file of device dev and
+// inode ino: those that have it mapped (MappedBy), and those that have it
+// open but not mapped (OpenedBy).
+func Users(dev, ino uint64) (mapped, opened []int, err error) {
+	if mapped, err = MappedBy(dev, ino); err != nil {
+		return nil, nil, err
+	}
+	all, err := OpenedBy(dev, ino)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, pid := range all {
+		if !slices.Contains(mapped, pid) {
+			opened = append(opened, pid)
+		}
+	}
+	return mapped, opened, nil
 }
 
 // hasOpen reports whether a descriptor of process pid names the file dev,

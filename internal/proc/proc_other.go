@@ -31,5 +31,8 @@ func MappedBy(dev, ino uint64) ([]int, error) { return nil, errNoProcFS }
 // OpenedBy needs /proc.
 func OpenedBy(dev, ino uint64) ([]int, error) { return nil, errNoProcFS }
 
+// Users needs /proc.
+func Users(dev, ino uint64) (mapped, opened []int, err error) { return nil, nil, errNoProcFS }
+
 // OpenHere needs /proc; without it the file may be open.
 func OpenHere(dev, ino uint64) bool { return true }
