@@ -6,14 +6,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/proc"
 )
 
 // The guard is the process between shmctl lock and its command: shmctl
@@ -211,7 +211,7 @@ func reapChildren(command int) (ws unix.WaitStatus, ended bool) {
 func killSubtree(p *os.Process) {
 	_ = p.Signal(syscall.SIGKILL)
 	for {
-		for _, pid := range guardChildren() {
+		for _, pid := range proc.Children() {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
 		var s unix.WaitStatus
@@ -223,49 +223,4 @@ func killSubtree(p *os.Process) {
 			return // cannot happen with these arguments
 		}
 	}
-}
-
-// guardChildren lists the pids of this process's children, from
-// /proc/self/task/*/children (an adopted orphan is the child of one of
-// the threads); where the kernel has no such file, from the parent pid of
-// every process in /proc.
-func guardChildren() []int {
-	var pids []int
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, w := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(w); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	if len(tasks) > 0 {
-		return pids
-	}
-	self := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The fields after the command name, whose ")" is the last:
-		// state, then the parent's pid.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if f := strings.Fields(s[i+1:]); i >= 0 && len(f) > 1 {
-			if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == self {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
 }

@@ -10,6 +10,7 @@ var (
 	ParseStat     = parseStat
 	ParseUUID     = parseUUID
 	ParseBootTime = parseBootTime
+	ParseParent   = parseParent
 )
 
 // SetKill replaces the kill(2) used by Alive's fallback until tb ends.

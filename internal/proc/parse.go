@@ -12,8 +12,27 @@ import (
 const (
 	statFirstAfterComm = 3
 	statState          = 3
+	statParent         = 4
 	statStartTime      = 22
 )
+
+// parseParent extracts the parent's pid (field 4) from the contents of
+// /proc/<pid>/stat, counting fields from the last ')' as parseStat does.
+func parseParent(line []byte) (int, error) {
+	end := bytes.LastIndexByte(line, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("%w: no parenthesized command name", ErrMalformedStat)
+	}
+	fields := bytes.Fields(line[end+1:])
+	if len(fields) <= statParent-statFirstAfterComm {
+		return 0, fmt.Errorf("%w: no parent pid", ErrMalformedStat)
+	}
+	ppid, err := strconv.Atoi(string(fields[statParent-statFirstAfterComm]))
+	if err != nil {
+		return 0, fmt.Errorf("%w: parent pid: %w", ErrMalformedStat, err)
+	}
+	return ppid, nil
+}
 
 // parseStat extracts the state (field 3) and the start time (field 22) from
 // the contents of /proc/<pid>/stat. Field 2, the command name, is in

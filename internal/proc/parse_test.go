@@ -101,3 +101,30 @@ func TestParseBootTime(t *testing.T) {
 		}
 	}
 }
+
+func TestParseParent(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, line string
+		ppid       int
+		ok         bool
+	}{
+		{"real", realStat, 3534, true},
+		{"parens and spaces in comm", "12 (a) Z 1 (b c))" + afterComm, 3534, true},
+		{"no comm", "12 S 7", 0, false},
+		{"no parent", "12 (x) S", 0, false},
+		{"parent not a number", "12 (x) S p 1", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ppid, err := proc.ParseParent([]byte(tt.line))
+			if tt.ok != (err == nil) || ppid != tt.ppid {
+				t.Errorf("got %d, %v; want %d, ok %v", ppid, err, tt.ppid, tt.ok)
+			}
+			if err != nil && !errors.Is(err, proc.ErrMalformedStat) {
+				t.Errorf("error %v does not wrap ErrMalformedStat", err)
+			}
+		})
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -103,4 +105,42 @@ var pidNamespace = sync.OnceValues(func() (uint64, error) {
 
 func threadID() uint64 {
 	return uint64(unix.Gettid())
+}
+
+// Children lists the pids of this process's children: from
+// /proc/self/task/*/children (a child, an adopted orphan too, is the child
+// of one of the threads), or, where the kernel has no such file, from the
+// parent pid of every process in /proc. A child that ends meanwhile may or
+// may not be listed.
+func Children() []int {
+	var pids []int
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, w := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(w); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(tasks) > 0 {
+		return pids
+	}
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := readStatFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if ppid, err := parseParent(b); err == nil && ppid == self {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -420,3 +421,20 @@ func (d fakeDirEntry) Name() string               { return string(d) }
 func (d fakeDirEntry) IsDir() bool                { return true }
 func (d fakeDirEntry) Type() fs.FileMode          { return fs.ModeDir }
 func (d fakeDirEntry) Info() (fs.FileInfo, error) { return nil, fs.ErrNotExist }
+
+// A child of this process is among Children, and gone from it once reaped.
+func TestChildren(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if got := proc.Children(); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("child %d not among %v", cmd.Process.Pid, got)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if got := proc.Children(); slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("reaped child %d still among %v", cmd.Process.Pid, got)
+	}
+}
