@@ -909,6 +909,43 @@ static int count_names(const char *dir)
 	return n;
 }
 
+/* no_proc_child: a segment made while /proc was there, opened once /proc
+ * is covered (an empty tmpfs over it): the open of the checked file
+ * through /proc/self/fd cannot be made, and shmlock_open says so with
+ * SHMLOCK_ENOPROCFS, never SHMLOCK_ENOENT (which shmlock_open_or_create
+ * would take for "create it"). */
+static int no_proc_child(const char *dir)
+{
+	int rc = own_mounts();
+	if (rc || (rc = mount_tmpfs(dir, 4L << 20)) != 0)
+		return rc;
+	char path[512];
+	snprintf(path, sizeof path, "%s/seg", dir);
+	shmlock_options small = {.slots = 1};
+	shmlock_segment *s = NULL;
+	if ((rc = shmlock_create(path, &small, &s)) != 0) {
+		fprintf(stderr, "shmlock_create: %s\n", shmlock_strerror(rc));
+		return 1;
+	}
+	shmlock_close(s);
+	if (mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV, "size=4k") != 0) {
+		fprintf(stderr, "covering /proc: %s\n", strerror(errno));
+		return errno == EPERM || errno == EACCES ? SKIP_STATUS : 1;
+	}
+	s = NULL;
+	rc = shmlock_open(path, NULL, &s);
+	if (rc != SHMLOCK_ENOPROCFS) {
+		fprintf(stderr, "shmlock_open without /proc: %d (%s), want SHMLOCK_ENOPROCFS\n", rc, shmlock_strerror(rc));
+		return 1;
+	}
+	rc = shmlock_open_or_create(path, NULL, &s);
+	if (rc != SHMLOCK_ENOPROCFS) {
+		fprintf(stderr, "shmlock_open_or_create without /proc: %d (%s), want SHMLOCK_ENOPROCFS\n", rc, shmlock_strerror(rc));
+		return 1;
+	}
+	return 0;
+}
+
 static int create_full_child(const char *dir)
 {
 	int rc = own_mounts();
@@ -1021,6 +1058,8 @@ static int64_t allocated(const char *path)
 
 /* A new segment has all its memory; a sparse one gets it from a writable
  * open, not from a read-only one, which may not write. */
+static void test_no_proc(void) { run_with_own_mounts(no_proc_child, "open without /proc"); }
+
 static void test_memory_reserved(void)
 {
 	char full[256], sparse[256];
@@ -1071,6 +1110,7 @@ int main(void)
 	RUN(test_create_on_full_fs);
 	RUN(test_open_sparse_on_full_fs);
 	RUN(test_memory_reserved);
+	RUN(test_no_proc);
 	RUN(test_fifo_and_device_not_opened);
 	RUN(test_remover_killed_aside);
 	return CHECK_DONE();
