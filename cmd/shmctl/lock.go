@@ -104,9 +104,9 @@ command's whole subtree, the processes it left behind included, and exits
 only once none of them lives; the hold is reclaimed as a dead holder's only
 then. When the command exits, the processes it leaves running in the
 background are left alone and do not keep the lock (flock(1)'s inherited
-descriptor does). Only a kill -9 of the guard itself lets them outlive the
-hold (the command dies with its guard, unless it gained privileges at exec:
-set-user-ID, set-group-ID or file capabilities). The
+descriptor does). If the guard itself is killed (kill -9, the OOM killer),
+shmctl kills the command's subtree before it releases the lock; only shmctl
+and the guard killed together let those processes outlive the hold. The
 signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
 the command; one that was ignored when shmctl started (nohup's SIGHUP)
 stays ignored, for the command too. A ^C or ^\ typed at the terminal

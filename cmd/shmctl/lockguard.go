@@ -28,9 +28,16 @@ import (
 // sends the guard guardDeathSignal, which it catches: it kills the command
 // and every child it has with SIGKILL, reaps them, and starts again until
 // it has no child left; only then does it exit, and only then is the hold
-// (whose companion it is) free. The command has Pdeathsig SIGKILL too, in
-// case the guard is killed with SIGKILL itself (the command's own children
-// then outlive it: that needs someone to kill the guard in particular).
+// (whose companion it is) free.
+//
+// shmctl lock is a child subreaper too, for a guard that is killed itself
+// (kill -9, or the kernel's OOM killer, which picks by size and finds a
+// guard no smaller than most commands): the command dies with its guard
+// (its Pdeathsig is SIGKILL), and the orphans of the subtree become
+// shmctl's children. A guard that ends without the command's status
+// leaves shmctl to kill and reap them (killChildren), before it releases
+// the lock. Only shmctl and its guard killed together let the subtree
+// outlive the hold.
 //
 // shmctl lock and its guard talk through two pipes:
 //
@@ -210,6 +217,14 @@ func reapChildren(command int) (ws unix.WaitStatus, ended bool) {
 // another process could have taken it.
 func killSubtree(p *os.Process) {
 	_ = p.Signal(syscall.SIGKILL)
+	killChildren()
+}
+
+// killChildren kills every child of this process with SIGKILL, and the
+// children they leave to it as subreaper, again and again until it has no
+// child left, reaping them. Its caller must be the process's only reaper
+// by then.
+func killChildren() {
 	for {
 		for _, pid := range proc.Children() {
 			_ = unix.Kill(pid, unix.SIGKILL)

@@ -150,26 +150,37 @@ func TestLockGuardReportsStatus(t *testing.T) {
 	require.EqualValues(t, 8, m.Stats().Released)
 }
 
-// kill -9 of the guard alone: the command dies too (its own Pdeathsig),
-// and shmctl lock reports the guard's death as the command's, releases
-// the lock and exits 137. (The command's children may outlive it: the
-// documented exception, which needs someone to kill the guard itself.)
+// kill -9 of the guard alone (the OOM killer may pick it): the command
+// dies too (its own Pdeathsig), and so does every process it started:
+// shmctl lock, their subreaper once the guard is gone, kills them before
+// it releases the lock, reports the guard's death as the command's and
+// exits 137. Before, a process the command started in the background and
+// one it waited for ran on, out of the lock.
 func TestLockGuardKilled(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)
-	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", `echo "pids $PPID $$"; exec sleep 60`)
+	dir := t.TempDir()
+	ticker := tickerScript(t)
+	bgPID, fgPID := filepath.Join(dir, "bg.pid"), filepath.Join(dir, "fg.pid")
+	script := fmt.Sprintf(`echo "pids $PPID $$"; %[1]s %[2]s %[3]s & %[1]s %[4]s %[3]s; echo step2`,
+		ticker, bgPID, filepath.Join(dir, "count"), fgPID)
+	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", script)
 	f := strings.Fields(c.WaitLine(t, "pids "))
 	require.Len(t, f, 2)
 	guard, err := strconv.Atoi(f[0])
 	require.NoError(t, err)
 	command, err := strconv.Atoi(f[1])
 	require.NoError(t, err)
+	ids := []proc.Identity{readPIDFile(t, bgPID), readPIDFile(t, fgPID)}
 	require.NoError(t, syscall.Kill(guard, syscall.SIGKILL))
 	err = c.Wait(t)
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "output %q", c.Out.String())
 	require.Equal(t, exitSignalled+int(syscall.SIGKILL), exit.ExitCode(), "output %q", c.Out.String())
-	testproc.WaitFor(t, func() bool { return !processExists(command) }, "the command to die with its guard")
+	require.False(t, processExists(command), "the command outlived shmctl lock")
+	for _, id := range ids {
+		require.False(t, proc.Alive(id), "process %d of the subtree outlived shmctl lock", id.PID)
+	}
 	requireUnlocked(t, m, "job")
 	require.EqualValues(t, 1, m.Stats().Released)
 }

@@ -227,7 +227,9 @@ func openLockRunTable(opts *lockOptions) (*lockRunTable, func(), error) {
 // process the command started runs: until the record is made, shmctl's own
 // life keeps the hold, then the guard's. A command that gains privileges
 // (set-user-ID, set-group-ID, file capabilities), whose Pdeathsig the
-// kernel clears at exec, is killed by the guard just the same.
+// kernel clears at exec, is killed by the guard just the same. A guard
+// killed itself leaves the subtree to shmctl, which kills it before the
+// release.
 //
 // On etcd there is no record: the hold lives on shmctl's session, so it
 // ends when the session's lease lapses after shmctl died; the guard kills
@@ -261,6 +263,12 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	// reaped.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// The subtree's orphans come here if the guard is killed (lockguard.go).
+	if wholeProcess {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return exitCannotRun, 0, fmt.Errorf("prctl PR_SET_CHILD_SUBREAPER: %w", err)
+		}
+	}
 	if err := guard.Start(); err != nil {
 		return exitNotRunnable, 0, err
 	}
@@ -296,7 +304,12 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 		return ws.ExitStatus(), 0, nil
 	}
 	// No report: the guard could not run the command (it said why on
-	// stderr), or it was killed; its own status is shmctl's.
+	// stderr), or it was killed; its own status is shmctl's. The command
+	// died with it, and the processes it started are shmctl's now: they
+	// go before the lock does.
+	if wholeProcess {
+		killChildren()
+	}
 	if err == nil {
 		return exitOK, 0, nil
 	}

@@ -72,6 +72,7 @@ func newUsageError(cmd *cobra.Command, format string, args ...any) error {
 // run is the whole program: it parses args, runs the command and returns
 // the exit status. main only connects it to the process.
 func run(args []string, stdout, stderr io.Writer) int {
+	wholeProcess = true
 	ios := newIOStreams(stdout, stderr)
 	code, sig := executeSignal(newCmdRoot(ios), args, ios)
 	if sig != 0 {
@@ -79,6 +80,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	return code
 }
+
+// wholeProcess says that shmctl is a process of its own (run), not a
+// guest in another program's (the tests run its commands in theirs): only
+// then may shmctl lock adopt orphans as a subreaper and kill every child
+// it has, since it starts none but the guard (lockguard.go).
+var wholeProcess bool
 
 // signalExit asks the process to end by signal sig, once the command is
 // done: shmctl lock's, when SIGINT killed its command or ended its wait. A
