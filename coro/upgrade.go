@@ -16,9 +16,10 @@ import (
 // While a goroutine holds the upgrade lock through the ProcessMutex it may
 // call m.UpgradeToUnique and m.UniqueToUpgrade; it must leave the hold in
 // the mode it took before Unlock. If it does not (an upgrade lock left
-// unique, a unique lock left as the upgrade lock), Unlock releases the
-// hold all the same and reports ErrWrongMode, so that the lock does not
-// stay held in the file with no guard to release it.
+// unique, a unique lock left as the upgrade lock, either downgraded to a
+// shared hold with UniqueToShared), Unlock releases the hold all the same
+// and reports ErrWrongMode, so that the lock does not stay held in the
+// file with no guard to release it.
 //
 // Shared holds need no adapter: a handle's shared holds are counted
 // together, so goroutines share one handle's LockSharedContext, which
@@ -95,10 +96,18 @@ func (u *upgradeHold) Unlock() error {
 		return ErrNoLock
 	}
 	err := u.unlock()
-	if errors.Is(err, upgrade.ErrNotHeld) && u.unlockOther() == nil {
+	if errors.Is(err, upgrade.ErrNotHeld) && u.unlockLeft() {
 		return ErrWrongMode
 	}
 	return err
+}
+
+// unlockLeft releases a hold its holder left in another mode than it took:
+// the other exclusive mode, or the one shared hold of a UniqueToShared
+// (nobody else takes shared holds on the ProcessMutex's own handle). It
+// reports whether it found one.
+func (u *upgradeHold) unlockLeft() bool {
+	return u.unlockOther() == nil || u.m.UnlockShared() == nil
 }
 
 // Close closes the upgrade handle (upgrade.Mutex.Close).
