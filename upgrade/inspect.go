@@ -146,3 +146,13 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	}
 	return rep, nil
 }
+
+// Reclaim is the package's Reclaim of the handle's mutex (not a dry run),
+// for a holder that has only the handle, such as coro's adapters. Its own
+// holds are live and stay. ErrClosed if the handle is closed.
+func (m *Mutex) Reclaim() (Repair, error) {
+	if m.closed.Load() {
+		return Repair{}, ErrClosed
+	}
+	return Reclaim(m.seg, m.index, false)
+}

@@ -292,3 +292,29 @@ func TestKillQueuedWriter(t *testing.T) {
 	st := status(t, seg)
 	checkFree(t, st)
 }
+
+// A handle's Reclaim is the package's for its own mutex: it frees a dead
+// writer (whose unique hold leaves the data inconsistent for the next
+// unique holder), keeps the handle's own live holds, and fails once the
+// handle is closed.
+func TestMutexReclaim(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	c, writer := holding(t, path, "unique")
+	c.Kill(t)
+	m := open(t, seg)
+	rep, err := m.Reclaim()
+	require.NoError(t, err)
+	require.Equal(t, writer, rep.Writer)
+	require.NoError(t, m.TryLock())
+	require.True(t, m.Reclaimed())
+	require.True(t, m.Inconsistent())
+	rep, err = m.Reclaim()
+	require.NoError(t, err)
+	require.True(t, rep.Empty(), "the handle's own hold is live")
+	require.NoError(t, m.MarkConsistent())
+	require.NoError(t, m.Unlock())
+	require.NoError(t, m.Close())
+	_, err = m.Reclaim()
+	require.ErrorIs(t, err, upgrade.ErrClosed)
+}
