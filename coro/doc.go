@@ -38,7 +38,9 @@
 // API: the goroutines of one process queue FIFO, the one at the front waits
 // for the cross-process lock (a spinlock through SpinLock) until its
 // context is done, and a lock whose holder process died is taken over and
-// reported by ProcessGuard.Reclaimed.
+// reported by ProcessGuard.Reclaimed and Inconsistent. TryLock never takes
+// a dead holder's lock over, as the spinlock's does not: code that only
+// ever TryLocks calls ProcessMutex.Reclaim for that.
 //
 //	lock, _ := spinlock.Named(seg, "jobs", spinlock.PIDTID)
 //	mu := coro.NewProcessMutex(coro.SpinLock(lock))

@@ -21,6 +21,10 @@ var (
 	// UpgradeUpgradable(nil)), and what such an adapter's own methods
 	// return. Nothing is locked or queued.
 	ErrNoLock = errors.New("coro: no lock to wait for (nil)")
+	// ErrCannotReclaim is what ProcessMutex.Reclaim returns over a lock
+	// that cannot tell whether its holder lives (a spinlock in Token mode,
+	// or a ProcessLock without a Reclaim method). Nothing is locked.
+	ErrCannotReclaim = errors.New("coro: the lock cannot tell whether its holder lives")
 	// ErrAdapterInUse is what every method of a ProcessMutex returns that
 	// was made over a SpinLock adapter already serving another
 	// ProcessMutex (see NewProcessMutex). Nothing is locked or queued.

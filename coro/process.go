@@ -11,7 +11,11 @@ import (
 // A ProcessLock is a lock that other processes share, as one process sees
 // it: a spinlock of a segment (SpinLock), or a mode of another shmlock
 // lock. ProcessMutex calls it from one goroutine at a time, so it may keep
-// the state of the current hold.
+// the state of the current hold. It may have more methods, which the
+// ProcessMutex then uses: Reclaim() error (ProcessMutex.Reclaim),
+// Inconsistent() bool and MarkConsistent() error (ProcessGuard's), and
+// Close() error (ProcessMutex.Close). This package's adapters have them,
+// but for Reclaim in the adapter of a Token spinlock.
 type ProcessLock interface {
 	// LockContext waits until the lock is held or ctx is done; then it
 	// returns ctx.Err() and the lock is as it was. reclaimed reports that
@@ -244,7 +248,8 @@ func (g ProcessGuard) Held() bool {
 }
 
 // Reclaimed reports whether the cross-process lock was taken over from a
-// holder that died: the data it protects may be half-updated.
+// holder that died: the data it protects may be half-updated (see
+// Inconsistent).
 func (g ProcessGuard) Reclaimed() bool { return g.reclaimed }
 
 // SpinLock adapts a segment's spinlock for NewProcessMutex. In PIDTID mode
@@ -252,13 +257,15 @@ func (g ProcessGuard) Reclaimed() bool { return g.reclaimed }
 // of the process shares its identity and its recursion; in Token mode with
 // a fresh token for every hold. Only PIDTID mode is robust: a Token lock
 // records no process, so a hold of a process that died stays until an
-// operator forces it (spinlock.Lock.ForceUnlock), and the waiters here wait
-// until their contexts are done. A nil l gives an adapter whose methods
-// fail with ErrNoLock.
+// operator forces it (spinlock.Lock.ForceUnlock), the waiters here wait
+// until their contexts are done, and ProcessMutex.Reclaim fails with
+// ErrCannotReclaim. A nil l gives an adapter whose methods fail with
+// ErrNoLock.
 func SpinLock(l *spinlock.Lock) ProcessLock {
-	s := &spinHold{lock: l}
+	s := &spinHold{lock: l, g: new(spinlock.Guard)}
 	if l != nil && l.Mode() == spinlock.PIDTID {
 		s.holder = spinlock.NewHolder()
+		return pidHold{s} // only it can tell a dead holder: see ProcessMutex.Reclaim
 	}
 	return s
 }
@@ -266,9 +273,32 @@ func SpinLock(l *spinlock.Lock) ProcessLock {
 type spinHold struct {
 	lock   *spinlock.Lock
 	holder spinlock.Identity // PIDTID mode
-	g      spinlock.Guard    // the current hold
+	g      *spinlock.Guard   // the current hold (Reclaim's guard is a new one)
 	bound  atomic.Bool       // serves a ProcessMutex (see NewProcessMutex)
 }
+
+// pidHold is the adapter of a PIDTID spinlock: a spinHold that can take
+// the lock over from a dead holder.
+type pidHold struct{ *spinHold }
+
+// Reclaim takes the lock over if its holder is dead (spinlock.Lock.Reclaim).
+func (p pidHold) Reclaim() error {
+	g, err := p.lock.Reclaim(p.holder)
+	if errors.Is(err, spinlock.ErrWouldBlock) {
+		return ErrWouldBlock
+	}
+	if err != nil {
+		return err
+	}
+	p.g = g
+	return nil
+}
+
+// Inconsistent is the current hold's spinlock.Guard.Inconsistent.
+func (s *spinHold) Inconsistent() bool { return s.g.Inconsistent() }
+
+// MarkConsistent is the current hold's spinlock.Guard.MarkConsistent.
+func (s *spinHold) MarkConsistent() error { return s.g.MarkConsistent() }
 
 func (s *spinHold) bind() bool { return s.bound.CompareAndSwap(false, true) }
 

@@ -104,20 +104,28 @@ func modeArg(s string) spinlock.Mode {
 	return spinlock.PIDTID
 }
 
-// lockKindUpgrade names the upgrade mutex's unique lock in the helpers'
-// lock argument; the spinlock modes go by their names.
-const lockKindUpgrade = "upgrade"
+// lockKindUpgrade and lockKindUpgradable name the upgrade mutex's unique
+// and upgrade locks in the helpers' lock argument; the spinlock modes go
+// by their names.
+const (
+	lockKindUpgrade    = "upgrade"
+	lockKindUpgradable = "upgradable"
+)
 
 // openKind opens the segment and a ProcessMutex over the lock kind names
-// (a spinlock mode, or lockKindUpgrade), the plain counter, and what
-// closes them.
+// (a spinlock mode, lockKindUpgrade or lockKindUpgradable), the plain
+// counter, and what closes them.
 func openKind(path, kind string) (*coro.ProcessMutex, *uint64, func(), error) {
-	if kind == lockKindUpgrade {
+	if kind == lockKindUpgrade || kind == lockKindUpgradable {
 		seg, h, counter, err := upgradeMutex(path)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return coro.NewProcessMutex(coro.UpgradeUnique(h)), counter, func() { _ = h.Close(); _ = seg.Close() }, nil
+		adapt := coro.UpgradeUnique
+		if kind == lockKindUpgradable {
+			adapt = coro.UpgradeUpgradable
+		}
+		return coro.NewProcessMutex(adapt(h)), counter, func() { _ = h.Close(); _ = seg.Close() }, nil
 	}
 	seg, _, m, counter, err := processMutex(path, modeArg(kind))
 	if err != nil {
@@ -328,11 +336,9 @@ func TestProcessMutexReclaim(t *testing.T) {
 	require.False(t, g.Held())
 }
 
-// lockAcrossKill locks m on another goroutine, kills h (which holds the
-// lock) once waiting reports that the locker waits (nil: at once), and
-// returns the guard, which must hold the lock and report the reclaim.
-func lockAcrossKill(t *testing.T, m *coro.ProcessMutex, h *holder, waiting func() bool) coro.ProcessGuard {
-	t.Helper()
+// processLockAsync starts m.Lock on a new goroutine, which sends the
+// guard (failing the test on an error).
+func processLockAsync(t *testing.T, m *coro.ProcessMutex) <-chan coro.ProcessGuard {
 	got := make(chan coro.ProcessGuard, 1)
 	go func() {
 		g, err := m.Lock(context.Background())
@@ -341,10 +347,27 @@ func lockAcrossKill(t *testing.T, m *coro.ProcessMutex, h *holder, waiting func(
 		}
 		got <- g
 	}()
+	return got
+}
+
+// lockAcrossKill locks m on another goroutine, kills h (which holds the
+// lock) once waiting reports that the locker waits (nil: at once), and
+// returns the guard, which must hold the lock and report the reclaim.
+func lockAcrossKill(t *testing.T, m *coro.ProcessMutex, h *holder, waiting func() bool) coro.ProcessGuard {
+	t.Helper()
+	return lockAcrossKillThen(t, m, h, waiting, func() {})
+}
+
+// lockAcrossKillThen is lockAcrossKill, calling killed once h is dead and
+// before the guard is awaited.
+func lockAcrossKillThen(t *testing.T, m *coro.ProcessMutex, h *holder, waiting func() bool, killed func()) coro.ProcessGuard {
+	t.Helper()
+	got := processLockAsync(t, m)
 	if waiting != nil {
 		testproc.WaitFor(t, waiting, "the waiter to sleep")
 	}
 	h.kill()
+	killed()
 	var g coro.ProcessGuard
 	select {
 	case g = <-got:

@@ -110,6 +110,30 @@ func (u *upgradeHold) unlockLeft() bool {
 	return u.unlockOther() == nil || u.m.UnlockShared() == nil
 }
 
+// Reclaim frees what dead processes hold on the mutex, then takes the
+// lock without waiting: ErrWouldBlock if there was nothing to free, or if
+// the lock is still not free (see ProcessMutex.Reclaim).
+func (u *upgradeHold) Reclaim() error {
+	if u.m == nil {
+		return ErrNoLock
+	}
+	rep, err := u.m.Reclaim()
+	if err != nil {
+		return err
+	}
+	if rep.Empty() {
+		return ErrWouldBlock
+	}
+	_, err = u.TryLock()
+	return err
+}
+
+// Inconsistent is upgrade.Mutex.Inconsistent.
+func (u *upgradeHold) Inconsistent() bool { return u.m.Inconsistent() }
+
+// MarkConsistent is upgrade.Mutex.MarkConsistent.
+func (u *upgradeHold) MarkConsistent() error { return u.m.MarkConsistent() }
+
 // Close closes the upgrade handle (upgrade.Mutex.Close).
 func (u *upgradeHold) Close() error {
 	if u.m == nil {
