@@ -16,10 +16,10 @@ import (
 // While a goroutine holds the upgrade lock through the ProcessMutex it may
 // call m.UpgradeToUnique and m.UniqueToUpgrade; it must leave the hold in
 // the mode it took before Unlock. If it does not (an upgrade lock left
-// unique, a unique lock left as the upgrade lock, either downgraded to a
-// shared hold with UniqueToShared), Unlock releases the hold all the same
-// and reports ErrWrongMode, so that the lock does not stay held in the
-// file with no guard to release it.
+// unique, a unique lock left as the upgrade lock or as the upgrade lock
+// upgraded again, either downgraded to a shared hold with UniqueToShared),
+// Unlock releases the hold all the same and reports ErrWrongMode, so that
+// the lock does not stay held in the file with no guard to release it.
 //
 // Shared holds need no adapter: a handle's shared holds are counted
 // together, so goroutines share one handle's LockSharedContext, which
@@ -31,7 +31,7 @@ func UpgradeUnique(m *upgrade.Mutex) ProcessLock {
 	if m == nil {
 		return &upgradeHold{}
 	}
-	return &upgradeHold{m: m, lock: m.LockContext, try: m.TryLock, unlock: m.Unlock, unlockOther: m.UnlockUpgrade}
+	return &upgradeHold{m: m, lock: m.LockContext, try: m.TryLock, unlock: m.Unlock}
 }
 
 // UpgradeUpgradable adapts the upgrade lock of m for NewProcessMutex (see
@@ -40,13 +40,7 @@ func UpgradeUpgradable(m *upgrade.Mutex) ProcessLock {
 	if m == nil {
 		return &upgradeHold{}
 	}
-	return &upgradeHold{m: m, lock: m.LockUpgradeContext, try: m.TryLockUpgrade, unlock: m.UnlockUpgrade,
-		unlockOther: func() error {
-			if err := m.UniqueToUpgrade(); err != nil {
-				return err
-			}
-			return m.UnlockUpgrade()
-		}}
+	return &upgradeHold{m: m, lock: m.LockUpgradeContext, try: m.TryLockUpgrade, unlock: m.UnlockUpgrade}
 }
 
 // upgradeHold is one mode of m; with a nil m (and no functions), every
@@ -56,9 +50,6 @@ type upgradeHold struct {
 	lock   func(context.Context) error
 	try    func() error
 	unlock func() error
-	// unlockOther releases the hold left in the other mode it may take
-	// (UpgradeToUnique, UniqueToUpgrade); upgrade.ErrNotHeld if it is not.
-	unlockOther func() error
 }
 
 func (u *upgradeHold) adaptsNil() bool { return u.m == nil }
@@ -102,12 +93,17 @@ func (u *upgradeHold) Unlock() error {
 	return err
 }
 
-// unlockLeft releases a hold its holder left in another mode than it took:
-// the other exclusive mode, or the one shared hold of a UniqueToShared
-// (nobody else takes shared holds on the ProcessMutex's own handle). It
-// reports whether it found one.
+// unlockLeft releases a hold its holder left in another form than it
+// took, and reports whether it found one. Whatever the mode taken, the
+// conversions leave the handle with the upgrade lock (from the unique lock
+// by UniqueToUpgrade), upgraded or not (UpgradeToUnique; so is a unique
+// lock that went to the upgrade lock and back), or with the one shared
+// hold of a UniqueToShared (nobody else takes shared holds on the
+// ProcessMutex's own handle). A Writer's unique lock cannot be left: no
+// conversion leads to it.
 func (u *upgradeHold) unlockLeft() bool {
-	return u.unlockOther() == nil || u.m.UnlockShared() == nil
+	_ = u.m.UniqueToUpgrade() // an upgraded hold first goes back; nothing else changes
+	return u.m.UnlockUpgrade() == nil || u.m.UnlockShared() == nil
 }
 
 // Reclaim frees what dead processes hold on the mutex, then takes the
