@@ -109,8 +109,12 @@ shmctl kills the command's subtree before it releases the lock; only shmctl
 and the guard killed together let those processes outlive the hold. The
 signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
 the command; one that was ignored when shmctl started (nohup's SIGHUP)
-stays ignored, for the command too. A ^C or ^\ typed at the terminal
-reaches the command once: the terminal sends it to the command itself.
+stays ignored, for the command too. A ^C or ^\ typed at the terminal,
+or any of them sent to shmctl's process group (kill -TERM -PGID, timeout(1),
+a service manager's stop), reaches the command once: the command is in the
+group and has its own copy. One sent to shmctl alone reaches the command a
+quarter of a second later (shmctl's guard waits that long for a copy of
+its own, which would say the signal went to the group).
 
 --hold-for PID holds the lock for another process, typically a shell, for
 a block of a script: shmctl takes the lock, ties it to that process and

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -55,12 +56,14 @@ import (
 //     status is shmctl's) or was killed.
 //
 // Signals come to the command from shmctl through the pipe, not as
-// signals to the guard, so that the command gets each exactly as often
-// as when shmctl ran it itself: a signal sent to the process group (a ^C
-// typed at the terminal, a kill of the group) reaches the command and the
-// guard alike, and the guard must not pass its copy on as well. The guard
-// catches SIGINT, SIGTERM, SIGHUP and SIGQUIT (those not ignored) only so
-// that they do not kill it, and drops them.
+// signals to the guard, so that the command gets each exactly once: a
+// signal sent to the process group (a ^C typed at the terminal, a kill of
+// the group) reaches the command and the guard alike, and the guard must
+// not pass its copy on as well. The guard catches SIGINT, SIGTERM, SIGHUP
+// and SIGQUIT (those not ignored) so that they do not kill it, and uses
+// its copies to tell a signal sent to the group, which the command had
+// already, from one sent to shmctl alone, before it passes on what shmctl
+// passes on (lockcopies.go).
 const (
 	guardControlFD = 3
 	guardStatusFD  = 4
@@ -111,8 +114,9 @@ func runLockGuard(ios *IOStreams, parent int, path string, argv []string) error 
 	signal.Notify(died, guardDeathSignal)
 	children := make(chan os.Signal, 1)
 	signal.Notify(children, syscall.SIGCHLD)
-	if caught := caughtSignals(); len(caught) > 0 { // dropped: see above
-		signal.Notify(make(chan os.Signal, 1), caught...)
+	own := make(chan os.Signal, 8) // the guard's copies of group signals: see above
+	if caught := caughtSignals(); len(caught) > 0 {
+		signal.Notify(own, caught...)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		printError(ios.ErrOut, fmt.Errorf("prctl PR_SET_CHILD_SUBREAPER: %w", err))
@@ -153,11 +157,20 @@ func runLockGuard(ios *IOStreams, parent int, path string, argv []string) error 
 			passOn <- syscall.Signal(b[0])
 		}
 	}()
+	var copies groupCopies
 	for {
 		select {
+		case s := <-own:
+			copies.copied(s.(syscall.Signal), time.Now())
+		case <-copies.wake():
+			for _, s := range copies.due(time.Now()) {
+				_ = p.Signal(s) // p's pidfd: never another process, even once reaped
+			}
 		case s, ok := <-passOn:
 			if ok {
-				_ = p.Signal(s) // p's pidfd: never another process, even once reaped
+				if copies.passOn(s, time.Now(), inProcessGroup(p.Pid)) {
+					_ = p.Signal(s)
+				}
 				continue
 			}
 			passOn = nil

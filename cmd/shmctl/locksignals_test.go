@@ -189,3 +189,34 @@ func TestLockTerminalSIGINTOnce(t *testing.T) {
 	}
 	require.NoError(t, waitErr)
 }
+
+// A signal sent to shmctl lock's process group (kill -INT -PGID, GNU
+// timeout(1), a service manager's stop) reaches the command once: the
+// command has its own copy, and the guard, which had one too, does not
+// pass on shmctl's. Before, the command got SIGINT twice. A signal sent
+// to shmctl alone is still passed on, and a group signal to a command
+// that left the group (setsid) is passed on too: it had no copy.
+func TestLockGroupSignalOnce(t *testing.T) {
+	t.Parallel()
+	seg, _ := lockSegment(t)
+	c := startLock(t, seg.Path(), "r", "--", testproc.Script(t, "count-sigint"))
+	c.WaitLine(t, "ready")
+	require.NoError(t, syscall.Kill(-c.PID(), syscall.SIGINT)) // the group: Setpgid made shmctl its leader
+	c.WaitLine(t, "SIGINT 1")
+	require.NoError(t, syscall.Kill(-c.PID(), syscall.SIGINT))
+	c.WaitLine(t, "SIGINT 2")
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGINT)) // shmctl alone
+	c.WaitLine(t, "SIGINT 3")
+	// Passed on after any copy of the SIGINTs shmctl had.
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, c.Wait(t))
+	require.Equal(t, "ready\nSIGINT 1\nSIGINT 2\nSIGINT 3\nSIGINT 3 times\n", c.Out.String())
+
+	c = startLock(t, seg.Path(), "r", "--", "setsid", "-w", testproc.Script(t, "count-sigint"))
+	c.WaitLine(t, "ready")
+	require.NoError(t, syscall.Kill(-c.PID(), syscall.SIGINT))
+	c.WaitLine(t, "SIGINT 1")
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, c.Wait(t))
+	require.Equal(t, "ready\nSIGINT 1\nSIGINT 1 times\n", c.Out.String())
+}
