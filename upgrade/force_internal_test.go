@@ -165,6 +165,46 @@ func TestForceGiveBackAfterSlowForcer(t *testing.T) {
 	_ = w2.Unlock()
 }
 
+// A forcer that gives the word back and exits (shmctl unlock --force
+// does, just after) between the release's load of the word, which named
+// it, and the release's check that it lives: the check says dead, and a
+// release that trusted the word it had loaded stopped waiting and left
+// the word given back to its identity, held by nobody for as long as its
+// process lived. The give-back runs inside the liveness check, so the
+// interleaving is exact.
+func TestForceGiveBackThenForcerExits(t *testing.T) {
+	t.Parallel()
+	seg := newInternalSegment(t, 1)
+	h, _ := Open(seg, 0)
+	f, _ := Open(seg, 0)
+	f.pid = deadIdentity(t) // the forcer, dead by the time the release asks
+	if err := h.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	e := h.e
+	o := e.Writer.Load()
+	w := e.Writer.Load() // Unlock's ownership check
+	h.endUniqueHold(e, w)
+	if !e.Writer.CompareAndSwap(o, f.pid|o&writerUnique) { // the forcer takes the word
+		t.Fatal("the forcer's CAS failed")
+	}
+	gaveBack := false
+	h.alive = func(id uint64) bool {
+		if id == f.pid && !gaveBack { // the forcer's give-back and exit land just before the check
+			gaveBack = true
+			f.giveBackWriterWord(writerID(o))
+		}
+		return seg.OwnerAlive(id)
+	}
+	h.freeWriterWord(e, w)
+	if !gaveBack {
+		t.Fatal("the release did not wait for the forcer")
+	}
+	if got := e.Writer.Load(); got != 0 {
+		t.Fatalf("Writer word %#x after the release and the give-back, held by nobody", got)
+	}
+}
+
 // otherLiveIdentity is the packed identity of a live process other than
 // this one (the test's parent).
 func otherLiveIdentity(tb testing.TB) uint64 {

@@ -650,7 +650,11 @@ func (m *Mutex) handOffWriterWord() {
 				return
 			}
 			forcer = id
-			if tries++; tries%forceGiveBackWait == 0 && !m.alive(id) {
+			// The verdict is on the forcer, not on o: it may have given
+			// the word back and exited after o was loaded (shmctl unlock
+			// --force exits just after), and a dead one's word is final,
+			// so it is loaded again after the verdict.
+			if tries++; tries%forceGiveBackWait == 0 && !m.alive(id) && writerID(m.e.Writer.Load()) == id {
 				return // a waiter takes the dead forcer's word over
 			}
 			futex.Yield()
