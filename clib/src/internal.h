@@ -335,6 +335,9 @@ extern void (*shm_test_hook_before_unlink)(void);
 /* And this one once the name is moved aside, with the hidden path (to kill
  * the remover there). */
 extern void (*shm_test_hook_aside)(const char *aside);
+/* And this one in the upgrade mutexes' liveness checks, just before the
+ * check of identity (to change the mutex at that instant). */
+extern void (*shm_test_hook_alive)(uint64_t identity);
 
 /* ---------------------------------------------- identities, clock (ident.c) */
 

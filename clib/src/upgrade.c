@@ -143,8 +143,15 @@ static inline uint64_t writer_id(uint64_t o) { return is_handoff(o) ? 0 : o & ~(
 
 static inline bool seg_closed(const shmlock_upgrade *m) { return shm_closed(m->seg); }
 
+void (*shm_test_hook_alive)(uint64_t identity);
+
 /* OwnerAlive: a holder recorded under another boot is dead. */
-static bool alive(const shmlock_upgrade *m, uint64_t id) { return shm_owner_alive(m->seg, id); }
+static bool alive(const shmlock_upgrade *m, uint64_t id)
+{
+	if (SHM_UNLIKELY(shm_test_hook_alive != NULL))
+		shm_test_hook_alive(id);
+	return shm_owner_alive(m->seg, id);
+}
 
 /* holdsWriterWord: holds_writer for the Writer word w, as loaded. */
 static inline bool holds_writer_word(shmlock_upgrade *m, uint64_t w)
@@ -505,7 +512,11 @@ static void hand_off_writer_word(shmlock_upgrade *m, uint64_t o)
 			if (id == 0 || (forcer != 0 && id != forcer))
 				return;
 			forcer = id;
-			if (++tries % FORCE_GIVE_BACK_WAIT == 0 && !alive(m, id))
+			/* The verdict is on the forcer, not on o: it may have given
+			 * the word back and exited after o was loaded (shmctl unlock
+			 * --force exits just after), and a dead one's word is final,
+			 * so it is loaded again after the verdict. */
+			if (++tries % FORCE_GIVE_BACK_WAIT == 0 && !alive(m, id) && writer_id(ld64(&m->e->writer)) == id)
 				return; /* a waiter takes the dead forcer's word over */
 			sched_yield();
 			o = ld64(&m->e->writer);

@@ -679,58 +679,109 @@ static void test_dead_fast_path_writer(void)
 
 /* An operator's force (Go's ForceUnlock) takes the writer word of a
  * release and gives it back when it sees the holder id gone, but may be
- * off its CPU for long in between: the release (here a timed lock's
- * abandon, whose wait for the upgrade lock timed out) waits for the word
- * for as long as the forcer lives and has it. A release that stopped
- * after FORCE_GIVE_BACK_WAIT yields left the word given back to its
- * identity with nobody to free it, for as long as this process lived. */
-static void *timed_writer(void *arg)
+ * off its CPU for long in between: the release waits for the word for as
+ * long as the forcer lives and has it. Here the release is a writer's
+ * abandon at the close of its segment (it waited for the upgrade lock),
+ * and the forcer a child that gives the word back when the release first
+ * checks that it lives (the hook), after FORCE_GIVE_BACK_WAIT yields:
+ *   - k = 0: the forcer is slow: it gives the word back from then on. A
+ *     release that stopped after those yields left the word given back to
+ *     its identity with nobody to free it, for as long as this process
+ *     lived.
+ *   - k = 1: the forcer gives the word back and exits (shmctl unlock
+ *     --force does, just after) before the check reads /proc: the check
+ *     says dead, of a forcer whose word the release loaded before the
+ *     give-back. A release that trusted that load left the word given
+ *     back, as above.
+ * No deadline in the test: the writer waits until the close, and the
+ * forcer gives the word back when the release tells it to. */
+static struct {
+	pid_t pid;
+	uint64_t id;
+	int go;           /* write end of the pipe that tells it to give the word back */
+	bool told;
+	bool exits_first; /* k = 1 */
+	int checks;       /* the release's liveness checks of it */
+} forcer;
+
+static void tell_forcer(void)
 {
-	return (void *)(intptr_t)shmlock_upgrade_timedlock(arg, 300 * INT64_C(1000000));
+	char c = 'g';
+	CHECK(write(forcer.go, &c, 1) == 1);
+	forcer.told = true;
+}
+
+/* forcer_checked is the hook, in the writer's thread. */
+static void forcer_checked(uint64_t id)
+{
+	if (id != forcer.id || forcer.checks++ != 0)
+		return;
+	tell_forcer();
+	siginfo_t si;
+	if (forcer.exits_first) /* until it has given the word back and exited; not reaped */
+		CHECK(waitid(P_PID, (id_t)forcer.pid, &si, WEXITED | WNOWAIT) == 0);
+}
+
+/* start_forcer forks the forcer: it takes the word from the writer's
+ * identity self, and gives it back once told. */
+static void start_forcer(a64 *word, uint64_t self)
+{
+	int took[2], go[2];
+	CHECK(pipe(took) == 0 && pipe(go) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		uint64_t me = shm_self(), o = self;
+		if (!atomic_compare_exchange_strong(word, &o, me))
+			_exit(2);
+		char c = 'y';
+		if (write(took[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(1);
+		o = me;
+		_exit(atomic_compare_exchange_strong(word, &o, self) ? 0 : 3);
+	}
+	char c = 0;
+	CHECK(read(took[0], &c, 1) == 1 && c == 'y');
+	forcer.pid = pid;
+	forcer.id = atomic_load(word);
+	forcer.go = go[1];
+	forcer.told = false;
+	forcer.checks = 0;
+	close(took[0]);
+	close(took[1]);
+	close(go[0]);
 }
 
 static void test_slow_force_give_back(void)
 {
-	shmlock_upgrade *u = named("giveback"), *w = named("giveback");
-	uint64_t n;
-	struct shm_upgrade_entry *e = shm_table_of(seg, SHM_UPGRADES, &n);
-	e += shmlock_upgrade_index(u);
-	CHECK_RC(shmlock_upgrade_lock_upgrade(u), 0);
-	pthread_t t;
-	pthread_create(&t, NULL, timed_writer, w);
-	uint64_t self = shm_self();
-	while (atomic_load(&e->writer) != self) /* it waits for the upgrade lock */
-		sched_yield();
-	int p[2];
-	CHECK(pipe(p) == 0);
-	pid_t pid = fork();
-	if (pid == 0) { /* the forcer: takes the word, is slow, gives it back */
-		uint64_t me = shm_self(), o = self;
-		if (!atomic_compare_exchange_strong(&e->writer, &o, me))
-			_exit(2);
-		char c = 'y';
-		if (write(p[1], &c, 1) != 1)
-			_exit(1);
-		usleep(600000);
-		o = me;
-		_exit(atomic_compare_exchange_strong(&e->writer, &o, self) ? 0 : 3);
+	for (int k = 0; k < 2; k++) {
+		struct closing c;
+		closing_open(&c, "upgrade-giveback");
+		CHECK_RC(shmlock_upgrade_lock_upgrade(c.o), 0); /* what the writer waits for */
+		struct part_waiter w = {.m = c.m, .op = shmlock_upgrade_lock, .rc = 99};
+		pthread_t t;
+		pthread_create(&t, NULL, part_waiter, &w);
+		uint64_t self = shm_self();
+		while (atomic_load(&c.seg->watchers) == 0 || atomic_load(&c.e[0].writer) != self)
+			sched_yield(); /* it waits for the upgrade lock, holding the word */
+		forcer.exits_first = k == 1;
+		start_forcer(&c.e[0].writer, self);
+		shm_test_hook_alive = forcer_checked;
+		CHECK_RC(shmlock_close(c.seg), 0); /* the writer abandons: its release finds the forcer's word */
+		pthread_join(t, NULL);
+		shm_test_hook_alive = NULL;
+		CHECK(forcer.checks >= 1);
+		if (!forcer.told) /* a release that never checked: the forcer gives the word back now */
+			tell_forcer();
+		int st;
+		waitpid(forcer.pid, &st, 0);
+		close(forcer.go);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		CHECK_RC(w.rc, SHMLOCK_ECLOSED);
+		CHECK(atomic_load(&c.e[0].writer) == 0);
+		CHECK_RC(shmlock_upgrade_close(c.m), 0);
+		CHECK_RC(shmlock_upgrade_unlock_upgrade(c.o), 0);
+		closing_done(&c);
 	}
-	char c = 0;
-	CHECK(read(p[0], &c, 1) == 1 && c == 'y');
-	void *rc;
-	pthread_join(t, &rc);
-	CHECK_RC((int)(intptr_t)rc, SHMLOCK_ETIMEDOUT);
-	int st;
-	waitpid(pid, &st, 0);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	CHECK(atomic_load(&e->writer) == 0);
-	close(p[0]);
-	close(p[1]);
-	CHECK_RC(shmlock_upgrade_unlock_upgrade(u), 0);
-	CHECK_RC(shmlock_upgrade_trylock(w), 0);
-	CHECK_RC(shmlock_upgrade_unlock(w), 0);
-	CHECK_RC(shmlock_upgrade_close(u), 0);
-	CHECK_RC(shmlock_upgrade_close(w), 0);
 }
 
 int main(void)
