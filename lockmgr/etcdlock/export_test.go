@@ -18,3 +18,7 @@ func EndOrphanLosing(ctx context.Context, m *Manager, resource, owner string) (b
 
 // TombstoneTTL is tombstoneTTL, for tests that look for its leases.
 const TombstoneTTL = tombstoneTTL
+
+// Stopped is closed once m's keep-alive has ended and done what it does
+// on its way out.
+func Stopped(m *Manager) <-chan struct{} { return m.stopped }

@@ -71,8 +71,15 @@ const testSessionTTL = 2 * time.Second
 // request goes through intercept (to count, delay or lose requests).
 func interceptedManager(tb testing.TB, prefix string, intercept grpc.UnaryClientInterceptor) *etcdlock.Manager {
 	tb.Helper()
+	return dialedManager(tb, prefix, grpc.WithChainUnaryInterceptor(intercept))
+}
+
+// dialedManager is newManager with a client dialed with opts (an
+// interceptor of streams, say: a keep-alive is one).
+func dialedManager(tb testing.TB, prefix string, opts ...grpc.DialOption) *etcdlock.Manager {
+	tb.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(intercept)}})
+		DialOptions: opts})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = cli.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)

@@ -163,7 +163,9 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 // last renewal that etcd acknowledged was sent: never after etcd expires
 // the lease and grants its holds to others, for etcd counts from the
 // renewal's arrival. Its holds without a TTL are then lost, and every
-// call returns lockmgr.ErrSessionLost.
+// call returns lockmgr.ErrSessionLost; the Manager revokes the lease (if
+// etcd answers), so that a new Manager of the same owners may take their
+// locks at once.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
 // Close ends the session: it revokes the session's lease, which ends every

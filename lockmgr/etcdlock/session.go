@@ -66,6 +66,9 @@ func (m *Manager) keepSession(ctx context.Context, granted time.Time) {
 		m.endSessionHolds()
 		cancel()
 		inflight.Wait()
+		if ctx.Err() == nil {
+			m.giveUp()
+		}
 		close(m.stopped)
 	}()
 	for {
@@ -106,4 +109,17 @@ func (m *Manager) keepSession(ctx context.Context, granted time.Time) {
 			}
 		}
 	}
+}
+
+// giveUp revokes the session's lease once keepSession has given it up
+// (Close revokes it itself). The lease may live on in etcd: renewals
+// whose answers were lost still renewed it, for up to a TTL, and with it
+// the keys of this Manager's holds and waits, which it no longer counts
+// as its own. A new Manager of the same owner (a restarted service)
+// would be refused them (ErrAlreadyHeld) until etcd expired the lease.
+// One try: if etcd cannot be reached, the lease runs out on its own.
+func (m *Manager) giveUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(m.timeout, time.Duration(m.sessionTTL)*time.Second))
+	defer cancel()
+	_, _ = m.c.Revoke(ctx, m.session)
 }
