@@ -74,7 +74,11 @@ func (l *lostSignal) fire() {
 // tenth, at most a second), has passed on this host's monotonic clock
 // since the last renewal was sent, which is never later than etcd's own
 // expiry (etcd counts from when the renewal arrives). A hold on the
-// session is lost with it (Done), which is noticed the same way. ErrLockNotHeld if this Manager holds no such hold.
+// session is lost with it (Done), which is noticed the same way. Once
+// the channel has closed, the owner's Release or Refresh through this
+// Manager ends the hold, if etcd has not yet, and returns
+// lockmgr.ErrLockTimeout. ErrLockNotHeld if this Manager holds no such
+// hold.
 func (m *Manager) Lost(resource, owner string) (<-chan struct{}, error) {
 	if err := checkNames(resource, owner); err != nil {
 		return nil, err
@@ -166,14 +170,27 @@ func (m *Manager) holdGone(ctx context.Context, h *hold) (bool, int64) {
 }
 
 // loseHold fires h's signal and drops this Manager's record of it, if it
-// is still the record of that hold.
+// is still the record of that hold, keeping the news (told) for its
+// owner's next Release or Refresh.
 func (m *Manager) loseHold(h *hold) {
 	m.mu.Lock()
 	for id, x := range m.holds {
 		if x == h {
 			delete(m.holds, id)
+			m.told[id] = h.rev
 		}
 	}
 	m.mu.Unlock()
 	h.lost.fire()
+}
+
+// toldLost reports whether the hold of resource by owner whose key was
+// created at rev is one whose Lost this Manager closed (loseHold). A
+// hold past its deadline whose Lost nobody asked for was told nothing:
+// its Release or Refresh goes on while etcd has it.
+func (m *Manager) toldLost(resource, owner string, rev int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	told, ok := m.told[holdID{resource, owner}]
+	return ok && told == rev
 }

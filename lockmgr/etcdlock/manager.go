@@ -87,6 +87,11 @@ type Manager struct {
 
 	mu    sync.Mutex
 	holds map[holdID]*hold // this Manager's holds
+	// told has the create revisions of the holds this Manager took as
+	// lost (loseHold) before their owners heard of it from a Release or
+	// Refresh: an entry lasts until the owner's next Release, Refresh or
+	// grant by this Manager.
+	told map[holdID]int64
 
 	held heldStats
 	// bg counts the background revocations, which Close waits for. A
@@ -124,7 +129,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 			lockmgr.ErrBadOptions, opts.SessionTTL, MinTTL, MaxTTL, opts.RequestTimeout)
 	}
 	m := &Manager{c: client, prefix: opts.Prefix, timeout: opts.RequestTimeout, log: opts.Logger,
-		pid: os.Getpid(), done: make(chan struct{}), stopped: make(chan struct{}), holds: make(map[holdID]*hold)}
+		pid: os.Getpid(), done: make(chan struct{}), stopped: make(chan struct{}), holds: make(map[holdID]*hold), told: make(map[holdID]int64)}
 	if m.prefix == "" {
 		m.prefix = DefaultPrefix
 	}
@@ -297,6 +302,7 @@ func (m *Manager) remember(resource, owner string, h *hold) bool {
 		}
 	}
 	m.holds[holdID{resource, owner}] = h
+	delete(m.told, holdID{resource, owner})
 	return true
 }
 
@@ -306,6 +312,7 @@ func (m *Manager) forget(resource, owner string) {
 	m.mu.Lock()
 	h := m.holds[holdID{resource, owner}]
 	delete(m.holds, holdID{resource, owner})
+	delete(m.told, holdID{resource, owner})
 	m.mu.Unlock()
 	if h != nil {
 		h.lost.fire()

@@ -77,6 +77,52 @@ func (m *Manager) notHeld(ctx context.Context, k *resKeys, st state, releasing b
 	return nil
 }
 
+// readLive reads the owner's keys for a Release (releasing) or a
+// Refresh: live if the owner holds the resource, else the call's answer
+// (nil: a release of nothing). A hold that this Manager told lost (its
+// Lost closed: its TTL, less the margin, passed) is over for its owner,
+// though etcd, which counts from later, may still keep its key a
+// moment: it is ended first, and the owner told that it expired, as the
+// shm table tells it once the TTL has passed. Else a Refresh would renew
+// a hold whose holder was told to stop writing. (The Release of a hold
+// not granted by this Manager, or whose Lost was never asked for, is
+// not held to the deadline: nobody was told.)
+func (m *Manager) readLive(ctx context.Context, k *resKeys, releasing bool) (state, bool, error) {
+	for {
+		st, err := m.read(ctx, k)
+		if err != nil {
+			return st, false, err
+		}
+		if st.key == nil || st.ledger == nil {
+			m.forget(k.res, k.owner)
+			return st, false, m.notHeld(ctx, k, st, releasing)
+		}
+		if !m.toldLost(k.res, k.owner, st.key.CreateRevision) {
+			return st, true, nil
+		}
+		// Once its key is gone, the next read finds the ledger alone:
+		// notHeld records the end and tells the owner.
+		hv, _ := decodeHold(st.key.Value)
+		if err := m.endKey(ctx, st.key, clientv3.LeaseID(st.key.Lease), hv.TTL > 0); err != nil {
+			return st, false, err
+		}
+	}
+}
+
+// endKey deletes the hold key kv, if it is still kv, and gives back
+// lease, the one it lives on, if it is the hold's own.
+func (m *Manager) endKey(ctx context.Context, kv *mvccpb.KeyValue, lease clientv3.LeaseID, own bool) error {
+	_, err := m.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+		Then(clientv3.OpDelete(string(kv.Key))).Commit()
+	if err != nil {
+		return m.rpcErr(ctx, err)
+	}
+	if own && lease != m.session {
+		m.background(func() { m.revoke(lease) })
+	}
+	return nil
+}
+
 // Release ends owner's hold of resource in one transaction, which also
 // counts it and, if it was the resource's last key, deletes its version
 // (the next grant's revision is higher anyway). Like the shm Manager's:
@@ -103,13 +149,9 @@ func (m *Manager) Release(resource, owner string) error {
 	}
 	for tries := 0; ; tries++ {
 		if key == "" {
-			st, err := m.read(ctx, k)
-			if err != nil {
+			st, live, err := m.readLive(ctx, k, true)
+			if !live {
 				return err
-			}
-			if st.key == nil || st.ledger == nil {
-				m.forget(resource, owner)
-				return m.notHeld(ctx, k, st, true)
 			}
 			key, rev = string(st.key.Key), st.key.CreateRevision
 			if hv, err := decodeHold(st.key.Value); err == nil && hv.Acquired != 0 {
@@ -150,11 +192,11 @@ func (m *Manager) Release(resource, owner string) error {
 		m.held.undo(d)
 		if tries > 0 || h == nil {
 			// Read afresh and decide from what is there.
-			st, err := m.read(ctx, k)
-			if err != nil {
+			st, live, err := m.readLive(ctx, k, true)
+			if !live {
 				return err
 			}
-			if st.key == nil || st.ledger == nil || tries > 2 {
+			if tries > 2 {
 				m.forget(resource, owner)
 				return m.notHeld(ctx, k, st, true)
 			}
@@ -193,13 +235,9 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 	var lease clientv3.LeaseID
 	var sent time.Time
 	for tries := 0; ; tries++ {
-		st, err = m.read(ctx, k)
-		if err != nil {
+		var live bool
+		if st, live, err = m.readLive(ctx, k, false); !live {
 			return info, err
-		}
-		if st.key == nil || st.ledger == nil {
-			m.forget(resource, owner)
-			return info, m.notHeld(ctx, k, st, false)
 		}
 		if hv, err = decodeHold(st.key.Value); err != nil {
 			return info, err
@@ -210,8 +248,16 @@ func (m *Manager) Refresh(resource, owner string, ttl time.Duration) (lockmgr.Lo
 		if err != nil {
 			return info, err
 		}
-		if !gone {
+		if !gone && !m.toldLost(resource, owner, st.key.CreateRevision) {
 			break
+		}
+		if !gone {
+			// Its Lost closed while this Refresh ran: it stays lost,
+			// whatever the renewal did. The next read tells.
+			if err := m.endKey(ctx, st.key, lease, secs > 0); err != nil {
+				return info, err
+			}
+			continue
 		}
 		if tries >= 2 {
 			return info, fmt.Errorf("%w: %q by %q: the hold kept changing", lockmgr.ErrUnavailable, resource, owner)

@@ -1,0 +1,58 @@
+package etcdlock_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// TestToldLostStaysLost: once a hold's Lost channel has closed (its TTL,
+// less the margin, passed since its lease's grant was sent), its owner's
+// Refresh or Release is told that the hold expired (ErrLockTimeout), as
+// the shm table tells it once the TTL has passed, and the hold ends; a
+// waiter is granted it. Before, etcd, which counts the TTL from the
+// grant's arrival, still had the key: the Refresh succeeded and renewed
+// a hold whose holder had been told to stop writing (Lost stays closed),
+// and the Release counted a release of it. The grant's request is held
+// back on its way out, so that etcd's TTL runs well past the holder's
+// deadline.
+func TestToldLostStaysLost(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	for _, call := range []string{"refresh", "release"} {
+		p := newPrefix(t)
+		var hook atomic.Pointer[func()]
+		m := hookedManager(t, p, func(req any) bool {
+			_, ok := req.(*pb.LeaseGrantRequest)
+			return ok
+		}, &hook)
+		waiter := newManager(t, p)
+		late := func() { time.Sleep(ttl) }
+		hook.Store(&late)
+		_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+		require.NoError(t, err)
+		require.Nil(t, hook.Load(), "the grant was held back")
+		lost, err := m.Lost("r", "a")
+		require.NoError(t, err)
+		testproc.Receive(t, lost, "the lost signal")
+		if call == "refresh" {
+			_, err = m.Refresh("r", "a", ttl)
+		} else {
+			err = m.Release("r", "a")
+		}
+		require.ErrorIs(t, err, lockmgr.ErrLockTimeout, "%s after Lost closed", call)
+		_, err = waiter.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err, "%s: the hold told lost is over", call)
+		require.NoError(t, waiter.Release("r", "b"))
+		o, err := waiter.Overview()
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), o.Stats.ExpiredLocks, "%s: the hold counted as expired", call)
+		require.Equal(t, uint64(1), o.Stats.Released, "%s: the waiter's release only", call)
+	}
+}
