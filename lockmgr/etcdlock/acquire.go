@@ -576,7 +576,7 @@ func (a *acquisition) leave() {
 	if a.myRev == 0 {
 		return
 	}
-	l := &leaving{m: a.m, key: a.k.holdKey(a.mode), ledger: a.k.ledger, rev: a.myRev, queuedVal: a.queuedVal, grantVal: a.grantVal}
+	l := &leaving{m: a.m, k: a.k, key: a.k.holdKey(a.mode), ledger: a.k.ledger, rev: a.myRev, queuedVal: a.queuedVal, grantVal: a.grantVal}
 	a.myRev = 0
 	if !l.try() {
 		a.m.background(l.retry)
@@ -601,6 +601,7 @@ func (a *acquisition) onWait(d time.Duration) {
 // leaving is what leave deletes: the key of an acquisition that failed.
 type leaving struct {
 	m                   *Manager
+	k                   *resKeys
 	key, ledger         string
 	rev                 int64 // the key's create revision; -1 if unknown
 	queuedVal, grantVal string
@@ -609,10 +610,28 @@ type leaving struct {
 // leaveRetryMax is the longest pause between leave's retries.
 const leaveRetryMax = 2 * time.Second
 
-// try makes the deletion once; false if etcd did not answer it.
+// try makes the deletion once, and then deletes the resource's version
+// if nothing else keeps the resource (tidy); false if etcd did not
+// answer.
 func (l *leaving) try() bool {
 	ctx, cancel := l.m.reqCtx()
 	defer cancel()
+	return l.delete(ctx) && l.tidy(ctx)
+}
+
+// tidy deletes the version of a resource left with no keys but it, as
+// the release of its last hold does (the next grant's revision is higher
+// anyway): the grant taken back wrote it, or a release kept it for the
+// waiter that left. Else the resource stayed listed, empty, for good.
+func (l *leaving) tidy(ctx context.Context) bool {
+	_, err := l.m.c.Txn(ctx).If(append(l.k.unusedCmps(), clientv3.Compare(clientv3.CreateRevision(l.k.decl), "=", 0))...).
+		Then(clientv3.OpDelete(l.k.version)).Commit()
+	return err == nil
+}
+
+// delete deletes what the acquisition wrote; false if etcd did not
+// answer.
+func (l *leaving) delete(ctx context.Context) bool {
 	c := l.m.c
 	// A ledger that holds the value this acquisition's grant wrote goes
 	// even when the key is gone: the acquisition's lease, revoked as it

@@ -268,11 +268,7 @@ func (m *Manager) Undeclare(name string) error {
 	// resource: as a release of its last hold would have done.
 	_, err := m.c.Txn(ctx).Then(
 		clientv3.OpDelete(k.decl),
-		clientv3.OpTxn([]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(k.hold), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(k.ledgerPrefix), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(k.incons), "=", 0),
-		}, []clientv3.Op{clientv3.OpDelete(k.version)}, nil),
+		clientv3.OpTxn(k.unusedCmps(), []clientv3.Op{clientv3.OpDelete(k.version)}, nil),
 	).Commit()
 	if err != nil {
 		return m.rpcErr(ctx, err)

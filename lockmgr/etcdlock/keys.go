@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/shmlock/shmlock/lockmgr"
 )
 
@@ -97,6 +99,16 @@ func (m *Manager) keys(resource, owner string) *resKeys {
 		k.ledger, k.tomb = base+ledgerSeg+o, base+tombSeg+o
 	}
 	return k
+}
+
+// unusedCmps hold while the resource has no hold, waiter or ledger and
+// is not inconsistent: then, undeclared, it needs no version.
+func (k *resKeys) unusedCmps() []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k.hold), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(k.ledgerPrefix), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(k.incons), "=", 0),
+	}
 }
 
 // holdKey is the key of the owner's hold in mode.

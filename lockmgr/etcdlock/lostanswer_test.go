@@ -165,3 +165,26 @@ func TestLostAnswerTTLGrantLeavesNoLedger(t *testing.T) {
 	require.False(t, info.Inconsistent, "a grant nobody knew of is no hold that ended unreleased")
 	require.NoError(t, other.Release("r", "b"))
 }
+
+// TestTakenBackLeavesNoResource: an acquisition that takes back what it
+// wrote leaves the resource as it found it: a resource that had no keys
+// before is not listed after (Overview, Inspect's version), as after the
+// release of its last hold. The take-back deleted the grant's key and
+// ledger but kept the version that the grant wrote: the resource stayed
+// listed, empty, for good.
+func TestTakenBackLeavesNoResource(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	var lose atomic.Bool
+	m, other := lossyManager(t, p, &lose, nil), newManager(t, p)
+	lose.Store(true)
+	_, err := m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+	require.False(t, lose.Load(), "the answer was lost")
+	o, err := other.Overview()
+	require.NoError(t, err)
+	require.Empty(t, o.Resources, "a resource without holds or waiters is listed")
+	ri, err := other.Inspect("r")
+	require.NoError(t, err)
+	require.Zero(t, ri.Version, "the version of a resource without keys")
+}
