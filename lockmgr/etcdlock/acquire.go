@@ -637,16 +637,26 @@ func (l *leaving) delete(ctx context.Context) bool {
 	// even when the key is gone: the acquisition's lease, revoked as it
 	// gave up, took the key and left the ledger (on no lease), which
 	// would pass for a hold that ended unreleased.
-	var orphan []clientv3.Op
+	//
+	// A grant taken back was counted as one: its end is counted as a
+	// release (of a hold of no time, by the Manager that made it), or
+	// the statistics kept a hold that never ended. The ledger says
+	// whether there was a grant (a queued key has none), as it stood
+	// before the deletion: comparisons see the state before the
+	// transaction. If the end was recorded otherwise (an expiry, by
+	// another Manager), the ledger is gone and nothing is counted here.
+	var ended, orphan []clientv3.Op
 	if l.grantVal != "" {
-		orphan = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(l.ledger), "=", l.grantVal)},
-			[]clientv3.Op{clientv3.OpDelete(l.ledger)}, nil)}
+		granted := clientv3.Compare(clientv3.Value(l.ledger), "=", l.grantVal)
+		count := clientv3.OpPut(l.m.counter(ctrReleases), "")
+		ended = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{granted}, []clientv3.Op{count}, nil)}
+		orphan = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{granted}, []clientv3.Op{clientv3.OpDelete(l.ledger), count}, nil)}
 	}
 	if l.rev > 0 {
 		// A grant whose answer was lost wrote a ledger beside the key:
 		// it goes too (the owner is unique, so the ledger is this one's).
 		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)).
-			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Else(orphan...).Commit()
+			Then(append([]clientv3.Op{clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)}, ended...)...).Else(orphan...).Commit()
 		return err == nil
 	}
 	// The key is this acquisition's only if it holds a value this
@@ -662,7 +672,7 @@ func (l *leaving) delete(ctx context.Context) bool {
 	}
 	if l.grantVal != "" {
 		_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Value(l.key), "=", l.grantVal)).
-			Then(clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)).Else(orphan...).Commit()
+			Then(append([]clientv3.Op{clientv3.OpDelete(l.key), clientv3.OpDelete(l.ledger)}, ended...)...).Else(orphan...).Commit()
 		answered = answered && err == nil
 	}
 	return answered

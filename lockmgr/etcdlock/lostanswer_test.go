@@ -188,3 +188,45 @@ func TestTakenBackLeavesNoResource(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, ri.Version, "the version of a resource without keys")
 }
+
+// TestTakenBackGrantCounted: a grant that its acquisition took back (its
+// answer was lost) was counted as a grant, and its end as nothing: the
+// statistics kept a hold that was never active, never released, never
+// expired (TotalLocks ran ahead of Released + ExpiredLocks + Reclaimed +
+// ActiveLocks for good). The take-back of a grant counts as its release
+// (a hold of no time, by the Manager that made it); a queued key taken
+// back is no hold and counts nothing.
+func TestTakenBackGrantCounted(t *testing.T) {
+	t.Parallel()
+	for _, ttl := range []time.Duration{0, 5 * time.Second} {
+		p := newPrefix(t)
+		var lose atomic.Bool
+		var fail atomic.Int32
+		m, other := lossyManager(t, p, &lose, &fail), newManager(t, p)
+		if ttl > 0 {
+			fail.Store(1) // the first deletion: the lease's revocation takes the key, the retry the ledger
+		}
+		lose.Store(true)
+		_, err := m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+		require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+		require.False(t, lose.Load(), "the answer was lost")
+		testproc.WaitFor(t, func() bool {
+			ri, err := other.Inspect("r")
+			require.NoError(t, err)
+			return len(ri.Holders) == 0
+		}, "the grant to be taken back")
+		// A queued key taken back: b holds, a's queued key's answer is lost.
+		_, err = other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		lose.Store(true)
+		_, err = m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
+		require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+		require.NoError(t, other.Release("r", "b"))
+		o, err := other.Overview()
+		require.NoError(t, err)
+		s := o.Stats
+		require.Equal(t, uint64(2), s.TotalLocks, "ttl %v", ttl)
+		require.Equal(t, s.TotalLocks, s.Released+s.ExpiredLocks+s.Reclaimed+uint64(s.ActiveLocks),
+			"ttl %v: every grant ended once (%+v)", ttl, s)
+	}
+}

@@ -14,7 +14,9 @@ import (
 //   - each counter (grants, releases, conflicts, expired, reclaimed) is a
 //     key that the event's transaction puts, unconditionally: etcd counts
 //     the puts of a key in its Version, so the count is exact, and
-//     concurrent transactions never conflict over it;
+//     concurrent transactions never conflict over it; a grant that its
+//     acquisition took back (its answer was lost, say) counts as a
+//     release, so every grant ends once in the counts;
 //   - the total hold time cannot be counted so; each Manager keeps its
 //     own total (its releases' hold times), written by each release under
 //     a comparison of sequence numbers, so that of two releases in flight
