@@ -550,15 +550,37 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 		return info, true, nil, 0, err
 	}
 	if kvs := ranged(ops[0]); len(kvs) == 0 || kvs[0].CreateRevision != a.myRev {
-		// The queued key is gone: the session's lease ended under it, or
-		// it was deleted (and perhaps queued again by another acquisition
-		// of the owner, which is not this one's to take).
-		if err := m.usable(); err != nil {
-			return a.info, false, nil, 0, err
-		}
-		return a.info, false, nil, 0, fmt.Errorf("%w: the queued key of %q by %q vanished", lockmgr.ErrSessionLost, k.res, k.owner)
+		return a.info, false, nil, 0, a.vanished(ctx, kvs)
 	}
 	return a.info, false, ranged(ops[1]), resp.Header.Revision, nil
+}
+
+// vanished is the error of an acquisition whose queued key is gone; kvs
+// is the owner's key of the mode as read since, if there is one. Only if
+// the session's lease ended under the key is the session lost
+// (ErrSessionLost says the Manager must be replaced). Else the key was
+// deleted by someone else: the acquisition lost its place in the queue
+// (ErrAcquisitionFailed: the caller may try again), or another
+// acquisition of the owner took it, which is not this one's to take
+// (ErrAlreadyHeld, as that acquisition would have got had it come while
+// this one was queued).
+func (a *acquisition) vanished(ctx context.Context, kvs []*mvccpb.KeyValue) error {
+	m, k := a.m, a.k
+	if err := m.usable(); err != nil {
+		return err
+	}
+	// Done closes when keepSession hears, which may be a renewal away.
+	ttl, err := m.c.TimeToLive(ctx, m.session)
+	if err != nil {
+		return m.rpcErr(ctx, err)
+	}
+	switch {
+	case ttl.TTL <= 0:
+		return fmt.Errorf("%w: lease %x ended in etcd", lockmgr.ErrSessionLost, int64(m.session))
+	case len(kvs) > 0:
+		return fmt.Errorf("%w: %q by %q: another acquisition took the queued key's place", lockmgr.ErrAlreadyHeld, k.res, k.owner)
+	}
+	return fmt.Errorf("%w: %q by %q: the queued key was deleted by someone else", lockmgr.ErrAcquisitionFailed, k.res, k.owner)
 }
 
 // leave deletes the queued key (if it is still the one queued), so that a

@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,11 +52,44 @@ func TestQueuedKeyReplaced(t *testing.T) {
 	require.NoError(t, testproc.Receive(t, errs2, "the second acquisition's grant"))
 	select {
 	case err := <-errs:
-		require.Error(t, err)
+		// The owner's other acquisition has its place: as when it
+		// comes while the owner is queued.
+		require.ErrorIs(t, err, lockmgr.ErrAlreadyHeld)
 	case <-time.After(3 * time.Second):
 		t.Fatal("the waiter whose key was replaced still waits (spinning on its grant)")
 	}
 	require.NoError(t, w2.Release("r", "a"))
+}
+
+// TestQueuedKeyDeleted: a waiter whose queued key someone else deleted
+// (etcdctl del) has lost its place in the queue, and its acquisition
+// fails with ErrAcquisitionFailed, which a caller may retry. It failed
+// with ErrSessionLost, which says the Manager must be replaced, though
+// its session was alive and the Manager went on working.
+func TestQueuedKeyDeleted(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	h, w := newManager(t, p), newManager(t, p)
+	raw := newClient(t)
+	_, err := h.Acquire(testCtx(t), "r", "h", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	queued, errs := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
+	go func() {
+		_, err := w.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever,
+			OnWait: func(lockmgr.LockInfo, time.Duration) { once.Do(func() { close(queued) }) }})
+		errs <- err
+	}()
+	testproc.Receive(t, queued, "a queued")
+	_, err = raw.Delete(testCtx(t), p+"r/r/h/x/a")
+	require.NoError(t, err)
+	require.NoError(t, h.Release("r", "h")) // wakes a, which finds its key gone
+	err = testproc.Receive(t, errs, "a's end")
+	require.ErrorIs(t, err, lockmgr.ErrAcquisitionFailed)
+	require.NotErrorIs(t, err, lockmgr.ErrSessionLost)
+	_, err = w.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err, "the waiter's Manager works on")
+	require.NoError(t, w.Release("r", "a"))
 }
 
 // TestLosingTombstoneLeaseRevoked: a Manager that records the end of an
