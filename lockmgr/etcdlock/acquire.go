@@ -102,6 +102,36 @@ func (a *acquisition) run(ctx context.Context) (lockmgr.LockInfo, error) {
 	return info, err
 }
 
+// newLease replaces the acquisition's own lease, which ended, with a new
+// one of its TTL.
+func (a *acquisition) newLease(ctx context.Context) error {
+	a.renewed = time.Now()
+	id, _, err := a.m.grant(ctx, time.Duration(a.ttl)*time.Second)
+	if err != nil {
+		return err
+	}
+	a.lease = id
+	return nil
+}
+
+// leaseGone reports whether err, a transaction's failure, is etcd's
+// refusal of the acquisition's own lease (a TTL), which ended before
+// the grant could put the hold on it: revoked by an operator, or ended
+// by etcd sooner than its TTL. etcd refuses the whole transaction then,
+// so nothing was written, and the acquisition goes on with a new lease,
+// as the shm table, whose TTL starts at the grant, would grant it.
+// Else (the session's lease) the error stays the session's loss.
+func (a *acquisition) leaseGone(ctx context.Context, err error) (bool, error) {
+	if a.ttl == 0 || !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return false, nil
+	}
+	resp, err := a.m.c.TimeToLive(ctx, a.lease)
+	if err != nil {
+		return false, a.m.rpcErr(ctx, err)
+	}
+	return resp.TTL <= 0, nil
+}
+
 // holdValue is the value of the hold's key and ledger at the grant.
 func (a *acquisition) holdValue(granted bool) holdValue {
 	hv := holdValue{Owner: a.k.owner, Mode: a.mode.String(), Host: a.m.host, PID: a.m.pid, TTL: a.ttl, Tag: a.tag}
@@ -178,6 +208,18 @@ func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
 			clientv3.OpGet(k.declaredOnly), clientv3.OpGet(k.decl),
 		).Commit()
 		if err != nil {
+			if gone, gerr := a.leaseGone(ctx, err); gerr != nil || gone {
+				if gerr == nil && tries > 8 {
+					gerr = keptChanging(k)
+				}
+				if gerr == nil {
+					gerr = a.newLease(ctx)
+				}
+				if gerr != nil {
+					return a.info, gerr
+				}
+				continue // nothing was written: try again on the new lease
+			}
 			// The request may have queued the key, or granted it, before
 			// it failed: take back what it did.
 			a.myRev = -1
@@ -222,9 +264,15 @@ func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
 		if tries > 8 {
 			// Each try sees a change by someone else; so many in a row
 			// means the switch flips faster than a request: give up.
-			return a.info, fmt.Errorf("%w: %q: the table kept changing", lockmgr.ErrUnavailable, k.res)
+			return a.info, keptChanging(k)
 		}
 	}
+}
+
+// keptChanging is the error of an acquisition that met a change by
+// someone else at each of its tries.
+func keptChanging(k *resKeys) error {
+	return fmt.Errorf("%w: %q: the table kept changing", lockmgr.ErrUnavailable, k.res)
 }
 
 // granted finishes a grant made at revision rev by a transaction whose
@@ -509,11 +557,9 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return a.info, false, nil, 0, m.rpcErr(ctx, err)
 			}
-			id, _, err := m.grant(ctx, time.Duration(a.ttl)*time.Second)
-			if err != nil {
+			if err := a.newLease(ctx); err != nil {
 				return a.info, false, nil, 0, err
 			}
-			a.lease = id
 		}
 	}
 	mine := clientv3.Compare(clientv3.CreateRevision(k.holdKey(a.mode)), "=", a.myRev)
@@ -539,6 +585,11 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 	}
 	resp, err := m.c.Txn(ctx).If(mine).Then(then).Else(notGranted...).Commit()
 	if err != nil {
+		if gone, gerr := a.leaseGone(ctx, err); gerr != nil || gone {
+			// Nothing was written; the next try renews the lease, or
+			// grants a new one.
+			return a.info, false, nil, 0, gerr
+		}
 		return a.info, false, nil, 0, m.rpcErr(ctx, err)
 	}
 	ops := resp.Responses

@@ -337,6 +337,13 @@ func (m *Manager) extend(ctx context.Context, k *resKeys, kv *mvccpb.KeyValue, h
 			clientv3.OpPut(string(kv.Key), hv.encode(), clientv3.WithLease(newLease)),
 			clientv3.OpPut(k.ledger, hv.encode()),
 		).Commit()
+		if err != nil && newLease != m.session && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The new lease ended before the transaction (an operator
+			// revoked it): etcd refused the whole transaction, so
+			// nothing was written. The caller reads again and tries
+			// again, as when the hold changed; the session is not lost.
+			return 0, true, nil
+		}
 		if err != nil {
 			// The transaction may have moved the hold onto the new lease
 			// before its answer was lost: revoking that lease would end
