@@ -60,6 +60,19 @@ func takeOne(n *atomic.Int32) bool {
 	}
 }
 
+// loseQueuedKey queues a (on m) behind b's hold of r (on other), losing
+// the answer of the request that queued it, so that the acquisition
+// fails and takes its queued key back; then b releases.
+func loseQueuedKey(t *testing.T, m, other *etcdlock.Manager, lose *atomic.Bool) {
+	t.Helper()
+	_, err := other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	lose.Store(true)
+	_, err = m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
+	require.ErrorIs(t, err, lockmgr.ErrUnavailable)
+	require.NoError(t, other.Release("r", "b"))
+}
+
 // TestLostAnswerKeepsOthersHold: an acquisition whose first request
 // fails without an answer takes back what that request may have written,
 // and only that: the owner's hold that was there before (the request found
@@ -92,12 +105,7 @@ func TestLostAnswerKeepsOthersHold(t *testing.T) {
 	ri, err := other.Inspect("r")
 	require.NoError(t, err)
 	require.Equal(t, lockmgr.Unlocked, ri.State, "the lost grant was taken back")
-	_, err = other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-	require.NoError(t, err)
-	lose.Store(true)
-	_, err = m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
-	require.ErrorIs(t, err, lockmgr.ErrUnavailable)
-	require.NoError(t, other.Release("r", "b"))
+	loseQueuedKey(t, m, other, &lose)
 	_, err = other.Acquire(testCtx(t), "r", "c", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err, "the lost queued key was taken back")
 	require.NoError(t, other.Release("r", "c"))
@@ -215,13 +223,7 @@ func TestTakenBackGrantCounted(t *testing.T) {
 			require.NoError(t, err)
 			return len(ri.Holders) == 0
 		}, "the grant to be taken back")
-		// A queued key taken back: b holds, a's queued key's answer is lost.
-		_, err = other.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-		require.NoError(t, err)
-		lose.Store(true)
-		_, err = m.Acquire(lossyCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
-		require.ErrorIs(t, err, lockmgr.ErrUnavailable)
-		require.NoError(t, other.Release("r", "b"))
+		loseQueuedKey(t, m, other, &lose)
 		o, err := other.Overview()
 		require.NoError(t, err)
 		s := o.Stats
