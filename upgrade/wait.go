@@ -471,7 +471,11 @@ func (m *Mutex) releaseStaleHandoff(o uint64) bool {
 // may move under an upgrade holder, as ForceUnlock's does.)
 func (m *Mutex) takeOverWriter(o uint64) bool {
 	id := writerID(o)
-	if id == 0 || m.alive(id) {
+	// The verdict is on the holder, not on o: it may have released and
+	// exited after o was loaded, and the marks below go before the CAS
+	// that would tell. A dead one's word is final, so it is loaded again
+	// after the verdict.
+	if id == 0 || m.alive(id) || m.e.Writer.Load() != o {
 		return false
 	}
 	if o&writerUnique != 0 {
