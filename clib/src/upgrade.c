@@ -610,7 +610,11 @@ static void clear_dead_tid(a64 *w, a64 *tid, uint64_t o)
 static bool take_over_writer(shmlock_upgrade *m, uint64_t o)
 {
 	uint64_t id = writer_id(o);
-	if (id == 0 || alive(m, id))
+	/* The verdict is on the holder, not on o: it may have released and
+	 * exited after o was loaded, and the marks below go before the CAS
+	 * that would tell. A dead one's word is final, so it is loaded again
+	 * after the verdict. */
+	if (id == 0 || alive(m, id) || ld64(&m->e->writer) != o)
 		return false;
 	if (o & WRITER_UNIQUE) {
 		atomic_fetch_or(&m->e->state, UPG_INCONSISTENT);

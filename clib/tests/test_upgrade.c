@@ -784,6 +784,79 @@ static void test_slow_force_give_back(void)
 	}
 }
 
+/* A unique holder that releases and exits (a process whose last act is
+ * its unlock) between a repairer's load of the writer word, which named
+ * it, and the repairer's check that it lives: the check reads a zombie in
+ * /proc and says dead, of a holder whose word the repairer loaded before
+ * the release. Here the repairer is a reader at its liveness slice, and
+ * the holder a child that unlocks and exits when the reader first checks
+ * it (the hook), before the check reads /proc. A repairer that trusted
+ * its load marked the mutex inconsistent and moved the generation on
+ * before its CAS of the word failed: the next writer was told of a reclaim
+ * that never was. */
+static struct {
+	pid_t pid;
+	uint64_t id;
+	int go; /* write end of the pipe that tells it to unlock and exit */
+	int checks;
+} releaser;
+
+static void releaser_checked(uint64_t id)
+{
+	if (id != releaser.id || releaser.checks++ != 0)
+		return;
+	char c = 'g';
+	CHECK(write(releaser.go, &c, 1) == 1);
+	siginfo_t si; /* until it has unlocked and exited; not reaped */
+	CHECK(waitid(P_PID, (id_t)releaser.pid, &si, WEXITED | WNOWAIT) == 0);
+}
+
+static void test_clean_release_then_exit(void)
+{
+	shmlock_upgrade *r = named("cleanexit");
+	int held[2], go[2];
+	CHECK(pipe(held) == 0 && pipe(go) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		shmlock_upgrade *m;
+		char c = 'y';
+		if (shmlock_upgrade_named(seg, "cleanexit", &m) != 0 || shmlock_upgrade_lock(m) != 0)
+			_exit(1);
+		if (write(held[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(1);
+		_exit(shmlock_upgrade_unlock(m) == 0 ? 0 : 3);
+	}
+	char c = 0;
+	CHECK(read(held[0], &c, 1) == 1 && c == 'y');
+	uint64_t n;
+	struct shm_upgrade_entry *e = shm_table_of(seg, SHM_UPGRADES, &n);
+	e += shmlock_upgrade_index(r);
+	releaser.pid = pid;
+	uint64_t w = atomic_load(&e->writer);
+	CHECK(w & SHM_UPG_WRITER_UNIQUE); /* the fast path's hold: marked before the takeover's CAS */
+	releaser.id = w & ~SHM_UPG_WRITER_UNIQUE;
+	releaser.go = go[1];
+	releaser.checks = 0;
+	uint64_t g = shmlock_upgrade_generation(r);
+	shm_test_hook_alive = releaser_checked;
+	CHECK_RC(shmlock_upgrade_lock_shared(r), 0); /* waits, and checks the holder at a slice */
+	shm_test_hook_alive = NULL;
+	CHECK(releaser.checks >= 1);
+	int st;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(!shmlock_upgrade_inconsistent(r));
+	CHECK(shmlock_upgrade_generation(r) == g + 1); /* the release's bump, and no other */
+	CHECK_RC(shmlock_upgrade_unlock_shared(r), 0);
+	CHECK_RC(shmlock_upgrade_lock(r), 0); /* not told of a reclaim */
+	CHECK_RC(shmlock_upgrade_unlock(r), 0);
+	for (int i = 0; i < 2; i++) {
+		close(held[i]);
+		close(go[i]);
+	}
+	CHECK_RC(shmlock_upgrade_close(r), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -803,6 +876,7 @@ int main(void)
 	RUN(test_wrapped_count);
 	RUN(test_dead_fast_path_writer);
 	RUN(test_slow_force_give_back);
+	RUN(test_clean_release_then_exit);
 	teardown();
 	return CHECK_DONE();
 }
