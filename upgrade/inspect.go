@@ -114,18 +114,23 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	if err != nil {
 		return Repair{}, err
 	}
+	return m.reclaim(dryRun), nil
+}
+
+// reclaim is Reclaim on m's mutex.
+func (m *Mutex) reclaim(dryRun bool) Repair {
 	var rep Repair
 	if o := m.e.Writer.Load(); isHandoff(o) && handoffExpired(o) {
 		// Nobody is coming for it: writers that wait take a handoff
 		// within microseconds (see handoffExpiry).
 		rep.Handoff = dryRun || m.releaseStaleHandoff(o)
 	}
-	if o := writerID(m.e.Writer.Load()); o != 0 && !m.alive(o) {
+	if o := m.deadHolder(func() uint64 { return writerID(m.e.Writer.Load()) }); o != 0 {
 		if dryRun || m.releaseDeadWriter() {
 			rep.Writer = o
 		}
 	}
-	if o := m.e.Upgrader.Load(); o != 0 && !m.alive(o) {
+	if o := m.deadHolder(m.e.Upgrader.Load); o != 0 {
 		if dryRun {
 			rep.Upgrader = o
 		} else if released, _ := m.releaseDeadUpgrader(); released {
@@ -134,7 +139,7 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	}
 	for j, r := range m.readers {
 		if dryRun {
-			if o := r.Owner.Load(); o != 0 && !m.alive(o) {
+			if o := m.deadHolder(r.Owner.Load); o != 0 {
 				rep.Readers = append(rep.Readers, ReaderStatus{Record: j, Owner: o, Count: r.Count.Load()})
 			}
 		} else if o, n, freed := m.freeDeadRecord(r); freed {
@@ -144,7 +149,19 @@ func Reclaim(seg *shm.Segment, i int, dryRun bool) (Repair, error) {
 	if !dryRun && len(rep.Readers) > 0 && m.e.State.Load()&blockReaders != 0 {
 		m.wake(m.uniqueGate())
 	}
-	return rep, nil
+	return rep
+}
+
+// deadHolder is the identity that load reads (a holder's word) if it is a
+// dead process's, or 0. The verdict is on the identity, not on the word:
+// its holder may have let the word go and exited after the first load
+// (what a dry run would then report, no repair would do), and a dead
+// one's word is final, so the word is loaded again after the verdict.
+func (m *Mutex) deadHolder(load func() uint64) uint64 {
+	if o := load(); o != 0 && !m.alive(o) && load() == o {
+		return o
+	}
+	return 0
 }
 
 // Reclaim is the package's Reclaim of the handle's mutex (not a dry run),
