@@ -1,7 +1,10 @@
 package lockmgr
 
 import (
+	"slices"
+
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -45,13 +48,7 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 			continue
 		}
 		if dryRun {
-			now := m.clock.now()
-			s := m.t.read(e)
-			for _, h := range s.holders {
-				if why := m.endReason(h.process, h.companion, h.expires, now); why != "" {
-					ended = append(ended, EndedHold{Resource: s.name, Owner: h.owner, PID: pidOf(h.process), Process: h.process, Why: why})
-				}
-			}
+			ended = append(ended, m.wouldEnd(e)...)
 			continue
 		}
 		if !m.t.lockEntry(e) {
@@ -103,6 +100,46 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 		m.t.unlockEntry(m.t.head)
 	}
 	return ended, nil
+}
+
+// wouldEnd is Reclaim's dry run on resource entry e: the holds a Reclaim
+// would end now. They are judged from a snapshot, outside e's lock (the
+// liveness checks read /proc); the verdict is on a hold's process, and the
+// process may have released the hold and exited after the snapshot, so a
+// hold is reported only if a snapshot read after the verdict still has it
+// (a dead process's hold is final).
+func (m *Manager) wouldEnd(e *layout.LockMgrEntry) []EndedHold {
+	now := m.clock.now()
+	s := m.t.read(e)
+	if testHookStep != nil {
+		testHookStep("reclaim:snapshot")
+	}
+	var ended []EndedHold
+	var judged []holderSnap
+	for _, h := range s.holders {
+		if why := m.endReason(h.process, h.companion, h.expires, now); why != "" {
+			ended = append(ended, EndedHold{Resource: s.name, Owner: h.owner, PID: pidOf(h.process), Process: h.process, Why: why})
+			judged = append(judged, h)
+		}
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	again := m.t.read(e)
+	kept := ended[:0]
+	for i, h := range judged {
+		if again.name == s.name && slices.ContainsFunc(again.holders, h.sameHold) {
+			kept = append(kept, ended[i])
+		}
+	}
+	return kept
+}
+
+// sameHold reports whether o is the hold h in another snapshot: the same
+// process's acquisition, under the same owner (a Refresh may have moved
+// its expiry).
+func (h holderSnap) sameHold(o holderSnap) bool {
+	return o.process == h.process && o.acquired == h.acquired && o.owner == h.owner
 }
 
 // endReason says why a hold of process p (with companion c, expiring at
