@@ -348,3 +348,37 @@ func TestClaimRefusesWrappedRefs(t *testing.T) {
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 	requireNoClaims(t, seg)
 }
+
+// A process that drops its reference record and exits between a dry run's
+// load of the record's owner, which named it, and the dry run's check that
+// it lives: the check says dead, and a dry run that trusted its load
+// reported a dead process's references (shmctl reclaim --dry-run) that no
+// DropDeadClaims would find. The record is the exited process's as its
+// claim would have left it, and the hook drops it as its release does, so
+// the interleaving is exact. (Not parallel: the hook is the package's.)
+func TestDropDeadClaimsDryRunAfterRelease(t *testing.T) {
+	seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 2, ClaimRefs: 4}})
+	i, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+	require.NoError(t, err)
+	self := proc.Self()
+	exited := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // its pid reused by us
+	const j = 3
+	r := claimRef(t, seg, j)
+	require.Zero(t, r.Owner.Load(), "record 3 is free")
+	r.Target.Store(layout.ClaimTarget(layout.KindOwnerSlots, i))
+	r.Count.Store(1)
+	r.Owner.Store(exited)
+	calls := 0
+	defer shm.SetTestHookDeadRef(func() {
+		if calls++; calls == j+1 { // record j's owner is loaded: the process drops it (dropRef)
+			r.Count.Store(0)
+			r.Owner.Store(0)
+			r.Target.Store(0)
+		}
+	})()
+	dropped, err := seg.DropDeadClaims(true)
+	require.NoError(t, err)
+	require.Greater(t, calls, j, "the dry run looked at record 3")
+	require.Empty(t, dropped, "a dead process's references reported after it dropped them")
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}

@@ -317,7 +317,13 @@ func (s *Segment) deadRefs() []DroppedClaim {
 			return out
 		}
 		o := r.Owner.Load()
-		if o == 0 || s.OwnerAlive(o) {
+		testHookDeadRef()
+		// The verdict is on o, not on the record, read outside the
+		// registry lock: its process may have dropped the record and
+		// exited after the load. A dead one's record is final (but for
+		// a repair under the lock, which drops it), so it is loaded
+		// again after the verdict.
+		if o == 0 || s.OwnerAlive(o) || r.Owner.Load() != o {
 			continue
 		}
 		t := r.Target.Load()
@@ -676,3 +682,8 @@ var testHookFreeing = func() {}
 // the entry's Refs and of the process's reference record; tests replace it
 // to die there.
 var testHookBetweenSteps = func() {}
+
+// testHookDeadRef runs in deadRefs (DropDeadClaims' listing) between its
+// load of a reference record's owner and the check that the owner lives;
+// tests replace it.
+var testHookDeadRef = func() {}

@@ -17,6 +17,10 @@ func SetTestHookBeforePublish(f func()) (restore func()) { return setHook(&testH
 // (or release's) two counts.
 func SetTestHookBetweenSteps(f func()) (restore func()) { return setHook(&testHookBetweenSteps, f) }
 
+// SetTestHookDeadRef replaces the hook that runs in DropDeadClaims' listing
+// of dead records between loading a record's owner and checking it lives.
+func SetTestHookDeadRef(f func()) (restore func()) { return setHook(&testHookDeadRef, f) }
+
 // SetTestHookLastRef replaces the hook that runs in a Release between
 // taking the reference off Refs and freeing the entry.
 func SetTestHookLastRef(f func()) (restore func()) { return setHook(&testHookLastRef, f) }
