@@ -2,10 +2,8 @@ package lockmgr
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -32,7 +30,7 @@ func TestReclaimDryRunAfterCleanRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder.t.self = exitedIdentity(t)
+	holder.t.self = testproc.ExitedIdentity(t)
 	if _, err := holder.Acquire(context.Background(), "res", "owner", Exclusive, AcquireOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,20 +54,4 @@ func TestReclaimDryRunAfterCleanRelease(t *testing.T) {
 	if len(ended) != 0 {
 		t.Errorf("dry run %+v: a dead holder's hold reported after a clean release", ended)
 	}
-}
-
-// exitedIdentity is the packed identity of a process that has exited.
-func exitedIdentity(tb testing.TB) uint64 {
-	tb.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	id, err := proc.Lookup(uint32(cmd.Process.Pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	return id.Pack()
 }

@@ -2,28 +2,18 @@ package upgrade_test
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/upgrade"
 )
 
 // deadIdentity is the packed identity of a process that has exited, as a
 // lock word killed at some step would record it.
-func deadIdentity(tb testing.TB) uint64 {
-	tb.Helper()
-	cmd := exec.Command("sleep", "60")
-	require.NoError(tb, cmd.Start())
-	id, err := proc.Lookup(uint32(cmd.Process.Pid))
-	require.NoError(tb, err)
-	require.NoError(tb, cmd.Process.Kill())
-	_ = cmd.Wait()
-	return id.Pack()
-}
+func deadIdentity(tb testing.TB) uint64 { return testproc.ExitedIdentity(tb) }
 
 // A writer killed on Lock's fast path after its CAS of the Writer word
 // (writerUnique) and before its step back, because a live handle holds the

@@ -3,11 +3,11 @@ package upgrade
 import (
 	"context"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 )
 
 // ForceUnlock drops a reader record's count while its (live) owner is
@@ -217,20 +217,7 @@ func otherLiveIdentity(tb testing.TB) uint64 {
 }
 
 // deadIdentity is the packed identity of a process that has exited.
-func deadIdentity(tb testing.TB) uint64 {
-	tb.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	id, err := proc.Lookup(uint32(cmd.Process.Pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	return id.Pack()
-}
+func deadIdentity(tb testing.TB) uint64 { return testproc.ExitedIdentity(tb) }
 
 // ForceUnlock of a mutex whose holder died granted (its holder id still
 // there) while a waiter takes the dead one's word over: just after the

@@ -311,3 +311,21 @@ func Receive[T any](tb testing.TB, ch <-chan T, what string) T {
 		panic("unreachable")
 	}
 }
+
+// ExitedIdentity is the packed identity of a process that has exited (and
+// been reaped): what a lock word of a holder killed at some step records,
+// for tests that play that holder in the test's own process.
+func ExitedIdentity(tb testing.TB) uint64 {
+	tb.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	id, err := proc.Lookup(uint32(cmd.Process.Pid))
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id.Pack()
+}
