@@ -58,9 +58,17 @@ const forceGiveBackWait = 1000
 // with plain stores, one locked instruction each, see state.go): a force
 // that lands there proceeds, and the release's stores of the generation
 // and the state word may land after the force, over the next holder's.
-// A stuck holder is not releasing; a force of a live holder that is
-// running is the operator's gamble, and its data's fencing tokens are the
-// protection that stays.
+// Two forces of the same hold at once, during its release, are left open
+// too: both load the word and the holder id before the release clears the
+// id; the first takes the word, fails on the id and gives the word back;
+// the second then takes it from there, and the release, which waits for
+// the first forcer only (it cannot tell the second from a waiter that took
+// a dead forcer's word over), ends before the second gives it back: the
+// word stays with the releasing process, held by nobody, until that
+// process exits. Telling the two apart needs a mark of a given-back word
+// in the format. A stuck holder is not releasing; a force of a live
+// holder that is running is the operator's gamble, and its data's fencing
+// tokens are the protection that stays.
 func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	if seg == nil {
 		return Forced{}, shm.ErrNoSegment
