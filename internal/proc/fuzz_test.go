@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// FuzzParseStat checks that parseStat never panics, that every failure
-// wraps ErrMalformedStat, and that the command name cannot change the
-// answer: only the text after the last ')' matters.
+// FuzzParseStat checks that parseStat and parseParent, which read the same
+// line, never panic, that every failure wraps ErrMalformedStat, and that
+// the command name cannot change either answer: only the text after the
+// last ')' matters.
 func FuzzParseStat(f *testing.F) {
 	for _, seed := range []string{
 		"3537 (sleep) S 3534 3534 1820 0 -1 4194304 126 0 1 0 0 0 0 0 20 0 1 0 280923 2990080 387 18446744073709551615 94562866884608 94562866902537 140731275864416 0 0 0 0 6 0 1 0 0 17 0 0 0 0 0 0 94562866916624 94562866917888 94563365662720 140731275872969 140731275872977 140731275872977 140731275874281 0\n",
@@ -25,6 +26,7 @@ func FuzzParseStat(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
+		checkParent(t, line)
 		state, start, err := parseStat(line)
 		if err != nil {
 			if !errors.Is(err, ErrMalformedStat) {
@@ -43,4 +45,20 @@ func FuzzParseStat(f *testing.F) {
 			t.Fatalf("with comm replaced: got %q, %d, %v; want %q, %d, nil", state2, start2, err, state, start)
 		}
 	})
+}
+
+// checkParent is FuzzParseStat's check of parseParent on line.
+func checkParent(t *testing.T, line []byte) {
+	ppid, err := parseParent(line)
+	if err != nil {
+		if !errors.Is(err, ErrMalformedStat) {
+			t.Fatalf("parseParent: error %v does not wrap ErrMalformedStat", err)
+		}
+		return
+	}
+	tail := line[bytes.LastIndexByte(line, ')'):]
+	plain := append([]byte("1 (c"), tail...)
+	if ppid2, err := parseParent(plain); err != nil || ppid2 != ppid {
+		t.Fatalf("parseParent with comm replaced: got %d, %v; want %d, nil", ppid2, err, ppid)
+	}
 }
