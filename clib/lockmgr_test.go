@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/memview"
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
@@ -549,16 +550,19 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 // TestLockMgrFuzzCorpusC replays the corpus of lockmgr's FuzzTable (with
 // SHMLOCK_FUZZ_CORPUS=DIR also DIR/FuzzTable, such as the fuzz cache's
 // directory for lockmgr) against C: each input is the lock table's bytes,
-// entry locks cleared as FuzzTable does, and C acquisitions of four
-// resources on it (one attempt, and on a conflict a wait of 200 µs) must
-// each end, never die of a signal, hang or print a sanitizer's report. Go
-// makes the same acquisitions on a twin table holding the same bytes, and
-// the two must agree: the same code for each attempt and wait, and the
-// same version for each grant; then the same codes for late refreshes and
-// releases by owners of the snapshot's holds (what the tombstones tell
-// them).
+// entry locks cleared as FuzzTable does (and, as there, the insert lock
+// left to a dead process where a byte past the table is odd), and C
+// acquisitions of four resources on it (one attempt, and on a conflict a
+// wait of 200 µs) must each end, never die of a signal, hang or print a
+// sanitizer's report. Go makes the same acquisitions on a twin table
+// holding the same bytes, and the two must agree: the same code for each
+// attempt and wait, and the same version for each grant; then the same
+// codes for late refreshes and releases by owners of the snapshot's holds
+// (what the tombstones tell them).
 func TestLockMgrFuzzCorpusC(t *testing.T) {
 	ctx := context.Background()
+	self := proc.Self()
+	deadInsertLock := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // our pid, reused by us
 	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
 		data := fuzzInput(t, f)
 		path, seg, _, _ := newLockMgrSegment(t, 8)
@@ -570,9 +574,12 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 				mem, err := s.Region(layout.KindLockMgr)
 				require.NoError(t, err)
 				clear(mem)
-				copy(mem, data)
+				rest := data[copy(mem, data):]
 				for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
 					clear(mem[off : off+8]) // Lock
+				}
+				if len(rest) > 0 && rest[0]&1 != 0 {
+					binary.LittleEndian.PutUint64(mem, deadInsertLock)
 				}
 			}
 		}
