@@ -11,14 +11,33 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/metrics"
 	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/txn"
 )
 
 // fuzzedKinds are the tables FuzzRead damages, in the order its input
-// fills them: what a monitor reads of every lock.
+// fills them: what a monitor reads of every lock. Of the txn arena only
+// its control area and pin table (fuzzedArenaBytes): the objects are not
+// read.
 var fuzzedKinds = []layout.Kind{
 	layout.KindSlotDirectory, layout.KindUpgradeDirectory, layout.KindOwnerSlots,
 	layout.KindUpgrades, layout.KindUpgradeReaders, layout.KindLockMgr, layout.KindLockStats,
-	layout.KindClaimRefs, layout.KindRegionDirectory,
+	layout.KindClaimRefs, layout.KindRegionDirectory, layout.KindTxnRecords, layout.KindTxnArena,
+}
+
+// fuzzSizes are FuzzRead's tables: the test segments' (sizes), and two
+// transaction records in a small arena, so that the txn table is read
+// too.
+var fuzzSizes = func() layout.Options {
+	o := sizes
+	o.TxnRecords, o.TxnArenaBytes = 2, 4096
+	return o
+}()
+
+// fuzzedArenaBytes is the part of fuzzSizes' txn arena that FuzzRead
+// damages: the control area and the pin table.
+func fuzzedArenaBytes() int {
+	rows, rowSize := layout.TxnPinRows(fuzzSizes.TxnRecords, uint64(fuzzSizes.TxnArenaBytes))
+	return layout.TxnCtlAreaSize + rows*int(rowSize)
 }
 
 // FuzzRead: whatever words the tables hold (a damaged or hostile segment;
@@ -27,14 +46,26 @@ var fuzzedKinds = []layout.Kind{
 // is valid UTF-8 (Prometheus refuses others), and the scrape of a segment
 // that could be read succeeds.
 func FuzzRead(f *testing.F) {
-	path := newSegment(f)
+	path := newSegmentOf(f, fuzzSizes)
 	raw, err := shm.Open(path, shm.Options{})
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = raw.Close() })
+	// An open transaction with a pin, for the seeds.
+	sp, err := txn.Open(raw)
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = sp.Close() })
+	tx, err := sp.Begin(txn.BeginOptions{ArenaBytes: 512})
+	require.NoError(f, err)
+	pin, err := tx.TryPin()
+	require.NoError(f, err)
+	f.Cleanup(pin.Release)
 	regions := make([][]byte, len(fuzzedKinds))
 	for j, k := range fuzzedKinds {
 		regions[j], err = raw.Region(k)
 		require.NoError(f, err)
+		if k == layout.KindTxnArena {
+			regions[j] = regions[j][:fuzzedArenaBytes()]
+		}
 	}
 	var seed []byte
 	for _, r := range regions {

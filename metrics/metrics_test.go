@@ -84,8 +84,14 @@ var sizes = layout.Options{Slots: 4, Upgrades: 2, UpgradeReaders: 2, TxnRecords:
 // declared and a data region of 100 bytes; it returns its path.
 func newSegment(t testing.TB) string {
 	t.Helper()
+	return newSegmentOf(t, sizes)
+}
+
+// newSegmentOf is newSegment with tables of the given sizes.
+func newSegmentOf(t testing.TB, opts layout.Options) string {
+	t.Helper()
 	path := testproc.SegmentPath(t)
-	seg, err := shm.Create(path, shm.Options{Options: sizes})
+	seg, err := shm.Create(path, shm.Options{Options: opts})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = seg.Close() })
 	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
