@@ -1,6 +1,7 @@
 package shm_test
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -85,9 +86,12 @@ func FuzzDirectory(f *testing.F) {
 			_, err := file.WriteAt(registry, layout.OffRegistry)
 			require.NoError(t, err)
 		}
-		_, _ = seg.CheckDirectories()
-		_, _ = seg.AbandonedClaims()
-		_, _ = seg.DropDeadClaims(true)
+		_, err := seg.CheckDirectories()
+		requireTyped(t, "CheckDirectories", err)
+		_, err = seg.AbandonedClaims()
+		requireTyped(t, "AbandonedClaims", err)
+		_, err = seg.DropDeadClaims(true)
+		requireTyped(t, "DropDeadClaims", err)
 		type claim struct {
 			k    layout.Kind
 			name string
@@ -95,12 +99,17 @@ func FuzzDirectory(f *testing.F) {
 		}
 		var held []claim
 		for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
-			_, _ = seg.Claims(k)
+			_, err := seg.Claims(k)
+			requireTyped(t, "Claims", err)
 			for _, c := range []struct {
 				name string
 				use  uint32
 			}{{"queue", 0}, {"jobs", 1}, {"fuzz", 0}, {"", 0}} {
-				if i, err := seg.ClaimAs(k, c.name, c.use); err == nil {
+				_, err := seg.Lookup(k, cmp.Or(c.name, "none"))
+				requireTyped(t, "Lookup", err)
+				i, err := seg.ClaimAs(k, c.name, c.use)
+				requireTyped(t, "ClaimAs", err)
+				if err == nil {
 					held = append(held, claim{k, c.name, i})
 				}
 			}
@@ -132,6 +141,29 @@ func FuzzDirectory(f *testing.F) {
 			t.Fatalf("DropDeadClaims: %v", err)
 		}
 	})
+}
+
+// directoryErrors are the errors a call of the claim directory may end
+// with on a damaged segment: each a sentinel of package shm or layout.
+var directoryErrors = []error{
+	shm.ErrClosed, shm.ErrIndex, shm.ErrNotClaimable, shm.ErrTableFull, shm.ErrNotFound,
+	shm.ErrNotClaimed, shm.ErrUseMismatch, shm.ErrFault,
+	layout.ErrTruncated, layout.ErrMalformed, layout.ErrTableRange, layout.ErrLimit, layout.ErrBadName,
+}
+
+// requireTyped fails the test if err, what call returned, is neither nil
+// nor one of directoryErrors: damage must be told with a typed error.
+func requireTyped(t *testing.T, call string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, want := range directoryErrors {
+		if errors.Is(err, want) {
+			return
+		}
+	}
+	t.Fatalf("%s: an error that is none of the packages' own: %v", call, err)
 }
 
 // listed reports whether Claims lists entry i of table k.
