@@ -3,6 +3,7 @@ package upgrade_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func FuzzEntry(f *testing.F) {
 		clear(readers)
 		n := copy(ups, data)
 		copy(readers, data[n:])
-		_, _ = upgrade.Check(seg, 0)
+		_, err := upgrade.Check(seg, 0)
+		requireTyped(t, "Check", err)
 		for _, try := range []struct {
 			name string
 			lock func() error
@@ -66,7 +68,8 @@ func FuzzEntry(f *testing.F) {
 			}},
 		} {
 			freeBefore := unheld(t, seg)
-			if try.lock() != nil {
+			if err := try.lock(); err != nil {
+				requireTyped(t, try.name+" try", err)
 				continue
 			}
 			if err := try.free(); err != nil {
@@ -100,6 +103,7 @@ func FuzzEntry(f *testing.F) {
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
 			stop := testproc.Watchdog(time.Minute, wait.name+" wait")
 			err := wait.lock(ctx)
+			requireTyped(t, wait.name+" wait", err)
 			if err == nil {
 				if err := wait.free(); err != nil {
 					t.Fatalf("%s: the release of a waited grant: %v", wait.name, err)
@@ -108,12 +112,16 @@ func FuzzEntry(f *testing.F) {
 			stop()
 			cancel()
 		}
-		_, _ = upgrade.Reclaim(seg, 0, true)
-		_, _ = upgrade.Reclaim(seg, 0, false)
+		_, err = upgrade.Reclaim(seg, 0, true)
+		requireTyped(t, "dry-run Reclaim", err)
+		_, err = upgrade.Reclaim(seg, 0, false)
+		requireTyped(t, "Reclaim", err)
 		// An operator's ForceUnlock frees every hold: the unique lock is
 		// then granted without waiting, and its holder may mark the data
 		// whole again.
-		if _, err := upgrade.ForceUnlock(seg, 0); err == nil {
+		_, err = upgrade.ForceUnlock(seg, 0)
+		requireTyped(t, "ForceUnlock", err)
+		if err == nil {
 			if err := m.TryLock(); err != nil {
 				st, _ := upgrade.Inspect(seg, 0)
 				t.Fatalf("the unique lock after ForceUnlock: %v (%+v)", err, st)
@@ -124,6 +132,28 @@ func FuzzEntry(f *testing.F) {
 		}
 		_, _ = upgrade.Inspect(seg, 0)
 	})
+}
+
+// entryErrors are the errors FuzzEntry's calls may end with, whatever the
+// words: the package's sentinels, and a wait's deadline.
+var entryErrors = []error{
+	upgrade.ErrNotHeld, upgrade.ErrNotOwner, upgrade.ErrWouldBlock, upgrade.ErrHeld,
+	upgrade.ErrOverflow, upgrade.ErrTooManyReaders, upgrade.ErrClosed, context.DeadlineExceeded,
+}
+
+// requireTyped fails the test if err, what call returned, is neither nil
+// nor one of entryErrors: damage must be told with a typed error.
+func requireTyped(t *testing.T, call string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, want := range entryErrors {
+		if errors.Is(err, want) {
+			return
+		}
+	}
+	t.Fatalf("%s: an error that is none of the package's own: %v", call, err)
 }
 
 func snapshot(regions ...[]byte) []byte {
