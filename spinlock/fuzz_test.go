@@ -51,11 +51,16 @@ func FuzzSlot(f *testing.F) {
 			if mode == spinlock.Token {
 				id = token
 			}
-			_, _ = spinlock.Check(seg)
+			_, err := spinlock.Check(seg)
+			requireTyped(t, "Check", err)
 			_, heldBefore := l.Owner()
 			_ = l.Generation()
-			if g, err := l.TryLock(id); err == nil {
-				if g2, err := l.TryLock(id); err == nil {
+			g, err := l.TryLock(id)
+			requireTyped(t, "TryLock", err)
+			if err == nil {
+				g2, err := l.TryLock(id)
+				requireTyped(t, "a nested TryLock", err)
+				if err == nil {
 					require.NoError(t, g2.Release(), "the inner hold")
 				}
 				require.NoError(t, g.Release())
@@ -68,7 +73,7 @@ func FuzzSlot(f *testing.F) {
 			// A wait ends by its deadline, whatever the words (the
 			// watchdog makes a hang a failure).
 			stop := testproc.Watchdog(time.Minute, "TryLockFor")
-			g, err := l.TryLockFor(id, 200*time.Microsecond)
+			g, err = l.TryLockFor(id, 200*time.Microsecond)
 			stop()
 			if err == nil {
 				require.NoError(t, g.Release(), "%v: the release of a waited grant", mode)
@@ -77,11 +82,15 @@ func FuzzSlot(f *testing.F) {
 			}
 			if g, err := l.Reclaim(id); err == nil {
 				_ = g.Release()
+			} else {
+				requireTyped(t, "Reclaim", err)
 			}
 			// An operator's ForceUnlock frees the lock: a try is then
 			// granted, told in pid/tid mode that the data may be half
 			// written, and may mark it whole again.
-			if _, err := l.ForceUnlock(); err == nil {
+			_, err = l.ForceUnlock()
+			requireTyped(t, "ForceUnlock", err)
+			if err == nil {
 				if _, held := l.Owner(); held {
 					t.Fatalf("%v: held after ForceUnlock: %x", mode, slot)
 				}
@@ -96,4 +105,27 @@ func FuzzSlot(f *testing.F) {
 			}
 		}
 	})
+}
+
+// slotErrors are the errors FuzzSlot's calls may end with, whatever the
+// words: the package's sentinels.
+var slotErrors = []error{
+	spinlock.ErrNotOwner, spinlock.ErrWouldBlock, spinlock.ErrTimeout, spinlock.ErrNotHeld,
+	spinlock.ErrGuardInUse, spinlock.ErrBadIdentity, spinlock.ErrRecursion, spinlock.ErrLockClosed,
+	spinlock.ErrBadMode, spinlock.ErrNoSlot, spinlock.ErrModeMismatch,
+}
+
+// requireTyped fails the test if err, what call returned, is neither nil
+// nor one of slotErrors: damage must be told with a typed error.
+func requireTyped(t *testing.T, call string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, want := range slotErrors {
+		if errors.Is(err, want) {
+			return
+		}
+	}
+	t.Fatalf("%s: an error that is none of the package's own: %v", call, err)
 }
