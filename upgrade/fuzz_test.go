@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -44,94 +46,128 @@ func FuzzEntry(f *testing.F) {
 	f.Add(snapshot(ups, readers))
 	require.NoError(f, m.Unlock())
 
+	// The identity words of mutex 0: its writer's, its upgrade holder's and
+	// its reader records' owners.
+	e, err := seg.Upgrade(0)
+	require.NoError(f, err)
+	records, err := seg.UpgradeReaders(0)
+	require.NoError(f, err)
+	identities := []*atomic.Uint64{&e.Writer, &e.Upgrader}
+	for j := range records {
+		identities = append(identities, &records[j].Owner)
+	}
+	self := proc.Self().Pack()
+
 	f.Fuzz(func(t *testing.T, data []byte) {
-		clear(ups)
-		clear(readers)
-		n := copy(ups, data)
-		copy(readers, data[n:])
-		_, err := upgrade.Check(seg, 0)
-		requireTyped(t, "Check", err)
-		for _, try := range []struct {
-			name string
-			lock func() error
-			free func() error
-		}{
-			{"unique", m.TryLock, m.Unlock},
-			{"shared", m.TryLockShared, m.UnlockShared},
-			{"upgrade", m.TryLockUpgrade, func() error {
-				if m.TryUpgradeToUnique() == nil {
-					if err := m.UniqueToUpgrade(); err != nil {
-						return err
-					}
-				}
-				return m.UnlockUpgrade()
-			}},
-		} {
-			freeBefore := unheld(t, seg)
-			if err := try.lock(); err != nil {
-				requireTyped(t, try.name+" try", err)
-				continue
-			}
-			if err := try.free(); err != nil {
-				t.Fatalf("%s: the release of a grant: %v", try.name, err)
-			}
-			if freeBefore && !unheld(t, seg) {
-				st, _ := upgrade.Inspect(seg, 0)
-				t.Fatalf("%s: a free mutex is held after the grant's release: %+v", try.name, st)
-			}
-		}
-		// Waits end by their deadline, whatever the words (the watchdog
-		// makes a hang a failure); a grant is released again.
-		for _, wait := range []struct {
-			name string
-			lock func(context.Context) error
-			free func() error
-		}{
-			{"unique", m.LockContext, m.Unlock},
-			{"shared", m.LockSharedContext, m.UnlockShared},
-			{"upgrade", m.LockUpgradeContext, func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
-				defer cancel()
-				if m.UpgradeToUniqueContext(ctx) == nil {
-					if err := m.UniqueToUpgrade(); err != nil {
-						return err
-					}
-				}
-				return m.UnlockUpgrade()
-			}},
-		} {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
-			stop := testproc.Watchdog(time.Minute, wait.name+" wait")
-			err := wait.lock(ctx)
-			requireTyped(t, wait.name+" wait", err)
-			if err == nil {
-				if err := wait.free(); err != nil {
-					t.Fatalf("%s: the release of a waited grant: %v", wait.name, err)
+		// Each input as written (a process the words name is most often
+		// dead), and as this process's own: every identity word that is
+		// set names this process, a live holder or acquirer that this
+		// handle is not (libshmlock's replay of the corpus does the same).
+		for _, own := range []bool{false, true} {
+			clear(ups)
+			clear(readers)
+			n := copy(ups, data)
+			copy(readers, data[n:])
+			for _, w := range identities {
+				if own && w.Load() != 0 {
+					w.Store(self)
 				}
 			}
-			stop()
-			cancel()
+			exerciseEntry(t, seg, m)
 		}
-		_, err = upgrade.Reclaim(seg, 0, true)
-		requireTyped(t, "dry-run Reclaim", err)
-		_, err = upgrade.Reclaim(seg, 0, false)
-		requireTyped(t, "Reclaim", err)
-		// An operator's ForceUnlock frees every hold: the unique lock is
-		// then granted without waiting, and its holder may mark the data
-		// whole again.
-		_, err = upgrade.ForceUnlock(seg, 0)
-		requireTyped(t, "ForceUnlock", err)
-		if err == nil {
-			if err := m.TryLock(); err != nil {
-				st, _ := upgrade.Inspect(seg, 0)
-				t.Fatalf("the unique lock after ForceUnlock: %v (%+v)", err, st)
-			}
-			require.NoError(t, m.MarkConsistent())
-			require.False(t, m.Inconsistent(), "after MarkConsistent")
-			require.NoError(t, m.Unlock())
-		}
-		_, _ = upgrade.Inspect(seg, 0)
 	})
+}
+
+// exerciseEntry is FuzzEntry's use of mutex 0 of seg, whatever its words,
+// through the handle m.
+func exerciseEntry(t *testing.T, seg *shm.Segment, m *upgrade.Mutex) {
+	_, err := upgrade.Check(seg, 0)
+	requireTyped(t, "Check", err)
+	for _, try := range []struct {
+		name string
+		lock func() error
+		free func() error
+	}{
+		{"unique", m.TryLock, m.Unlock},
+		{"shared", m.TryLockShared, m.UnlockShared},
+		{"upgrade", m.TryLockUpgrade, func() error {
+			if m.TryUpgradeToUnique() == nil {
+				if err := m.UniqueToUpgrade(); err != nil {
+					return err
+				}
+			}
+			return m.UnlockUpgrade()
+		}},
+	} {
+		freeBefore := unheld(t, seg)
+		if err := try.lock(); err != nil {
+			requireTyped(t, try.name+" try", err)
+			continue
+		}
+		if err := try.free(); err != nil {
+			t.Fatalf("%s: the release of a grant: %v", try.name, err)
+		}
+		if freeBefore && !unheld(t, seg) {
+			st, _ := upgrade.Inspect(seg, 0)
+			t.Fatalf("%s: a free mutex is held after the grant's release: %+v", try.name, st)
+		}
+	}
+	// Waits end by their deadline, whatever the words (the watchdog
+	// makes a hang a failure); a grant is released again.
+	for _, wait := range []struct {
+		name string
+		lock func(context.Context) error
+		free func() error
+	}{
+		{"unique", m.LockContext, m.Unlock},
+		{"shared", m.LockSharedContext, m.UnlockShared},
+		{"upgrade", m.LockUpgradeContext, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+			defer cancel()
+			if m.UpgradeToUniqueContext(ctx) == nil {
+				if err := m.UniqueToUpgrade(); err != nil {
+					return err
+				}
+			}
+			return m.UnlockUpgrade()
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+		stop := testproc.Watchdog(time.Minute, wait.name+" wait")
+		err := wait.lock(ctx)
+		requireTyped(t, wait.name+" wait", err)
+		if err == nil {
+			if err := wait.free(); err != nil {
+				t.Fatalf("%s: the release of a waited grant: %v", wait.name, err)
+			}
+		}
+		stop()
+		cancel()
+	}
+	_, err = upgrade.Reclaim(seg, 0, true)
+	requireTyped(t, "dry-run Reclaim", err)
+	_, err = upgrade.Reclaim(seg, 0, false)
+	requireTyped(t, "Reclaim", err)
+	// An operator's ForceUnlock frees every hold: the unique lock is
+	// then granted without waiting, and its holder may mark the data
+	// whole again. A live writer or upgrade seeker that was not granted
+	// is left to go on (Forced.WaitingWriter, WaitingUpgrader), and keeps
+	// the lock from the try.
+	forced, err := upgrade.ForceUnlock(seg, 0)
+	requireTyped(t, "ForceUnlock", err)
+	if err == nil {
+		if err := m.TryLock(); err != nil {
+			if errors.Is(err, upgrade.ErrWouldBlock) && (forced.WaitingWriter != 0 || forced.WaitingUpgrader != 0) {
+				return
+			}
+			st, _ := upgrade.Inspect(seg, 0)
+			t.Fatalf("the unique lock after ForceUnlock: %v (%+v, forced %+v)", err, st, forced)
+		}
+		require.NoError(t, m.MarkConsistent())
+		require.False(t, m.Inconsistent(), "after MarkConsistent")
+		require.NoError(t, m.Unlock())
+	}
+	_, _ = upgrade.Inspect(seg, 0)
 }
 
 // entryErrors are the errors FuzzEntry's calls may end with, whatever the
