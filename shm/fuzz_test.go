@@ -87,11 +87,11 @@ func FuzzDirectory(f *testing.F) {
 			require.NoError(t, err)
 		}
 		_, err := seg.CheckDirectories()
-		requireTyped(t, "CheckDirectories", err)
+		testproc.RequireTyped(t, "CheckDirectories", err, directoryErrors...)
 		_, err = seg.AbandonedClaims()
-		requireTyped(t, "AbandonedClaims", err)
+		testproc.RequireTyped(t, "AbandonedClaims", err, directoryErrors...)
 		_, err = seg.DropDeadClaims(true)
-		requireTyped(t, "DropDeadClaims", err)
+		testproc.RequireTyped(t, "DropDeadClaims", err, directoryErrors...)
 		type claim struct {
 			k    layout.Kind
 			name string
@@ -100,15 +100,15 @@ func FuzzDirectory(f *testing.F) {
 		var held []claim
 		for _, k := range []layout.Kind{layout.KindOwnerSlots, layout.KindUpgrades} {
 			_, err := seg.Claims(k)
-			requireTyped(t, "Claims", err)
+			testproc.RequireTyped(t, "Claims", err, directoryErrors...)
 			for _, c := range []struct {
 				name string
 				use  uint32
 			}{{"queue", 0}, {"jobs", 1}, {"fuzz", 0}, {"", 0}} {
 				_, err := seg.Lookup(k, cmp.Or(c.name, "none"))
-				requireTyped(t, "Lookup", err)
+				testproc.RequireTyped(t, "Lookup", err, directoryErrors...)
 				i, err := seg.ClaimAs(k, c.name, c.use)
-				requireTyped(t, "ClaimAs", err)
+				testproc.RequireTyped(t, "ClaimAs", err, directoryErrors...)
 				if err == nil {
 					held = append(held, claim{k, c.name, i})
 				}
@@ -149,21 +149,6 @@ var directoryErrors = []error{
 	shm.ErrClosed, shm.ErrIndex, shm.ErrNotClaimable, shm.ErrTableFull, shm.ErrNotFound,
 	shm.ErrNotClaimed, shm.ErrUseMismatch, shm.ErrFault,
 	layout.ErrTruncated, layout.ErrMalformed, layout.ErrTableRange, layout.ErrLimit, layout.ErrBadName,
-}
-
-// requireTyped fails the test if err, what call returned, is neither nil
-// nor one of directoryErrors: damage must be told with a typed error.
-func requireTyped(t *testing.T, call string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	for _, want := range directoryErrors {
-		if errors.Is(err, want) {
-			return
-		}
-	}
-	t.Fatalf("%s: an error that is none of the packages' own: %v", call, err)
 }
 
 // listed reports whether Claims lists entry i of table k.

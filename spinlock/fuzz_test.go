@@ -52,14 +52,14 @@ func FuzzSlot(f *testing.F) {
 				id = token
 			}
 			_, err := spinlock.Check(seg)
-			requireTyped(t, "Check", err)
+			testproc.RequireTyped(t, "Check", err, slotErrors...)
 			_, heldBefore := l.Owner()
 			_ = l.Generation()
 			g, err := l.TryLock(id)
-			requireTyped(t, "TryLock", err)
+			testproc.RequireTyped(t, "TryLock", err, slotErrors...)
 			if err == nil {
 				g2, err := l.TryLock(id)
-				requireTyped(t, "a nested TryLock", err)
+				testproc.RequireTyped(t, "a nested TryLock", err, slotErrors...)
 				if err == nil {
 					require.NoError(t, g2.Release(), "the inner hold")
 				}
@@ -83,13 +83,13 @@ func FuzzSlot(f *testing.F) {
 			if g, err := l.Reclaim(id); err == nil {
 				_ = g.Release()
 			} else {
-				requireTyped(t, "Reclaim", err)
+				testproc.RequireTyped(t, "Reclaim", err, slotErrors...)
 			}
 			// An operator's ForceUnlock frees the lock: a try is then
 			// granted, told in pid/tid mode that the data may be half
 			// written, and may mark it whole again.
 			_, err = l.ForceUnlock()
-			requireTyped(t, "ForceUnlock", err)
+			testproc.RequireTyped(t, "ForceUnlock", err, slotErrors...)
 			if err == nil {
 				if _, held := l.Owner(); held {
 					t.Fatalf("%v: held after ForceUnlock: %x", mode, slot)
@@ -113,19 +113,4 @@ var slotErrors = []error{
 	spinlock.ErrNotOwner, spinlock.ErrWouldBlock, spinlock.ErrTimeout, spinlock.ErrNotHeld,
 	spinlock.ErrGuardInUse, spinlock.ErrBadIdentity, spinlock.ErrRecursion, spinlock.ErrLockClosed,
 	spinlock.ErrBadMode, spinlock.ErrNoSlot, spinlock.ErrModeMismatch,
-}
-
-// requireTyped fails the test if err, what call returned, is neither nil
-// nor one of slotErrors: damage must be told with a typed error.
-func requireTyped(t *testing.T, call string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	for _, want := range slotErrors {
-		if errors.Is(err, want) {
-			return
-		}
-	}
-	t.Fatalf("%s: an error that is none of the package's own: %v", call, err)
 }

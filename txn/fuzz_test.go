@@ -3,12 +3,12 @@ package txn_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/txn"
 )
@@ -74,15 +74,7 @@ func FuzzCorruptSegment(f *testing.F) {
 			txn.ErrArenaFull, txn.ErrNoRecord, txn.ErrWrongMode, txn.ErrOwnerAlive, txn.ErrCorrupt, context.DeadlineExceeded}
 		check := func(what string, err error) {
 			t.Helper()
-			if err == nil {
-				return
-			}
-			for _, k := range known {
-				if errors.Is(err, k) {
-					return
-				}
-			}
-			t.Fatalf("%s: unexpected error %v", what, err)
+			testproc.RequireTyped(t, what, err, known...)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()

@@ -82,7 +82,7 @@ func FuzzEntry(f *testing.F) {
 // through the handle m.
 func exerciseEntry(t *testing.T, seg *shm.Segment, m *upgrade.Mutex) {
 	_, err := upgrade.Check(seg, 0)
-	requireTyped(t, "Check", err)
+	testproc.RequireTyped(t, "Check", err, entryErrors...)
 	for _, try := range []struct {
 		name string
 		lock func() error
@@ -101,7 +101,7 @@ func exerciseEntry(t *testing.T, seg *shm.Segment, m *upgrade.Mutex) {
 	} {
 		freeBefore := unheld(t, seg)
 		if err := try.lock(); err != nil {
-			requireTyped(t, try.name+" try", err)
+			testproc.RequireTyped(t, try.name+" try", err, entryErrors...)
 			continue
 		}
 		if err := try.free(); err != nil {
@@ -135,7 +135,7 @@ func exerciseEntry(t *testing.T, seg *shm.Segment, m *upgrade.Mutex) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
 		stop := testproc.Watchdog(time.Minute, wait.name+" wait")
 		err := wait.lock(ctx)
-		requireTyped(t, wait.name+" wait", err)
+		testproc.RequireTyped(t, wait.name+" wait", err, entryErrors...)
 		if err == nil {
 			if err := wait.free(); err != nil {
 				t.Fatalf("%s: the release of a waited grant: %v", wait.name, err)
@@ -145,16 +145,16 @@ func exerciseEntry(t *testing.T, seg *shm.Segment, m *upgrade.Mutex) {
 		cancel()
 	}
 	_, err = upgrade.Reclaim(seg, 0, true)
-	requireTyped(t, "dry-run Reclaim", err)
+	testproc.RequireTyped(t, "dry-run Reclaim", err, entryErrors...)
 	_, err = upgrade.Reclaim(seg, 0, false)
-	requireTyped(t, "Reclaim", err)
+	testproc.RequireTyped(t, "Reclaim", err, entryErrors...)
 	// An operator's ForceUnlock frees every hold: the unique lock is
 	// then granted without waiting, and its holder may mark the data
 	// whole again. A live writer or upgrade seeker that was not granted
 	// is left to go on (Forced.WaitingWriter, WaitingUpgrader), and keeps
 	// the lock from the try.
 	forced, err := upgrade.ForceUnlock(seg, 0)
-	requireTyped(t, "ForceUnlock", err)
+	testproc.RequireTyped(t, "ForceUnlock", err, entryErrors...)
 	if err == nil {
 		if err := m.TryLock(); err != nil {
 			if errors.Is(err, upgrade.ErrWouldBlock) && (forced.WaitingWriter != 0 || forced.WaitingUpgrader != 0) {
@@ -175,21 +175,6 @@ func exerciseEntry(t *testing.T, seg *shm.Segment, m *upgrade.Mutex) {
 var entryErrors = []error{
 	upgrade.ErrNotHeld, upgrade.ErrNotOwner, upgrade.ErrWouldBlock, upgrade.ErrHeld,
 	upgrade.ErrOverflow, upgrade.ErrTooManyReaders, upgrade.ErrClosed, context.DeadlineExceeded,
-}
-
-// requireTyped fails the test if err, what call returned, is neither nil
-// nor one of entryErrors: damage must be told with a typed error.
-func requireTyped(t *testing.T, call string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	for _, want := range entryErrors {
-		if errors.Is(err, want) {
-			return
-		}
-	}
-	t.Fatalf("%s: an error that is none of the package's own: %v", call, err)
 }
 
 func snapshot(regions ...[]byte) []byte {
