@@ -132,7 +132,8 @@ enum {
 /* Options of open and create; NULL or a zeroed struct means the defaults
  * (those of Go's zero shm.Options: default table sizes, mode 0600, owner
  * and namespace checks on, a ready wait of 2 s). A table size of 0 takes the
- * default, a negative one leaves the table out. */
+ * default, a negative one leaves the table out. A flag this version does
+ * not know is SHMLOCK_EINVAL. */
 typedef struct shmlock_options {
 	unsigned flags;           /* SHMLOCK_* flags above */
 	int64_t ready_timeout_ns; /* wait for a creator still writing; 0: 2 s */

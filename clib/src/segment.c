@@ -659,6 +659,22 @@ static int open_fd(shmlock_segment *seg, const shmlock_options *o)
 
 static const shmlock_options zero_options;
 
+/* The flags this version knows. A caller built against a later header may
+ * set one it added (a check it asks for, say): dropped silently, the
+ * segment would open without it, so an unknown bit is refused instead. */
+#define KNOWN_FLAGS \
+	(SHMLOCK_GROUP_ACCESS | SHMLOCK_ALLOW_FOREIGN_OWNER | SHMLOCK_ALLOW_OTHERS_ACCESS | \
+	 SHMLOCK_ALLOW_FOREIGN_PIDNS | SHMLOCK_READ_ONLY)
+
+/* options_of is the options an open or create works with (NULL: the
+ * defaults), or NULL if opts sets a flag this version does not know. */
+static const shmlock_options *options_of(const shmlock_options *opts)
+{
+	if (opts == NULL)
+		return &zero_options;
+	return (opts->flags & ~(unsigned)KNOWN_FLAGS) == 0 ? opts : NULL;
+}
+
 static int do_open(const char *path, const shmlock_options *o, shmlock_segment **out)
 {
 	char *p;
@@ -690,9 +706,10 @@ static int do_open(const char *path, const shmlock_options *o, shmlock_segment *
 
 SHM_EXPORT int shmlock_open(const char *path, const shmlock_options *opts, shmlock_segment **out)
 {
-	if (!out)
+	const shmlock_options *o = options_of(opts);
+	if (!out || !o)
 		return SHMLOCK_EINVAL;
-	return do_open(path, opts ? opts : &zero_options, out);
+	return do_open(path, o, out);
 }
 
 /* -------------------------------------------------------------- create */
@@ -911,17 +928,18 @@ fail:;
 
 SHM_EXPORT int shmlock_create(const char *path, const shmlock_options *opts, shmlock_segment **out)
 {
-	if (!out)
+	const shmlock_options *o = options_of(opts);
+	if (!out || !o)
 		return SHMLOCK_EINVAL;
-	return do_create(path, opts ? opts : &zero_options, out);
+	return do_create(path, o, out);
 }
 
 /* Exactly one of several processes racing creates; the others open. */
 SHM_EXPORT int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmlock_segment **out)
 {
-	if (!out)
+	const shmlock_options *o = options_of(opts);
+	if (!out || !o)
 		return SHMLOCK_EINVAL;
-	const shmlock_options *o = opts ? opts : &zero_options;
 	for (;;) {
 		int rc = do_open(path, o, out);
 		if (rc != SHMLOCK_ESYS || shmlock_errno() != ENOENT)

@@ -276,6 +276,17 @@ static void test_create_options(void)
 	o = (shmlock_options){.slots = 1 << 20, .upgrades = 1 << 20, .lockmgr_entries = 1 << 20, .txn_records = 1 << 20,
 	                      .txn_arena_bytes = (int64_t)1 << 36, .data_bytes = (int64_t)1 << 36};
 	check_create_fails(&o, SHMLOCK_ELIMIT, "every table at its limit: past the total");
+	/* Unknown flags: a flag of a later version must not be dropped. */
+	o = (shmlock_options){.flags = 1u << 20};
+	check_create_fails(&o, SHMLOCK_EINVAL, "unknown flag");
+	o = (shmlock_options){.flags = ~0u};
+	check_create_fails(&o, SHMLOCK_EINVAL, "every flag");
+	{
+		shmlock_segment *s = NULL;
+		CHECK_RC(shmlock_open(path, &o, &s), SHMLOCK_EINVAL);
+		CHECK_RC(shmlock_open_or_create(path, &o, &s), SHMLOCK_EINVAL);
+		CHECK(s == NULL);
+	}
 	/* Negative counts leave tables out; every one out still makes a
 	 * segment, on which every kind of handle says its table is absent. */
 	o = (shmlock_options){.slots = INT64_MIN, .upgrades = -1, .upgrade_readers = INT64_MIN, .txn_records = -1,
