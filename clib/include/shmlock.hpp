@@ -72,17 +72,31 @@ inline bool try_result(int rc, const char *what)
 	return true;
 }
 
+// Durations are converted through long double nanoseconds, which hold any
+// duration's count times its period without overflow (and every int64_t
+// exactly on x86-64 and arm64): duration_cast to nanoseconds of, say,
+// seconds::max() overflows (undefined; in practice a negative count, so a
+// wait "for ever" became one try), and so does t - Clock::now() for a time
+// point of a coarser duration or near min().
+using wide_ns = std::chrono::duration<long double, std::nano>;
+
+// to_ns is a timeout for the C calls: 0 (one try) for a duration of 0 or
+// less (or NaN), INT64_MAX (as long as there is) for one past int64_t.
 template <class Rep, class Period>
 int64_t to_ns(const std::chrono::duration<Rep, Period> &d)
 {
-	auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-	return ns < 0 ? 0 : static_cast<int64_t>(ns);
+	wide_ns ns(d);
+	if (!(ns.count() > 0))
+		return 0;
+	if (ns.count() >= static_cast<long double>(INT64_MAX))
+		return INT64_MAX;
+	return static_cast<int64_t>(ns.count());
 }
 
 template <class Clock, class Duration>
 int64_t until_ns(const std::chrono::time_point<Clock, Duration> &t)
 {
-	return to_ns(t - Clock::now());
+	return to_ns(wide_ns(t.time_since_epoch()) - wide_ns(Clock::now().time_since_epoch()));
 }
 
 // handle owns a C handle and closes it once.

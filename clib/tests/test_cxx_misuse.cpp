@@ -1,0 +1,134 @@
+// test_cxx_misuse.cpp: the C++ wrapper (shmlock.hpp) under ASan and UBSan
+// with misuse: durations and time points at the ends of their range. Each must give a result or a
+// shmlock::error, never overflow, leak or touch freed memory.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "shmlock.hpp"
+
+using namespace std::chrono_literals;
+
+static int failures;
+
+#define CHECK(cond)                                                                \
+	do {                                                                       \
+		if (!(cond)) {                                                     \
+			std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+			failures++;                                                \
+		}                                                                  \
+	} while (0)
+
+// CHECK_THROWS(expr, rc): expr throws a shmlock::error of code rc.
+#define CHECK_THROWS(expr, rc)                                                     \
+	do {                                                                       \
+		int got_ = 0;                                                      \
+		try {                                                              \
+			expr;                                                      \
+		} catch (const shmlock::error &e) {                                \
+			got_ = e.code().value();                                   \
+		}                                                                  \
+		if (got_ != (rc)) {                                                \
+			std::fprintf(stderr, "%s:%d: %s threw %d, want %d\n", __FILE__, __LINE__, #expr, got_, (rc)); \
+			failures++;                                                \
+		}                                                                  \
+	} while (0)
+
+using steady = std::chrono::steady_clock;
+using system_clock = std::chrono::system_clock;
+
+// Another thread holds l while this one waits with a timeout that must
+// wait for its release: the timeout is "for ever", whatever its type.
+template <class Try>
+static void check_waits(shmlock::spinlock &l, Try try_lock)
+{
+	bool got = false;
+	l.lock();
+	std::thread t([&] {
+		got = try_lock();
+		if (got)
+			l.unlock();
+	});
+	std::this_thread::sleep_for(20ms); // only so that the waiter likely waits: nothing depends on it
+	l.unlock();
+	t.join();
+	CHECK(got);
+}
+
+template <class Try>
+static void check_gives_up(shmlock::spinlock &l, Try try_lock)
+{
+	bool got = true;
+	l.lock();
+	std::thread([&] { got = try_lock(); }).join();
+	l.unlock();
+	CHECK(!got);
+}
+
+static void test_spin_durations(shmlock::segment &seg)
+{
+	shmlock::spinlock l(seg, "cxx.misuse.spin");
+	// Durations past what nanoseconds hold: for ever, not a wrapped count.
+	check_waits(l, [&] { return l.try_lock_for(std::chrono::seconds::max()); });
+	check_waits(l, [&] { return l.try_lock_for(std::chrono::hours::max()); });
+	check_waits(l, [&] { return l.try_lock_for(std::chrono::nanoseconds::max()); });
+	check_waits(l, [&] { return l.try_lock_for(std::chrono::duration<double>(1e300)); });
+	check_waits(l, [&] { return l.try_lock_until(steady::time_point::max()); });
+	check_waits(l, [&] { return l.try_lock_until(std::chrono::time_point<steady, std::chrono::hours>::max()); });
+	check_waits(l, [&] { return l.try_lock_until(system_clock::time_point::max()); });
+	// Negative and past: one try.
+	check_gives_up(l, [&] { return l.try_lock_for(std::chrono::seconds::min()); });
+	check_gives_up(l, [&] { return l.try_lock_for(std::chrono::nanoseconds::min()); });
+	check_gives_up(l, [&] { return l.try_lock_for(std::chrono::duration<double>(-1e300)); });
+	check_gives_up(l, [&] { return l.try_lock_for(0ns); });
+	check_gives_up(l, [&] { return l.try_lock_until(steady::time_point::min()); });
+	check_gives_up(l, [&] { return l.try_lock_until(std::chrono::time_point<steady, std::chrono::hours>::min()); });
+	check_gives_up(l, [&] { return l.try_lock_until(system_clock::time_point::min()); });
+	// Free: every one of them takes it.
+	CHECK(l.try_lock_for(std::chrono::seconds::min()));
+	l.unlock();
+	CHECK(l.try_lock_until(steady::time_point::max()));
+	l.unlock();
+}
+
+static void test_upgrade_durations(shmlock::segment &seg)
+{
+	shmlock::upgrade_mutex a(seg, "cxx.misuse.rw"), b(seg, "cxx.misuse.rw");
+	a.lock();
+	CHECK(!b.try_lock_for(std::chrono::seconds::min()));
+	CHECK(!b.try_lock_shared_for(std::chrono::hours::min()));
+	CHECK(!b.try_lock_upgrade_for(std::chrono::seconds::min()));
+	CHECK(!b.try_lock_until(steady::time_point::min()));
+	CHECK(!b.try_lock_shared_until(std::chrono::time_point<steady, std::chrono::hours>::min()));
+	a.unlock();
+	CHECK(b.try_lock_for(std::chrono::seconds::max()));
+	b.unlock();
+	CHECK(b.try_lock_shared_for(std::chrono::hours::max()));
+	b.unlock_shared();
+	CHECK(b.try_lock_until(std::chrono::time_point<steady, std::chrono::hours>::max()));
+	b.unlock();
+	CHECK(b.try_lock_shared_until(system_clock::time_point::max()));
+	b.unlock_shared();
+	CHECK(b.try_lock_upgrade_for(std::chrono::seconds::max()));
+	CHECK(b.try_unlock_upgrade_and_lock_for(std::chrono::seconds::max()));
+	b.unlock_and_lock_upgrade();
+	b.unlock_upgrade();
+}
+
+int main()
+{
+	std::string path = "/dev/shm/shmlock-ctest-cxxmisuse-" + std::to_string(getpid());
+	try {
+		auto seg = shmlock::segment::create(path);
+		test_spin_durations(seg);
+		test_upgrade_durations(seg);
+	} catch (const std::exception &e) {
+		std::fprintf(stderr, "unexpected: %s\n", e.what());
+		failures++;
+	}
+	shmlock::segment::remove(path);
+	std::fprintf(stderr, "%s test_cxx_misuse\n", failures ? "FAIL" : "ok  ");
+	return failures != 0;
+}
