@@ -265,22 +265,22 @@ public:
 		h_ = detail::handle<shmlock_upgrade, shmlock_upgrade_close>(m);
 	}
 	upgrade_mutex(upgrade_mutex &&) = default;
-	upgrade_mutex &operator=(upgrade_mutex &&) = default;
+	// A handle moved onto gives back what it holds first, as its
+	// destructor does (the default would close it, which a handle that
+	// holds refuses: the C handle leaked and its holds kept).
+	upgrade_mutex &operator=(upgrade_mutex &&o) noexcept
+	{
+		if (this != &o) {
+			close_releasing(h_.release());
+			h_ = std::move(o.h_);
+			report_ = o.report_;
+		}
+		return *this;
+	}
 	// Destroying a handle that still holds the mutex (an exception passing
 	// through a scope that locked it by hand) releases its holds first:
 	// kept, they would stall every other process until this one exits.
-	~upgrade_mutex()
-	{
-		shmlock_upgrade *m = h_.release();
-		if (m && shmlock_upgrade_close(m) == SHMLOCK_EHELD) {
-			shmlock_upgrade_unlock(m);            // a unique hold taken by lock()
-			shmlock_upgrade_unique_to_upgrade(m); // an upgraded one goes back first
-			shmlock_upgrade_unlock_upgrade(m);
-			while (shmlock_upgrade_unlock_shared(m) == SHMLOCK_OK) {
-			}
-			shmlock_upgrade_close(m);
-		}
-	}
+	~upgrade_mutex() { close_releasing(h_.release()); }
 
 	void lock() { report_ = detail::check(shmlock_upgrade_lock(h_.get()), "shmlock: lock"); }
 	bool try_lock() { return held(shmlock_upgrade_trylock(h_.get())); }
@@ -350,6 +350,19 @@ private:
 			return false;
 		report_ = rc;
 		return true;
+	}
+	// close_releasing closes m (NULL: nothing), giving back its holds of
+	// every mode first if the close is refused for them.
+	static void close_releasing(shmlock_upgrade *m) noexcept
+	{
+		if (m && shmlock_upgrade_close(m) == SHMLOCK_EHELD) {
+			shmlock_upgrade_unlock(m);            // a unique hold taken by lock()
+			shmlock_upgrade_unique_to_upgrade(m); // an upgraded one goes back first
+			shmlock_upgrade_unlock_upgrade(m);
+			while (shmlock_upgrade_unlock_shared(m) == SHMLOCK_OK) {
+			}
+			shmlock_upgrade_close(m);
+		}
 	}
 
 	int report_ = 0;

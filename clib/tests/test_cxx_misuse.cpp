@@ -1,5 +1,7 @@
 // test_cxx_misuse.cpp: the C++ wrapper (shmlock.hpp) under ASan and UBSan
-// with misuse: durations and time points at the ends of their range. Each must give a result or a
+// with misuse: durations and time points at the ends of their range, a
+// handle moved onto while it holds, a hold that outlives its lock_manager,
+// moved-from objects, bad names and modes. Each must give a result or a
 // shmlock::error, never overflow, leak or touch freed memory.
 #include <chrono>
 #include <cstdio>
@@ -117,6 +119,30 @@ static void test_upgrade_durations(shmlock::segment &seg)
 	b.unlock_upgrade();
 }
 
+// A handle moved onto while it holds gives its holds back first, as its
+// destructor does: kept, they would stall every other holder.
+static void test_upgrade_move_assign_holding(shmlock::segment &seg)
+{
+	shmlock::upgrade_mutex a(seg, "cxx.misuse.held"), b(seg, "cxx.misuse.other"), probe(seg, "cxx.misuse.held");
+	a.lock();
+	a = std::move(b);
+	CHECK(probe.try_lock());
+	probe.unlock();
+	shmlock::upgrade_mutex c(seg, "cxx.misuse.held");
+	c.lock_shared();
+	c.lock_shared();
+	c = shmlock::upgrade_mutex(seg, "cxx.misuse.other");
+	CHECK(probe.try_lock());
+	probe.unlock();
+	// Moved from: every call is a shmlock::error (EINVAL), no crash.
+	CHECK_THROWS(b.lock(), SHMLOCK_EINVAL);
+	CHECK_THROWS(b.unlock(), SHMLOCK_EINVAL);
+	CHECK_THROWS(b.try_lock(), SHMLOCK_EINVAL);
+	CHECK_THROWS(b.lock_shared(), SHMLOCK_EINVAL);
+	CHECK(!b.inconsistent());
+	CHECK(b.generation() == 0);
+}
+
 int main()
 {
 	std::string path = "/dev/shm/shmlock-ctest-cxxmisuse-" + std::to_string(getpid());
@@ -124,6 +150,7 @@ int main()
 		auto seg = shmlock::segment::create(path);
 		test_spin_durations(seg);
 		test_upgrade_durations(seg);
+		test_upgrade_move_assign_holding(seg);
 	} catch (const std::exception &e) {
 		std::fprintf(stderr, "unexpected: %s\n", e.what());
 		failures++;
