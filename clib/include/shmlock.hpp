@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -420,12 +421,13 @@ struct lock_options {
 class lock_manager;
 
 // hold is one granted hold of a lock-manager resource; it is released when
-// destroyed (unless released, or moved from, first).
+// destroyed (unless released, or moved from, first). It shares the C handle
+// with its lock_manager, so it may outlive the manager (returned from a
+// function that made one): the handle is closed with the last of them.
 class hold {
 public:
 	hold(hold &&o) noexcept
-	    : m_(std::exchange(o.m_, nullptr)), resource_(std::move(o.resource_)), owner_(std::move(o.owner_)),
-	      info_(o.info_)
+	    : m_(std::move(o.m_)), resource_(std::move(o.resource_)), owner_(std::move(o.owner_)), info_(o.info_)
 	{
 	}
 	hold &operator=(hold &&) = delete;
@@ -434,22 +436,21 @@ public:
 	~hold()
 	{
 		if (m_)
-			shmlock_lockmgr_release(m_, resource_.c_str(), owner_.c_str());
+			shmlock_lockmgr_release(m_.get(), resource_.c_str(), owner_.c_str());
 	}
 	void release()
 	{
-		if (m_)
-			detail::check(shmlock_lockmgr_release(std::exchange(m_, nullptr), resource_.c_str(), owner_.c_str()),
-			              "shmlock: release");
+		if (auto m = std::exchange(m_, nullptr))
+			detail::check(shmlock_lockmgr_release(m.get(), resource_.c_str(), owner_.c_str()), "shmlock: release");
 	}
 	void refresh(std::chrono::nanoseconds ttl)
 	{
-		detail::check(shmlock_lockmgr_refresh(m_, resource_.c_str(), owner_.c_str(), ttl.count(), &info_),
+		detail::check(shmlock_lockmgr_refresh(m_.get(), resource_.c_str(), owner_.c_str(), ttl.count(), &info_),
 		              "shmlock: refresh");
 	}
 	void mark_consistent()
 	{
-		detail::check(shmlock_lockmgr_mark_consistent(m_, resource_.c_str(), owner_.c_str()),
+		detail::check(shmlock_lockmgr_mark_consistent(m_.get(), resource_.c_str(), owner_.c_str()),
 		              "shmlock: mark consistent");
 	}
 	uint64_t version() const noexcept { return info_.version; } // the fencing token
@@ -459,11 +460,11 @@ public:
 
 private:
 	friend class lock_manager;
-	hold(shmlock_lockmgr *m, std::string resource, std::string owner, const shmlock_lock_info &info)
-	    : m_(m), resource_(std::move(resource)), owner_(std::move(owner)), info_(info)
+	hold(std::shared_ptr<shmlock_lockmgr> m, std::string resource, std::string owner, const shmlock_lock_info &info)
+	    : m_(std::move(m)), resource_(std::move(resource)), owner_(std::move(owner)), info_(info)
 	{
 	}
-	shmlock_lockmgr *m_;
+	std::shared_ptr<shmlock_lockmgr> m_;
 	std::string resource_, owner_;
 	shmlock_lock_info info_;
 };
@@ -475,7 +476,7 @@ public:
 	{
 		shmlock_lockmgr *m = nullptr;
 		detail::check(shmlock_lockmgr_open(seg.get(), &m), "shmlock: lock manager");
-		h_ = detail::handle<shmlock_lockmgr, shmlock_lockmgr_close>(m);
+		h_ = std::shared_ptr<shmlock_lockmgr>(m, shmlock_lockmgr_close);
 	}
 	// acquire throws shmlock::error on a conflict it does not wait out
 	// (code SHMLOCK_ERESOURCE_LOCKED, SHMLOCK_EWAIT_TIMEOUT, ...).
@@ -486,7 +487,7 @@ public:
 		shmlock_lock_info info{};
 		detail::check(shmlock_lockmgr_acquire(h_.get(), resource.c_str(), owner.c_str(), mode, &o, &info),
 		              "shmlock: acquire");
-		return hold(h_.get(), resource, owner, info);
+		return hold(h_, resource, owner, info);
 	}
 	bool check_version(const std::string &resource, uint64_t version)
 	{
@@ -499,7 +500,7 @@ public:
 	shmlock_lockmgr *native_handle() const noexcept { return h_.get(); }
 
 private:
-	detail::handle<shmlock_lockmgr, shmlock_lockmgr_close> h_;
+	std::shared_ptr<shmlock_lockmgr> h_; // shared with its holds
 };
 
 } // namespace shmlock

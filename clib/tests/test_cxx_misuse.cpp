@@ -5,6 +5,8 @@
 // shmlock::error, never overflow, leak or touch freed memory.
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -143,6 +145,54 @@ static void test_upgrade_move_assign_holding(shmlock::segment &seg)
 	CHECK(b.generation() == 0);
 }
 
+// A hold may outlive the lock_manager that granted it (returned from a
+// function that made the manager): its release still releases.
+static std::optional<shmlock::hold> acquire_with_own_manager(shmlock::segment &seg, const std::string &owner)
+{
+	shmlock::lock_manager mgr(seg);
+	return mgr.acquire("cxx.misuse.job", owner);
+}
+
+static void test_hold_outlives_manager(shmlock::segment &seg)
+{
+	auto h = acquire_with_own_manager(seg, "one");
+	CHECK(h.has_value());
+	h->refresh(1h);
+	h->mark_consistent();
+	shmlock::lock_manager other(seg);
+	CHECK_THROWS(other.acquire("cxx.misuse.job", "two"), SHMLOCK_ERESOURCE_LOCKED);
+	h.reset(); // the destructor's release
+	auto h2 = other.acquire("cxx.misuse.job", "two");
+	CHECK_THROWS(acquire_with_own_manager(seg, "three"), SHMLOCK_ERESOURCE_LOCKED);
+}
+
+static void test_bad_input(shmlock::segment &seg)
+{
+	CHECK_THROWS(shmlock::spinlock(seg, ""), SHMLOCK_EBADNAME);
+	CHECK_THROWS(shmlock::spinlock(seg, std::string(41, 'x')), SHMLOCK_EBADNAME);
+	CHECK_THROWS(shmlock::spinlock(seg, "x", 7), SHMLOCK_EINVAL);
+	CHECK_THROWS(shmlock::upgrade_mutex(seg, "\xff"), SHMLOCK_EBADNAME);
+	CHECK_THROWS(seg.data<int>(""), SHMLOCK_EBADNAME);
+	shmlock::lock_manager mgr(seg);
+	CHECK_THROWS(mgr.acquire("", "o"), SHMLOCK_EINVALID_RESOURCE);
+	CHECK_THROWS(mgr.acquire("r", std::string(33, 'o')), SHMLOCK_EINVALID_OWNER);
+	CHECK_THROWS(mgr.acquire("r", "o", 0), SHMLOCK_EINVALID_MODE);
+	shmlock::lock_options bad;
+	bad.ttl = -1ns;
+	CHECK_THROWS(mgr.acquire("r", "o", SHMLOCK_EXCLUSIVE, bad), SHMLOCK_EINVALID_OPTIONS);
+	auto h = mgr.acquire("r", "o");
+	h.release();
+	h.release(); // released once: a second is nothing
+	CHECK_THROWS(h.refresh(1s), SHMLOCK_EINVAL);
+	CHECK_THROWS(shmlock::segment::open(""), SHMLOCK_EBADPATH);
+	CHECK_THROWS(shmlock::segment::remove("/dev/shm"), SHMLOCK_ENOTREGULAR);
+	// A moved-from segment: its calls are errors.
+	shmlock::segment moved = std::move(seg);
+	CHECK_THROWS(seg.data<int>("d"), SHMLOCK_EINVAL);
+	CHECK_THROWS(shmlock::spinlock(seg, "x"), SHMLOCK_EINVAL);
+	seg = std::move(moved);
+}
+
 int main()
 {
 	std::string path = "/dev/shm/shmlock-ctest-cxxmisuse-" + std::to_string(getpid());
@@ -151,6 +201,8 @@ int main()
 		test_spin_durations(seg);
 		test_upgrade_durations(seg);
 		test_upgrade_move_assign_holding(seg);
+		test_hold_outlives_manager(seg);
+		test_bad_input(seg);
 	} catch (const std::exception &e) {
 		std::fprintf(stderr, "unexpected: %s\n", e.what());
 		failures++;
