@@ -19,7 +19,10 @@
  *     once. Waiters sleep on futexes; they never spin for long.
  *   - Handles (segment, spinlock, upgrade mutex, lock manager) may be used by
  *     several threads at once unless a function says otherwise. A handle is
- *     closed once; every handle of a segment is closed before the segment.
+ *     closed once and not used after its close, which frees it (nothing can
+ *     tell a freed handle: its use is undefined, not an error code). A lock
+ *     handle may outlive its segment's close (see shmlock_close); the
+ *     segment pointer is valid until the last of them is closed.
  *   - Only Linux; x86-64 and arm64 (the words are C11 sequentially consistent
  *     atomics, as Go's sync/atomic).
  */

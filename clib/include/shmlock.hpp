@@ -132,8 +132,9 @@ private:
 
 } // namespace detail
 
-// segment is an open shmlock segment. Every lock made from it must be
-// destroyed before it.
+// segment is an open shmlock segment. A lock made from it may outlive it
+// (each keeps the mapping until it is destroyed): its acquisitions then
+// throw SHMLOCK_ECLOSED, its releases still release.
 class segment {
 public:
 	static segment open(const std::string &path, const shmlock_options *opts = nullptr)
