@@ -286,7 +286,7 @@ enum {
 
 /* How long a hold lasts and what to do on a conflict (lockmgr.AcquireOptions;
  * NULL or zeroed: no TTL, fail at once with SHMLOCK_ERESOURCE_LOCKED). The
- * backoff between attempts is design 004's (initial 100 ms, doubling, at
+ * backoff between attempts is lockmgr's default (initial 100 ms, doubling, at
  * most 1 s, each shortened by up to 20% at random) unless set. */
 typedef struct shmlock_acquire_options {
 	int64_t ttl_ns;             /* 0: until released or the process dies */

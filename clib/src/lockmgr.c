@@ -107,8 +107,8 @@
 #define LM_MAX_KEEP_OFF_NS 8000LL
 #define LM_KEEP_OFF_WEIGHT 8
 
-/* The default backoff (design 004): 100 ms doubling to 1 s, each wait
- * shortened by up to 20% at random. */
+/* The default backoff (lockmgr.DefaultInitialDelay and its kin): 100 ms
+ * doubling to 1 s, each wait shortened by up to 20% at random. */
 #define LM_BACKOFF_INITIAL_NS 100000000LL
 #define LM_BACKOFF_MAX_NS 1000000000LL
 #define LM_BACKOFF_FACTOR 2.0
