@@ -4,26 +4,15 @@
 // moved-from objects, bad names and modes. Each must give a result or a
 // shmlock::error, never overflow, leak or touch freed memory.
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
+#include "check.h"
 #include "shmlock.hpp"
 
 using namespace std::chrono_literals;
-
-static int failures;
-
-#define CHECK(cond)                                                                \
-	do {                                                                       \
-		if (!(cond)) {                                                     \
-			std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                \
-		}                                                                  \
-	} while (0)
 
 // CHECK_THROWS(expr, rc): expr throws a shmlock::error of code rc.
 #define CHECK_THROWS(expr, rc)                                                     \
@@ -36,9 +25,12 @@ static int failures;
 		}                                                                  \
 		if (got_ != (rc)) {                                                \
 			std::fprintf(stderr, "%s:%d: %s threw %d, want %d\n", __FILE__, __LINE__, #expr, got_, (rc)); \
-			failures++;                                                \
+			check_failures++;                                          \
 		}                                                                  \
 	} while (0)
+
+// The segment of every test, made by main.
+static shmlock::segment *the_segment;
 
 using steady = std::chrono::steady_clock;
 using system_clock = std::chrono::system_clock;
@@ -71,8 +63,9 @@ static void check_gives_up(shmlock::spinlock &l, Try try_lock)
 	CHECK(!got);
 }
 
-static void test_spin_durations(shmlock::segment &seg)
+static void test_spin_durations()
 {
+	shmlock::segment &seg = *the_segment;
 	shmlock::spinlock l(seg, "cxx.misuse.spin");
 	// Durations past what nanoseconds hold: for ever, not a wrapped count.
 	check_waits(l, [&] { return l.try_lock_for(std::chrono::seconds::max()); });
@@ -97,8 +90,9 @@ static void test_spin_durations(shmlock::segment &seg)
 	l.unlock();
 }
 
-static void test_upgrade_durations(shmlock::segment &seg)
+static void test_upgrade_durations()
 {
+	shmlock::segment &seg = *the_segment;
 	shmlock::upgrade_mutex a(seg, "cxx.misuse.rw"), b(seg, "cxx.misuse.rw");
 	a.lock();
 	CHECK(!b.try_lock_for(std::chrono::seconds::min()));
@@ -123,8 +117,9 @@ static void test_upgrade_durations(shmlock::segment &seg)
 
 // A handle moved onto while it holds gives its holds back first, as its
 // destructor does: kept, they would stall every other holder.
-static void test_upgrade_move_assign_holding(shmlock::segment &seg)
+static void test_upgrade_move_assign_holding()
 {
+	shmlock::segment &seg = *the_segment;
 	shmlock::upgrade_mutex a(seg, "cxx.misuse.held"), b(seg, "cxx.misuse.other"), probe(seg, "cxx.misuse.held");
 	a.lock();
 	a = std::move(b);
@@ -153,8 +148,9 @@ static std::optional<shmlock::hold> acquire_with_own_manager(shmlock::segment &s
 	return mgr.acquire("cxx.misuse.job", owner);
 }
 
-static void test_hold_outlives_manager(shmlock::segment &seg)
+static void test_hold_outlives_manager()
 {
+	shmlock::segment &seg = *the_segment;
 	auto h = acquire_with_own_manager(seg, "one");
 	CHECK(h.has_value());
 	h->refresh(1h);
@@ -166,8 +162,9 @@ static void test_hold_outlives_manager(shmlock::segment &seg)
 	CHECK_THROWS(acquire_with_own_manager(seg, "three"), SHMLOCK_ERESOURCE_LOCKED);
 }
 
-static void test_bad_input(shmlock::segment &seg)
+static void test_bad_input()
 {
+	shmlock::segment &seg = *the_segment;
 	CHECK_THROWS(shmlock::spinlock(seg, ""), SHMLOCK_EBADNAME);
 	CHECK_THROWS(shmlock::spinlock(seg, std::string(41, 'x')), SHMLOCK_EBADNAME);
 	CHECK_THROWS(shmlock::spinlock(seg, "x", 7), SHMLOCK_EINVAL);
@@ -195,19 +192,20 @@ static void test_bad_input(shmlock::segment &seg)
 
 int main()
 {
-	std::string path = "/dev/shm/shmlock-ctest-cxxmisuse-" + std::to_string(getpid());
+	char path[256];
+	check_temp_path(path, sizeof path, "cxxmisuse");
 	try {
 		auto seg = shmlock::segment::create(path);
-		test_spin_durations(seg);
-		test_upgrade_durations(seg);
-		test_upgrade_move_assign_holding(seg);
-		test_hold_outlives_manager(seg);
-		test_bad_input(seg);
+		the_segment = &seg;
+		RUN(test_spin_durations);
+		RUN(test_upgrade_durations);
+		RUN(test_upgrade_move_assign_holding);
+		RUN(test_hold_outlives_manager);
+		RUN(test_bad_input);
 	} catch (const std::exception &e) {
 		std::fprintf(stderr, "unexpected: %s\n", e.what());
-		failures++;
+		check_failures++;
 	}
 	shmlock::segment::remove(path);
-	std::fprintf(stderr, "%s test_cxx_misuse\n", failures ? "FAIL" : "ok  ");
-	return failures != 0;
+	return CHECK_DONE();
 }

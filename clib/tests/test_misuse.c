@@ -228,6 +228,32 @@ static void test_bad_paths(void)
 
 /* ------------------------------------------------------------- options */
 
+/* What each way to a new handle or region says on a segment that gives
+ * none (no table, closed, read-only). */
+struct refusals {
+	int spin_open, spin_named, upgrade_open, upgrade_named, lockmgr_open, data_claim, data_find;
+};
+
+/* check_refused opens nothing through s but, where w says 0, the lock
+ * manager (closed again). */
+static void check_refused(shmlock_segment *s, struct refusals w)
+{
+	shmlock_spin *l = NULL;
+	shmlock_upgrade *u = NULL;
+	shmlock_lockmgr *m = NULL;
+	void *d = NULL;
+	CHECK_RC(shmlock_spin_open(s, 0, SHMLOCK_PIDTID, &l), w.spin_open);
+	CHECK_RC(shmlock_spin_named(s, "refused", SHMLOCK_PIDTID, &l), w.spin_named);
+	CHECK_RC(shmlock_upgrade_open(s, 0, &u), w.upgrade_open);
+	CHECK_RC(shmlock_upgrade_named(s, "refused", &u), w.upgrade_named);
+	CHECK_RC(shmlock_lockmgr_open(s, &m), w.lockmgr_open);
+	CHECK_RC(shmlock_data(s, "refused", 64, &d), w.data_claim);
+	CHECK_RC(shmlock_data(s, "refused", 0, &d), w.data_find);
+	CHECK(l == NULL && u == NULL && d == NULL && (m == NULL) == (w.lockmgr_open != 0));
+	if (m)
+		CHECK_RC(shmlock_lockmgr_close(m), 0);
+}
+
 /* create with o fails with want and leaves no file. */
 static void check_create_fails(const shmlock_options *o, int want, const char *what)
 {
@@ -297,18 +323,8 @@ static void test_create_options(void)
 	shmlock_segment *s = NULL;
 	CHECK_RC(shmlock_create(p, &o, &s), 0);
 	if (s) {
-		shmlock_spin *l = NULL;
-		shmlock_upgrade *u = NULL;
-		shmlock_lockmgr *m = NULL;
-		void *d = NULL;
-		CHECK_RC(shmlock_spin_open(s, 0, SHMLOCK_PIDTID, &l), SHMLOCK_EINDEX);
-		CHECK_RC(shmlock_spin_named(s, "x", SHMLOCK_PIDTID, &l), SHMLOCK_ETABLEFULL);
-		CHECK_RC(shmlock_upgrade_open(s, 0, &u), SHMLOCK_EINDEX);
-		CHECK_RC(shmlock_upgrade_named(s, "x", &u), SHMLOCK_ETABLEFULL);
-		CHECK_RC(shmlock_lockmgr_open(s, &m), SHMLOCK_ENOTABLE);
-		CHECK_RC(shmlock_data(s, "x", 64, &d), SHMLOCK_EDATAFULL);
-		CHECK_RC(shmlock_data(s, "x", 0, &d), SHMLOCK_ENOTFOUND);
-		CHECK(l == NULL && u == NULL && m == NULL && d == NULL);
+		check_refused(s, (struct refusals){SHMLOCK_EINDEX, SHMLOCK_ETABLEFULL, SHMLOCK_EINDEX, SHMLOCK_ETABLEFULL,
+		                                   SHMLOCK_ENOTABLE, SHMLOCK_EDATAFULL, SHMLOCK_ENOTFOUND});
 		CHECK_RC(shmlock_close(s), 0);
 		/* Opened with a timeout at either end of the range. */
 		o = (shmlock_options){.ready_timeout_ns = INT64_MAX};
@@ -852,19 +868,12 @@ static void test_after_segment_close(void)
 	shmlock_segment *s2 = NULL;
 	CHECK_RC(shmlock_open(p, NULL, &s2), 0);
 	CHECK(s2 && s2->base != s->base);
-	/* Nothing new through the closed segment. */
-	shmlock_spin *l2 = NULL;
-	shmlock_upgrade *u3 = NULL;
-	shmlock_lockmgr *m2 = NULL;
+	/* Nothing new through the closed segment, not even a region it has. */
+	check_refused(s, (struct refusals){SHMLOCK_ECLOSED, SHMLOCK_ECLOSED, SHMLOCK_ECLOSED, SHMLOCK_ECLOSED,
+	                                   SHMLOCK_ECLOSED, SHMLOCK_ECLOSED, SHMLOCK_ECLOSED});
 	void *d2 = NULL;
-	CHECK_RC(shmlock_spin_open(s, 0, SHMLOCK_PIDTID, &l2), SHMLOCK_ECLOSED);
-	CHECK_RC(shmlock_spin_named(s, "spin2", SHMLOCK_PIDTID, &l2), SHMLOCK_ECLOSED);
-	CHECK_RC(shmlock_upgrade_open(s, 0, &u3), SHMLOCK_ECLOSED);
-	CHECK_RC(shmlock_upgrade_named(s, "upg2", &u3), SHMLOCK_ECLOSED);
-	CHECK_RC(shmlock_lockmgr_open(s, &m2), SHMLOCK_ECLOSED);
 	CHECK_RC(shmlock_data(s, "data", 0, &d2), SHMLOCK_ECLOSED);
-	CHECK_RC(shmlock_data(s, "data2", 64, &d2), SHMLOCK_ECLOSED);
-	CHECK(l2 == NULL && u3 == NULL && m2 == NULL && d2 == NULL);
+	CHECK(d2 == NULL);
 	/* Acquisitions refused, whatever the timeout. */
 	uint64_t h2 = shmlock_holder_new();
 	CHECK_RC(shmlock_spin_trylock(l, h2), SHMLOCK_ECLOSED);
@@ -915,17 +924,10 @@ static void test_read_only(void)
 	CHECK_RC(shmlock_open(path, &o, &s), 0);
 	if (!s)
 		return;
-	shmlock_spin *l = NULL;
-	shmlock_upgrade *u = NULL;
+	check_refused(s, (struct refusals){SHMLOCK_EREADONLY, SHMLOCK_EREADONLY, SHMLOCK_EREADONLY, SHMLOCK_EREADONLY,
+	                                   0 /* to read versions */, SHMLOCK_EREADONLY, SHMLOCK_ENOTFOUND});
 	shmlock_lockmgr *m = NULL;
-	void *d = NULL;
-	CHECK_RC(shmlock_spin_open(s, 0, SHMLOCK_PIDTID, &l), SHMLOCK_EREADONLY);
-	CHECK_RC(shmlock_spin_named(s, "ro", SHMLOCK_PIDTID, &l), SHMLOCK_EREADONLY);
-	CHECK_RC(shmlock_upgrade_open(s, 0, &u), SHMLOCK_EREADONLY);
-	CHECK_RC(shmlock_upgrade_named(s, "ro", &u), SHMLOCK_EREADONLY);
-	CHECK_RC(shmlock_data(s, "ro", 64, &d), SHMLOCK_EREADONLY);
-	CHECK(l == NULL && u == NULL && d == NULL);
-	CHECK_RC(shmlock_lockmgr_open(s, &m), 0); /* to read versions */
+	CHECK_RC(shmlock_lockmgr_open(s, &m), 0);
 	CHECK_RC(shmlock_lockmgr_acquire(m, "ro", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_EREADONLY);
 	CHECK_RC(shmlock_lockmgr_release(m, "ro", "o"), SHMLOCK_EREADONLY);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "ro", "o", 1, NULL), SHMLOCK_EREADONLY);
