@@ -558,28 +558,34 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 // holding the same bytes, and the two must agree: the same code for each
 // attempt and wait, and the same version for each grant; then the same
 // codes for late refreshes and releases by owners of the snapshot's holds
-// (what the tombstones tell them).
+// (what the tombstones tell them). The table's size and its entries' lock
+// words are the ones the input's control bytes choose (FuzzTable's
+// tableSizes and lock modes); an input that makes a live process the
+// holder of an entry lock is left out (C would wait for it).
 func TestLockMgrFuzzCorpusC(t *testing.T) {
 	ctx := context.Background()
 	self := proc.Self()
 	deadInsertLock := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // our pid, reused by us
 	for _, f := range fuzzCorpus(t, "lockmgr", "FuzzTable") {
-		data := fuzzInput(t, f)
-		path, seg, _, _ := newLockMgrSegment(t, 8)
-		_, twin, _, _ := newLockMgrSegment(t, 8)
+		args := fuzzArgs(t, f)
+		require.Len(t, args, 2, f)
+		data, ctl := fuzzBytes(t, f, args[0]), fuzzBytes(t, f, args[1])
+		entries, words, ok := tableLockWords(data, ctl, deadInsertLock)
+		if !ok {
+			continue // a live holder of an entry lock
+		}
+		path, seg, _, _ := newLockMgrSegment(t, entries)
+		_, twin, _, _ := newLockMgrSegment(t, entries)
 		m, err := lockmgr.Open(twin, lockmgr.Options{Logger: slog.New(slog.DiscardHandler)}) // late releases are logged
 		require.NoError(t, err)
-		load := func() { // the snapshot into both segments, entry locks free
+		load := func() { // the snapshot into both segments, entry locks as the input says
 			for _, s := range []*shm.Segment{seg, twin} {
 				mem, err := s.Region(layout.KindLockMgr)
 				require.NoError(t, err)
 				clear(mem)
-				rest := data[copy(mem, data):]
-				for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
-					clear(mem[off : off+8]) // Lock
-				}
-				if len(rest) > 0 && rest[0]&1 != 0 {
-					binary.LittleEndian.PutUint64(mem, deadInsertLock)
+				copy(mem, data)
+				for i, w := range words {
+					binary.LittleEndian.PutUint64(mem[i*layout.LockMgrEntrySize:], w)
 				}
 			}
 		}
@@ -628,6 +634,55 @@ func TestLockMgrFuzzCorpusC(t *testing.T) {
 		require.NoError(t, seg.Close())
 		require.NoError(t, twin.Close())
 	}
+}
+
+// FuzzTable's table sizes and the modes of an entry's lock word
+// (lockmgr/fuzz_test.go), which its control bytes choose.
+var replayTableSizes = []int{8, 1, 2, 3, 5, 17}
+
+const (
+	replayLockClear = iota
+	replayLockDead
+	replayLockSelf
+	replayLockGarbage
+	replayNumLockModes
+)
+
+// tableLockWords reads FuzzTable's control bytes ctl, for its table
+// bytes table: the table's size and its entries' lock words, dead being
+// the dead process's identity; false if one is a live process's.
+func tableLockWords(table, ctl []byte, dead uint64) (entries int, words []uint64, ok bool) {
+	entries = replayTableSizes[0]
+	if len(ctl) > 1 {
+		entries = replayTableSizes[int(ctl[1])%len(replayTableSizes)]
+	}
+	self := proc.Self().Pack()
+	words = make([]uint64, entries)
+	for i := range words {
+		mode := replayLockClear
+		if i+2 < len(ctl) {
+			mode = int(ctl[i+2]) % replayNumLockModes
+		}
+		switch mode {
+		case replayLockDead:
+			words[i] = dead
+		case replayLockSelf:
+			words[i] = self
+		case replayLockGarbage:
+			if off := i * layout.LockMgrEntrySize; off+8 <= len(table) {
+				words[i] = binary.LittleEndian.Uint64(table[off:])
+			}
+		}
+	}
+	if len(ctl) > 0 && ctl[0]&1 != 0 {
+		words[0] = dead
+	}
+	for _, w := range words {
+		if w == self || proc.AlivePacked(w) {
+			return 0, nil, false
+		}
+	}
+	return entries, words, true
 }
 
 // codeReport is err's code as the C helpers print it: "-" for none.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // validName is the rule for resource and owner names, written apart from
@@ -94,98 +96,212 @@ func tableSnapshot(tb testing.TB) []byte {
 }
 
 // FuzzTable: whatever bytes the lock table holds (a corrupted or hostile
-// segment), the Manager's calls return, with an error or not, and never
-// panic, a hold that was granted is released and gone, and an
-// acquisition that waits (200 µs) ends. Entry lock words are cleared
-// first: a set one is a process inside an entry, which the calls wait out
-// (TestDeadEntryLock). A byte past the table, odd, sets the insert lock
-// (the header entry's) to a dead process's identity instead: the next
-// change of an entry's kind takes it over and frees the overflow entries
-// no chain reaches, in whatever table the rest of the input made.
+// segment), whatever its size, and whoever its entries' lock words name,
+// the Manager's calls return, with an error or not, and never panic, a
+// hold that was granted is released and gone, and an acquisition that
+// waits (200 µs) ends.
+//
+// ctl says the rest. Its first byte, odd, sets the insert lock (the header
+// entry's) to a dead process's identity: the next change of an entry's
+// kind takes it over and frees the overflow entries no chain reaches, in
+// whatever table the rest of the input made. Its second byte picks the
+// table's size (tableSizes). Each further byte sets one entry's lock word
+// (lockModes): cleared, a dead process, this live process, or the table's
+// own bytes left as they are. A live holder of an entry lock is a process
+// inside the entry, which the calls wait out (TestDeadEntryLock): with one
+// in the table the calls run on a segment of their own that is closed
+// under them (closeAfter), and each then ends, with a grant or a typed
+// error (shm.ErrClosed's code), instead of waiting for ever.
 func FuzzTable(f *testing.F) {
 	snap := tableSnapshot(f)
-	f.Add(snap)
-	f.Add([]byte{})
-	f.Add(append(snap, 1))
-	m, seg := newManager(f, 8, lockmgr.Options{Logger: discard()})
-	mem, err := seg.Region(layout.KindLockMgr)
-	require.NoError(f, err)
+	f.Add(snap, []byte{})
+	f.Add([]byte{}, []byte{})
+	f.Add(snap, []byte{1})
+	f.Add(snap, []byte{0, 1, lockDead, lockSelf, lockGarbage, lockClear, lockDead})
+	f.Add(snap, []byte{1, 3, lockGarbage, lockDead, lockDead, lockDead, lockDead, lockDead, lockDead, lockDead})
 	self := proc.Self()
 	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // our pid, reused by us
-	ctx := context.Background()
-	f.Fuzz(func(t *testing.T, data []byte) {
-		clear(mem)
-		data = data[copy(mem, data):]
-		for off := 0; off < len(mem); off += layout.LockMgrEntrySize {
-			clear(mem[off : off+8]) // Lock
+	// One table of each size, for the inputs with no live holder.
+	shared := map[int]tableUnderTest{}
+	for _, n := range tableSizes {
+		shared[n] = newTableUnderTest(f, n)
+	}
+	f.Fuzz(func(t *testing.T, table, ctl []byte) {
+		entries := tableSizes[0]
+		if len(ctl) > 1 {
+			entries = tableSizes[int(ctl[1])%len(tableSizes)]
 		}
-		if len(data) > 0 && data[0]&1 != 0 {
-			binary.LittleEndian.PutUint64(mem, dead)
+		modes := []byte(nil)
+		if len(ctl) > 2 {
+			modes = ctl[2:]
 		}
-		_ = m.List()
-		_ = m.Stats()
-		for _, r := range []string{"x", "c", "declared", "new"} {
-			_, _ = m.Inspect(r)
-			info, err := m.Acquire(ctx, r, "fuzz", lockmgr.Collaborative, lockmgr.AcquireOptions{TTL: time.Hour})
-			if err == nil {
-				require.Equal(t, lockmgr.Acquired, info.State)
-				_ = m.CheckVersion(r, info.Version)
-				// The holder of a live grant may always say the data is
-				// whole again, and then nobody is told otherwise.
-				require.NoError(t, m.MarkConsistent(r, "fuzz"), "%q", r)
-				if ri, err := m.Inspect(r); err == nil && ri.Inconsistent {
-					t.Fatalf("%q: inconsistent after its holder marked it consistent: %+v", r, ri)
+		words := make([]uint64, entries)
+		for i := range words {
+			mode := lockClear
+			if i < len(modes) {
+				mode = int(modes[i]) % numLockModes
+			}
+			switch mode {
+			case lockDead:
+				words[i] = dead
+			case lockSelf:
+				words[i] = self.Pack()
+			case lockGarbage:
+				off := i * layout.LockMgrEntrySize
+				if off+8 <= len(table) {
+					words[i] = binary.LittleEndian.Uint64(table[off:])
 				}
-				_, _ = m.Refresh(r, "fuzz", time.Minute)
-				require.NoError(t, m.Release(r, "fuzz"))
-				if ri, err := m.Inspect(r); err == nil {
-					for _, h := range ri.Holders {
-						if h.Owner == "fuzz" && h.State == lockmgr.Acquired {
-							t.Fatalf("%q: still held by the owner that released it: %+v", r, ri)
-						}
-					}
-				}
-			} else if lockmgr.Code(err) == "" && !errors.Is(err, context.Canceled) {
-				t.Fatalf("error without a code: %v", err)
 			}
 		}
-		// A wait ends by its deadline, whatever the table (the watchdog
-		// makes a hang a failure); a grant is released again.
-		for _, r := range []string{"x", "c"} {
-			stop := testproc.Watchdog(time.Minute, "Acquire with Wait")
-			_, err := m.Acquire(ctx, r, "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 200 * time.Microsecond})
-			stop()
-			if err == nil {
-				require.NoError(t, m.Release(r, "waiter"))
-			} else if lockmgr.Code(err) == "" {
-				t.Fatalf("%q: a wait that ended with an error without a code: %v", r, err)
-			}
+		if len(ctl) > 0 && ctl[0]&1 != 0 {
+			words[0] = dead
 		}
-		// An operator's ForceRelease ends every hold: the next exclusive
-		// acquisition finds none in its way.
-		for _, r := range []string{"x", "c"} {
-			if _, err := m.ForceRelease(r); err != nil {
-				if lockmgr.Code(err) == "" {
-					t.Fatalf("%q: ForceRelease failed with an error without a code: %v", r, err)
-				}
-				continue
-			}
-			_, err := m.Acquire(ctx, r, "after", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-			if errors.Is(err, lockmgr.ErrResourceLocked) || errors.Is(err, lockmgr.ErrTooManyHolders) {
-				ri, _ := m.Inspect(r)
-				t.Fatalf("%q: held after ForceRelease: %v (%+v)", r, err, ri)
-			}
-			if err == nil {
-				require.NoError(t, m.Release(r, "after"))
-			}
+		live := slices.ContainsFunc(words, func(w uint64) bool { return w == self.Pack() || proc.AlivePacked(w) })
+		u := shared[entries]
+		if live {
+			u = newTableUnderTest(t, entries)
 		}
-		_, _ = m.Reclaim(false)
-		_, _ = m.Check()
-		_, _ = m.Overview()
-		_ = m.Declare("d2")
-		_ = m.Undeclare("declared")
-		_ = m.Stats()
+		clear(u.mem)
+		copy(u.mem, table)
+		for i, w := range words {
+			binary.LittleEndian.PutUint64(u.mem[i*layout.LockMgrEntrySize:], w)
+		}
+		if live {
+			stop := closeAfter(u.seg, time.Millisecond)
+			defer stop()
+		}
+		stop := testproc.Watchdog(time.Minute, "the calls of FuzzTable")
+		defer stop()
+		exerciseTable(t, u.m, u.seg.Closed)
 	})
+}
+
+// tableSizes are the sizes of lock table FuzzTable runs on (the header
+// entry included): the size of its snapshot first, then the smallest
+// tables, and one with a long probe.
+var tableSizes = []int{8, 1, 2, 3, 5, 17}
+
+// The modes of an entry's lock word in FuzzTable.
+const (
+	lockClear   = iota // 0: nobody inside
+	lockDead           // a dead process (this pid, reused by this process)
+	lockSelf           // this process, which is inside no entry
+	lockGarbage        // the word the table's bytes hold
+	numLockModes
+)
+
+// tableUnderTest is a lock table FuzzTable writes and calls.
+type tableUnderTest struct {
+	m   *lockmgr.Manager
+	seg *shm.Segment
+	mem []byte
+}
+
+func newTableUnderTest(tb testing.TB, entries int) tableUnderTest {
+	m, seg := newManager(tb, entries, lockmgr.Options{Logger: discard()})
+	mem, err := seg.Region(layout.KindLockMgr)
+	require.NoError(tb, err)
+	return tableUnderTest{m, seg, mem}
+}
+
+// closeAfter closes seg after d (the calls under test, waiting on an
+// entry lock that a live process holds, then give up), or when stop is
+// called, whichever comes first; stop returns once seg is closed.
+func closeAfter(seg *shm.Segment, d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	timer := time.AfterFunc(d, func() { _ = seg.Close(); close(done) })
+	return func() {
+		if timer.Stop() {
+			_ = seg.Close()
+			return
+		}
+		<-done
+	}
+}
+
+// exerciseTable makes the calls of FuzzTable on m, and checks what they
+// promise whatever the table holds. closed reports whether m's segment
+// has been closed (then a call may fail with ErrClosed's code where it
+// would otherwise have to succeed).
+func exerciseTable(t *testing.T, m *lockmgr.Manager, closed func() bool) {
+	ctx := context.Background()
+	requireCode := func(what string, err error) {
+		t.Helper()
+		if err != nil && lockmgr.Code(err) == "" && !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: an error without a code: %v", what, err)
+		}
+	}
+	mustUnlessClosed := func(what string, err error) {
+		t.Helper()
+		if err != nil && !(closed() && errors.Is(err, shm.ErrClosed)) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	_ = m.List()
+	_ = m.Stats()
+	for _, r := range []string{"x", "c", "declared", "new"} {
+		_, err := m.Inspect(r)
+		requireCode("Inspect", err)
+		info, err := m.Acquire(ctx, r, "fuzz", lockmgr.Collaborative, lockmgr.AcquireOptions{TTL: time.Hour})
+		requireCode("Acquire", err)
+		if err != nil {
+			continue
+		}
+		require.Equal(t, lockmgr.Acquired, info.State)
+		requireCode("CheckVersion", m.CheckVersion(r, info.Version))
+		// The holder of a live grant may always say the data is whole
+		// again, and then nobody is told otherwise.
+		mustUnlessClosed(fmt.Sprintf("MarkConsistent %q", r), m.MarkConsistent(r, "fuzz"))
+		if ri, err := m.Inspect(r); err == nil && ri.Inconsistent && !closed() {
+			t.Fatalf("%q: inconsistent after its holder marked it consistent: %+v", r, ri)
+		}
+		_, err = m.Refresh(r, "fuzz", time.Minute)
+		requireCode("Refresh", err)
+		mustUnlessClosed(fmt.Sprintf("Release %q", r), m.Release(r, "fuzz"))
+		if ri, err := m.Inspect(r); err == nil && !closed() {
+			for _, h := range ri.Holders {
+				if h.Owner == "fuzz" && h.State == lockmgr.Acquired {
+					t.Fatalf("%q: still held by the owner that released it: %+v", r, ri)
+				}
+			}
+		}
+	}
+	// A wait ends by its deadline, whatever the table (the watchdog makes a
+	// hang a failure); a grant is released again.
+	for _, r := range []string{"x", "c"} {
+		_, err := m.Acquire(ctx, r, "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 200 * time.Microsecond})
+		requireCode("Acquire with Wait", err)
+		if err == nil {
+			mustUnlessClosed("Release of the waiter", m.Release(r, "waiter"))
+		}
+	}
+	// An operator's ForceRelease ends every hold: the next exclusive
+	// acquisition finds none in its way.
+	for _, r := range []string{"x", "c"} {
+		_, err := m.ForceRelease(r)
+		requireCode("ForceRelease", err)
+		if err != nil {
+			continue
+		}
+		_, err = m.Acquire(ctx, r, "after", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		if (errors.Is(err, lockmgr.ErrResourceLocked) || errors.Is(err, lockmgr.ErrTooManyHolders)) && !closed() {
+			ri, _ := m.Inspect(r)
+			t.Fatalf("%q: held after ForceRelease: %v (%+v)", r, err, ri)
+		}
+		requireCode("Acquire after ForceRelease", err)
+		if err == nil {
+			mustUnlessClosed("Release after ForceRelease", m.Release(r, "after"))
+		}
+	}
+	_, err := m.Reclaim(false)
+	requireCode("Reclaim", err)
+	_, err = m.Check()
+	requireCode("Check", err)
+	_, err = m.Overview()
+	requireCode("Overview", err)
+	requireCode("Declare", m.Declare("d2"))
+	requireCode("Undeclare", m.Undeclare("declared"))
+	_ = m.Stats()
 }
 
 // TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzTable/snapshot from
@@ -197,7 +313,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	dir := filepath.Join("testdata", "fuzz", "FuzzTable")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	data := tableSnapshot(t)
-	body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", data)
+	body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n[]byte(\"\")\n", data)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "snapshot"), []byte(body), 0o644))
 	// The same with a cycle in an overflow chain and a holder record whose
 	// identity is garbage.
@@ -206,6 +322,6 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		bad[off+20] = byte(off/layout.LockMgrEntrySize) % 8 // Next points at itself
 		bad[off+128] = 0xff                                 // first holder's Process, low byte
 	}
-	body = fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", bad)
+	body = fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n[]byte(\"\")\n", bad)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "cycles"), []byte(body), 0o644))
 }
