@@ -282,7 +282,10 @@ func codeOf(t *testing.T, err error, codes []errCode) int {
 // same claims in the same order on a twin segment with the same words:
 // each must succeed or fail alike (the same entry, or the same code), and
 // each of C's claims must be one that Go's Claims lists and Lookup finds
-// under its name, and be released again.
+// under its name, and be released again. The registry word is the one the
+// input's control bytes choose; inputs whose holder is live (C would wait
+// for it) or whose owners are of another boot (FuzzDirectory's Open
+// recovers those, the replay's segments are open already) are left out.
 func TestDirectoryFuzzCorpusC(t *testing.T) {
 	const (
 		tableFull   = -31 // SHMLOCK_ETABLEFULL
@@ -290,7 +293,7 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 	)
 	kinds := map[string]layout.Kind{"1": layout.KindOwnerSlots, "2": layout.KindUpgrades}
 	self := proc.Self()
-	registry := binary.LittleEndian.AppendUint64(nil, proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack())
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // our pid, reused by us
 	type segment struct {
 		path    string
 		seg     *shm.Segment
@@ -316,18 +319,22 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 		}
 		return s
 	}
-	put := func(s segment, data []byte) {
+	put := func(s segment, data []byte, holder uint64) {
 		for _, r := range s.regions {
 			data = data[copy(r, data):]
 		}
-		if len(data) > 0 && data[0]&1 != 0 { // a dead holder of the registry lock, as in FuzzDirectory
-			_, err := s.file.WriteAt(registry, layout.OffRegistry)
-			require.NoError(t, err)
-		}
+		_, err := s.file.WriteAt(binary.LittleEndian.AppendUint64(nil, holder), layout.OffRegistry)
+		require.NoError(t, err)
 	}
 	forC, forGo := newSegment(), newSegment()
 	for _, f := range fuzzCorpus(t, "shm", "FuzzDirectory") {
-		data := fuzzInput(t, f)
+		args := fuzzArgs(t, f)
+		require.Len(t, args, 3, f)
+		data, ctl := fuzzBytes(t, f, args[0]), fuzzBytes(t, f, args[1])
+		holder, ok := directoryRegistryWord(ctl, dead)
+		if !ok || (len(ctl) > 1 && ctl[1]&1 != 0) {
+			continue // a live holder, or the owners of another boot
+		}
 		for _, s := range []segment{forC, forGo} {
 			for _, r := range s.regions {
 				clear(r)
@@ -335,12 +342,12 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 		}
 		c := startCWithStdin(t, "segment", "claims", forC.path)
 		c.WaitLine(t, "ready")
-		put(forC, data)
+		put(forC, data, holder)
 		c.Send(t, "go")
 		c.WaitLine(t, "claimed")
 
 		// Go's claims on the twin, in C's order (segment.c's claims).
-		put(forGo, data)
+		put(forGo, data, holder)
 		var want []string
 		type held struct {
 			k layout.Kind
@@ -397,6 +404,46 @@ func TestDirectoryFuzzCorpusC(t *testing.T) {
 			require.NoError(t, forGo.seg.Release(h.k, h.i))
 		}
 	}
+}
+
+// FuzzDirectory's registry modes (shm/fuzz_test.go), which its first
+// control byte chooses modulo replayNumRegistryModes.
+const (
+	replayRegistryFree = iota
+	replayRegistryDead
+	replayRegistryStaleDead
+	replayRegistryStaleSelf
+	replayRegistryLiveSelf
+	replayRegistryLiveParent
+	replayRegistryGarbage
+	replayNumRegistryModes
+)
+
+// directoryRegistryWord is the registry word FuzzDirectory's control
+// bytes ctl choose, dead being the dead process's identity; false for a
+// live holder.
+func directoryRegistryWord(ctl []byte, dead uint64) (uint64, bool) {
+	if len(ctl) == 0 {
+		return 0, true
+	}
+	var w uint64
+	switch ctl[0] % replayNumRegistryModes {
+	case replayRegistryDead:
+		w = dead
+	case replayRegistryStaleDead:
+		w = proc.MarkStale(dead)
+	case replayRegistryStaleSelf:
+		w = proc.MarkStale(proc.Self().Pack())
+	case replayRegistryLiveSelf, replayRegistryLiveParent:
+		return 0, false
+	case replayRegistryGarbage:
+		var b [8]byte
+		if len(ctl) > 2 {
+			copy(b[:], ctl[2:])
+		}
+		w = binary.LittleEndian.Uint64(b[:])
+	}
+	return w, w == 0 || !(w == proc.Self().Pack() || proc.AlivePacked(w))
 }
 
 // TestLockMgrNamesFuzzCorpusC replays lockmgr's FuzzNames against C: for

@@ -15,3 +15,20 @@ func Watchdog(d time.Duration, what string) (stop func()) {
 	})
 	return func() { t.Stop() }
 }
+
+// CloseAfter calls closeFn after d, or when stop is called, whichever
+// comes first; stop returns once closeFn has returned. It is for fuzz
+// targets whose input makes a live process (this one, say) the holder of
+// a lock word their calls wait for: the calls wait until the segment is
+// closed under them, and then give up with shm.ErrClosed.
+func CloseAfter(closeFn func() error, d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	t := time.AfterFunc(d, func() { _ = closeFn(); close(done) })
+	return func() {
+		if t.Stop() {
+			_ = closeFn()
+			return
+		}
+		<-done
+	}
+}
