@@ -344,9 +344,8 @@ func (s *Segment) Close() error {
 // mapping is what the cleanup of a Segment needs: it must not refer to
 // the Segment itself, or the Segment would never be unreachable.
 type mapping struct {
-	mem      []byte
-	writable bool
-	closed   atomic.Bool // Close has been called
+	mem    []byte
+	closed atomic.Bool // Close has been called
 }
 
 // quarantineWhenUnreachable arranges for the segment's mapping to be
@@ -354,10 +353,10 @@ type mapping struct {
 // unreachable segment that was never closed keeps its mapping, as before
 // Close existed: pointers from its accessors may still be in use.
 func (s *Segment) quarantineWhenUnreachable() {
-	s.mapping = &mapping{mem: s.mem, writable: !s.readOnly}
+	s.mapping = &mapping{mem: s.mem}
 	runtime.AddCleanup(s, func(m *mapping) {
 		if m.closed.Load() {
-			_ = memview.Quarantine(m.mem, m.writable)
+			_ = memview.Quarantine(m.mem)
 		}
 	}, s.mapping)
 }
