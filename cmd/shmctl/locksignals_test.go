@@ -205,12 +205,13 @@ func TestLockGroupSignalOnce(t *testing.T) {
 	c.WaitLine(t, "SIGINT 1")
 	require.NoError(t, syscall.Kill(-c.PID(), syscall.SIGINT))
 	c.WaitLine(t, "SIGINT 2")
-	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGINT)) // shmctl alone
-	c.WaitLine(t, "SIGINT 3")
-	// Passed on after any copy of the SIGINTs shmctl had.
+	// To shmctl alone, and another signal than the SIGINTs: a SIGINT could
+	// merge with shmctl's copy of the last one if that is still pending
+	// (signals of one number do not queue). Passed on after any copy of
+	// the SIGINTs shmctl had.
 	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, c.Wait(t))
-	require.Equal(t, "ready\nSIGINT 1\nSIGINT 2\nSIGINT 3\nSIGINT 3 times\n", c.Out.String())
+	require.Equal(t, "ready\nSIGINT 1\nSIGINT 2\nSIGINT 2 times\n", c.Out.String())
 
 	c = startLock(t, seg.Path(), "r", "--", "setsid", "-w", testproc.Script(t, "count-sigint"))
 	c.WaitLine(t, "ready")
