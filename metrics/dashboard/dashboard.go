@@ -18,6 +18,13 @@ const DefaultInterval = time.Second
 // to it, so that a page left open cannot keep a CPU busy.
 const MinInterval = 50 * time.Millisecond
 
+// EventWriteTimeout bounds each write of /events: a client that takes no
+// snapshot for that long (it stopped reading, its window full) is dropped,
+// rather than holding the stream's goroutine and connection for ever. Each
+// event sets its own deadline, which replaces the server's WriteTimeout
+// (meant for answers that end) for the stream.
+const EventWriteTimeout = 30 * time.Second
+
 //go:embed index.html
 var page []byte
 
@@ -85,7 +92,12 @@ func (h *Handler) serveView(w http.ResponseWriter, _ *http.Request) {
 
 // serveEvents sends a snapshot at once and then every interval, until the
 // client goes away (or the server shuts down, if it cancels the requests'
-// base context then) or a write fails.
+// base context then) or a write fails or times out (EventWriteTimeout).
+//
+// The stream outlives the server's WriteTimeout, which would end it: each
+// event has a write deadline of its own. (net/http lifts the read deadline
+// itself while a handler runs.) A ResponseWriter without deadlines (a
+// test's recorder) does without.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	hdr := w.Header()
@@ -101,6 +113,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		_ = rc.SetWriteDeadline(time.Now().Add(EventWriteTimeout))
 		if first {
 			if _, err := w.Write([]byte("retry: " + strconv.FormatInt(retry, 10) + "\n")); err != nil {
 				return

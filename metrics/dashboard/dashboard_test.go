@@ -205,3 +205,31 @@ func TestEvents(t *testing.T) {
 	cancel()
 	testproc.Receive(t, returned, "the events handler to return after the client left")
 }
+
+// /events goes on past the server's ReadTimeout and WriteTimeout, which
+// a server sets against slow clients ('shmctl serve' does): each event
+// has a write deadline of its own. Before, the stream's writes failed
+// once the server's WriteTimeout had passed, so a page behind such a
+// server reconnected over and over.
+func TestEventsOutliveServerTimeouts(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t)
+	const timeout = 100 * time.Millisecond // the server's; the stream must last many of them
+	srv := httptest.NewUnstartedServer(dashboard.New([]*shm.Segment{seg}, dashboard.Options{Interval: dashboard.MinInterval}))
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = timeout, timeout
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	resp, err := (&http.Client{Timeout: testproc.Timeout}).Get(srv.URL + "/events")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(nil, 1<<20)
+	start := time.Now()
+	for events := 0; time.Since(start) < 10*timeout; {
+		require.True(t, lines.Scan(), "the stream ended after %d events, %v: %v", events, time.Since(start), lines.Err())
+		if strings.HasPrefix(lines.Text(), "data: ") {
+			events++
+		}
+	}
+}
