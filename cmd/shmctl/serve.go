@@ -129,23 +129,9 @@ func runServe(opts *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	// One segment that cannot be read fails only its own series (logged
-	// on stderr): the others are still served.
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      log.New(opts.IO.ErrOut, "shmctl: serve: ", 0),
-	}))
-	// The live page at /, its /events and /view.json.
-	mux.Handle("/", dashboard.New(segs, dashboard.Options{}))
-	// The requests' context ends at shutdown, so that the page's event
-	// streams, which never go idle, end then too.
-	base, cancelBase := context.WithCancel(context.Background())
+	errLog := log.New(opts.IO.ErrOut, "shmctl: serve: ", 0)
+	srv, cancelBase := newServeServer(serveMux(reg, segs, errLog), errLog, defaultServeTimeouts)
 	defer cancelBase()
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:    log.New(opts.IO.ErrOut, "shmctl: serve: ", 0),
-		BaseContext: func(net.Listener) context.Context { return base }}
-	srv.RegisterOnShutdown(cancelBase)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -163,6 +149,54 @@ func runServe(opts *serveOptions) error {
 		return err
 	}
 	return nil
+}
+
+// serveMux serves the metrics of reg at /metrics and the dashboard of segs
+// at / (its page, /events and /view.json).
+func serveMux(reg *prometheus.Registry, segs []*shm.Segment, errLog *log.Logger) *http.ServeMux {
+	mux := http.NewServeMux()
+	// One segment that cannot be read fails only its own series (logged
+	// on stderr): the others are still served.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      errLog,
+	}))
+	mux.Handle("/", dashboard.New(segs, dashboard.Options{}))
+	return mux
+}
+
+// serveTimeouts bound what a client may hold a connection (a goroutine, a
+// file) with: without them, a client that sends its headers slowly, or a
+// body nobody reads (the server reads it to the end after the answer, to
+// keep the connection), or that keeps a connection idle, or stops reading
+// an answer, held it for ever, and enough such clients used up the
+// process's files. No endpoint reads a body, so reading a request is short;
+// the event stream sets its own write deadline per event
+// (dashboard.EventWriteTimeout).
+type serveTimeouts struct {
+	header, read, write, idle time.Duration
+}
+
+// defaultServeTimeouts are generous for a scrape (a read of the segment,
+// answered at once) on a slow network, and far below what a client needs
+// to wear the server out.
+var defaultServeTimeouts = serveTimeouts{
+	header: 10 * time.Second,
+	read:   30 * time.Second,
+	write:  30 * time.Second,
+	idle:   2 * time.Minute,
+}
+
+// newServeServer is serve's server of h: with timeouts, and a base context
+// for the requests that the returned cancel (called at shutdown too) ends,
+// so that the page's event streams, which never go idle, end then.
+func newServeServer(h http.Handler, errLog *log.Logger, to serveTimeouts) (*http.Server, context.CancelFunc) {
+	base, cancelBase := context.WithCancel(context.Background())
+	srv := &http.Server{Handler: h, ErrorLog: errLog,
+		ReadHeaderTimeout: to.header, ReadTimeout: to.read, WriteTimeout: to.write, IdleTimeout: to.idle,
+		BaseContext: func(net.Listener) context.Context { return base }}
+	srv.RegisterOnShutdown(cancelBase)
+	return srv, cancelBase
 }
 
 // isLoopback reports whether host (of a --listen address) is this

@@ -1,19 +1,26 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/metrics"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -109,4 +116,53 @@ func get(t *testing.T, url string) string {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", url, b)
 	return string(b)
+}
+
+// A client cannot hold a connection of serve for ever: not by sending its
+// headers slowly, nor by announcing a body it never sends, nor by keeping
+// its connection idle after an answer. Each ends with serve closing the
+// connection (here with timeouts of 100ms; the test waits for the close,
+// with testproc.Timeout as the bound of a hang). Before, the server had a
+// header timeout only: the body and the idle connection were held as long
+// as the client wished.
+func TestServeDropsSlowClients(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1, LockMgrEntries: 3})
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(seg)))
+	errLog := log.New(io.Discard, "", 0)
+	const d = 100 * time.Millisecond
+	srv, cancel := newServeServer(serveMux(reg, []*shm.Segment{seg}, errLog), errLog, serveTimeouts{header: d, read: d, write: d, idle: d})
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	for _, c := range []struct {
+		name, request string
+		answered      bool // a whole answer comes before the close
+	}{
+		{"headers sent slowly", "GET /metrics HTTP/1.1\r\nHost: x\r\n", false},
+		{"a body never sent", "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", false},
+		{"an idle connection", "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", true},
+	} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		require.NoError(t, conn.SetDeadline(time.Now().Add(testproc.Timeout)))
+		_, err = io.WriteString(conn, c.request)
+		require.NoError(t, err)
+		r := bufio.NewReader(conn)
+		if c.answered {
+			resp, err := http.ReadResponse(r, nil)
+			require.NoError(t, err, c.name)
+			_, err = io.ReadAll(resp.Body)
+			require.NoError(t, err, c.name)
+			require.Equal(t, http.StatusOK, resp.StatusCode, c.name)
+		}
+		_, err = io.ReadAll(r) // to the close
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "%s: the connection is still open after %v", c.name, testproc.Timeout)
+		require.NoError(t, conn.Close())
+	}
 }
