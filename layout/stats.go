@@ -93,6 +93,24 @@ func (s *LockStats) RecordSpunWait() {
 	}
 }
 
+// Reset stores 0 into every counter, for a lock whose entry a new name or
+// resource takes (FORMAT.md: the counters are then the new one's); nil-safe.
+// Not atomic as a whole: a wait recorded meanwhile may keep some words.
+func (s *LockStats) Reset() {
+	if s == nil {
+		return
+	}
+	s.Contended.Store(0)
+	s.Sleeps.Store(0)
+	s.Wakeups.Store(0)
+	s.WaitNanos.Store(0)
+	s.Reclaims.Store(0)
+	s.Timeouts.Store(0)
+	for i := range s.WaitHist {
+		s.WaitHist[i].Store(0)
+	}
+}
+
 // AddSleep counts one futex sleep; nil-safe.
 func (s *LockStats) AddSleep() {
 	if s != nil {

@@ -101,3 +101,31 @@ func TestRecycledEntryChangesVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, gone.Entry, "a is no longer in the table")
 }
+
+// A resource that takes a recycled entry starts with the entry's
+// contention counters at zero: they are exported under its name (package
+// metrics). Before, it inherited the counters of the resource recycled
+// (here a contended wait that gave up), and a resource that came back at
+// another entry showed that entry's.
+func TestLockStatsResetOnRecycle(t *testing.T) {
+	t.Parallel()
+	m, seg := newManager(t, 2, lockmgr.Options{}) // one resource entry
+	ctx := context.Background()
+	_, err := m.Acquire(ctx, "a", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "a", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: 10 * time.Millisecond})
+	require.True(t, errors.Is(err, lockmgr.ErrTimeout), "got %v, want ErrTimeout", err)
+	ri, err := m.Inspect("a")
+	require.NoError(t, err)
+	st := seg.LockStats(layout.KindLockMgr, ri.Entry)
+	require.Equal(t, uint64(1), st.Contended.Load(), "a's contended wait")
+	require.NoError(t, m.Release("a", "holder"))
+
+	_, err = m.Acquire(ctx, "b", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{}) // recycles a's entry, uncontended
+	require.NoError(t, err)
+	ri, err = m.Inspect("b")
+	require.NoError(t, err)
+	require.Equal(t, st, seg.LockStats(layout.KindLockMgr, ri.Entry), "b took a's entry")
+	var zero layout.LockStats
+	require.Equal(t, &zero, st, "b's counters")
+}

@@ -209,6 +209,12 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 	memview.StoreOwned(&free.LastExpired, 0)
 	memview.StoreOwned32(&free.Next, 0)
 	zeroCounters(free)
+	// The contention counters are the resource's, as the statistics
+	// words are: a resource taking a recycled entry must not inherit the
+	// last one's, which package metrics exports under the new name (and
+	// a name that comes back at another entry would go back, read as a
+	// counter reset).
+	t.statsOf(free).Reset()
 	for j := range free.Holders {
 		memview.StoreOwned(&free.Holders[j].Companion, 0) // no tombstone of the entry's last use
 	}

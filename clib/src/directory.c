@@ -465,12 +465,7 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 	 * one's would be dropped from the new claim's count. */
 	forget_refs(seg, kind, i);
 	/* The counters start again with the new claim: they are its name's. */
-	struct shm_lock_stats *st = shm_lock_stats(seg, kind, i);
-	if (st) {
-		a64 *w = (a64 *)(void *)st;
-		for (size_t j = 0; j < sizeof *st / 8; j++)
-			atomic_store(&w[j], 0);
-	}
+	shm_stats_reset(shm_lock_stats(seg, kind, i));
 	for (int w = 0; w < 5; w++)
 		atomic_store(&e->name[w], words[w]);
 	atomic_store(&e->name_len, len);

@@ -274,6 +274,9 @@ bool shm_owner_alive(shmlock_segment *seg, uint64_t identity);
 /* The LockStats of entry index of table kind (SHM_OWNER_SLOTS, SHM_UPGRADES,
  * SHM_LOCKMGR, SHM_TXN_RECORDS), or NULL (no stats table, no such lock). */
 struct shm_lock_stats *shm_lock_stats(shmlock_segment *seg, int kind, uint64_t index);
+/* Stores 0 into every counter of st, for a lock whose entry a new name or
+ * resource takes (LockStats.Reset). NULL-safe. */
+void shm_stats_reset(struct shm_lock_stats *st);
 /* Records a finished wait that missed its first try (LockStats.RecordWait):
  * since is shm_now_ns() at the first failed try. NULL-safe. */
 void shm_stats_wait(struct shm_lock_stats *st, int64_t since, bool gave_up);

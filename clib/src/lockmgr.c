@@ -636,6 +636,9 @@ static int insert(shmlock_lockmgr *m, const struct key *k, uint64_t self, entry_
 	ST(&free->conflicts, 0);
 	ST(&free->expired, 0);
 	ST(&free->reclaimed, 0);
+	/* The contention counters are the resource's too (table.insert): not
+	 * the recycled one's, exported under the new name. */
+	shm_stats_reset(stats_of(m, free));
 	for (int j = 0; j < LM_RECORDS; j++)
 		ST(&free->holders[j].companion, 0); /* no tombstone of the entry's last use */
 	if (free_at > LD(&m->head->next))

@@ -29,6 +29,15 @@ struct shm_lock_stats *shm_lock_stats(shmlock_segment *seg, int kind, uint64_t i
 	return NULL;
 }
 
+void shm_stats_reset(struct shm_lock_stats *st)
+{
+	if (!st)
+		return;
+	a64 *w = (a64 *)(void *)st;
+	for (size_t j = 0; j < sizeof *st / 8; j++)
+		atomic_store(&w[j], 0);
+}
+
 void shm_stats_wait(struct shm_lock_stats *st, int64_t since, bool gave_up)
 {
 	if (!st)

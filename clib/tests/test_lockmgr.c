@@ -350,6 +350,40 @@ static void test_recycled_entry_changes_version(void)
 	done_segment(seg, m, path);
 }
 
+/* A resource that takes a recycled entry starts with the entry's contention
+ * counters at zero (table.insert): they are exported under its name. a's
+ * counters are written directly, as a contended wait would have bumped
+ * them. */
+static void test_recycled_entry_stats_reset(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 2); /* one resource */
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "a", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "a", "o"), 0);
+	struct shm_lockmgr_entry *e = entry_named(seg, "a");
+	CHECK(e != NULL);
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	struct shm_lock_stats *st = shm_lock_stats(seg, SHM_LOCKMGR, (uint64_t)(e - t));
+	CHECK(st != NULL);
+	if (st == NULL) {
+		done_segment(seg, m, path);
+		return;
+	}
+	shm_stats_wait(st, shm_now_ns(), true);
+	SHM_STATS_ADD(st, sleeps);
+	SHM_STATS_ADD(st, reclaims);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "b", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0); /* recycles a */
+	CHECK(entry_named(seg, "b") == e);
+	const unsigned char *b = (const unsigned char *)(const void *)st;
+	for (size_t i = 0; i < sizeof *st; i++)
+		CHECK(b[i] == 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "b", "o"), 0);
+	done_segment(seg, m, path);
+}
+
 /* The thread's cache of its last pair of names (check_names) answers only
  * for exactly those names: a name one byte longer than a cached name of the
  * longest length is still refused, another owner of the cached resource is
@@ -710,6 +744,7 @@ int main(void)
 	RUN(test_versions_recycled);
 	RUN(test_bad_input);
 	RUN(test_recycled_entry_changes_version);
+	RUN(test_recycled_entry_stats_reset);
 	RUN(test_name_cache);
 	RUN(test_dead_holder_reclaimed);
 	RUN(test_same_owner_after_death);
