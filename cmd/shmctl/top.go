@@ -45,7 +45,10 @@ The view is read again and redrawn in place every --interval (cursor home,
 the rest of the screen cleared), until SIGINT or SIGTERM, which end it with
 status 0; in a pipe each frame follows the last after a blank line. --once
 prints one frame, without escape codes, for scripts. The segment is opened
-read-only, once per frame, and nothing in it changes.`,
+read-only, once per frame, and nothing in it changes: a segment removed and
+made again under its path is followed. A frame that cannot be read (the
+segment gone, or not ready yet) shows the error instead and the next one
+tries again; if the first cannot, top ends with status 1.`,
 		Example: `  shmctl top jobs
   shmctl top jobs --interval 200ms
   shmctl top jobs --once`,

@@ -28,14 +28,15 @@ var watchRounds int
 // its output redrawn in place on a terminal (cursor home, each line
 // cleared to its end, the rest of the screen cleared: no flicker, unlike
 // clearing first), or printed again after a blank line in a pipe, until
-// SIGINT or SIGTERM, which end it with status 0.
+// SIGINT or SIGTERM, which end it with status 0. A round that fails after
+// the first shows its error instead (see watch).
 func addWatch(root *cobra.Command, ios *IOStreams) {
 	for _, c := range root.Commands() {
 		if !watchable[c.Name()] {
 			continue
 		}
 		var every time.Duration
-		c.Flags().DurationVar(&every, "watch", 0, "run again every `D` (100ms or more), redrawn in place, until interrupted")
+		c.Flags().DurationVar(&every, "watch", 0, "run again every `D` (100ms or more), redrawn in place, until interrupted (a later round that fails shows its error)")
 		run := c.RunE
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			if every == 0 {
@@ -50,6 +51,14 @@ func addWatch(root *cobra.Command, ios *IOStreams) {
 }
 
 // watch runs render every d into a buffer and shows it.
+//
+// A round that fails ends the watch only if it is the first: the command
+// cannot run at all (no such segment, no such table), as without a
+// watch. A later failure is shown in place of the frame, and the next
+// round tries again: the commands open the segment afresh each round so
+// as to follow one removed and made again under its path, and a round
+// that falls between the removal and the new segment's being ready must
+// not end the watch.
 func watch(ios *IOStreams, d time.Duration, render func() error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -61,7 +70,10 @@ func watch(ios *IOStreams, d time.Duration, render func() error) error {
 		err := render()
 		ios.Out = out
 		if err != nil && !errors.Is(err, errSilent) { // check's findings are output, not an end
-			return err
+			if round == 1 {
+				return err
+			}
+			printError(&b, err) // one line, its control characters escaped
 		}
 		if ios.IsStdoutTTY() {
 			text := strings.ReplaceAll(strings.TrimSuffix(b.String(), "\n"), "\n", "\x1b[K\n")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -31,4 +32,36 @@ func TestWatch(t *testing.T) {
 
 	line := requireOneLineError(t, shmctl(t, false, "slots", "--watch", "10ms", seg.Path()), exitUsage)
 	assert.Contains(t, line, "--watch must be 0 or at least 100ms")
+}
+
+// A round that fails after the first (the segment removed, or made again
+// and not ready yet) is shown in place of the frame and the watch goes on;
+// a failing first round ends it with the error. Before, any failing round
+// ended the watch with status 1, so 'shmctl top' did not follow a segment
+// made again under its path if a frame fell between the removal and the
+// new segment.
+func TestWatchOutlivesAFailedRound(t *testing.T) {
+	t.Parallel()
+	gone := errors.New("the segment is gone\x1b[2J") // an escape sequence, as a damaged name may hold
+	for _, tty := range []bool{false, true} {
+		ios, stdout, _ := testIOStreams(tty)
+		round := 0
+		err := watch(ios, minWatch, func() error {
+			round++
+			if round == 1 {
+				_, err := ios.Out.Write([]byte("frame 1\n"))
+				return err
+			}
+			return gone
+		})
+		require.NoError(t, err, "tty %v", tty)
+		require.Equal(t, watchRounds, round, "tty %v", tty)
+		assert.Contains(t, stdout.String(), "frame 1", "tty %v", tty)
+		assert.Contains(t, stdout.String(), `shmctl: the segment is gone\x1b[2J`, "tty %v: the error, escaped", tty)
+		assert.NotContains(t, stdout.String(), "\x1b[2J", "tty %v: no raw escape sequence", tty)
+
+		ios, _, _ = testIOStreams(tty)
+		err = watch(ios, minWatch, func() error { return gone })
+		require.ErrorIs(t, err, gone, "tty %v: the first round", tty)
+	}
 }
