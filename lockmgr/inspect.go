@@ -238,30 +238,62 @@ type Stats struct {
 // So the header's counters are read, then the insert lock must be free (no
 // move under way), and the sum counts only if, after the entries, the lock
 // is free and the header's counters are as they were (no move happened). It
-// reads again otherwise, at most snapshotTries times, and while the insert
-// lock is held only looks again at it (a dead process may keep it until
-// the next insert takes it over; then the last try sums as it finds).
+// reads again otherwise, and while the insert lock is held only looks
+// again at it, for as long as statsPatience allows (see there).
 func (m *Manager) Stats() Stats {
 	if m.closed() {
 		return Stats{}
 	}
 	var st Stats
+	start := time.Now()
 	for try := 1; ; try++ {
 		c := m.t.headCounters()
-		if m.t.head.Lock.Load() != 0 && try < snapshotTries {
-			runtime.Gosched()
+		if m.t.head.Lock.Load() != 0 && m.t.patient(try, start) {
 			continue
 		}
 		st = m.sum(c)
-		if try >= snapshotTries || m.t.head.Lock.Load() == 0 && m.t.headCounters() == c {
+		if m.t.head.Lock.Load() == 0 && m.t.headCounters() == c || !m.t.patient(try, start) {
 			break
 		}
-		runtime.Gosched()
 	}
 	if m.closed() {
 		return Stats{} // closed while read: part of it was zeros
 	}
 	return st
+}
+
+// statsPatience bounds how long Stats reads again for a consistent sum.
+// An insert holds the insert lock for microseconds, but on a busy machine
+// its process may lose the CPU in the middle of a recycle for far longer
+// than a few yields: a sum taken then counts the recycled resource's
+// statistics twice (in the header and still in its entry), and the next
+// Stats takes them back, which a Prometheus counter must never do
+// (package metrics; a fixed count of yields gave up under load, and
+// TestScrapeUnderChurn saw grants go back). So Stats yields snapshotTries
+// times, then sleeps statsPause at a time while the lock's holder lives,
+// up to statsPatience, and only then sums as it finds: the holder may be
+// stopped (SIGSTOP), and a dead one keeps the lock until the next insert
+// takes it over.
+const (
+	statsPatience = time.Second
+	statsPause    = 100 * time.Microsecond
+)
+
+// patient reports whether Stats should read again at its try-th try,
+// begun at start, after it yielded or slept a while.
+func (t *table) patient(try int, start time.Time) bool {
+	if try < snapshotTries {
+		runtime.Gosched()
+		return true
+	}
+	if w := t.head.Lock.Load(); w != 0 && !t.seg.OwnerAlive(w) || time.Since(start) >= statsPatience {
+		return false
+	}
+	if testHookStep != nil {
+		testHookStep("stats:wait")
+	}
+	time.Sleep(statsPause)
+	return true
 }
 
 // counters are the statistics words of an entry (in the header: those of

@@ -3,11 +3,13 @@ package lockmgr_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 )
@@ -128,4 +130,49 @@ func TestLockStatsResetOnRecycle(t *testing.T) {
 	require.Equal(t, st, seg.LockStats(layout.KindLockMgr, ri.Entry), "b took a's entry")
 	var zero layout.LockStats
 	require.Equal(t, &zero, st, "b's counters")
+}
+
+// Stats waits for a recycle under way, however long its process is away
+// from the CPU in the middle of it: here the recycler stops in retire,
+// with the recycled resource's counters moved into the header and still
+// in its entry, until Stats has begun to sleep for it (or has returned).
+// Before, Stats gave up after snapshotTries yields and summed both, 3
+// grants counted twice, which the next Stats took back (a Prometheus
+// counter going back; TestScrapeUnderChurn in package metrics saw it
+// under load). Not parallel: it sets the package's step hook.
+func TestStatsWaitsForARecycle(t *testing.T) {
+	m, _ := newManager(t, 2, lockmgr.Options{}) // one resource entry
+	ctx := context.Background()
+	for range 3 {
+		_, err := m.Acquire(ctx, "a", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		require.NoError(t, m.Release("a", "o"))
+	}
+	before := m.Stats()
+	require.Equal(t, uint64(3), before.TotalLocks)
+	paused, waiting, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	lockmgr.SetStepHook(func(step string) {
+		switch step {
+		case "retire:unlinked":
+			close(paused)
+			select {
+			case <-waiting:
+			case <-returned:
+			}
+		case "stats:wait":
+			once.Do(func() { close(waiting) })
+		}
+	})
+	defer lockmgr.SetStepHook(nil)
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "b", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{}) // recycles a
+		acquired <- err
+	}()
+	testproc.Receive(t, paused, "the recycle of a to stop in retire")
+	got := m.Stats()
+	close(returned)
+	require.NoError(t, testproc.Receive(t, acquired, "b's grant"))
+	require.Contains(t, []uint64{3, 4}, got.TotalLocks, "a's 3 grants, and b's if it came first")
 }

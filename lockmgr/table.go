@@ -231,8 +231,9 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 
 // testHookStep, nil but in tests, is called at the named steps of the
 // changes made under an entry lock, so that a test can kill a process
-// there (crash_test.go), and at a step of the readers (stats:head), so
-// that a test can change the table under them.
+// there (crash_test.go), and at steps of the readers (stats:head; stats:wait,
+// Stats about to sleep for an insert under way), so that a test can change
+// the table under them.
 var testHookStep func(step string)
 
 func zeroCounters(e *layout.LockMgrEntry) {
