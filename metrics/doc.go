@@ -48,6 +48,10 @@
 //	shmlock_lock_wait_seconds          histogram of those waits (buckets
 //	                                   layout.StatsBuckets: 10µs to 100ms)
 //
+// They are the lock's entry's, and start again at 0 when a name is claimed
+// afresh or a resource takes an entry (FORMAT.md): Prometheus reads a reset
+// then, as for a restarted process.
+//
 // The lock manager's waiters are not recorded in the segment (a waiter
 // retries with a backoff, asleep in its own process) and neither are the
 // times at which a spinlock or an upgrade mutex was taken (the fast path

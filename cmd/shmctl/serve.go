@@ -64,7 +64,10 @@ metrics name every lock and resource. A segment is its owner's alone (mode
 0600), so run serve as the user that owns the segments (or with --group for
 group segments). The address serve listens on is printed on stdout, as
 "serving http://ADDR/metrics", once it accepts scrapes. SIGINT and SIGTERM
-end it with status 0 after the scrapes under way.
+end it with status 0 after the scrapes under way. A client has 30 seconds
+to send a request (10 for its headers) and to read an answer (each event
+of /events), and a connection idle for 2 minutes is closed: a client that
+is slow on purpose cannot hold the server's connections.
 
 A segment deleted and created again under the same path is not followed:
 serve keeps the file it opened, so restart it then.`,
