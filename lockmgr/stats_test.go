@@ -55,11 +55,7 @@ func TestLockStatsTimeouts(t *testing.T) {
 func TestStatsAcrossRecycling(t *testing.T) {
 	m, _ := newManager(t, 2, lockmgr.Options{}) // one resource entry
 	ctx := context.Background()
-	for range 3 {
-		_, err := m.Acquire(ctx, "a", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-		require.NoError(t, err)
-		require.NoError(t, m.Release("a", "o"))
-	}
+	grantAndRelease(t, m, "a", 3)
 	before := m.Stats()
 	recycled := false
 	lockmgr.SetStepHook(func(step string) {
@@ -143,11 +139,7 @@ func TestLockStatsResetOnRecycle(t *testing.T) {
 func TestStatsWaitsForARecycle(t *testing.T) {
 	m, _ := newManager(t, 2, lockmgr.Options{}) // one resource entry
 	ctx := context.Background()
-	for range 3 {
-		_, err := m.Acquire(ctx, "a", "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-		require.NoError(t, err)
-		require.NoError(t, m.Release("a", "o"))
-	}
+	grantAndRelease(t, m, "a", 3)
 	before := m.Stats()
 	require.Equal(t, uint64(3), before.TotalLocks)
 	paused, waiting, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -175,4 +167,14 @@ func TestStatsWaitsForARecycle(t *testing.T) {
 	close(returned)
 	require.NoError(t, testproc.Receive(t, acquired, "b's grant"))
 	require.Contains(t, []uint64{3, 4}, got.TotalLocks, "a's 3 grants, and b's if it came first")
+}
+
+// grantAndRelease acquires and releases resource n times, as owner "o".
+func grantAndRelease(t *testing.T, m *lockmgr.Manager, resource string, n int) {
+	t.Helper()
+	for range n {
+		_, err := m.Acquire(context.Background(), resource, "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+		require.NoError(t, err)
+		require.NoError(t, m.Release(resource, "o"))
+	}
 }

@@ -15,9 +15,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/metrics"
-	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
-	"github.com/shmlock/shmlock/upgrade"
 )
 
 func init() { helpers["churn"] = churnHelper }
@@ -32,25 +30,12 @@ func churnHelper(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	seg, err := shm.Open(args[0], shm.Options{})
+	ls, err := openLocks(args[0])
 	if err != nil {
 		return fail(err)
 	}
-	defer seg.Close()
-	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
-	if err != nil {
-		return fail(err)
-	}
-	defer l.Close()
-	u, err := upgrade.Named(seg, "table")
-	if err != nil {
-		return fail(err)
-	}
-	defer u.Close()
-	m, err := lockmgr.Open(seg, lockmgr.Options{})
-	if err != nil {
-		return fail(err)
-	}
+	defer ls.close()
+	l, u, m := ls.spin, ls.rw, ls.mgr
 	ctx, owner := context.Background(), "w"+args[1]
 	h := spinlock.NewHolder()
 	for i := range rounds {

@@ -35,30 +35,17 @@ var helpers = map[string]func(args []string) int{
 
 func holdHelper(args []string) int {
 	fail := func(err error) int { fmt.Println("error:", err); return 1 }
-	seg, err := shm.Open(args[0], shm.Options{})
+	ls, err := openLocks(args[0])
 	if err != nil {
 		return fail(err)
 	}
-	defer seg.Close()
-	l, err := spinlock.Named(seg, "queue", spinlock.PIDTID)
-	if err != nil {
-		return fail(err)
-	}
-	defer l.Close()
+	defer ls.close()
+	l, u, m := ls.spin, ls.rw, ls.mgr
 	g, err := l.Lock(spinlock.NewHolder())
 	if err != nil {
 		return fail(err)
 	}
-	u, err := upgrade.Named(seg, "table")
-	if err != nil {
-		return fail(err)
-	}
-	defer u.Close()
 	if err := u.LockShared(); err != nil {
-		return fail(err)
-	}
-	m, err := lockmgr.Open(seg, lockmgr.Options{})
-	if err != nil {
 		return fail(err)
 	}
 	if _, err := m.Acquire(context.Background(), "job", "w1", lockmgr.Exclusive, lockmgr.AcquireOptions{}); err != nil {
@@ -73,6 +60,47 @@ func holdHelper(args []string) int {
 	}
 	fmt.Println("released")
 	return 0
+}
+
+// locks are a helper's handles of the segment at path: the spinlock
+// "queue", the upgrade mutex "table" and the lock manager.
+type locks struct {
+	seg  *shm.Segment
+	spin *spinlock.Lock
+	rw   *upgrade.Mutex
+	mgr  *lockmgr.Manager
+}
+
+func openLocks(path string) (ls *locks, err error) {
+	ls = &locks{}
+	defer func() {
+		if err != nil {
+			ls.close()
+		}
+	}()
+	if ls.seg, err = shm.Open(path, shm.Options{}); err != nil {
+		return ls, err
+	}
+	if ls.spin, err = spinlock.Named(ls.seg, "queue", spinlock.PIDTID); err != nil {
+		return ls, err
+	}
+	if ls.rw, err = upgrade.Named(ls.seg, "table"); err != nil {
+		return ls, err
+	}
+	ls.mgr, err = lockmgr.Open(ls.seg, lockmgr.Options{})
+	return ls, err
+}
+
+func (ls *locks) close() {
+	if ls.rw != nil {
+		_ = ls.rw.Close()
+	}
+	if ls.spin != nil {
+		_ = ls.spin.Close()
+	}
+	if ls.seg != nil {
+		_ = ls.seg.Close()
+	}
 }
 
 // sizes are the test segments' tables: small, so that the capacities in
