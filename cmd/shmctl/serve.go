@@ -67,7 +67,9 @@ group segments). The address serve listens on is printed on stdout, as
 end it with status 0 after the scrapes under way. A client has 30 seconds
 to send a request (10 for its headers) and to read an answer (each event
 of /events), and a connection idle for 2 minutes is closed: a client that
-is slow on purpose cannot hold the server's connections.
+is slow on purpose cannot hold the server's connections. At most 64
+requests are answered at once (an open page's event stream is one for as
+long as it is open); one more is refused with 503 Service Unavailable.
 
 A segment deleted and created again under the same path is not followed:
 serve keeps the file it opened, so restart it then.`,
@@ -133,7 +135,7 @@ func runServe(opts *serveOptions) error {
 		return err
 	}
 	errLog := log.New(opts.IO.ErrOut, "shmctl: serve: ", 0)
-	srv, cancelBase := newServeServer(serveMux(reg, segs, errLog), errLog, defaultServeTimeouts)
+	srv, cancelBase := newServeServer(serveHandler(reg, segs, errLog), errLog, defaultServeTimeouts)
 	defer cancelBase()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -154,9 +156,19 @@ func runServe(opts *serveOptions) error {
 	return nil
 }
 
-// serveMux serves the metrics of reg at /metrics and the dashboard of segs
-// at / (its page, /events and /view.json).
-func serveMux(reg *prometheus.Registry, segs []*shm.Segment, errLog *log.Logger) *http.ServeMux {
+// serveMaxInFlight bounds the requests serve answers at once: a scrape
+// reads every table of its segments (a large segment takes a while), and
+// an open page's event stream reads them every second for as long as it
+// stays open. Past the bound a request is refused at once with 503 Service
+// Unavailable (Prometheus counts a failed scrape, the page's stream
+// retries), rather than piling up reads that take the CPU from the
+// segments' users.
+const serveMaxInFlight = 64
+
+// serveHandler serves the metrics of reg at /metrics and the dashboard of
+// segs at / (its page, /events and /view.json), serveMaxInFlight requests
+// at a time.
+func serveHandler(reg *prometheus.Registry, segs []*shm.Segment, errLog *log.Logger) http.Handler {
 	mux := http.NewServeMux()
 	// One segment that cannot be read fails only its own series (logged
 	// on stderr): the others are still served.
@@ -165,7 +177,21 @@ func serveMux(reg *prometheus.Registry, segs []*shm.Segment, errLog *log.Logger)
 		ErrorLog:      errLog,
 	}))
 	mux.Handle("/", dashboard.New(segs, dashboard.Options{}))
-	return mux
+	return limitInFlight(mux, serveMaxInFlight)
+}
+
+// limitInFlight answers 503 to a request that arrives while h answers n.
+func limitInFlight(h http.Handler, n int) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			h.ServeHTTP(w, r)
+		default:
+			http.Error(w, "shmctl serve: too many requests at once", http.StatusServiceUnavailable)
+		}
+	})
 }
 
 // serveTimeouts bound what a client may hold a connection (a goroutine, a

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -132,7 +134,7 @@ func TestServeDropsSlowClients(t *testing.T) {
 	require.NoError(t, reg.Register(metrics.NewCollector(seg)))
 	errLog := log.New(io.Discard, "", 0)
 	const d = 100 * time.Millisecond
-	srv, cancel := newServeServer(serveMux(reg, []*shm.Segment{seg}, errLog), errLog, serveTimeouts{header: d, read: d, write: d, idle: d})
+	srv, cancel := newServeServer(serveHandler(reg, []*shm.Segment{seg}, errLog), errLog, serveTimeouts{header: d, read: d, write: d, idle: d})
 	defer cancel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -165,4 +167,46 @@ func TestServeDropsSlowClients(t *testing.T) {
 		require.False(t, errors.As(err, &ne) && ne.Timeout(), "%s: the connection is still open after %v", c.name, testproc.Timeout)
 		require.NoError(t, conn.Close())
 	}
+}
+
+// serve answers serveMaxInFlight requests at once and refuses one more
+// with 503 at once: here as many event streams (a page each) as the bound
+// are open, and a scrape is refused until one of them ends. Before, every
+// request was served, so pages and scrapes without end each read the
+// segments at once.
+func TestServeBoundsRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1, LockMgrEntries: 3})
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(seg)))
+	srv := httptest.NewServer(serveHandler(reg, []*shm.Segment{seg}, log.New(io.Discard, "", 0)))
+	t.Cleanup(srv.Close)
+	client := &http.Client{Timeout: testproc.Timeout}
+	status := func() int {
+		resp, err := client.Get(srv.URL + "/metrics")
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, status())
+
+	var streams []io.Closer
+	t.Cleanup(func() { // before srv.Close, which waits for the streams' ends
+		for _, s := range streams {
+			_ = s.Close()
+		}
+	})
+	for range serveMaxInFlight {
+		resp, err := (&http.Client{}).Get(srv.URL + "/events")
+		require.NoError(t, err)
+		streams = append(streams, resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		_, err = bufio.NewReader(resp.Body).ReadString('\n') // the stream is under way
+		require.NoError(t, err)
+	}
+	require.Equal(t, http.StatusServiceUnavailable, status(), "with %d streams open", serveMaxInFlight)
+	require.NoError(t, streams[0].Close())
+	testproc.WaitFor(t, func() bool { return status() == http.StatusOK }, "a scrape answered once a stream ended")
+	require.Contains(t, newCmdServe(nil, nil).Long, fmt.Sprintf("At most %d\nrequests", serveMaxInFlight), "the help states the bound")
 }
