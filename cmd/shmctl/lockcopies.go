@@ -19,16 +19,23 @@ import (
 // these signals, so its own copy of a signal shmctl passes on says that
 // the signal went to the group.
 //
-// So the guard pairs each signal shmctl passes on with a copy of its own:
-// one that came at most copyWindow before it, or comes at most copyWindow
-// after it, means the command had it, and it is not passed on; with
-// none, it is passed on once copyWindow is over. A signal sent to shmctl
-// alone reaches the command that much later. copyWindow bounds the delay
-// between the two copies of one signal (both were sent by one kill(2),
-// but each process takes its own time to see its copy): under a load that
-// delays one of them longer, the command gets the signal twice, as it did
-// before the guard paired them. A command that left the group (setsid,
-// setpgid) has no copy: what shmctl passes on goes to it at once.
+// So the guard holds each signal shmctl passes on against the copies of
+// its own: a copy of the same signal that came at most copyWindow before
+// it, or comes at most copyWindow after it, means the command had it, and
+// it is not passed on; with none, it is passed on once copyWindow is over.
+// A signal sent to shmctl alone reaches the command that much later.
+// Copies are not counted off one by one: signals of one number do not
+// queue, so two sent close together may reach shmctl as two and the guard
+// as one (or the other way round), and a count would pass one on; a copy
+// stands for its signal number over the whole window instead. The price:
+// a signal sent to shmctl alone within copyWindow of the same signal sent
+// to the group is taken for the group's (the command's pending copy may
+// well have merged them too). copyWindow bounds the delay between two
+// copies of one signal (sent by one kill(2), each process takes its own
+// time to see its copy): under a load that delays one of them longer, the
+// command gets the signal twice, as it did before the guard held them
+// against each other. A command that left the group (setsid, setpgid) has
+// no copy: what shmctl passes on goes to it at once.
 const copyWindow = 250 * time.Millisecond
 
 // signalAt is a signal and when the guard saw it.
@@ -37,37 +44,34 @@ type signalAt struct {
 	at  time.Time
 }
 
-// groupCopies pairs the signals shmctl passes on with the guard's own
+// groupCopies holds the signals shmctl passes on against the guard's own
 // copies of signals sent to the group (see above). Only the guard's main
 // loop uses it.
 type groupCopies struct {
-	copies  []signalAt // the guard's copies no pass-on has matched yet, by arrival
-	pending []signalAt // pass-ons waiting for a copy, by arrival
+	copies  map[syscall.Signal]time.Time // when the guard last saw a copy of each signal
+	pending []signalAt                   // pass-ons waiting for a copy, by arrival
 	timer   *time.Timer
 }
 
-// copied records the guard's own copy of s, arrived at now: it cancels a
-// pending pass-on of s, or waits for one.
+// copied records the guard's own copy of s, arrived at now: it cancels
+// the pending pass-ons of s, and those to come within copyWindow.
 func (g *groupCopies) copied(s syscall.Signal, now time.Time) {
-	g.copies = unexpired(g.copies, now)
-	if i := slices.IndexFunc(g.pending, func(p signalAt) bool { return p.sig == s }); i >= 0 {
-		g.pending = slices.Delete(g.pending, i, i+1)
-		g.arm(now)
-		return
+	if g.copies == nil {
+		g.copies = map[syscall.Signal]time.Time{}
 	}
-	g.copies = append(g.copies, signalAt{s, now})
+	g.copies[s] = now
+	g.pending = slices.DeleteFunc(g.pending, func(p signalAt) bool { return p.sig == s })
+	g.arm(now)
 }
 
 // passOn takes a signal shmctl passes on, at now, and reports whether it
-// is to go to the command at once: not if the guard has a copy of it (the
-// command has one too), nor while it waits for one.
+// is to go to the command at once: not if the guard has seen a copy of it
+// within copyWindow (the command had one too), nor while it waits for one.
 func (g *groupCopies) passOn(s syscall.Signal, now time.Time, commandInGroup bool) bool {
 	if !commandInGroup {
 		return true
 	}
-	g.copies = unexpired(g.copies, now)
-	if i := slices.IndexFunc(g.copies, func(c signalAt) bool { return c.sig == s }); i >= 0 {
-		g.copies = slices.Delete(g.copies, i, i+1)
+	if at, ok := g.copies[s]; ok && now.Sub(at) <= copyWindow {
 		return false
 	}
 	g.pending = append(g.pending, signalAt{s, now})
@@ -110,11 +114,6 @@ func (g *groupCopies) arm(now time.Time) {
 		return
 	}
 	g.timer.Reset(d)
-}
-
-// unexpired is cs without the copies older than copyWindow at now.
-func unexpired(cs []signalAt, now time.Time) []signalAt {
-	return slices.DeleteFunc(cs, func(c signalAt) bool { return now.Sub(c.at) > copyWindow })
 }
 
 // inProcessGroup reports whether process pid is in this process's group,

@@ -8,11 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// groupCopies pairs each signal shmctl passes on with one copy of the
-// guard's own of the same signal, arrived before or after it within
-// copyWindow; what finds no copy goes to the command once its wait is
-// over, in order; a copy pairs once; a command out of the group gets
-// everything at once.
+// groupCopies holds each signal shmctl passes on against the guard's own
+// copies of the same signal, arrived before or after it within
+// copyWindow; what finds none goes to the command once its wait is over,
+// in order; one copy covers every pass-on of its signal in its window
+// (signals of one number merge, so counts would not match); a command
+// out of the group gets everything at once.
 func TestGroupCopies(t *testing.T) {
 	const (
 		intr = syscall.SIGINT
@@ -37,7 +38,9 @@ func TestGroupCopies(t *testing.T) {
 		{"alone, before its wait is over", []event{{0, false, term, true}}, copyWindow - ms, nil},
 		{"copy expired", []event{{0, true, intr, true}, {copyWindow + ms, false, intr, true}}, time.Second, []syscall.Signal{intr}},
 		{"copy too late", []event{{0, false, intr, true}, {copyWindow + ms, true, intr, true}}, time.Second, []syscall.Signal{intr}},
-		{"one copy pairs once", []event{{0, true, intr, true}, {ms, false, intr, true}, {2 * ms, false, intr, true}}, time.Second, []syscall.Signal{intr}},
+		{"one copy covers the pass-ons after it", []event{{0, true, intr, true}, {ms, false, intr, true}, {2 * ms, false, intr, true}}, time.Second, nil},
+		{"one copy cancels the pass-ons before it", []event{{0, false, intr, true}, {ms, false, intr, true}, {2 * ms, true, intr, true}}, time.Second, nil},
+		{"a copy cancels its own signal only", []event{{0, false, term, true}, {ms, false, intr, true}, {2 * ms, true, intr, true}}, time.Second, []syscall.Signal{term}},
 		{"another signal's copy", []event{{0, true, intr, true}, {ms, false, term, true}}, time.Second, []syscall.Signal{term}},
 		{"in order", []event{{0, false, intr, true}, {ms, false, term, true}}, time.Second, []syscall.Signal{intr, term}},
 		{"out of the group", []event{{0, true, intr, true}, {ms, false, intr, false}}, ms, []syscall.Signal{intr}},
