@@ -28,6 +28,7 @@ type Collector struct {
 	contended, sleeps, wakeups, reclaims, timeouts      *prometheus.Desc
 	wait                                                *prometheus.Desc
 	dataSize, dataUsed, regions, segSize                *prometheus.Desc
+	up                                                  *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -88,6 +89,7 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 	c.dataUsed = desc("data_used_bytes", "Bytes of the data area its regions take.")
 	c.regions = desc("data_regions", "Data regions claimed.")
 	c.segSize = desc("segment_size_bytes", "Size of the segment file.")
+	c.up = desc("segment_up", "Whether the segment could be read at this scrape (1) or not (0: removed, damaged, closed; its other series are absent).")
 	return c
 }
 
@@ -96,19 +98,18 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.held, c.holders, c.dead, c.waiters, c.inconsistent, c.holdAge,
 		c.grants, c.releases, c.conflicts, c.expired, c.reclaimed, c.holdSeconds, c.activeHolds, c.expiredHolds,
 		c.contended, c.sleeps, c.wakeups, c.reclaims, c.timeouts, c.wait,
-		c.capacity, c.used, c.dataSize, c.dataUsed, c.regions, c.segSize} {
+		c.capacity, c.used, c.dataSize, c.dataUsed, c.regions, c.segSize, c.up} {
 		ch <- d
 	}
 }
 
-// Collect reads the segment and sends its series; if the segment cannot
-// be read, one invalid metric carrying the error, which fails the scrape.
+// Collect reads the segment and sends its series and shmlock_segment_up
+// 1; if the segment cannot be read, shmlock_segment_up 0 and one invalid
+// metric carrying the error, which fails the scrape (or, with
+// promhttp.ContinueOnError, is logged and left out). The 0 is what an
+// alert can fire on: without it a segment that went unreadable only lost
+// its series, which an alert on their values does not notice.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	v, err := Read(c.seg, c.now())
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.segSize, err)
-		return
-	}
 	// Not the Must constructors: Collect runs on the registry's goroutine,
 	// where a panic kills the process. A metric that cannot be made fails
 	// the scrape instead (the labels are valid UTF-8, validName).
@@ -123,6 +124,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter := func(d *prometheus.Desc, x float64, labels ...string) {
 		send(prometheus.NewConstMetric(d, prometheus.CounterValue, x, labels...))
+	}
+	v, err := Read(c.seg, c.now())
+	if err != nil {
+		gauge(c.up, 0)
+		send(nil, err)
+		return
 	}
 	for _, l := range v.Locks {
 		k := string(l.Kind)
@@ -166,6 +173,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.dataUsed, float64(v.DataUsedBytes))
 	gauge(c.regions, float64(v.Regions))
 	gauge(c.segSize, float64(v.SizeBytes))
+	gauge(c.up, 1)
 }
 
 // cumulative turns the segment's wait histogram (a count per bucket) into

@@ -73,4 +73,15 @@
 //	                                   transactions)
 //	shmlock_data_size_bytes, shmlock_data_used_bytes, shmlock_data_regions
 //	shmlock_segment_size_bytes
+//
+// and whether the segment could be read at all:
+//
+//	shmlock_segment_up                 1 if this scrape read the segment; 0 if
+//	                                   not (closed, damaged, cut short), and
+//	                                   then it is the segment's only series
+//
+// A scrape that could not read a segment also reports the error (the
+// scrape fails, or with promhttp.ContinueOnError the error is logged and
+// the other segments' series served): alert on shmlock_segment_up == 0, as
+// the segment's other series are absent then, not 0.
 package metrics

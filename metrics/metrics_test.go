@@ -537,3 +537,39 @@ func TestTruncatedUnderTheMapping(t *testing.T) {
 	_, err = reg.Gather()
 	require.ErrorContains(t, err, shm.ErrFault.Error())
 }
+
+// shmlock_segment_up is 1 while the segment can be read and 0 once it
+// cannot (here cut short under the mapping, then closed), beside the
+// scrape's error: the other series are gone then, and an alert needs a
+// series to fire on. Before, there was no such series.
+func TestSegmentUp(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	w, err := shm.Create(path, shm.Options{Options: sizes})
+	require.NoError(t, err)
+	require.NoError(t, w.Close()) // no handle that would read the lost pages
+	seg := openRO(t, path)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewCollector(seg, metrics.SegmentLabel("s"))))
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP shmlock_segment_up Whether the segment could be read at this scrape (1) or not (0: removed, damaged, closed; its other series are absent).
+# TYPE shmlock_segment_up gauge
+shmlock_segment_up{segment="s"} 1
+`), "shmlock_segment_up"))
+	requireDown := func(why string, cause error) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		require.ErrorIs(t, err, cause, "%s: the scrape still fails", why)
+		var got []string
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				got = append(got, fmt.Sprintf("%s %v %g", mf.GetName(), mf.GetType(), m.GetGauge().GetValue()))
+			}
+		}
+		require.Equal(t, []string{"shmlock_segment_up GAUGE 0"}, got, why)
+	}
+	require.NoError(t, os.Truncate(path, 0))
+	requireDown("damaged", shm.ErrFault)
+	require.NoError(t, seg.Close())
+	requireDown("closed", shm.ErrClosed)
+}
