@@ -17,7 +17,7 @@ const namespace = "shmlock"
 // It reads the segment at every Collect (see the package comment for the
 // series) and is safe for concurrent scrapes: the reads only load words.
 type Collector struct {
-	seg   *shm.Segment
+	seg   func() (*shm.Segment, error) // the segment to read at a scrape
 	label string
 	now   func() time.Time
 
@@ -48,10 +48,23 @@ func Clock(now func() time.Time) Option { return func(c *Collector) { c.now = no
 // and stay open while the collector is registered: a scrape after
 // seg.Close reports shm.ErrClosed as the scrape's error.
 func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
-	c := &Collector{seg: seg, now: time.Now}
+	label := ""
 	if seg != nil { // nil: every scrape fails with shm.ErrNoSegment (Read)
-		c.label = seg.Path()
+		label = seg.Path()
 	}
+	return newCollector(func() (*shm.Segment, error) { return seg, nil }, label, opts)
+}
+
+// NewFollowingCollector returns a collector of the segment f's path names
+// at each scrape (Follower.Segment): while it names none, the scrape
+// reports shmlock_segment_up 0 and the error. f stays the caller's to
+// close.
+func NewFollowingCollector(f *Follower, opts ...Option) *Collector {
+	return newCollector(f.Segment, f.Path(), opts)
+}
+
+func newCollector(seg func() (*shm.Segment, error), label string, opts []Option) *Collector {
+	c := &Collector{seg: seg, label: label, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -125,7 +138,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, x float64, labels ...string) {
 		send(prometheus.NewConstMetric(d, prometheus.CounterValue, x, labels...))
 	}
-	v, err := Read(c.seg, c.now())
+	seg, err := c.seg()
+	var v *View
+	if err == nil {
+		v, err = Read(seg, c.now())
+	}
 	if err != nil {
 		gauge(c.up, 0)
 		send(nil, err)

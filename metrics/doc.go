@@ -16,6 +16,13 @@
 //	reg.MustRegister(metrics.NewCollector(seg))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
+// A Segment shows the file it opened for ever: removed and made again
+// under its path (an application's restart), it freezes, and a collector
+// of it would serve frozen numbers. A monitor that runs for long follows
+// the path instead, as 'shmctl serve' does: Follow, NewFollowingCollector
+// (and dashboard.NewFollowing) open the file the path names whenever it is
+// another than the one open (a stat at each scrape).
+//
 // Read returns the same state as a View, for tools that show it otherwise
 // ('shmctl top').
 //
@@ -77,8 +84,10 @@
 // and whether the segment could be read at all:
 //
 //	shmlock_segment_up                 1 if this scrape read the segment; 0 if
-//	                                   not (closed, damaged, cut short), and
-//	                                   then it is the segment's only series
+//	                                   not (closed, damaged, cut short, or,
+//	                                   for a following collector, its path
+//	                                   names no segment), and then it is the
+//	                                   segment's only series
 //
 // A scrape that could not read a segment also reports the error (the
 // scrape fails, or with promhttp.ContinueOnError the error is logged and

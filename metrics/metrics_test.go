@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
@@ -556,20 +557,57 @@ func TestSegmentUp(t *testing.T) {
 # TYPE shmlock_segment_up gauge
 shmlock_segment_up{segment="s"} 1
 `), "shmlock_segment_up"))
-	requireDown := func(why string, cause error) {
-		t.Helper()
-		mfs, err := reg.Gather()
-		require.ErrorIs(t, err, cause, "%s: the scrape still fails", why)
-		var got []string
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				got = append(got, fmt.Sprintf("%s %v %g", mf.GetName(), mf.GetType(), m.GetGauge().GetValue()))
-			}
-		}
-		require.Equal(t, []string{"shmlock_segment_up GAUGE 0"}, got, why)
-	}
 	require.NoError(t, os.Truncate(path, 0))
-	requireDown("damaged", shm.ErrFault)
+	requireDown(t, reg, "damaged", shm.ErrFault)
 	require.NoError(t, seg.Close())
-	requireDown("closed", shm.ErrClosed)
+	requireDown(t, reg, "closed", shm.ErrClosed)
+}
+
+// requireDown: a scrape of reg fails with cause and has one series,
+// shmlock_segment_up 0.
+func requireDown(t *testing.T, reg *prometheus.Registry, why string, cause error) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.ErrorIs(t, err, cause, "%s: the scrape still fails", why)
+	var got []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got = append(got, fmt.Sprintf("%s %v %g", mf.GetName(), mf.GetType(), m.GetGauge().GetValue()))
+		}
+	}
+	require.Equal(t, []string{"shmlock_segment_up GAUGE 0"}, got, why)
+}
+
+// A following collector reads the file its path names at each scrape: up
+// 0 while there is none, the new file's locks once it is made again.
+// After the follower's Close, ErrClosed.
+func TestFollowingCollector(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	f, err := metrics.Follow(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(metrics.NewFollowingCollector(f, metrics.SegmentLabel("s"))))
+	up := func() {
+		t.Helper()
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP shmlock_segment_up Whether the segment could be read at this scrape (1) or not (0: removed, damaged, closed; its other series are absent).
+# TYPE shmlock_segment_up gauge
+shmlock_segment_up{segment="s"} 1
+`), "shmlock_segment_up"))
+	}
+	up()
+	require.NoError(t, shm.Remove(path))
+	requireDown(t, reg, "removed", fs.ErrNotExist)
+	w, err := shm.Create(path, shm.Options{Options: sizes})
+	require.NoError(t, err)
+	defer w.Close()
+	up()
+	n, err := testutil.GatherAndCount(reg, "shmlock_lock_held")
+	require.NoError(t, err)
+	require.Zero(t, n, "the new segment has no locks; the old one had two")
+	require.NoError(t, f.Close())
+	_, err = f.Segment()
+	require.ErrorIs(t, err, shm.ErrClosed)
+	requireDown(t, reg, "closed", shm.ErrClosed)
 }

@@ -94,3 +94,35 @@ func openEvents(t *testing.T, path string, f func()) []uint32 {
 		}
 	}
 }
+
+// Replaced tells a segment whose path still names its file from one
+// removed, and from one removed and made again under its path; ErrClosed
+// after Close.
+func TestReplaced(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	w, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	defer w.Close()
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	replaced, err := ro.Replaced()
+	require.NoError(t, err)
+	require.False(t, replaced)
+	require.NoError(t, shm.Remove(path))
+	replaced, err = ro.Replaced()
+	require.NoError(t, err)
+	require.True(t, replaced, "removed")
+	again, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	defer again.Close()
+	replaced, err = ro.Replaced()
+	require.NoError(t, err)
+	require.True(t, replaced, "made again")
+	replaced, err = again.Replaced()
+	require.NoError(t, err)
+	require.False(t, replaced, "the new file's own segment")
+	require.NoError(t, ro.Close())
+	_, err = ro.Replaced()
+	require.ErrorIs(t, err, shm.ErrClosed)
+}

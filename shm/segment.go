@@ -364,6 +364,30 @@ func (s *Segment) quarantineWhenUnreachable() {
 // Closed reports whether Close has been called.
 func (s *Segment) Closed() bool { return s.closed.Load() }
 
+// Replaced reports whether s's path no longer names the file s has open:
+// the file was removed, or removed and another made under its name (an
+// application that restarts makes its segment again). s itself goes on
+// showing the old file, which nobody else opens any more; a monitor that
+// keeps its segment open asks this to follow the new one. It costs two
+// stats. ErrClosed after Close.
+func (s *Segment) Replaced() (bool, error) {
+	if s.Closed() {
+		return false, ErrClosed
+	}
+	open, err := s.file.Stat()
+	if err != nil {
+		return false, fmt.Errorf("shm: %s: %w", s.path, err)
+	}
+	now, err := os.Lstat(s.path) // Open does not follow a symlink either
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("shm: %w", err)
+	}
+	return !os.SameFile(open, now), nil
+}
+
 // Remove deletes the segment file at path after checking that it is a
 // shmlock segment (not a symlink, a regular file, with the magic). Processes
 // that have it mapped keep their mapping. If the path comes to name another

@@ -71,8 +71,11 @@ is slow on purpose cannot hold the server's connections. At most 64
 requests are answered at once (an open page's event stream is one for as
 long as it is open); one more is refused with 503 Service Unavailable.
 
-A segment deleted and created again under the same path is not followed:
-serve keeps the file it opened, so restart it then.`,
+A segment removed and created again under the same path (an application
+that restarts does so) is followed: at each scrape serve checks that the
+path still names the file it has open, and opens the new one if not.
+While the path names no segment, its series are shmlock_segment_up 0 (and
+the error, on stderr) and the page shows the error.`,
 		Example: `  shmctl serve jobs
   shmctl serve jobs queue --listen 127.0.0.1:9500
   shmctl serve jobs --listen :9464 --public
@@ -115,15 +118,15 @@ func checkListen(cmd *cobra.Command, addr string, public bool) error {
 
 func runServe(opts *serveOptions) error {
 	reg := prometheus.NewRegistry()
-	var segs []*shm.Segment
+	var segs []*metrics.Follower
 	for _, path := range opts.Segments {
-		seg, err := shm.Open(path, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
+		seg, err := metrics.Follow(path, shm.Options{ReadOnly: true, GroupAccess: opts.Group})
 		if err != nil {
 			return err
 		}
 		defer seg.Close()
 		segs = append(segs, seg)
-		if err := reg.Register(metrics.NewCollector(seg)); err != nil {
+		if err := reg.Register(metrics.NewFollowingCollector(seg)); err != nil {
 			return fmt.Errorf("%s: named twice: %w", seg.Path(), err)
 		}
 	}
@@ -168,7 +171,7 @@ const serveMaxInFlight = 64
 // serveHandler serves the metrics of reg at /metrics and the dashboard of
 // segs at / (its page, /events and /view.json), serveMaxInFlight requests
 // at a time.
-func serveHandler(reg *prometheus.Registry, segs []*shm.Segment, errLog *log.Logger) http.Handler {
+func serveHandler(reg *prometheus.Registry, segs []*metrics.Follower, errLog *log.Logger) http.Handler {
 	mux := http.NewServeMux()
 	// One segment that cannot be read fails only its own series (logged
 	// on stderr): the others are still served.
@@ -176,7 +179,7 @@ func serveHandler(reg *prometheus.Registry, segs []*shm.Segment, errLog *log.Log
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      errLog,
 	}))
-	mux.Handle("/", dashboard.New(segs, dashboard.Options{}))
+	mux.Handle("/", dashboard.NewFollowing(segs, dashboard.Options{}))
 	return limitInFlight(mux, serveMaxInFlight)
 }
 

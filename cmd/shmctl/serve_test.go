@@ -107,6 +107,64 @@ func TestServe(t *testing.T) {
 	require.NoError(t, c.Wait(t))
 }
 
+// follow is a metrics.Follower of path until the test ends.
+func follow(t *testing.T, path string) *metrics.Follower {
+	t.Helper()
+	f, err := metrics.Follow(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// serve follows a segment removed and created again under its path (an
+// application's restart): it serves the new file's locks, and in between,
+// while the path names no segment, shmlock_segment_up 0 and the error on
+// the page. Before, serve kept the file it had opened and went on serving
+// its frozen state: the held lock of the removed segment, no error.
+func TestServeFollowsARecreatedSegment(t *testing.T) {
+	t.Parallel()
+	sizes := layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1}
+	seg := newSegment(t, sizes)
+	path := seg.Path()
+	l, err := spinlock.Named(seg, "old", spinlock.PIDTID)
+	require.NoError(t, err)
+	defer l.Close()
+	g, err := l.Lock(spinlock.NewHolder())
+	require.NoError(t, err)
+	defer func() { _ = g.Release() }()
+
+	c := testproc.Start(t, "shmctl", "serve", path, "--listen", "127.0.0.1:0")
+	url := strings.TrimSpace(c.WaitLine(t, "serving "))
+	root := strings.TrimSuffix(url, "metrics")
+	up := `shmlock_segment_up{segment="` + path + `"} `
+	old := `shmlock_lock_held{kind="spinlock",lock="old",segment="` + path + `"} 1` + "\n"
+	body := get(t, url)
+	require.Contains(t, body, old)
+	require.Contains(t, body, up+"1\n")
+
+	require.NoError(t, shm.Remove(path))
+	body = get(t, url)
+	require.NotContains(t, body, old, "the removed segment's state")
+	require.Contains(t, body, up+"0\n")
+	require.Contains(t, get(t, root+"view.json"), `"error":`)
+
+	fresh, err := shm.Create(path, shm.Options{Options: sizes})
+	require.NoError(t, err)
+	defer fresh.Close()
+	nl, err := spinlock.Named(fresh, "new", spinlock.PIDTID)
+	require.NoError(t, err)
+	defer nl.Close()
+	body = get(t, url)
+	require.Contains(t, body, `shmlock_lock_held{kind="spinlock",lock="new",segment="`+path+`"} 0`+"\n")
+	require.NotContains(t, body, old)
+	require.Contains(t, body, up+"1\n")
+	view := get(t, root+"view.json")
+	require.Contains(t, view, `"label":"new"`)
+	require.NotContains(t, view, `"label":"old"`)
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, c.Wait(t))
+}
+
 // get is the body of a 200 answer to a GET of url.
 func get(t *testing.T, url string) string {
 	t.Helper()
@@ -130,11 +188,12 @@ func get(t *testing.T, url string) string {
 func TestServeDropsSlowClients(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1, LockMgrEntries: 3})
+	f := follow(t, seg.Path())
 	reg := prometheus.NewRegistry()
-	require.NoError(t, reg.Register(metrics.NewCollector(seg)))
+	require.NoError(t, reg.Register(metrics.NewFollowingCollector(f)))
 	errLog := log.New(io.Discard, "", 0)
 	const d = 100 * time.Millisecond
-	srv, cancel := newServeServer(serveHandler(reg, []*shm.Segment{seg}, errLog), errLog, serveTimeouts{header: d, read: d, write: d, idle: d})
+	srv, cancel := newServeServer(serveHandler(reg, []*metrics.Follower{f}, errLog), errLog, serveTimeouts{header: d, read: d, write: d, idle: d})
 	defer cancel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -177,9 +236,10 @@ func TestServeDropsSlowClients(t *testing.T) {
 func TestServeBoundsRequestsInFlight(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1, LockMgrEntries: 3})
+	f := follow(t, seg.Path())
 	reg := prometheus.NewRegistry()
-	require.NoError(t, reg.Register(metrics.NewCollector(seg)))
-	srv := httptest.NewServer(serveHandler(reg, []*shm.Segment{seg}, log.New(io.Discard, "", 0)))
+	require.NoError(t, reg.Register(metrics.NewFollowingCollector(f)))
+	srv := httptest.NewServer(serveHandler(reg, []*metrics.Follower{f}, log.New(io.Discard, "", 0)))
 	t.Cleanup(srv.Close)
 	client := &http.Client{Timeout: testproc.Timeout}
 	status := func() int {

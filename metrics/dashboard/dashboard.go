@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shmlock/shmlock/metrics"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -41,7 +42,7 @@ type Options struct {
 // package comment). It keeps no state between requests and is safe for
 // concurrent use.
 type Handler struct {
-	segs     []*shm.Segment
+	segs     []source
 	interval time.Duration
 	now      func() time.Time
 	mux      *http.ServeMux
@@ -50,6 +51,22 @@ type Handler struct {
 // New returns the Handler of segs, which stay the caller's to close: a
 // closed segment shows as an error in the snapshots.
 func New(segs []*shm.Segment, opts Options) *Handler {
+	return newHandler(fixed(segs), opts)
+}
+
+// NewFollowing returns the Handler of the segments the followers' paths
+// name at each snapshot (metrics.Follower.Segment): one made again under
+// its path is shown, and while a path names none, the snapshot says why.
+// The followers stay the caller's to close.
+func NewFollowing(fs []*metrics.Follower, opts Options) *Handler {
+	srcs := make([]source, len(fs))
+	for i, f := range fs {
+		srcs[i] = source{path: f.Path(), get: f.Segment}
+	}
+	return newHandler(srcs, opts)
+}
+
+func newHandler(segs []source, opts Options) *Handler {
 	h := &Handler{segs: segs, interval: opts.Interval, now: opts.Now, mux: http.NewServeMux()}
 	if h.interval == 0 {
 		h.interval = DefaultInterval
@@ -68,7 +85,7 @@ func New(segs []*shm.Segment, opts Options) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // Snapshot reads the segments now.
-func (h *Handler) Snapshot() Snapshot { return Read(h.segs, h.now()) }
+func (h *Handler) Snapshot() Snapshot { return readSources(h.segs, h.now()) }
 
 func (h *Handler) servePage(w http.ResponseWriter, _ *http.Request) {
 	hdr := w.Header()

@@ -77,16 +77,39 @@ type Contention struct {
 // Read reads a Snapshot of segs at now. A segment that cannot be read has
 // its Error set; the others are read all the same.
 func Read(segs []*shm.Segment, now time.Time) Snapshot {
-	s := Snapshot{Time: now, Segments: make([]Segment, 0, len(segs))}
-	for _, seg := range segs {
-		s.Segments = append(s.Segments, readSegment(seg, now))
+	return readSources(fixed(segs), now)
+}
+
+// source is a segment of a Handler: its path, and the segment to read.
+type source struct {
+	path string
+	get  func() (*shm.Segment, error)
+}
+
+// fixed are the sources of segs, each its own segment for ever.
+func fixed(segs []*shm.Segment) []source {
+	srcs := make([]source, len(segs))
+	for i, seg := range segs {
+		srcs[i] = source{path: seg.Path(), get: func() (*shm.Segment, error) { return seg, nil }}
+	}
+	return srcs
+}
+
+func readSources(srcs []source, now time.Time) Snapshot {
+	s := Snapshot{Time: now, Segments: make([]Segment, 0, len(srcs))}
+	for _, src := range srcs {
+		s.Segments = append(s.Segments, readSegment(src, now))
 	}
 	return s
 }
 
-func readSegment(seg *shm.Segment, now time.Time) Segment {
-	out := Segment{Path: seg.Path(), Tables: []Table{}, Locks: []Lock{}}
-	v, err := metrics.Read(seg, now)
+func readSegment(src source, now time.Time) Segment {
+	out := Segment{Path: src.path, Tables: []Table{}, Locks: []Lock{}}
+	seg, err := src.get()
+	var v *metrics.View
+	if err == nil {
+		v, err = metrics.Read(seg, now)
+	}
 	if err != nil {
 		out.Error = err.Error()
 		return out
