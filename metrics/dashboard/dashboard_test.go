@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -230,6 +231,25 @@ func TestEventsOutliveServerTimeouts(t *testing.T) {
 		require.True(t, lines.Scan(), "the stream ended after %d events, %v: %v", events, time.Since(start), lines.Err())
 		if strings.HasPrefix(lines.Text(), "data: ") {
 			events++
+		}
+	}
+}
+
+// docs/JSON.md's section on /view.json names every key of a Snapshot.
+// Before, the endpoint was not described there at all.
+func TestViewDocumented(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/JSON.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(b), "\n## serve's /view.json\n")
+	require.True(t, ok, "docs/JSON.md has no section on /view.json")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, typ := range []reflect.Type{reflect.TypeFor[dashboard.Snapshot](), reflect.TypeFor[dashboard.Segment](),
+		reflect.TypeFor[dashboard.Table](), reflect.TypeFor[dashboard.Lock](), reflect.TypeFor[dashboard.Holder](),
+		reflect.TypeFor[dashboard.Contention]()} {
+		for f := range typ.Fields() {
+			key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			require.Contains(t, section, "`"+key+"`", "%v.%s", typ, f.Name)
 		}
 	}
 }
