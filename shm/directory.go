@@ -507,6 +507,25 @@ func (s *Segment) Lookup(k layout.Kind, name string) (int, error) {
 	return -1, fmt.Errorf("%w: %v %q", ErrNotFound, k, name)
 }
 
+// ClaimUse is the use recorded with the claim of entry i of table k
+// (ClaimAs): 0 if the entry is not claimed or its claimants never said.
+// It takes no lock, so it reads the directory of the moment: a claim made
+// or freed meanwhile is seen or not, as by a read just before or after.
+func (s *Segment) ClaimUse(k layout.Kind, i int) (uint32, error) {
+	dk, err := directoryOf(k)
+	if err != nil {
+		return 0, err
+	}
+	e, err := entry[layout.DirEntry](s, dk, i)
+	if err != nil {
+		return 0, err
+	}
+	if e.State.Load() != layout.DirClaimed {
+		return 0, nil
+	}
+	return e.Use.Load(), nil
+}
+
 // Claims lists the claimed entries of table k. It takes no lock: it reads
 // the directory until two passes agree on the registry generation, so the
 // list is consistent unless the directory changes continuously.

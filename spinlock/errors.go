@@ -17,7 +17,7 @@ var (
 	ErrBadMode = errors.New("spinlock: unknown mode")
 	// ErrNoSlot: OpenAt was given no owner slot.
 	ErrNoSlot = errors.New("spinlock: no owner slot")
-	// ErrModeMismatch: Named found the slot claimed for the other mode. It
-	// also matches shm.ErrUseMismatch.
+	// ErrModeMismatch: Named or Open found the slot claimed for the other
+	// mode. It also matches shm.ErrUseMismatch.
 	ErrModeMismatch = errors.New("spinlock: named lock is used in the other mode")
 )

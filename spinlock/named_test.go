@@ -84,6 +84,43 @@ func TestNamedModeAndIndex(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrNotFound)
 }
 
+// Open by index refuses the mode a slot's claim contradicts, as Named
+// does, and changes nothing; a slot whose claim says no mode (Claim, or a
+// use that is no mode) or that is not claimed opens in either mode.
+func TestOpenRefusesTheClaimsOtherMode(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	for _, mode := range []spinlock.Mode{spinlock.PIDTID, spinlock.Token} {
+		other := spinlock.Mode(1 - mode)
+		named, err := spinlock.Named(seg, "m"+mode.String(), mode)
+		require.NoError(t, err)
+		before, err := seg.Claims(layout.KindOwnerSlots)
+		require.NoError(t, err)
+		_, err = spinlock.Open(seg, named.Index(), other)
+		require.ErrorIs(t, err, spinlock.ErrModeMismatch, "%v slot opened as %v", mode, other)
+		require.ErrorIs(t, err, shm.ErrUseMismatch)
+		after, err := seg.Claims(layout.KindOwnerSlots)
+		require.NoError(t, err)
+		require.Equal(t, before, after, "a refused Open changes no claim")
+		l, err := spinlock.Open(seg, named.Index(), mode)
+		require.NoError(t, err)
+		require.NoError(t, l.Close())
+		require.NoError(t, named.Close())
+	}
+	unsaid, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+	require.NoError(t, err)
+	notAMode, err := seg.ClaimAs(layout.KindOwnerSlots, "other-use", 7)
+	require.NoError(t, err)
+	unclaimed := seg.Len(layout.KindOwnerSlots) - 1
+	for _, i := range []int{unsaid, notAMode, unclaimed} {
+		for _, mode := range []spinlock.Mode{spinlock.PIDTID, spinlock.Token} {
+			l, err := spinlock.Open(seg, i, mode)
+			require.NoError(t, err, "slot %d in %v mode", i, mode)
+			require.NoError(t, l.Close())
+		}
+	}
+}
+
 func namedHelper(args []string) int {
 	seg, _, sc, err := openLock(args[0], spinlock.PIDTID)
 	if err != nil {

@@ -198,6 +198,10 @@ func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
 // Open returns a lock over owner slot index of seg, which must be writable
 // (shm.ErrReadOnly otherwise: every acquisition writes the slot, and a
 // write to a read-only mapping kills the process; seg.Slot reads one).
+// A slot claimed for the other mode (Named records the mode with its
+// claim) is refused with ErrModeMismatch, as Named refuses it: see
+// checkClaimedMode. Two modes on a slot whose claim says none are the
+// caller's error, which Open cannot see.
 func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	if seg == nil {
 		return nil, shm.ErrNoSegment
@@ -210,6 +214,9 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	}
 	slot, err := seg.Slot(index)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkClaimedMode(seg, index, mode); err != nil {
 		return nil, err
 	}
 	l := New(slot, mode)
@@ -246,6 +253,28 @@ func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) 
 	l.alive = seg.OwnerAlive
 	l.seg = seg
 	return l, nil
+}
+
+// checkClaimedMode refuses mode for owner slot index of seg if the slot's
+// claim records the other one: a pid/tid handle and a token handle on one
+// slot each read the other's lock word as free or as its own kind (two
+// holders at once, or a lock that is never free again).
+//
+// Only the claim can tell. The slot's words cannot: a free pid/tid slot
+// (PID 0, Token its generation) reads exactly as a token slot held with
+// that token, and a slot held in pid/tid mode (PID set) says so only while
+// it is held, so a check of the words would refuse a wrong mode or not by
+// the timing of the Open. A slot claimed without a mode (Claim, use 0) or
+// not at all is the caller's to use in one mode.
+func checkClaimedMode(seg *shm.Segment, index int, mode Mode) error {
+	use, err := seg.ClaimUse(layout.KindOwnerSlots, index)
+	if err != nil {
+		return err
+	}
+	if had, said := ModeOfClaimUse(use); said && had != mode {
+		return fmt.Errorf("%w: %w: owner slot %d is claimed for %v, not %v", ErrModeMismatch, shm.ErrUseMismatch, index, had, mode)
+	}
+	return nil
 }
 
 // Named claims the owner slot called name in seg (see shm.Segment.ClaimAs)

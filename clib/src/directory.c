@@ -478,6 +478,17 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 	return 0;
 }
 
+uint32_t shm_claim_use(shmlock_segment *seg, int kind, size_t index)
+{
+	int dk = directory_of(kind);
+	if (!dk || index >= seg->tables[dk].count)
+		return 0;
+	struct shm_dir_entry *e = dir_entry(seg, dk, index);
+	if (atomic_load(&e->state) != SHM_DIR_CLAIMED)
+		return 0;
+	return atomic_load(&e->use);
+}
+
 int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, size_t *index)
 {
 	int dk = directory_of(kind);

@@ -429,6 +429,10 @@ int shm_pack_name(const char *name, uint64_t words[5], uint32_t *len);
 int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, size_t *index);
 /* Releases one claim of this process on entry index (shm.Claim.Release). */
 int shm_release_claim(shmlock_segment *seg, int kind, size_t index);
+/* The use recorded with the claim of entry index of table kind (shm.Segment.
+ * ClaimUse): 0 if the entry is not claimed or its claimants never said. It
+ * takes no lock: the directory of the moment. */
+uint32_t shm_claim_use(shmlock_segment *seg, int kind, size_t index);
 /* The registry lock of the header (held while changing a directory). */
 int shm_registry_lock(shmlock_segment *seg);
 void shm_registry_unlock(shmlock_segment *seg);

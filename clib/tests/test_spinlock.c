@@ -207,6 +207,41 @@ static void test_named(void)
 	CHECK_RC(shmlock_spin_close(c), 0);
 }
 
+/* Open by index refuses the mode a slot's claim contradicts, as named does
+ * (spinlock.Open), changing nothing; a claim without a mode, a use that is
+ * no mode, or no claim lets either mode open. */
+static void test_open_claimed_mode(void)
+{
+	for (int mode = SHMLOCK_PIDTID; mode <= SHMLOCK_TOKEN; mode++) {
+		int other = 1 - mode;
+		shmlock_spin *named = NULL, *l = NULL;
+		CHECK_RC(shmlock_spin_named(seg, mode ? "mode.token" : "mode.pidtid", mode, &named), 0);
+		if (named == NULL)
+			return;
+		size_t i = (size_t)shmlock_spin_index(named);
+		CHECK_RC(shmlock_spin_open(seg, i, other, &l), SHMLOCK_EUSEMISMATCH);
+		CHECK(l == NULL);
+		CHECK(shm_claim_use(seg, SHM_OWNER_SLOTS, i) == (uint32_t)mode + 1);
+		CHECK_RC(shmlock_spin_open(seg, i, mode, &l), 0);
+		if (l != NULL)
+			CHECK_RC(shmlock_spin_close(l), 0);
+		CHECK_RC(shmlock_spin_close(named), 0);
+	}
+	size_t unsaid, not_a_mode;
+	CHECK_RC(shm_claim(seg, SHM_OWNER_SLOTS, "mode.unsaid", 0, &unsaid), 0);
+	CHECK_RC(shm_claim(seg, SHM_OWNER_SLOTS, "mode.other", 7, &not_a_mode), 0);
+	size_t idx[] = {unsaid, not_a_mode, 7 /* the last slot: never claimed here */};
+	for (size_t k = 0; k < sizeof idx / sizeof idx[0]; k++)
+		for (int mode = SHMLOCK_PIDTID; mode <= SHMLOCK_TOKEN; mode++) {
+			shmlock_spin *l = NULL;
+			CHECK_RC(shmlock_spin_open(seg, idx[k], mode, &l), 0);
+			if (l != NULL)
+				CHECK_RC(shmlock_spin_close(l), 0);
+		}
+	CHECK_RC(shm_release_claim(seg, SHM_OWNER_SLOTS, unsaid), 0);
+	CHECK_RC(shm_release_claim(seg, SHM_OWNER_SLOTS, not_a_mode), 0);
+}
+
 /* A forked child takes the lock and is SIGKILLed holding it. */
 static pid_t child_holding(shmlock_spin *l)
 {
@@ -517,6 +552,7 @@ int main(void)
 	RUN(test_bad_input);
 	RUN(test_token);
 	RUN(test_named);
+	RUN(test_open_claimed_mode);
 	RUN(test_forged_holder);
 	RUN(test_forked_child_unlock);
 	RUN(test_stale_ours);
