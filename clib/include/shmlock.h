@@ -305,7 +305,7 @@ typedef struct shmlock_lock_info {
 	int64_t expires_ns;    /* CLOCK_MONOTONIC; 0 never */
 	int reclaimed;         /* a dead process's hold was removed to grant this */
 	int inconsistent;      /* a hold ended without release and nobody marked it consistent */
-	int attempts;
+	int attempts;          /* INT_MAX for INT_MAX or more */
 } shmlock_lock_info;
 
 int shmlock_lockmgr_open(shmlock_segment *seg, shmlock_lockmgr **out);

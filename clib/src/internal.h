@@ -341,6 +341,10 @@ extern void (*shm_test_hook_aside)(const char *aside);
 /* And this one in the upgrade mutexes' liveness checks, just before the
  * check of identity (to change the mutex at that instant). */
 extern void (*shm_test_hook_alive)(uint64_t identity);
+/* Tests set it to a count of failed attempts the lock manager's next
+ * acquisitions take as made before their first failure (to reach the
+ * attempt counter's bounds without billions of attempts); 0 otherwise. */
+extern int64_t shm_test_lockmgr_attempts_before;
 
 /* ---------------------------------------------- identities, clock (ident.c) */
 

@@ -25,6 +25,7 @@
  * the gate (the dead process may have ended a hold and not woken anyone).
  */
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1053,12 +1054,12 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, i
 
 /* backoff_delay is the wait after the n'th failed attempt (n from 0),
  * shortened by the jitter. */
-static int64_t backoff_delay(const shmlock_acquire_options *o, int n)
+static int64_t backoff_delay(const shmlock_acquire_options *o, int64_t n)
 {
 	double init = o->backoff_initial_ns > 0 ? (double)o->backoff_initial_ns : (double)LM_BACKOFF_INITIAL_NS;
 	double max = o->backoff_max_ns > 0 ? (double)o->backoff_max_ns : (double)LM_BACKOFF_MAX_NS;
 	double d = init;
-	for (int i = 0; i < n && d < max; i++)
+	for (int64_t i = 0; i < n && d < max; i++)
 		d *= LM_BACKOFF_FACTOR;
 	if (d > max)
 		d = max;
@@ -1150,6 +1151,15 @@ SHM_EXPORT int shmlock_lockmgr_close(shmlock_lockmgr *m)
 	return 0;
 }
 
+int64_t shm_test_lockmgr_attempts_before;
+
+/* attempts_of is an attempt count as shmlock_lock_info's int holds it:
+ * saturated at INT_MAX. */
+static int attempts_of(int64_t n)
+{
+	return n < INT_MAX ? (int)n : INT_MAX;
+}
+
 static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *own, int mode, bool eager,
                    const shmlock_acquire_options *opts, shmlock_lock_info *info)
 {
@@ -1162,7 +1172,9 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 	 * may have taken that wake, so it passes it on. */
 	entry_t *slept = NULL;
 	int rc;
-	for (int attempt = 0;;) {
+	/* 64 bits, as Go's int: an int would overflow (undefined) after 2^31
+	 * attempts, hours of retrying for ever with tiny backoffs. */
+	for (int64_t attempt = 0;;) {
 		/* The clock is read before the entry is locked, as in Go. */
 		int64_t now = shm_now_ns();
 		entry_t *e;
@@ -1187,7 +1199,7 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 			info->expires_ns = (int64_t)expiry(now, opts->ttl_ns);
 			info->reclaimed = reclaimed;
 			info->inconsistent = o.inconsistent;
-			info->attempts = attempt + 1;
+			info->attempts = attempts_of(attempt + 1);
 			if (slept != NULL) /* it waited: a contended acquisition, granted */
 				shm_stats_wait(stats_of(m, slept), start, false);
 			return 0;
@@ -1216,7 +1228,9 @@ static int acquire(shmlock_lockmgr *m, const struct key *res, const struct key *
 				goto failed;
 		}
 		attempt++;
-		info->attempts = attempt;
+		if (SHM_UNLIKELY(attempt == 1))
+			attempt += shm_test_lockmgr_attempts_before;
+		info->attempts = attempts_of(attempt);
 		if (retries == 0) {
 			rc = SHMLOCK_ERESOURCE_LOCKED;
 			goto failed;

@@ -1,6 +1,7 @@
 /* test_lockmgr.c: the lock manager in one process (and its forked
  * children), under ASan and UBSan. The words are read through internal.h
  * where a test must see what the table holds. */
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -111,6 +112,28 @@ static void test_hash_matches_go(void)
 		CHECK(atomic_load(&e->lock) == 0);
 		CHECK_RC(shmlock_lockmgr_release(m, want[i].name, "o"), 0);
 	}
+	done_segment(seg, m, path);
+}
+
+/* The attempt counter of an acquisition that retries without end passes
+ * INT_MAX attempts without overflowing (signed overflow is undefined: the
+ * tests' UBSan stops there), and info.attempts stays at INT_MAX. The hook
+ * counts INT_MAX - 1 attempts as made: the first failure is the INT_MAX'th,
+ * and retries = INT_MAX allows one more. */
+static void test_attempts_past_int_max(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 16);
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "busy", "alice", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	shm_test_lockmgr_attempts_before = INT_MAX - 1;
+	shmlock_acquire_options o = {.retries = INT_MAX, .backoff_initial_ns = 1, .backoff_max_ns = 1};
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "busy", "bob", SHMLOCK_EXCLUSIVE, &o, &info), SHMLOCK_EACQUISITION_FAILED);
+	shm_test_lockmgr_attempts_before = 0;
+	CHECK(info.attempts == INT_MAX);
+	CHECK_RC(shmlock_lockmgr_release(m, "busy", "alice"), 0);
 	done_segment(seg, m, path);
 }
 
@@ -738,6 +761,7 @@ int main(void)
 {
 	RUN(test_hash_matches_go);
 	RUN(test_grant_release);
+	RUN(test_attempts_past_int_max);
 	RUN(test_collaborative_overflow);
 	RUN(test_ttl_expiry_refresh);
 	RUN(test_expired_owner_told_while_chain_grows);
