@@ -350,6 +350,20 @@ static void test_versions_recycled(void)
 	done_segment(seg, m, path);
 }
 
+/* recycled_setup makes a table of one resource, where "a" was held and
+ * released: its entry, returned, is the one the next name recycles. */
+static struct shm_lockmgr_entry *recycled_setup(char *path, size_t size, shmlock_segment **seg, shmlock_lockmgr **m)
+{
+	*seg = new_segment(path, size, 2); /* one resource */
+	*m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(*seg, m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(*m, "a", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(*m, "a", "o"), 0);
+	struct shm_lockmgr_entry *e = entry_named(*seg, "a");
+	CHECK(e != NULL);
+	return e;
+}
+
 /* An entry recycled for another resource changes its version: the new
  * resource starts one above the entry's last version, so its first grant
  * is two above it. Readers take an entry whose version did not move while
@@ -357,13 +371,9 @@ static void test_versions_recycled(void)
 static void test_recycled_entry_changes_version(void)
 {
 	char path[128];
-	shmlock_segment *seg = new_segment(path, sizeof path, 2); /* one resource */
-	shmlock_lockmgr *m = NULL;
-	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
-	CHECK_RC(shmlock_lockmgr_acquire(m, "a", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
-	CHECK_RC(shmlock_lockmgr_release(m, "a", "o"), 0);
-	struct shm_lockmgr_entry *e = entry_named(seg, "a");
-	CHECK(e != NULL);
+	shmlock_segment *seg;
+	shmlock_lockmgr *m;
+	struct shm_lockmgr_entry *e = recycled_setup(path, sizeof path, &seg, &m);
 	uint64_t last = e ? atomic_load(&e->version) : 0;
 	shmlock_lock_info info;
 	CHECK_RC(shmlock_lockmgr_acquire(m, "b", "o", SHMLOCK_EXCLUSIVE, NULL, &info), 0); /* recycles a */
@@ -380,13 +390,9 @@ static void test_recycled_entry_changes_version(void)
 static void test_recycled_entry_stats_reset(void)
 {
 	char path[128];
-	shmlock_segment *seg = new_segment(path, sizeof path, 2); /* one resource */
-	shmlock_lockmgr *m = NULL;
-	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
-	CHECK_RC(shmlock_lockmgr_acquire(m, "a", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
-	CHECK_RC(shmlock_lockmgr_release(m, "a", "o"), 0);
-	struct shm_lockmgr_entry *e = entry_named(seg, "a");
-	CHECK(e != NULL);
+	shmlock_segment *seg;
+	shmlock_lockmgr *m;
+	struct shm_lockmgr_entry *e = recycled_setup(path, sizeof path, &seg, &m);
 	uint64_t count;
 	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
 	struct shm_lock_stats *st = shm_lock_stats(seg, SHM_LOCKMGR, (uint64_t)(e - t));
