@@ -19,5 +19,5 @@ var (
 	ErrNoSlot = errors.New("spinlock: no owner slot")
 	// ErrModeMismatch: Named or Open found the slot claimed for the other
 	// mode. It also matches shm.ErrUseMismatch.
-	ErrModeMismatch = errors.New("spinlock: named lock is used in the other mode")
+	ErrModeMismatch = errors.New("spinlock: the slot is claimed for the other mode")
 )
