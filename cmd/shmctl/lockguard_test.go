@@ -56,6 +56,32 @@ func readPIDFile(t *testing.T, path string) proc.Identity {
 	return id
 }
 
+// subtree is a command line for sh -c whose shell starts a ticker in the
+// background and one in the foreground, then says step2: a command with
+// processes of its own, whose lives (pid files) and counts (count files)
+// a test can see.
+type subtree struct {
+	script                         string
+	bgPID, bgCount, fgPID, fgCount string
+}
+
+func newSubtree(t *testing.T) subtree {
+	t.Helper()
+	dir := t.TempDir()
+	s := subtree{
+		bgPID: filepath.Join(dir, "bg.pid"), bgCount: filepath.Join(dir, "bg.count"),
+		fgPID: filepath.Join(dir, "fg.pid"), fgCount: filepath.Join(dir, "fg.count"),
+	}
+	s.script = fmt.Sprintf(`%[1]s %[2]s %[3]s & %[1]s %[4]s %[5]s; echo step2`, tickerScript(t), s.bgPID, s.bgCount, s.fgPID, s.fgCount)
+	return s
+}
+
+// ids waits until both tickers run and returns their identities.
+func (s subtree) ids(t *testing.T) []proc.Identity {
+	t.Helper()
+	return []proc.Identity{readPIDFile(t, s.bgPID), readPIDFile(t, s.fgPID)}
+}
+
 // kill -9 of shmctl lock ends the command's whole subtree, not only the
 // command: a process the command started in the background, and one it
 // waits for in the foreground (the first step of 'step1; step2'). Until
@@ -66,13 +92,9 @@ func readPIDFile(t *testing.T, path string) proc.Identity {
 func TestLockKilledEndsSubtree(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)
-	dir := t.TempDir()
-	ticker := tickerScript(t)
-	bgPID, bgCount := filepath.Join(dir, "bg.pid"), filepath.Join(dir, "bg.count")
-	fgPID, fgCount := filepath.Join(dir, "fg.pid"), filepath.Join(dir, "fg.count")
-	script := fmt.Sprintf(`%[1]s %[2]s %[3]s & %[1]s %[4]s %[5]s; echo step2`, ticker, bgPID, bgCount, fgPID, fgCount)
-	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", script)
-	ids := []proc.Identity{readPIDFile(t, bgPID), readPIDFile(t, fgPID)}
+	sub := newSubtree(t)
+	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", sub.script)
+	ids := sub.ids(t)
 	testproc.WaitFor(t, func() bool {
 		ri, err := m.Inspect("job")
 		require.NoError(t, err)
@@ -86,7 +108,7 @@ func TestLockKilledEndsSubtree(t *testing.T) {
 	check := fmt.Sprintf(`for p in %d %d; do
 	if [ -e /proc/$p ] && ! grep -q '^State:.*zombie' /proc/$p/status; then echo "alive $p"; fi
 done
-wc -c < %s; wc -c < %s`, ids[0].PID, ids[1].PID, bgCount, fgCount)
+wc -c < %s; wc -c < %s`, ids[0].PID, ids[1].PID, sub.bgCount, sub.fgCount)
 	r := shmctl(t, false, "lock", seg.Path(), "job", "--", "sh", "-c", check)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	lines := strings.Fields(r.stdout)
@@ -94,7 +116,7 @@ wc -c < %s; wc -c < %s`, ids[0].PID, ids[1].PID, bgCount, fgCount)
 	for _, id := range ids {
 		require.False(t, proc.Alive(id), "process %d outlived shmctl lock", id.PID)
 	}
-	for i, f := range []string{bgCount, fgCount} {
+	for i, f := range []string{sub.bgCount, sub.fgCount} {
 		fi, err := os.Stat(f)
 		require.NoError(t, err)
 		require.Equal(t, lines[i], strconv.FormatInt(fi.Size(), 10), "%s grew after the next holder took the lock", f)
@@ -159,19 +181,15 @@ func TestLockGuardReportsStatus(t *testing.T) {
 func TestLockGuardKilled(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)
-	dir := t.TempDir()
-	ticker := tickerScript(t)
-	bgPID, fgPID := filepath.Join(dir, "bg.pid"), filepath.Join(dir, "fg.pid")
-	script := fmt.Sprintf(`echo "pids $PPID $$"; %[1]s %[2]s %[3]s & %[1]s %[4]s %[3]s; echo step2`,
-		ticker, bgPID, filepath.Join(dir, "count"), fgPID)
-	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", script)
+	sub := newSubtree(t)
+	c := startLock(t, seg.Path(), "job", "--", "sh", "-c", `echo "pids $PPID $$"; `+sub.script)
 	f := strings.Fields(c.WaitLine(t, "pids "))
 	require.Len(t, f, 2)
 	guard, err := strconv.Atoi(f[0])
 	require.NoError(t, err)
 	command, err := strconv.Atoi(f[1])
 	require.NoError(t, err)
-	ids := []proc.Identity{readPIDFile(t, bgPID), readPIDFile(t, fgPID)}
+	ids := sub.ids(t)
 	require.NoError(t, syscall.Kill(guard, syscall.SIGKILL))
 	err = c.Wait(t)
 	var exit *exec.ExitError
@@ -191,12 +209,9 @@ func TestLockGuardKilled(t *testing.T) {
 func TestLockEtcdKilledEndsSubtree(t *testing.T) {
 	t.Parallel()
 	ep, prefix, _ := etcdTable(t)
-	dir := t.TempDir()
-	ticker := tickerScript(t)
-	bgPID, fgPID := filepath.Join(dir, "bg.pid"), filepath.Join(dir, "fg.pid")
-	script := fmt.Sprintf(`%[1]s %[2]s %[3]s & %[1]s %[4]s %[3]s; echo step2`, ticker, bgPID, filepath.Join(dir, "count"), fgPID)
-	c := startLock(t, "--etcd", ep, "--etcd-prefix", prefix, "job", "--", "sh", "-c", script)
-	ids := []proc.Identity{readPIDFile(t, bgPID), readPIDFile(t, fgPID)}
+	sub := newSubtree(t)
+	c := startLock(t, "--etcd", ep, "--etcd-prefix", prefix, "job", "--", "sh", "-c", sub.script)
+	ids := sub.ids(t)
 	c.Kill(t)
 	for _, id := range ids {
 		testproc.WaitFor(t, func() bool { return !proc.Alive(id) }, "process %d of the subtree to die", id.PID)
