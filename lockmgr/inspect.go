@@ -274,9 +274,14 @@ func (m *Manager) Stats() Stats {
 // up to statsPatience, and only then sums as it finds: the holder may be
 // stopped (SIGSTOP), and a dead one keeps the lock until the next insert
 // takes it over.
+//
+// The holder's liveness (a read of /proc) is asked at the first pause and
+// then every statsAliveEvery pauses (10 ms), not at each: a wait of a
+// second would otherwise read /proc ten thousand times.
 const (
-	statsPatience = time.Second
-	statsPause    = 100 * time.Microsecond
+	statsPatience   = time.Second
+	statsPause      = 100 * time.Microsecond
+	statsAliveEvery = 100
 )
 
 // patient reports whether Stats should read again at its try-th try,
@@ -286,7 +291,8 @@ func (t *table) patient(try int, start time.Time) bool {
 		runtime.Gosched()
 		return true
 	}
-	if w := t.head.Lock.Load(); w != 0 && !t.seg.OwnerAlive(w) || time.Since(start) >= statsPatience {
+	if w := t.head.Lock.Load(); w != 0 && (try-snapshotTries)%statsAliveEvery == 0 && !t.seg.OwnerAlive(w) ||
+		time.Since(start) >= statsPatience {
 		return false
 	}
 	if testHookStep != nil {
