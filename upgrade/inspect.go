@@ -153,15 +153,25 @@ func (m *Mutex) reclaim(dryRun bool) Repair {
 }
 
 // deadHolder is the identity that load reads (a holder's word) if it is a
-// dead process's, or 0. The verdict is on the identity, not on the word:
-// its holder may have let the word go and exited after the first load
-// (what a dry run would then report, no repair would do), and a dead
-// one's word is final, so the word is loaded again after the verdict.
+// dead process's that still has the word, or 0 (see diedHolding).
 func (m *Mutex) deadHolder(load func() uint64) uint64 {
-	if o := load(); o != 0 && !m.alive(o) && load() == o {
+	if o := load(); o != 0 && m.diedHolding(o, func() bool { return load() == o }) {
 		return o
 	}
 	return 0
+}
+
+// diedHolding reports whether process id is dead and, asked after that
+// verdict, still reports true: id still has what the caller saw it have.
+// The verdict is on the process, not on the word the caller loaded before
+// it: the process may have let the word go (a release, a forcer's give-
+// back) and exited in between, and a zombie reads as dead. A dead one's
+// word is final, so a word that still names it after the verdict is the
+// dead one's for good; acted on without that second look, a repair marked
+// a clean release inconsistent, and a release stopped waiting for a word
+// given back to it (a wedge).
+func (m *Mutex) diedHolding(id uint64, still func() bool) bool {
+	return !m.alive(id) && still()
 }
 
 // Reclaim is the package's Reclaim of the handle's mutex (not a dry run),

@@ -470,12 +470,9 @@ func (m *Mutex) releaseStaleHandoff(o uint64) bool {
 // the report is then a false alarm, on the safe side, and the generation
 // may move under an upgrade holder, as ForceUnlock's does.)
 func (m *Mutex) takeOverWriter(o uint64) bool {
-	id := writerID(o)
-	// The verdict is on the holder, not on o: it may have released and
-	// exited after o was loaded, and the marks below go before the CAS
-	// that would tell. A dead one's word is final, so it is loaded again
-	// after the verdict.
-	if id == 0 || m.alive(id) || m.e.Writer.Load() != o {
+	// The marks below go before the CAS that would tell that o is gone:
+	// see diedHolding.
+	if id := writerID(o); id == 0 || !m.diedHolding(id, func() bool { return m.e.Writer.Load() == o }) {
 		return false
 	}
 	if o&writerUnique != 0 {
@@ -654,11 +651,10 @@ func (m *Mutex) handOffWriterWord() {
 				return
 			}
 			forcer = id
-			// The verdict is on the forcer, not on o: it may have given
-			// the word back and exited after o was loaded (shmctl unlock
-			// --force exits just after), and a dead one's word is final,
-			// so it is loaded again after the verdict.
-			if tries++; tries%forceGiveBackWait == 0 && !m.alive(id) && writerID(m.e.Writer.Load()) == id {
+			// shmctl unlock --force exits right after its give-back: see
+			// diedHolding.
+			if tries++; tries%forceGiveBackWait == 0 &&
+				m.diedHolding(id, func() bool { return writerID(m.e.Writer.Load()) == id }) {
 				return // a waiter takes the dead forcer's word over
 			}
 			futex.Yield()
