@@ -5,7 +5,6 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // ctlKnown are the Ctl bits an entry may have (see entry.go).
@@ -24,7 +23,7 @@ const ctlKnown = kindMask | ctlDeclared | ctlModeMask | ctlInconsistent
 // table, or again.
 func (m *Manager) Check() ([]string, error) {
 	if m.closed() {
-		return nil, shm.ErrClosed
+		return nil, ErrClosed
 	}
 	var found []string
 	t := m.t

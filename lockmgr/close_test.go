@@ -44,7 +44,7 @@ func openAgain(t *testing.T, path string, opts lockmgr.Options) (*lockmgr.Manage
 }
 
 // Once its segment is closed a Manager fails every operation on the table
-// but Release with shm.ErrClosed (the readers without an error report an
+// but Release with ErrClosed (the readers without an error report an
 // empty table) and changes nothing in the file: the table, as another
 // mapping of the same file shows it, is exactly as it was at Close, the
 // holds taken before included (Close releases nothing). Release still
@@ -86,15 +86,18 @@ func TestUseAfterClose(t *testing.T) {
 		{"Undeclare", func() error { return m.Undeclare("declared") }},
 		{"SetDeclaredOnly", func() error { return m.SetDeclaredOnly(true) }},
 		{"Overview", func() error { _, err := m.Overview(); return err }},
+		{"MarkConsistent", func() error { return m.MarkConsistent("held", "a") }},
+		{"ForceRelease", func() error { _, err := m.ForceRelease("held"); return err }},
+		{"Reclaim", func() error { _, err := m.Reclaim(false); return err }},
+		{"Reclaim dry run", func() error { _, err := m.Reclaim(true); return err }},
+		{"Check", func() error { _, err := m.Check(); return err }},
 		{"Open", func() error { _, err := lockmgr.Open(seg, lockmgr.Options{}); return err }},
 	}
 	for _, o := range ops {
-		err := o.op()
-		require.ErrorIs(t, err, shm.ErrClosed, o.name)
-		require.Empty(t, lockmgr.Code(err), "%s: a closed segment is not a lock-manager failure", o.name)
+		requireClosed(t, o.op(), o.name)
 	}
 	info, err := m.Acquire(ctx, "new", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
-	require.ErrorIs(t, err, shm.ErrClosed)
+	requireClosed(t, err, "Acquire")
 	require.Equal(t, lockmgr.Failed, info.State)
 	require.Zero(t, info.Version)
 	require.Nil(t, m.List())
@@ -112,6 +115,16 @@ func TestUseAfterClose(t *testing.T) {
 	for _, r := range observer.List() {
 		require.Empty(t, r.Holders, "%s: the releases reached the file", r.Resource)
 	}
+}
+
+// requireClosed checks that err is the failure of a Manager whose segment
+// was closed: lockmgr.ErrClosed with its code, for callers that switch on
+// codes, and shm.ErrClosed, for those that tested for it before.
+func requireClosed(t *testing.T, err error, op string) {
+	t.Helper()
+	require.ErrorIs(t, err, lockmgr.ErrClosed, op)
+	require.ErrorIs(t, err, shm.ErrClosed, op)
+	require.Equal(t, "CLOSED", lockmgr.Code(err), "%s: %v", op, err)
 }
 
 // Bad input is reported as such on a closed segment too, before the check
@@ -157,7 +170,7 @@ func TestCloseEndsAWait(t *testing.T) {
 				return e.Sleepers.Load()&lockmgr.SleepCount == 1
 			})
 			require.NoError(t, seg.Close())
-			require.ErrorIs(t, testproc.Receive(t, done, "the waiter to return after Close"), shm.ErrClosed)
+			requireClosed(t, testproc.Receive(t, done, "the waiter to return after Close"), "the waiter")
 			after, err := observer.Inspect("r")
 			require.NoError(t, err)
 			require.Equal(t, before, after, "the holder still holds, alone")
@@ -181,7 +194,7 @@ func TestCloseDuringClockSleep(t *testing.T) {
 	m, seg := openAgain(t, path, lockmgr.Options{Clock: clk})
 	clk.onSleep = func() { _ = seg.Close() }
 	info, err := m.Acquire(t.Context(), "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: 3})
-	require.ErrorIs(t, err, shm.ErrClosed)
+	requireClosed(t, err, "Acquire")
 	require.Equal(t, lockmgr.Failed, info.State)
 	require.Equal(t, 1, info.Attempts, "one attempt, one sleep, and Close")
 	require.Len(t, clk.Sleeps(), 1)
@@ -222,7 +235,7 @@ func TestCloseEndsAnEntryLockWait(t *testing.T) {
 			go func() { done <- tc.op(m) }()
 			waitFor(t, func() bool { return inLockEntrySlow() }, "the operation to wait for the entry lock")
 			require.NoError(t, seg.Close())
-			require.ErrorIs(t, testproc.Receive(t, done, "the operation to return after Close"), shm.ErrClosed)
+			requireClosed(t, testproc.Receive(t, done, "the operation to return after Close"), tc.name)
 			require.Equal(t, parent.Pack(), e.Lock.Load())
 			e.Lock.Store(0)
 			after, err := observer.Inspect("r")

@@ -53,12 +53,13 @@
 // the name and take no table-wide lock.
 //
 // Once the segment is closed (shm.Segment.Close), every method of its
-// Managers that acquires or changes the table returns shm.ErrClosed (List,
-// Stats and DeclaredOnly report an empty table) and changes nothing in the
+// Managers that acquires, reads or changes the table returns ErrClosed
+// (code CLOSED; errors.Is finds shm.ErrClosed in it too), List, Stats and
+// DeclaredOnly report an empty table, and nothing changes in the
 // segment's file; an acquisition waiting between attempts returns
-// shm.ErrClosed at its next wake (within maxSleepSlice, 100 ms); one in
+// ErrClosed at its next wake (within maxSleepSlice, 100 ms); one in
 // flight either completes, its hold real in the file, or returns
-// shm.ErrClosed having left nothing there. Release still works after
+// ErrClosed having left nothing there. Release still works after
 // Close, so a hold is given back by its owner as it unwinds.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})

@@ -194,7 +194,7 @@ func (t *table) unlockEntryNoWake(e *layout.LockMgrEntry) {
 // goroutine that waits for an entry lock (lockEntrySlow), held by another
 // process that does not let go, gives up when the segment closes: the
 // resource then looks not found, and those paths check closed again, so
-// that the operation fails with shm.ErrClosed having changed nothing.
+// that the operation fails with ErrClosed having changed nothing.
 func (t *table) closed() bool { return t.seg.Closed() }
 
 // lockEntrySlow is kept out of lockEntry so that the fast path inlines.

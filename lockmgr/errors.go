@@ -1,6 +1,10 @@
 package lockmgr
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/shmlock/shmlock/shm"
+)
 
 // Error is a lock-manager failure with a stable code (or one added
 // here for a failure the design does not name), so logs and shmctl's JSON
@@ -10,9 +14,14 @@ import "errors"
 type Error struct {
 	Code string // stable, upper-case, e.g. "RESOURCE_LOCKED"
 	msg  string
+	also error // a sentinel of another package that the failure is too, or nil
 }
 
 func (e *Error) Error() string { return e.msg + " (" + e.Code + ")" }
+
+// Unwrap lets errors.Is find the other package's sentinel that this one
+// stands for (ErrClosed is shm.ErrClosed too).
+func (e *Error) Unwrap() error { return e.also }
 
 func newError(code, msg string) *Error { return &Error{Code: code, msg: "lockmgr: " + msg} }
 
@@ -37,6 +46,11 @@ var (
 	ErrBadOptions       = newError("INVALID_OPTIONS", "invalid options")
 	ErrNoTable          = newError("NO_LOCK_TABLE", "segment has no lock-manager table")
 	ErrReadOnly         = newError("READ_ONLY", "segment is open read-only")
+
+	// ErrClosed is every failure of a Manager whose segment was closed
+	// (shm.Segment.Close). It is shm.ErrClosed too, which callers tested
+	// for before it had a code of its own, so errors.Is finds either.
+	ErrClosed = &Error{Code: "CLOSED", msg: "lockmgr: segment is closed", also: shm.ErrClosed}
 
 	// The errors of a networked backend (lockmgr/etcdlock): the store could
 	// not be reached or failed the request, so the outcome is unknown; or

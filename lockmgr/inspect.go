@@ -8,7 +8,6 @@ import (
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // ResourceInfo describes one resource of the table, as Inspect and List
@@ -156,14 +155,14 @@ func pidOf(w uint64) int {
 }
 
 // Inspect describes resource; a resource not in the table is Unlocked.
-// shm.ErrClosed once the segment is closed.
+// ErrClosed once the segment is closed.
 func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
 		return ResourceInfo{}, err
 	}
 	if m.closed() {
-		return ResourceInfo{}, shm.ErrClosed
+		return ResourceInfo{}, ErrClosed
 	}
 	ri := ResourceInfo{Resource: resource, State: Unlocked}
 	if i := m.t.search(&res, false); i >= 0 {
@@ -173,7 +172,7 @@ func (m *Manager) Inspect(resource string) (ResourceInfo, error) {
 		}
 	}
 	if m.closed() {
-		return ResourceInfo{}, shm.ErrClosed // closed while read: part of it was zeros
+		return ResourceInfo{}, ErrClosed // closed while read: part of it was zeros
 	}
 	return ri, nil
 }
@@ -356,14 +355,14 @@ func (m *Manager) sum(c counters) Stats {
 
 // CheckVersion reports whether version is still resource's current
 // version: nil if so, ErrVersionConflict if any hold began or ended since;
-// shm.ErrClosed once the segment is closed.
+// ErrClosed once the segment is closed.
 func (m *Manager) CheckVersion(resource string, version uint64) error {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
 		return err
 	}
 	if m.closed() {
-		return shm.ErrClosed
+		return ErrClosed
 	}
 	i := m.t.search(&res, false)
 	var cur uint64
@@ -371,7 +370,7 @@ func (m *Manager) CheckVersion(resource string, version uint64) error {
 		cur = m.t.entries[i].Version.Load()
 	}
 	if m.closed() {
-		return shm.ErrClosed // closed while read: the version read may be a zero
+		return ErrClosed // closed while read: the version read may be a zero
 	}
 	if i < 0 || cur != version {
 		return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, resource, cur, version)
@@ -420,7 +419,7 @@ func (m *Manager) Undeclare(resource string) error {
 		return nil
 	}
 	if m.closed() {
-		return shm.ErrClosed // see table.closed
+		return ErrClosed // see table.closed
 	}
 	return nil
 }

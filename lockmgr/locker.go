@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/shmlock/shmlock/shm"
 )
 
 // Locker is the named-lock API that every backend honours: the
@@ -58,15 +56,15 @@ type Overview struct {
 var _ Locker = (*Manager)(nil)
 
 // Overview returns List, Stats and DeclaredOnly together (Locker's form of
-// them, which can report an error); shm.ErrClosed once the segment is
+// them, which can report an error); ErrClosed once the segment is
 // closed.
 func (m *Manager) Overview() (Overview, error) {
 	if m.closed() {
-		return Overview{}, shm.ErrClosed
+		return Overview{}, ErrClosed
 	}
 	o := Overview{Resources: m.List(), Stats: m.Stats(), DeclaredOnly: m.DeclaredOnly()}
 	if m.closed() {
-		return Overview{}, shm.ErrClosed // closed while read: the parts read as empty
+		return Overview{}, ErrClosed // closed while read: the parts read as empty
 	}
 	return o, nil
 }

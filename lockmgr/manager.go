@@ -31,7 +31,7 @@ type Options struct {
 // Every process that opens the same segment sees the same named locks.
 // A Manager may be used by any number of goroutines. Once the segment is
 // closed, every method that reads or changes the table but Release returns
-// shm.ErrClosed (List, Stats and DeclaredOnly, which return no error,
+// ErrClosed (List, Stats and DeclaredOnly, which return no error,
 // report an empty table) and changes nothing in the segment's file; holds
 // taken before stay in the table until released (Release works after
 // Close), they expire, or their process dies.
@@ -53,6 +53,9 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 		return nil, shm.ErrNoSegment
 	}
 	mem, err := seg.Region(layout.KindLockMgr)
+	if errors.Is(err, shm.ErrClosed) {
+		return nil, ErrClosed
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +83,7 @@ func Open(seg *shm.Segment, opts Options) (*Manager, error) {
 // closed reports whether the segment has been closed: from then on the
 // table's addresses hold private zero pages (shm.Segment.Close), in which
 // a lock would be granted that no other process sees, so every operation
-// fails with shm.ErrClosed instead. Operations check it on entry, and
+// fails with ErrClosed instead. Operations check it on entry, and
 // again where a Close that happened while they waited (between attempts,
 // or for an entry lock: see table.closed) would lead them.
 func (m *Manager) closed() bool { return m.t.seg.Closed() }
@@ -267,7 +270,7 @@ func checkNames(res *resKey, own *ownKey, resource, owner string) error {
 // closed or read-only table too.
 func (m *Manager) writable() error {
 	if m.closed() {
-		return shm.ErrClosed
+		return ErrClosed
 	}
 	if m.ro {
 		return ErrReadOnly
@@ -276,12 +279,12 @@ func (m *Manager) writable() error {
 }
 
 // closedErr is the error of an operation that failed (err not nil):
-// shm.ErrClosed if the segment was closed meanwhile, for the failure may be
+// ErrClosed if the segment was closed meanwhile, for the failure may be
 // a wait for an entry lock that Close ended (see table.closed). A success
 // is real, in the file, closed or not.
 func (m *Manager) closedErr(err error) error {
 	if err != nil && m.closed() {
-		return shm.ErrClosed
+		return ErrClosed
 	}
 	return err
 }
@@ -452,7 +455,7 @@ func (m *Manager) acquireSlow(ctx context.Context, res *resKey, own *ownKey, mod
 		st = st.to(Unlocked)
 		if m.closed() {
 			info.State = st.to(Failed)
-			return shm.ErrClosed
+			return ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			info.State = st.to(Failed)
@@ -478,7 +481,7 @@ func (m *Manager) entryFor(res *resKey) (*layout.LockMgrEntry, error) {
 		e := m.t.find(res)
 		if e == nil {
 			if m.closed() {
-				return nil, shm.ErrClosed // see table.closed
+				return nil, ErrClosed // see table.closed
 			}
 			return nil, fmt.Errorf("%w: %q", ErrResourceNotFound, res.s)
 		}
@@ -880,7 +883,7 @@ func (m *Manager) holderDied(e *layout.LockMgrEntry) bool {
 }
 
 // Release ends owner's hold of resource, also after the segment's Close
-// (shm.ErrClosed only if it then had to wait for a resource's entry lock
+// (ErrClosed only if it then had to wait for a resource's entry lock
 // that another process keeps). ErrLockNotHeld if owner holds it
 // not but someone else does; ErrLockTimeout if the hold expired (or its
 // process was declared dead) before this release. Releasing a lock that

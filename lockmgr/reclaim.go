@@ -5,7 +5,6 @@ import (
 
 	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/layout"
-	"github.com/shmlock/shmlock/shm"
 )
 
 // Why a hold was ended by Reclaim.
@@ -33,11 +32,11 @@ type EndedHold struct {
 // resource that no hold is left to have (a process died in the middle of
 // the last release). For repair
 // tools (shmctl reclaim) and for callers that never conflict with a dead
-// holder themselves. shm.ErrClosed once the segment is closed.
+// holder themselves. ErrClosed once the segment is closed.
 func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 	if dryRun {
 		if m.closed() {
-			return nil, shm.ErrClosed
+			return nil, ErrClosed
 		}
 	} else if err := m.writable(); err != nil {
 		return nil, err
@@ -52,7 +51,7 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 			continue
 		}
 		if !m.t.lockEntry(e) {
-			return ended, shm.ErrClosed
+			return ended, ErrClosed
 		}
 		now := m.clock.now()
 		left, woke := 0, false
@@ -94,7 +93,7 @@ func (m *Manager) Reclaim(dryRun bool) ([]EndedHold, error) {
 		// over from it frees them too, but a segment may carry them from
 		// a build before that).
 		if !m.t.lockEntry(m.t.head) {
-			return ended, shm.ErrClosed
+			return ended, ErrClosed
 		}
 		m.t.freeOrphans()
 		m.t.unlockEntry(m.t.head)

@@ -92,13 +92,13 @@ func (t *table) find(k *resKey) *layout.LockMgrEntry {
 }
 
 // lookup is find that tells a resource not found (nil, nil) from a wait
-// for its entry lock that the segment's Close ended (nil, shm.ErrClosed).
+// for its entry lock that the segment's Close ended (nil, ErrClosed).
 func (t *table) lookup(k *resKey) (*layout.LockMgrEntry, error) {
 	switch i := t.search(k, true); {
 	case i >= 0:
 		return t.entries[i], nil
 	case i == gaveUp:
-		return nil, shm.ErrClosed
+		return nil, ErrClosed
 	}
 	return nil, nil
 }
@@ -158,7 +158,7 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 		return nil, ErrTableFull
 	}
 	if !t.lockEntry(t.head) {
-		return nil, shm.ErrClosed
+		return nil, ErrClosed
 	}
 	defer t.unlockEntry(t.head)
 	free, freeAt := (*layout.LockMgrEntry)(nil), uint64(0)
@@ -176,7 +176,7 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 		}
 		if c == kindResource && e.Hash.Load() == k.hash {
 			if !t.lockEntry(e) {
-				return nil, shm.ErrClosed
+				return nil, ErrClosed
 			}
 			if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
 				if d > uint64(t.head.Next.Load()) {
@@ -193,7 +193,7 @@ func (t *table) insert(k *resKey, declared bool) (*layout.LockMgrEntry, error) {
 	}
 	if free != nil {
 		if !t.lockEntry(free) {
-			return nil, shm.ErrClosed
+			return nil, ErrClosed
 		}
 	} else {
 		free, freeAt = t.recycle(k.hash)
@@ -419,7 +419,7 @@ var errGone = errors.New("lockmgr: the resource left the table")
 // insert lock first and then the resource's entry, as insert does.
 func (t *table) grow(k *resKey) error {
 	if !t.lockEntry(t.head) {
-		return shm.ErrClosed
+		return ErrClosed
 	}
 	defer t.unlockEntry(t.head)
 	e := t.find(k)

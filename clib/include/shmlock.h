@@ -51,7 +51,7 @@ enum {
 	SHMLOCK_EINVAL = -2,          /* a bad argument (NULL handle, unknown mode, bad options) */
 	SHMLOCK_ENOMEM = -3,          /* out of memory */
 	/* Opening a segment (shm.Err*, layout.Err*). */
-	SHMLOCK_ECLOSED = -10,        /* shm.ErrClosed, upgrade.ErrClosed, spinlock.ErrLockClosed */
+	SHMLOCK_ECLOSED = -10,        /* shm.ErrClosed, upgrade.ErrClosed, spinlock.ErrLockClosed, lockmgr.ErrClosed (CLOSED) */
 	SHMLOCK_EEXIST = -11,         /* shm.ErrExists */
 	SHMLOCK_EBADPATH = -12,       /* shm.ErrBadPath */
 	SHMLOCK_ESYMLINK = -13,       /* shm.ErrSymlink */

@@ -29,7 +29,7 @@ static const struct code codes[] = {
 	{SHMLOCK_ESYS, NULL, "system call failed"},
 	{SHMLOCK_EINVAL, NULL, "invalid argument"},
 	{SHMLOCK_ENOMEM, NULL, "out of memory"},
-	{SHMLOCK_ECLOSED, NULL, "segment or handle is closed"},
+	{SHMLOCK_ECLOSED, "CLOSED", "segment or handle is closed"},
 	{SHMLOCK_EEXIST, NULL, "segment already exists"},
 	{SHMLOCK_EBADPATH, NULL, "bad segment path"},
 	{SHMLOCK_ESYMLINK, NULL, "segment path is a symbolic link"},

@@ -78,6 +78,8 @@ static void test_error_functions(void)
 	}
 	CHECK(shmlock_error_code(SHMLOCK_EINVAL) == NULL);
 	CHECK(shmlock_error_code(SHMLOCK_ERESOURCE_LOCKED) != NULL);
+	/* Shared with the other handles, as READ_ONLY is: lockmgr.ErrClosed's code. */
+	CHECK(shmlock_error_code(SHMLOCK_ECLOSED) != NULL && strcmp(shmlock_error_code(SHMLOCK_ECLOSED), "CLOSED") == 0);
 	CHECK(shmlock_version() != NULL);
 	CHECK(shmlock_identity_alive(0) == 0);
 	CHECK(shmlock_identity_alive(UINT64_MAX) == 0);
@@ -887,6 +889,10 @@ static void test_after_segment_close(void)
 	CHECK_RC(shmlock_lockmgr_acquire(m, "r2", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ECLOSED);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "r", "o", 1, NULL), SHMLOCK_ECLOSED);
 	CHECK_RC(shmlock_lockmgr_check_version(m, "r", 1), SHMLOCK_ECLOSED);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "r", "o"), SHMLOCK_ECLOSED);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ECLOSED); /* its own hold */
+	shmlock_acquire_options wait = {.retries = SHMLOCK_RETRY_FOREVER, .wait_ns = INT64_MAX};
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "p", SHMLOCK_COLLABORATIVE, &wait, NULL), SHMLOCK_ECLOSED);
 	/* The holds are visible to the other open, and released from here. */
 	shmlock_spin *ls = NULL;
 	CHECK_RC(shmlock_spin_named(s2, "spin", SHMLOCK_PIDTID, &ls), 0);
