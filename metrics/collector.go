@@ -17,7 +17,7 @@ const namespace = "shmlock"
 // It reads the segment at every Collect (see the package comment for the
 // series) and is safe for concurrent scrapes: the reads only load words.
 type Collector struct {
-	seg   func() (*shm.Segment, error) // the segment to read at a scrape
+	read  func(now time.Time) (*View, error) // the segment's View at a scrape
 	label string
 	now   func() time.Time
 
@@ -52,19 +52,26 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 	if seg != nil { // nil: every scrape fails with shm.ErrNoSegment (Read)
 		label = seg.Path()
 	}
-	return newCollector(func() (*shm.Segment, error) { return seg, nil }, label, opts)
+	return newCollector(func(now time.Time) (*View, error) { return Read(seg, now) }, label, opts)
 }
 
 // NewFollowingCollector returns a collector of the segment f's path names
-// at each scrape (Follower.Segment): while it names none, the scrape
-// reports shmlock_segment_up 0 and the error. f stays the caller's to
-// close.
+// at each scrape (Follower.Use): while it names none, the scrape reports
+// shmlock_segment_up 0 and the error. A scrape that races the segment's
+// replacement reads the old segment or the new one, whole. f stays the
+// caller's to close.
 func NewFollowingCollector(f *Follower, opts ...Option) *Collector {
-	return newCollector(f.Segment, f.Path(), opts)
+	return newCollector(func(now time.Time) (v *View, err error) {
+		err = f.Use(func(seg *shm.Segment) error {
+			v, err = Read(seg, now)
+			return err
+		})
+		return v, err
+	}, f.Path(), opts)
 }
 
-func newCollector(seg func() (*shm.Segment, error), label string, opts []Option) *Collector {
-	c := &Collector{seg: seg, label: label, now: time.Now}
+func newCollector(read func(time.Time) (*View, error), label string, opts []Option) *Collector {
+	c := &Collector{read: read, label: label, now: time.Now}
 	for _, o := range opts {
 		o(c)
 	}
@@ -138,11 +145,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, x float64, labels ...string) {
 		send(prometheus.NewConstMetric(d, prometheus.CounterValue, x, labels...))
 	}
-	seg, err := c.seg()
-	var v *View
-	if err == nil {
-		v, err = Read(seg, c.now())
-	}
+	v, err := c.read(c.now())
 	if err != nil {
 		gauge(c.up, 0)
 		send(nil, err)

@@ -21,7 +21,10 @@
 // of it would serve frozen numbers. A monitor that runs for long follows
 // the path instead, as 'shmctl serve' does: Follow, NewFollowingCollector
 // (and dashboard.NewFollowing) open the file the path names whenever it is
-// another than the one open (a stat at each scrape).
+// another than the one open (a stat at each scrape). A scrape under way
+// when another finds the file replaced reads the one it began with, which
+// stays open until it is done: shmlock_segment_up is 0 only while the path
+// names no segment that can be read.
 //
 // Read returns the same state as a View, for tools that show it otherwise
 // ('shmctl top').

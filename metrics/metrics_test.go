@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/metrics"
+	"github.com/shmlock/shmlock/metrics/dashboard"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/upgrade"
@@ -610,4 +612,75 @@ shmlock_segment_up{segment="s"} 1
 	_, err = f.Segment()
 	require.ErrorIs(t, err, shm.ErrClosed)
 	requireDown(t, reg, "closed", shm.ErrClosed)
+}
+
+// A scrape (or a dashboard's snapshot) that has the followed segment in
+// hand when another finds it replaced and moves to the new one shows the
+// segment it has, up 1: the segment it reads stays open until it has read
+// it. Before, the other closed it under the first, whose read then failed
+// with shm.ErrClosed: shmlock_segment_up 0 (or the error on the page) for
+// a segment that was fine.
+func TestFollowingRacingTheReplacement(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// reader returns a read of f: the locks it shows, or its error.
+		reader func(t *testing.T, f *metrics.Follower) func() (int, error)
+	}{
+		{"collector", func(t *testing.T, f *metrics.Follower) func() (int, error) {
+			reg := prometheus.NewRegistry()
+			require.NoError(t, reg.Register(metrics.NewFollowingCollector(f)))
+			return func() (int, error) { return testutil.GatherAndCount(reg, "shmlock_lock_held") }
+		}},
+		{"dashboard", func(t *testing.T, f *metrics.Follower) func() (int, error) {
+			h := dashboard.NewFollowing([]*metrics.Follower{f}, dashboard.Options{})
+			return func() (int, error) {
+				s := h.Snapshot().Segments[0]
+				if s.Error != "" {
+					return 0, errors.New(s.Error)
+				}
+				return len(s.Locks), nil
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := newSegment(t)
+			f, err := metrics.Follow(path, shm.Options{ReadOnly: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = f.Close() })
+			inHand, resume := make(chan struct{}), make(chan struct{})
+			first := true
+			f.SetTestHookRead(func() {
+				if !first { // the second read
+					return
+				}
+				first = false
+				close(inHand)
+				<-resume
+			})
+			read := tc.reader(t, f)
+			type result struct {
+				locks int
+				err   error
+			}
+			done := make(chan result, 1)
+			go func() {
+				n, err := read()
+				done <- result{n, err}
+			}()
+			testproc.Receive(t, inHand, "the first read to have the segment")
+			require.NoError(t, shm.Remove(path))
+			w, err := shm.Create(path, shm.Options{Options: sizes})
+			require.NoError(t, err)
+			defer w.Close()
+			n, err := read()
+			require.NoError(t, err, "the second read reads the new segment")
+			require.Zero(t, n, "the new segment has no locks")
+			close(resume)
+			got := testproc.Receive(t, done, "the first read")
+			require.NoError(t, got.err, "the first read reads the segment it had")
+			require.Equal(t, 3, got.locks, "the old segment's locks: queue, table and job")
+		})
+	}
 }

@@ -55,13 +55,14 @@ func New(segs []*shm.Segment, opts Options) *Handler {
 }
 
 // NewFollowing returns the Handler of the segments the followers' paths
-// name at each snapshot (metrics.Follower.Segment): one made again under
-// its path is shown, and while a path names none, the snapshot says why.
+// name at each snapshot (metrics.Follower.Use): one made again under its
+// path is shown, and while a path names none, the snapshot says why; a
+// snapshot that races the replacement shows the old segment or the new.
 // The followers stay the caller's to close.
 func NewFollowing(fs []*metrics.Follower, opts Options) *Handler {
 	srcs := make([]source, len(fs))
 	for i, f := range fs {
-		srcs[i] = source{path: f.Path(), get: f.Segment}
+		srcs[i] = source{path: f.Path(), use: f.Use}
 	}
 	return newHandler(srcs, opts)
 }

@@ -80,17 +80,18 @@ func Read(segs []*shm.Segment, now time.Time) Snapshot {
 	return readSources(fixed(segs), now)
 }
 
-// source is a segment of a Handler: its path, and the segment to read.
+// source is a segment of a Handler: its path, and how to read the segment
+// (use calls read with it, or fails with why there is none).
 type source struct {
 	path string
-	get  func() (*shm.Segment, error)
+	use  func(read func(*shm.Segment) error) error
 }
 
 // fixed are the sources of segs, each its own segment for ever.
 func fixed(segs []*shm.Segment) []source {
 	srcs := make([]source, len(segs))
 	for i, seg := range segs {
-		srcs[i] = source{path: seg.Path(), get: func() (*shm.Segment, error) { return seg, nil }}
+		srcs[i] = source{path: seg.Path(), use: func(read func(*shm.Segment) error) error { return read(seg) }}
 	}
 	return srcs
 }
@@ -105,16 +106,17 @@ func readSources(srcs []source, now time.Time) Snapshot {
 
 func readSegment(src source, now time.Time) Segment {
 	out := Segment{Path: src.path, Tables: []Table{}, Locks: []Lock{}}
-	seg, err := src.get()
 	var v *metrics.View
-	if err == nil {
+	err := src.use(func(seg *shm.Segment) (err error) {
+		out.Contention = seg.Len(layout.KindLockStats) > 0
 		v, err = metrics.Read(seg, now)
-	}
+		return err
+	})
 	if err != nil {
+		out.Contention = false
 		out.Error = err.Error()
 		return out
 	}
-	out.Contention = seg.Len(layout.KindLockStats) > 0
 	for _, t := range v.Tables {
 		out.Tables = append(out.Tables, Table{Kind: string(t.Kind), Capacity: t.Capacity, Used: t.Used})
 	}
