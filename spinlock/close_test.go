@@ -2,6 +2,7 @@ package spinlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,6 +36,8 @@ func TestUseAfterClose(t *testing.T) {
 		}},
 		{"Adopt", func(l *spinlock.Lock, id spinlock.Identity) error { var g spinlock.Guard; return g.Adopt(l, id) }},
 		{"Reclaim", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.Reclaim(id); return err }},
+		{"ForceUnlock", func(l *spinlock.Lock, _ spinlock.Identity) error { _, err := l.ForceUnlock(); return err }},
+		{"Guard.Lock", func(l *spinlock.Lock, id spinlock.Identity) error { var g spinlock.Guard; return g.Lock(l, id) }},
 	}
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -53,6 +56,12 @@ func TestUseAfterClose(t *testing.T) {
 				require.ErrorIs(t, o.op(l, id), shm.ErrClosed, o.name)
 				require.ErrorIs(t, o.op(l, holderFor(mode)), shm.ErrClosed, o.name+" by another holder")
 			}
+			_, err = spinlock.Open(seg, 0, mode)
+			require.ErrorIs(t, err, shm.ErrClosed, "Open")
+			_, err = spinlock.Named(seg, "new", mode)
+			require.ErrorIs(t, err, shm.ErrClosed, "Named")
+			_, err = spinlock.OpenAt(seg, l.Slot(), mode)
+			require.ErrorIs(t, err, shm.ErrClosed, "OpenAt")
 			other := openPath(t, path, mode)
 			owner, held := other.Owner()
 			require.True(t, held, "Close does not release")
@@ -142,4 +151,65 @@ func TestNilSegment(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrNoSegment)
 	_, err = spinlock.Check(nil)
 	require.ErrorIs(t, err, shm.ErrNoSegment)
+}
+
+// Once the handle itself is closed (Lock.Close), every acquisition through
+// it, ForceUnlock and a second Close fail with ErrLockClosed (not
+// shm.ErrClosed: the segment is open) and change nothing in the file; a
+// hold taken before is still released through it. Also after the
+// segment's close: the handle's own Close says so first.
+func TestUseAfterHandleClose(t *testing.T) {
+	t.Parallel()
+	ops := []struct {
+		name string
+		op   func(l *spinlock.Lock, id spinlock.Identity) error
+	}{
+		{"Lock", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.Lock(id); return err }},
+		{"TryLock", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.TryLock(id); return err }},
+		{"TryLockFor", func(l *spinlock.Lock, id spinlock.Identity) error {
+			_, err := l.TryLockFor(id, time.Hour)
+			return err
+		}},
+		{"LockContext", func(l *spinlock.Lock, id spinlock.Identity) error {
+			_, err := l.LockContext(context.Background(), id)
+			return err
+		}},
+		{"Guard.Lock", func(l *spinlock.Lock, id spinlock.Identity) error { var g spinlock.Guard; return g.Lock(l, id) }},
+		{"Adopt", func(l *spinlock.Lock, id spinlock.Identity) error { var g spinlock.Guard; return g.Adopt(l, id) }},
+		{"Reclaim", func(l *spinlock.Lock, id spinlock.Identity) error { _, err := l.Reclaim(id); return err }},
+		{"ForceUnlock", func(l *spinlock.Lock, _ spinlock.Identity) error { _, err := l.ForceUnlock(); return err }},
+		{"Close", func(l *spinlock.Lock, _ spinlock.Identity) error { return l.Close() }},
+	}
+	for _, mode := range modes {
+		for _, segClosed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/segment closed %v", mode, segClosed), func(t *testing.T) {
+				t.Parallel()
+				path := newSegmentPath(t)
+				seg, err := shm.Open(path, shm.Options{})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = seg.Close() })
+				l, err := spinlock.Named(seg, "l", mode)
+				require.NoError(t, err)
+				id := holderFor(mode)
+				g, err := l.Lock(id)
+				require.NoError(t, err)
+				require.NoError(t, l.Close())
+				if segClosed {
+					require.NoError(t, seg.Close())
+				}
+				other := openPath(t, path, mode)
+				before, _ := other.Owner()
+				for _, o := range ops {
+					require.ErrorIs(t, o.op(l, id), spinlock.ErrLockClosed, o.name)
+					require.ErrorIs(t, o.op(l, holderFor(mode)), spinlock.ErrLockClosed, o.name+" by another holder")
+					owner, held := other.Owner()
+					require.True(t, held, "%s: the hold is as it was", o.name)
+					require.Equal(t, before, owner, o.name)
+				}
+				require.NoError(t, g.Release(), "a release after Close")
+				_, held := other.Owner()
+				require.False(t, held, "the release reached the file")
+			})
+		}
+	}
 }
