@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -213,4 +214,74 @@ func claimCount(t *testing.T, seg *shm.Segment) int {
 		n += len(c)
 	}
 	return n
+}
+
+// Once the handle under a ProcessMutex is closed (ProcessMutex.Close), or
+// its segment, every locking method fails with the handle's error, again
+// at each call, and takes nothing: the handle's own ErrClosed (spinlock's
+// ErrLockClosed, upgrade's ErrClosed), or shm.ErrClosed for the segment. A
+// Reclaim over a spinlock in Token mode, which cannot tell, says so first.
+// The file is as it was. A second Close is the handle's ErrClosed.
+func TestProcessMutexAfterClose(t *testing.T) {
+	t.Parallel()
+	for _, k := range closeKinds {
+		handleErr := upgrade.ErrClosed
+		if strings.HasPrefix(k.name, "spinlock") {
+			handleErr = spinlock.ErrLockClosed
+		}
+		for _, closed := range []string{"handle", "segment"} {
+			t.Run(k.name+"/"+closed, func(t *testing.T) {
+				t.Parallel()
+				path := newProcessSegment(t)
+				seg, m, _ := openClosable(t, path, k)
+				ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
+				defer cancel()
+				loop := coro.NewLoop()
+				defer closeLoop(t, loop)
+				want := shm.ErrClosed
+				if closed == "handle" {
+					want = handleErr
+					require.NoError(t, m.Close())
+				} else {
+					require.NoError(t, seg.Close())
+				}
+				before, err := os.ReadFile(path)
+				require.NoError(t, err)
+				reclaimWant := want
+				if k.name == "spinlock Token" {
+					reclaimWant = coro.ErrCannotReclaim
+				}
+				ops := []struct {
+					name string
+					op   func() error
+					want error
+				}{
+					{"Lock", func() error { _, err := m.Lock(ctx); return err }, want},
+					{"TryLock", func() error { _, err := m.TryLock(); return err }, want},
+					{"LockOn", func() error {
+						ch := make(chan error, 1)
+						if err := m.LockOn(ctx, loop, func(_ coro.ProcessGuard, err error) { ch <- err }); err != nil {
+							return err
+						}
+						return <-ch
+					}, want},
+					{"Reclaim", func() error { _, err := m.Reclaim(); return err }, reclaimWant},
+				}
+				for range 2 {
+					for _, o := range ops {
+						require.ErrorIs(t, o.op(), o.want, o.name)
+					}
+				}
+				after, err := os.ReadFile(path)
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(before, after), "a call after Close changed the file")
+				if closed == "segment" {
+					// The handle's own Close still gives its name back (a
+					// release, which reaches the file).
+					require.NoError(t, m.Close())
+				}
+				require.ErrorIs(t, m.Close(), handleErr, "Close again")
+			})
+		}
+	}
 }
