@@ -1044,3 +1044,62 @@ func TestRemoveUnusedLooksAgain(t *testing.T) {
 	_, err = os.Lstat(path)
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// Every method of a closed Segment that reads or changes the file through
+// it fails with ErrClosed (a second Close too) and none panics; the file
+// is as it was, byte for byte. The getters of what was read at Open
+// (Path, Header, Len, ...) keep answering. Release is the exception, a
+// release: TestUseAfterClose.
+func TestEveryMethodAfterClose(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 2, Upgrades: 1, UpgradeReaders: 1,
+		LockMgrEntries: 2, DataBytes: 1024}})
+	require.NoError(t, err)
+	_, err = seg.Claim(layout.KindOwnerSlots, "held")
+	require.NoError(t, err)
+	r, err := seg.Data("region", 16)
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	before, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"Close", seg.Close},
+		{"CheckDirectories", func() error { _, err := seg.CheckDirectories(); return err }},
+		{"AbandonedClaims", func() error { _, err := seg.AbandonedClaims(); return err }},
+		{"Data", func() error { _, err := seg.Data("region", 0); return err }},
+		{"Data, a new region", func() error { _, err := seg.Data("new", 16); return err }},
+		{"Regions", func() error { _, err := seg.Regions(); return err }},
+		{"DataArea", func() error { _, _, err := seg.DataArea(); return err }},
+		{"Region.Uint64", func() error { _, err := r.Uint64(0); return err }},
+		{"Region.Uint32", func() error { _, err := r.Uint32(0); return err }},
+		{"Claim", func() error { _, err := seg.Claim(layout.KindOwnerSlots, "x"); return err }},
+		{"ClaimAs", func() error { _, err := seg.ClaimAs(layout.KindOwnerSlots, "held", 0); return err }},
+		{"DropDeadClaims", func() error { _, err := seg.DropDeadClaims(false); return err }},
+		{"DropDeadClaims dry run", func() error { _, err := seg.DropDeadClaims(true); return err }},
+		{"Lookup", func() error { _, err := seg.Lookup(layout.KindOwnerSlots, "held"); return err }},
+		{"ClaimUse", func() error { _, err := seg.ClaimUse(layout.KindOwnerSlots, 0); return err }},
+		{"Claims", func() error { _, err := seg.Claims(layout.KindOwnerSlots); return err }},
+		{"Replaced", func() error { _, err := seg.Replaced(); return err }},
+		{"Slot", func() error { _, err := seg.Slot(0); return err }},
+		{"Upgrade", func() error { _, err := seg.Upgrade(0); return err }},
+		{"UpgradeReader", func() error { _, err := seg.UpgradeReader(0, 0); return err }},
+		{"UpgradeReaders", func() error { _, err := seg.UpgradeReaders(0); return err }},
+		{"Region", func() error { _, err := seg.Region(layout.KindLockMgr); return err }},
+	}
+	for _, o := range ops {
+		require.NotPanics(t, func() { require.ErrorIs(t, o.op(), shm.ErrClosed, o.name) }, o.name)
+	}
+	_, ok := seg.OnClose(func() {})
+	require.False(t, ok, "OnClose after Close")
+	require.True(t, seg.Closed())
+	require.Equal(t, path, seg.Path())
+	require.Equal(t, 2, seg.Len(layout.KindOwnerSlots))
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(before, after), "a call after Close changed the file")
+}
