@@ -33,6 +33,7 @@ var closeOps = []struct {
 	{"TryUpgradeToUnique", (*upgrade.Mutex).TryUpgradeToUnique},
 	{"UpgradeToUniqueContext", func(m *upgrade.Mutex) error { return m.UpgradeToUniqueContext(context.Background()) }},
 	{"UniqueToShared", (*upgrade.Mutex).UniqueToShared},
+	{"Reclaim", func(m *upgrade.Mutex) error { _, err := m.Reclaim(); return err }},
 	{"Upgrade", func(m *upgrade.Mutex) error { _, err := m.Upgrade(context.Background()); return err }},
 	{"WithUnique", func(m *upgrade.Mutex) error {
 		return m.WithUnique(context.Background(), func() error { return errors.New("ran on a closed segment") })

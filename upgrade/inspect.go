@@ -176,8 +176,13 @@ func (m *Mutex) diedHolding(id uint64, still func() bool) bool {
 
 // Reclaim is the package's Reclaim of the handle's mutex (not a dry run),
 // for a holder that has only the handle, such as coro's adapters. Its own
-// holds are live and stay. ErrClosed if the handle is closed.
+// holds are live and stay. As for an acquisition (checkOpen),
+// shm.ErrClosed once the segment is closed, whether the handle is or not,
+// else ErrClosed if the handle is.
 func (m *Mutex) Reclaim() (Repair, error) {
+	if m.segClosed() {
+		return Repair{}, shm.ErrClosed
+	}
 	if m.closed.Load() {
 		return Repair{}, ErrClosed
 	}

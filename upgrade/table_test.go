@@ -550,6 +550,8 @@ func TestBadInput(t *testing.T) {
 		"Upgrade":                {func() error { _, err := m.Upgrade(ctx); return err }, upgrade.ErrNotHeld},
 		"WithUnique":             {func() error { return m.WithUnique(ctx, func() error { return nil }) }, upgrade.ErrNotHeld},
 		"Close":                  {m.Close, upgrade.ErrClosed},
+		"Reclaim":                {func() error { _, err := m.Reclaim(); return err }, upgrade.ErrClosed},
+		"MarkConsistent":         {m.MarkConsistent, upgrade.ErrNotHeld},
 	} {
 		require.ErrorIs(t, call.f(), call.want, name)
 	}
