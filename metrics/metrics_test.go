@@ -684,3 +684,44 @@ func TestFollowingRacingTheReplacement(t *testing.T) {
 		})
 	}
 }
+
+// A Follower's Close while a read through Use is under way leaves that
+// read its segment, which the read's end then closes; Use and Segment
+// fail with shm.ErrClosed from the Close on, and a second Close too.
+func TestFollowerCloseUnderARead(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	f, err := metrics.Follow(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	inHand, resume := make(chan struct{}), make(chan struct{})
+	f.SetTestHookRead(func() {
+		close(inHand)
+		<-resume
+	})
+	type result struct {
+		seg  *shm.Segment
+		view *metrics.View
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = f.Use(func(seg *shm.Segment) (err error) {
+			r.seg = seg
+			r.view, err = metrics.Read(seg, time.Now())
+			return err
+		})
+		done <- r
+	}()
+	testproc.Receive(t, inHand, "the read to have the segment")
+	require.NoError(t, f.Close())
+	_, err = f.Segment()
+	require.ErrorIs(t, err, shm.ErrClosed)
+	require.ErrorIs(t, f.Use(func(*shm.Segment) error { return nil }), shm.ErrClosed)
+	close(resume)
+	r := testproc.Receive(t, done, "the read")
+	require.NoError(t, r.err, "the read under way reads its segment")
+	require.Len(t, r.view.Locks, 3)
+	require.True(t, r.seg.Closed(), "the read's end closed the segment")
+	require.ErrorIs(t, f.Close(), shm.ErrClosed)
+}
