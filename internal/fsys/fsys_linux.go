@@ -3,6 +3,7 @@ package fsys
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -294,6 +295,47 @@ func LockExclusive(f *os.File) error {
 
 // Unlock releases LockExclusive.
 func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
+
+// TryLockByte takes an exclusive fcntl lock of an open file description
+// (F_OFD_SETLK, F_WRLCK) on the one byte at off of f's file, which may lie
+// far past the file's end: ok false if another description holds it. The
+// lock is taken on a description of its own, f's file opened again for
+// writing through /proc/self/fd, which unlock closes: so it conflicts with
+// every other taker, of this process too, and goes with unlock or, at the
+// latest, with its process, whatever becomes of f (a description that f
+// has mapped stays open for as long as the mapping does). It and flock(2)
+// locks ignore each other.
+func TryLockByte(f *os.File, off int64) (unlock func(), ok bool, err error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, false, err
+	}
+	fd := -1
+	cerr := rc.Control(func(orig uintptr) {
+		fd, err = unix.Open("/proc/self/fd/"+strconv.Itoa(int(orig)), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	})
+	if cerr != nil {
+		return nil, false, cerr
+	}
+	if err != nil {
+		return nil, false, &fs.PathError{Op: "open", Path: f.Name(), Err: err}
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: off, Len: 1}
+	for {
+		err = unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = unix.Close(fd)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+			return nil, false, nil // held by another description
+		}
+		return nil, false, os.NewSyscallError("fcntl", err)
+	}
+	return func() { _ = unix.Close(fd) }, true, nil
+}
 
 // IsTerminal reports whether fd is a terminal: the TCGETS ioctl works on
 // it. A character device such as /dev/null is not one.

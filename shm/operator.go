@@ -1,0 +1,49 @@
+package shm
+
+import (
+	"fmt"
+
+	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/layout"
+)
+
+// Operator locks: an operator's action on a lock that must not overlap
+// another's action on the same lock (upgrade.ForceUnlock: two forces of
+// one mutex at once can leave its writers' word with nobody) takes that
+// lock's operator lock first. It is kept out of the segment's memory, so
+// that no process can die holding it and no format changes: it is an
+// fcntl lock of an open file description (fsys.TryLockByte) on one byte
+// of the segment file far past its end, operatorLockBase + kind<<32 +
+// index, which the kernel drops when its holder dies. Each take opens the
+// file again, a description of its own, so that it excludes every other
+// take, of another process, another Segment or a goroutine of this one,
+// and its release (a close) drops it whatever became of the Segment. It
+// ignores the flock(2) of reboot recovery on the same file.
+const operatorLockBase = 1 << 62 // past any file tmpfs can hold, below the largest offset (2^63-1)
+
+// operatorLockOffset is the byte of the operator lock of entry i of k.
+func operatorLockOffset(k layout.Kind, i int) int64 {
+	return operatorLockBase + int64(k)<<32 + int64(i)
+}
+
+// TryLockOperator takes the operator lock of entry i of table k if no
+// other process, Segment or goroutine holds it (ok false then), and
+// returns the function that releases it, which the caller must call, also
+// after Close. The segment must be writable (ErrReadOnly: the kernel
+// grants such a lock only on a file open for writing, and no tool that
+// only reads needs it). The lock guards nothing by itself: the operations
+// that must not overlap each take it. A caller that must wait polls (see
+// upgrade.ForceUnlockContext).
+func (s *Segment) TryLockOperator(k layout.Kind, i int) (unlock func(), ok bool, err error) {
+	if err := s.writable(); err != nil {
+		return nil, false, err
+	}
+	if i < 0 || i >= s.Len(k) {
+		return nil, false, fmt.Errorf("shm: operator lock of %s %d: %w", k, i, ErrIndex)
+	}
+	unlock, ok, err = fsys.TryLockByte(s.file, operatorLockOffset(k, i))
+	if err != nil {
+		return nil, false, fmt.Errorf("shm: operator lock of %s %d: %w", k, i, err)
+	}
+	return unlock, ok, nil
+}

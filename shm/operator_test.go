@@ -1,0 +1,144 @@
+package shm_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+)
+
+// An operator lock excludes every other taker of the same lock: another
+// Segment of the file (in this process or another), and another goroutine
+// of the same Segment, which shares its open file description and would
+// otherwise share its lock. Other entries' locks are apart.
+func TestOperatorLockExcludes(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 2}})
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+
+	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for _, s := range []*shm.Segment{seg, other} {
+		_, ok, err = s.TryLockOperator(layout.KindUpgrades, 0)
+		require.NoError(t, err)
+		require.False(t, ok, "a second taker of a held operator lock")
+	}
+	unlock1, ok, err := other.TryLockOperator(layout.KindUpgrades, 1)
+	require.NoError(t, err)
+	require.True(t, ok, "another mutex's operator lock")
+	unlock1()
+	unlock2, ok, err := other.TryLockOperator(layout.KindOwnerSlots, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "another table's operator lock")
+	unlock2()
+
+	unlock()
+	unlock, ok, err = other.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the lock after its release")
+	_, ok, err = seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.False(t, ok)
+	unlock()
+	unlock, ok, err = seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the same Segment's lock after another's release")
+	unlock()
+
+	// Close drops the lock with the file; the unlock after it is harmless.
+	unlock, ok, err = other.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, other.Close())
+	unlock()
+	unlock, ok, err = seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the lock of a closed Segment")
+	unlock()
+}
+
+// The operator lock lies past the end of the file and ignores the
+// flock(2) that reboot recovery takes on the same file: neither waits for
+// the other.
+func TestOperatorLockIgnoresFlock(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB))
+	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the operator lock under another description's flock")
+	require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_UN))
+	require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB), "a flock under the operator lock")
+	unlock()
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Less(t, fi.Size(), int64(1)<<40, "the lock does not grow the file")
+}
+
+// The kernel drops a dead holder's operator lock: no process can die
+// holding it for good.
+func TestOperatorLockGoesWithItsHolder(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	c := testproc.Start(t, "operator-lock", path)
+	c.WaitLine(t, "locked")
+	_, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.False(t, ok, "the lock of a live holder")
+	c.Kill(t)
+	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the lock of a dead holder")
+	unlock()
+}
+
+// operatorLockHelper (PATH) takes upgrade mutex 0's operator lock, prints
+// "locked" and sleeps until killed.
+func operatorLockHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer seg.Close()
+	if _, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0); err != nil || !ok {
+		fmt.Println("error", ok, err)
+		return 1
+	}
+	fmt.Println("locked")
+	time.Sleep(time.Hour)
+	return 0
+}
+
+// A read-only segment cannot take the lock (the kernel grants it only on
+// a file open for writing), nor a closed one, nor an index out of range.
+func TestOperatorLockRefused(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	_, _, err = ro.TryLockOperator(layout.KindUpgrades, 0)
+	require.ErrorIs(t, err, shm.ErrReadOnly)
+	require.NoError(t, ro.Close())
+	for _, i := range []int{-1, 1} {
+		_, _, err = seg.TryLockOperator(layout.KindUpgrades, i)
+		require.ErrorIs(t, err, shm.ErrIndex, "index %d", i)
+	}
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, other.Close())
+	_, _, err = other.TryLockOperator(layout.KindUpgrades, 0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+}
