@@ -51,3 +51,13 @@ const (
 
 // HoldsUpgrade reports whether the handle holds the upgrade lock.
 func (m *Mutex) HoldsUpgrade() bool { return m.holdsUpgrader() }
+
+// SetForceHooks replaces ForceUnlock's test hooks (force.go): busy when a
+// force finds another's lock held, loaded when it has read the writer's
+// word and holder id, took when it has taken the word. For a helper
+// process, or a test that runs alone (not parallel).
+func SetForceHooks(busy, loaded, took func()) (restore func()) {
+	old := [3]func(){testHookForceBusy, testHookForceLoaded, testHookForceTook}
+	testHookForceBusy, testHookForceLoaded, testHookForceTook = busy, loaded, took
+	return func() { testHookForceBusy, testHookForceLoaded, testHookForceTook = old[0], old[1], old[2] }
+}

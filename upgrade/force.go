@@ -1,8 +1,12 @@
 package upgrade
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	"github.com/shmlock/shmlock/internal/futex"
+	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
 
@@ -46,9 +50,25 @@ const forceGiveBackWait = 1000
 //
 // Only granted holds are freed: a live writer or upgrade seeker that holds
 // its word while it waits (most often for the very holder the operator
-// means) is left to go on, and gets the lock once what it waits for is
-// freed (Forced.WaitingWriter, WaitingUpgrader). Freeing its word would let
-// it go on all the same and a second writer in beside it.
+// means) is left to go on, and gets the lock next (Forced.WaitingWriter,
+// WaitingUpgrader). Freeing its word would let it go on all the same and
+// a second writer in beside it.
+//
+// Forces of one mutex never overlap: each holds the mutex's operator lock
+// (shm.Segment.TryLockOperator, an fcntl lock on the segment's file that
+// the kernel drops if its holder dies) for its whole run, and waits for it
+// while another force, of any process, runs; ForceUnlock waits for as long
+// as that takes (ForceUnlockContext gives up). That costs a force three
+// system calls (an open of the segment's file of its own, an fcntl, a
+// close), and costs nothing to any other operation. Overlapping forces
+// wedged the mutex: two that both read a holder's word and id just before
+// its release cleared the id each took the word in turn and gave it back,
+// while the release waited for the first only, and left the word with the
+// releasing process, held by nobody, until that process exited. Now the
+// reads of a force that comes after another's come after that one's
+// give-back, and so after the release's clear of the id: it sees the id
+// gone and leaves the word alone, and one forcer at most takes the word
+// from a release, the one the release waits for.
 //
 // A force and a live holder's own release of the same hold, at the same
 // instant: the release clears its holder id first, so a forcer that took
@@ -58,18 +78,20 @@ const forceGiveBackWait = 1000
 // with plain stores, one locked instruction each, see state.go): a force
 // that lands there proceeds, and the release's stores of the generation
 // and the state word may land after the force, over the next holder's.
-// Two forces of the same hold at once, during its release, are left open
-// too: both load the word and the holder id before the release clears the
-// id; the first takes the word, fails on the id and gives the word back;
-// the second then takes it from there, and the release, which waits for
-// the first forcer only (it cannot tell the second from a waiter that took
-// a dead forcer's word over), ends before the second gives it back: the
-// word stays with the releasing process, held by nobody, until that
-// process exits. Telling the two apart needs a mark of a given-back word
-// in the format. A stuck holder is not releasing; a force of a live
-// holder that is running is the operator's gamble, and its data's fencing
-// tokens are the protection that stays.
+// The forces' lock does not help there: the release takes no lock. A stuck
+// holder is not releasing; a force of a live holder that is running is the
+// operator's gamble, and its data's fencing tokens are the protection that
+// stays.
 func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
+	return ForceUnlockContext(context.Background(), seg, i)
+}
+
+// ForceUnlockContext is ForceUnlock, giving up when ctx is done while it
+// waits for another force of the same mutex (one stopped, or in a
+// debugger, mid-force holds the forces' lock for as long): it then returns
+// ctx's error, having changed nothing. For a tool, which should not wait
+// for ever without a word.
+func ForceUnlockContext(ctx context.Context, seg *shm.Segment, i int) (Forced, error) {
 	if seg == nil {
 		return Forced{}, shm.ErrNoSegment
 	}
@@ -80,6 +102,11 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	if err != nil {
 		return Forced{}, err
 	}
+	unlock, err := lockForce(ctx, seg, i)
+	if err != nil {
+		return Forced{}, fmt.Errorf("upgrade: force unlock of mutex %d: %w", i, err)
+	}
+	defer unlock()
 	var f Forced
 	f.Writer, f.WaitingWriter = m.forceWriter()
 	f.Upgrader, f.WaitingUpgrader = m.forceUpgrader()
@@ -95,6 +122,37 @@ func ForceUnlock(seg *shm.Segment, i int) (Forced, error) {
 	}
 	return f, nil
 }
+
+// Waits for another force's lock (lockForce): a force holds it for
+// microseconds unless it is stopped, so the first looks come soon and the
+// later ones no more often than forceLockNapMax.
+const (
+	forceLockNapMin = 20 * time.Microsecond
+	forceLockNapMax = 10 * time.Millisecond
+)
+
+// lockForce takes the operator lock of mutex i (see ForceUnlock), waiting
+// while another force holds it, and returns its release.
+func lockForce(ctx context.Context, seg *shm.Segment, i int) (unlock func(), err error) {
+	nap := forceLockNapMin
+	for {
+		unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, i)
+		if err != nil || ok {
+			return unlock, err
+		}
+		testHookForceBusy()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("waiting for another force of it in progress: %w", err)
+		}
+		futex.Nap(nap) // time.Sleep would stretch the first naps to hundreds of microseconds
+		nap = min(2*nap, forceLockNapMax)
+	}
+}
+
+// Test hooks: testHookForceBusy runs when a force finds the forces' lock
+// held; testHookForceLoaded when forceWriter has read a hold's word and
+// holder id, testHookForceTook when it has taken the word.
+var testHookForceBusy, testHookForceLoaded, testHookForceTook = func() {}, func() {}, func() {}
 
 // forceWriter frees the writer's granted hold, and returns the identity
 // it freed, or that of a writer it left because it was not granted.
@@ -118,6 +176,7 @@ func (m *Mutex) forceWriter() (freed, waiting uint64) {
 			return 0, 0
 		}
 		t := e.WriterTID.Load()
+		testHookForceLoaded()
 		if t == 0 {
 			if m.alive(id) {
 				return 0, id // acquiring (or being repaired): not a hold
@@ -132,6 +191,7 @@ func (m *Mutex) forceWriter() (freed, waiting uint64) {
 		if !e.Writer.CompareAndSwap(o, m.pid|o&writerUnique) {
 			continue
 		}
+		testHookForceTook()
 		if !e.WriterTID.CompareAndSwap(t, 0) {
 			m.giveBackWriterWord(id)
 			continue

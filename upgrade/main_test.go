@@ -28,6 +28,8 @@ var helpers = map[string]func(args []string) int{
 	"tell":       tellHelper,      // PATH HOW MARK: take the unique lock, print "told reclaimed=B inconsistent=B", maybe mark, release
 	"storm":      stormHelper,     // PATH ROLE: writer, upgrader or reader in a loop until killed, printing "ops N"
 	"wait-cpu":   waitCPUHelper,   // PATH CASE: block as blockedWaits[CASE] says, print the CPU the wait took (sleep_test.go)
+	"force-step": forceStepHelper, // PATH STOPS: ForceUnlock, saying how far it got and stopping where told (forcestep_test.go)
+	"lock-once":  lockOnceHelper,  // PATH: Lock and Unlock, print "locked"
 }
 
 // testOptions size a test segment: two upgrade mutexes with 8 reader

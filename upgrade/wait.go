@@ -646,7 +646,10 @@ func (m *Mutex) handOffWriterWord() {
 			// lives and has the word (a release that stopped waiting
 			// sooner left the word it gave back to nobody, for good),
 			// but free nothing that is not ours: a word gone elsewhere
-			// (freed, or to another holder) ends the wait.
+			// (freed, or to another holder) ends the wait. Forces of a
+			// mutex never overlap, so only the one whose reads came
+			// before the id went takes the word from this release: any
+			// later one reads the id gone and leaves the word alone.
 			if id == 0 || forcer != 0 && id != forcer {
 				return
 			}

@@ -502,7 +502,9 @@ static void bump_generation(shmlock_upgrade *m)
  * for that for as long as the forcer lives and has the word (a release that
  * stopped sooner left the word given back to nobody, for good), and free
  * nothing that is not ours: a word gone elsewhere ends the wait
- * (upgrade/wait.go: handOffWriterWord). */
+ * (upgrade/wait.go: handOffWriterWord). Go's forces of one mutex never
+ * overlap (an fcntl lock on the segment file, upgrade/force.go), so one
+ * forcer at most takes the word from a release. */
 static void hand_off_writer_word(shmlock_upgrade *m, uint64_t o)
 {
 	uint64_t forcer = 0;

@@ -1,0 +1,83 @@
+package upgrade_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// forceStepHelper (PATH STOPS) forces upgrade mutex 0 of the segment at
+// PATH, saying how far it got: "busy" when it finds another force's lock
+// held, "loaded" when it has read the writer's word and holder id, "took"
+// when it has taken the word (each the first time only); at each of those
+// named in STOPS (comma-separated, or "-" for none) it then waits for a
+// line on stdin. At the end it prints "forced WRITER WAITING" (the
+// identities, in hex) and exits.
+func forceStepHelper(args []string) int {
+	stops := strings.Split(args[1], ",")
+	in := bufio.NewReader(os.Stdin)
+	step := func(name string) func() {
+		done := false
+		return func() {
+			if done {
+				return
+			}
+			done = true
+			fmt.Println(name)
+			if slices.Contains(stops, name) {
+				if _, err := in.ReadString('\n'); err != nil {
+					fmt.Println("error: stdin:", err)
+					os.Exit(1)
+				}
+			}
+		}
+	}
+	upgrade.SetForceHooks(step("busy"), step("loaded"), step("took"))
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	defer seg.Close()
+	f, err := upgrade.ForceUnlock(seg, 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Printf("forced %x %x\n", f.Writer, f.WaitingWriter)
+	return 0
+}
+
+// lockOnceHelper (PATH) takes the unique lock of mutex 0, waiting at most
+// testTimeout, releases it and prints "locked".
+func lockOnceHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	defer seg.Close()
+	m, err := upgrade.Open(seg, 0)
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := m.LockContext(ctx); err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	if err := m.Unlock(); err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("locked")
+	return 0
+}
