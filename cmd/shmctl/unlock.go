@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -35,6 +37,9 @@ type unlockOptions struct {
 	// process by 'shmctl lock --hold-for' or taken under an owner name.
 	HoldFor int
 	Owner   string
+	// Wait bounds the wait of --force on an upgrade mutex for another
+	// force of it in progress.
+	Wait time.Duration
 }
 
 func newCmdUnlock(ios *IOStreams, runF func(*unlockOptions) error) *cobra.Command {
@@ -64,7 +69,12 @@ not-owner error, and the lock is marked inconsistent: its next holders are
 told until one repairs the data and says so. --force is required. The name
 is looked up among the slots, the upgrade mutexes and the resources;
 --kind picks one where it names several. A segment that fails 'shmctl
-check' is refused unless --ignore-check.`,
+check' is refused unless --ignore-check.
+
+Two forces of one upgrade mutex never overlap: a force waits for another
+in progress (of any process) to end, at most --wait, then fails saying
+so (a force that stopped, or sits in a debugger, mid-way holds the others
+off for as long).`,
 		Example: `  shmctl unlock jobs deploy --hold-for $$
   shmctl unlock jobs queue --force
   shmctl unlock jobs deploy --force --kind resource --json`,
@@ -78,8 +88,10 @@ check' is refused unless --ignore-check.`,
 				return newUsageError(cmd, "--force frees a lock whoever holds it: --hold-for and --owner name one holder")
 			case opts.HoldFor != 0 && opts.Owner != "":
 				return newUsageError(cmd, "--hold-for and --owner exclude each other")
-			case holds && (opts.Kind != "" && opts.Kind != unlockResource || opts.IgnoreCheck || opts.JSON):
-				return newUsageError(cmd, "--kind, --ignore-check and --json go with --force")
+			case holds && (opts.Kind != "" && opts.Kind != unlockResource || opts.IgnoreCheck || opts.JSON || cmd.Flags().Changed("wait")):
+				return newUsageError(cmd, "--kind, --ignore-check, --json and --wait go with --force")
+			case opts.Wait < 0:
+				return newUsageError(cmd, "--wait must not be negative, got %v", opts.Wait)
 			case cmd.Flags().Changed("hold-for") && opts.HoldFor <= 0:
 				return newUsageError(cmd, "--hold-for: %d is not a process id", opts.HoldFor)
 			case holds:
@@ -106,6 +118,7 @@ check' is refused unless --ignore-check.`,
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it")
 	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
 	cmd.Flags().BoolVar(&opts.IgnoreCheck, "ignore-check", false, "unlock even on a segment that fails 'shmctl check'")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force on an upgrade mutex waits for another force of it in progress")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -128,7 +141,7 @@ func runUnlock(opts *unlockOptions) error {
 	case unlockSlot:
 		err = forceSlot(seg, opts.Name, &doc)
 	case unlockUpgrade:
-		err = forceUpgrade(seg, opts.Name, &doc)
+		err = forceUpgrade(seg, opts.Name, opts.Wait, &doc)
 	default:
 		err = forceResource(seg, opts.Name, &doc)
 	}
@@ -228,12 +241,19 @@ func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
 	return nil
 }
 
-func forceUpgrade(seg *shm.Segment, name string, doc *unlockJSON) error {
+// unlockDefaultWait is how long, by default, a force of an upgrade mutex
+// waits for another force of it in progress: a running one takes
+// microseconds.
+const unlockDefaultWait = 5 * time.Second
+
+func forceUpgrade(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
 	i, err := seg.Lookup(layout.KindUpgrades, name)
 	if err != nil {
 		return err
 	}
-	f, err := upgrade.ForceUnlock(seg, i)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	f, err := upgrade.ForceUnlockContext(ctx, seg, i)
 	if err != nil {
 		return err
 	}

@@ -116,8 +116,35 @@ func TestUnlockUsage(t *testing.T) {
 	assert.Contains(t, line, "--kind")
 	line = requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "nosuch", "--force"), exitError)
 	assert.Contains(t, line, `"nosuch"`)
+	requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--wait", "-1s"), exitUsage)
+	requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both", "--owner", "x", "--wait", "1s"), exitUsage)
 	r := shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--kind", "upgrade")
 	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+}
+
+// unlock --force of an upgrade mutex while another force of it is in
+// progress (one stopped mid-way holds the forces' lock, an fcntl lock on
+// the segment's file: here this test takes it) waits --wait for it, then
+// fails saying so, having freed nothing; once that force ends, it frees.
+func TestUnlockForceWaitsForAnotherForce(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	m, err := upgrade.Named(seg, "table")
+	require.NoError(t, err)
+	require.NoError(t, m.Lock())
+	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, m.Index())
+	require.NoError(t, err)
+	require.True(t, ok)
+	line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--wait", "50ms"), exitError)
+	assert.Contains(t, line, "another force of it in progress")
+	assert.Contains(t, line, "deadline exceeded")
+	st, err := upgrade.Inspect(seg, m.Index())
+	require.NoError(t, err)
+	assert.True(t, st.WriteLocked, "the hold is still there")
+	unlock()
+	r := shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--wait", "50ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.ErrorIs(t, m.Unlock(), upgrade.ErrNotHeld)
 }
 
 // unlock --force of an upgrade mutex whose upgrade holder is stuck while a
