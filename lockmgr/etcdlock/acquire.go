@@ -694,8 +694,8 @@ func (l *leaving) try() bool {
 
 // tidy deletes the version of a resource left with no keys but it, as
 // the release of its last hold does (the next grant's revision is higher
-// anyway): the grant taken back wrote it, or a release kept it for the
-// waiter that left. Else the resource stayed listed, empty, for good.
+// anyway): the grant taken back wrote it. Else the resource stayed
+// listed, empty, for good.
 func (l *leaving) tidy(ctx context.Context) bool {
 	_, err := l.m.c.Txn(ctx).If(append(l.k.unusedCmps(), clientv3.Compare(clientv3.CreateRevision(l.k.decl), "=", 0))...).
 		Then(clientv3.OpDelete(l.k.version)).Commit()

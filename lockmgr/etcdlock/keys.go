@@ -111,6 +111,20 @@ func (k *resKeys) unusedCmps() []clientv3.Cmp {
 	}
 }
 
+// otherLedgersCmps hold while the resource has no ledger but the owner's:
+// no hold but the owner's, live or ended unrecorded. Then the owner's
+// release leaves no hold that needs the version, even with waiters queued:
+// a waiter's grant writes the version anew, and a waiter may leave with its
+// session's lease (a process killed in the queue), which nobody tidies
+// after. A version kept for waiters stayed for good after such a waiter,
+// the resource listed, empty.
+func (k *resKeys) otherLedgersCmps() []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k.ledgerPrefix), "=", 0).WithRange(k.ledger),
+		clientv3.Compare(clientv3.CreateRevision(k.ledger+"\x00"), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(k.ledgerPrefix)),
+	}
+}
+
 // holdKey is the key of the owner's hold in mode.
 func (k *resKeys) holdKey(mode lockmgr.Mode) string {
 	if mode == lockmgr.Exclusive {

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 var helpers = map[string]func(args []string) int{
 	"counter": counterHelper, // ENDPOINT PREFIX DIR OWNER ITERS
 	"hold":    holdHelper,    // ENDPOINT PREFIX RESOURCE OWNER
+	"queue":   queueHelper,   // ENDPOINT PREFIX RESOURCE OWNER
 }
 
 var prefixSeq atomic.Uint64

@@ -124,8 +124,8 @@ func (m *Manager) endKey(ctx context.Context, kv *mvccpb.KeyValue, lease clientv
 }
 
 // Release ends owner's hold of resource in one transaction, which also
-// counts it and, if it was the resource's last key, deletes its version
-// (the next grant's revision is higher anyway). Like the shm Manager's:
+// counts it and, if it was the resource's last hold, deletes its version
+// (the next grant's revision is higher anyway), waiters or not. Like the shm Manager's:
 // ErrLockNotHeld if owner holds it not but someone else does;
 // ErrLockTimeout if the hold ended without this release (its lease
 // expired); a warning and nil if nobody holds it. Any Manager may release
@@ -168,13 +168,12 @@ func (m *Manager) Release(resource, owner string) error {
 			clientv3.OpDelete(k.ledger),
 			clientv3.OpPut(m.counter(ctrReleases), ""),
 			m.heldOp(seq, total),
-			// The version: deleted with the resource's last key (unless
+			// The version: deleted with the resource's last hold (unless
 			// the resource is declared or inconsistent), else bumped.
-			clientv3.OpTxn([]clientv3.Cmp{
-				clientv3.Compare(clientv3.CreateRevision(k.hold), "=", rev).WithPrefix(),
+			clientv3.OpTxn(append(k.otherLedgersCmps(),
 				clientv3.Compare(clientv3.CreateRevision(k.incons), "=", 0),
 				clientv3.Compare(clientv3.CreateRevision(k.decl), "=", 0),
-			}, []clientv3.Op{clientv3.OpDelete(k.version)}, []clientv3.Op{clientv3.OpPut(k.version, "")}),
+			), []clientv3.Op{clientv3.OpDelete(k.version)}, []clientv3.Op{clientv3.OpPut(k.version, "")}),
 		).Commit()
 		if err != nil {
 			return m.rpcErr(ctx, err)

@@ -1,0 +1,69 @@
+package etcdlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/lockmgr"
+)
+
+// queueHelper queues for RESOURCE (exclusive, no TTL: on its session),
+// prints "queued" once its key is in the queue, and waits to be killed.
+// Args: ENDPOINT PREFIX RESOURCE OWNER.
+func queueHelper(args []string) int {
+	m, done, err := helperManager(args[0], args[1])
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer done()
+	var once sync.Once
+	_, err = m.Acquire(context.Background(), args[2], args[3], lockmgr.Exclusive, lockmgr.AcquireOptions{
+		Retries: lockmgr.RetryForever,
+		OnWait:  func(lockmgr.LockInfo, time.Duration) { once.Do(func() { fmt.Println("queued") }) },
+	})
+	return fail("not killed: the acquisition ended (%v)", err)
+}
+
+// TestDeadWaiterLeavesNoResource: a waiter that dies in the queue
+// (kill -9: its key goes with its session's lease, with nobody to take it
+// back) leaves nothing behind once the holder it waited for has released.
+// The release kept the resource's version for the waiter's sake, and
+// nobody deleted it after the waiter's key went: the resource stayed
+// listed (Overview, Inspect's version), empty, for good.
+func TestDeadWaiterLeavesNoResource(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	m := newManager(t, p)
+	_, err := m.Acquire(testCtx(t), "r", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	waiter := testproc.Start(t, "queue", server.Members[0].Endpoint, p, "r", "waiter")
+	waiter.WaitLine(t, "queued")
+	waiter.Kill(t)
+	require.NoError(t, m.Release("r", "holder"))
+
+	// etcd ends the dead waiter's session: now rather than a TTL later,
+	// as its lessor would.
+	cli := newClient(t)
+	resp, err := cli.Get(testCtx(t), p+"r/r/h/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the dead waiter's key")
+	_, err = cli.Revoke(testCtx(t), clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+
+	o, err := m.Overview()
+	require.NoError(t, err)
+	require.Empty(t, o.Resources, "a resource without holds or waiters is listed")
+	ri, err := m.Inspect("r")
+	require.NoError(t, err)
+	require.Zero(t, ri.Version, "the version of a resource without keys")
+	all, err := cli.Get(testCtx(t), p+"r/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	require.Empty(t, all.Kvs, "keys left under the resources")
+}
