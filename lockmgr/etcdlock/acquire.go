@@ -651,7 +651,7 @@ func (a *acquisition) leave() {
 	}
 	l := &leaving{m: a.m, k: a.k, key: a.k.holdKey(a.mode), ledger: a.k.ledger, rev: a.myRev, queuedVal: a.queuedVal, grantVal: a.grantVal}
 	a.myRev = 0
-	if !l.try() {
+	if !l.try(context.Background()) {
 		a.m.background(l.retry)
 	}
 }
@@ -683,11 +683,11 @@ type leaving struct {
 // leaveRetryMax is the longest pause between leave's retries.
 const leaveRetryMax = 2 * time.Second
 
-// try makes the deletion once, and then deletes the resource's version
-// if nothing else keeps the resource (tidy); false if etcd did not
-// answer.
-func (l *leaving) try() bool {
-	ctx, cancel := l.m.reqCtx()
+// try makes the deletion once, within parent, and then deletes the
+// resource's version if nothing else keeps the resource (tidy); false if
+// etcd did not answer.
+func (l *leaving) try(parent context.Context) bool {
+	ctx, cancel := l.m.reqCtxIn(parent)
 	defer cancel()
 	return l.delete(ctx) && l.tidy(ctx)
 }
@@ -752,8 +752,8 @@ func (l *leaving) delete(ctx context.Context) bool {
 }
 
 // retry makes the deletion until etcd answers it or the session ends (or
-// the Manager closes: done closes then too).
-func (l *leaving) retry() {
+// the Manager closes: done closes then too), within ctx.
+func (l *leaving) retry(ctx context.Context) {
 	pause := 50 * time.Millisecond
 	for {
 		t := time.NewTimer(pause)
@@ -761,9 +761,12 @@ func (l *leaving) retry() {
 		case <-l.m.done:
 			t.Stop()
 			return
+		case <-ctx.Done():
+			t.Stop()
+			return
 		case <-t.C:
 		}
-		if l.try() {
+		if l.try(ctx) {
 			return
 		}
 		pause = min(2*pause, leaveRetryMax)

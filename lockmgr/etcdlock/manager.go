@@ -56,7 +56,7 @@ type Options struct {
 	// MaxTTL.
 	SessionTTL time.Duration
 	// RequestTimeout bounds each request of a call that takes no
-	// context; 0 means DefaultRequestTimeout.
+	// context, and Close as a whole; 0 means DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// Logger receives the warning for the release of a lock that does not
 	// exist; nil means slog.Default().
@@ -103,6 +103,10 @@ type Manager struct {
 	bgMu     sync.Mutex
 	bgClosed bool
 	bg       sync.WaitGroup
+	// bgCtx is the context of the background work; Close cancels it at
+	// its deadline, so that Close waits for it no longer than that.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 type holdID struct{ resource, owner string }
@@ -142,6 +146,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 	if m.log == nil {
 		m.log = slog.Default()
 	}
+	m.bgCtx, m.bgCancel = context.WithCancel(context.Background())
 	m.host, _ = os.Hostname()
 	ttl := opts.SessionTTL
 	if ttl == 0 {
@@ -150,6 +155,7 @@ func New(ctx context.Context, client *clientv3.Client, opts Options) (*Manager, 
 	granted := time.Now() // before the request: etcd counts from later
 	id, secs, err := m.grant(ctx, ttl)
 	if err != nil {
+		m.bgCancel()
 		return nil, err
 	}
 	m.session, m.sessionTTL = id, secs
@@ -176,24 +182,34 @@ func (m *Manager) Done() <-chan struct{} { return m.done }
 // Close ends the session: it revokes the session's lease, which ends every
 // hold of this Manager without a TTL at once (its waiters are woken), and
 // stops keeping it alive. Holds with a TTL run out on their own. The
-// client stays open: it is the caller's.
+// client stays open: it is the caller's. Close takes at most
+// Options.RequestTimeout in all, etcd reachable or not.
 func (m *Manager) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
-	m.stopKeepAlive()
+	// One deadline for every step: each waits for etcd, and with etcd
+	// unreachable each would wait a timeout of its own (the revocation
+	// and the fold of the hold time took two, a giveUp under way and the
+	// background revocations more).
+	ctx, cancel := m.reqCtx()
+	defer cancel()
+	m.stopKeepAlive() // ends a giveUp under way too: the revocation is below
 	<-m.stopped
+	var err error
+	// The revocation first: it ends the holds and wakes their waiters,
+	// while a total not folded stays readable where it is.
+	if _, rerr := m.c.Revoke(ctx, m.session); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+		err = unavailable(rerr)
+	}
 	m.bgMu.Lock()
 	m.bgClosed = true
 	m.bgMu.Unlock()
+	stop := context.AfterFunc(ctx, m.bgCancel)
 	m.bg.Wait()
-	err := m.foldHeld()
-	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
-	defer cancel()
-	if _, rerr := m.c.Revoke(ctx, m.session); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
-		err = errors.Join(err, unavailable(rerr))
-	}
-	return err
+	stop()
+	m.bgCancel()
+	return errors.Join(err, m.foldHeld(ctx))
 }
 
 // usable is nil while the Manager may take and change holds.
@@ -211,7 +227,13 @@ func (m *Manager) usable() error {
 
 // reqCtx is the context of a request of a call that takes none.
 func (m *Manager) reqCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), m.timeout)
+	return m.reqCtxIn(context.Background())
+}
+
+// reqCtxIn is reqCtx within parent: the background work's requests end
+// at Close's deadline.
+func (m *Manager) reqCtxIn(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, m.timeout)
 }
 
 // seconds is d in whole seconds, rounded up: the unit of etcd's leases.
@@ -235,24 +257,28 @@ func (m *Manager) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseI
 	return resp.ID, secs, nil
 }
 
-// background runs f in a goroutine that Close waits for; once Close has
-// begun to wait, in the caller (see bg): the work is not left running
-// after Close, when the caller may close the client.
-func (m *Manager) background(f func()) {
+// background runs f in a goroutine that Close waits for, until Close's
+// deadline (f's context ends then); once Close has begun to wait, in the
+// caller, on a context that does not end (see bg): the work is not left
+// running after Close, when the caller may close the client.
+func (m *Manager) background(f func(ctx context.Context)) {
 	m.bgMu.Lock()
 	if !m.bgClosed {
-		m.bg.Go(f)
+		m.bg.Go(func() { f(m.bgCtx) })
 		m.bgMu.Unlock()
 		return
 	}
 	m.bgMu.Unlock()
-	f()
+	f(context.Background())
 }
 
 // revoke revokes a lease the Manager no longer needs; a failure only
 // leaves it to expire.
-func (m *Manager) revoke(id clientv3.LeaseID) {
-	ctx, cancel := m.reqCtx()
+func (m *Manager) revoke(id clientv3.LeaseID) { m.revokeIn(context.Background(), id) }
+
+// revokeIn is revoke within parent.
+func (m *Manager) revokeIn(parent context.Context, id clientv3.LeaseID) {
+	ctx, cancel := m.reqCtxIn(parent)
 	defer cancel()
 	_, _ = m.c.Revoke(ctx, id)
 }

@@ -118,7 +118,7 @@ func (m *Manager) endKey(ctx context.Context, kv *mvccpb.KeyValue, lease clientv
 		return m.rpcErr(ctx, err)
 	}
 	if own && lease != m.session {
-		m.background(func() { m.revoke(lease) })
+		m.background(func(ctx context.Context) { m.revokeIn(ctx, lease) })
 	}
 	return nil
 }
@@ -184,7 +184,7 @@ func (m *Manager) Release(resource, owner string) error {
 				// The key is gone; its lease only costs the server
 				// memory until it expires: give it back, but not on the
 				// release's time (unless the Manager is closing).
-				m.background(func() { m.revoke(h.lease) })
+				m.background(func(ctx context.Context) { m.revokeIn(ctx, h.lease) })
 			}
 			return nil
 		}

@@ -67,7 +67,7 @@ func (m *Manager) keepSession(ctx context.Context, granted time.Time) {
 		cancel()
 		inflight.Wait()
 		if ctx.Err() == nil {
-			m.giveUp()
+			m.giveUp(ctx)
 		}
 		close(m.stopped)
 	}()
@@ -117,9 +117,11 @@ func (m *Manager) keepSession(ctx context.Context, granted time.Time) {
 // the keys of this Manager's holds and waits, which it no longer counts
 // as its own. A new Manager of the same owner (a restarted service)
 // would be refused them (ErrAlreadyHeld) until etcd expired the lease.
-// One try: if etcd cannot be reached, the lease runs out on its own.
-func (m *Manager) giveUp() {
-	ctx, cancel := context.WithTimeout(context.Background(), min(m.timeout, time.Duration(m.sessionTTL)*time.Second))
+// One try: if etcd cannot be reached, the lease runs out on its own. ctx
+// is the keep-alive's: Close, which revokes the lease itself within its
+// own deadline, ends the try rather than wait for it.
+func (m *Manager) giveUp(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, min(m.timeout, time.Duration(m.sessionTTL)*time.Second))
 	defer cancel()
 	_, _ = m.c.Revoke(ctx, m.session)
 }

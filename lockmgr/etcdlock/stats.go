@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -61,10 +62,8 @@ func (m *Manager) heldOp(seq, total uint64) clientv3.Op {
 }
 
 // foldHeld adds this Manager's hold-time total to the shared one and
-// deletes its own key.
-func (m *Manager) foldHeld() error {
-	ctx, cancel := m.reqCtx()
-	defer cancel()
+// deletes its own key, within ctx (Close's).
+func (m *Manager) foldHeld(ctx context.Context) error {
 	mine, all := m.heldKey(), m.prefix+heldSeg+heldAll
 	for range 16 {
 		resp, err := m.c.Txn(ctx).Then(clientv3.OpGet(mine), clientv3.OpGet(all)).Commit()
