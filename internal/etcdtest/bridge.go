@@ -18,14 +18,20 @@ type bridge struct {
 	wg     sync.WaitGroup
 }
 
-func newBridge(target string) (*bridge, error) {
+// newBridge listens; forward starts the forwarding. The listener comes
+// first so that the members' ports, picked next, are not the bridges'.
+func newBridge() (*bridge, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: bridge: %w", err)
 	}
-	b := &bridge{l: l, target: target, conns: map[net.Conn]bool{}}
+	return &bridge{l: l, conns: map[net.Conn]bool{}}, nil
+}
+
+// forward forwards the connections accepted from now on to target.
+func (b *bridge) forward(target string) {
+	b.target = target
 	b.wg.Go(b.serve)
-	return b, nil
 }
 
 func (b *bridge) addr() string { return b.l.Addr().String() }

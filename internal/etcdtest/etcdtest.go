@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -30,6 +32,18 @@ const (
 	startLimit = 30 * time.Second
 )
 
+// startTries bounds the starts of a cluster whose ports were taken. A
+// port is free when picked, and taken by the member a moment later: in
+// between, any process may take it (another test binary's server, or a
+// connection, whose local port comes from the same range), and the
+// member fails at once (EADDRINUSE). A test package shares one server
+// and keeps its start's error: one such clash failed every etcd test of
+// the binary, each in no time.
+const startTries = 5
+
+// pickPorts picks n ports that are free; a test replaces it to take one.
+var pickPorts = freePorts
+
 // Member is one running etcd server.
 type Member struct {
 	Name     string
@@ -45,29 +59,66 @@ type Cluster struct {
 }
 
 // Start starts a cluster of n members with their data under dir and waits
-// until it serves. The caller must Close it.
+// until it serves. The caller must Close it. A port taken between its
+// choice and its use is no failure: Start tries again on other ports.
 func Start(dir string, n int) (*Cluster, error) {
+	for try := 1; ; try++ {
+		c, err := start(dir, n)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || try == startTries {
+			return c, err
+		}
+		// The members that started are stopped; their data, made for
+		// the ports of this try, goes with them.
+		for i := range n {
+			if err := os.RemoveAll(filepath.Join(dir, memberName(i))); err != nil {
+				return nil, fmt.Errorf("etcdtest: %w", err)
+			}
+		}
+	}
+}
+
+func memberName(i int) string { return fmt.Sprintf("m%d", i) }
+
+// start makes one try of Start.
+func start(dir string, n int) (*Cluster, error) {
 	cfgs := make([]*embed.Config, n)
 	var initial []string
 	var bridges []*bridge
-	for i := range cfgs {
-		ports, err := freePorts(2)
+	closeBridges := func() {
+		for _, b := range bridges {
+			b.close()
+		}
+	}
+	for range n {
+		if n == 1 {
+			break // no bridge: the client talks to the member itself
+		}
+		b, err := newBridge()
 		if err != nil {
+			closeBridges()
 			return nil, err
 		}
+		bridges = append(bridges, b)
+	}
+	// Every port at once, once the bridges listen: ports picked one
+	// member at a time could be picked twice (free again once the first
+	// pick let go of them), or by a bridge.
+	ports, err := pickPorts(2 * n)
+	if err != nil {
+		closeBridges()
+		return nil, err
+	}
+	for i := range cfgs {
+		ports := ports[2*i:]
 		cfg := embed.NewConfig()
-		cfg.Name = fmt.Sprintf("m%d", i)
+		cfg.Name = memberName(i)
 		cfg.Dir = filepath.Join(dir, cfg.Name)
 		client := mustURL(fmt.Sprintf("http://127.0.0.1:%d", ports[0]))
 		peer := mustURL(fmt.Sprintf("http://127.0.0.1:%d", ports[1]))
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-		if n > 1 {
-			b, err := newBridge(client.Host)
-			if err != nil {
-				return nil, err
-			}
-			bridges = append(bridges, b)
-			cfg.AdvertiseClientUrls = []url.URL{mustURL("http://" + b.addr())}
+		if bridges != nil {
+			bridges[i].forward(client.Host)
+			cfg.AdvertiseClientUrls = []url.URL{mustURL("http://" + bridges[i].addr())}
 		}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 		cfg.TickMs, cfg.ElectionMs = tickMs, electionMs
