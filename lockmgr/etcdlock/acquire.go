@@ -692,10 +692,12 @@ func (l *leaving) try(parent context.Context) bool {
 	return l.delete(ctx) && l.tidy(ctx)
 }
 
-// tidy deletes the version of a resource left with no keys but it, as
-// the release of its last hold does (the next grant's revision is higher
+// tidy deletes the version of a resource left with no hold, as the
+// release of its last hold does (the next grant's revision is higher
 // anyway): the grant taken back wrote it. Else the resource stayed
-// listed, empty, for good.
+// listed, empty, for good, if nobody else came; and waiters queued
+// meanwhile do not keep it, for they may leave with their session's
+// lease, which nobody tidies after.
 func (l *leaving) tidy(ctx context.Context) bool {
 	_, err := l.m.c.Txn(ctx).If(append(l.k.unusedCmps(), clientv3.Compare(clientv3.CreateRevision(l.k.decl), "=", 0))...).
 		Then(clientv3.OpDelete(l.k.version)).Commit()

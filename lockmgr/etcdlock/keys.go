@@ -101,11 +101,11 @@ func (m *Manager) keys(resource, owner string) *resKeys {
 	return k
 }
 
-// unusedCmps hold while the resource has no hold, waiter or ledger and
-// is not inconsistent: then, undeclared, it needs no version.
+// unusedCmps hold while the resource has no hold (no ledger: none live,
+// none ended unrecorded) and is not inconsistent: then, undeclared, it
+// needs no version, waiters or not (see otherLedgersCmps).
 func (k *resKeys) unusedCmps() []clientv3.Cmp {
 	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(k.hold), "=", 0).WithPrefix(),
 		clientv3.Compare(clientv3.CreateRevision(k.ledgerPrefix), "=", 0).WithPrefix(),
 		clientv3.Compare(clientv3.CreateRevision(k.incons), "=", 0),
 	}
