@@ -235,8 +235,14 @@ func SlotFree(s *OwnerSlot, use uint32) bool {
 	if s.PID.Load() != 0 || s.RecursionCount.Load() != 0 {
 		return false
 	}
-	return use == 1 || s.Token.Load() == 0
+	return use == SlotUsePIDTID || s.Token.Load() == 0
 }
+
+// The claim uses of an owner slot's two modes (spinlock.Mode.ClaimUse).
+const (
+	SlotUsePIDTID uint32 = 1
+	SlotUseToken  uint32 = 2
+)
 
 // UpgradeFree reports whether upgrade mutex e, with reader records rs, is
 // free (no lock bit, no writer or upgrade holder, no shared hold) and

@@ -276,7 +276,8 @@ type DroppedClaim struct {
 // DropDeadClaims drops the references that dead processes (exited, their
 // pid reused, or recorded before a reboot) hold to claimed entries, as the
 // next claim that finds no room would: each claim whose last reference
-// goes is freed if its lock is free. With dryRun it only reports, and the
+// goes is freed if its lock is free, or held in pid/tid mode by a dead
+// process (see heldByDead). With dryRun it only reports, and the
 // segment may be read-only. For repair tools (shmctl reclaim).
 func (s *Segment) DropDeadClaims(dryRun bool) ([]DroppedClaim, error) {
 	return s.DropDeadClaimsContext(context.Background(), dryRun)
@@ -389,8 +390,9 @@ func (s *Segment) dropDeadRefs(pending uint32) int {
 }
 
 // Release drops one reference to entry i of table k. The last one frees
-// the entry and zeroes it if its lock is free; a lock still held (or
-// marked inconsistent) keeps its claim, unreferenced, until a claim of its
+// the entry and zeroes it if its lock is free (or its holder a dead
+// pid/tid one, see heldByDead); a lock still held (or marked
+// inconsistent) keeps its claim, unreferenced, until a claim of its
 // name takes it up again or, once the lock is free, a claim that finds no
 // free entry recycles it. ErrNotClaimed if it is not claimed, has no
 // reference left, or (in a segment that records who holds the references)
@@ -470,12 +472,14 @@ func (s *Segment) freeEntry(k, dk layout.Kind, i int) error {
 
 // lockFree reports whether entry i of table k is a free lock that carries
 // nothing its next holder must be told (see layout.SlotFree and
-// layout.UpgradeFree): only such a claim is freed or recycled.
+// layout.UpgradeFree), or an owner slot that a dead process holds in
+// pid/tid mode (heldByDead): only such a claim is freed or recycled, and
+// only once no live process references it.
 func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 	switch k {
 	case layout.KindOwnerSlots:
 		slot, err := entryOf[layout.OwnerSlot](s, k, i)
-		return err == nil && layout.SlotFree(slot, use)
+		return err == nil && (layout.SlotFree(slot, use) || s.heldByDead(slot, use))
 	case layout.KindUpgrades:
 		e, err := entryOf[layout.UpgradeEntry](s, k, i)
 		if err != nil {
@@ -485,6 +489,28 @@ func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 		return err == nil && layout.UpgradeFree(e, rs)
 	}
 	return false
+}
+
+// heldByDead reports whether owner slot slot, whose claim records use, is
+// held in pid/tid mode by a process that is dead (exited, its pid reused,
+// or recorded before a reboot): a claim nobody live references then has
+// no holder to wait for, and no claimant to tell that the data may be
+// half-updated, so it is freed like a free lock's. Without that, a holder
+// killed with the lock and its claimant's references dropped left the
+// entry claimed for ever: no claim could recycle it, whatever its use.
+//
+// The PID word tells the mode whatever the claim says (use 0 says
+// nothing): a token-mode lock never writes it, so a nonzero PID is a
+// pid/tid holder's packed identity, pid and start time, whose death no
+// pid reuse can fake. A slot claimed for token mode is never judged so:
+// its lock word is Token, which names no process, and its holder may be
+// alive.
+func (s *Segment) heldByDead(slot *layout.OwnerSlot, use uint32) bool {
+	if use == layout.SlotUseToken {
+		return false
+	}
+	owner := slot.PID.Load()
+	return owner != 0 && !s.OwnerAlive(owner)
 }
 
 // Lookup returns the index of the entry of table k claimed under name, or

@@ -40,6 +40,7 @@ var helpers = map[string]func(args []string) int{
 	"named":          namedHelper,         // PATH NAME
 	"named-once":     namedOnceHelper,     // PATH NAME
 	"claim-exit":     claimExitHelper,     // PATH NAME exit|wait
+	"claim-lock":     claimLockHelper,     // PATH NAME USE MODE hold|release
 	"bench-pingpong": benchPingPongHelper, // PATH
 	"race-two-locks": raceTwoLocksHelper,  // PATH
 }

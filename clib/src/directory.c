@@ -207,14 +207,21 @@ static bool upgrade_handoff(uint64_t w)
 }
 
 /* shm's lockFree: the lock of entry i is free and carries nothing its next
- * holder must be told (layout.SlotFree, layout.UpgradeFree). */
+ * holder must be told (layout.SlotFree, layout.UpgradeFree), or it is an
+ * owner slot that a dead process holds in pid/tid mode (shm's heldByDead:
+ * a token-mode lock never writes pid, so a nonzero pid names a pid/tid
+ * holder whatever the claim's use says; a slot claimed for token mode is
+ * never judged by it, for its token names no process). */
 static bool lock_free(shmlock_segment *seg, int kind, uint64_t i, uint32_t use)
 {
 	if (kind == SHM_OWNER_SLOTS) {
 		struct shm_owner_slot *s = (struct shm_owner_slot *)seg->tables[kind].base + i;
-		if (atomic_load(&s->pid) != 0 || atomic_load(&s->recursion) != 0)
+		uint64_t owner = atomic_load(&s->pid);
+		if (owner != 0)
+			return use != SHMLOCK_TOKEN + 1 && !shm_owner_alive(seg, owner);
+		if (atomic_load(&s->recursion) != 0)
 			return false;
-		return use == 1 || atomic_load(&s->token) == 0;
+		return use == SHMLOCK_PIDTID + 1 || atomic_load(&s->token) == 0;
 	}
 	struct shm_upgrade_entry *e = (struct shm_upgrade_entry *)seg->tables[kind].base + i;
 	if (atomic_load(&e->state) & (SHM_UPG_WRITE | SHM_UPG_UPGRADE | SHM_UPG_PENDING | SHM_UPG_INCONSISTENT))

@@ -211,17 +211,22 @@ static void test_reboot_and_claims(void)
 		CHECK(idx == 0);
 		struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
 		CHECK(atomic_load(&d[0].refs) == 1);
-		CHECK(atomic_load(&d[1].refs) == 0 && atomic_load(&d[1].state) == 1); /* held by the dead: kept */
+		/* Held by the dead and referenced by the dead alone: nobody is
+		 * left to wait for or to tell, so it is freed, words and all. */
+		CHECK(atomic_load(&d[1].state) == 0 && atomic_load(&d[1].refs) == 0);
+		CHECK(atomic_load(&sl[1].pid) == 0 && atomic_load(&sl[1].token) == 0 && atomic_load(&sl[1].recursion) == 0);
 		CHECK(atomic_load(&d[2].refs) == 0 && atomic_load(&d[2].state) == 1); /* token held: kept */
 		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "queue", 2, &idx), SHMLOCK_EUSEMISMATCH);
 		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "new", 1, &idx), 0);
+		CHECK(idx == 1);
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "more", 1, &idx), 0);
 		CHECK(idx == 3);
+		/* A token holder may be alive: its claim is never recycled. */
 		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "full", 1, &idx), SHMLOCK_ETABLEFULL);
-		/* Free slot 1's lock: the next claim recycles its claim. */
-		atomic_store(&sl[1].pid, 0);
-		atomic_store(&sl[1].recursion, 0);
+		/* Free slot 2's lock: the next claim recycles its claim. */
+		atomic_store(&sl[2].token, 0);
 		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "full", 1, &idx), 0);
-		CHECK(idx == 1 && atomic_load(&sl[1].token) == 0 && atomic_load(&d[1].refs) == 1);
+		CHECK(idx == 2 && atomic_load(&d[2].refs) == 1 && atomic_load(&d[2].use) == 1);
 		CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, 3), 0);
 		CHECK(atomic_load(&d[3].state) == 0);
 		CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, 3), SHMLOCK_ENOTFOUND);
@@ -476,6 +481,44 @@ static void test_dead_claimant(void)
 	CHECK(atomic_load(&d[0].refs) == 1 && atomic_load(&d[1].refs) == 1);
 	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "three", 1, &a), 0);
 	CHECK(a == 0 && atomic_load(&d[1].state) == 0);
+	shmlock_close(s);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
+/* A child claims two slots without saying a mode (use 0) and dies; one is
+ * held by a dead pid/tid holder, the other by a token, which names no
+ * process. The next claim that finds no room drops the child's references
+ * and recycles the first (its pid word proves the mode and the holder's
+ * death), never the second (as shm's TestDeadClaimantsSlotIsRecycled). */
+static void test_dead_holder_use0_recycled(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "dead-holder-use0");
+	shmlock_options o = {.slots = 2, .claim_refs = 2};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		size_t i, j;
+		int rc = shm_claim(s, SHM_OWNER_SLOTS, "pid", 0, &i) | shm_claim(s, SHM_OWNER_SLOTS, "token", 0, &j);
+		_exit(rc == 0 && i == 0 && j == 1 ? 0 : 1);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct shm_owner_slot *sl = s->tables[SHM_OWNER_SLOTS].base;
+	atomic_store(&sl[0].pid, DEAD);
+	atomic_store(&sl[0].tid, DEAD_TID);
+	atomic_store(&sl[0].token, 5); /* its generation */
+	atomic_store(&sl[1].token, UINT64_C(0x0123456789abcdef));
+	size_t a = 99;
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "next", 1, &a), 0);
+	struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+	CHECK(a == 0 && atomic_load(&sl[0].pid) == 0 && atomic_load(&sl[0].token) == 0);
+	CHECK(atomic_load(&d[1].state) == 1 && atomic_load(&d[1].refs) == 0);
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "full", 1, &a), SHMLOCK_ETABLEFULL);
+	CHECK(atomic_load(&sl[1].token) == UINT64_C(0x0123456789abcdef));
 	shmlock_close(s);
 	CHECK_RC(shmlock_remove(path), 0);
 }
@@ -1101,6 +1144,7 @@ int main(void)
 	RUN(test_bad_inputs);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
+	RUN(test_dead_holder_use0_recycled);
 	RUN(test_reboot_mid_claim_recounts);
 	RUN(test_claim_refuses_wrapped_refs);
 	RUN(test_stats_reset_by_fresh_claim);

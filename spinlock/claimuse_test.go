@@ -1,0 +1,132 @@
+package spinlock_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/spinlock"
+)
+
+// A slot claimed by a process that dies, used as a lock in either mode,
+// whether its claim said the mode (ClaimAs) or not (use 0). Once the
+// claimant is dead its reference goes (DropDeadClaims, or the next claim
+// that finds the table full), and the entry is freed when the words prove
+// that nobody can hold the lock: a pid/tid holder that is dead, or a lock
+// released. A token-mode holder is named by no word, so its slot is kept
+// while it is held: the token may be in a live process's hands. Before
+// the directory took a dead pid/tid holder's words for free, the entry of
+// one that died holding the lock was kept for ever, whether its claim said
+// pid/tid or nothing.
+func TestDeadClaimantsSlotIsRecycled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		use   uint32
+		mode  spinlock.Mode
+		then  string // what the helper does with the lock before it is killed: hold or release
+		freed bool
+	}{
+		{0, spinlock.PIDTID, "hold", true},
+		{spinlock.PIDTID.ClaimUse(), spinlock.PIDTID, "hold", true},
+		// Released, a pid/tid slot keeps its generation in Token: with use 0
+		// its words read as a token slot held, whose holder may be alive.
+		{0, spinlock.PIDTID, "release", false},
+		{spinlock.PIDTID.ClaimUse(), spinlock.PIDTID, "release", true},
+		{0, spinlock.Token, "hold", false},
+		{spinlock.Token.ClaimUse(), spinlock.Token, "hold", false},
+		{0, spinlock.Token, "release", true},
+		{spinlock.Token.ClaimUse(), spinlock.Token, "release", true},
+	} {
+		for _, by := range []string{"DropDeadClaims", "a claim"} {
+			t.Run(fmt.Sprintf("use %d %v %s by %s", tc.use, tc.mode, tc.then, by), func(t *testing.T) {
+				t.Parallel()
+				path := testproc.SegmentPath(t)
+				seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: 2, LockMgrEntries: scratchEntries}})
+				require.NoError(t, err)
+				defer seg.Close()
+				other, err := seg.Claim(layout.KindOwnerSlots, "other")
+				require.NoError(t, err)
+				child := testproc.Start(t, "claim-lock", path, "dead", strconv.Itoa(int(tc.use)), tc.mode.String(), tc.then)
+				i, err := strconv.Atoi(child.WaitLine(t, "ready "))
+				require.NoError(t, err)
+				child.Kill(t)
+				child.WaitKilled(t)
+
+				switch by {
+				case "DropDeadClaims":
+					_, err = seg.DropDeadClaims(false)
+					require.NoError(t, err)
+					_, err = seg.Lookup(layout.KindOwnerSlots, "dead")
+					if tc.freed {
+						require.ErrorIs(t, err, shm.ErrNotFound, "the dead claimant's entry is freed")
+						requireZeroSlot(t, seg, i)
+					} else {
+						require.NoError(t, err, "a token holder's entry is kept")
+					}
+				case "a claim":
+					j, err := seg.Claim(layout.KindOwnerSlots, "new")
+					if tc.freed {
+						require.NoError(t, err, "the dead claimant's entry is recycled")
+						require.Equal(t, i, j)
+						requireZeroSlot(t, seg, i)
+					} else {
+						require.ErrorIs(t, err, shm.ErrTableFull, "a token holder's entry is kept")
+					}
+				}
+				require.NoError(t, seg.Release(layout.KindOwnerSlots, other))
+			})
+		}
+	}
+}
+
+func requireZeroSlot(t *testing.T, seg *shm.Segment, i int) {
+	t.Helper()
+	s, err := seg.Slot(i)
+	require.NoError(t, err)
+	require.Equal(t, slotState{}, stateOf(s), "a freed slot is zeroed")
+}
+
+// claimLockHelper claims owner slot NAME with USE, opens it by index in
+// MODE, locks it, and holds it or releases it; it prints the index and
+// waits to be killed: PATH NAME USE MODE hold|release.
+func claimLockHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		return fail("%v", err)
+	}
+	use, err := strconv.ParseUint(args[2], 10, 32)
+	if err != nil {
+		return fail("%v", err)
+	}
+	i, err := seg.ClaimAs(layout.KindOwnerSlots, args[1], uint32(use))
+	if err != nil {
+		return fail("claim: %v", err)
+	}
+	mode := parseMode(args[3])
+	l, err := spinlock.Open(seg, i, mode)
+	if err != nil {
+		return fail("open: %v", err)
+	}
+	id := spinlock.NewHolder()
+	if mode == spinlock.Token {
+		id = spinlock.NewToken()
+	}
+	g, err := l.Lock(id)
+	if err != nil {
+		return fail("lock: %v", err)
+	}
+	if args[4] == "release" {
+		if err := g.Release(); err != nil {
+			return fail("release: %v", err)
+		}
+	}
+	fmt.Println("ready", i)
+	time.Sleep(3 * testTimeout)
+	return fail("not killed")
+}
