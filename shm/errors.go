@@ -39,6 +39,12 @@ var (
 	// memory cgroup its pages are charged to, is full. The error also
 	// wraps the system's (syscall.ENOSPC, EDQUOT or ENOMEM).
 	ErrNoSpace = errors.New("shm: no room for the segment in its file system or memory limit")
+	// ErrNoMemory is Create's or Open's error when the segment cannot be
+	// mapped for want of room in this process: its address-space limit
+	// (RLIMIT_AS) or the kernel's count of mappings a process may have
+	// (vm.max_map_count) is reached. The memory of the file itself is
+	// ErrNoSpace's. The error also wraps the system's (syscall.ENOMEM).
+	ErrNoMemory = errors.New("shm: no room to map the segment in this process (its address-space limit or vm.max_map_count)")
 	// ErrNoProcFS is Open's error where /proc is not mounted (or is not
 	// procfs): the file Open checked is opened for use through
 	// /proc/self/fd, and liveness is read from /proc.

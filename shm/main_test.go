@@ -160,6 +160,8 @@ var helpers = map[string]func(args []string) int{
 	"open-as": openAsHelper,
 	// create-full DIR: Create on a full tmpfs of its own on DIR.
 	"create-full": createFullHelper,
+	// map-limited OPEN_PATH CREATE_PATH: see mapLimitedHelper.
+	"map-limited": mapLimitedHelper,
 	// open-sparse DIR: Open a sparse segment on a full tmpfs of its own on DIR.
 	"open-sparse": openSparseHelper,
 	// echo-token PATH: wait for slot 0's token to be set, write token+1 to slot 1.

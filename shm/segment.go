@@ -125,7 +125,7 @@ func Create(path string, opts Options) (*Segment, error) {
 	mem, err := mmap.MapRegion(f, int(h.TotalSize), mmap.RDWR, 0, 0)
 	if err != nil {
 		pending.Discard()
-		return nil, fmt.Errorf("shm: create %s: mapping: %w", path, err)
+		return nil, mapError("create", path, h.TotalSize, err)
 	}
 	layout.Encode(h, mem)
 	s := &Segment{path: path, file: f, mem: mem, header: h, creator: true}
@@ -160,6 +160,15 @@ func sizeError(op, path string, size uint64, err error) error {
 		return fmt.Errorf("%w: %s %s (%d bytes): %w", ErrNoSpace, op, path, size, err)
 	}
 	return fmt.Errorf("shm: %s %s: reserving %d bytes: %w", op, path, size, err)
+}
+
+// mapError is the error of a mapping of size bytes of the segment at path
+// that failed: ErrNoMemory where this process has no room for it.
+func mapError(op, path string, size uint64, err error) error {
+	if errors.Is(err, syscall.ENOMEM) {
+		return fmt.Errorf("%w: %s %s: mapping %d bytes: %w", ErrNoMemory, op, path, size, err)
+	}
+	return fmt.Errorf("shm: %s %s: mapping: %w", op, path, err)
 }
 
 // Open maps an existing segment after checking the file and its header.
@@ -220,7 +229,7 @@ func openFile(path string, f *os.File, opts Options) (*Segment, error) {
 	}
 	mem, err := mmap.MapRegion(f, int(h.TotalSize), prot, 0, 0)
 	if err != nil {
-		return nil, fmt.Errorf("shm: open %s: mapping: %w", path, err)
+		return nil, mapError("open", path, h.TotalSize, err)
 	}
 	s := &Segment{path: path, file: f, mem: mem, header: h, readOnly: opts.ReadOnly}
 	s.bindHeaderWords()

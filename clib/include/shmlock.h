@@ -49,7 +49,7 @@ enum {
 enum {
 	SHMLOCK_ESYS = -1,            /* a system call failed: see shmlock_errno() */
 	SHMLOCK_EINVAL = -2,          /* a bad argument (NULL handle, unknown mode, bad options) */
-	SHMLOCK_ENOMEM = -3,          /* out of memory */
+	SHMLOCK_ENOMEM = -3,          /* out of memory; for a segment's mapping shm.ErrNoMemory, no room in this process (shmlock_errno(): ENOMEM) */
 	/* Opening a segment (shm.Err*, layout.Err*). */
 	SHMLOCK_ECLOSED = -10,        /* shm.ErrClosed, upgrade.ErrClosed, spinlock.ErrLockClosed, lockmgr.ErrClosed (CLOSED) */
 	SHMLOCK_EEXIST = -11,         /* shm.ErrExists */

@@ -622,6 +622,16 @@ static int reserve(int fd, uint64_t size, bool *unsupported)
 	}
 }
 
+/* The error of a mapping of a segment that failed (errno err, kept for
+ * shmlock_errno): SHMLOCK_ENOMEM where this process has no room for it,
+ * its address-space limit (RLIMIT_AS) or vm.max_map_count reached, as
+ * shm.ErrNoMemory. */
+static int map_error(int err)
+{
+	shm_sys_error(err);
+	return err == ENOMEM ? SHMLOCK_ENOMEM : SHMLOCK_ESYS;
+}
+
 static int open_fd(shmlock_segment *seg, const shmlock_options *o)
 {
 	uint8_t h[SHM_HEADER_SIZE];
@@ -649,7 +659,7 @@ static int open_fd(shmlock_segment *seg, const shmlock_options *o)
 		return rc;
 	void *m = mmap(NULL, total, ro ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
 	if (m == MAP_FAILED)
-		return shm_sys_error(errno);
+		return map_error(errno);
 	seg_bind(seg, m, total, d);
 	seg->read_only = ro;
 	if (!ro && (rc = recover_from_reboot(seg)) != 0)
@@ -696,7 +706,7 @@ static int do_open(const char *path, const shmlock_options *o, shmlock_segment *
 	if ((rc = open_fd(seg, o)) != 0) {
 		int err = shmlock_errno();
 		shm_seg_put(seg);
-		if (rc == SHMLOCK_ESYS || rc == SHMLOCK_ENOSPACE)
+		if (rc == SHMLOCK_ESYS || rc == SHMLOCK_ENOSPACE || rc == SHMLOCK_ENOMEM)
 			shm_sys_error(err);
 		return rc;
 	}
@@ -899,9 +909,12 @@ static int do_create(const char *path, const shmlock_options *o, shmlock_segment
 		goto fail;
 	/* Without fallocate the file is sparse, as before: the best this file
 	 * system offers. */
-	if ((unsupported && ftruncate(fd, (off_t)total) != 0) ||
-	    (m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+	if (unsupported && ftruncate(fd, (off_t)total) != 0) {
 		rc = shm_sys_error(errno);
+		goto fail;
+	}
+	if ((m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		rc = map_error(errno);
 		goto fail;
 	}
 	seg_bind(seg, m, total, d);
@@ -921,7 +934,7 @@ fail:;
 		free(tmp);
 	}
 	shm_seg_put(seg);
-	if (rc == SHMLOCK_ESYS || rc == SHMLOCK_ENOSPACE)
+	if (rc == SHMLOCK_ESYS || rc == SHMLOCK_ENOSPACE || rc == SHMLOCK_ENOMEM)
 		shm_sys_error(err);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -1133,6 +1134,78 @@ static void test_memory_reserved(void)
 	CHECK_RC(shmlock_remove(full), 0);
 }
 
+/* vm_size is this process's address space in bytes (VmSize of
+ * /proc/self/status), 0 if unknown. */
+static unsigned long long vm_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return 0;
+	char line[256];
+	unsigned long long kb = 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "VmSize: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb << 10;
+}
+
+/* In a child whose address space may grow no more (RLIMIT_AS at what it
+ * uses): open and create fail with SHMLOCK_ENOMEM, errno ENOMEM (Go's
+ * shm.ErrNoMemory), and the create leaves no file; 0 if so. */
+static int no_address_space_child(const char *path, const char *fresh)
+{
+	struct rlimit lim;
+	unsigned long long vm = vm_size();
+	if (vm == 0 || getrlimit(RLIMIT_AS, &lim) != 0)
+		return 2;
+	lim.rlim_cur = vm;
+	if (setrlimit(RLIMIT_AS, &lim) != 0)
+		return 2;
+	int bad = 0;
+	shmlock_segment *s = NULL;
+	shm_sys_error(0); /* an errno left over must not pass for the mapping's */
+	int rc = shmlock_open(path, NULL, &s);
+	if (rc != SHMLOCK_ENOMEM || shmlock_errno() != ENOMEM) {
+		fprintf(stderr, "shmlock_open = %d (%s), errno %d; want SHMLOCK_ENOMEM, ENOMEM\n", rc, shmlock_strerror(rc), shmlock_errno());
+		bad = 1;
+	}
+	shm_sys_error(0);
+	rc = shmlock_create(fresh, &big_options, &s);
+	if (rc != SHMLOCK_ENOMEM || shmlock_errno() != ENOMEM) {
+		fprintf(stderr, "shmlock_create = %d (%s), errno %d; want SHMLOCK_ENOMEM, ENOMEM\n", rc, shmlock_strerror(rc), shmlock_errno());
+		bad = 1;
+	}
+	if (access(fresh, F_OK) == 0) {
+		fprintf(stderr, "shmlock_create left %s\n", fresh);
+		bad = 1;
+	}
+	return bad;
+}
+
+/* A mapping that fails for want of address space is SHMLOCK_ENOMEM with
+ * errno ENOMEM, as Go's shm.ErrNoMemory wraps ENOMEM; it was SHMLOCK_ESYS. */
+static void test_map_without_address_space(void)
+{
+	char path[256], fresh[256];
+	check_temp_path(path, sizeof path, "nomem");
+	check_temp_path(fresh, sizeof fresh, "nomem-new");
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &big_options, &s), 0);
+	if (!s)
+		return;
+	shmlock_close(s);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(no_address_space_child(path, fresh));
+	int st = 0;
+	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (access(fresh, F_OK) == 0)
+		unlink(fresh);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 int main(void)
 {
 	RUN(test_golden_owner_slots);
@@ -1154,6 +1227,7 @@ int main(void)
 	RUN(test_create_on_full_fs);
 	RUN(test_open_sparse_on_full_fs);
 	RUN(test_memory_reserved);
+	RUN(test_map_without_address_space);
 	RUN(test_no_proc);
 	RUN(test_fifo_and_device_not_opened);
 	RUN(test_remover_killed_aside);

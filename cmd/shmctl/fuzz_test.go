@@ -263,7 +263,7 @@ var typedErrors = []error{
 	shm.ErrForeignOwner, shm.ErrPermissiveMode, shm.ErrForeignPIDNamespace, shm.ErrNotReady,
 	shm.ErrReadOnly, shm.ErrIndex, shm.ErrNotClaimable, shm.ErrTableFull, shm.ErrNotFound,
 	shm.ErrNotClaimed, shm.ErrUseMismatch, shm.ErrRegionSize, shm.ErrDataFull, shm.ErrRegionOffset,
-	shm.ErrFault, shm.ErrNoSpace,
+	shm.ErrFault, shm.ErrNoSpace, shm.ErrNoMemory,
 	layout.ErrTruncated, layout.ErrBadMagic, layout.ErrVersion, layout.ErrSizeMismatch,
 	layout.ErrMalformed, layout.ErrTableRange, layout.ErrTableOverlap, layout.ErrLimit,
 	layout.ErrChecksum, layout.ErrBadName, layout.ErrUnknownTable,
