@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/fsys"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -63,4 +64,32 @@ func TestGoRecoversCLeftovers(t *testing.T) {
 	for _, e := range entries {
 		assert.False(t, strings.HasPrefix(e.Name(), ".shmlock-rm-"), "left: %s", e.Name())
 	}
+}
+
+// A C creator killed between making the segment under a hidden name (as
+// on a file system without O_TMPFILE) and linking it leaves a name that
+// Go reads as its own (fsys.PendingName): the C process's identity, so Go
+// proves it dead and removes the file. libshmlock's name held its pid and
+// a random number only, and nothing ever removed it.
+func TestGoRecoversCPending(t *testing.T) {
+	t.Parallel()
+	dir := testproc.SegmentPath(t)
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path := filepath.Join(dir, "seg")
+	creator := startC(t, "segment", "create-dies", path)
+	creator.WaitKilled(t)
+	pending, err := filepath.Glob(filepath.Join(dir, fsys.PendingPrefix+"*"))
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "the killed creator's pending file")
+	id, ok := fsys.ParsePendingName(filepath.Base(pending[0]))
+	require.True(t, ok, "Go reads its name: %s", pending[0])
+	require.EqualValues(t, creator.PID(), id.PID)
+
+	found, err := shm.RecoverLeftoversOf(path, false)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Leftover{{Path: pending[0], Remover: id.Pack(), Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries)
 }

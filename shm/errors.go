@@ -52,6 +52,13 @@ var (
 	// ErrRemoverAlive: RecoverLeftovers keeps a leftover whose remover
 	// still runs, in the middle of its removal maybe.
 	ErrRemoverAlive = errors.New("shm: the process that moved the segment aside is alive")
+	// ErrCreatorAlive: RecoverLeftovers keeps a pending file (see
+	// Leftover) whose creator still runs: the segment is being made.
+	ErrCreatorAlive = errors.New("shm: the process creating the segment is alive")
+	// ErrLeftoverInUse: RecoverLeftovers keeps a pending file whose creator
+	// is dead but that a process has mapped or open (one that inherited
+	// its descriptor): it has no name to be put back under.
+	ErrLeftoverInUse = errors.New("shm: the leftover is in use")
 	// ErrNameNotKept: a leftover's hidden name keeps only the digest of
 	// the long name it was removed from (RecoverLeftoversOf, told the
 	// name, puts it back).

@@ -33,6 +33,10 @@ func SetTestHookFreeing(f func()) (restore func()) { return setHook(&testHookFre
 // checking the file and removing its name.
 func SetTestHookBeforeUnlink(f func()) (restore func()) { return setHook(&testHookBeforeUnlink, f) }
 
+// SetTestHookBeforeLink replaces the hook that runs in Create before the
+// complete segment is linked under its name.
+func SetTestHookBeforeLink(f func()) (restore func()) { return setHook(&testHookBeforeLink, f) }
+
 // SetTestHookAside replaces the hook that runs in Remove once the name is
 // moved aside, with the hidden path.
 func SetTestHookAside(f func(aside string)) (restore func()) {

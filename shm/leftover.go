@@ -139,13 +139,21 @@ const (
 // way to unlinking it, and did not unlink or put back: it was killed in
 // between. The file's memory (on tmpfs) is never freed, and if it was in
 // use, its users are cut off from the processes that open its name anew.
+//
+// Or it is a pending file (Pending): where the file system has no
+// O_TMPFILE, a creator (Create, libshmlock's shmlock_create) prepares the
+// segment under a hidden name that says who it is, .shmlock-init-<pid>-
+// <start>-<nonce> (see internal/fsys), and links it under the segment's
+// name when complete; one killed in between leaves that file, which no
+// name of a segment ever reaches.
 type Leftover struct {
 	Path string // its hidden path
 	// Name is the path it was removed from: "" if its hidden name keeps
 	// only the digest of a long name, unless RecoverLeftoversOf was given
-	// that name.
+	// that name; "" for a pending file, which never had one.
 	Name    string
-	Remover uint64 // the packed identity (see package proc) of the process that moved it aside
+	Remover uint64 // the packed identity (see package proc) of the process that moved it aside, or that was creating a pending file
+	Pending bool   // a creator's pending file, not a removed segment
 	// Users are the processes that have it mapped or open (this one: open),
 	// as far as /proc shows this user (another user's processes may be
 	// missing).
@@ -170,6 +178,11 @@ type Leftover struct {
 //     keeps only the digest of a long name (ErrNameNotKept; RecoverLeftoversOf,
 //     given the name, puts it back).
 //
+// And a pending file (see Leftover) is removed once its creator is dead,
+// if nobody has it mapped or open (who could, is a process that inherited
+// its descriptor: then it is kept, ErrLeftoverInUse); a live creator's is
+// kept (ErrCreatorAlive): it is being made.
+//
 // It reports every leftover it found, in the order of their hidden names;
 // the error is for dir itself.
 func RecoverLeftovers(dir string, dryRun bool) ([]Leftover, error) {
@@ -178,7 +191,9 @@ func RecoverLeftovers(dir string, dryRun bool) ([]Leftover, error) {
 
 // RecoverLeftoversOf is RecoverLeftovers for the leftovers that came from
 // the segment path (see ResolvePath), once or several times: those in its
-// directory whose hidden name keeps path's base name or its digest.
+// directory whose hidden name keeps path's base name or its digest, and
+// every pending file there whose creator is dead (its name does not say
+// which segment it was to become).
 func RecoverLeftoversOf(path string, dryRun bool) ([]Leftover, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
@@ -194,6 +209,15 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 	}
 	found := []Leftover{}
 	for _, e := range entries {
+		if creator, ok := fsys.ParsePendingName(e.Name()); ok {
+			// A live creator's file is no leftover, and may be another
+			// segment's in the making: only a look at the whole directory
+			// reports it.
+			if name == "" || !proc.Alive(creator) {
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, dryRun))
+			}
+			continue
+		}
 		remover, o, ok := parseAside(e.Name())
 		if !ok || name != "" && !o.is(name) {
 			continue
@@ -259,21 +283,74 @@ func recoverLeftover(path string, remover proc.Identity, o origin, dryRun bool) 
 	return l
 }
 
+// recoverPending does what RecoverLeftovers does with the pending file at
+// path, which creator made. Its contents are not checked: a creator killed
+// early leaves no header, or part of one.
+func recoverPending(path string, creator proc.Identity, dryRun bool) Leftover {
+	l := Leftover{Path: path, Remover: creator.Pack(), Pending: true, Action: LeftoverKept}
+	if proc.Alive(creator) {
+		l.Err = fmt.Errorf("%w (process %d)", ErrCreatorAlive, creator.PID)
+		return l
+	}
+	f, fi, err := openOwnFile(path)
+	if err != nil {
+		l.Err = err
+		return l
+	}
+	_ = f.Close()
+	inUse := func() error {
+		users, err := fileUsers(fi)
+		switch {
+		case err != nil:
+			return fmt.Errorf("shm: %s: %w", path, err)
+		case len(users) > 0:
+			l.Users = users
+			return fmt.Errorf("%w: %s (processes %v)", ErrLeftoverInUse, path, users)
+		}
+		return nil
+	}
+	if l.Err = inUse(); l.Err != nil {
+		return l
+	}
+	l.Users, l.Action = []int{}, LeftoverRemoved
+	if !dryRun {
+		base := filepath.Base(path)
+		l.Err = unlinkSame(path, originOf(base), fi, func(string) error { return inUse() })
+	}
+	if l.Err != nil {
+		l.Action = LeftoverKept
+	}
+	return l
+}
+
+// openOwnFile opens path read-only if it is a regular file of this user
+// (never following a symlink, nor opening a FIFO or a device), and returns
+// it and what it is.
+func openOwnFile(path string) (*os.File, fs.FileInfo, error) {
+	f, err := fsys.OpenNoFollow(path, true)
+	if err != nil {
+		return nil, nil, openError(path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("shm: %w", err)
+	}
+	if uid, ok := fsys.Owner(fi); !ok || uid != fsys.Euid() {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("%w: %s (uid %d)", ErrForeignOwner, path, uid)
+	}
+	return f, fi, nil
+}
+
 // examineLeftover checks the leftover at path as Remove checks a segment,
 // and that it is this user's, and returns what it found.
 func examineLeftover(path string) (fs.FileInfo, error) {
-	f, err := fsys.OpenNoFollow(path, true)
+	f, fi, err := openOwnFile(path)
 	if err != nil {
-		return nil, openError(path, err)
+		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("shm: %w", err)
-	}
-	if uid, ok := fsys.Owner(fi); !ok || uid != fsys.Euid() {
-		return nil, fmt.Errorf("%w: %s (uid %d)", ErrForeignOwner, path, uid)
-	}
 	header := make([]byte, layout.HeaderSize)
 	n, _ := f.ReadAt(header, 0)
 	// A segment of another format version is a segment all the same.

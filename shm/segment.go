@@ -132,6 +132,7 @@ func Create(path string, opts Options) (*Segment, error) {
 	s.bindHeaderWords()
 	readyWord(mem).Store(layout.ReadyMark) // last: the header is complete
 
+	testHookBeforeLink()
 	if err := pending.Publish(path); err != nil {
 		_ = mem.Unmap()
 		pending.Discard()
@@ -501,6 +502,10 @@ func unlinkSame(path string, o origin, fi fs.FileInfo, recheck func(string) erro
 // testHookBeforeUnlink runs in Remove between checking the file and
 // removing its name; tests replace it to put another file there.
 var testHookBeforeUnlink = func() {}
+
+// testHookBeforeLink runs in Create once the segment is complete, before
+// its file is linked under its name; tests replace it to die there.
+var testHookBeforeLink = func() {}
 
 // testHookAside runs in Remove once the name is moved aside, before the
 // file is compared and unlinked; tests replace it to kill the remover

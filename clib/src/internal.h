@@ -338,6 +338,12 @@ extern void (*shm_test_hook_before_unlink)(void);
 /* And this one once the name is moved aside, with the hidden path (to kill
  * the remover there). */
 extern void (*shm_test_hook_aside)(const char *aside);
+/* Tests set it to make shmlock_create act as on a file system without
+ * O_TMPFILE (a pending file under a hidden name), and this hook to run once
+ * the segment is complete, before it is linked under its name (to kill the
+ * creator there). */
+extern bool shm_test_no_tmpfile;
+extern void (*shm_test_hook_before_link)(void);
 /* And this one in the upgrade mutexes' liveness checks, just before the
  * check of identity (to change the mutex at that instant). */
 extern void (*shm_test_hook_alive)(uint64_t identity);

@@ -802,18 +802,30 @@ static void encode(uint8_t *b, uint64_t total, const struct shm_table_desc *d, c
 	memcpy(b + OFF_OWNERS_BOOT, boot, 16); /* the file is private yet: plain stores */
 }
 
+bool shm_test_no_tmpfile;
+void (*shm_test_hook_before_link)(void);
+
 /* fsys.CreatePending: an unnamed file in dir with exactly mode; where the
- * file system has no O_TMPFILE, a hidden name removed again after linking. */
+ * file system has no O_TMPFILE, a hidden name removed again after linking,
+ * .shmlock-init-<pid>-<start>-<nonce> (fsys.PendingName: pid and start in
+ * decimal are this process's identity, nonce in hex tells its names apart),
+ * so that once its creator is dead (killed before linking it) another
+ * process can prove it so and remove the file (shm.RecoverLeftovers). */
 static int create_pending(const char *dir, mode_t mode, char **tmp)
 {
 	*tmp = NULL;
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+	int fd = -1;
+	errno = EOPNOTSUPP; /* as a file system without O_TMPFILE says */
+	if (!shm_test_no_tmpfile)
+		fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
 	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		uint64_t self = shm_self();
 		for (int attempt = 0; fd < 0 && attempt <= 10; attempt++) {
 			char *name = malloc(strlen(dir) + 64);
 			if (!name)
 				return SHMLOCK_ENOMEM;
-			sprintf(name, "%s/.shmlock-init-%d-%llx", dir, (int)getpid(),
+			sprintf(name, "%s/.shmlock-init-%u-%llu-%llx", dir, (unsigned)(self & SHM_PID_MASK),
+			        (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK),
 			        (unsigned long long)shm_random64());
 			fd = open(name, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, mode);
 			if (fd >= 0)
@@ -920,6 +932,8 @@ static int do_create(const char *path, const shmlock_options *o, shmlock_segment
 	seg_bind(seg, m, total, d);
 	encode(m, total, d, boot, pidns, group ? FLAG_GROUP_ACCESS : 0);
 	atomic_store(&seg->hdr->ready, SHM_READY); /* last: the header is complete */
+	if (shm_test_hook_before_link)
+		shm_test_hook_before_link();
 	rc = publish(fd, tmp, p);
 	tmp = NULL;
 	if (rc)

@@ -159,6 +159,9 @@ type (
 		Users   []int        `json:"users"`
 		Action  string       `json:"action"`
 		Error   *string      `json:"error"`
+		// pending: a creator's pending file (.shmlock-init-...), which
+		// the document tells by its path and its null name.
+		pending bool
 	}
 	reclaimClaimJSON struct {
 		Table   string       `json:"table"`

@@ -34,7 +34,7 @@ func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
 	}
 	out := []reclaimLeftoverJSON{}
 	for _, l := range found {
-		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l.Remover), Users: l.Users, Action: string(l.Action)}
+		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l.Remover), Users: l.Users, Action: string(l.Action), pending: l.Pending}
 		if row.Users == nil {
 			row.Users = []int{}
 		}
@@ -77,25 +77,34 @@ func removerOf(w uint64) *processJSON {
 // printLeftovers writes one line for each leftover to w.
 func printLeftovers(w io.Writer, leftovers []reclaimLeftoverJSON) {
 	for _, l := range leftovers {
-		was := ""
-		if l.Name != nil {
-			was = ", was " + *l.Name
-		}
-		killed := fmt.Sprintf("process %d moved it aside to remove it and was killed", l.Process.PID)
-		var line string
-		switch l.Action {
-		case string(shm.LeftoverRestored), actionWouldRestore:
-			pids := make([]string, len(l.Users))
-			for i, pid := range l.Users {
-				pids[i] = fmt.Sprint(pid)
-			}
-			line = fmt.Sprintf("%s %s as %s: %s, and it is in use (processes %s)", l.Action, l.Path, deref(l.Name), killed,
-				strings.Join(pids, ", "))
-		case string(shm.LeftoverRemoved), actionWouldRemove:
-			line = fmt.Sprintf("%s %s (%s%s): nobody uses it", l.Action, l.Path, killed, was)
-		default:
-			line = fmt.Sprintf("%s %s (moved aside by process %d%s): %s", l.Action, l.Path, l.Process.PID, was, deref(l.Error))
-		}
-		fmt.Fprintln(w, escapeControls(line))
+		fmt.Fprintln(w, escapeControls(leftoverLine(l)))
 	}
+}
+
+// leftoverLine says what was done with leftover l, and why.
+func leftoverLine(l reclaimLeftoverJSON) string {
+	removing := l.Action == string(shm.LeftoverRemoved) || l.Action == actionWouldRemove
+	if l.pending {
+		if removing {
+			return fmt.Sprintf("%s %s (process %d was creating a segment there and was killed): nobody uses it", l.Action, l.Path, l.Process.PID)
+		}
+		return fmt.Sprintf("%s %s (made by process %d to create a segment): %s", l.Action, l.Path, l.Process.PID, deref(l.Error))
+	}
+	was := ""
+	if l.Name != nil {
+		was = ", was " + *l.Name
+	}
+	killed := fmt.Sprintf("process %d moved it aside to remove it and was killed", l.Process.PID)
+	switch {
+	case l.Action == string(shm.LeftoverRestored) || l.Action == actionWouldRestore:
+		pids := make([]string, len(l.Users))
+		for i, pid := range l.Users {
+			pids[i] = fmt.Sprint(pid)
+		}
+		return fmt.Sprintf("%s %s as %s: %s, and it is in use (processes %s)", l.Action, l.Path, deref(l.Name), killed,
+			strings.Join(pids, ", "))
+	case removing:
+		return fmt.Sprintf("%s %s (%s%s): nobody uses it", l.Action, l.Path, killed, was)
+	}
+	return fmt.Sprintf("%s %s (moved aside by process %d%s): %s", l.Action, l.Path, l.Process.PID, was, deref(l.Error))
 }

@@ -11,8 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/fsys"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // killedRemoverLeft moves the segment at path aside as a remover killed
@@ -98,4 +101,41 @@ func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
 	assert.Len(t, l.Users, 1)
 	_, err = os.Stat(path)
 	require.NoError(t, err, "the segment is not back under its name")
+}
+
+// A creator killed before its segment got its name (a file system without
+// O_TMPFILE) leaves its pending file in the directory: rm removes it once
+// the creator is dead, says so, and goes on with the segment. Removing it
+// does not pass for removing the segment: a missing one is still an error.
+// Before, nothing removed such a file.
+func TestRmRemovesAKilledCreatorsPendingFile(t *testing.T) {
+	t.Parallel()
+	dir := testproc.SegmentPath(t) // a directory: no other test's files
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path := filepath.Join(dir, "seg")
+	seg, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	self := proc.Self()
+	creator := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1} // this pid, started at another time: dead
+	pending := filepath.Join(dir, fsys.PendingName(creator, 1))
+	require.NoError(t, os.WriteFile(pending, nil, 0o600))
+	live := filepath.Join(dir, fsys.PendingName(self, 1))
+	require.NoError(t, os.WriteFile(live, nil, 0o600))
+
+	r := shmctl(t, false, "rm", path)
+	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Equal(t, fmt.Sprintf("removed %s (process %d was creating a segment there and was killed): nobody uses it\n", pending, creator.PID), r.stderr,
+		"a live creator's file is not mentioned")
+	for p, want := range map[string]bool{path: false, pending: false, live: true} {
+		_, err := os.Lstat(p)
+		assert.Equal(t, want, err == nil, "%s: %v", p, err)
+	}
+
+	require.NoError(t, os.WriteFile(pending, nil, 0o600))
+	r = shmctl(t, false, "rm", path)
+	assert.Equal(t, exitError, r.code, "the segment is gone: %+v", r)
+	_, err = os.Lstat(pending)
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }

@@ -47,6 +47,11 @@ removed, and one in use is put back under its name (unless the name is
 taken), and then checked as any other. Each is reported on stderr; a live
 remover's, another user's and a file that is no segment are left alone.
 
+Likewise for a creator killed before its segment got its name, on a file
+system without O_TMPFILE: the file it was making, .shmlock-init-PID-...
+in the directory, is removed once that creator is dead (its pid and start
+time say so) and nobody has it mapped or open; a live creator's is left.
+
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
   shmctl rm /dev/shm/a /dev/shm/b
@@ -91,7 +96,11 @@ func removeSegment(ios *IOStreams, path string, force bool) error {
 		return err
 	}
 	printLeftovers(ios.ErrOut, leftovers)
-	removed := slices.ContainsFunc(leftovers, func(l reclaimLeftoverJSON) bool { return l.Action == string(shm.LeftoverRemoved) })
+	// A pending file removed was never the segment: its name still says
+	// whether the segment is there.
+	removed := slices.ContainsFunc(leftovers, func(l reclaimLeftoverJSON) bool {
+		return l.Action == string(shm.LeftoverRemoved) && !l.pending
+	})
 	gone := func(err error) error {
 		if removed && errors.Is(err, fs.ErrNotExist) {
 			return nil

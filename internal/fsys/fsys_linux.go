@@ -8,10 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/proc"
 )
 
 // Pending is a file being prepared before it gets its name.
@@ -22,19 +26,23 @@ type Pending struct {
 
 // CreatePending makes an unnamed file in dir with exactly mode (no umask).
 // Where the file system lacks O_TMPFILE it falls back to a hidden name made
-// with O_EXCL|O_NOFOLLOW, removed again by Publish or Discard.
+// with O_EXCL|O_NOFOLLOW (see PendingName), removed again by Publish or
+// Discard.
 func CreatePending(dir string, mode os.FileMode) (*Pending, error) {
-	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
-	if err == nil {
-		return finishPending(fd, "", mode)
+	err := error(unix.EOPNOTSUPP) // as a file system without O_TMPFILE says
+	if !noTmpfile.Load() {
+		var fd int
+		if fd, err = unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm())); err == nil {
+			return finishPending(fd, "", mode)
+		}
 	}
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EINVAL) {
 		return nil, &fs.PathError{Op: "create", Path: dir, Err: err}
 	}
+	self := proc.Self()
 	for attempt := 0; ; attempt++ {
-		name := filepath.Join(dir, ".shmlock-init-"+strconv.Itoa(os.Getpid())+"-"+
-			strconv.FormatInt(time.Now().UnixNano(), 36))
-		fd, err = unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
+		name := filepath.Join(dir, PendingName(self, uint64(time.Now().UnixNano())))
+		fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
 		if err == nil {
 			return finishPending(fd, name, mode)
 		}
@@ -43,6 +51,56 @@ func CreatePending(dir string, mode os.FileMode) (*Pending, error) {
 		}
 	}
 }
+
+// A pending file's hidden name, where O_TMPFILE is missing, says who
+// made it, so that once its creator is dead (killed between the creation
+// and Publish) another process can tell and remove it (shm's
+// RecoverLeftovers):
+//
+//	.shmlock-init-<pid>-<start>-<nonce>
+//
+// pid and start, in decimal, are the creator's identity: its pid and the
+// low proc.StartBits bits of its start time in clock ticks since boot
+// (no later process with that pid has that start time); nonce, in
+// hexadecimal, tells apart the names one process makes. An older
+// release's .shmlock-init-<pid>-<time> has no start time: its creator
+// cannot be proved dead, and ParsePendingName does not read it.
+const PendingPrefix = ".shmlock-init-"
+
+// PendingName is the hidden name creator gives a pending file.
+func PendingName(creator proc.Identity, nonce uint64) string {
+	return PendingPrefix + strconv.FormatUint(uint64(creator.PID), 10) + "-" +
+		strconv.FormatUint(creator.StartTicks&proc.MaxStart, 10) + "-" + strconv.FormatUint(nonce, 16)
+}
+
+// ParsePendingName reads the creator of a pending file's hidden name
+// (PendingName); ok is false for any other name.
+func ParsePendingName(base string) (creator proc.Identity, ok bool) {
+	rest, ok := strings.CutPrefix(base, PendingPrefix)
+	if !ok {
+		return creator, false
+	}
+	f := strings.Split(rest, "-")
+	if len(f) != 3 {
+		return creator, false
+	}
+	pid, err1 := strconv.ParseUint(f[0], 10, 32)
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	_, err3 := strconv.ParseUint(f[2], 16, 64)
+	if err1 != nil || err2 != nil || err3 != nil || pid == 0 || pid > proc.MaxPID || start > proc.MaxStart {
+		return creator, false
+	}
+	return proc.Identity{PID: uint32(pid), StartTicks: start}, true
+}
+
+// noTmpfile makes CreatePending act as on a file system without
+// O_TMPFILE: see SetNoTmpfile.
+var noTmpfile atomic.Bool
+
+// SetNoTmpfile makes CreatePending, in this process, fall back to a hidden
+// name as on a file system without O_TMPFILE (on), or not; for tests of
+// the fallback, which file systems of their own cannot easily provide.
+func SetNoTmpfile(on bool) { noTmpfile.Store(on) }
 
 func finishPending(fd int, name string, mode os.FileMode) (*Pending, error) {
 	p := &Pending{file: os.NewFile(uintptr(fd), name), tmpName: name}

@@ -27,6 +27,11 @@
  *                             then removes PATH and kills itself (SIGKILL)
  *                             once the name is moved aside, before the file
  *                             is unlinked
+ *   segment create-dies PATH
+ *                             creates PATH as on a file system without
+ *                             O_TMPFILE and kills itself (SIGKILL) once the
+ *                             segment is complete under its hidden name,
+ *                             before it is linked under PATH
  *   segment regions PATH NAME...
  *                             looks each data region NAME up (size 0),
  *                             printing "region NAME RC OFFSET", then claims
@@ -130,6 +135,8 @@ static void die_aside(const char *aside)
 	raise(SIGKILL);
 }
 
+static void die_now(void) { raise(SIGKILL); }
+
 int main(int argc, char **argv)
 {
 	if (argc < 3)
@@ -153,6 +160,12 @@ int main(int argc, char **argv)
 			return 1;
 		shm_test_hook_aside = die_aside;
 		die("remove", shmlock_remove(path)); /* not reached */
+	}
+	if (!strcmp(cmd, "create-dies")) {
+		shm_test_no_tmpfile = true;
+		shm_test_hook_before_link = die_now;
+		shmlock_segment *s;
+		die("create", shmlock_create(path, NULL, &s)); /* not reached */
 	}
 	if (!strcmp(cmd, "create")) {
 		shmlock_segment *s;

@@ -1,0 +1,145 @@
+package shm_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/shm"
+)
+
+func init() {
+	// pending PATH die|stop: Create PATH as on a file system without
+	// O_TMPFILE, and kill -9 itself (die) or stop itself (stop) once the
+	// segment is complete under its hidden name, before it is linked;
+	// continued, it finishes and prints the result.
+	helpers["pending"] = func(args []string) int {
+		fsys.SetNoTmpfile(true)
+		sig := syscall.SIGKILL
+		if args[1] == "stop" {
+			sig = syscall.SIGSTOP
+		}
+		shm.SetTestHookBeforeLink(func() { _ = syscall.Kill(os.Getpid(), sig) })
+		seg, err := shm.Create(args[0], shm.Options{})
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("created")
+		_ = seg.Close()
+		return 0
+	}
+}
+
+// pendingFiles lists the pending files (.shmlock-init-*) in dir.
+func pendingFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, fsys.PendingPrefix+"*"))
+	require.NoError(t, err)
+	return names
+}
+
+// A creator killed between making the segment under a hidden name (a file
+// system without O_TMPFILE) and linking it under its name leaves that
+// file, which says who made it: once the creator is dead, RecoverLeftoversOf
+// (shmctl rm and reclaim) removes it, and keeps a live creator's. The
+// hidden name held the pid and the time only, so no process could prove
+// its creator dead, and nothing ever removed it.
+func TestRecoverPendingOfKilledCreator(t *testing.T) {
+	t.Parallel()
+	dir := leftoverDir(t)
+	path := filepath.Join(dir, "seg")
+	creator := testproc.Start(t, "pending", path, "die")
+	creator.WaitKilled(t)
+	_, err := os.Lstat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "never linked")
+	files := pendingFiles(t, dir)
+	require.Len(t, files, 1, "the killed creator's pending file")
+	id, ok := fsys.ParsePendingName(filepath.Base(files[0]))
+	require.True(t, ok, "its name says who made it: %s", files[0])
+	require.EqualValues(t, creator.PID(), id.PID)
+
+	found, err := shm.RecoverLeftoversOf(path, true)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Leftover{{Path: files[0], Remover: id.Pack(), Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
+	require.Equal(t, files, pendingFiles(t, dir), "a dry run removes nothing")
+
+	found, err = shm.RecoverLeftoversOf(path, false)
+	require.NoError(t, err)
+	require.Equal(t, []shm.Leftover{{Path: files[0], Remover: id.Pack(), Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
+	require.Empty(t, pendingFiles(t, dir), "removed")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing left, not even a hidden name of the removal")
+
+	found, err = shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Empty(t, found)
+}
+
+// A live creator's pending file is kept, whatever else is done: it is
+// being made. Continued, the creator links it as usual.
+func TestRecoverPendingKeepsLiveCreators(t *testing.T) {
+	t.Parallel()
+	dir := leftoverDir(t)
+	path := filepath.Join(dir, "seg")
+	creator := testproc.Start(t, "pending", path, "stop")
+	creator.WaitStopped(t)
+	files := pendingFiles(t, dir)
+	require.Len(t, files, 1)
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	assert.Equal(t, shm.LeftoverKept, found[0].Action)
+	assert.True(t, found[0].Pending)
+	assert.ErrorIs(t, found[0].Err, shm.ErrCreatorAlive)
+	require.Equal(t, files, pendingFiles(t, dir), "kept")
+
+	require.NoError(t, syscall.Kill(creator.PID(), syscall.SIGCONT))
+	require.Equal(t, "created\n", creator.WaitOK(t))
+	require.Empty(t, pendingFiles(t, dir), "linked, and its hidden name removed")
+	require.NoError(t, shm.Remove(path))
+}
+
+// The name's start time proves a creator dead whose pid a live process
+// has now (here, this one's); a name of an older release, which has no
+// start time, is never taken for one, and neither is another user's
+// file or anything but a regular file.
+func TestRecoverPendingByIdentity(t *testing.T) {
+	t.Parallel()
+	dir := leftoverDir(t)
+	self := proc.Self()
+	reused := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
+	dead := filepath.Join(dir, fsys.PendingName(reused, 0xabc))
+	live := filepath.Join(dir, fsys.PendingName(self, 0xabc))
+	old := filepath.Join(dir, fsys.PendingPrefix+strconv.Itoa(int(self.PID))+"-"+strconv.FormatInt(1e18, 36))
+	fifo := filepath.Join(dir, fsys.PendingName(reused, 0xdef))
+	for _, p := range []string{dead, live, old} {
+		require.NoError(t, os.WriteFile(p, nil, 0o600))
+	}
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 3, "the old name is none of its")
+	byPath := map[string]shm.Leftover{}
+	for _, l := range found {
+		byPath[l.Path] = l
+	}
+	assert.Equal(t, shm.LeftoverRemoved, byPath[dead].Action, "%v", byPath[dead].Err)
+	assert.ErrorIs(t, byPath[live].Err, shm.ErrCreatorAlive)
+	assert.ErrorIs(t, byPath[fifo].Err, shm.ErrNotRegular)
+	for p, want := range map[string]bool{dead: false, live: true, old: true, fifo: true} {
+		_, err := os.Lstat(p)
+		assert.Equal(t, want, err == nil, "%s: %v", filepath.Base(p), err)
+	}
+}
