@@ -48,7 +48,8 @@ func (s *Segment) Claim(k layout.Kind, name string) (int, error) {
 // the directory for tools (shmctl slots) and checked against later
 // claimants. Claiming a named entry recorded with another non-zero use
 // fails with ErrUseMismatch and changes nothing; use 0 matches anything,
-// and an entry first claimed with use 0 takes the first use given.
+// and an entry first claimed with use 0 takes the first use given (by a
+// claim, or by AdoptUse).
 func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	dk, err := directoryOf(k)
 	if err != nil {
@@ -550,6 +551,54 @@ func (s *Segment) ClaimUse(k layout.Kind, i int) (uint32, error) {
 		return 0, nil
 	}
 	return e.Use.Load(), nil
+}
+
+// AdoptUse records use with the claim of entry i of table k if its
+// claimants never said one (ClaimAs with use 0), as the first claim of its
+// name to give a use would; a claim that records use already is left as
+// it is, one that records another fails with ErrUseMismatch, and an entry
+// not claimed records nothing. For the lock packages' Open by index (see
+// spinlock.Open): the directory frees the claim of a released lock only
+// if it knows how the lock uses the entry's words, and with use 0 a
+// released pid/tid slot, which keeps its generation in Token, reads as a
+// token slot held by a holder who may be alive, kept for ever.
+func (s *Segment) AdoptUse(k layout.Kind, i int, use uint32) error {
+	dk, err := directoryOf(k)
+	if err != nil {
+		return err
+	}
+	e, err := entry[layout.DirEntry](s, dk, i)
+	if err != nil {
+		return err
+	}
+	check := func() (done bool, err error) {
+		if e.State.Load() != layout.DirClaimed {
+			return true, nil
+		}
+		switch had := e.Use.Load(); {
+		case had == use || use == 0:
+			return true, nil
+		case had != 0:
+			return true, fmt.Errorf("%w: %v[%d] is claimed for use %d, not %d", ErrUseMismatch, k, i, had, use)
+		}
+		return false, nil
+	}
+	if done, err := check(); done {
+		return err // no change: no lock, as on a read-only segment
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if err := s.lockRegistry(); err != nil {
+		return err
+	}
+	defer s.unlockRegistry()
+	if done, err := check(); done {
+		return err
+	}
+	e.Use.Store(use)
+	s.regGen.Add(1)
+	return nil
 }
 
 // Claims lists the claimed entries of table k. It takes no lock: it reads

@@ -34,9 +34,9 @@ func TestDeadClaimantsSlotIsRecycled(t *testing.T) {
 	}{
 		{0, spinlock.PIDTID, "hold", true},
 		{spinlock.PIDTID.ClaimUse(), spinlock.PIDTID, "hold", true},
-		// Released, a pid/tid slot keeps its generation in Token: with use 0
-		// its words read as a token slot held, whose holder may be alive.
-		{0, spinlock.PIDTID, "release", false},
+		// Released, a pid/tid slot keeps its generation in Token, which
+		// with use 0 reads as a token held: Open records the mode.
+		{0, spinlock.PIDTID, "release", true},
 		{spinlock.PIDTID.ClaimUse(), spinlock.PIDTID, "release", true},
 		{0, spinlock.Token, "hold", false},
 		{spinlock.Token.ClaimUse(), spinlock.Token, "hold", false},
@@ -129,4 +129,50 @@ func claimLockHelper(args []string) int {
 	fmt.Println("ready", i)
 	time.Sleep(3 * testTimeout)
 	return fail("not killed")
+}
+
+// A slot claimed without a mode takes the mode of its first Open: the
+// claim of a pid/tid lock used and released is then freed by its last
+// release, as a claim that said its mode is; and an Open for the other
+// mode is refused. Its claim was kept for ever (a released pid/tid slot
+// keeps its generation in Token, which with use 0 reads as a token held),
+// and the other mode's Open let two modes share the slot.
+func TestOpenGivesAClaimItsMode(t *testing.T) {
+	t.Parallel()
+	seg, _ := newSegment(t)
+	for _, mode := range []spinlock.Mode{spinlock.PIDTID, spinlock.Token} {
+		i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+		require.NoError(t, err)
+		l, err := spinlock.Open(seg, i, mode)
+		require.NoError(t, err)
+		use, err := seg.ClaimUse(layout.KindOwnerSlots, i)
+		require.NoError(t, err)
+		require.Equal(t, mode.ClaimUse(), use, "the claim records the mode of its first Open")
+		other := spinlock.Token
+		if mode == spinlock.Token {
+			other = spinlock.PIDTID
+		}
+		_, err = spinlock.Open(seg, i, other)
+		require.ErrorIs(t, err, spinlock.ErrModeMismatch)
+		id := spinlock.NewHolder()
+		if mode == spinlock.Token {
+			id = spinlock.NewToken()
+		}
+		g, err := l.Lock(id)
+		require.NoError(t, err)
+		require.NoError(t, g.Release())
+		require.NoError(t, l.Close())
+		require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+		_, err = seg.Lookup(layout.KindOwnerSlots, "unsaid")
+		require.ErrorIs(t, err, shm.ErrNotFound, "%v: the last release frees a free lock's claim", mode)
+		requireZeroSlot(t, seg, i)
+	}
+
+	// An unclaimed slot records nothing: it has no claim to record it in.
+	l, err := spinlock.Open(seg, 5, spinlock.PIDTID)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	claims, err := seg.Claims(layout.KindOwnerSlots)
+	require.NoError(t, err)
+	require.Empty(t, claims)
 }

@@ -85,8 +85,9 @@ func TestNamedModeAndIndex(t *testing.T) {
 }
 
 // Open by index refuses the mode a slot's claim contradicts, as Named
-// does, and changes nothing; a slot whose claim says no mode (Claim, or a
-// use that is no mode) or that is not claimed opens in either mode.
+// does, and changes nothing; a slot whose claim says no mode (Claim) takes
+// the mode of its first Open and then refuses the other; one whose use is
+// no mode, or that is not claimed, opens in either mode.
 func TestOpenRefusesTheClaimsOtherMode(t *testing.T) {
 	t.Parallel()
 	seg, _ := newSegment(t)
@@ -112,7 +113,12 @@ func TestOpenRefusesTheClaimsOtherMode(t *testing.T) {
 	notAMode, err := seg.ClaimAs(layout.KindOwnerSlots, "other-use", 7)
 	require.NoError(t, err)
 	unclaimed := seg.Len(layout.KindOwnerSlots) - 1
-	for _, i := range []int{unsaid, notAMode, unclaimed} {
+	l, err := spinlock.Open(seg, unsaid, spinlock.Token)
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	_, err = spinlock.Open(seg, unsaid, spinlock.PIDTID)
+	require.ErrorIs(t, err, spinlock.ErrModeMismatch, "the claim took token mode from its first Open")
+	for _, i := range []int{notAMode, unclaimed} {
 		for _, mode := range []spinlock.Mode{spinlock.PIDTID, spinlock.Token} {
 			l, err := spinlock.Open(seg, i, mode)
 			require.NoError(t, err, "slot %d in %v mode", i, mode)

@@ -200,8 +200,10 @@ func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
 // write to a read-only mapping kills the process; seg.Slot reads one).
 // A slot claimed for the other mode (Named records the mode with its
 // claim) is refused with ErrModeMismatch, as Named refuses it: see
-// checkClaimedMode. Two modes on a slot whose claim says none are the
-// caller's error, which Open cannot see.
+// checkClaimedMode. A slot claimed without a mode (shm.Segment.Claim, use
+// 0) takes mode, as its claim's use, from its first Open, and later Opens
+// for the other mode are refused too; an unclaimed slot is the caller's to
+// use in one mode.
 func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	if seg == nil {
 		return nil, shm.ErrNoSegment
@@ -264,8 +266,12 @@ func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) 
 // (PID 0, Token its generation) reads exactly as a token slot held with
 // that token, and a slot held in pid/tid mode (PID set) says so only while
 // it is held, so a check of the words would refuse a wrong mode or not by
-// the timing of the Open. A slot claimed without a mode (Claim, use 0) or
-// not at all is the caller's to use in one mode.
+// the timing of the Open. A slot claimed without a mode (Claim, use 0)
+// takes mode now (shm.Segment.AdoptUse): then the directory knows how to
+// read its words, and frees its claim once the lock is released and the
+// last reference goes; a released pid/tid slot's words alone read as a
+// token held (its generation), and its claim was kept for ever. A slot not
+// claimed at all is the caller's to use in one mode.
 func checkClaimedMode(seg *shm.Segment, index int, mode Mode) error {
 	use, err := seg.ClaimUse(layout.KindOwnerSlots, index)
 	if err != nil {
@@ -274,7 +280,14 @@ func checkClaimedMode(seg *shm.Segment, index int, mode Mode) error {
 	if had, said := ModeOfClaimUse(use); said && had != mode {
 		return fmt.Errorf("%w: %w: owner slot %d is claimed for %v, not %v", ErrModeMismatch, shm.ErrUseMismatch, index, had, mode)
 	}
-	return nil
+	if use != 0 {
+		return nil
+	}
+	err = seg.AdoptUse(layout.KindOwnerSlots, index, mode.ClaimUse())
+	if errors.Is(err, shm.ErrUseMismatch) { // another Open, for the other mode, came first
+		return fmt.Errorf("%w: %w", ErrModeMismatch, err)
+	}
+	return err
 }
 
 // Named claims the owner slot called name in seg (see shm.Segment.ClaimAs)

@@ -212,8 +212,10 @@ uint64_t shmlock_token_new(void);     /* a random token, low 32 bits non-zero (s
  * directory for mode; SHMLOCK_EUSEMISMATCH if claimed for the other mode. */
 int shmlock_spin_named(shmlock_segment *seg, const char *name, int mode, shmlock_spin **out);
 /* The lock of owner slot index, unclaimed (spinlock.Open);
- * SHMLOCK_EUSEMISMATCH if the slot is claimed for the other mode. Using a
- * slot whose claim records no mode in both modes is the caller's error. */
+ * SHMLOCK_EUSEMISMATCH if the slot is claimed for the other mode. A claim
+ * that records no mode takes mode from its first open, and refuses the
+ * other mode after it; a slot not claimed is the caller's to use in one
+ * mode. */
 int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, shmlock_spin **out);
 int shmlock_spin_close(shmlock_spin *l);
 int shmlock_spin_index(const shmlock_spin *l);

@@ -496,6 +496,49 @@ uint32_t shm_claim_use(shmlock_segment *seg, int kind, size_t index)
 	return atomic_load(&e->use);
 }
 
+/* adopt_done is shm.Segment.AdoptUse's check: 1 (and *rc) if there is
+ * nothing to change: the entry is not claimed, records use already, or
+ * records another (SHMLOCK_EUSEMISMATCH); 0 if its claim says no use. */
+static int adopt_done(struct shm_dir_entry *e, uint32_t use, int *rc)
+{
+	*rc = 0;
+	if (atomic_load(&e->state) != SHM_DIR_CLAIMED)
+		return 1;
+	uint32_t had = atomic_load(&e->use);
+	if (had == use || use == 0)
+		return 1;
+	if (had != 0) {
+		*rc = SHMLOCK_EUSEMISMATCH;
+		return 1;
+	}
+	return 0;
+}
+
+int shm_claim_adopt_use(shmlock_segment *seg, int kind, size_t index, uint32_t use)
+{
+	int dk = directory_of(kind);
+	if (!seg || !dk)
+		return SHMLOCK_EINVAL;
+	if (index >= seg->tables[dk].count)
+		return 0; /* no claim to record it in, as shm_claim_use finds none */
+	struct shm_dir_entry *e = dir_entry(seg, dk, index);
+	int rc;
+	if (adopt_done(e, use, &rc))
+		return rc; /* no change: no lock */
+	if (shm_closed(seg))
+		return SHMLOCK_ECLOSED;
+	if (seg->read_only)
+		return SHMLOCK_EREADONLY;
+	if ((rc = registry_lock_for(seg, false)) != 0)
+		return rc;
+	if (!adopt_done(e, use, &rc)) {
+		atomic_store(&e->use, use);
+		atomic_fetch_add(&seg->hdr->registry_gen, 1);
+	}
+	shm_registry_unlock(seg);
+	return rc;
+}
+
 int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, size_t *index)
 {
 	int dk = directory_of(kind);

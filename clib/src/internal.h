@@ -443,6 +443,10 @@ int shm_release_claim(shmlock_segment *seg, int kind, size_t index);
  * ClaimUse): 0 if the entry is not claimed or its claimants never said. It
  * takes no lock: the directory of the moment. */
 uint32_t shm_claim_use(shmlock_segment *seg, int kind, size_t index);
+/* shm.Segment.AdoptUse: records use with the claim of entry index if its
+ * claimants said none (use 0); SHMLOCK_EUSEMISMATCH if it records
+ * another; an entry not claimed records nothing. */
+int shm_claim_adopt_use(shmlock_segment *seg, int kind, size_t index, uint32_t use);
 /* The registry lock of the header (held while changing a directory). */
 int shm_registry_lock(shmlock_segment *seg);
 void shm_registry_unlock(shmlock_segment *seg);

@@ -422,16 +422,22 @@ static bool spin_mode_ok(int mode)
 	return mode == SHMLOCK_PIDTID || mode == SHMLOCK_TOKEN;
 }
 
-/* spinlock's checkClaimedMode: false if the slot's claim records the other
- * mode (use = mode + 1), whose handles would read this one's lock word as
- * free or as their own kind. Only the claim can tell: a free pid/tid slot
- * reads as a token slot held with its generation, and a pid/tid hold shows
- * only while it lasts. A claim without a mode, or none, says nothing. */
-static bool claimed_mode_ok(shmlock_segment *seg, size_t index, int mode)
+/* spinlock's checkClaimedMode: SHMLOCK_EUSEMISMATCH if the slot's claim
+ * records the other mode (use = mode + 1), whose handles would read this
+ * one's lock word as free or as their own kind. Only the claim can tell: a
+ * free pid/tid slot reads as a token slot held with its generation, and a
+ * pid/tid hold shows only while it lasts. A claim without a mode (use 0)
+ * takes this one (shm_claim_adopt_use), so that the directory can read its
+ * words and free its claim once released; a slot not claimed says nothing. */
+static int check_claimed_mode(shmlock_segment *seg, size_t index, int mode)
 {
 	uint32_t use = shm_claim_use(seg, SHM_OWNER_SLOTS, index);
 	bool said = use == SHMLOCK_PIDTID + 1 || use == SHMLOCK_TOKEN + 1;
-	return !said || use == (uint32_t)mode + 1;
+	if (said)
+		return use == (uint32_t)mode + 1 ? 0 : SHMLOCK_EUSEMISMATCH;
+	if (use != 0)
+		return 0;
+	return shm_claim_adopt_use(seg, SHM_OWNER_SLOTS, index, (uint32_t)mode + 1);
 }
 
 SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, shmlock_spin **out)
@@ -448,8 +454,9 @@ SHM_EXPORT int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, s
 	struct shm_owner_slot *slots = shm_table_of(seg, SHM_OWNER_SLOTS, &count);
 	if (slots == NULL || index >= count || index > INT32_MAX)
 		return SHMLOCK_EINDEX;
-	if (!claimed_mode_ok(seg, index, mode))
-		return SHMLOCK_EUSEMISMATCH;
+	int rc = check_claimed_mode(seg, index, mode);
+	if (rc < 0)
+		return rc;
 	shmlock_spin *l = calloc(1, sizeof *l);
 	if (l == NULL)
 		return SHMLOCK_ENOMEM;

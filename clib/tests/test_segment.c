@@ -524,6 +524,44 @@ static void test_dead_holder_use0_recycled(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A slot claimed without a mode takes the mode of its first open, so that
+ * its claim goes with its last release once the lock is released (with
+ * use 0 a released pid/tid slot's generation reads as a token held: it was
+ * kept for ever), and an open for the other mode is refused (as Go's
+ * TestOpenGivesAClaimItsMode). */
+static void test_open_gives_claim_its_mode(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "adopt-use");
+	shmlock_options o = {.slots = 2};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+	size_t i = 99;
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "unsaid", 0, &i), 0);
+	shmlock_spin *l = NULL, *other = NULL;
+	CHECK_RC(shmlock_spin_open(s, i, SHMLOCK_PIDTID, &l), 0);
+	CHECK(atomic_load(&d[i].use) == SHMLOCK_PIDTID + 1);
+	CHECK_RC(shmlock_spin_open(s, i, SHMLOCK_TOKEN, &other), SHMLOCK_EUSEMISMATCH);
+	if (l) {
+		uint64_t h = shmlock_holder_new();
+		CHECK_RC(shmlock_spin_lock(l, h), 0);
+		CHECK_RC(shmlock_spin_unlock(l, h), 0);
+		shmlock_spin_close(l);
+	}
+	CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, i), 0);
+	CHECK(atomic_load(&d[i].state) == 0);
+	/* An unclaimed slot has no claim to record a mode in. */
+	CHECK_RC(shmlock_spin_open(s, 1, SHMLOCK_TOKEN, &l), 0);
+	if (l)
+		shmlock_spin_close(l);
+	CHECK(atomic_load(&d[1].state) == 0 && atomic_load(&d[1].use) == 0);
+	shmlock_close(s);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 /* A machine that went down while a process was between a claim's two
  * counts (Refs counted, its record not yet) leaves the registry lock held
  * and a reference that no record names: the first open after the reboot
@@ -1218,6 +1256,7 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
 	RUN(test_dead_holder_use0_recycled);
+	RUN(test_open_gives_claim_its_mode);
 	RUN(test_reboot_mid_claim_recounts);
 	RUN(test_claim_refuses_wrapped_refs);
 	RUN(test_stats_reset_by_fresh_claim);

@@ -208,8 +208,9 @@ static void test_named(void)
 }
 
 /* Open by index refuses the mode a slot's claim contradicts, as named does
- * (spinlock.Open), changing nothing; a claim without a mode, a use that is
- * no mode, or no claim lets either mode open. */
+ * (spinlock.Open), changing nothing; a claim without a mode takes the mode
+ * of its first open and then refuses the other; a use that is no mode, or
+ * no claim, lets either mode open. */
 static void test_open_claimed_mode(void)
 {
 	for (int mode = SHMLOCK_PIDTID; mode <= SHMLOCK_TOKEN; mode++) {
@@ -230,7 +231,13 @@ static void test_open_claimed_mode(void)
 	size_t unsaid, not_a_mode;
 	CHECK_RC(shm_claim(seg, SHM_OWNER_SLOTS, "mode.unsaid", 0, &unsaid), 0);
 	CHECK_RC(shm_claim(seg, SHM_OWNER_SLOTS, "mode.other", 7, &not_a_mode), 0);
-	size_t idx[] = {unsaid, not_a_mode, 7 /* the last slot: never claimed here */};
+	shmlock_spin *first = NULL, *refused = NULL;
+	CHECK_RC(shmlock_spin_open(seg, unsaid, SHMLOCK_TOKEN, &first), 0);
+	if (first != NULL)
+		CHECK_RC(shmlock_spin_close(first), 0);
+	CHECK(shm_claim_use(seg, SHM_OWNER_SLOTS, unsaid) == SHMLOCK_TOKEN + 1);
+	CHECK_RC(shmlock_spin_open(seg, unsaid, SHMLOCK_PIDTID, &refused), SHMLOCK_EUSEMISMATCH);
+	size_t idx[] = {not_a_mode, 7 /* the last slot: never claimed here */};
 	for (size_t k = 0; k < sizeof idx / sizeof idx[0]; k++)
 		for (int mode = SHMLOCK_PIDTID; mode <= SHMLOCK_TOKEN; mode++) {
 			shmlock_spin *l = NULL;

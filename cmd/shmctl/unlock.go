@@ -214,11 +214,20 @@ func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
 	if err != nil {
 		return err
 	}
-	mode := spinlock.PIDTID
+	mode, said := spinlock.PIDTID, false
 	if claims, err := claimsByIndex(seg, layout.KindOwnerSlots, "owner slots"); err == nil {
-		if m, said := spinlock.ModeOfClaimUse(claims[i].Use); said {
+		var m spinlock.Mode
+		if m, said = spinlock.ModeOfClaimUse(claims[i].Use); said {
 			mode = m
 		}
+	}
+	if slot, err := seg.Slot(i); !said && err == nil && slot.PID.Load() == 0 {
+		// A claim that says no mode, and no pid/tid holder: nothing a
+		// force can free, and an Open would record a mode (spinlock.Open)
+		// that token-mode users of the slot would then be refused.
+		gen := idString(slot.Token.Load())
+		doc.Generation = &gen
+		return nil
 	}
 	l, err := spinlock.Open(seg, i, mode)
 	if err != nil {

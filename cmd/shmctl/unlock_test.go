@@ -179,3 +179,28 @@ func TestUnlockForceLeavesWaitingWriter(t *testing.T) {
 	require.NoError(t, w.Unlock())
 	require.ErrorIs(t, stuck.UnlockUpgrade(), upgrade.ErrNotHeld)
 }
+
+// unlock --force of a slot whose claim says no mode and that no pid/tid
+// holder holds leaves its claim's use unsaid: an Open would record pid/tid
+// mode in it (spinlock.Open takes a claim's mode from its first Open), and
+// the token-mode users of the slot would then be refused.
+func TestUnlockForceLeavesAnUnsaidClaimsMode(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+	require.NoError(t, err)
+	slot, err := seg.Slot(i)
+	require.NoError(t, err)
+	slot.Token.Store(0x1234) // held in token mode, as far as anyone can tell
+	r := shmctl(t, false, "unlock", seg.Path(), "unsaid", "--force", "--json")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc unlockJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	assert.Equal(t, "was free", doc.Action)
+	use, err := seg.ClaimUse(layout.KindOwnerSlots, i)
+	require.NoError(t, err)
+	assert.Zero(t, use, "the claim still says no mode")
+	l, err := spinlock.Open(seg, i, spinlock.Token)
+	require.NoError(t, err, "a token-mode user still opens it")
+	require.NoError(t, l.Close())
+}
