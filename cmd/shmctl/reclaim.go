@@ -64,9 +64,7 @@ touched.
 And the lock-manager holds (see 'shmctl locks') whose TTL passed or whose
 processes (and companion) died are ended, each listed with why; and the
 references dead processes held to named slots and mutexes are dropped (a
-name whose last reference goes is freed if its lock is free, or held by a
-dead process: that is done first, so such a slot goes with its name
-rather than be taken over and kept for nobody); should a live
+name whose last reference goes is freed if its lock is free); should a live
 process hold the directory's lock (one stopped mid-claim), reclaim fails
 after --wait, naming it.
 
@@ -137,19 +135,10 @@ func runReclaim(opts *reclaimOptions) error {
 	if err := refuseDamaged(seg, opts.Force || opts.DryRun); err != nil {
 		return err
 	}
-	// The claims first: a claim that only dead processes referenced,
-	// whose slot a dead process holds, is freed with its slot. Taken over
-	// first, the slot would be marked inconsistent, and the claim kept for
-	// ever for news that nobody is left to be told.
-	claims, err := reclaimClaims(seg, opts.DryRun, opts.Wait)
-	if err != nil {
-		return err
-	}
 	doc, err := reclaimDead(seg, opts.DryRun)
 	if err != nil {
 		return err
 	}
-	doc.Claims = claims
 	doc.Txns, err = reclaimTxns(seg, opts.DryRun, opts.Wait)
 	if err != nil {
 		return err
@@ -158,6 +147,9 @@ func runReclaim(opts *reclaimOptions) error {
 		return err
 	}
 	if doc.TokenSlots, err = heldTokenSlots(seg); err != nil {
+		return err
+	}
+	if doc.Claims, err = reclaimClaims(seg, opts.DryRun, opts.Wait); err != nil {
 		return err
 	}
 	doc.Leftovers = leftovers

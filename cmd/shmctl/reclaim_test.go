@@ -374,41 +374,6 @@ func TestReclaimClaims(t *testing.T) {
 	assert.ErrorIs(t, err, shm.ErrNotFound, "its last reference went, and its lock is free")
 }
 
-// A claim that only a dead process referenced, whose slot a dead process
-// holds in pid/tid mode (the claim said no mode), is freed, slot and all:
-// nobody is left to wait for the lock or to be told of the death. Its
-// slot was taken over first, marked inconsistent, and the claim kept for
-// ever.
-func TestReclaimClaimsOfDeadHolder(t *testing.T) {
-	t.Parallel()
-	seg := newSegment(t, layout.Options{})
-	i, err := seg.Claim(layout.KindOwnerSlots, "orphan")
-	require.NoError(t, err)
-	refs, err := seg.Region(layout.KindClaimRefs)
-	require.NoError(t, err)
-	self := proc.Self()
-	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
-	rec, err := memview.At[layout.ClaimRef](refs, 0)
-	require.NoError(t, err)
-	rec.Owner.Store(dead)
-	slot, err := seg.Slot(i)
-	require.NoError(t, err)
-	slot.PID.Store(dead)
-	slot.TID.Store(7)
-	slot.Token.Store(3)
-
-	r := shmctl(t, false, "reclaim", "--json", seg.Path())
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	var doc reclaimJSON
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	require.Len(t, doc.Claims, 1)
-	assert.Equal(t, "dropped", doc.Claims[0].Action)
-	assert.Empty(t, doc.Slots, "the slot went with its claim: nothing to take over")
-	_, err = seg.Lookup(layout.KindOwnerSlots, "orphan")
-	assert.ErrorIs(t, err, shm.ErrNotFound, "its last reference went, and its holder is dead")
-	assert.Equal(t, [5]uint64{}, slotWords(t, seg, i))
-}
-
 // A live process that holds the claim directory's lock (stopped mid-claim)
 // does not make reclaim hang without a word: it waits --wait for it, then
 // fails naming the holder. It hung for ever.
