@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,10 +25,16 @@ func crashAtHelper(args []string) int {
 	defer seg.Close()
 	step := args[1]
 	lockmgr.SetStepHook(func(s string) {
-		if s == step {
-			fmt.Println("at " + s)
-			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		if s != step {
+			return
 		}
+		fmt.Println("at " + s)
+		// Continued rather than killed, it must not go on changing the
+		// table past the step as if it had crashed there.
+		if err := testproc.StopSelf(); err != nil {
+			os.Exit(fail("stop at %s: %v", s, err))
+		}
+		os.Exit(fail("continued at %s", s))
 	})
 	switch args[2] {
 	case "acquire":
@@ -61,6 +66,27 @@ func crashAt(t *testing.T, path, step string, args ...string) {
 	c.Kill(t)
 }
 
+// requireCrashLeft fails the test unless Check finds one thing for each of
+// want, which its line contains, and nothing else: the trace of a crash at
+// the step, read without the locks the dead process left taken. The test
+// then goes on from the state it means to repair, not from one where the
+// crash came before the step or after it.
+func requireCrashLeft(t *testing.T, m *lockmgr.Manager, want ...string) {
+	t.Helper()
+	found, err := m.Check()
+	require.NoError(t, err)
+	require.Len(t, found, len(want), "the crash's trace: %q", found)
+	for i, w := range want {
+		require.Contains(t, found[i], w, "the crash's trace: %q", found)
+	}
+}
+
+// What Check says of a crash's traces (check.go).
+const (
+	noHolder = "with no holder"                                     // a hold's end cut off before its mode was cleared
+	orphan   = "an overflow entry that no resource's chain reaches" // a grow or a retire cut off before the chain changed
+)
+
 // A process killed while it reclaimed a dead holder's hold, right after it
 // freed the holder's record, leaves the resource marked inconsistent: the
 // next holder is told.
@@ -71,9 +97,11 @@ func TestCrashMidReclaimMarksInconsistent(t *testing.T) {
 	dead.WaitLine(t, "held")
 	dead.Kill(t)
 	crashAt(t, path, "endHold:process", "acquire", "r", "reclaimer", "exclusive")
+	requireCrashLeft(t, m, noHolder) // the victim's hold ended, the reclaimer's not begun
 	info, err := m.Acquire(context.Background(), "r", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
-	require.True(t, info.Inconsistent || info.Reclaimed, "the dead holder's end is not told: %+v", info)
+	require.True(t, info.Inconsistent, "the dead holder's end is not told: %+v", info)
+	require.False(t, info.Reclaimed, "a hold was left to reclaim: %+v", info)
 }
 
 // A process killed while it forced a live hold off, right after it freed
@@ -86,6 +114,7 @@ func TestCrashMidForceRelease(t *testing.T) {
 	_, err := m.Acquire(ctx, "f", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	crashAt(t, path, "endHold:process", "force", "f")
+	requireCrashLeft(t, m, noHolder) // its record freed, no tombstone in it yet
 	require.ErrorIs(t, m.Release("f", "holder"), lockmgr.ErrLockNotHeld, "the forced end is not told")
 	info, err := m.Acquire(ctx, "f", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
@@ -123,12 +152,24 @@ func retireSetup(t *testing.T) (*lockmgr.Manager, string) {
 //     table has no other entry for c's third holder).
 func TestCrashMidRetire(t *testing.T) {
 	t.Parallel()
-	for _, step := range []string{"retire:overflow", "retire:unlinked"} {
-		t.Run(step, func(t *testing.T) {
+	for _, tc := range []struct {
+		step string
+		left []string // Check's findings after the crash
+	}{
+		{"retire:overflow", nil},
+		{"retire:unlinked", []string{orphan}},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
 			t.Parallel()
 			m, path := retireSetup(t)
 			ctx, C := context.Background(), lockmgr.Collaborative
-			crashAt(t, path, step, "acquire", "b", "b1", "exclusive")        // recycles a
+			crashAt(t, path, tc.step, "acquire", "b", "b1", "exclusive") // recycles a
+			requireCrashLeft(t, m, tc.left...)
+			for r, in := range map[string]bool{"a": true, "b": false} { // a not yet freed, b not yet in
+				ri, err := m.Inspect(r)
+				require.NoError(t, err)
+				require.Equal(t, in, ri.Entry != 0, "resource %s in the table", r)
+			}
 			_, err := m.Acquire(ctx, "c", "c3", C, lockmgr.AcquireOptions{}) // needs an overflow entry
 			require.NoError(t, err, "the overflow entry was not freed")
 			_, err = m.Acquire(ctx, "a", "z", lockmgr.Exclusive, lockmgr.AcquireOptions{})
@@ -147,6 +188,7 @@ func TestCrashMidReleaseRecycles(t *testing.T) {
 	t.Parallel()
 	m, _, path := newManagerAt(t, 2, lockmgr.Options{}) // one resource entry
 	crashAt(t, path, "endHold:process", "release", "old", "o")
+	requireCrashLeft(t, m, noHolder) // the hold ended, its mode not cleared
 	info, err := m.Acquire(context.Background(), "new", "n", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err, "the entry of a resource nobody holds is not recycled")
 	require.Greater(t, info.Version, uint64(1), "the version goes on from the recycled resource's")
@@ -161,13 +203,11 @@ func TestCrashMidReleaseReclaimClearsMode(t *testing.T) {
 	t.Parallel()
 	m, _, path := newManagerAt(t, 8, lockmgr.Options{})
 	crashAt(t, path, "endHold:process", "release", "r", "o")
-	found, err := m.Check()
-	require.NoError(t, err)
-	require.Len(t, found, 1, "the crash's trace")
+	requireCrashLeft(t, m, noHolder)
 	ended, err := m.Reclaim(false)
 	require.NoError(t, err)
 	require.Empty(t, ended, "a released hold is not ended again")
-	found, err = m.Check()
+	found, err := m.Check()
 	require.NoError(t, err)
 	require.Empty(t, found)
 	ri, err := m.Inspect("r")
@@ -191,7 +231,8 @@ func TestCrashMidGrowFreesOrphan(t *testing.T) {
 		require.NoError(t, err)
 	}
 	crashAt(t, path, "grow:unlinked", "acquire", "a", "a3", "collaborative")
-	for _, r := range []string{"b", "c"} { // the second takes the orphan's entry
+	requireCrashLeft(t, m, orphan)
+	for _, r := range []string{"b", "c"} { // one of them takes the orphan's entry
 		_, err := m.Acquire(ctx, r, "o", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 		require.NoError(t, err, "resource %s", r)
 	}
