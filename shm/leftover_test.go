@@ -28,7 +28,12 @@ func init() {
 	// stop-aside PATH: Remove PATH, stopping itself (SIGSTOP) once the
 	// name is moved aside; continued, it finishes and prints the result.
 	helpers["stop-aside"] = func(args []string) int {
-		shm.SetTestHookAside(func(string) { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+		shm.SetTestHookAside(func(string) {
+			if err := testproc.StopSelf(); err != nil {
+				fmt.Println("error", err)
+				os.Exit(1)
+			}
+		})
 		fmt.Println("removed", shm.Remove(args[0]))
 		return 0
 	}
