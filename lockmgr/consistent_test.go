@@ -10,6 +10,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
 )
 
 // The recovery protocol, across processes: a holder is killed; the next
@@ -53,6 +54,45 @@ func TestExpiryMarksInconsistent(t *testing.T) {
 	info, err = m.Acquire(ctx, "r", "later", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	require.False(t, info.Inconsistent)
+}
+
+// A holder told of damage that repairs the data as it unwinds, after its
+// segment's Close, says so and releases: the mark goes with it, as in
+// packages spinlock and upgrade, and the next holder (another mapping of
+// the same file) is not told. Only the holder may, closed or not; a
+// read-only Manager may not.
+func TestMarkConsistentAfterClose(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	observer, _, path := newManagerAt(t, 4, lockmgr.Options{Clock: clk})
+	ctx := context.Background()
+	_, err := observer.Acquire(ctx, "r", "slow", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	clk.Advance(time.Second) // its expiry marks r
+
+	m, seg := openAgain(t, path, lockmgr.Options{Clock: clk})
+	info, err := m.Acquire(ctx, "r", "repairer", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.True(t, info.Inconsistent)
+	require.NoError(t, seg.Close())
+	require.ErrorIs(t, m.MarkConsistent("r", "stranger"), lockmgr.ErrLockNotHeld)
+	ri, err := observer.Inspect("r")
+	require.NoError(t, err)
+	require.True(t, ri.Inconsistent, "a stranger's MarkConsistent changed the mark")
+	require.NoError(t, m.MarkConsistent("r", "repairer"), "the holder's, after Close")
+	require.NoError(t, m.Release("r", "repairer"))
+
+	info, err = observer.Acquire(ctx, "r", "next", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.False(t, info.Inconsistent, "the repair said after Close is lost")
+
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ro.Close() })
+	view, err := lockmgr.Open(ro, lockmgr.Options{})
+	require.NoError(t, err)
+	require.NoError(t, ro.Close())
+	require.ErrorIs(t, view.MarkConsistent("r", "next"), lockmgr.ErrReadOnly)
 }
 
 // tellHelper acquires RESOURCE as OWNER (waiting), prints what it was

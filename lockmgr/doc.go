@@ -59,8 +59,9 @@
 // segment's file; an acquisition waiting between attempts returns
 // ErrClosed at its next wake (within maxSleepSlice, 100 ms); one in
 // flight either completes, its hold real in the file, or returns
-// ErrClosed having left nothing there. Release still works after
-// Close, so a hold is given back by its owner as it unwinds.
+// ErrClosed having left nothing there. Release and MarkConsistent still
+// work after Close, as in packages spinlock and upgrade, so a holder that
+// unwinds says what it repaired and gives its hold back.
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	m, _ := lockmgr.Open(seg, lockmgr.Options{})

@@ -1038,15 +1038,21 @@ func (m *Manager) refresh(res *resKey, own *ownKey, ttl time.Duration, info Lock
 // MarkConsistent says that the data the resource protects is whole again
 // (owner, which holds it, repaired it or found nothing to repair): later
 // grants are no longer told (LockInfo.Inconsistent). ErrLockNotHeld if
-// owner holds no live hold of resource.
+// owner holds no live hold of resource. Like Release, and like the
+// MarkConsistent of packages spinlock and upgrade, it works after the
+// segment's Close (ErrClosed only if it then had to wait for the entry
+// lock that another process keeps): a holder that repaired the data as it
+// unwinds says so before its release, else every later holder, in every
+// process, is told of damage that is no more, and the resource, never
+// recycled while marked, keeps its entry.
 func (m *Manager) MarkConsistent(resource, owner string) error {
 	var res resKey
 	var own ownKey
 	if err := checkNames(&res, &own, resource, owner); err != nil {
 		return err
 	}
-	if err := m.writable(); err != nil {
-		return err
+	if m.ro {
+		return ErrReadOnly
 	}
 	now := m.clock.now()
 	e, err := m.t.lookup(&res)

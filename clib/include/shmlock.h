@@ -319,6 +319,9 @@ int shmlock_lockmgr_acquire(shmlock_lockmgr *m, const char *resource, const char
 int shmlock_lockmgr_release(shmlock_lockmgr *m, const char *resource, const char *owner);
 int shmlock_lockmgr_refresh(shmlock_lockmgr *m, const char *resource, const char *owner, int64_t ttl_ns,
                             shmlock_lock_info *info);
+/* Clears the inconsistent mark; owner holds a live hold of resource, else
+ * SHMLOCK_ELOCK_NOT_HELD. Works after the segment's close, as release does
+ * and as the spinlock's and the upgrade mutex's mark_consistent do. */
 int shmlock_lockmgr_mark_consistent(shmlock_lockmgr *m, const char *resource, const char *owner);
 /* 0 if version is the resource's current one, else SHMLOCK_EVERSION_CONFLICT. */
 int shmlock_lockmgr_check_version(shmlock_lockmgr *m, const char *resource, uint64_t version);

@@ -1413,16 +1413,21 @@ SHM_EXPORT int shmlock_lockmgr_refresh(shmlock_lockmgr *m, const char *resource,
 	return 0;
 }
 
+/* MarkConsistent, as release, works after the segment's close (SHMLOCK_ECLOSED
+ * only if it then had to wait for an entry lock that another process keeps):
+ * a holder that repaired the data as it unwinds says so, as the spinlock's
+ * and the upgrade mutex's holders may; else every later holder is told of
+ * damage that is no more. */
 SHM_EXPORT int shmlock_lockmgr_mark_consistent(shmlock_lockmgr *m, const char *resource, const char *owner)
 {
 	if (m == NULL)
 		return SHMLOCK_EINVAL;
 	struct key res, own;
 	int rc = check_names(m, &res, &own, resource, owner);
-	if (rc == 0)
-		rc = writable(m);
 	if (rc != 0)
 		return rc;
+	if (m->ro)
+		return SHMLOCK_EREADONLY;
 	uint64_t self = shm_self();
 	int64_t now = shm_now_ns();
 	entry_t *e;

@@ -818,10 +818,8 @@ static void op_lm(void)
 			EXPECT_TRUE(info.expires_ns == 0 ? ttl == 0 : info.expires_ns > info.acquired_ns);
 		break;
 	}
-	case 3: { /* mark consistent */
+	case 3: { /* mark consistent: as release, also after the close */
 		int want = names_rc;
-		if (!want && closed)
-			want = SHMLOCK_ECLOSED;
 		if (!want && ro)
 			want = SHMLOCK_EREADONLY;
 		if (!want && !lm_mode[ri][oi])

@@ -763,6 +763,39 @@ static void test_threads_counter(void)
 	done_segment(seg, m, path);
 }
 
+/* A holder told of damage that repairs the data as it unwinds, after its
+ * segment's close, says so and releases: the mark goes, as with the
+ * spinlock's and the upgrade mutex's mark_consistent, and the next holder
+ * (another open of the file) is not told. Only the holder may. */
+static void test_mark_consistent_after_close(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 4);
+	shmlock_lockmgr *m = NULL, *om = NULL;
+	shmlock_segment *other = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_open(path, NULL, &other), 0);
+	CHECK_RC(shmlock_lockmgr_open(other, &om), 0);
+	shmlock_lock_info info;
+	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "repairer", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	struct shm_lockmgr_entry *e = entry_named(seg, "r");
+	CHECK(e != NULL);
+	if (e == NULL)
+		return;
+	const uint32_t inconsistent = 1u << 5; /* LM_CTL_INCONSISTENT (lockmgr.c) */
+	atomic_fetch_or(&e->ctl, inconsistent); /* as an expired or dead holder's end leaves it */
+	CHECK_RC(shmlock_close(seg), 0);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "r", "stranger"), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK((atomic_load(&e->ctl) & inconsistent) != 0);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "r", "repairer"), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "r", "repairer"), 0);
+	CHECK_RC(shmlock_lockmgr_close(m), 0); /* the last handle on seg: it goes */
+	CHECK_RC(shmlock_lockmgr_acquire(om, "r", "next", SHMLOCK_EXCLUSIVE, NULL, &info), 0);
+	CHECK(!info.inconsistent);
+	CHECK_RC(shmlock_lockmgr_release(om, "r", "next"), 0);
+	done_segment(other, om, path);
+}
+
 int main(void)
 {
 	RUN(test_hash_matches_go);
@@ -782,5 +815,6 @@ int main(void)
 	RUN(test_orphan_freed);
 	RUN(test_forced_owner_granted_again);
 	RUN(test_threads_counter);
+	RUN(test_mark_consistent_after_close);
 	return CHECK_DONE();
 }

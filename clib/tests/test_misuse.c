@@ -838,7 +838,7 @@ static void test_lockmgr_misuse(void)
 /* ---------------------------------------------------- after the segment */
 
 /* Handles of every kind outlive their segment's close: acquisitions say
- * ECLOSED, releases still release, and the mapping stays until the last
+ * ECLOSED, releases still release (and a holder still marks consistent), and the mapping stays until the last
  * handle goes (ASan reports a touch of anything freed). */
 static void test_after_segment_close(void)
 {
@@ -889,7 +889,6 @@ static void test_after_segment_close(void)
 	CHECK_RC(shmlock_lockmgr_acquire(m, "r2", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ECLOSED);
 	CHECK_RC(shmlock_lockmgr_refresh(m, "r", "o", 1, NULL), SHMLOCK_ECLOSED);
 	CHECK_RC(shmlock_lockmgr_check_version(m, "r", 1), SHMLOCK_ECLOSED);
-	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "r", "o"), SHMLOCK_ECLOSED);
 	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ECLOSED); /* its own hold */
 	shmlock_acquire_options wait = {.retries = SHMLOCK_RETRY_FOREVER, .wait_ns = INT64_MAX};
 	CHECK_RC(shmlock_lockmgr_acquire(m, "r", "p", SHMLOCK_COLLABORATIVE, &wait, NULL), SHMLOCK_ECLOSED);
@@ -905,6 +904,8 @@ static void test_after_segment_close(void)
 	CHECK_RC(shmlock_upgrade_close(u), SHMLOCK_EHELD);
 	CHECK_RC(shmlock_upgrade_unlock_shared(u), 0);
 	CHECK_RC(shmlock_lockmgr_release(m, "r", "p"), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "r", "p"), SHMLOCK_ELOCK_NOT_HELD);
+	CHECK_RC(shmlock_lockmgr_mark_consistent(m, "r", "o"), 0); /* a holder's, as a release */
 	CHECK_RC(shmlock_lockmgr_release(m, "r", "o"), 0);
 	/* Handles closed in any order; the last frees the old mapping. */
 	CHECK_RC(shmlock_spin_close(l), 0);
