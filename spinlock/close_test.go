@@ -213,3 +213,41 @@ func TestUseAfterHandleClose(t *testing.T) {
 		}
 	}
 }
+
+// A Locker's Lock, which cannot return an error, panics with it once the
+// lock is closed (the handle's Close or its segment's), as its doc says:
+// for a stranger and for the holder alike, whose recursive Lock is an
+// acquisition too. The slot is left as it was.
+func TestLockerAfterClose(t *testing.T) {
+	t.Parallel()
+	for _, mode := range modes {
+		for _, closer := range []string{"handle", "segment"} {
+			t.Run(mode.String()+"/"+closer, func(t *testing.T) {
+				t.Parallel()
+				path := newSegmentPath(t)
+				seg, err := shm.Open(path, shm.Options{})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = seg.Close() })
+				l, err := spinlock.Open(seg, 0, mode)
+				require.NoError(t, err)
+				holder := l.Locker(holderFor(mode))
+				holder.Lock()
+				want := shm.ErrClosed
+				if closer == "handle" {
+					want = spinlock.ErrLockClosed
+					require.NoError(t, l.Close())
+				} else {
+					require.NoError(t, seg.Close())
+				}
+				before := stateOf(l.Slot())
+				msg := "spinlock: " + want.Error()
+				require.PanicsWithValue(t, msg, holder.Lock, "the holder's Lock")
+				require.PanicsWithValue(t, msg, l.Locker(holderFor(mode)).Lock, "a stranger's Lock")
+				require.Equal(t, before, stateOf(l.Slot()), "the slot changed")
+				holder.Unlock() // releases still work
+				_, held := openPath(t, path, mode).Owner()
+				require.False(t, held, "the release reached the file")
+			})
+		}
+	}
+}

@@ -179,7 +179,15 @@ func (l *Lock) LockContext(ctx context.Context, id Identity) (*Guard, error) {
 // Locker returns a sync.Locker that locks l for id. Its Lock blocks until
 // it holds the lock (taking it over from a dead holder silently: use a
 // Guard to learn of that); its Unlock panics if id does not hold the lock,
-// as sync.Mutex does for an unlocked mutex.
+// as sync.Mutex does for an unlocked mutex. Lock, which cannot return an
+// error, panics where Guard.Lock would return one: once the lock is closed
+// (ErrLockClosed after l's Close, shm.ErrClosed after its segment's, a
+// holder's recursive Lock too; a Lock asleep at the segment's Close at its
+// next wake) and, in pid/tid mode, past the most recursive holds
+// (ErrRecursion). The panic value is a string, "spinlock: " and the
+// error's text; "spinlock: unlock: " and it for Unlock. Unlock still works
+// after either Close. Locker itself panics if id does not fit l's mode
+// (ErrBadIdentity).
 func (l *Lock) Locker(id Identity) sync.Locker {
 	if !id.fits(l.mode) {
 		panic("spinlock: " + ErrBadIdentity.Error())
@@ -195,6 +203,9 @@ type locker struct {
 func (k *locker) Lock() {
 	if k.l.tryAcquire(k.id) {
 		return
+	}
+	if k.l.closed() { // acquireSlow would grant a holder's recursion without asking
+		panic("spinlock: " + k.l.closedErr().Error())
 	}
 	if _, err := k.l.acquireSlow(context.Background(), k.id, time.Time{}, false); err != nil {
 		panic("spinlock: " + err.Error())
