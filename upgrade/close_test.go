@@ -3,6 +3,7 @@ package upgrade_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -335,4 +336,73 @@ func TestNilSegment(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrNoSegment)
 	_, err = upgrade.ForceUnlock(nil, 0)
 	require.ErrorIs(t, err, shm.ErrNoSegment)
+}
+
+// A Locker's methods, which cannot return an error, panic with it once the
+// handle or its segment is closed, as the Locker's doc says: every
+// acquisition (Lock, RLock, its RLocker's Lock), the value a string,
+// "upgrade: " and the error's text; the file is left as it was. The
+// releases of what the handle held still work after the segment's Close.
+func TestLockerAfterClose(t *testing.T) {
+	t.Parallel()
+	for _, closer := range []string{"handle", "segment"} {
+		t.Run(closer, func(t *testing.T) {
+			t.Parallel()
+			observer, path := newSegment(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = seg.Close() })
+			m, err := upgrade.Open(seg, 0)
+			require.NoError(t, err)
+			l := m.Locker()
+			want := shm.ErrClosed // checkOpen looks at the segment first
+			if closer == "handle" {
+				want = upgrade.ErrClosed
+				require.NoError(t, m.Close())
+			} else {
+				l.RLock() // held across the Close, released after it
+				require.NoError(t, seg.Close())
+			}
+			before := status(t, observer)
+			msg := fmt.Sprintf("upgrade: %v", want)
+			require.PanicsWithValue(t, msg, l.Lock, "Lock")
+			require.PanicsWithValue(t, msg, l.RLock, "RLock")
+			require.PanicsWithValue(t, msg, l.RLocker().Lock, "RLocker().Lock")
+			require.Equal(t, before, status(t, observer), "the file changed")
+			if closer == "segment" {
+				l.RUnlock()
+				checkFree(t, status(t, observer))
+			}
+		})
+	}
+}
+
+// The holder of the unique lock that repaired the data says so after its
+// segment's Close, as it releases after it: MarkConsistent clears the mark
+// in the file, and the next holder (another mapping) is not told. Another
+// handle, which holds nothing, is refused (ErrNotHeld) as before Close.
+func TestMarkConsistentAfterClose(t *testing.T) {
+	t.Parallel()
+	observer, path := newSegment(t)
+	seg, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	dead, m, idle := open(t, observer), open(t, seg), open(t, seg)
+	require.NoError(t, dead.Lock())
+	_, err = upgrade.ForceUnlock(observer, 0) // as a dead holder's reclaim: marked
+	require.NoError(t, err)
+	require.NoError(t, m.Lock())
+	require.True(t, m.Inconsistent())
+	require.NoError(t, seg.Close())
+	require.ErrorIs(t, idle.MarkConsistent(), upgrade.ErrNotHeld)
+	require.True(t, status(t, observer).Inconsistent, "a handle that holds nothing cleared the mark")
+	require.NoError(t, m.MarkConsistent(), "the holder's, after Close")
+	require.NoError(t, m.Unlock())
+	next := open(t, observer)
+	require.NoError(t, next.Lock())
+	require.False(t, next.Inconsistent(), "the repair said after Close is lost")
+	require.NoError(t, next.Unlock())
+	for _, h := range []*upgrade.Mutex{dead, m, idle, next} {
+		require.NoError(t, h.Close())
+	}
 }

@@ -54,7 +54,8 @@
 // (shm.Segment.OnClose). Holds taken before Close stay held in the file
 // until released: the releases (Unlock, UnlockShared, UnlockUpgrade,
 // UniqueToUpgrade after an upgrade, and Mutex.Close) still work after the
-// segment's Close.
+// segment's Close, and so does the unique holder's MarkConsistent. A
+// Locker, which cannot return the error, panics with it (see Locker).
 //
 //	seg, _ := shm.OpenOrCreate("jobs", shm.Options{})
 //	m, _ := upgrade.Named(seg, "table")

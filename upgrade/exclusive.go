@@ -211,7 +211,9 @@ func (m *Mutex) Inconsistent() bool { return m.e.State.Load()&stateInconsistent 
 // MarkConsistent says that the data the mutex protects is whole again (the
 // holder repaired it, or found nothing to repair): later holders are no
 // longer told. The handle must hold the unique lock (Lock, or an upgrade
-// to it); ErrNotHeld otherwise.
+// to it); ErrNotHeld otherwise. Like the releases, it works after the
+// segment's Close, so a holder that repaired the data as it unwinds says
+// so (and so do lockmgr's and spinlock's).
 func (m *Mutex) MarkConsistent() error {
 	s, w := m.e.State.Load(), m.e.Writer.Load()
 	unique := m.holdsWriterWord(w) && writerHoldsUnique(s, w) ||

@@ -59,10 +59,16 @@ func (m *Mutex) WithUnique(ctx context.Context, f func() error) (err error) {
 
 // Locker adapts a handle to sync.Locker (Lock and Unlock are the unique
 // lock) with RLock and RUnlock for shared holds, like sync.RWMutex. Its
-// methods panic on an error, as sync.RWMutex does when unlocking what is
-// not locked, and so on any use after the segment's Close (shm.ErrClosed);
-// a dead holder's lock is taken over silently (use the handle itself to
-// learn of that).
+// methods panic where the handle's would return an error, as sync.RWMutex
+// does when unlocking what is not locked; the value is a string, "upgrade: "
+// and the error's text. So every acquisition (Lock, RLock, its RLocker's
+// Lock) panics once the segment is closed (shm.ErrClosed; a waiting one at
+// its next wake) or the handle is (ErrClosed), and where the handle holds
+// the lock in a conflicting mode already (ErrHeld: Lock over any hold of
+// the handle's, RLock over its unique one). Unlock and RUnlock of what the
+// handle holds still work after the segment's Close, and panic (ErrNotHeld,
+// ErrNotOwner) only where the handle's would fail. A dead holder's lock is
+// taken over silently (use the handle itself to learn of that).
 type Locker struct{ m *Mutex }
 
 // Locker returns the handle as a Locker.
