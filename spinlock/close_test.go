@@ -251,3 +251,42 @@ func TestLockerAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// The holder that repaired the data says so after the handle's or the
+// segment's Close, as it releases after it: MarkConsistent clears the mark
+// in the file, and the next holder (another mapping) is not told. A guard
+// that holds nothing is refused as before Close.
+func TestMarkConsistentAfterClose(t *testing.T) {
+	t.Parallel()
+	for _, closer := range []string{"handle", "segment"} {
+		t.Run(closer, func(t *testing.T) {
+			t.Parallel()
+			path := newSegmentPath(t)
+			seg, err := shm.Open(path, shm.Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = seg.Close() })
+			l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+			require.NoError(t, err)
+			_, err = l.Lock(spinlock.NewHolder())
+			require.NoError(t, err)
+			_, err = l.ForceUnlock() // as a dead holder's takeover: marked
+			require.NoError(t, err)
+			g, err := l.Lock(spinlock.NewHolder())
+			require.NoError(t, err)
+			require.True(t, g.Inconsistent())
+			if closer == "handle" {
+				require.NoError(t, l.Close())
+			} else {
+				require.NoError(t, seg.Close())
+			}
+			var idle spinlock.Guard
+			require.ErrorIs(t, idle.MarkConsistent(), spinlock.ErrNotHeld)
+			require.NoError(t, g.MarkConsistent(), "the holder's, after Close")
+			require.NoError(t, g.Release())
+			next, err := openPath(t, path, spinlock.PIDTID).Lock(spinlock.NewHolder())
+			require.NoError(t, err)
+			require.False(t, next.Inconsistent(), "the repair said after Close is lost")
+			require.NoError(t, next.Release())
+		})
+	}
+}

@@ -129,7 +129,9 @@ func (g *Guard) Inconsistent() bool {
 // MarkConsistent says that the data the lock protects is whole again (the
 // holder repaired it, or found nothing to repair): later holders are no
 // longer told. ErrNotHeld if g holds nothing, ErrNotOwner if the lock no
-// longer records g's holder.
+// longer records g's holder. Like Release, it works after the lock's or
+// its segment's Close, so a holder that repaired the data as it unwinds
+// says so (and so do upgrade's and lockmgr's).
 func (g *Guard) MarkConsistent() error {
 	if g.lock == nil {
 		return ErrNotHeld

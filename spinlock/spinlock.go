@@ -144,7 +144,8 @@ var noSegment shm.Segment
 // closed reports whether the lock's segment has been closed: from then on
 // every acquisition fails with shm.ErrClosed (shm.Segment.Close); releases
 // still release in the file, so a hold taken before Close, or by an
-// acquisition that Close came under, is given back as its holder unwinds.
+// acquisition that Close came under, is given back as its holder unwinds,
+// and the holder's Guard.MarkConsistent still clears the mark there.
 func (l *Lock) closed() bool { return l.seg.Closed() || l.shut.Load() }
 
 // closedErr is the error of an acquisition refused by closed.
@@ -159,7 +160,8 @@ func (l *Lock) closedErr() error {
 // Named took (so that a slot nobody names any more, once free, can be
 // claimed for another name), and from then on its acquisitions fail with
 // ErrLockClosed. Releases still work, so a Guard taken before may still be
-// released. ErrLockClosed the second time. Close does not release the lock:
+// released, and so does its MarkConsistent (as after the segment's Close).
+// ErrLockClosed the second time. Close does not release the lock:
 // a lock still held keeps its claim until it is released and claimed anew.
 func (l *Lock) Close() error {
 	if !l.shut.CompareAndSwap(false, true) {
