@@ -72,7 +72,9 @@ func (g ProcessGuard) Inconsistent() bool {
 // longer told. ErrNotOwner if g's hold is not current; otherwise the
 // lock's answer (the upgrade mutex takes it only from a unique holder:
 // upgrade.ErrNotHeld from the upgrade lock that has not upgraded). Nothing
-// to do, nil, over a ProcessLock that keeps no such record.
+// to do, nil, over a ProcessLock that keeps no such record. Like Unlock, it
+// works after the lock's segment is closed over the adapters of this
+// package (the spinlock's and the upgrade mutex's MarkConsistent do).
 func (g ProcessGuard) MarkConsistent() error {
 	if !g.Held() {
 		return ErrNotOwner

@@ -73,7 +73,8 @@ func openClosable(t *testing.T, path string, k closeKind) (*shm.Segment, *coro.P
 // closed: so does every acquisition of a ProcessMutex over them, and none
 // changes the file. The hold taken before Close stays in the file until
 // it is released: the release still reaches the file (another handle can
-// take the lock then).
+// take the lock then), and the holder's MarkConsistent still works before
+// it.
 func TestProcessMutexAfterSegmentClose(t *testing.T) {
 	t.Parallel()
 	for _, k := range closeKinds {
@@ -92,6 +93,11 @@ func TestProcessMutexAfterSegmentClose(t *testing.T) {
 			_, om, _ := openClosable(t, path, k)
 			_, err = om.TryLock()
 			require.ErrorIs(t, err, coro.ErrWouldBlock, "Close does not release the hold in the file")
+			var markWant error // the holder's say-so works after Close, as Unlock does
+			if k.name == "upgrade upgradable" {
+				markWant = upgrade.ErrNotHeld // before Close too: not the unique holder
+			}
+			require.ErrorIs(t, g.MarkConsistent(), markWant, "MarkConsistent after Close")
 			require.NoError(t, g.Unlock(), "Unlock of the hold taken before Close")
 			require.False(t, g.Held())
 			before, err := os.ReadFile(path)
