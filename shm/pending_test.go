@@ -24,11 +24,11 @@ func init() {
 	// continued, it finishes and prints the result.
 	helpers["pending"] = func(args []string) int {
 		fsys.SetNoTmpfile(true)
-		sig := syscall.SIGKILL
+		hook := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 		if args[1] == "stop" {
-			sig = syscall.SIGSTOP
+			hook = func() { _ = testproc.StopSelf() } // see StopSelf: a SIGSTOP to the process may stop it late
 		}
-		shm.SetTestHookBeforeLink(func() { _ = syscall.Kill(os.Getpid(), sig) })
+		shm.SetTestHookBeforeLink(hook)
 		seg, err := shm.Create(args[0], shm.Options{})
 		if err != nil {
 			fmt.Println("error", err)
