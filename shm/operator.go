@@ -8,9 +8,10 @@ import (
 )
 
 // Operator locks: an operator's action on a lock that must not overlap
-// another's action on the same lock (upgrade.ForceUnlock: two forces of
-// one mutex at once can leave its writers' word with nobody) takes that
-// lock's operator lock first. It is kept out of the segment's memory, so
+// another's action on the same lock (upgrade.ForceUnlock and, in pid/tid
+// mode, spinlock.Lock.ForceUnlock: two forces of one mutex or slot at
+// once can leave its lock word with nobody) takes that lock's operator
+// lock first. It is kept out of the segment's memory, so
 // that no process can die holding it and no format changes: it is an
 // fcntl lock of an open file description (fsys.TryLockByte) on one byte
 // of the segment file far past its end, operatorLockBase + kind<<32 +
@@ -33,7 +34,7 @@ func operatorLockOffset(k layout.Kind, i int) int64 {
 // grants such a lock only on a file open for writing, and no tool that
 // only reads needs it). The lock guards nothing by itself: the operations
 // that must not overlap each take it. A caller that must wait polls (see
-// upgrade.ForceUnlockContext).
+// upgrade.ForceUnlockContext, spinlock.Lock.ForceUnlockContext).
 func (s *Segment) TryLockOperator(k layout.Kind, i int) (unlock func(), ok bool, err error) {
 	if err := s.writable(); err != nil {
 		return nil, false, err

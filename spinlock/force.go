@@ -1,8 +1,11 @@
 package spinlock
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/layout"
 )
@@ -21,6 +24,24 @@ var ErrChanged = fmt.Errorf("spinlock: the lock changed hands meanwhile")
 // Unlock fails the same way. ErrNotHeld if the lock is free; ErrChanged
 // if its holder changed meanwhile (nothing done).
 //
+// Forces of one slot in PIDTID mode never overlap: each holds the slot's
+// operator lock (shm.Segment.TryLockOperator, an fcntl lock on the
+// segment's file that the kernel drops if its holder dies) from before
+// its first read of the slot to after its last store, and waits for it
+// while another force, of any process, runs; ForceUnlock waits for as
+// long as that takes (ForceUnlockContext gives up). A force is a takeover
+// followed by a release, several plain stores apart, and a second force
+// could take over the first's takeover in between: the first's store of
+// its TID then landed on the second's hold, both gave up (ErrNotOwner),
+// and the slot stayed with the second's process, held by nobody, until
+// that process exited; or the first's stores landed after the second
+// had freed the slot, on the next holder's hold (its TID, so that its
+// release failed and the slot stayed with its process while it lived,
+// and its recursion count). A lock made with New or OpenAt has no
+// operator lock (it is not an owner slot of a segment's table): its
+// forces must not overlap, and the caller sees to that. Token mode needs
+// no lock: its force is one CAS of the lock word.
+//
 // Forcing a holder that is not stuck but running is a race that no check
 // closes: a release (or a nested lock) that has passed its checks before
 // the takeover goes on writing the slot without reading it again, and its
@@ -33,6 +54,15 @@ var ErrChanged = fmt.Errorf("spinlock: the lock changed hands meanwhile")
 // the holder's own process, whose hold it then frees (two holders). So
 // force only a holder known to be stuck, or dead.
 func (l *Lock) ForceUnlock() (Identity, error) {
+	return l.ForceUnlockContext(context.Background())
+}
+
+// ForceUnlockContext is ForceUnlock, giving up when ctx is done while it
+// waits for another force of the same slot (one stopped, or in a
+// debugger, mid-force holds the forces' lock for as long): it then
+// returns ctx's error, having changed nothing. For a tool, which should
+// not wait for ever without a word.
+func (l *Lock) ForceUnlockContext(ctx context.Context) (Identity, error) {
 	if l.closed() {
 		return Identity{}, l.closedErr()
 	}
@@ -49,6 +79,45 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 		}
 		return Identity{Token: t}, nil
 	}
+	if l.index >= 0 {
+		unlock, err := l.lockForce(ctx)
+		if err != nil {
+			return Identity{}, fmt.Errorf("spinlock: force unlock of slot %d: %w", l.index, err)
+		}
+		defer unlock()
+	}
+	return l.forcePIDTID()
+}
+
+// Waits for another force's lock (lockForce): a force holds it for
+// microseconds unless it is stopped, so the first looks come soon and the
+// later ones no more often than forceLockNapMax.
+const (
+	forceLockNapMin = 20 * time.Microsecond
+	forceLockNapMax = 10 * time.Millisecond
+)
+
+// lockForce takes the operator lock of the lock's slot (see ForceUnlock),
+// waiting while another force holds it, and returns its release.
+func (l *Lock) lockForce(ctx context.Context) (unlock func(), err error) {
+	nap := forceLockNapMin
+	for {
+		unlock, ok, err := l.seg.TryLockOperator(layout.KindOwnerSlots, l.index)
+		if err != nil || ok {
+			return unlock, err
+		}
+		testHookForceBusy()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("waiting for another force of it in progress: %w", err)
+		}
+		futex.Nap(nap) // time.Sleep would stretch the first naps to hundreds of microseconds
+		nap = min(2*nap, forceLockNapMax)
+	}
+}
+
+// forcePIDTID is ForceUnlock in PIDTID mode, once no other force of the
+// slot can run.
+func (l *Lock) forcePIDTID() (Identity, error) {
 	s := l.slot
 	owner := Identity{PID: s.PID.Load(), TID: s.TID.Load()}
 	if owner.PID == 0 {
@@ -61,6 +130,7 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 	if racesync.Enabled { // a takeover, as reclaim's; l.release releases it
 		racesync.Acquire(l.word)
 	}
+	testHookForceTook()
 	s.TID.Store(me.TID)
 	s.RecursionCount.Store(layout.SlotInconsistent)
 	s.Token.Add(1)
@@ -71,9 +141,9 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 	// release's checks then failed (TID) or only decremented (count), and
 	// the lock stayed held by this process for as long as it lived. So the
 	// free checks only that the hold is still this one (PID, and TID this
-	// or 0: a second forcer's takeover writes its own), and resets the
-	// count whatever it is. (Stores of the holder that land after the
-	// free: see the doc above.)
+	// or 0), and resets the count whatever it is. (Stores of the holder
+	// that land after the free: see the doc above. No other force writes
+	// here: forces serialize.)
 	if s.PID.Load() != me.PID {
 		return owner, ErrNotOwner
 	}
@@ -95,6 +165,7 @@ func (l *Lock) ForceUnlock() (Identity, error) {
 	return owner, nil
 }
 
-// testHookForceTakenOver runs in ForceUnlock between the takeover and the
-// free; tests replace it.
-var testHookForceTakenOver = func() {}
+// Test hooks: testHookForceBusy runs when a force finds the forces' lock
+// held; testHookForceTook when it has taken the lock word over, before its
+// other stores; testHookForceTakenOver between the takeover and the free.
+var testHookForceBusy, testHookForceTook, testHookForceTakenOver = func() {}, func() {}, func() {}

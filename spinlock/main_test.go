@@ -43,6 +43,7 @@ var helpers = map[string]func(args []string) int{
 	"claim-lock":     claimLockHelper,     // PATH NAME USE MODE hold|release
 	"bench-pingpong": benchPingPongHelper, // PATH
 	"race-two-locks": raceTwoLocksHelper,  // PATH
+	"force-step":     forceStepHelper,     // PATH STOPS: ForceUnlock, saying how far it got and stopping where told (forcestep_test.go)
 }
 
 // newSegment creates a segment for one test (removed when it ends) with room

@@ -37,8 +37,8 @@ type unlockOptions struct {
 	// process by 'shmctl lock --hold-for' or taken under an owner name.
 	HoldFor int
 	Owner   string
-	// Wait bounds the wait of --force on an upgrade mutex for another
-	// force of it in progress.
+	// Wait bounds the wait of --force on a pid/tid slot or an upgrade
+	// mutex for another force of it in progress.
 	Wait time.Duration
 }
 
@@ -71,10 +71,10 @@ is looked up among the slots, the upgrade mutexes and the resources;
 --kind picks one where it names several. A segment that fails 'shmctl
 check' is refused unless --ignore-check.
 
-Two forces of one upgrade mutex never overlap: a force waits for another
-in progress (of any process) to end, at most --wait, then fails saying
-so (a force that stopped, or sits in a debugger, mid-way holds the others
-off for as long).`,
+Two forces of one pid/tid slot or upgrade mutex never overlap: a force
+waits for another in progress (of any process) to end, at most --wait,
+then fails saying so (a force that stopped, or sits in a debugger, mid-way
+holds the others off for as long).`,
 		Example: `  shmctl unlock jobs deploy --hold-for $$
   shmctl unlock jobs queue --force
   shmctl unlock jobs deploy --force --kind resource --json`,
@@ -118,7 +118,7 @@ off for as long).`,
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it")
 	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
 	cmd.Flags().BoolVar(&opts.IgnoreCheck, "ignore-check", false, "unlock even on a segment that fails 'shmctl check'")
-	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force on an upgrade mutex waits for another force of it in progress")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force on a slot or an upgrade mutex waits for another force of it in progress")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -139,7 +139,7 @@ func runUnlock(opts *unlockOptions) error {
 	doc := unlockJSON{docHeader: header("unlock"), Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []unlockHolderJSON{}, Waiting: []unlockHolderJSON{}, Action: "freed"}
 	switch kind {
 	case unlockSlot:
-		err = forceSlot(seg, opts.Name, &doc)
+		err = forceSlot(seg, opts.Name, opts.Wait, &doc)
 	case unlockUpgrade:
 		err = forceUpgrade(seg, opts.Name, opts.Wait, &doc)
 	default:
@@ -209,7 +209,7 @@ func unlockKind(seg *shm.Segment, name, want string) (string, error) {
 
 var errAmbiguous = errors.New("ambiguous name")
 
-func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
+func forceSlot(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
 	i, err := seg.Lookup(layout.KindOwnerSlots, name)
 	if err != nil {
 		return err
@@ -233,7 +233,9 @@ func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
 	if err != nil {
 		return err
 	}
-	owner, err := l.ForceUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	owner, err := l.ForceUnlockContext(ctx)
 	switch {
 	case errors.Is(err, spinlock.ErrNotHeld):
 	case err != nil:
@@ -250,9 +252,9 @@ func forceSlot(seg *shm.Segment, name string, doc *unlockJSON) error {
 	return nil
 }
 
-// unlockDefaultWait is how long, by default, a force of an upgrade mutex
-// waits for another force of it in progress: a running one takes
-// microseconds.
+// unlockDefaultWait is how long, by default, a force of a pid/tid slot or
+// an upgrade mutex waits for another force of it in progress: a running
+// one takes microseconds.
 const unlockDefaultWait = 5 * time.Second
 
 func forceUpgrade(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {

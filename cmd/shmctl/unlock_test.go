@@ -13,6 +13,7 @@ import (
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 	"github.com/shmlock/shmlock/upgrade"
 )
@@ -122,29 +123,61 @@ func TestUnlockUsage(t *testing.T) {
 	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 }
 
-// unlock --force of an upgrade mutex while another force of it is in
-// progress (one stopped mid-way holds the forces' lock, an fcntl lock on
-// the segment's file: here this test takes it) waits --wait for it, then
-// fails saying so, having freed nothing; once that force ends, it frees.
+// unlock --force of a pid/tid slot or an upgrade mutex while another
+// force of it is in progress (one stopped mid-way holds the forces' lock,
+// an fcntl lock on the segment's file: here this test takes it) waits
+// --wait for it, then fails saying so, having freed nothing; once that
+// force ends, it frees.
 func TestUnlockForceWaitsForAnotherForce(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{})
-	m, err := upgrade.Named(seg, "table")
-	require.NoError(t, err)
-	require.NoError(t, m.Lock())
-	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, m.Index())
-	require.NoError(t, err)
-	require.True(t, ok)
-	line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--wait", "50ms"), exitError)
-	assert.Contains(t, line, "another force of it in progress")
-	assert.Contains(t, line, "deadline exceeded")
-	st, err := upgrade.Inspect(seg, m.Index())
-	require.NoError(t, err)
-	assert.True(t, st.WriteLocked, "the hold is still there")
-	unlock()
-	r := shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--wait", "50ms")
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	assert.ErrorIs(t, m.Unlock(), upgrade.ErrNotHeld)
+	for _, tc := range []struct {
+		kind layout.Kind
+		hold func(t *testing.T, seg *shm.Segment) (index int, held func() bool, released func() error)
+		want error // of the holder's release once forced
+	}{{
+		kind: layout.KindOwnerSlots,
+		hold: func(t *testing.T, seg *shm.Segment) (int, func() bool, func() error) {
+			l, err := spinlock.Named(seg, "table", spinlock.PIDTID)
+			require.NoError(t, err)
+			me := spinlock.NewHolder()
+			_, err = l.Lock(me)
+			require.NoError(t, err)
+			held := func() bool { _, held := l.Owner(); return held }
+			return l.Index(), held, func() error { return l.Unlock(me) }
+		},
+		want: spinlock.ErrNotOwner,
+	}, {
+		kind: layout.KindUpgrades,
+		hold: func(t *testing.T, seg *shm.Segment) (int, func() bool, func() error) {
+			m, err := upgrade.Named(seg, "table")
+			require.NoError(t, err)
+			require.NoError(t, m.Lock())
+			held := func() bool {
+				st, err := upgrade.Inspect(seg, m.Index())
+				require.NoError(t, err)
+				return st.WriteLocked
+			}
+			return m.Index(), held, m.Unlock
+		},
+		want: upgrade.ErrNotHeld,
+	}} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			t.Parallel()
+			seg := newSegment(t, layout.Options{})
+			i, held, release := tc.hold(t, seg)
+			unlock, ok, err := seg.TryLockOperator(tc.kind, i)
+			require.NoError(t, err)
+			require.True(t, ok)
+			line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--wait", "50ms"), exitError)
+			assert.Contains(t, line, "another force of it in progress")
+			assert.Contains(t, line, "deadline exceeded")
+			assert.True(t, held(), "the hold is still there")
+			unlock()
+			r := shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--wait", "50ms")
+			require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+			assert.ErrorIs(t, release(), tc.want)
+		})
+	}
 }
 
 // unlock --force of an upgrade mutex whose upgrade holder is stuck while a
