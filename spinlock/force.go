@@ -51,8 +51,15 @@ var ErrChanged = fmt.Errorf("spinlock: the lock changed hands meanwhile")
 // decrements; a later acquisition of a free slot with a count resets it
 // and marks the slot inconsistent), or an older generation (fencing
 // tokens repeat). Its final CAS of PID fails unless the next holder is of
-// the holder's own process, whose hold it then frees (two holders). So
-// force only a holder known to be stuck, or dead.
+// the holder's own process, whose hold it then frees (two holders). A
+// holder that had just taken the lock when the force read the slot (an
+// acquisition, or a waiter's reclaim of a dead holder, stores its TID
+// after its CAS of PID) is forced all the same if its TID lands before
+// the free (the TID reported is then the one it stored); one that lands
+// after it falls on the next holder's hold, whose release then fails with
+// ErrNotOwner, and the lock stays held while that holder's process lives;
+// a reclaim's store of the recursion count as well. So force only a
+// holder known to be stuck, or dead.
 func (l *Lock) ForceUnlock() (Identity, error) {
 	return l.ForceUnlockContext(context.Background())
 }
@@ -140,15 +147,31 @@ func (l *Lock) forcePIDTID() (Identity, error) {
 	// recursion count less one, may land on this hold. Freeing through
 	// release's checks then failed (TID) or only decremented (count), and
 	// the lock stayed held by this process for as long as it lived. So the
-	// free checks only that the hold is still this one (PID, and TID this
-	// or 0), and resets the count whatever it is. (Stores of the holder
-	// that land after the free: see the doc above. No other force writes
-	// here: forces serialize.)
+	// free checks only that the hold is still this one (PID; no other
+	// force writes here, forces serialize), and resets the count whatever
+	// it is. (Stores of the holder that land after the free: see the doc
+	// above.)
+	//
+	// The holder may also have been taking the lock when this force read
+	// the slot, between its CAS of PID and its store of TID (an
+	// acquisition, or a waiter's reclaim of a dead holder): its TID then
+	// lands on this hold. While PID is this process's, nobody else writes
+	// a TID (acquisitions and reclaims need PID free or dead), so a holder
+	// of another process is forced as if its TID had come first. Left
+	// held, the lock stayed with this process, held by nobody, for as long
+	// as it lived: the holder's release fails on PID. A holder of this
+	// process is left its lock: its release frees it, and a TID not this
+	// force's may then also be a holder of this process that took the
+	// lock after the forced holder's release freed the takeover (its CAS
+	// of PID sees the process only).
 	if s.PID.Load() != me.PID {
 		return owner, ErrNotOwner
 	}
 	if t := s.TID.Load(); t != me.TID && t != 0 {
-		return owner, ErrNotOwner
+		if owner.PID == me.PID {
+			return owner, ErrNotOwner
+		}
+		owner.TID = t
 	}
 	s.TID.Store(0)
 	s.RecursionCount.Store(layout.SlotInconsistent)

@@ -49,6 +49,63 @@ func TestForceUnlockDuringTheHoldersRelease(t *testing.T) {
 	}
 }
 
+// ForceUnlock of a holder that had just taken the lock when the force read
+// the slot, and stored its TID only after the takeover (an acquisition
+// between its CAS of PID and its store of TID, read with the TID its
+// predecessor's release left, 0; a waiter's reclaim of a dead holder,
+// read with the dead holder's TID). The force frees the lock all the
+// same, and reports the TID the holder stored. Before, it found a TID
+// neither its own nor 0, gave up with ErrNotOwner and left the lock with
+// its own process, held by nobody: the holder's release then failed on
+// PID, and the lock stayed so while the forcer lived. A holder of the
+// forcer's own process is left its lock (ErrNotOwner): its release frees
+// it, and a TID not the force's may be a holder of this process that took
+// the lock after the forced holder's release freed the takeover.
+func TestForceUnlockDuringAnAcquisition(t *testing.T) {
+	self := NewHolder().PID
+	other := self + 1 // another process's identity: a force does not ask whether it lives
+	const deadTID, tid = 7, 9
+	for _, tc := range []struct {
+		name      string
+		pid, tid  uint64 // the slot when the force reads it
+		acquire   func(s *layout.OwnerSlot)
+		wantFreed bool
+	}{
+		{"acquisition", other, 0, func(s *layout.OwnerSlot) { s.TID.Store(tid) }, true},
+		{"reclaim", other, deadTID, func(s *layout.OwnerSlot) {
+			s.TID.Store(tid)
+			s.RecursionCount.Store(layout.SlotInconsistent)
+			s.Token.Add(1)
+		}, true},
+		{"acquisition in this process", self, 0, func(s *layout.OwnerSlot) { s.TID.Store(tid) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewInProcessState()
+			l := New(s, PIDTID)
+			s.PID.Store(tc.pid)
+			s.TID.Store(tc.tid)
+			defer func(h func()) { testHookForceTakenOver = h }(testHookForceTakenOver)
+			testHookForceTakenOver = func() { tc.acquire(s) }
+			owner, err := l.ForceUnlock()
+			if !tc.wantFreed {
+				require.ErrorIs(t, err, ErrNotOwner)
+				require.Equal(t, Identity{PID: self, TID: tid}, Identity{PID: s.PID.Load(), TID: s.TID.Load()}, "the holder keeps its lock")
+				require.NoError(t, l.Unlock(Identity{PID: self, TID: tid}), "and releases it")
+				return
+			}
+			require.NoError(t, err, "slot PID %#x TID %d", s.PID.Load(), s.TID.Load())
+			require.Equal(t, Identity{PID: other, TID: tid}, owner)
+			require.Zero(t, s.PID.Load(), "the lock is free")
+			require.Zero(t, s.TID.Load())
+			require.ErrorIs(t, l.Unlock(owner), ErrNotOwner, "the forced holder's release")
+			next, err := l.TryLock(NewHolder())
+			require.NoError(t, err)
+			require.True(t, next.Inconsistent())
+			require.NoError(t, next.Release())
+		})
+	}
+}
+
 // Two goroutines that force one slot through the same Segment serialize
 // as processes do: each force takes the lock on an open of the file of its
 // own, not on the Segment's, which the goroutines share. Not parallel: it
