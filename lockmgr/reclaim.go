@@ -159,6 +159,18 @@ func (m *Manager) endReason(p, c, expires uint64, now int64) string {
 // tokens are stale, and marks the resource inconsistent; a holder's own
 // late Release gets ErrLockNotHeld. Waiters are woken. Nothing to end is
 // no error (an empty list).
+//
+// It needs no operator lock (shm.Segment.TryLockOperator), unlike the
+// forces of a spinlock and of an upgrade mutex: it reads and ends the
+// holds under the resource's entry lock, as every release, grant, Reclaim
+// and conflicting acquisition's end of a dead holder does, Go's and C's,
+// so a second force finds the holds ended (an empty list) and a release
+// that comes after it finds its hold gone; the entry lock is taken over
+// only from a dead process, whose partial change leaves a valid entry
+// (see entry.go). It waits for the entry lock for as long as its holder
+// lives: a holder of the resource holds it for a few instructions of each
+// call only, so only a process stopped inside such a call (not one
+// stopped while it holds the resource) can keep a force waiting.
 func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
