@@ -180,22 +180,34 @@ func (l *Lock) LockContext(ctx context.Context, id Identity) (*Guard, error) {
 
 // Locker returns a sync.Locker that locks l for id. Its Lock blocks until
 // it holds the lock (taking it over from a dead holder silently: use a
-// Guard to learn of that); its Unlock panics if id does not hold the lock,
-// as sync.Mutex does for an unlocked mutex. Lock, which cannot return an
-// error, panics where Guard.Lock would return one: once the lock is closed
-// (ErrLockClosed after l's Close, shm.ErrClosed after its segment's, a
-// holder's recursive Lock too; a Lock asleep at the segment's Close at its
-// next wake) and, in pid/tid mode, past the most recursive holds
-// (ErrRecursion). The panic value is a string, "spinlock: " and the
-// error's text; "spinlock: unlock: " and it for Unlock. Unlock still works
-// after either Close. Locker itself panics if id does not fit l's mode
-// (ErrBadIdentity).
+// Guard to learn of that); its Unlock panics if id does not hold the lock
+// (ErrNotOwner), as sync.Mutex does for an unlocked mutex. Lock, which
+// cannot return an error, panics where Guard.Lock would return one: once
+// the lock is closed (ErrLockClosed after l's Close, shm.ErrClosed after
+// its segment's, a holder's recursive Lock too; a Lock asleep at the
+// segment's Close at its next wake) and, in pid/tid mode, past the most
+// recursive holds (ErrRecursion). The panic value is a *LockerPanic that
+// wraps the error, so a caller that recovers it tells the cases apart with
+// errors.Is. Unlock still works after either Close. Locker itself panics,
+// the same way, if id does not fit l's mode (ErrBadIdentity).
 func (l *Lock) Locker(id Identity) sync.Locker {
 	if !id.fits(l.mode) {
-		panic("spinlock: " + ErrBadIdentity.Error())
+		panic(&LockerPanic{Op: "Lock.Locker", Err: ErrBadIdentity})
 	}
 	return &locker{l: l, id: id}
 }
+
+// LockerPanic is the value a Locker (Lock.Locker) panics with where a
+// Guard's method would return Err: Op names the method, e.g.
+// "Locker.Unlock".
+type LockerPanic struct {
+	Op  string
+	Err error
+}
+
+func (p *LockerPanic) Error() string { return p.Op + ": " + p.Err.Error() }
+
+func (p *LockerPanic) Unwrap() error { return p.Err }
 
 type locker struct {
 	l  *Lock
@@ -207,10 +219,10 @@ func (k *locker) Lock() {
 		return
 	}
 	if k.l.closed() { // acquireSlow would grant a holder's recursion without asking
-		panic("spinlock: " + k.l.closedErr().Error())
+		panic(&LockerPanic{Op: "Locker.Lock", Err: k.l.closedErr()})
 	}
 	if _, err := k.l.acquireSlow(context.Background(), k.id, time.Time{}, false); err != nil {
-		panic("spinlock: " + err.Error())
+		panic(&LockerPanic{Op: "Locker.Lock", Err: err})
 	}
 }
 
@@ -230,7 +242,7 @@ func (k *locker) Unlock() {
 			memview.StoreOwned(&s.TID, 0)
 			memview.StoreOwned(&s.Token, gen+1)
 			if !s.PID.CompareAndSwap(id.PID, 0) {
-				panic("spinlock: unlock: " + ErrNotOwner.Error())
+				panic(&LockerPanic{Op: "Locker.Unlock", Err: ErrNotOwner})
 			}
 			if s.Pad.Load()&layout.PadSleepers != 0 {
 				l.wakeOne()
@@ -239,7 +251,7 @@ func (k *locker) Unlock() {
 		}
 	}
 	if err := k.l.release(k.id); err != nil {
-		panic("spinlock: unlock: " + err.Error())
+		panic(&LockerPanic{Op: "Locker.Unlock", Err: err})
 	}
 }
 

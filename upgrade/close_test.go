@@ -3,7 +3,6 @@ package upgrade_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,7 +89,7 @@ func TestUseAfterClose(t *testing.T) {
 			for _, o := range closeOps {
 				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
 			}
-			require.Panics(t, func() { m.Locker().Lock() }, "Locker panics on the error, as documented")
+			require.ErrorIs(t, recoverLockerPanic(t, m.Locker().Lock), shm.ErrClosed, "Locker panics with the error, as documented")
 			require.Zero(t, m.Generation(), "a closed segment reports no generation")
 			_, err = upgrade.Inspect(seg, 0)
 			require.ErrorIs(t, err, shm.ErrClosed)
@@ -340,8 +339,8 @@ func TestNilSegment(t *testing.T) {
 
 // A Locker's methods, which cannot return an error, panic with it once the
 // handle or its segment is closed, as the Locker's doc says: every
-// acquisition (Lock, RLock, its RLocker's Lock), the value a string,
-// "upgrade: " and the error's text; the file is left as it was. The
+// acquisition (Lock, RLock, its RLocker's Lock), the value a
+// *LockerPanic that wraps the error; the file is left as it was. The
 // releases of what the handle held still work after the segment's Close.
 func TestLockerAfterClose(t *testing.T) {
 	t.Parallel()
@@ -364,10 +363,9 @@ func TestLockerAfterClose(t *testing.T) {
 				require.NoError(t, seg.Close())
 			}
 			before := status(t, observer)
-			msg := fmt.Sprintf("upgrade: %v", want)
-			require.PanicsWithValue(t, msg, l.Lock, "Lock")
-			require.PanicsWithValue(t, msg, l.RLock, "RLock")
-			require.PanicsWithValue(t, msg, l.RLocker().Lock, "RLocker().Lock")
+			require.ErrorIs(t, recoverLockerPanic(t, l.Lock), want, "Lock")
+			require.ErrorIs(t, recoverLockerPanic(t, l.RLock), want, "RLock")
+			require.ErrorIs(t, recoverLockerPanic(t, l.RLocker().Lock), want, "RLocker().Lock")
 			require.Equal(t, before, status(t, observer), "the file changed")
 			if closer == "segment" {
 				l.RUnlock()

@@ -2,7 +2,6 @@ package upgrade
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/shmlock/shmlock/internal/memview"
@@ -60,8 +59,9 @@ func (m *Mutex) WithUnique(ctx context.Context, f func() error) (err error) {
 // Locker adapts a handle to sync.Locker (Lock and Unlock are the unique
 // lock) with RLock and RUnlock for shared holds, like sync.RWMutex. Its
 // methods panic where the handle's would return an error, as sync.RWMutex
-// does when unlocking what is not locked; the value is a string, "upgrade: "
-// and the error's text. So every acquisition (Lock, RLock, its RLocker's
+// does when unlocking what is not locked; the value is a *LockerPanic that
+// wraps the error, so a caller that recovers it tells the cases apart with
+// errors.Is. So every acquisition (Lock, RLock, its RLocker's
 // Lock) panics once the segment is closed (shm.ErrClosed; a waiting one at
 // its next wake) or the handle is (ErrClosed), and where the handle holds
 // the lock in a conflicting mode already (ErrHeld: Lock over any hold of
@@ -92,10 +92,10 @@ func (l *Locker) Lock() {
 			m.setReclaimed(s != 0)
 			return
 		}
-		must(m.lockAfterWriterWord(context.Background()))
+		must("Locker.Lock", m.lockAfterWriterWord(context.Background()))
 		return
 	}
-	must(m.endWait(m.lockSlow(context.Background(), false)))
+	must("Locker.Lock", m.endWait(m.lockSlow(context.Background(), false)))
 }
 
 // Unlock releases the unique lock.
@@ -103,7 +103,7 @@ func (l *Locker) Unlock() {
 	m := l.m
 	w := m.e.Writer.Load()
 	if !m.holdsWriterWord(w) {
-		must(m.Unlock()) // the error
+		must("Locker.Unlock", m.Unlock()) // the error
 		return
 	}
 	m.setReclaimed(false)
@@ -126,7 +126,7 @@ func (l *Locker) RLock() {
 		}
 		m.backOff(r, n)
 	}
-	must(m.endWait(m.lockSharedSlow(context.Background(), false)))
+	must("Locker.RLock", m.endWait(m.lockSharedSlow(context.Background(), false)))
 }
 
 // RUnlock releases a shared hold.
@@ -143,7 +143,7 @@ func (l *Locker) RUnlock() {
 			}
 		}
 	}
-	must(m.UnlockShared())
+	must("Locker.RUnlock", m.UnlockShared())
 }
 
 // RLocker returns a sync.Locker whose Lock and Unlock take and release a
@@ -152,12 +152,24 @@ func (l *Locker) RLocker() sync.Locker { return rlocker{l.m} }
 
 type rlocker struct{ m *Mutex }
 
-func (r rlocker) Lock()   { must(r.m.LockShared()) }
-func (r rlocker) Unlock() { must(r.m.UnlockShared()) }
+func (r rlocker) Lock()   { must("RLocker.Lock", r.m.LockShared()) }
+func (r rlocker) Unlock() { must("RLocker.Unlock", r.m.UnlockShared()) }
 
-func must(err error) {
+// LockerPanic is the value a Locker, or its RLocker, panics with where the
+// handle's method would return Err: Op names the method, e.g.
+// "Locker.RUnlock".
+type LockerPanic struct {
+	Op  string
+	Err error
+}
+
+func (p *LockerPanic) Error() string { return p.Op + ": " + p.Err.Error() }
+
+func (p *LockerPanic) Unwrap() error { return p.Err }
+
+func must(op string, err error) {
 	if err != nil {
-		panic(fmt.Sprintf("upgrade: %v", err))
+		panic(&LockerPanic{Op: op, Err: err})
 	}
 }
 
