@@ -52,6 +52,13 @@
 // insert recycles a resource that nobody holds or declared. Lookups hash
 // the name and take no table-wide lock.
 //
+// Every change of a resource happens under its entry's lock, held for a
+// few instructions of one call; a process that died holding it has it
+// taken over, but one stopped inside a call (SIGSTOP, a debugger) keeps it
+// while stopped, and every call on that resource waits for it. Reclaim and
+// ForceRelease, an operator's repairs, wait as long; ForceReleaseContext
+// bounds the wait, and its error names the stopped process's pid.
+//
 // Once the segment is closed (shm.Segment.Close), every method of its
 // Managers that acquires, reads or changes the table returns ErrClosed
 // (code CLOSED; errors.Is finds shm.ErrClosed in it too), List, Stats and

@@ -155,7 +155,7 @@ func (t *table) lockEntry(e *layout.LockMgrEntry) bool {
 		}
 		return true
 	}
-	return t.lockEntrySlow(e)
+	return t.lockEntrySlow(e, nil)
 }
 
 // tryLockEntry takes e's lock word only if it is free.
@@ -197,8 +197,21 @@ func (t *table) unlockEntryNoWake(e *layout.LockMgrEntry) {
 // that the operation fails with ErrClosed having changed nothing.
 func (t *table) closed() bool { return t.seg.Closed() }
 
+// entryWait bounds a wait for an entry lock (lockEntrySlow) besides the
+// segment's Close, for an operator's call that must not wait for ever for
+// a holder that lives but does not let go: a process stopped (SIGSTOP, a
+// debugger) inside a call into the manager. The wait gives up once done is
+// closed, and records the lock's word then, its holder's identity, for the
+// error to name.
+type entryWait struct {
+	done   <-chan struct{}
+	ended  bool   // done ended the wait
+	holder uint64 // the lock's word when it did
+}
+
 // lockEntrySlow is kept out of lockEntry so that the fast path inlines.
-func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
+// bound, if not nil, ends the wait as the segment's Close does.
+func (t *table) lockEntrySlow(e *layout.LockMgrEntry, bound *entryWait) bool {
 	nap := time.Microsecond
 	var checked time.Time
 	for i := 0; ; i++ {
@@ -227,6 +240,14 @@ func (t *table) lockEntrySlow(e *layout.LockMgrEntry) bool {
 		}
 		if t.closed() {
 			return false
+		}
+		if bound != nil {
+			select {
+			case <-bound.done:
+				bound.ended, bound.holder = true, w
+				return false
+			default:
+			}
 		}
 		runtime.Gosched()
 		futex.Nap(nap) // time.Sleep would stretch a 1 us nap to hundreds

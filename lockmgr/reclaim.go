@@ -1,6 +1,8 @@
 package lockmgr
 
 import (
+	"context"
+	"fmt"
 	"slices"
 
 	"github.com/shmlock/shmlock/internal/memview"
@@ -170,8 +172,21 @@ func (m *Manager) endReason(p, c, expires uint64, now int64) string {
 // (see entry.go). It waits for the entry lock for as long as its holder
 // lives: a holder of the resource holds it for a few instructions of each
 // call only, so only a process stopped inside such a call (not one
-// stopped while it holds the resource) can keep a force waiting.
+// stopped while it holds the resource) can keep a force waiting, and
+// ForceRelease then waits as long as it stays stopped. ForceReleaseContext
+// bounds that wait.
 func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
+	return m.ForceReleaseContext(context.Background(), resource)
+}
+
+// ForceReleaseContext is ForceRelease, waiting for the resource's entry
+// lock until ctx is done: then it fails, having changed nothing, with an
+// error that wraps ctx.Err() (errors.Is finds context.DeadlineExceeded or
+// context.Canceled) and names the pid of the process that holds the entry
+// lock, a process that lives but does not let go (stopped by SIGSTOP or a
+// debugger inside a call into the manager). A free entry lock is taken
+// even if ctx is done already, as the others' forces do.
+func (m *Manager) ForceReleaseContext(ctx context.Context, resource string) ([]EndedHold, error) {
 	var res resKey
 	if err := res.setResource(resource); err != nil {
 		return nil, err
@@ -179,7 +194,12 @@ func (m *Manager) ForceRelease(resource string) ([]EndedHold, error) {
 	if err := m.writable(); err != nil {
 		return nil, err
 	}
-	e, err := m.t.lookup(&res)
+	w := entryWait{done: ctx.Done()}
+	e, err := m.t.lookupUntil(&res, &w)
+	if w.ended {
+		return nil, fmt.Errorf("lockmgr: force release of %q: waiting for its entry lock, held by pid %d inside a call into the lock manager (stopped?): %w",
+			resource, pidOf(w.holder), ctx.Err())
+	}
 	if err != nil || e == nil {
 		return nil, err
 	}

@@ -94,16 +94,23 @@ func (t *table) find(k *resKey) *layout.LockMgrEntry {
 // lookup is find that tells a resource not found (nil, nil) from a wait
 // for its entry lock that the segment's Close ended (nil, ErrClosed).
 func (t *table) lookup(k *resKey) (*layout.LockMgrEntry, error) {
-	switch i := t.search(k, true); {
+	return t.lookupUntil(k, nil)
+}
+
+// lookupUntil is lookup whose wait for the entry lock w, if not nil,
+// bounds too: (nil, nil) with w.ended set if it ended the wait.
+func (t *table) lookupUntil(k *resKey, w *entryWait) (*layout.LockMgrEntry, error) {
+	switch i := t.searchUntil(k, true, w); {
 	case i >= 0:
 		return t.entries[i], nil
-	case i == gaveUp:
+	case i == gaveUp && (w == nil || !w.ended):
 		return nil, ErrClosed
 	}
 	return nil, nil
 }
 
-// gaveUp is search's answer when Close ended its wait for an entry lock.
+// gaveUp is search's answer when Close (or an entryWait) ended its wait
+// for an entry lock.
 const gaveUp = -2
 
 // search returns the index of resource k's entry, or -1: with lock, the
@@ -114,7 +121,11 @@ const gaveUp = -2
 // its home entry, and stops at an entry never used (resources are inserted
 // at the first free entry of their probe sequence, and entries never
 // become unused again).
-func (t *table) search(k *resKey, lock bool) int {
+func (t *table) search(k *resKey, lock bool) int { return t.searchUntil(k, lock, nil) }
+
+// searchUntil is search whose wait for an entry lock w, if not nil, bounds
+// too (see entryWait): gaveUp if it ended the wait.
+func (t *table) searchUntil(k *resKey, lock bool, w *entryWait) int {
 	if t.n == 0 {
 		return -1
 	}
@@ -129,8 +140,16 @@ func (t *table) search(k *resKey, lock bool) int {
 			}
 			continue
 		}
-		if lock && !t.lockEntry(e) {
-			return gaveUp // see table.closed
+		if lock {
+			var locked bool
+			if w == nil {
+				locked = t.lockEntry(e) // inlined: the fast path of every call
+			} else {
+				locked = t.tryLockEntry(e) || t.lockEntrySlow(e, w)
+			}
+			if !locked {
+				return gaveUp // see table.closed
+			}
 		}
 		if kindOf(e.Ctl.Load()) == kindResource && sameName(e, k) {
 			return i
