@@ -33,6 +33,9 @@ var helpers = map[string]func(args []string) int{
 	// txn-owner PATH pins|barrier: begin a transaction, allocate an
 	// object, print its ref and sleep until killed.
 	"txn-owner": txnOwnerHelper,
+	// entry-lock PATH ENTRY: take lock-manager entry ENTRY's lock word
+	// and stop (SIGSTOP) holding it (unlock_test.go).
+	"entry-lock": entryLockHelper,
 }
 
 // result is what one run of shmctl left behind.

@@ -37,8 +37,9 @@ type unlockOptions struct {
 	// process by 'shmctl lock --hold-for' or taken under an owner name.
 	HoldFor int
 	Owner   string
-	// Wait bounds the wait of --force on a pid/tid slot or an upgrade
-	// mutex for another force of it in progress.
+	// Wait bounds the wait of --force: on a pid/tid slot or an upgrade
+	// mutex for another force of it in progress, on a resource for its
+	// entry lock.
 	Wait time.Duration
 }
 
@@ -74,7 +75,11 @@ check' is refused unless --ignore-check.
 Two forces of one pid/tid slot or upgrade mutex never overlap: a force
 waits for another in progress (of any process) to end, at most --wait,
 then fails saying so (a force that stopped, or sits in a debugger, mid-way
-holds the others off for as long).`,
+holds the others off for as long). A force of a resource waits, at most
+--wait too, for the resource's entry lock, which a process holds for a few
+instructions of each lock-manager call: only one stopped (or in a
+debugger) inside such a call keeps it, and the force then fails naming
+that process's pid.`,
 		Example: `  shmctl unlock jobs deploy --hold-for $$
   shmctl unlock jobs queue --force
   shmctl unlock jobs deploy --force --kind resource --json`,
@@ -118,7 +123,7 @@ holds the others off for as long).`,
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it")
 	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
 	cmd.Flags().BoolVar(&opts.IgnoreCheck, "ignore-check", false, "unlock even on a segment that fails 'shmctl check'")
-	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force on a slot or an upgrade mutex waits for another force of it in progress")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force waits for another force of a slot or an upgrade mutex in progress, or for a resource's entry lock")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -143,7 +148,7 @@ func runUnlock(opts *unlockOptions) error {
 	case unlockUpgrade:
 		err = forceUpgrade(seg, opts.Name, opts.Wait, &doc)
 	default:
-		err = forceResource(seg, opts.Name, &doc)
+		err = forceResource(seg, opts.Name, opts.Wait, &doc)
 	}
 	if err != nil {
 		return err
@@ -253,8 +258,9 @@ func forceSlot(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSO
 }
 
 // unlockDefaultWait is how long, by default, a force of a pid/tid slot or
-// an upgrade mutex waits for another force of it in progress: a running
-// one takes microseconds.
+// an upgrade mutex waits for another force of it in progress, and a force
+// of a resource for its entry lock: a running holder of either lets go
+// within microseconds.
 const unlockDefaultWait = 5 * time.Second
 
 func forceUpgrade(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
@@ -292,12 +298,14 @@ func forceUpgrade(seg *shm.Segment, name string, wait time.Duration, doc *unlock
 	return nil
 }
 
-func forceResource(seg *shm.Segment, name string, doc *unlockJSON) error {
+func forceResource(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
 	m, err := lockmgr.Open(seg, lockmgr.Options{})
 	if err != nil {
 		return err
 	}
-	ended, err := m.ForceRelease(name)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ended, err := m.ForceReleaseContext(ctx, name)
 	if err != nil {
 		return err
 	}

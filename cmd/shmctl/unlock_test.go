@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -10,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/memview"
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
@@ -236,4 +239,73 @@ func TestUnlockForceLeavesAnUnsaidClaimsMode(t *testing.T) {
 	l, err := spinlock.Open(seg, i, spinlock.Token)
 	require.NoError(t, err, "a token-mode user still opens it")
 	require.NoError(t, l.Close())
+}
+
+// entryLockHelper takes the lock word of lock-manager entry ENTRY of the
+// segment at PATH for this process, as a call into the manager does for a
+// few instructions, and stops itself there (SIGSTOP), as a debugger or a
+// SIGSTOP may stop a process inside such a call, for the test to kill it.
+// Args: PATH ENTRY.
+func entryLockHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	i, err := strconv.Atoi(args[1])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	mem, err := seg.Region(layout.KindLockMgr)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	e, err := memview.At[layout.LockMgrEntry](mem, uint64(i)*layout.LockMgrEntrySize)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if !e.Lock.CompareAndSwap(0, proc.Self().Pack()) {
+		fmt.Println("error: the entry lock is held")
+		return 1
+	}
+	fmt.Println("held")
+	if err := testproc.StopSelf(); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("error: continued")
+	return 1
+}
+
+// unlock --force of a resource whose entry lock a process stopped inside
+// a lock-manager call keeps fails after --wait, in one line that names
+// that process, and changes nothing; once the process is dead, its entry
+// lock is taken over and the force frees the resource.
+func TestUnlockForceResourceStoppedInACall(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	m, err := lockmgr.Open(seg, lockmgr.Options{})
+	require.NoError(t, err)
+	_, err = m.Acquire(context.Background(), "deploy", "holder", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	ri, err := m.Inspect("deploy")
+	require.NoError(t, err)
+	c := testproc.Start(t, "entry-lock", seg.Path(), strconv.Itoa(ri.Entry))
+	c.WaitLine(t, "held")
+	c.WaitStopped(t)
+
+	line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "deploy", "--force", "--wait", "50ms"), exitError)
+	assert.Contains(t, line, "deadline exceeded")
+	assert.Contains(t, line, fmt.Sprintf("pid %d", c.PID()))
+	after, err := m.Inspect("deploy")
+	require.NoError(t, err)
+	require.Equal(t, ri, after, "the failed force changed the resource")
+
+	c.Kill(t)
+	r := shmctl(t, false, "unlock", seg.Path(), "deploy", "--force", "--wait", "50ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.ErrorIs(t, m.Release("deploy", "holder"), lockmgr.ErrLockNotHeld)
 }
