@@ -30,7 +30,7 @@ func operatorLockOffset(k layout.Kind, i int) int64 {
 // TryLockOperator takes the operator lock of entry i of table k if no
 // other process, Segment or goroutine holds it (ok false then), and
 // returns the function that releases it, which the caller must call, also
-// after Close. The segment must be writable (ErrReadOnly: the kernel
+// after Close (a second call does nothing). The segment must be writable (ErrReadOnly: the kernel
 // grants such a lock only on a file open for writing, and no tool that
 // only reads needs it). The lock guards nothing by itself: the operations
 // that must not overlap each take it. A caller that must wait polls (see

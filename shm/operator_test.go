@@ -142,3 +142,37 @@ func TestOperatorLockRefused(t *testing.T) {
 	_, _, err = other.TryLockOperator(layout.KindUpgrades, 0)
 	require.ErrorIs(t, err, shm.ErrClosed)
 }
+
+// The release an operator lock returns may run twice (a deferred one
+// after an explicit one, as a caller that unwinds may do): the second
+// does nothing. Closing the descriptor again would close whatever file
+// the process had opened under that number since, another Segment's
+// included. Not parallel: it watches the process's descriptor numbers.
+func TestOperatorLockUnlockTwice(t *testing.T) {
+	seg, _ := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	unlock()
+	// The lowest free numbers, the one the release gave back among them.
+	var fds []int
+	for range 64 {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		require.NoError(t, err)
+		fds = append(fds, fd)
+	}
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	unlock()
+	for _, fd := range fds {
+		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		require.NoError(t, err, "descriptor %d, opened after the release, closed by the second", fd)
+	}
+	unlock, ok, err = seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the lock after the releases")
+	unlock()
+}

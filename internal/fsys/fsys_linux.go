@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -362,7 +363,9 @@ func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
 // every other taker, of this process too, and goes with unlock or, at the
 // latest, with its process, whatever becomes of f (a description that f
 // has mapped stays open for as long as the mapping does). It and flock(2)
-// locks ignore each other.
+// locks ignore each other. unlock may run more than once: only its first
+// call closes the description, for a later close of the same number would
+// close whatever file the process has opened under it since.
 func TryLockByte(f *os.File, off int64) (unlock func(), ok bool, err error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -392,7 +395,8 @@ func TryLockByte(f *os.File, off int64) (unlock func(), ok bool, err error) {
 		}
 		return nil, false, os.NewSyscallError("fcntl", err)
 	}
-	return func() { _ = unix.Close(fd) }, true, nil
+	var once sync.Once
+	return func() { once.Do(func() { _ = unix.Close(fd) }) }, true, nil
 }
 
 // IsTerminal reports whether fd is a terminal: the TCGETS ioctl works on
