@@ -30,11 +30,12 @@ type Options struct {
 // Manager is one process's handle on the lock-manager table of a segment.
 // Every process that opens the same segment sees the same named locks.
 // A Manager may be used by any number of goroutines. Once the segment is
-// closed, every method that reads or changes the table but Release returns
-// ErrClosed (List, Stats and DeclaredOnly, which return no error,
-// report an empty table) and changes nothing in the segment's file; holds
-// taken before stay in the table until released (Release works after
-// Close), they expire, or their process dies.
+// closed, every method that reads or changes the table but Release and
+// MarkConsistent returns ErrClosed (List, Stats and DeclaredOnly, which
+// return no error, report an empty table) and changes nothing in the
+// segment's file; holds taken before stay in the table until released
+// (Release and a holder's MarkConsistent work after Close), they expire,
+// or their process dies.
 type Manager struct {
 	t     *table
 	clock clock // on SystemClock, waits sleep on the resource's futex
