@@ -37,6 +37,10 @@ func SetTestHookBeforeUnlink(f func()) (restore func()) { return setHook(&testHo
 // complete segment is linked under its name.
 func SetTestHookBeforeLink(f func()) (restore func()) { return setHook(&testHookBeforeLink, f) }
 
+// SetTestHookOperatorLock replaces the hook that runs in TryLockOperator
+// between its checks and the lock's take.
+func SetTestHookOperatorLock(f func()) (restore func()) { return setHook(&testHookOperatorLock, f) }
+
 // SetTestHookAside replaces the hook that runs in Remove once the name is
 // moved aside, with the hidden path.
 func SetTestHookAside(f func(aside string)) (restore func()) {

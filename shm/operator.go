@@ -42,9 +42,19 @@ func (s *Segment) TryLockOperator(k layout.Kind, i int) (unlock func(), ok bool,
 	if i < 0 || i >= s.Len(k) {
 		return nil, false, fmt.Errorf("shm: operator lock of %s %d: %w", k, i, ErrIndex)
 	}
+	testHookOperatorLock()
 	unlock, ok, err = fsys.TryLockByte(s.file, operatorLockOffset(k, i))
 	if err != nil {
+		if s.closed.Load() {
+			// A Close after the check above closed the file under the
+			// reopen: that failure ("use of closed file") is the Close's.
+			return nil, false, ErrClosed
+		}
 		return nil, false, fmt.Errorf("shm: operator lock of %s %d: %w", k, i, err)
 	}
 	return unlock, ok, nil
 }
+
+// testHookOperatorLock runs in TryLockOperator between its checks and
+// the lock's take.
+var testHookOperatorLock = func() {}

@@ -176,3 +176,14 @@ func TestOperatorLockUnlockTwice(t *testing.T) {
 	require.True(t, ok, "the lock after the releases")
 	unlock()
 }
+
+// A Close that comes between TryLockOperator's checks and its take of the
+// lock (another goroutine's, as a force racing a shutdown) makes it fail
+// with ErrClosed, as every call after Close does, not with the reopen's
+// "use of closed file". Not parallel: it sets a hook of the package.
+func TestOperatorLockRacingClose(t *testing.T) {
+	seg, _ := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	defer shm.SetTestHookOperatorLock(func() { require.NoError(t, seg.Close()) })()
+	_, _, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+}
