@@ -89,11 +89,11 @@ anew. Once that remover is dead, such a file that processes still have
 mapped or open is put back under the segment's name (unless the name is
 taken: then it is left, and said so), and one nobody uses is removed, as
 its remover meant to. A live remover's, another user's, and a file that is
-no segment are left alone. So is the file of a creator killed before its
+no segment are left alone. The file of a creator killed before its
 segment got its name (on a file system without O_TMPFILE, where it is made
-under .shmlock-init-PID-...): removed once that creator is dead, unless
-someone has it mapped or open. Each is a line on stderr (the JSON's
-leftovers).
+under .shmlock-init-PID-...) is removed once that creator is dead, unless
+someone has it mapped or open; a live creator's is left. Each is a line on
+stderr (the JSON's leftovers).
 
 The segment is opened read-write. With --dry-run nothing changes.
 
