@@ -145,7 +145,9 @@ const (
 // segment under a hidden name that says who it is, .shmlock-init-<pid>-
 // <start>-<nonce> (see internal/fsys), and links it under the segment's
 // name when complete; one killed in between leaves that file, which no
-// name of a segment ever reaches.
+// name of a segment ever reaches. A recovery killed while it removed such
+// a file leaves it under a remover's hidden name that keeps the pending
+// name: a pending file too, whose Remover is that recovery.
 type Leftover struct {
 	Path string // its hidden path
 	// Name is the path it was removed from: "" if its hidden name keeps
@@ -181,7 +183,9 @@ type Leftover struct {
 // And a pending file (see Leftover) is removed once its creator is dead,
 // if nobody has it mapped or open (who could, is a process that inherited
 // its descriptor: then it is kept, ErrLeftoverInUse); a live creator's is
-// kept (ErrCreatorAlive): it is being made.
+// kept (ErrCreatorAlive): it is being made. One that a recovery moved
+// aside is removed likewise once that recovery is dead (ErrRemoverAlive
+// before), never put back.
 //
 // It reports every leftover it found, in the order of their hidden names;
 // the error is for dir itself.
@@ -193,7 +197,7 @@ func RecoverLeftovers(dir string, dryRun bool) ([]Leftover, error) {
 // the segment path (see ResolvePath), once or several times: those in its
 // directory whose hidden name keeps path's base name or its digest, and
 // every pending file there whose creator is dead (its name does not say
-// which segment it was to become).
+// which segment it was to become), moved aside or not.
 func RecoverLeftoversOf(path string, dryRun bool) ([]Leftover, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
@@ -219,7 +223,22 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 			continue
 		}
 		remover, o, ok := parseAside(e.Name())
-		if !ok || name != "" && !o.is(name) {
+		if !ok {
+			continue
+		}
+		if _, pending := fsys.ParsePendingName(o.name); pending {
+			// A pending file that a recovery moved aside on its way to
+			// removing it, and was killed before the unlink: it is
+			// finished as the pending file it is, whatever segment is
+			// asked for (it was to become none that is known); a live
+			// recovery's is listed only by a look at the whole directory,
+			// as a live creator's.
+			if name == "" || !proc.Alive(remover) {
+				found = append(found, recoverPendingAside(filepath.Join(dir, e.Name()), remover, o, dryRun))
+			}
+			continue
+		}
+		if name != "" && !o.is(name) {
 			continue
 		}
 		if name != "" {
@@ -292,10 +311,36 @@ func recoverPending(path string, creator proc.Identity, dryRun bool) Leftover {
 		l.Err = fmt.Errorf("%w (process %d)", ErrCreatorAlive, creator.PID)
 		return l
 	}
+	removePending(&l, originOf(filepath.Base(path)), dryRun)
+	return l
+}
+
+// recoverPendingAside does what RecoverLeftovers does with a pending file
+// that remover moved aside to path from o, the pending name, and did not
+// unlink: killed in between, for a removal moves the file aside first.
+// Taken for a removed segment, it was kept for good: its contents are
+// no segment's (see recoverPending), and it had no segment's name to go
+// back to.
+func recoverPendingAside(path string, remover proc.Identity, o origin, dryRun bool) Leftover {
+	l := Leftover{Path: path, Remover: remover.Pack(), Pending: true, Action: LeftoverKept}
+	if proc.Alive(remover) {
+		l.Err = fmt.Errorf("%w (process %d)", ErrRemoverAlive, remover.PID)
+		return l
+	}
+	removePending(&l, o, dryRun)
+	return l
+}
+
+// removePending removes the pending file at l.Path, whose maker is dead,
+// if nobody has it mapped or open, and records in l what it did. o, the
+// pending name, is the origin its own move aside keeps, so that a
+// recovery killed there leaves a file the next one recognizes.
+func removePending(l *Leftover, o origin, dryRun bool) {
+	path := l.Path
 	f, fi, err := openOwnFile(path)
 	if err != nil {
 		l.Err = err
-		return l
+		return
 	}
 	_ = f.Close()
 	inUse := func() error {
@@ -310,17 +355,15 @@ func recoverPending(path string, creator proc.Identity, dryRun bool) Leftover {
 		return nil
 	}
 	if l.Err = inUse(); l.Err != nil {
-		return l
+		return
 	}
 	l.Users, l.Action = []int{}, LeftoverRemoved
 	if !dryRun {
-		base := filepath.Base(path)
-		l.Err = unlinkSame(path, originOf(base), fi, func(string) error { return inUse() })
+		l.Err = unlinkSame(path, o, fi, func(string) error { return inUse() })
 	}
 	if l.Err != nil {
 		l.Action = LeftoverKept
 	}
-	return l
 }
 
 // openOwnFile opens path read-only if it is a regular file of this user

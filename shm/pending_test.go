@@ -38,6 +38,14 @@ func init() {
 		_ = seg.Close()
 		return 0
 	}
+	// recover-die DIR: RecoverLeftovers(DIR) and kill -9 itself once it
+	// has moved a file it removes aside, before the unlink.
+	helpers["recover-die"] = func(args []string) int {
+		shm.SetTestHookAside(func(string) { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		found, err := shm.RecoverLeftovers(args[0], false)
+		fmt.Println("recovered", found, err)
+		return 3 // not reached
+	}
 }
 
 // pendingFiles lists the pending files (.shmlock-init-*) in dir.
@@ -142,4 +150,44 @@ func TestRecoverPendingByIdentity(t *testing.T) {
 		_, err := os.Lstat(p)
 		assert.Equal(t, want, err == nil, "%s: %v", filepath.Base(p), err)
 	}
+}
+
+// A recovery killed while it removes a dead creator's pending file, once
+// it has moved the file aside (as every removal does, see Remove), leaves
+// it under a remover's hidden name that keeps the pending name as its
+// origin. The next recovery removes it as the pending file it is: its
+// contents are no segment's (a creator killed early wrote no header, or
+// part of one), and it never had a segment's name to be put back under.
+// Before, it was taken for a removed segment and kept for good, for want
+// of a header (layout's error).
+func TestRecoverPendingOfKilledRecovery(t *testing.T) {
+	t.Parallel()
+	dir := leftoverDir(t)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
+	pending := filepath.Join(dir, fsys.PendingName(dead, 0xabc))
+	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+	recoverer := testproc.Start(t, "recover-die", dir)
+	recoverer.WaitKilled(t)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the file, under a hidden name of the killed recovery")
+	aside := filepath.Join(dir, entries[0].Name())
+	require.NotEqual(t, pending, aside, "moved aside")
+
+	found, err := shm.RecoverLeftoversOf(filepath.Join(dir, "seg"), true)
+	require.NoError(t, err)
+	require.Len(t, found, 1, "a look for one segment's leftovers finds it too, as a dead creator's file")
+	assert.Equal(t, shm.LeftoverRemoved, found[0].Action, "%v", found[0].Err)
+	found, err = shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	assert.Equal(t, aside, found[0].Path)
+	assert.True(t, found[0].Pending)
+	assert.Empty(t, found[0].Name)
+	assert.EqualValues(t, recoverer.PID(), found[0].Remover&proc.MaxPID, "the killed recovery moved it")
+	assert.Equal(t, shm.LeftoverRemoved, found[0].Action, "%v", found[0].Err)
+	entries, err = os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing left")
 }
