@@ -215,13 +215,17 @@ type LockMgrHolder struct {
 	Owner     [LockMgrOwnerLen / 8]atomic.Uint64
 }
 
-// Words of an upgrade mutex that tell whether it is held, for the claim
-// directory (package shm), which recycles only free locks. Package upgrade
+// Words of an upgrade mutex that tell whether it is held, and by whom, for
+// the claim directory (package shm), which frees only a claim whose lock
+// no live process holds. Package upgrade
 // owns their meaning; see its state.go.
 const (
-	UpgradeStateHeld         uint32 = 0xE0000000 // write, upgrade and pending bits
-	UpgradeStateInconsistent uint32 = 1 << 28    // a dead holder's unique hold was freed, not yet repaired
-	UpgradeWriterUnique      uint64 = 1 << 61    // in the Writer word: its holder holds the unique lock
+	UpgradeStateWrite        uint32 = 1 << 31 // the unique lock: the Writer word's holder's, or with UpgradeStateUpgrade the upgrade holder's
+	UpgradeStateUpgrade      uint32 = 1 << 30 // the upgrade lock, the Upgrader word's holder's
+	UpgradeStatePending      uint32 = 1 << 29 // the upgrade holder waits for readers to drain
+	UpgradeStateHeld                = UpgradeStateWrite | UpgradeStateUpgrade | UpgradeStatePending
+	UpgradeStateInconsistent uint32 = 1 << 28 // a dead holder's unique hold was freed, not yet repaired
+	UpgradeWriterUnique      uint64 = 1 << 61 // in the Writer word: its holder holds the unique lock
 	upgradeHungry            uint64 = 1 << 62
 	upgradePIDField          uint64 = 1<<22 - 1
 )
@@ -260,6 +264,17 @@ func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
 		}
 	}
 	return true
+}
+
+// UpgradeWriterID is the packed identity in w, an upgrade mutex's Writer
+// word: the holder of the writers' mutex (a writer, or one waiting for
+// the unique lock), without the word's own bits; 0 if the word is free
+// or a handoff.
+func UpgradeWriterID(w uint64) uint64 {
+	if IsUpgradeHandoff(w) {
+		return 0
+	}
+	return w &^ (upgradeHungry | UpgradeWriterUnique)
 }
 
 // IsUpgradeHandoff reports whether w, an upgrade mutex's Writer word, is

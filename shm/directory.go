@@ -125,8 +125,8 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 		}
 	}
 	if free < 0 && parked >= 0 {
-		// The claim of a lock nobody references and nobody holds: its
-		// name goes, and the entry is claimed anew below.
+		// The claim of a lock nobody references and nobody (live)
+		// holds: its name goes, and the entry is claimed anew below.
 		if err := s.freeEntry(k, dk, parked); err != nil {
 			return -1, false, err
 		}
@@ -277,8 +277,8 @@ type DroppedClaim struct {
 // DropDeadClaims drops the references that dead processes (exited, their
 // pid reused, or recorded before a reboot) hold to claimed entries, as the
 // next claim that finds no room would: each claim whose last reference
-// goes is freed if its lock is free, or held in pid/tid mode by a dead
-// process (see heldByDead). With dryRun it only reports, and the
+// goes is freed if its lock is free, or held by dead processes only (see
+// heldByDead and upgradeHeldByDead). With dryRun it only reports, and the
 // segment may be read-only. For repair tools (shmctl reclaim).
 func (s *Segment) DropDeadClaims(dryRun bool) ([]DroppedClaim, error) {
 	return s.DropDeadClaimsContext(context.Background(), dryRun)
@@ -391,8 +391,8 @@ func (s *Segment) dropDeadRefs(pending uint32) int {
 }
 
 // Release drops one reference to entry i of table k. The last one frees
-// the entry and zeroes it if its lock is free (or its holder a dead
-// pid/tid one, see heldByDead); a lock still held (or marked
+// the entry and zeroes it if its lock is free (or its holders dead ones,
+// see lockFree); a lock still held (or marked
 // inconsistent) keeps its claim, unreferenced, until a claim of its
 // name takes it up again or, once the lock is free, a claim that finds no
 // free entry recycles it. ErrNotClaimed if it is not claimed, has no
@@ -473,9 +473,9 @@ func (s *Segment) freeEntry(k, dk layout.Kind, i int) error {
 
 // lockFree reports whether entry i of table k is a free lock that carries
 // nothing its next holder must be told (see layout.SlotFree and
-// layout.UpgradeFree), or an owner slot that a dead process holds in
-// pid/tid mode (heldByDead): only such a claim is freed or recycled, and
-// only once no live process references it.
+// layout.UpgradeFree), or one that only dead processes hold (heldByDead,
+// upgradeHeldByDead): only such a claim is freed, and only once no live
+// process references it, and a claim that finds no room recycles one.
 func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 	switch k {
 	case layout.KindOwnerSlots:
@@ -487,7 +487,7 @@ func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 			return false
 		}
 		rs, err := s.readersOf(i)
-		return err == nil && layout.UpgradeFree(e, rs)
+		return err == nil && (layout.UpgradeFree(e, rs) || s.upgradeHeldByDead(e, rs))
 	}
 	return false
 }
@@ -512,6 +512,48 @@ func (s *Segment) heldByDead(slot *layout.OwnerSlot, use uint32) bool {
 	}
 	owner := slot.PID.Load()
 	return owner != 0 && !s.OwnerAlive(owner)
+}
+
+// upgradeHeldByDead is heldByDead for upgrade mutex e, with reader
+// records rs: it is held, and every holder is a dead process (exited, its
+// pid reused, or recorded before a reboot): the Writer word's (a writer,
+// or one that waited for the unique lock), the Upgrader word's, and the
+// owners of the reader records that count shared holds. Each lock bit of
+// the state word must be a dead word's: the upgrade and pending bits (and
+// the unique one beside them) the Upgrader's, the unique bit alone the
+// Writer's; a bit that no identity accounts for is a word in flux or
+// damage, never judged so. A live process's word or shared hold (a reader
+// record of a live owner that counts holds, a waiter that holds the Writer
+// word while it waits) keeps the claim. Without this, a mutex whose
+// claimants died while one of them held it was never freed, nor recycled
+// by a claim that found the table full.
+//
+// The verdicts are on the identities loaded: each word is loaded again
+// after them, as the upgrade package's diedHolding does, since a process
+// may let its word go and exit in between (a free mutex then, freed as
+// such), or a live process take a dead one's word over.
+func (s *Segment) upgradeHeldByDead(e *layout.UpgradeEntry, rs []*layout.ReaderRecord) bool {
+	st := e.State.Load()
+	writer, upgrader := layout.UpgradeWriterID(e.Writer.Load()), e.Upgrader.Load()
+	if writer != 0 && s.OwnerAlive(writer) || upgrader != 0 && s.OwnerAlive(upgrader) {
+		return false
+	}
+	if st&(layout.UpgradeStateUpgrade|layout.UpgradeStatePending) != 0 && upgrader == 0 ||
+		st&(layout.UpgradeStateWrite|layout.UpgradeStateUpgrade) == layout.UpgradeStateWrite && writer == 0 {
+		return false
+	}
+	held := writer != 0 || upgrader != 0
+	for _, r := range rs {
+		if r.Count.Load() == 0 {
+			continue
+		}
+		o := r.Owner.Load()
+		if o == 0 || s.OwnerAlive(o) || r.Owner.Load() != o {
+			return false // a live reader's, or a record in flux
+		}
+		held = true
+	}
+	return held && layout.UpgradeWriterID(e.Writer.Load()) == writer && e.Upgrader.Load() == upgrader
 }
 
 // Lookup returns the index of the entry of table k claimed under name, or

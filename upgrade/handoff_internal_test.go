@@ -9,7 +9,8 @@ import (
 	"github.com/shmlock/shmlock/shm"
 )
 
-// layout.IsUpgradeHandoff, which layout.UpgradeFree uses, reads the Writer
+// layout.IsUpgradeHandoff, which layout.UpgradeFree uses, and
+// layout.UpgradeWriterID, which shm's claim directory uses, read the Writer
 // word as this package writes it: a handoff (hungry, no pid, a time stamp
 // above the pid field) is one; a writer's identity, hungry or not, is not.
 func TestHandoffWordAgreesWithLayout(t *testing.T) {
@@ -31,6 +32,10 @@ func TestHandoffWordAgreesWithLayout(t *testing.T) {
 	} {
 		if got := layout.IsUpgradeHandoff(tc.w); got != tc.want || isHandoff(tc.w) != tc.want {
 			t.Errorf("IsUpgradeHandoff(%#x) = %v, want %v", tc.w, got, tc.want)
+		}
+		// The claim directory asks who holds the writers' mutex too.
+		if got := layout.UpgradeWriterID(tc.w); got != writerID(tc.w) {
+			t.Errorf("UpgradeWriterID(%#x) = %#x, want %#x", tc.w, got, writerID(tc.w))
 		}
 	}
 }

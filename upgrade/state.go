@@ -307,9 +307,13 @@ func handoffWord() uint64 {
 func isHandoff(o uint64) bool { return layout.IsUpgradeHandoff(o) }
 
 // The layout package reads these words too (layout.UpgradeFree, for the
-// recycling of a mutex's name): its constants must be these.
+// recycling of a mutex's name, and package shm, which asks who holds it):
+// its constants must be these.
 var (
 	_ = [1]struct{}{}[layout.UpgradeStateHeld^stateLocked]
+	_ = [1]struct{}{}[layout.UpgradeStateWrite^stateWrite]
+	_ = [1]struct{}{}[layout.UpgradeStateUpgrade^stateUpgrade]
+	_ = [1]struct{}{}[layout.UpgradeStatePending^statePending]
 	_ = [1]struct{}{}[layout.UpgradeStateInconsistent^stateInconsistent]
 	_ = [1]struct{}{}[layout.UpgradeWriterUnique^writerUnique]
 )

@@ -206,12 +206,79 @@ static bool upgrade_handoff(uint64_t w)
 	return (w & (UINT64_C(1) << 62)) && (w & SHM_PID_MASK) == 0;
 }
 
+/* layout.UpgradeWriterID: the identity in a Writer word, 0 if it is free
+ * or a handoff (the hungry and unique bits are the word's own). */
+static uint64_t upgrade_writer_id(uint64_t w)
+{
+	if (upgrade_handoff(w))
+		return 0;
+	return w & ~(UINT64_C(1) << 62 | SHM_UPG_WRITER_UNIQUE);
+}
+
+static struct shm_reader_record *upgrade_readers(shmlock_segment *seg, uint64_t i, uint64_t *n)
+{
+	*n = readers_per_upgrade(seg);
+	return (struct shm_reader_record *)seg->tables[SHM_UPGRADE_READERS].base + i * *n;
+}
+
+/* layout.UpgradeFree whatever the inconsistent bit says: no lock bit,
+ * upgrade holder, writer (a handoff is free) or shared hold. */
+static bool upgrade_unheld(shmlock_segment *seg, struct shm_upgrade_entry *e, uint64_t i)
+{
+	if (atomic_load(&e->state) & (SHM_UPG_WRITE | SHM_UPG_UPGRADE | SHM_UPG_PENDING))
+		return false;
+	if (atomic_load(&e->upgrader) != 0)
+		return false;
+	uint64_t w = atomic_load(&e->writer);
+	if (w != 0 && !upgrade_handoff(w))
+		return false;
+	uint64_t n;
+	struct shm_reader_record *r = upgrade_readers(seg, i, &n);
+	for (uint64_t j = 0; j < n; j++)
+		if (atomic_load(&r[j].count) != 0)
+			return false;
+	return true;
+}
+
+/* shm's upgradeHeldByDead: mutex i is held and every holder is dead: the
+ * Writer word's, the Upgrader word's, the owners of the records counting
+ * shared holds; each lock bit a dead word's (the upgrade and pending bits,
+ * and the unique one beside them, the Upgrader's; the unique bit alone
+ * the Writer's), else it is a word in flux or damage. A live word or
+ * shared hold (a waiter holding the Writer word too) keeps the claim. The
+ * identity words are loaded again after the verdicts (upgrade's
+ * diedHolding): a process may let its word go and exit in between. */
+static bool upgrade_held_by_dead(shmlock_segment *seg, struct shm_upgrade_entry *e, uint64_t i)
+{
+	uint32_t st = atomic_load(&e->state);
+	uint64_t writer = upgrade_writer_id(atomic_load(&e->writer)), upgrader = atomic_load(&e->upgrader);
+	if ((writer != 0 && shm_owner_alive(seg, writer)) || (upgrader != 0 && shm_owner_alive(seg, upgrader)))
+		return false;
+	if ((st & (SHM_UPG_UPGRADE | SHM_UPG_PENDING)) && upgrader == 0)
+		return false;
+	if ((st & (SHM_UPG_WRITE | SHM_UPG_UPGRADE)) == SHM_UPG_WRITE && writer == 0)
+		return false;
+	bool held = writer != 0 || upgrader != 0;
+	uint64_t n;
+	struct shm_reader_record *r = upgrade_readers(seg, i, &n);
+	for (uint64_t j = 0; j < n; j++) {
+		if (atomic_load(&r[j].count) == 0)
+			continue;
+		uint64_t o = atomic_load(&r[j].owner);
+		if (o == 0 || shm_owner_alive(seg, o) || atomic_load(&r[j].owner) != o)
+			return false; /* a live reader's, or a record in flux */
+		held = true;
+	}
+	return held && upgrade_writer_id(atomic_load(&e->writer)) == writer && atomic_load(&e->upgrader) == upgrader;
+}
+
 /* shm's lockFree: the lock of entry i is free and carries nothing its next
- * holder must be told (layout.SlotFree, layout.UpgradeFree), or it is an
- * owner slot that a dead process holds in pid/tid mode (shm's heldByDead:
- * a token-mode lock never writes pid, so a nonzero pid names a pid/tid
- * holder whatever the claim's use says; a slot claimed for token mode is
- * never judged by it, for its token names no process). */
+ * holder must be told (layout.SlotFree, layout.UpgradeFree), or only dead
+ * processes hold it: an owner slot held in pid/tid mode by a dead process
+ * (shm's heldByDead: a token-mode lock never writes pid, so a nonzero pid
+ * names a pid/tid holder whatever the claim's use says; a slot claimed for
+ * token mode is never judged by it, for its token names no process), an
+ * upgrade mutex whose holders are all dead (upgrade_held_by_dead). */
 static bool lock_free(shmlock_segment *seg, int kind, uint64_t i, uint32_t use)
 {
 	if (kind == SHM_OWNER_SLOTS) {
@@ -224,19 +291,9 @@ static bool lock_free(shmlock_segment *seg, int kind, uint64_t i, uint32_t use)
 		return use == SHMLOCK_PIDTID + 1 || atomic_load(&s->token) == 0;
 	}
 	struct shm_upgrade_entry *e = (struct shm_upgrade_entry *)seg->tables[kind].base + i;
-	if (atomic_load(&e->state) & (SHM_UPG_WRITE | SHM_UPG_UPGRADE | SHM_UPG_PENDING | SHM_UPG_INCONSISTENT))
-		return false;
-	if (atomic_load(&e->upgrader) != 0)
-		return false;
-	uint64_t w = atomic_load(&e->writer);
-	if (w != 0 && !upgrade_handoff(w))
-		return false;
-	uint64_t n = readers_per_upgrade(seg);
-	struct shm_reader_record *r = (struct shm_reader_record *)seg->tables[SHM_UPGRADE_READERS].base + i * n;
-	for (uint64_t j = 0; j < n; j++)
-		if (atomic_load(&r[j].count) != 0)
-			return false;
-	return true;
+	if (!(atomic_load(&e->state) & SHM_UPG_INCONSISTENT) && upgrade_unheld(seg, e, i))
+		return true;
+	return upgrade_held_by_dead(seg, e, i);
 }
 
 static struct shm_claim_ref *claim_refs(shmlock_segment *seg, uint64_t *n)

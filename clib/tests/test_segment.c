@@ -562,6 +562,104 @@ static void test_open_gives_claim_its_mode(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* What becomes of a claim whose last reference goes, by its lock's words
+ * (shm's TestUpgradeClaimFateByHolders): FREED at the release (a free
+ * lock, or one only dead processes hold), RECYCLED by a claim of another
+ * name that finds no other room, or KEPT (a live process may hold it, a
+ * lock bit is no holder's, or it is marked inconsistent). */
+enum fate { FREED, RECYCLED, KEPT };
+
+struct fate_case {
+	const char *name;
+	uint32_t state;
+	uint64_t writer, upgrader;
+	uint64_t owner[2];
+	uint32_t count[2];
+	enum fate want;
+};
+
+/* check_fate releases the one claim ("old", entry 0 of a one-entry table)
+ * of kind and checks that its entry meets want. */
+static void check_fate(shmlock_segment *s, int kind, int dk, const char *name, enum fate want)
+{
+	struct shm_dir_entry *d = s->tables[dk].base;
+	size_t j = 99;
+	CHECK_RC(shm_release_claim(s, kind, 0), 0);
+	bool freed = atomic_load(&d[0].state) == SHM_DIR_FREE;
+	int rc = shm_claim(s, kind, "new", 0, &j);
+	bool ok = want == FREED    ? freed && rc == 0 && j == 0
+	          : want == KEPT   ? !freed && rc == SHMLOCK_ETABLEFULL
+	                           : !freed && rc == 0 && j == 0;
+	if (!ok)
+		fprintf(stderr, "  %s: want fate %d, freed at release %d, claim rc %d\n", name, want, freed, rc);
+	CHECK(ok);
+	if (rc == 0)
+		CHECK_RC(shm_release_claim(s, kind, j), 0);
+}
+
+static void test_claim_fate_by_holders(void)
+{
+	const uint64_t live = shm_self(), unique = SHM_UPG_WRITER_UNIQUE, hungry = UINT64_C(1) << 62;
+	const uint32_t w = SHM_UPG_WRITE, u = SHM_UPG_UPGRADE, p = SHM_UPG_PENDING, inc = SHM_UPG_INCONSISTENT;
+	const struct fate_case cases[] = {
+		{"free", 0, 0, 0, {live, 0}, {0, 0}, FREED},
+		{"marked", inc, 0, 0, {0, 0}, {0, 0}, KEPT},
+		{"marked, handoff", inc, hungry | UINT64_C(7) << SHM_PID_BITS, 0, {0, 0}, {0, 0}, KEPT},
+		{"dead unique, fast form", 0, DEAD | unique, 0, {0, 0}, {0, 0}, FREED},
+		{"dead unique, marked", w | inc, DEAD, 0, {0, 0}, {0, 0}, FREED},
+		{"dead waiter for the writers' mutex", 0, DEAD | hungry, 0, {0, 0}, {0, 0}, FREED},
+		{"dead upgraded", w | u, 0, DEAD, {0, 0}, {0, 0}, FREED},
+		{"dead pending", u | p, 0, DEAD, {DEAD, 0}, {1, 0}, FREED},
+		{"dead readers", 0, 0, 0, {DEAD, live}, {2, 0}, FREED},
+		{"live unique", 0, live | unique, 0, {0, 0}, {0, 0}, KEPT},
+		{"live waiter for the writers' mutex", u, live, DEAD, {0, 0}, {0, 0}, KEPT},
+		{"live upgrade", u, 0, live, {0, 0}, {0, 0}, KEPT},
+		{"live reader beside a dead one", 0, 0, 0, {DEAD, live}, {1, 1}, KEPT},
+		{"live reader beside a dead writer", 0, DEAD, 0, {live, 0}, {1, 0}, KEPT},
+		{"a count with no owner", 0, 0, 0, {0, 0}, {1, 0}, KEPT},
+		{"unique bit of no writer", w, 0, DEAD, {0, 0}, {0, 0}, KEPT},
+		{"pending bit of no upgrader", p, 0, 0, {DEAD, 0}, {1, 0}, KEPT},
+	};
+	char path[256];
+	check_temp_path(path, sizeof path, "claim-fate");
+	shmlock_options o = {.slots = 1, .upgrades = 1, .upgrade_readers = 2, .claim_refs = 2};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	struct shm_upgrade_entry *e = s->tables[SHM_UPGRADES].base;
+	struct shm_reader_record *r = s->tables[SHM_UPGRADE_READERS].base;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		const struct fate_case *tc = &cases[c];
+		size_t i = 99;
+		CHECK_RC(shm_claim(s, SHM_UPGRADES, "old", 0, &i), 0);
+		CHECK(i == 0);
+		atomic_store(&e->state, tc->state);
+		atomic_store(&e->writer, tc->writer);
+		atomic_store(&e->upgrader, tc->upgrader);
+		for (int j = 0; j < 2; j++) {
+			atomic_store(&r[j].owner, tc->owner[j]);
+			atomic_store(&r[j].count, tc->count[j]);
+		}
+		check_fate(s, SHM_UPGRADES, SHM_UPGRADE_DIRECTORY, tc->name, tc->want);
+		if (tc->want != KEPT)
+			CHECK(atomic_load(&e->state) == 0 && atomic_load(&e->writer) == 0 && atomic_load(&r[0].owner) == 0);
+		if (tc->want == KEPT) {
+			/* Its lock freed by hand, the next claim recycles it. */
+			atomic_store(&e->state, 0);
+			atomic_store(&e->writer, 0);
+			atomic_store(&e->upgrader, 0);
+			atomic_store(&r[0].count, 0);
+			atomic_store(&r[1].count, 0);
+			CHECK_RC(shm_claim(s, SHM_UPGRADES, "new", 0, &i), 0);
+			CHECK(i == 0 && atomic_load(&r[0].owner) == 0 && atomic_load(&r[1].owner) == 0);
+			CHECK_RC(shm_release_claim(s, SHM_UPGRADES, i), 0);
+		}
+	}
+	shmlock_close(s);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 /* A machine that went down while a process was between a claim's two
  * counts (Refs counted, its record not yet) leaves the registry lock held
  * and a reference that no record names: the first open after the reboot
@@ -1256,6 +1354,7 @@ int main(void)
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
 	RUN(test_dead_holder_use0_recycled);
+	RUN(test_claim_fate_by_holders);
 	RUN(test_open_gives_claim_its_mode);
 	RUN(test_reboot_mid_claim_recounts);
 	RUN(test_claim_refuses_wrapped_refs);
