@@ -235,8 +235,18 @@ const (
 // use (spinlock.Mode.ClaimUse: 1 pid/tid, 2 token, 0 unsaid): a released
 // pid/tid slot keeps its generation in Token, so a slot whose mode is
 // unsaid is free only if Token is 0 too.
-func SlotFree(s *OwnerSlot, use uint32) bool {
-	if s.PID.Load() != 0 || s.RecursionCount.Load() != 0 {
+func SlotFree(s *OwnerSlot, use uint32) bool { return slotUnheld(s, 0, use) }
+
+// SlotMarkedFree reports whether owner slot s is free but for the mark
+// of a holder that died with it (SlotInconsistent, left by a reclaim or a
+// force): the news its next holder must be told, which package shm keeps
+// with the claim, unreferenced, until the table has no other room.
+func SlotMarkedFree(s *OwnerSlot, use uint32) bool { return slotUnheld(s, SlotInconsistent, use) }
+
+// slotUnheld reports whether owner slot s is free, with RecursionCount
+// mark: a holder's re-entries, and a token-mode slot's Token, are holds.
+func slotUnheld(s *OwnerSlot, mark, use uint32) bool {
+	if s.PID.Load() != 0 || s.RecursionCount.Load() != mark {
 		return false
 	}
 	return use == SlotUsePIDTID || s.Token.Load() == 0
@@ -252,18 +262,14 @@ const (
 // free (no lock bit, no writer or upgrade holder, no shared hold) and
 // carries nothing a later holder must be told.
 func UpgradeFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
-	if e.State.Load()&(UpgradeStateHeld|UpgradeStateInconsistent) != 0 || e.Upgrader.Load() != 0 {
-		return false
-	}
-	if w := e.Writer.Load(); w != 0 && !IsUpgradeHandoff(w) { // a handoff is free; UpgradeWriterUnique only with an identity
-		return false
-	}
-	for _, r := range rs {
-		if r.Count.Load() != 0 {
-			return false
-		}
-	}
-	return true
+	return e.State.Load()&UpgradeStateInconsistent == 0 && upgradeUnheld(e, rs)
+}
+
+// UpgradeMarkedFree reports whether upgrade mutex e, with reader records
+// rs, is free but for the mark of a unique holder that died with it
+// (UpgradeStateInconsistent): see SlotMarkedFree.
+func UpgradeMarkedFree(e *UpgradeEntry, rs []*ReaderRecord) bool {
+	return e.State.Load()&UpgradeStateInconsistent != 0 && upgradeUnheld(e, rs)
 }
 
 // UpgradeWriterID is the packed identity in w, an upgrade mutex's Writer
@@ -275,6 +281,22 @@ func UpgradeWriterID(w uint64) uint64 {
 		return 0
 	}
 	return w &^ (upgradeHungry | UpgradeWriterUnique)
+}
+
+// upgradeUnheld is UpgradeFree whatever UpgradeStateInconsistent says.
+func upgradeUnheld(e *UpgradeEntry, rs []*ReaderRecord) bool {
+	if e.State.Load()&UpgradeStateHeld != 0 || e.Upgrader.Load() != 0 {
+		return false
+	}
+	if w := e.Writer.Load(); w != 0 && !IsUpgradeHandoff(w) { // a handoff is free; UpgradeWriterUnique only with an identity
+		return false
+	}
+	for _, r := range rs {
+		if r.Count.Load() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // IsUpgradeHandoff reports whether w, an upgrade mutex's Writer word, is

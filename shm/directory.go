@@ -67,9 +67,12 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 		return -1, err
 	}
 	defer s.unlockRegistry()
-	i, fresh, err := s.claimEntry(k, dk, name, use)
-	if errors.Is(err, ErrTableFull) && s.dropDeadRefs(0) > 0 {
-		i, fresh, err = s.claimEntry(k, dk, name, use) // the dead's claims may have gone
+	i, fresh, err := s.claimEntry(k, dk, name, use, false)
+	if errors.Is(err, ErrTableFull) {
+		// The dead's claims may have gone; and only once they are dropped
+		// and there is still no room, a claim kept for its news is taken.
+		s.dropDeadRefs(0)
+		i, fresh, err = s.claimEntry(k, dk, name, use, true)
 	}
 	if err != nil {
 		return -1, err
@@ -86,9 +89,10 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 // claimEntry is ClaimAs's change of the directory, under the registry
 // lock: the entry claimed under name with one more reference, or a fresh
 // entry (a free one, or a recycled claim nobody references whose lock is
-// free) with one reference.
-func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int, fresh bool, err error) {
-	free, parked := -1, -1
+// free, or with takeMarked, if there is no other, one whose lock is free
+// but marked inconsistent: see lockMarked) with one reference.
+func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32, takeMarked bool) (i int, fresh bool, err error) {
+	free, parked, marked := -1, -1, -1
 	for i := range s.Len(k) {
 		e, err := entry[layout.DirEntry](s, dk, i)
 		if err != nil {
@@ -106,6 +110,8 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 			}
 		case !names && e.Refs.Load() == 0 && parked < 0 && s.lockFree(k, i, e.Use.Load()):
 			parked = i // recyclable, if nothing is free (a damaged entry too, whatever its name)
+		case !names && e.Refs.Load() == 0 && takeMarked && marked < 0 && s.lockMarked(k, i, e.Use.Load()):
+			marked = i // the last resort
 		case names:
 			if e.Refs.Load() == math.MaxUint32 {
 				// Damage (no segment holds that many claims): one more would
@@ -123,6 +129,12 @@ func (s *Segment) claimEntry(k, dk layout.Kind, name string, use uint32) (i int,
 			e.Refs.Add(1)
 			return i, false, nil
 		}
+	}
+	if parked < 0 {
+		// The news that a holder died with the lock is given up for room
+		// only: with any other entry to take, the claim keeps it for the
+		// next claimant of its name.
+		parked = marked
 	}
 	if free < 0 && parked >= 0 {
 		// The claim of a lock nobody references and nobody (live)
@@ -392,13 +404,13 @@ func (s *Segment) dropDeadRefs(pending uint32) int {
 
 // Release drops one reference to entry i of table k. The last one frees
 // the entry and zeroes it if its lock is free (or its holders dead ones,
-// see lockFree); a lock still held (or marked
-// inconsistent) keeps its claim, unreferenced, until a claim of its
-// name takes it up again or, once the lock is free, a claim that finds no
-// free entry recycles it. ErrNotClaimed if it is not claimed, has no
-// reference left, or (in a segment that records who holds the references)
-// none of this process's. A release works after Close too, like the lock
-// packages' releases.
+// see lockFree); a lock still held (or marked inconsistent) keeps its
+// claim, unreferenced, until a claim of its name takes it up again or,
+// once the lock is free, a claim that finds no free entry recycles it
+// (one marked inconsistent only if it finds no other: see lockMarked).
+// ErrNotClaimed if it is not claimed, has no reference left, or (in a
+// segment that records who holds the references) none of this process's.
+// A release works after Close too, like the lock packages' releases.
 func (s *Segment) Release(k layout.Kind, i int) error {
 	dk, err := directoryOf(k)
 	if err != nil {
@@ -437,7 +449,7 @@ func (s *Segment) Release(k layout.Kind, i int) error {
 	}
 	// A lock still held (or marked inconsistent) keeps its claim with no
 	// reference: a later claim of its name finds it as it is, and only a
-	// free one is recycled (ClaimAs).
+	// free one is recycled (ClaimAs; a marked one for room alone).
 	s.regGen.Add(1)
 	return nil
 }
@@ -475,7 +487,8 @@ func (s *Segment) freeEntry(k, dk layout.Kind, i int) error {
 // nothing its next holder must be told (see layout.SlotFree and
 // layout.UpgradeFree), or one that only dead processes hold (heldByDead,
 // upgradeHeldByDead): only such a claim is freed, and only once no live
-// process references it, and a claim that finds no room recycles one.
+// process references it. A claim that finds no room recycles one such,
+// or else one that lockMarked reports.
 func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 	switch k {
 	case layout.KindOwnerSlots:
@@ -488,6 +501,30 @@ func (s *Segment) lockFree(k layout.Kind, i int, use uint32) bool {
 		}
 		rs, err := s.readersOf(i)
 		return err == nil && (layout.UpgradeFree(e, rs) || s.upgradeHeldByDead(e, rs))
+	}
+	return false
+}
+
+// lockMarked reports whether entry i of table k is a free lock marked
+// inconsistent (layout.SlotMarkedFree, layout.UpgradeMarkedFree): a
+// holder died with it, and a reclaim (or a force) freed it. Its claim is
+// kept when its last reference goes, so that the next claimant of its name
+// (a service restarted after the crash) is told its data may be
+// half-updated; but a claim that finds no other room takes it, as
+// otherwise a table full of such entries refused every new name for ever
+// unless someone claimed one of the old ones again.
+func (s *Segment) lockMarked(k layout.Kind, i int, use uint32) bool {
+	switch k {
+	case layout.KindOwnerSlots:
+		slot, err := entryOf[layout.OwnerSlot](s, k, i)
+		return err == nil && layout.SlotMarkedFree(slot, use)
+	case layout.KindUpgrades:
+		e, err := entryOf[layout.UpgradeEntry](s, k, i)
+		if err != nil {
+			return false
+		}
+		rs, err := s.readersOf(i)
+		return err == nil && layout.UpgradeMarkedFree(e, rs)
 	}
 	return false
 }

@@ -56,8 +56,8 @@ func requireFate(t *testing.T, seg *shm.Segment, k layout.Kind, i int, want fate
 // the directory frees its claim when every holder is dead, counting a
 // process that holds the Writer word while it waits and a reader record
 // that counts holds, keeps it while any is alive or a lock bit is no
-// holder's, and one that is free but marked inconsistent (for its next
-// claimant's news). Before, every held mutex was kept.
+// holder's, and recycles one that is free but marked inconsistent for
+// room only. Before, every held mutex was kept, and a marked one too.
 func TestUpgradeClaimFateByHolders(t *testing.T) {
 	t.Parallel()
 	live, dead := proc.Self().Pack(), testproc.ExitedIdentity(t)
@@ -84,8 +84,8 @@ func TestUpgradeClaimFateByHolders(t *testing.T) {
 		{name: "free", want: freed},
 		{name: "free, a live record with no hold", readers: []rec{{live, 0}}, want: freed},
 		{name: "handoff", writer: hungry | 7<<proc.PIDBits, want: freed},
-		{name: "marked", state: inconsistent, want: kept},
-		{name: "marked, handoff", state: inconsistent, writer: hungry | 7<<proc.PIDBits, want: kept},
+		{name: "marked", state: inconsistent, want: recycled},
+		{name: "marked, handoff", state: inconsistent, writer: hungry | 7<<proc.PIDBits, want: recycled},
 		{name: "dead unique, fast form", writer: dead | unique, want: freed},
 		{name: "dead unique, marked", state: write | inconsistent, writer: dead, want: freed},
 		{name: "dead unique", state: write, writer: dead, want: freed},
@@ -130,6 +130,48 @@ func TestUpgradeClaimFateByHolders(t *testing.T) {
 					require.NoError(t, err)
 					require.Zero(t, rr.Owner.Load()|uint64(rr.Count.Load()), "its reader records with it")
 				}
+			}
+		})
+	}
+}
+
+// An owner slot's words, as a reclaim or a force leaves them: free but
+// marked inconsistent, its claim is kept for the next claimant of its
+// name, and recycled by a claim that finds no other room. Before, a table
+// full of such slots refused every new name.
+func TestSlotClaimFateMarked(t *testing.T) {
+	t.Parallel()
+	dead := testproc.ExitedIdentity(t)
+	for _, tc := range []struct {
+		name      string
+		use       uint32
+		pid       uint64
+		token     uint64
+		recursion uint32
+		want      fate
+	}{
+		{"pid/tid released", layout.SlotUsePIDTID, 0, 5, 0, freed},
+		{"pid/tid reclaimed and released", layout.SlotUsePIDTID, 0, 6, layout.SlotInconsistent, recycled},
+		{"pid/tid reclaimed, its taker dead", layout.SlotUsePIDTID, dead, 6, layout.SlotInconsistent, freed},
+		{"pid/tid reclaimed, re-entries and no holder", layout.SlotUsePIDTID, 0, 6, layout.SlotInconsistent | 1, kept},
+		{"token forced", layout.SlotUseToken, 0, 0, layout.SlotInconsistent, recycled},
+		{"token forced, held again", layout.SlotUseToken, 0, 9, layout.SlotInconsistent, kept},
+		{"unsaid, marked, generation kept", 0, 0, 6, layout.SlotInconsistent, kept},
+		{"unsaid, marked, no token", 0, 0, 0, layout.SlotInconsistent, recycled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			seg, _ := create(t, shm.Options{Options: layout.Options{Slots: 1}})
+			i, err := seg.ClaimAs(layout.KindOwnerSlots, "old", tc.use)
+			require.NoError(t, err)
+			s, err := seg.Slot(i)
+			require.NoError(t, err)
+			s.PID.Store(tc.pid)
+			s.Token.Store(tc.token)
+			s.RecursionCount.Store(tc.recursion)
+			requireFate(t, seg, layout.KindOwnerSlots, i, tc.want)
+			if tc.want != kept {
+				require.Zero(t, s.PID.Load()|s.Token.Load()|uint64(s.RecursionCount.Load()), "the slot is zeroed")
 			}
 		})
 	}

@@ -85,6 +85,70 @@ func TestDeadClaimantsSlotIsRecycled(t *testing.T) {
 	}
 }
 
+// A slot whose pid/tid holder was killed, taken over by Reclaim (as
+// shmctl reclaim does) and released, and so marked inconsistent, whose
+// dead claimant's reference is then dropped. With room in the table its
+// claim is kept, so that the next process to name it is told that the
+// data may be half-updated; with none, a claim of another name takes it
+// rather than fail: the news is given up for room only. Before, a table
+// full of such slots refused every new name (ErrTableFull) until someone
+// named one of the old ones again.
+func TestReclaimedSlotIsRecycledForRoomOnly(t *testing.T) {
+	t.Parallel()
+	for _, room := range []bool{false, true} {
+		t.Run(fmt.Sprintf("room %v", room), func(t *testing.T) {
+			t.Parallel()
+			slots := 2
+			if room {
+				slots = 3
+			}
+			path := testproc.SegmentPath(t)
+			seg, err := shm.Create(path, shm.Options{Options: layout.Options{Slots: slots, LockMgrEntries: scratchEntries}})
+			require.NoError(t, err)
+			defer seg.Close()
+			other, err := seg.Claim(layout.KindOwnerSlots, "other")
+			require.NoError(t, err)
+			use := strconv.Itoa(int(spinlock.PIDTID.ClaimUse()))
+			child := testproc.Start(t, "claim-lock", path, "crashed", use, spinlock.PIDTID.String(), "hold")
+			i, err := strconv.Atoi(child.WaitLine(t, "ready "))
+			require.NoError(t, err)
+			child.Kill(t)
+			child.WaitKilled(t)
+			l, err := spinlock.Open(seg, i, spinlock.PIDTID)
+			require.NoError(t, err)
+			g, err := l.Reclaim(spinlock.NewHolder())
+			require.NoError(t, err)
+			require.NoError(t, g.Release())
+			require.NoError(t, l.Close())
+			_, err = seg.DropDeadClaims(false)
+			require.NoError(t, err)
+			_, err = seg.Lookup(layout.KindOwnerSlots, "crashed")
+			require.NoError(t, err, "the marked slot's claim is kept when its last reference goes")
+
+			j, err := seg.Claim(layout.KindOwnerSlots, "new")
+			require.NoError(t, err)
+			defer func() { require.NoError(t, seg.Release(layout.KindOwnerSlots, j)) }()
+			if !room {
+				require.Equal(t, i, j, "with no other room, the marked slot is taken")
+				requireZeroSlot(t, seg, i)
+				_, err = seg.Lookup(layout.KindOwnerSlots, "crashed")
+				require.ErrorIs(t, err, shm.ErrNotFound)
+			} else {
+				require.NotEqual(t, i, j, "a free entry is taken first")
+				l, err := spinlock.Named(seg, "crashed", spinlock.PIDTID)
+				require.NoError(t, err)
+				require.Equal(t, i, l.Index())
+				g, err := l.Lock(spinlock.NewHolder())
+				require.NoError(t, err)
+				require.True(t, g.Inconsistent(), "the next claimant of the name is told")
+				require.NoError(t, g.Release())
+				require.NoError(t, l.Close())
+			}
+			require.NoError(t, seg.Release(layout.KindOwnerSlots, other))
+		})
+	}
+}
+
 func requireZeroSlot(t *testing.T, seg *shm.Segment, i int) {
 	t.Helper()
 	s, err := seg.Slot(i)

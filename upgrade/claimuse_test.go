@@ -103,6 +103,66 @@ func TestDeadClaimantsMutexIsRecycled(t *testing.T) {
 	}
 }
 
+// A mutex whose unique holder was killed, taken over by Reclaim (as
+// shmctl reclaim does) and so marked inconsistent, whose dead claimant's
+// reference is then dropped. With room in the table its claim is kept, so
+// that the next process to name it is told that the data may be
+// half-updated; with none, a claim of another name takes it rather than
+// fail: the news is given up for room only. Before, a table full of such
+// entries refused every new name (ErrTableFull) until someone named one
+// of the old ones again.
+func TestMarkedMutexIsRecycledForRoomOnly(t *testing.T) {
+	t.Parallel()
+	for _, room := range []bool{false, true} {
+		t.Run(fmt.Sprintf("room %v", room), func(t *testing.T) {
+			t.Parallel()
+			path := testproc.SegmentPath(t)
+			upgrades := 2
+			if room {
+				upgrades = 3
+			}
+			seg, err := shm.Create(path, claimOptions(upgrades))
+			require.NoError(t, err)
+			defer seg.Close()
+			other, err := seg.Claim(layout.KindUpgrades, "other")
+			require.NoError(t, err)
+			child := testproc.Start(t, "claim-hold", path, "crashed", "unique")
+			i, err := strconv.Atoi(child.WaitLine(t, "held "))
+			require.NoError(t, err)
+			child.Kill(t)
+			child.WaitKilled(t)
+			rep, err := upgrade.Reclaim(seg, i, false)
+			require.NoError(t, err)
+			require.NotZero(t, rep.Writer, "the dead writer is released")
+			_, err = seg.DropDeadClaims(false)
+			require.NoError(t, err)
+			_, err = seg.Lookup(layout.KindUpgrades, "crashed")
+			require.NoError(t, err, "the marked mutex's claim is kept when its last reference goes")
+
+			j, err := seg.Claim(layout.KindUpgrades, "new")
+			require.NoError(t, err)
+			defer func() { require.NoError(t, seg.Release(layout.KindUpgrades, j)) }()
+			if !room {
+				require.Equal(t, i, j, "with no other room, the marked entry is taken")
+				requireZeroMutex(t, seg, i)
+				_, err = seg.Lookup(layout.KindUpgrades, "crashed")
+				require.ErrorIs(t, err, shm.ErrNotFound)
+			} else {
+				require.NotEqual(t, i, j, "a free entry is taken first")
+				m, err := upgrade.Named(seg, "crashed")
+				require.NoError(t, err)
+				require.Equal(t, i, m.Index())
+				require.NoError(t, m.Lock())
+				require.True(t, m.Reclaimed(), "the next claimant of the name is told")
+				require.True(t, m.Inconsistent())
+				require.NoError(t, m.Unlock())
+				require.NoError(t, m.Close())
+			}
+			require.NoError(t, seg.Release(layout.KindUpgrades, other))
+		})
+	}
+}
+
 func requireZeroMutex(t *testing.T, seg *shm.Segment, i int) {
 	t.Helper()
 	st, err := upgrade.Inspect(seg, i)

@@ -221,8 +221,19 @@ static struct shm_reader_record *upgrade_readers(shmlock_segment *seg, uint64_t 
 	return (struct shm_reader_record *)seg->tables[SHM_UPGRADE_READERS].base + i * *n;
 }
 
-/* layout.UpgradeFree whatever the inconsistent bit says: no lock bit,
- * upgrade holder, writer (a handoff is free) or shared hold. */
+/* layout.SlotFree (mark 0) and SlotMarkedFree (mark SHM_SLOT_INCONSISTENT):
+ * no holder, no re-entry, the recursion word mark, and for a slot not
+ * claimed for pid/tid no token. */
+static bool slot_unheld(struct shm_owner_slot *s, uint32_t mark, uint32_t use)
+{
+	if (atomic_load(&s->pid) != 0 || atomic_load(&s->recursion) != mark)
+		return false;
+	return use == SHMLOCK_PIDTID + 1 || atomic_load(&s->token) == 0;
+}
+
+/* layout.UpgradeFree and UpgradeMarkedFree whatever the inconsistent bit
+ * says: no lock bit, upgrade holder, writer (a handoff is free) or shared
+ * hold. */
 static bool upgrade_unheld(shmlock_segment *seg, struct shm_upgrade_entry *e, uint64_t i)
 {
 	if (atomic_load(&e->state) & (SHM_UPG_WRITE | SHM_UPG_UPGRADE | SHM_UPG_PENDING))
@@ -286,14 +297,24 @@ static bool lock_free(shmlock_segment *seg, int kind, uint64_t i, uint32_t use)
 		uint64_t owner = atomic_load(&s->pid);
 		if (owner != 0)
 			return use != SHMLOCK_TOKEN + 1 && !shm_owner_alive(seg, owner);
-		if (atomic_load(&s->recursion) != 0)
-			return false;
-		return use == SHMLOCK_PIDTID + 1 || atomic_load(&s->token) == 0;
+		return slot_unheld(s, 0, use);
 	}
 	struct shm_upgrade_entry *e = (struct shm_upgrade_entry *)seg->tables[kind].base + i;
 	if (!(atomic_load(&e->state) & SHM_UPG_INCONSISTENT) && upgrade_unheld(seg, e, i))
 		return true;
 	return upgrade_held_by_dead(seg, e, i);
+}
+
+/* shm's lockMarked: the lock of entry i is free but marked inconsistent (a
+ * holder died with it; a reclaim or a force freed it). Its claim is kept
+ * for the next claimant of its name, and taken by a claim only when it
+ * finds no other room. */
+static bool lock_marked(shmlock_segment *seg, int kind, uint64_t i, uint32_t use)
+{
+	if (kind == SHM_OWNER_SLOTS)
+		return slot_unheld((struct shm_owner_slot *)seg->tables[kind].base + i, SHM_SLOT_INCONSISTENT, use);
+	struct shm_upgrade_entry *e = (struct shm_upgrade_entry *)seg->tables[kind].base + i;
+	return (atomic_load(&e->state) & SHM_UPG_INCONSISTENT) && upgrade_unheld(seg, e, i);
 }
 
 static struct shm_claim_ref *claim_refs(shmlock_segment *seg, uint64_t *n)
@@ -479,12 +500,13 @@ static bool drop_ref(shmlock_segment *seg, int kind, uint64_t i)
 }
 
 /* claimEntry: the entry claimed under name with one more reference, or a
- * fresh one (free, or a recycled unreferenced claim whose lock is free). */
+ * fresh one (free, or a recycled unreferenced claim whose lock is free, or
+ * with take_marked, if there is no other, one whose lock is marked). */
 static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name, uint32_t len,
-                       const uint64_t words[5], uint32_t use, uint64_t *index, bool *fresh)
+                       const uint64_t words[5], uint32_t use, bool take_marked, uint64_t *index, bool *fresh)
 {
 	uint64_t count = seg->tables[kind].count;
-	int64_t free = -1, parked = -1;
+	int64_t free = -1, parked = -1, marked = -1;
 	for (uint64_t i = 0; i < count; i++) {
 		struct shm_dir_entry *e = dir_entry(seg, dk, i);
 		uint32_t state = atomic_load(&e->state);
@@ -497,6 +519,9 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 		} else if (!names && atomic_load(&e->refs) == 0 && parked < 0 &&
 		           lock_free(seg, kind, i, atomic_load(&e->use))) {
 			parked = (int64_t)i; /* recyclable if nothing is free; a damaged entry too, whatever its name */
+		} else if (!names && atomic_load(&e->refs) == 0 && take_marked && marked < 0 &&
+		           lock_marked(seg, kind, i, atomic_load(&e->use))) {
+			marked = (int64_t)i; /* the last resort */
 		} else if (names) {
 			/* Damage (no segment holds that many claims): one more would wrap
 			 * to 0, and a claim live handles use would read as unreferenced,
@@ -514,6 +539,8 @@ static int claim_entry(shmlock_segment *seg, int kind, int dk, const char *name,
 			return 0;
 		}
 	}
+	if (parked < 0)
+		parked = marked; /* the news of a holder's death is given up for room only */
 	if (free < 0 && parked >= 0) {
 		free_entry(seg, kind, dk, (uint64_t)parked);
 		free = parked;
@@ -617,9 +644,13 @@ int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, si
 		return rc;
 	uint64_t i = 0;
 	bool fresh = false;
-	rc = claim_entry(seg, kind, dk, name, len, words, use, &i, &fresh);
-	if (rc == SHMLOCK_ETABLEFULL && drop_dead_refs(seg, 0) > 0)
-		rc = claim_entry(seg, kind, dk, name, len, words, use, &i, &fresh); /* the dead's claims may have gone */
+	rc = claim_entry(seg, kind, dk, name, len, words, use, false, &i, &fresh);
+	if (rc == SHMLOCK_ETABLEFULL) {
+		/* The dead's claims may have gone; and only once they are dropped
+		 * and there is still no room, a claim kept for its news is taken. */
+		drop_dead_refs(seg, 0);
+		rc = claim_entry(seg, kind, dk, name, len, words, use, true, &i, &fresh);
+	}
 	if (rc == 0 && (rc = add_ref(seg, kind, i)) != 0) {
 		if (fresh)
 			free_entry(seg, kind, dk, i);

@@ -563,10 +563,11 @@ static void test_open_gives_claim_its_mode(void)
 }
 
 /* What becomes of a claim whose last reference goes, by its lock's words
- * (shm's TestUpgradeClaimFateByHolders): FREED at the release (a free
- * lock, or one only dead processes hold), RECYCLED by a claim of another
- * name that finds no other room, or KEPT (a live process may hold it, a
- * lock bit is no holder's, or it is marked inconsistent). */
+ * (shm's TestUpgradeClaimFateByHolders and TestSlotClaimFateMarked):
+ * FREED at the release (a free lock, or one only dead processes hold),
+ * RECYCLED by a claim of another name that finds no other room (free but
+ * marked inconsistent: its news is given up for room only), or KEPT (a
+ * live process may hold it, or a lock bit is no holder's). */
 enum fate { FREED, RECYCLED, KEPT };
 
 struct fate_case {
@@ -603,8 +604,8 @@ static void test_claim_fate_by_holders(void)
 	const uint32_t w = SHM_UPG_WRITE, u = SHM_UPG_UPGRADE, p = SHM_UPG_PENDING, inc = SHM_UPG_INCONSISTENT;
 	const struct fate_case cases[] = {
 		{"free", 0, 0, 0, {live, 0}, {0, 0}, FREED},
-		{"marked", inc, 0, 0, {0, 0}, {0, 0}, KEPT},
-		{"marked, handoff", inc, hungry | UINT64_C(7) << SHM_PID_BITS, 0, {0, 0}, {0, 0}, KEPT},
+		{"marked", inc, 0, 0, {0, 0}, {0, 0}, RECYCLED},
+		{"marked, handoff", inc, hungry | UINT64_C(7) << SHM_PID_BITS, 0, {0, 0}, {0, 0}, RECYCLED},
 		{"dead unique, fast form", 0, DEAD | unique, 0, {0, 0}, {0, 0}, FREED},
 		{"dead unique, marked", w | inc, DEAD, 0, {0, 0}, {0, 0}, FREED},
 		{"dead waiter for the writers' mutex", 0, DEAD | hungry, 0, {0, 0}, {0, 0}, FREED},
@@ -655,6 +656,42 @@ static void test_claim_fate_by_holders(void)
 			CHECK(i == 0 && atomic_load(&r[0].owner) == 0 && atomic_load(&r[1].owner) == 0);
 			CHECK_RC(shm_release_claim(s, SHM_UPGRADES, i), 0);
 		}
+	}
+	/* Owner slots: free but marked (a reclaim's or a force's mark). */
+	const struct {
+		const char *name;
+		uint32_t use;
+		uint64_t pid, token;
+		uint32_t recursion;
+		enum fate want;
+	} slots[] = {
+		{"pid/tid released", 1, 0, 5, 0, FREED},
+		{"pid/tid reclaimed and released", 1, 0, 6, SHM_SLOT_INCONSISTENT, RECYCLED},
+		{"pid/tid reclaimed, its taker dead", 1, DEAD, 6, SHM_SLOT_INCONSISTENT, FREED},
+		{"pid/tid marked, re-entries and no holder", 1, 0, 6, SHM_SLOT_INCONSISTENT | 1, KEPT},
+		{"token forced", 2, 0, 0, SHM_SLOT_INCONSISTENT, RECYCLED},
+		{"token forced, held again", 2, 0, 9, SHM_SLOT_INCONSISTENT, KEPT},
+		{"unsaid, marked, generation kept", 0, 0, 6, SHM_SLOT_INCONSISTENT, KEPT},
+		{"unsaid, marked, no token", 0, 0, 0, SHM_SLOT_INCONSISTENT, RECYCLED},
+	};
+	struct shm_owner_slot *sl = s->tables[SHM_OWNER_SLOTS].base;
+	for (size_t c = 0; c < sizeof slots / sizeof slots[0]; c++) {
+		size_t i = 99;
+		CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "old", slots[c].use, &i), 0);
+		CHECK(i == 0);
+		atomic_store(&sl->pid, slots[c].pid);
+		atomic_store(&sl->token, slots[c].token);
+		atomic_store(&sl->recursion, slots[c].recursion);
+		check_fate(s, SHM_OWNER_SLOTS, SHM_SLOT_DIRECTORY, slots[c].name, slots[c].want);
+		if (slots[c].want == KEPT) {
+			/* Its lock freed by hand, the next claim recycles it. */
+			atomic_store(&sl->token, 0);
+			atomic_store(&sl->recursion, 0);
+			CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "new", 0, &i), 0);
+			CHECK(i == 0);
+			CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, i), 0);
+		}
+		CHECK(atomic_load(&sl->pid) == 0 && atomic_load(&sl->token) == 0 && atomic_load(&sl->recursion) == 0);
 	}
 	shmlock_close(s);
 	CHECK_RC(shmlock_remove(path), 0);
