@@ -146,7 +146,7 @@ type (
 		TokenSlots []reclaimTokenJSON `json:"token_slots"`
 		// Claims are the references dead processes held to named slots and
 		// mutexes, dropped (a claim whose last reference goes is freed if
-		// its lock is free).
+		// its lock is free, or held by dead processes only).
 		Claims []reclaimClaimJSON `json:"claims"`
 		// Leftovers are the files of the segment that removers moved
 		// aside and were killed before they removed them (shm.Leftover).

@@ -64,9 +64,11 @@ touched.
 And the lock-manager holds (see 'shmctl locks') whose TTL passed or whose
 processes (and companion) died are ended, each listed with why; and the
 references dead processes held to named slots and mutexes are dropped (a
-name whose last reference goes is freed if its lock is free); should a live
-process hold the directory's lock (one stopped mid-claim), reclaim fails
-after --wait, naming it.
+name whose last reference goes is freed if its lock is free; one whose lock
+was taken over here is kept, so that the next process to claim it is told
+its data may be half-updated, until a claim finds no other room); should a
+live process hold the directory's lock (one stopped mid-claim), reclaim
+fails after --wait, naming it.
 
 Locks reclaim dead holders by themselves when someone waits for them; this
 is for a segment nobody waits on, or a caller that only ever uses TryLock.
