@@ -382,3 +382,41 @@ func TestDropDeadClaimsDryRunAfterRelease(t *testing.T) {
 	require.Empty(t, dropped, "a dead process's references reported after it dropped them")
 	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 }
+
+// A claim that finds the table full drops the dead's references (a
+// change of the directory) and may still find no room: the registry
+// generation moves all the same, or Claims, which reads the directory
+// without the lock until two passes agree on it, could return a pass
+// taken before the drop as if nothing had changed.
+func TestFailedClaimThatDroppedRefsMovesTheGeneration(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 1, ClaimRefs: 4}})
+	i, err := seg.Claim(layout.KindOwnerSlots, "jobs")
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack() // its pid reused by us
+	r := claimRef(t, seg, 3)
+	r.Target.Store(layout.ClaimTarget(layout.KindOwnerSlots, i))
+	r.Count.Store(1)
+	r.Owner.Store(dead)
+	dir, err := seg.Region(layout.KindSlotDirectory)
+	require.NoError(t, err)
+	e, err := memview.At[layout.DirEntry](dir, uint64(i)*layout.DirEntrySize)
+	require.NoError(t, err)
+	e.Refs.Add(1) // the dead process's reference, as its claim left it
+
+	before := registryGen(t, path)
+	_, err = seg.Claim(layout.KindOwnerSlots, "other")
+	require.ErrorIs(t, err, shm.ErrTableFull, "jobs is ours: no room")
+	require.Equal(t, uint32(1), e.Refs.Load(), "the dead's reference was dropped")
+	require.NotEqual(t, before, registryGen(t, path), "a change of the directory moves the generation")
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}
+
+// registryGen reads the header's registry generation from the file.
+func registryGen(t *testing.T, path string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return binary.LittleEndian.Uint64(b[layout.OffRegistryGen:])
+}

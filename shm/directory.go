@@ -71,7 +71,11 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	if errors.Is(err, ErrTableFull) {
 		// The dead's claims may have gone; and only once they are dropped
 		// and there is still no room, a claim kept for its news is taken.
-		s.dropDeadRefs(0)
+		// The drop is a change whether the claim then succeeds or not:
+		// Claims, which reads without the lock, must see it.
+		if s.dropDeadRefs(0) > 0 {
+			s.regGen.Add(1)
+		}
 		i, fresh, err = s.claimEntry(k, dk, name, use, true)
 	}
 	if err != nil {
@@ -80,6 +84,7 @@ func (s *Segment) ClaimAs(k layout.Kind, name string, use uint32) (int, error) {
 	testHookBetweenSteps()
 	if err := s.addRef(k, i); err != nil {
 		s.undoClaim(k, dk, i, fresh)
+		s.regGen.Add(1) // addRef may have dropped the dead's records
 		return -1, err
 	}
 	s.regGen.Add(1)

@@ -647,8 +647,11 @@ int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, si
 	rc = claim_entry(seg, kind, dk, name, len, words, use, false, &i, &fresh);
 	if (rc == SHMLOCK_ETABLEFULL) {
 		/* The dead's claims may have gone; and only once they are dropped
-		 * and there is still no room, a claim kept for its news is taken. */
-		drop_dead_refs(seg, 0);
+		 * and there is still no room, a claim kept for its news is taken.
+		 * The drop is a change whether the claim then succeeds or not:
+		 * a reader of the claims without the lock must see it. */
+		if (drop_dead_refs(seg, 0) > 0)
+			atomic_fetch_add(&seg->hdr->registry_gen, 1);
 		rc = claim_entry(seg, kind, dk, name, len, words, use, true, &i, &fresh);
 	}
 	if (rc == 0 && (rc = add_ref(seg, kind, i)) != 0) {
@@ -656,6 +659,8 @@ int shm_claim(shmlock_segment *seg, int kind, const char *name, uint32_t use, si
 			free_entry(seg, kind, dk, i);
 		else
 			atomic_fetch_sub(&dir_entry(seg, dk, i)->refs, 1);
+		/* add_ref may have dropped the dead's records */
+		atomic_fetch_add(&seg->hdr->registry_gen, 1);
 	}
 	if (rc == 0) {
 		atomic_fetch_add(&seg->hdr->registry_gen, 1);

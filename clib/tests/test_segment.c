@@ -735,6 +735,36 @@ static void test_reboot_mid_claim_recounts(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A claim that finds the table full drops the dead's references, a change
+ * of the directory, and may still find no room: the registry generation
+ * moves all the same, for the readers of the claims without the lock (as
+ * in Go: TestFailedClaimThatDroppedRefsMovesTheGeneration). */
+static void test_failed_claim_moves_generation(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "failed-claim-gen");
+	shmlock_options o = {.slots = 1, .claim_refs = 4};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	size_t i = 99, j = 99;
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "jobs", 1, &i), 0);
+	struct shm_claim_ref *r = s->tables[SHM_CLAIM_REFS].base;
+	struct shm_dir_entry *d = s->tables[SHM_SLOT_DIRECTORY].base;
+	atomic_store(&r[3].target, (uint32_t)SHM_OWNER_SLOTS << 24 | (uint32_t)i);
+	atomic_store(&r[3].count, 1);
+	atomic_store(&r[3].owner, DEAD);
+	atomic_fetch_add(&d[i].refs, 1); /* the dead process's reference */
+	uint64_t before = atomic_load(&s->hdr->registry_gen);
+	CHECK_RC(shm_claim(s, SHM_OWNER_SLOTS, "other", 1, &j), SHMLOCK_ETABLEFULL);
+	CHECK(atomic_load(&d[i].refs) == 1);
+	CHECK(atomic_load(&s->hdr->registry_gen) != before);
+	CHECK_RC(shm_release_claim(s, SHM_OWNER_SLOTS, i), 0);
+	shmlock_close(s);
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 /* A claim whose reference count is at its greatest (damage): another claim
  * of its name fails and changes nothing, rather than wrap the count to 0,
  * which would let a claim live handles use be recycled for another name. */
@@ -1382,6 +1412,7 @@ static void test_map_without_address_space(void)
 int main(void)
 {
 	RUN(test_golden_owner_slots);
+	RUN(test_failed_claim_moves_generation);
 	RUN(test_golden_upgrades);
 	RUN(test_golden_lockmgr_txn);
 	RUN(test_golden_regions);
