@@ -646,7 +646,16 @@ func (s *Segment) ClaimUse(k layout.Kind, i int) (uint32, error) {
 // if it knows how the lock uses the entry's words, and with use 0 a
 // released pid/tid slot, which keeps its generation in Token, reads as a
 // token slot held by a holder who may be alive, kept for ever.
-func (s *Segment) AdoptUse(k layout.Kind, i int, use uint32) error {
+//
+// The change is made under the directory's lock, which a live process
+// holds for the few instructions of a claim or release, or for as long as
+// it is stopped (SIGSTOP, a debugger) in one. ctx bounds that wait: once
+// it is done AdoptUse fails with an error that wraps ctx.Err() and names
+// the holder's pid, and records nothing, so that the claim still says no
+// use and the next AdoptUse, or ClaimAs, records the first use given. A
+// caller that goes on with the lock regardless would let another take the
+// other use: spinlock.OpenContext fails instead.
+func (s *Segment) AdoptUse(ctx context.Context, k layout.Kind, i int, use uint32) error {
 	dk, err := directoryOf(k)
 	if err != nil {
 		return err
@@ -673,7 +682,7 @@ func (s *Segment) AdoptUse(k layout.Kind, i int, use uint32) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if err := s.lockRegistry(); err != nil {
+	if err := s.lockRegistryContext(ctx, false); err != nil {
 		return err
 	}
 	defer s.unlockRegistry()

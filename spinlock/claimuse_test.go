@@ -1,13 +1,18 @@
 package spinlock_test
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -239,4 +244,77 @@ func TestOpenGivesAClaimItsMode(t *testing.T) {
 	claims, err := seg.Claims(layout.KindOwnerSlots)
 	require.NoError(t, err)
 	require.Empty(t, claims)
+}
+
+// registryStopHelper takes the claim directory's lock of the segment at
+// PATH (its word in the header, free when the test starts it), as a claim
+// does for a few instructions, and stops itself there, as a SIGSTOP or a
+// debugger may stop a process mid-claim, for the test to kill it: PATH.
+func registryStopHelper(args []string) int {
+	f, err := os.OpenFile(args[0], os.O_RDWR, 0)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer f.Close()
+	word := binary.LittleEndian.AppendUint64(nil, proc.Self().Pack())
+	if _, err := f.WriteAt(word, layout.OffRegistry); err != nil {
+		return fail("%v", err)
+	}
+	fmt.Println("holding")
+	if err := testproc.StopSelf(); err != nil {
+		return fail("%v", err)
+	}
+	return fail("continued")
+}
+
+// The first Open of a claim without a mode records the mode under the
+// claim directory's lock. While a process stopped mid-claim holds that
+// lock, OpenContext gives up when its ctx is done, naming the process, and
+// opens and records nothing, so that the slot's mode is still the first
+// one recorded; Open waits until the holder is dead, then records its
+// mode, and the other mode is refused after it. Before OpenContext, every
+// Open waited so, and shmctl unlock --force and reclaim with it.
+func TestOpenContextDirectoryLockHolderStopped(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+	require.NoError(t, err)
+	c := testproc.Start(t, "registry-stop", path)
+	c.WaitLine(t, "holding")
+	c.WaitStopped(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	for _, mode := range []spinlock.Mode{spinlock.PIDTID, spinlock.Token} {
+		l, err := spinlock.OpenContext(ctx, seg, i, mode)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "%v", mode)
+		require.Nil(t, l)
+		assert.Contains(t, err.Error(), fmt.Sprintf("held by live process %d", c.PID()))
+		use, err := seg.ClaimUse(layout.KindOwnerSlots, i)
+		require.NoError(t, err)
+		require.Zero(t, use, "a failed OpenContext recorded %v", mode)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		l, err := spinlock.Open(seg, i, spinlock.Token)
+		if err == nil {
+			err = l.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Open returned (%v) while a live process held the directory's lock", err)
+	default:
+	}
+	c.Kill(t)
+	c.WaitKilled(t)
+	require.NoError(t, testproc.Receive(t, done, "Open once the holder is dead"))
+	use, err := seg.ClaimUse(layout.KindOwnerSlots, i)
+	require.NoError(t, err)
+	require.Equal(t, spinlock.Token.ClaimUse(), use)
+	_, err = spinlock.OpenContext(context.Background(), seg, i, spinlock.PIDTID)
+	require.ErrorIs(t, err, spinlock.ErrModeMismatch)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
 }

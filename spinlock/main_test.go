@@ -44,6 +44,7 @@ var helpers = map[string]func(args []string) int{
 	"bench-pingpong": benchPingPongHelper, // PATH
 	"race-two-locks": raceTwoLocksHelper,  // PATH
 	"force-step":     forceStepHelper,     // PATH STOPS: ForceUnlock, saying how far it got and stopping where told (forcestep_test.go)
+	"registry-stop":  registryStopHelper,  // PATH: take the claim directory's lock and stop (claimuse_test.go)
 }
 
 // newSegment creates a segment for one test (removed when it ends) with room

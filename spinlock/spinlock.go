@@ -1,6 +1,7 @@
 package spinlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -205,8 +206,23 @@ func NewInProcessState() *layout.OwnerSlot { return new(layout.OwnerSlot) }
 // checkClaimedMode. A slot claimed without a mode (shm.Segment.Claim, use
 // 0) takes mode, as its claim's use, from its first Open, and later Opens
 // for the other mode are refused too; an unclaimed slot is the caller's to
-// use in one mode.
+// use in one mode. That first Open waits for the claim directory's lock as
+// Named does, for as long as a live process holds it (one stopped in a
+// claim holds it until it is continued or dies): OpenContext bounds the
+// wait.
 func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
+	return OpenContext(context.Background(), seg, index, mode)
+}
+
+// OpenContext is Open giving up once ctx is done while it waits for the
+// claim directory's lock to record mode with a claim that says none (see
+// checkClaimedMode), with an error that wraps ctx.Err() and names the
+// holder's pid. It then opens nothing and records nothing: going on with
+// the mode unrecorded would let the next Open, or Named, take the other
+// mode on the slot. For a tool (shmctl unlock --force, shmctl reclaim)
+// that must not wait for ever for a process stopped mid-claim. Every other
+// step of Open takes no lock.
+func OpenContext(ctx context.Context, seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	if seg == nil {
 		return nil, shm.ErrNoSegment
 	}
@@ -220,7 +236,7 @@ func Open(seg *shm.Segment, index int, mode Mode) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkClaimedMode(seg, index, mode); err != nil {
+	if err := checkClaimedMode(ctx, seg, index, mode); err != nil {
 		return nil, err
 	}
 	l := New(slot, mode)
@@ -273,8 +289,9 @@ func OpenAt(seg *shm.Segment, slot *layout.OwnerSlot, mode Mode) (*Lock, error) 
 // read its words, and frees its claim once the lock is released and the
 // last reference goes; a released pid/tid slot's words alone read as a
 // token held (its generation), and its claim was kept for ever. A slot not
-// claimed at all is the caller's to use in one mode.
-func checkClaimedMode(seg *shm.Segment, index int, mode Mode) error {
+// claimed at all is the caller's to use in one mode. ctx bounds the wait
+// for the directory's lock that the record takes.
+func checkClaimedMode(ctx context.Context, seg *shm.Segment, index int, mode Mode) error {
 	use, err := seg.ClaimUse(layout.KindOwnerSlots, index)
 	if err != nil {
 		return err
@@ -285,9 +302,12 @@ func checkClaimedMode(seg *shm.Segment, index int, mode Mode) error {
 	if use != 0 {
 		return nil
 	}
-	err = seg.AdoptUse(layout.KindOwnerSlots, index, mode.ClaimUse())
-	if errors.Is(err, shm.ErrUseMismatch) { // another Open, for the other mode, came first
+	err = seg.AdoptUse(ctx, layout.KindOwnerSlots, index, mode.ClaimUse())
+	switch {
+	case errors.Is(err, shm.ErrUseMismatch): // another Open, for the other mode, came first
 		return fmt.Errorf("%w: %w", ErrModeMismatch, err)
+	case err != nil:
+		return fmt.Errorf("spinlock: open slot %d: recording %v with its claim: %w", index, mode, err)
 	}
 	return err
 }

@@ -215,7 +215,10 @@ int shmlock_spin_named(shmlock_segment *seg, const char *name, int mode, shmlock
  * SHMLOCK_EUSEMISMATCH if the slot is claimed for the other mode. A claim
  * that records no mode takes mode from its first open, and refuses the
  * other mode after it; a slot not claimed is the caller's to use in one
- * mode. */
+ * mode. That first open records mode under the directory's lock, waiting
+ * for it as shmlock_spin_named does, for as long as a live process holds it
+ * (one stopped mid-claim); Go's spinlock.OpenContext bounds the wait, for
+ * tools, and fails rather than open with the mode unrecorded. */
 int shmlock_spin_open(shmlock_segment *seg, size_t index, int mode, shmlock_spin **out);
 int shmlock_spin_close(shmlock_spin *l);
 int shmlock_spin_index(const shmlock_spin *l);

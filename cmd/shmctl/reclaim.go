@@ -24,7 +24,7 @@ type reclaimOptions struct {
 	Group   bool          // --group: the segment is shared with a group (shm.Options.GroupAccess)
 	DryRun  bool          // list the dead owners, change nothing
 	Force   bool          // reclaim on a segment that fails check
-	Wait    time.Duration // how long a transaction's close may wait for live readers, and the claims' repair for the directory lock
+	Wait    time.Duration // how long a transaction's close may wait for live readers, and a slot's take-over or the claims' repair for the directory lock
 	JSON    bool
 }
 
@@ -68,7 +68,9 @@ name whose last reference goes is freed if its lock is free; one whose lock
 was taken over here is kept, so that the next process to claim it is told
 its data may be half-updated, until a claim finds no other room); should a
 live process hold the directory's lock (one stopped mid-claim), reclaim
-fails after --wait, naming it.
+fails after --wait, naming it. The take-over of a dead holder's slot
+whose claim says no mode needs that lock too (it records pid/tid with the
+claim), and fails so as well, the slot left as it was.
 
 Locks reclaim dead holders by themselves when someone waits for them; this
 is for a segment nobody waits on, or a caller that only ever uses TryLock.
@@ -118,7 +120,7 @@ table of upgrade mutexes, then the transactions, each only if it has rows.`,
 	}
 	cmd.Flags().BoolVarP(&opts.DryRun, "dry-run", "n", false, "list the dead owners without freeing anything")
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "reclaim even on a segment that fails 'shmctl check'")
-	cmd.Flags().DurationVar(&opts.Wait, "wait", reclaimDefaultWait, "how long a transaction's close may wait for live readers' pins, and the claims' repair for the directory lock a live process holds")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", reclaimDefaultWait, "how long a transaction's close may wait for live readers' pins, and a slot's take-over or the claims' repair for the directory lock a live process holds")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -137,7 +139,7 @@ func runReclaim(opts *reclaimOptions) error {
 	if err := refuseDamaged(seg, opts.Force || opts.DryRun); err != nil {
 		return err
 	}
-	doc, err := reclaimDead(seg, opts.DryRun)
+	doc, err := reclaimDead(seg, opts.DryRun, opts.Wait)
 	if err != nil {
 		return err
 	}
@@ -369,7 +371,7 @@ func reclaimTxns(seg *shm.Segment, dryRun bool, wait time.Duration) ([]reclaimTx
 // the count would make the next unlock skip the wake-up it needs (it would
 // then only notice at its next liveness check). A count left too high by a
 // dead sleeper costs an unneeded wake-up, never correctness.
-func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
+func reclaimDead(seg *shm.Segment, dryRun bool, wait time.Duration) (*reclaimJSON, error) {
 	claims, err := claimsByIndex(seg, layout.KindOwnerSlots, "slot")
 	if err != nil {
 		return nil, err
@@ -394,7 +396,7 @@ func reclaimDead(seg *shm.Segment, dryRun bool) (*reclaimJSON, error) {
 			Action:     actionDryRun,
 		}
 		if !dryRun {
-			gen, err := takeOverAndRelease(seg, i)
+			gen, err := takeOverAndRelease(seg, i, wait)
 			switch {
 			case errors.Is(err, spinlock.ErrWouldBlock):
 				rs.Action = actionSkipped
@@ -499,8 +501,12 @@ func sameProcess(w uint64, id proc.Identity) bool {
 // takeOverAndRelease reclaims slot i from its dead owner for a new holder
 // of this process and releases it, and returns the generation the release
 // left. spinlock.ErrWouldBlock if the slot has a live owner or none by now.
-func takeOverAndRelease(seg *shm.Segment, i int) (uint64, error) {
-	l, err := spinlock.Open(seg, i, spinlock.PIDTID)
+func takeOverAndRelease(seg *shm.Segment, i int, wait time.Duration) (uint64, error) {
+	// The Open records pid/tid with a claim that says no mode, under the
+	// claim directory's lock: a live process stopped mid-claim keeps it.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	l, err := spinlock.OpenContext(ctx, seg, i, spinlock.PIDTID)
 	if err != nil {
 		return 0, err
 	}

@@ -380,14 +380,56 @@ func TestReclaimClaims(t *testing.T) {
 func TestReclaimDirectoryLockHeld(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2})
-	f, err := os.OpenFile(seg.Path(), os.O_RDWR, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = f.Close() })
-	word := make([]byte, 8)
-	binary.LittleEndian.PutUint64(word, proc.Self().Pack()) // alive: the test
-	_, err = f.WriteAt(word, layout.OffRegistry)
-	require.NoError(t, err)
+	setDirectoryLock(t, seg, proc.Self().Pack()) // alive: the test
 	r := shmctl(t, false, "reclaim", "--wait", "50ms", seg.Path())
 	line := requireOneLineError(t, r, exitError)
 	assert.Contains(t, line, fmt.Sprintf("held by live process %d", proc.Self().PID))
+}
+
+// The slot of a dead pid/tid holder whose claim says no mode: its take-over
+// records pid/tid with the claim (spinlock.Open), under the directory's
+// lock, so a live process holding that lock makes reclaim wait --wait and
+// fail naming it, the slot as it was; once the lock is free, the slot is
+// reclaimed and its claim says pid/tid. Before, the slot's Open waited
+// for the lock without a bound: reclaim hung until go test's -timeout.
+func TestReclaimUnsaidSlotDirectoryLockHeld(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2})
+	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+	require.NoError(t, err)
+	s, err := seg.Slot(i)
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
+	s.PID.Store(dead)
+	setDirectoryLock(t, seg, self.Pack())
+
+	line := requireOneLineError(t, shmctl(t, false, "reclaim", "--wait", "50ms", seg.Path()), exitError)
+	assert.Contains(t, line, fmt.Sprintf("reclaiming slot %d", i))
+	assert.Contains(t, line, fmt.Sprintf("held by live process %d", self.PID))
+	assert.Contains(t, line, "deadline exceeded")
+	assert.Equal(t, dead, s.PID.Load(), "the failed reclaim changed the slot")
+	use, err := seg.ClaimUse(layout.KindOwnerSlots, i)
+	require.NoError(t, err)
+	assert.Zero(t, use, "the failed reclaim recorded a mode")
+
+	setDirectoryLock(t, seg, 0)
+	r := shmctl(t, false, "reclaim", "--wait", "50ms", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Zero(t, s.PID.Load(), "the slot is free")
+	use, err = seg.ClaimUse(layout.KindOwnerSlots, i)
+	require.NoError(t, err)
+	assert.Equal(t, spinlock.PIDTID.ClaimUse(), use)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}
+
+// setDirectoryLock writes word, a packed identity or 0, into the claim
+// directory's lock word of seg: held by that process, or free.
+func setDirectoryLock(t *testing.T, seg *shm.Segment, word uint64) {
+	t.Helper()
+	f, err := os.OpenFile(seg.Path(), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(binary.LittleEndian.AppendUint64(nil, word), layout.OffRegistry)
+	require.NoError(t, err)
 }

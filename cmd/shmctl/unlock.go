@@ -39,7 +39,8 @@ type unlockOptions struct {
 	Owner   string
 	// Wait bounds the wait of --force: on a pid/tid slot or an upgrade
 	// mutex for another force of it in progress, on a resource for its
-	// entry lock.
+	// entry lock, on a slot whose claim says no mode for the claim
+	// directory's lock too.
 	Wait time.Duration
 }
 
@@ -79,7 +80,10 @@ holds the others off for as long). A force of a resource waits, at most
 --wait too, for the resource's entry lock, which a process holds for a few
 instructions of each lock-manager call: only one stopped (or in a
 debugger) inside such a call keeps it, and the force then fails naming
-that process's pid.`,
+that process's pid. A force of a slot whose claim says no mode records
+pid/tid with it (as an open of the slot does), under the claim directory's
+lock: it waits for that lock at most --wait too, which only a process
+stopped mid-claim keeps, and then fails naming that process.`,
 		Example: `  shmctl unlock jobs deploy --hold-for $$
   shmctl unlock jobs queue --force
   shmctl unlock jobs deploy --force --kind resource --json`,
@@ -123,7 +127,7 @@ that process's pid.`,
 	cmd.Flags().BoolVar(&opts.Force, "force", false, "free the lock whoever holds it")
 	cmd.Flags().StringVar(&opts.Kind, "kind", "", "slot, upgrade or resource, where the name names several")
 	cmd.Flags().BoolVar(&opts.IgnoreCheck, "ignore-check", false, "unlock even on a segment that fails 'shmctl check'")
-	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force waits for another force of a slot or an upgrade mutex in progress, or for a resource's entry lock")
+	cmd.Flags().DurationVar(&opts.Wait, "wait", unlockDefaultWait, "how long --force waits for another force of a slot or an upgrade mutex in progress, or for a resource's entry lock or the claim directory's lock")
 	addJSONFlag(cmd, &opts.JSON)
 	return cmd
 }
@@ -234,12 +238,15 @@ func forceSlot(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSO
 		doc.Generation = &gen
 		return nil
 	}
-	l, err := spinlock.Open(seg, i, mode)
+	// One --wait bounds both waits: the Open's, for the claim directory's
+	// lock when it records pid/tid with a claim that says no mode, and the
+	// force's, for another force of the slot.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	l, err := spinlock.OpenContext(ctx, seg, i, mode)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	owner, err := l.ForceUnlockContext(ctx)
 	switch {
 	case errors.Is(err, spinlock.ErrNotHeld):

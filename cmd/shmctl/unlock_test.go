@@ -241,6 +241,43 @@ func TestUnlockForceLeavesAnUnsaidClaimsMode(t *testing.T) {
 	require.NoError(t, l.Close())
 }
 
+// unlock --force of a slot whose claim says no mode, held by a pid/tid
+// holder: the Open records pid/tid with the claim (spinlock.Open), under
+// the claim directory's lock, so a live process holding that lock makes
+// the force fail after --wait naming it, the slot as it was; once the
+// lock is free the force frees the slot and the claim says pid/tid.
+// Before, the Open waited for the lock without a bound: the force hung
+// until go test's -timeout, past --wait.
+func TestUnlockForceUnsaidSlotDirectoryLockHeld(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2})
+	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+	require.NoError(t, err)
+	s, err := seg.Slot(i)
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
+	s.PID.Store(dead)
+	setDirectoryLock(t, seg, self.Pack())
+
+	line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "unsaid", "--force", "--wait", "50ms"), exitError)
+	assert.Contains(t, line, fmt.Sprintf("held by live process %d", self.PID))
+	assert.Contains(t, line, "deadline exceeded")
+	assert.Equal(t, dead, s.PID.Load(), "the failed force changed the slot")
+	use, err := seg.ClaimUse(layout.KindOwnerSlots, i)
+	require.NoError(t, err)
+	assert.Zero(t, use, "the failed force recorded a mode")
+
+	setDirectoryLock(t, seg, 0)
+	r := shmctl(t, false, "unlock", seg.Path(), "unsaid", "--force", "--wait", "50ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Zero(t, s.PID.Load(), "the slot is free")
+	use, err = seg.ClaimUse(layout.KindOwnerSlots, i)
+	require.NoError(t, err)
+	assert.Equal(t, spinlock.PIDTID.ClaimUse(), use)
+	require.NoError(t, seg.Release(layout.KindOwnerSlots, i))
+}
+
 // entryLockHelper takes the lock word of lock-manager entry ENTRY of the
 // segment at PATH for this process, as a call into the manager does for a
 // few instructions, and stops itself there (SIGSTOP), as a debugger or a
