@@ -44,7 +44,9 @@ func init() {
 // waits until the holder dies, then takes the lock over and records the
 // use. Before AdoptUse took a ctx, every call waited so, and spinlock.Open
 // of a claim without a mode, and shmctl unlock --force and reclaim through
-// it, hung for as long as the holder stayed stopped.
+// it, hung for as long as the holder stayed stopped. A bounded call that
+// queues behind the unbounded one in the same process gives up as well:
+// before, it waited for that one's turn without a bound.
 func TestAdoptUseHolderStoppedMidClaim(t *testing.T) {
 	t.Parallel()
 	seg, path := create(t, shm.Options{Options: layout.Options{Slots: 4}})
@@ -72,11 +74,18 @@ func TestAdoptUseHolderStoppedMidClaim(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- seg.AdoptUse(context.Background(), layout.KindOwnerSlots, i, 2) }()
+	testproc.WaitFor(t, seg.RegistryQueued, "the unbounded AdoptUse to queue for the lock")
 	select {
 	case err := <-done:
 		t.Fatalf("AdoptUse returned (%v) while a live process held the directory's lock", err)
 	default:
 	}
+	// A bounded call behind it in this process gives up too.
+	ctx, cancel3 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel3()
+	err = seg.AdoptUse(ctx, layout.KindOwnerSlots, i, 1)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), fmt.Sprintf("held by process %d", c.PID()))
 	c.Kill(t)
 	c.WaitKilled(t)
 	require.NoError(t, testproc.Receive(t, done, "AdoptUse once the holder is dead"))

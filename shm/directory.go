@@ -764,7 +764,9 @@ func (s *Segment) lockRegistryFor(release bool) error {
 // lockRegistryContext is lockRegistryFor giving up once ctx is done (a
 // live holder is waited for as long as it holds the lock).
 func (s *Segment) lockRegistryContext(ctx context.Context, release bool) error {
-	s.registryMu.Lock()
+	if err := s.lockRegistryMu(ctx); err != nil {
+		return err
+	}
 	self := proc.Self().Pack()
 	sleep := 10 * time.Microsecond
 	for attempt := 0; ; attempt++ {
@@ -799,6 +801,30 @@ func (s *Segment) lockRegistryContext(ctx context.Context, release bool) error {
 			sleep = min(2*sleep, registryMaxSleep)
 		}
 	}
+}
+
+// lockRegistryMu takes registryMu, giving up once ctx is done: the
+// goroutine of this process that has it may be waiting, without a bound,
+// for a holder of the word that is stopped, and a ctx that bounded only
+// the wait for the word would not bound this one.
+func (s *Segment) lockRegistryMu(ctx context.Context) error {
+	if ctx.Done() == nil {
+		s.registryMu.Lock()
+		return nil
+	}
+	sleep := 10 * time.Microsecond
+	for !s.registryMu.TryLock() {
+		if err := ctx.Err(); err != nil {
+			if holder := s.registry.Load(); holder != 0 {
+				id, _ := proc.Unpack(holder)
+				return fmt.Errorf("waiting for the claim directory's lock, held by process %d, behind another goroutine: %w", id.PID, err)
+			}
+			return fmt.Errorf("waiting for the claim directory's lock, behind another goroutine: %w", err)
+		}
+		futex.Nap(sleep)
+		sleep = min(2*sleep, registryMaxSleep)
+	}
+	return nil
 }
 
 // recountRefs sets each claimed entry's Refs to the sum of the Counts of

@@ -62,3 +62,13 @@ func ParseAside(base string) (proc.Identity, string, bool) {
 	id, o, ok := parseAside(base)
 	return id, o.name, ok
 }
+
+// RegistryQueued reports whether a goroutine of this process has s's
+// registryMu: one that changes the directory, or waits for its lock word.
+func (s *Segment) RegistryQueued() bool {
+	if s.registryMu.TryLock() {
+		s.registryMu.Unlock()
+		return false
+	}
+	return true
+}
