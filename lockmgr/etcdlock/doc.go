@@ -104,6 +104,11 @@
 // (Release, Refresh, Inspect, ...) bound each request by
 // Options.RequestTimeout; a request that fails returns
 // lockmgr.ErrUnavailable (the outcome of a Release is then unknown: the
-// hold ends with its lease if it was not released), and once the session
-// is lost every call returns lockmgr.ErrSessionLost.
+// hold ends with its lease if it was not released). Once the session is
+// lost, or the Manager closed, Acquire and Refresh return
+// lockmgr.ErrSessionLost; the other calls go on with the client, which is
+// the caller's: Release and MarkConsistent because a hold with a TTL
+// outlives the session and its holder still gives it back and says what
+// it repaired (as the shm Manager's work after its segment's Close), the
+// reads and declarations because they take no hold.
 package etcdlock

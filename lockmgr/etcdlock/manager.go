@@ -183,7 +183,9 @@ func (m *Manager) Done() <-chan struct{} { return m.done }
 // hold of this Manager without a TTL at once (its waiters are woken), and
 // stops keeping it alive. Holds with a TTL run out on their own. The
 // client stays open: it is the caller's. Close takes at most
-// Options.RequestTimeout in all, etcd reachable or not.
+// Options.RequestTimeout in all, etcd reachable or not. After it, Acquire
+// and Refresh return lockmgr.ErrSessionLost; a hold with a TTL is still
+// given back by Release and marked repaired by MarkConsistent.
 func (m *Manager) Close() error {
 	if m.closed.Swap(true) {
 		return nil

@@ -395,14 +395,18 @@ func (m *Manager) version(ctx context.Context, k *resKeys) (int64, error) {
 
 // MarkConsistent says that the data the resource protects is whole again:
 // later grants are no longer told (LockInfo.Inconsistent). ErrLockNotHeld
-// if owner holds no live hold of resource.
+// if owner holds no live hold of resource. Like Release (and like the shm
+// Manager's MarkConsistent after its segment's Close), it works after
+// Close and once the session is lost: a hold with a TTL outlives the
+// session, and its holder that repaired the data as it unwinds says so
+// before its release, else every later grant is told of damage that is
+// no more. A hold on the session has ended with it (ErrLockNotHeld).
 func (m *Manager) MarkConsistent(resource, owner string) error {
 	if err := checkNames(resource, owner); err != nil {
 		return err
 	}
-	if err := m.usable(); err != nil {
-		return err
-	}
+	// No usable check, as in Release: the transaction below marks the
+	// resource only while owner's hold key is there.
 	ctx, cancel := m.reqCtx()
 	defer cancel()
 	k := m.keys(resource, owner)
