@@ -41,7 +41,7 @@ type Child struct {
 // empty.
 func Start(tb testing.TB, name string, args ...string) *Child {
 	tb.Helper()
-	return start(tb, false, name, args)
+	return start(tb, false, nil, name, args)
 }
 
 // StartWithStdin is Start with a pipe to the helper's stdin, for a helper
@@ -49,12 +49,15 @@ func Start(tb testing.TB, name string, args ...string) *Child {
 // writes the lines.
 func StartWithStdin(tb testing.TB, name string, args ...string) *Child {
 	tb.Helper()
-	return start(tb, true, name, args)
+	return start(tb, true, nil, name, args)
 }
 
-func start(tb testing.TB, pipe bool, name string, args []string) *Child {
+// start starts helper name with args, env added to its environment, and
+// with a pipe to its stdin if pipe.
+func start(tb testing.TB, pipe bool, env []string, name string, args []string) *Child {
 	tb.Helper()
 	c := &Child{Name: name, Cmd: Command(name, args...), Out: new(Output), done: make(chan struct{})}
+	c.Cmd.Env = append(c.Cmd.Env, env...)
 	c.Cmd.Stdout, c.Cmd.Stderr = c.Out, c.Out
 	if pipe {
 		var err error
