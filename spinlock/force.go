@@ -3,9 +3,7 @@ package spinlock
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/internal/racesync"
 	"github.com/shmlock/shmlock/layout"
 )
@@ -96,30 +94,10 @@ func (l *Lock) ForceUnlockContext(ctx context.Context) (Identity, error) {
 	return l.forcePIDTID()
 }
 
-// Waits for another force's lock (lockForce): a force holds it for
-// microseconds unless it is stopped, so the first looks come soon and the
-// later ones no more often than forceLockNapMax.
-const (
-	forceLockNapMin = 20 * time.Microsecond
-	forceLockNapMax = 10 * time.Millisecond
-)
-
 // lockForce takes the operator lock of the lock's slot (see ForceUnlock),
 // waiting while another force holds it, and returns its release.
 func (l *Lock) lockForce(ctx context.Context) (unlock func(), err error) {
-	nap := forceLockNapMin
-	for {
-		unlock, ok, err := l.seg.TryLockOperator(layout.KindOwnerSlots, l.index)
-		if err != nil || ok {
-			return unlock, err
-		}
-		testHookForceBusy()
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("waiting for another force of it in progress: %w", err)
-		}
-		futex.Nap(nap) // time.Sleep would stretch the first naps to hundreds of microseconds
-		nap = min(2*nap, forceLockNapMax)
-	}
+	return l.seg.LockOperator(ctx, layout.KindOwnerSlots, l.index, func() { testHookForceBusy() })
 }
 
 // forcePIDTID is ForceUnlock in PIDTID mode, once no other force of the

@@ -3,9 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/shmlock/shmlock/internal/futex"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -123,30 +121,10 @@ func ForceUnlockContext(ctx context.Context, seg *shm.Segment, i int) (Forced, e
 	return f, nil
 }
 
-// Waits for another force's lock (lockForce): a force holds it for
-// microseconds unless it is stopped, so the first looks come soon and the
-// later ones no more often than forceLockNapMax.
-const (
-	forceLockNapMin = 20 * time.Microsecond
-	forceLockNapMax = 10 * time.Millisecond
-)
-
 // lockForce takes the operator lock of mutex i (see ForceUnlock), waiting
 // while another force holds it, and returns its release.
 func lockForce(ctx context.Context, seg *shm.Segment, i int) (unlock func(), err error) {
-	nap := forceLockNapMin
-	for {
-		unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, i)
-		if err != nil || ok {
-			return unlock, err
-		}
-		testHookForceBusy()
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("waiting for another force of it in progress: %w", err)
-		}
-		futex.Nap(nap) // time.Sleep would stretch the first naps to hundreds of microseconds
-		nap = min(2*nap, forceLockNapMax)
-	}
+	return seg.LockOperator(ctx, layout.KindUpgrades, i, func() { testHookForceBusy() })
 }
 
 // Test hooks: testHookForceBusy runs when a force finds the forces' lock
