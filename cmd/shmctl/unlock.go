@@ -146,13 +146,16 @@ func runUnlock(opts *unlockOptions) error {
 		return err
 	}
 	doc := unlockJSON{docHeader: header("unlock"), Path: seg.Path(), Kind: kind, Name: opts.Name, Holders: []unlockHolderJSON{}, Waiting: []unlockHolderJSON{}, Action: "freed"}
+	// One --wait bounds every wait of the force (see Wait).
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Wait)
+	defer cancel()
 	switch kind {
 	case unlockSlot:
-		err = forceSlot(seg, opts.Name, opts.Wait, &doc)
+		err = forceSlot(ctx, seg, opts.Name, &doc)
 	case unlockUpgrade:
-		err = forceUpgrade(seg, opts.Name, opts.Wait, &doc)
+		err = forceUpgrade(ctx, seg, opts.Name, &doc)
 	default:
-		err = forceResource(seg, opts.Name, opts.Wait, &doc)
+		err = forceResource(ctx, seg, opts.Name, &doc)
 	}
 	if err != nil {
 		return err
@@ -218,7 +221,7 @@ func unlockKind(seg *shm.Segment, name, want string) (string, error) {
 
 var errAmbiguous = errors.New("ambiguous name")
 
-func forceSlot(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
+func forceSlot(ctx context.Context, seg *shm.Segment, name string, doc *unlockJSON) error {
 	i, err := seg.Lookup(layout.KindOwnerSlots, name)
 	if err != nil {
 		return err
@@ -238,11 +241,9 @@ func forceSlot(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSO
 		doc.Generation = &gen
 		return nil
 	}
-	// One --wait bounds both waits: the Open's, for the claim directory's
-	// lock when it records pid/tid with a claim that says no mode, and the
+	// ctx bounds both waits: the Open's, for the claim directory's lock
+	// when it records pid/tid with a claim that says no mode, and the
 	// force's, for another force of the slot.
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	l, err := spinlock.OpenContext(ctx, seg, i, mode)
 	if err != nil {
 		return err
@@ -270,13 +271,11 @@ func forceSlot(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSO
 // within microseconds.
 const unlockDefaultWait = 5 * time.Second
 
-func forceUpgrade(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
+func forceUpgrade(ctx context.Context, seg *shm.Segment, name string, doc *unlockJSON) error {
 	i, err := seg.Lookup(layout.KindUpgrades, name)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	f, err := upgrade.ForceUnlockContext(ctx, seg, i)
 	if err != nil {
 		return err
@@ -305,13 +304,11 @@ func forceUpgrade(seg *shm.Segment, name string, wait time.Duration, doc *unlock
 	return nil
 }
 
-func forceResource(seg *shm.Segment, name string, wait time.Duration, doc *unlockJSON) error {
+func forceResource(ctx context.Context, seg *shm.Segment, name string, doc *unlockJSON) error {
 	m, err := lockmgr.Open(seg, lockmgr.Options{})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
 	ended, err := m.ForceReleaseContext(ctx, name)
 	if err != nil {
 		return err
