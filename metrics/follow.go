@@ -34,8 +34,7 @@ type Follower struct {
 // its reads closes it, or the retiring itself if none is under way.
 type followed struct {
 	seg   *shm.Segment
-	users int  // reads under way (Use), guarded by Follower.mu
-	gone  bool // retired: no longer the path's segment
+	users int // reads under way (Use), guarded by Follower.mu
 }
 
 // Follow opens the segment at path with opts (read-only, for a monitor);
@@ -93,7 +92,7 @@ func (f *Follower) done(s *followed) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s.users--
-	if s.gone && s.users == 0 {
+	if f.cur != s && s.users == 0 { // retired meanwhile, and this the last read
 		_ = s.seg.Close()
 	}
 }
@@ -125,7 +124,6 @@ func (f *Follower) current() (*followed, error) {
 func (f *Follower) retire() error {
 	s := f.cur
 	f.cur = nil
-	s.gone = true
 	if s.users > 0 {
 		return nil
 	}
