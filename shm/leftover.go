@@ -218,7 +218,7 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 			// segment's in the making: only a look at the whole directory
 			// reports it.
 			if name == "" || !proc.Alive(creator) {
-				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, dryRun))
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, ErrCreatorAlive, originOf(e.Name()), dryRun))
 			}
 			continue
 		}
@@ -234,7 +234,7 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 			// recovery's is listed only by a look at the whole directory,
 			// as a live creator's.
 			if name == "" || !proc.Alive(remover) {
-				found = append(found, recoverPendingAside(filepath.Join(dir, e.Name()), remover, o, dryRun))
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), remover, ErrRemoverAlive, o, dryRun))
 			}
 			continue
 		}
@@ -302,29 +302,17 @@ func recoverLeftover(path string, remover proc.Identity, o origin, dryRun bool) 
 	return l
 }
 
-// recoverPending does what RecoverLeftovers does with the pending file at
-// path, which creator made. Its contents are not checked: a creator killed
-// early leaves no header, or part of one.
-func recoverPending(path string, creator proc.Identity, dryRun bool) Leftover {
-	l := Leftover{Path: path, Remover: creator.Pack(), Pending: true, Action: LeftoverKept}
-	if proc.Alive(creator) {
-		l.Err = fmt.Errorf("%w (process %d)", ErrCreatorAlive, creator.PID)
-		return l
-	}
-	removePending(&l, originOf(filepath.Base(path)), dryRun)
-	return l
-}
-
-// recoverPendingAside does what RecoverLeftovers does with a pending file
-// that remover moved aside to path from o, the pending name, and did not
-// unlink: killed in between, for a removal moves the file aside first.
-// Taken for a removed segment, it was kept for good: its contents are
-// no segment's (see recoverPending), and it had no segment's name to go
-// back to.
-func recoverPendingAside(path string, remover proc.Identity, o origin, dryRun bool) Leftover {
-	l := Leftover{Path: path, Remover: remover.Pack(), Pending: true, Action: LeftoverKept}
-	if proc.Alive(remover) {
-		l.Err = fmt.Errorf("%w (process %d)", ErrRemoverAlive, remover.PID)
+// recoverPending does what RecoverLeftovers does with a pending file at
+// path, which maker made (its creator; or, moved aside on its way to
+// removal and not unlinked, the recovery that was killed in between:
+// then alive is ErrRemoverAlive, not ErrCreatorAlive). o is the pending
+// name, which its own move aside keeps. Its contents are not checked: a
+// creator killed early leaves no header, or part of one; and it has no
+// segment's name to go back to.
+func recoverPending(path string, maker proc.Identity, alive error, o origin, dryRun bool) Leftover {
+	l := Leftover{Path: path, Remover: maker.Pack(), Pending: true, Action: LeftoverKept}
+	if proc.Alive(maker) {
+		l.Err = fmt.Errorf("%w (process %d)", alive, maker.PID)
 		return l
 	}
 	removePending(&l, o, dryRun)
