@@ -359,9 +359,10 @@ func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
 // (F_OFD_SETLK, F_WRLCK) on the one byte at off of f's file, which may lie
 // far past the file's end: ok false if another description holds it. The
 // lock is taken on a description of its own, f's file opened again for
-// writing through /proc/self/fd, which unlock closes: so it conflicts with
-// every other taker, of this process too, and goes with unlock or, at the
-// latest, with its process, whatever becomes of f (a description that f
+// writing through /proc/self/fd, which unlock unlocks and closes: so it
+// conflicts with every other taker, of this process too, and goes with
+// unlock or, at the latest, with its process, whatever becomes of f (a
+// description that f
 // has mapped stays open for as long as the mapping does). It and flock(2)
 // locks ignore each other. unlock may run more than once: only its first
 // call closes the description, for a later close of the same number would
@@ -395,9 +396,26 @@ func TryLockByte(f *os.File, off int64) (unlock func(), ok bool, err error) {
 		}
 		return nil, false, os.NewSyscallError("fcntl", err)
 	}
+	testHookByteLocked(fd)
 	var once sync.Once
-	return func() { once.Do(func() { _ = unix.Close(fd) }) }, true, nil
+	return func() { once.Do(func() { unlockByteAndClose(fd, off) }) }, true, nil
 }
+
+// unlockByteAndClose ends TryLockByte's lock before closing its
+// description: the close alone does not end it while the description has
+// another reference, and a fork of this process by another goroutine
+// (os/exec) gives its child one until that child's exec, so the lock would
+// outlive its release for as long.
+func unlockByteAndClose(fd int, off int64) {
+	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart, Start: off, Len: 1}
+	for errors.Is(unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk), unix.EINTR) {
+	}
+	_ = unix.Close(fd)
+}
+
+// testHookByteLocked runs in TryLockByte once the lock is taken, with the
+// descriptor that holds it.
+var testHookByteLocked = func(fd int) {}
 
 // IsTerminal reports whether fd is a terminal: the TCGETS ioctl works on
 // it. A character device such as /dev/null is not one.

@@ -141,3 +141,43 @@ func withoutProc(t *testing.T, f func() error) error {
 		return err
 	}
 }
+
+// TryLockByte's unlock ends the lock even while its description has
+// another reference, as it has in a child that another goroutine forks
+// (os/exec) until the child's exec: a close alone would leave the lock
+// held until then, and an operator's next force would find it taken.
+func TestTryLockByteUnlockWithDescriptionShared(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const off = 1 << 40
+	dup := -1
+	restore := fsys.SetByteLockedHook(func(fd int) {
+		// What a fork does to the description: one more reference.
+		var err error
+		if dup, err = unix.Dup(fd); err != nil {
+			t.Errorf("dup: %v", err)
+		}
+	})
+	unlock, ok, err := fsys.TryLockByte(f, off)
+	restore()
+	if err != nil || !ok {
+		t.Fatalf("TryLockByte: ok %v, %v", ok, err)
+	}
+	defer unix.Close(dup)
+	if _, ok, err := fsys.TryLockByte(f, off); err != nil || ok {
+		t.Fatalf("TryLockByte while held: ok %v, %v; want false", ok, err)
+	}
+	unlock()
+	again, ok, err := fsys.TryLockByte(f, off)
+	if err != nil || !ok {
+		t.Fatalf("TryLockByte after unlock, the description still referenced: ok %v, %v; want true", ok, err)
+	}
+	again()
+}
