@@ -21,8 +21,10 @@ import (
 // index, which the kernel drops when its holder dies. Each take opens the
 // file again, a description of its own, so that it excludes every other
 // take, of another process, another Segment or a goroutine of this one,
-// and its release (a close) drops it whatever became of the Segment. It
-// ignores the flock(2) of reboot recovery on the same file.
+// and its release (an explicit unlock, then a close: a close alone would
+// leave the lock to a child forked meanwhile, until that child's exec)
+// drops it whatever became of the Segment. It ignores the flock(2) of
+// reboot recovery on the same file.
 const operatorLockBase = 1 << 62 // past any file tmpfs can hold, below the largest offset (2^63-1)
 
 // operatorLockOffset is the byte of the operator lock of entry i of k.
