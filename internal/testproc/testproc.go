@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -59,6 +60,7 @@ func MainWith(m *testing.M, helpers map[string]func(args []string) int, setup fu
 		}
 		os.Exit(h(args))
 	}
+	defaultSignalsForChildren()
 	if removed := sweepDead(segDir); len(removed) > 0 {
 		fmt.Fprintf(os.Stderr, "testproc: removed segments of test processes now gone: %v\n", removed)
 	}
@@ -174,4 +176,23 @@ func SegmentPath(tb testing.TB) string {
 	path := filepath.Join(segDir, fmt.Sprintf("%s%s-%d", prefix(), name, seq.Add(1)))
 	tb.Cleanup(func() { _ = os.Remove(path) })
 	return path
+}
+
+// defaultSignalsForChildren gives the processes the tests start the
+// default action of SIGHUP and SIGINT even where go test's caller ignored
+// them (nohup; a script's background job, whose SIGINT the shell
+// ignores), as they have when go test runs from a terminal. The tests
+// expect it: a command of shmctl lock dies of a kill -HUP $$, for
+// instance, which an inherited ignore turns into exit status 0. Go keeps
+// an ignored SIGHUP or SIGINT ignored, and a child inherits that through
+// exec; a signal this process catches instead starts a child with the
+// default action. The catch here drops what it catches, so this process
+// still ignores them. A test of an ignored signal ignores it in its
+// child itself (TestLockKeepsIgnoredSignals).
+func defaultSignalsForChildren() {
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 }
