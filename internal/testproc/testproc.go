@@ -60,7 +60,6 @@ func MainWith(m *testing.M, helpers map[string]func(args []string) int, setup fu
 		}
 		os.Exit(h(args))
 	}
-	defaultSignalsForChildren()
 	if removed := sweepDead(segDir); len(removed) > 0 {
 		fmt.Fprintf(os.Stderr, "testproc: removed segments of test processes now gone: %v\n", removed)
 	}
@@ -178,7 +177,7 @@ func SegmentPath(tb testing.TB) string {
 	return path
 }
 
-// defaultSignalsForChildren gives the processes the tests start the
+// The processes the tests start get the
 // default action of SIGHUP and SIGINT even where go test's caller ignored
 // them (nohup; a script's background job, whose SIGINT the shell
 // ignores), as they have when go test runs from a terminal. The tests
@@ -189,7 +188,14 @@ func SegmentPath(tb testing.TB) string {
 // default action. The catch here drops what it catches, so this process
 // still ignores them. A test of an ignored signal ignores it in its
 // child itself (TestLockKeepsIgnoredSignals).
-func defaultSignalsForChildren() {
+//
+// This runs at init, before a TestMain counts goroutines for a leak check
+// (the catch starts os/signal's own), and never in a helper process: one
+// started with a signal ignored must keep it so.
+func init() {
+	if os.Getenv(envHelper) != "" {
+		return
+	}
 	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
 		if signal.Ignored(sig) {
 			signal.Notify(make(chan os.Signal, 1), sig)
