@@ -181,10 +181,15 @@ func get(t *testing.T, url string) string {
 // A client cannot hold a connection of serve for ever: not by sending its
 // headers slowly, nor by announcing a body it never sends, nor by keeping
 // its connection idle after an answer. Each ends with serve closing the
-// connection (here with timeouts of 100ms; the test waits for the close,
+// connection (here with a timeout of 100ms; the test waits for the close,
 // with testproc.Timeout as the bound of a hang). Before, the server had a
 // header timeout only: the body and the idle connection were held as long
-// as the client wished.
+// as the client wished. Each case has a server of its own whose timeout
+// under test alone is short: with every timeout short, a server
+// descheduled for 100ms (a loaded machine) let its read or write timeout
+// cut the answer the idle connection must get first (6 failures in 123
+// runs beside CPU hogs), and a timeout left unwired went unseen when
+// another short one ended the connection in its place.
 func TestServeDropsSlowClients(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: 1, TxnRecords: -1, LockMgrEntries: 3})
@@ -192,22 +197,27 @@ func TestServeDropsSlowClients(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(metrics.NewFollowingCollector(f)))
 	errLog := log.New(io.Discard, "", 0)
-	const d = 100 * time.Millisecond
-	srv, cancel := newServeServer(serveHandler(reg, []*metrics.Follower{f}, errLog), errLog, serveTimeouts{header: d, read: d, write: d, idle: d})
-	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	const d, long = 100 * time.Millisecond, testproc.Timeout
 
 	for _, c := range []struct {
 		name, request string
 		answered      bool // a whole answer comes before the close
+		timeouts      serveTimeouts
 	}{
-		{"headers sent slowly", "GET /metrics HTTP/1.1\r\nHost: x\r\n", false},
-		{"a body never sent", "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", false},
-		{"an idle connection", "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", true},
+		{"headers sent slowly", "GET /metrics HTTP/1.1\r\nHost: x\r\n", false,
+			serveTimeouts{header: d, read: long, write: long, idle: long}},
+		{"a body never sent", "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", false,
+			serveTimeouts{header: long, read: d, write: long, idle: long}},
+		{"an idle connection", "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", true,
+			serveTimeouts{header: long, read: long, write: long, idle: d}},
 	} {
+		srv, cancel := newServeServer(serveHandler(reg, []*metrics.Follower{f}, errLog), errLog, c.timeouts)
+		t.Cleanup(cancel)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+
 		conn, err := net.Dial("tcp", ln.Addr().String())
 		require.NoError(t, err)
 		require.NoError(t, conn.SetDeadline(time.Now().Add(testproc.Timeout)))
