@@ -111,26 +111,24 @@ func partitionedHolder(t *testing.T, ttl time.Duration) {
 		require.NoError(t, err)
 		lost, err := holder.Lost("r", "holder")
 		require.NoError(t, err)
-		var lostAt, doneAt atomic.Int64
+		var lostAt atomic.Int64 // for the log only: a goroutine may see the close late
 		go func() { <-lost; lostAt.Store(time.Now().UnixNano()) }()
-		go func() { <-holder.Done(); doneAt.Store(time.Now().UnixNano()) }()
 		time.Sleep(testSessionTTL / 2) // a renewal or two on the way
 		cut.Store(true)
 		_, err = waiter.Acquire(ctx, "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
 		require.NoError(t, err)
 		grantedAt := time.Now().UnixNano()
-		time.Sleep(10 * time.Millisecond)
-		la, da := lostAt.Load(), doneAt.Load()
+		told, ended := isClosed(lost), isClosed(holder.Done())
 		cut.Store(false) // so that Close is quick
 		_ = holder.Close()
 		_ = cli.Close()
 		cancel()
-		require.NotZero(t, la, "round %d: the waiter was granted while the partitioned holder had not been told its hold was lost", round)
-		require.LessOrEqual(t, la, grantedAt, "round %d", round)
-		t.Logf("round %d: told %v before the grant", round, time.Duration(grantedAt-la))
+		require.True(t, told, "round %d: the waiter was granted while the partitioned holder had not been told its hold was lost", round)
+		if la := lostAt.Load(); la != 0 {
+			t.Logf("round %d: told %v before the grant", round, time.Duration(grantedAt-la))
+		}
 		if ttl == 0 {
-			require.NotZero(t, da, "round %d: the waiter was granted while the partitioned holder's Done was open", round)
-			require.LessOrEqual(t, da, grantedAt, "round %d", round)
+			require.True(t, ended, "round %d: the waiter was granted while the partitioned holder's Done was open", round)
 		}
 	}
 }
@@ -163,19 +161,27 @@ func TestPartitionedRefreshedHoldLostFirst(t *testing.T) {
 		require.NoError(t, err)
 		_, err = holder.Refresh("r", "holder", testSessionTTL)
 		require.NoError(t, err)
-		var lostAt atomic.Int64
-		go func() { <-lost; lostAt.Store(time.Now().UnixNano()) }()
 		cut.Store(true)
 		_, err = waiter.Acquire(ctx, "r", "waiter", lockmgr.Exclusive, lockmgr.AcquireOptions{Retries: lockmgr.RetryForever})
 		require.NoError(t, err)
-		grantedAt := time.Now().UnixNano()
-		time.Sleep(10 * time.Millisecond)
-		la := lostAt.Load()
+		told := isClosed(lost)
 		cut.Store(false) // so that Close is quick
 		_ = holder.Close()
 		_ = cli.Close()
 		cancel()
-		require.NotZero(t, la, "first TTL %v: the waiter was granted while the partitioned holder had not been told its refreshed hold was lost", first)
-		require.LessOrEqual(t, la, grantedAt, "first TTL %v", first)
+		require.True(t, told, "first TTL %v: the waiter was granted while the partitioned holder had not been told its refreshed hold was lost", first)
+	}
+}
+
+// isClosed reports whether ch is closed now. The tests ask it right after
+// a waiter's grant: a goroutine that waits on ch and notes the time may
+// run late on a loaded machine, and a sleep before reading its note is no
+// bound on that.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
