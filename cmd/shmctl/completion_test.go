@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/spinlock"
@@ -65,7 +66,7 @@ func TestHasMagicDoesNotBlockOnAFIFO(t *testing.T) {
 	select {
 	case got := <-done:
 		assert.False(t, got)
-	case <-time.After(5 * time.Second):
+	case <-time.After(testproc.Timeout): // a bound on a hang, not a measurement
 		// Unblock the open so that the goroutine ends.
 		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
 		if err == nil {

@@ -199,7 +199,7 @@ func TestUnlockForceLeavesWaitingWriter(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := upgrade.Inspect(seg, w.Index())
 		return err == nil && st.Writer != 0
-	}, 10*time.Second, time.Millisecond, "the writer waiting")
+	}, testproc.Timeout, time.Millisecond, "the writer waiting")
 	r := shmctl(t, false, "unlock", seg.Path(), "table", "--force", "--json")
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	var doc unlockJSON
