@@ -70,19 +70,24 @@ func TestLost(t *testing.T) {
 	_, err := m.Lost("r", "a")
 	require.ErrorIs(t, err, lockmgr.ErrLockNotHeld)
 
-	_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: etcdlock.MinTTL})
+	// Refreshed every half TTL, three times: the hold outlives its first
+	// TTL. A Refresh may come up to 2s late (the TTL less its margin, less
+	// the sleep) before the hold is rightly lost in between; with MinTTL
+	// that was 400ms, which a loaded machine overran.
+	const ttl = 5 * time.Second
+	_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
 	require.NoError(t, err)
 	lost, err := m.Lost("r", "a")
 	require.NoError(t, err)
 	for range 3 {
-		_, err := m.Refresh("r", "a", etcdlock.MinTTL)
+		_, err := m.Refresh("r", "a", ttl)
 		require.NoError(t, err)
 		select {
 		case <-lost:
 			t.Fatal("lost while refreshed")
 		default:
 		}
-		time.Sleep(etcdlock.MinTTL / 2)
+		time.Sleep(ttl / 2)
 	}
 	testproc.Receive(t, lost, "the lost signal of an expired hold")
 	// The signal comes no later than etcd's expiry (it counts from when
