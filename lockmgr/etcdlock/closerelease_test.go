@@ -26,8 +26,12 @@ func TestReleaseDuringClose(t *testing.T) {
 		p := newPrefix(t)
 		m, err := etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
 		require.NoError(t, err)
+		// A TTL the test cannot outlive: any TTL makes a hold outlive
+		// the session, and with 5s the first holds expired before their
+		// release while the race detector on a loaded machine took longer
+		// than that over the 48 acquisitions.
 		for i := range holds {
-			_, err := m.Acquire(testCtx(t), fmt.Sprintf("r%d", i), "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: 5 * time.Second})
+			_, err := m.Acquire(testCtx(t), fmt.Sprintf("r%d", i), "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Hour})
 			require.NoError(t, err)
 		}
 		// Releases in parallel, in waves, so that the count of
