@@ -27,7 +27,7 @@ func TestMarkConsistentAfterClose(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, gone.Close())
 
-	m, err := etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
+	m, err := etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{Prefix: p, SessionTTL: liveSessionTTL})
 	require.NoError(t, err)
 	info, err := m.Acquire(testCtx(t), "r", "b", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Minute})
 	require.NoError(t, err)

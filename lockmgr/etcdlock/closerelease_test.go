@@ -24,7 +24,7 @@ func TestReleaseDuringClose(t *testing.T) {
 	const holds = 48
 	for round := range 6 {
 		p := newPrefix(t)
-		m, err := etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{Prefix: p, SessionTTL: testSessionTTL})
+		m, err := etcdlock.New(testCtx(t), newClient(t), etcdlock.Options{Prefix: p, SessionTTL: liveSessionTTL})
 		require.NoError(t, err)
 		// A TTL the test cannot outlive: any TTL makes a hold outlive
 		// the session, and with 5s the first holds expired before their

@@ -22,7 +22,7 @@ import (
 // prints "queued" once its key is in the queue, and waits to be killed.
 // Args: ENDPOINT PREFIX RESOURCE OWNER.
 func queueHelper(args []string) int {
-	m, done, err := helperManager(args[0], args[1])
+	m, done, err := helperManager(args[0], args[1], liveSessionTTL) // killed: the test revokes its session
 	if err != nil {
 		return fail("%v", err)
 	}

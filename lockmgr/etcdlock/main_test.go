@@ -64,20 +64,27 @@ func newClient(tb testing.TB, endpoints ...string) *clientv3.Client {
 	return c
 }
 
-// testSessionTTL keeps a killed holder's hold for 2 s only; a shorter one
-// risks the session of a live but descheduled test process.
+// testSessionTTL is the session of a holder the test kills or cuts off
+// from etcd, or whose keep-alive it stops: its hold is kept for 2 s only.
+// A shorter one risks the session of a live but descheduled process.
 const testSessionTTL = 2 * time.Second
+
+// liveSessionTTL is the session of every other Manager: one the test needs
+// to the end. With testSessionTTL, a test process that the race detector
+// and a loaded machine stalled for a second or two lost it (ErrSessionLost
+// in tests that never meant to end a session).
+const liveSessionTTL = testproc.Timeout
 
 // interceptedManager is newManager with a client whose every unary
 // request goes through intercept (to count, delay or lose requests).
 func interceptedManager(tb testing.TB, prefix string, intercept grpc.UnaryClientInterceptor) *etcdlock.Manager {
 	tb.Helper()
-	return dialedManager(tb, prefix, grpc.WithChainUnaryInterceptor(intercept))
+	return dialedManager(tb, prefix, liveSessionTTL, grpc.WithChainUnaryInterceptor(intercept))
 }
 
-// dialedManager is newManager with a client dialed with opts (an
-// interceptor of streams, say: a keep-alive is one).
-func dialedManager(tb testing.TB, prefix string, opts ...grpc.DialOption) *etcdlock.Manager {
+// dialedManager is newManager with a session of ttl and a client dialed
+// with opts (an interceptor of streams, say: a keep-alive is one).
+func dialedManager(tb testing.TB, prefix string, ttl time.Duration, opts ...grpc.DialOption) *etcdlock.Manager {
 	tb.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: server.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: opts})
@@ -85,7 +92,7 @@ func dialedManager(tb testing.TB, prefix string, opts ...grpc.DialOption) *etcdl
 	tb.Cleanup(func() { _ = cli.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
 	defer cancel()
-	m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
+	m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: prefix, SessionTTL: ttl})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = m.Close() })
 	return m
@@ -97,7 +104,7 @@ func newManager(tb testing.TB, prefix string) *etcdlock.Manager {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
 	defer cancel()
-	m, err := etcdlock.New(ctx, newClient(tb), etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
+	m, err := etcdlock.New(ctx, newClient(tb), etcdlock.Options{Prefix: prefix, SessionTTL: liveSessionTTL})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = m.Close() })
 	return m

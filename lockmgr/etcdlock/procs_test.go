@@ -36,15 +36,15 @@ func fail(format string, args ...any) int {
 }
 
 // helperManager is what every helper does first: a Manager on the
-// server's endpoint and the test's prefix.
-func helperManager(endpoint, prefix string) (*etcdlock.Manager, func(), error) {
+// server's endpoint and the test's prefix, with a session of ttl.
+func helperManager(endpoint, prefix string, ttl time.Duration) (*etcdlock.Manager, func(), error) {
 	c, err := etcdtest.Client(endpoint)
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
 	defer cancel()
-	m, err := etcdlock.New(ctx, c, etcdlock.Options{Prefix: prefix, SessionTTL: testSessionTTL})
+	m, err := etcdlock.New(ctx, c, etcdlock.Options{Prefix: prefix, SessionTTL: ttl})
 	if err != nil {
 		_ = c.Close()
 		return nil, nil, err
@@ -55,7 +55,7 @@ func helperManager(endpoint, prefix string) (*etcdlock.Manager, func(), error) {
 // counterHelper takes the counter resource ITERS times, each time adding
 // one to the counter file. Args: ENDPOINT PREFIX DIR OWNER ITERS.
 func counterHelper(args []string) int {
-	m, done, err := helperManager(args[0], args[1])
+	m, done, err := helperManager(args[0], args[1], liveSessionTTL)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -121,7 +121,7 @@ func writeCounter(dir string, n int, version uint64) error {
 // its version, and waits to be killed. Args: ENDPOINT PREFIX RESOURCE
 // OWNER.
 func holdHelper(args []string) int {
-	m, done, err := helperManager(args[0], args[1])
+	m, done, err := helperManager(args[0], args[1], testSessionTTL) // killed: its hold ends with its session
 	if err != nil {
 		return fail("%v", err)
 	}

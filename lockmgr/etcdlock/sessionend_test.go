@@ -20,7 +20,7 @@ import (
 // on a link that drops only what comes back.
 func lostKeepAliveManager(t *testing.T, prefix string, lose *atomic.Bool) *etcdlock.Manager {
 	t.Helper()
-	return dialedManager(t, prefix, grpc.WithChainStreamInterceptor(
+	return dialedManager(t, prefix, testSessionTTL, grpc.WithChainStreamInterceptor(
 		func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			s, err := streamer(ctx, desc, cc, method, opts...)
 			if err != nil || !strings.HasSuffix(method, "/LeaseKeepAlive") {
