@@ -43,8 +43,10 @@ func TestLockStatsTimeouts(t *testing.T) {
 	require.Equal(t, uint32(n), st.Timeouts.Load(), "Timeouts")
 
 	done := make(chan error)
-	go func() { done <- b.LockShared() }()
-	time.Sleep(20 * time.Millisecond)
+	go func() { time.Sleep(30 * time.Millisecond); done <- b.LockShared() }()
+	// Asleep, its wait begun: a reader that came after the downgrade
+	// would get in at once and count no wait.
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.SharedWaiters == 1 }, "the reader to sleep behind the writer")
 	require.NoError(t, a.UniqueToUpgrade())
 	require.NoError(t, <-done)
 	require.NoError(t, b.UnlockShared())
