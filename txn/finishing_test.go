@@ -632,9 +632,10 @@ func TestPinBackOutAfterRowGivenUp(t *testing.T) {
 // refused its pin as closing, and whose close then ended (the cell is
 // promoted) or was called off (the source is open again) before Borrow
 // looked at the source's state again, returned ErrClosing, as if a barrier
-// kept the reader out. It now looks again and reads the object.
+// kept the reader out. It now looks again and reads the object. Not
+// parallel: it sets the package's hook, which the Borrows of parallel
+// tests (TestPromotionReaderAcrossClose) read and would run.
 func TestBorrowSourceCloseEndsMeanwhile(t *testing.T) {
-	t.Parallel()
 	for _, finish := range []bool{false, true} {
 		t.Run(fmt.Sprintf("finish=%v", finish), func(t *testing.T) {
 			seg, _ := newSegment(t, layout.Options{})
