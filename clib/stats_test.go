@@ -49,8 +49,9 @@ func TestSpinStatsCWaiter(t *testing.T) {
 	// A C sleeper woken by the Go release: one more contended wait, granted.
 	waiter := cChild(t, "wait", path, name, "pidtid")
 	waiter.WaitLine(t, "waiting")
-	testproc.WaitFor(t, func() bool { return st.Sleeps.Load() > 0 && l.Slot().Sleepers() > 0 }, "the C waiter to sleep")
-	time.Sleep(20 * time.Millisecond) // from its registration into the kernel (a sleep lasts up to 50 ms)
+	testproc.WaitFor(t, func() bool {
+		return st.Sleeps.Load() > 0 && l.Slot().Sleepers() > 0 && asleepInKernel(waiter.PID())
+	}, "the C waiter asleep")
 	require.NoError(t, g.Release())
 	waiter.WaitOK(t)
 	require.Equal(t, uint64(n+1), st.Contended.Load(), "Contended")
