@@ -22,6 +22,11 @@ import (
 // (its RLIMIT_AS reached here; vm.max_map_count does the same) fails
 // Open and Create with ErrNoMemory, which wraps ENOMEM too, and Create
 // leaves no file. It came back as a bare errno.
+// The helper's runtime shares the address space the limit leaves no room
+// in: when it needs a mapping of its own meanwhile (the allocator's
+// metadata, or the heap's growth, as the helper allocates), it dies (in 1
+// or 2 runs in 100), having said nothing about Open and Create. Such a
+// run is made again; any other outcome is the test's.
 func TestMapWithoutAddressSpace(t *testing.T) {
 	t.Parallel()
 	path := testproc.SegmentPath(t)
@@ -30,12 +35,28 @@ func TestMapWithoutAddressSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = seg.Close()
-	dir := t.TempDir()
-	out, err := testproc.Command("map-limited", path, filepath.Join(dir, "new")).CombinedOutput()
-	want := "open nomemory=true enomem=true\ncreate nomemory=true enomem=true files=[]\n"
-	if first, _, _ := strings.Cut(string(out), "\n\t"); err != nil || !strings.HasPrefix(string(out), want) {
-		t.Fatalf("helper: %v; got %q, want %q", err, first, want)
+	const runs = 20
+	for run := 1; ; run++ {
+		dir := t.TempDir()
+		out, err := testproc.Command("map-limited", path, filepath.Join(dir, "new")).CombinedOutput()
+		if run < runs && runtimeOutOfMemory(out) {
+			t.Logf("run %d: the helper's runtime ran out of address space:\n%s", run, out)
+			continue
+		}
+		want := "open nomemory=true enomem=true\ncreate nomemory=true enomem=true files=[]\n"
+		if first, _, _ := strings.Cut(string(out), "\n\t"); err != nil || !strings.HasPrefix(string(out), want) {
+			t.Fatalf("helper: %v; got %q, want %q", err, first, want)
+		}
+		return
 	}
+}
+
+// runtimeOutOfMemory reports whether out is that of a helper whose
+// runtime died for want of memory before it printed a line of its own.
+func runtimeOutOfMemory(out []byte) bool {
+	return bytes.HasPrefix(out, []byte("fatal error: runtime: cannot allocate memory\n")) ||
+		bytes.HasPrefix(out, []byte("runtime: out of memory: ")) ||
+		bytes.HasPrefix(out, []byte("fatal error: out of memory\n"))
 }
 
 // mapLimitedHelper OPEN_PATH CREATE_PATH limits this process's address
