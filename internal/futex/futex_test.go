@@ -42,43 +42,69 @@ func TestWaitTimeout(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var word atomic.Uint32
-			start := time.Now()
-			err := futex.Wait(&word, 0, tt.timeout)
-			elapsed := time.Since(start)
-			if !errors.Is(err, futex.ErrTimeout) {
-				t.Fatalf("Wait: got %v, want ErrTimeout", err)
-			}
-			if elapsed < tt.timeout {
-				t.Errorf("Wait returned after %v, want at least %v", elapsed, tt.timeout)
+			for attempt := 1; ; attempt++ {
+				start := time.Now()
+				err := futex.Wait(&word, 0, tt.timeout)
+				elapsed := time.Since(start)
+				if err == nil && attempt < interruptedAttempts {
+					continue // a signal (see interruptedAttempts)
+				}
+				if !errors.Is(err, futex.ErrTimeout) {
+					t.Fatalf("Wait: got %v, want ErrTimeout", err)
+				}
+				if elapsed < tt.timeout {
+					t.Errorf("Wait returned after %v, want at least %v", elapsed, tt.timeout)
+				}
+				return
 			}
 		})
 	}
 }
 
+// interruptedAttempts bounds the tries of a test whose sleeper returned
+// early, its sleep interrupted by a signal (EINTR: Wait returns nil, as
+// for a wake). A process-wide signal goes to any thread that does not
+// block it, the sleeper's too: SIGCHLD, when a child exits (the helper of
+// TestWakeOtherProcess, running in parallel, or another test's), cut 8 in
+// 300 sleeps of 5 ms short. A Wait that returns early without one does so
+// every time, and fails.
+const interruptedAttempts = 20
+
 func TestWakeGoroutine(t *testing.T) {
 	t.Parallel()
-	var word atomic.Uint32
-	errc := make(chan error, 1)
-	go func() { errc <- futex.Wait(&word, 0, 3*testTimeout) }()
+	for attempt := 1; ; attempt++ {
+		var word atomic.Uint32
+		errc := make(chan error, 1)
+		go func() { errc <- futex.Wait(&word, 0, 3*testTimeout) }()
 
-	// The word is left unchanged, so the only way for the waiter to return
-	// nil early is our wake; keep waking until it has gone to sleep.
-	deadline := time.Now().Add(testTimeout)
-	for {
-		n := wake(t, &word, 1)
-		if n == 1 {
-			break
+		// The word is left unchanged, so the waiter returns nil early only
+		// for our wake, or a signal (then it is tried again); keep waking
+		// until it has gone to sleep.
+		deadline := time.Now().Add(testTimeout)
+		woken := false
+		for !woken {
+			n := wake(t, &word, 1)
+			if n != 0 && n != 1 {
+				t.Fatalf("Wake: got %d woken, want 0 or 1", n)
+			}
+			woken = n == 1
+			if !woken && len(errc) > 0 {
+				break // it returned without our wake
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("waiter never went to sleep")
+			}
+			time.Sleep(time.Millisecond)
 		}
-		if n != 0 {
-			t.Fatalf("Wake: got %d woken, want 0 or 1", n)
+		if err := <-errc; err != nil {
+			t.Errorf("Wait: got %v, want nil", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("waiter never went to sleep")
+		if woken {
+			return
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if err := <-errc; err != nil {
-		t.Errorf("Wait: got %v, want nil", err)
+		if attempt == interruptedAttempts {
+			t.Fatalf("the waiter returned before a wake found it asleep, %d times", attempt)
+		}
 	}
 }
 
@@ -138,20 +164,59 @@ func TestWakeNoWaiter(t *testing.T) {
 
 func TestWakeZeroWakesNobody(t *testing.T) {
 	t.Parallel()
-	var word atomic.Uint32
-	errc := make(chan error, 1)
-	go func() { errc <- futex.Wait(&word, 0, 3*testTimeout) }()
-	if !waitAsleep(t, selfPID, &word, 1) {
-		t.Skip("cannot see futex sleepers in /proc")
+	for attempt := 1; ; attempt++ {
+		var word atomic.Uint32
+		errc := make(chan error, 1)
+		go func() { errc <- futex.Wait(&word, 0, 3*testTimeout) }()
+		asleep, ok := waitAsleepOrReturned(t, &word, errc)
+		if !ok {
+			t.Skip("cannot see futex sleepers in /proc")
+		}
+		if asleep {
+			n0, n1 := wake(t, &word, 0), wake(t, &word, 1)
+			if n0 != 0 {
+				t.Errorf("Wake(0): got %d woken, want 0", n0)
+			}
+			err := <-errc
+			if err != nil {
+				t.Errorf("Wait: got %v, want nil", err)
+			}
+			if n1 == 1 {
+				return
+			}
+			// Nobody for Wake(1): the sleeper was gone, for Wake(0) or
+			// for a signal; only the second happens on some tries.
+		} else if err := <-errc; err != nil {
+			t.Fatalf("Wait: got %v, want nil", err)
+		}
+		if attempt == interruptedAttempts {
+			t.Fatalf("Wake(1) found no sleeper, or the sleeper returned before it slept, %d times", attempt)
+		}
 	}
-	if n := wake(t, &word, 0); n != 0 {
-		t.Errorf("Wake(0): got %d woken, want 0", n)
-	}
-	if n := wake(t, &word, 1); n != 1 {
-		t.Errorf("Wake(1): got %d woken, want 1", n)
-	}
-	if err := <-errc; err != nil {
-		t.Errorf("Wait: got %v, want nil", err)
+}
+
+// waitAsleepOrReturned waits until a thread of this process sleeps on word
+// (asleep true), or the sleeper whose result errc carries has returned
+// (false); ok is false where /proc cannot tell.
+func waitAsleepOrReturned(tb testing.TB, word *atomic.Uint32, errc chan error) (asleep, ok bool) {
+	tb.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		got, err := futexSleepers(selfPID, word)
+		if err != nil {
+			tb.Logf("cannot count futex sleepers: %v", err)
+			return false, false
+		}
+		if got >= 1 {
+			return true, true
+		}
+		if len(errc) > 0 {
+			return false, true
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("the waiter neither slept in futex.Wait nor returned")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
