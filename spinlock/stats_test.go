@@ -55,7 +55,6 @@ func TestStatsAcrossProcesses(t *testing.T) {
 	}
 	require.Equal(t, uint32(n), hist, "waits in the histogram")
 	require.Zero(t, st.WaitHist[0].Load()+st.WaitHist[1].Load()+st.WaitHist[2].Load(), "no wait under 1 ms")
-	require.Positive(t, st.Sleeps.Load(), "a 10 ms wait sleeps")
 
 	holder := testproc.Start(t, "hold", path, "1")
 	holder.WaitLine(t, "held")
@@ -65,6 +64,11 @@ func TestStatsAcrossProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, g.Reclaimed())
 	require.NoError(t, g.Release())
+	// A waiter takes a dead holder's lock over at its first liveness
+	// check, when a sleep runs out: this one slept. (A 10 ms wait need
+	// not: on a loaded machine its sched_yields before the sleep can take
+	// all of it.)
+	require.Positive(t, st.Sleeps.Load(), "the reclaim came after a sleep")
 	require.Equal(t, uint32(1), st.Reclaims.Load(), "Reclaims")
 	require.Equal(t, uint64(n+1), st.Contended.Load(), "Contended")
 	require.Equal(t, uint32(n), st.Timeouts.Load(), "Timeouts: the reclaim was granted")
