@@ -465,9 +465,9 @@ func closedSlotZero(t *testing.T, path string) *layout.OwnerSlot {
 // collection but not during it.
 func waitCleanups(t *testing.T, done func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testproc.Timeout) // a bound on a hang
 	for !done() {
-		require.True(t, time.Now().Before(deadline), "a closed, unreachable segment is still mapped after 10 s")
+		require.True(t, time.Now().Before(deadline), "a closed, unreachable segment is still mapped after %v", testproc.Timeout)
 		runtime.GC()
 		time.Sleep(time.Millisecond)
 	}

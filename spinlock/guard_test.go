@@ -548,7 +548,7 @@ func TestRecursionThroughAnotherHandle(t *testing.T) {
 	me := spinlock.NewHolder()
 	var outer, inner spinlock.Guard
 	require.NoError(t, outer.Lock(a, me))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), reclaimBound) // a bound on a hang
 	defer cancel()
 	require.NoError(t, inner.LockContext(ctx, b, me), "the same holder through another handle")
 	require.True(t, inner.Recursive())

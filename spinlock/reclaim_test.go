@@ -17,7 +17,7 @@ import (
 
 // reclaimBound is how long a waiter may take to notice a dead holder. The
 // lock checks every 50 ms; the bound only turns a hang into a failure.
-const reclaimBound = 10 * time.Second
+const reclaimBound = testproc.Timeout
 
 // lockResult is what a goroutine waiter saw.
 type lockResult struct {

@@ -3,7 +3,6 @@ package upgrade_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -28,7 +27,7 @@ func TestDeadFastPathWriterUnderUpgradeHolder(t *testing.T) {
 	e := entry(t, seg)
 	e.Writer.Store(deadIdentity(t) | upgrade.WriterUnique) // the dead writer's CAS
 	r := open(t, seg)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout) // a bound on a hang
 	defer cancel()
 	require.NoError(t, r.LockSharedContext(ctx), "a reader waits for a dead writer's bit under a live upgrade holder")
 	require.NoError(t, r.UnlockShared())
