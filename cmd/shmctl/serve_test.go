@@ -197,7 +197,11 @@ func TestServeDropsSlowClients(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(metrics.NewFollowingCollector(f)))
 	errLog := log.New(io.Discard, "", 0)
-	const d, long = 100 * time.Millisecond, testproc.Timeout
+	// long outlasts the client's wait (testproc.Timeout): a case whose
+	// timeout went unwired must fail by the client's deadline, not race a
+	// fallback of the same length (ReadHeaderTimeout falls back to
+	// ReadTimeout, IdleTimeout to ReadTimeout).
+	const d, long = 100 * time.Millisecond, time.Hour
 
 	for _, c := range []struct {
 		name, request string
