@@ -362,11 +362,11 @@ func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
 // writing through /proc/self/fd, which unlock unlocks and closes: so it
 // conflicts with every other taker, of this process too, and goes with
 // unlock or, at the latest, with its process, whatever becomes of f (a
-// description that f
-// has mapped stays open for as long as the mapping does). It and flock(2)
-// locks ignore each other. unlock may run more than once: only its first
-// call closes the description, for a later close of the same number would
-// close whatever file the process has opened under it since.
+// description that f has mapped stays open for as long as the mapping
+// does). It and flock(2) locks ignore each other. unlock may run more
+// than once: only its first call closes the description, for a later
+// close of the same number would close whatever file the process has
+// opened under it since.
 func TryLockByte(f *os.File, off int64) (unlock func(), ok bool, err error) {
 	rc, err := f.SyscallConn()
 	if err != nil {

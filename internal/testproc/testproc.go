@@ -177,10 +177,10 @@ func SegmentPath(tb testing.TB) string {
 	return path
 }
 
-// The processes the tests start get the
-// default action of SIGHUP and SIGINT even where go test's caller ignored
-// them (nohup; a script's background job, whose SIGINT the shell
-// ignores), as they have when go test runs from a terminal. The tests
+// The processes the tests start get the default action of SIGHUP and
+// SIGINT even where go test's caller ignored them (nohup; a script's
+// background job, whose SIGINT the shell ignores), as they have when go
+// test runs from a terminal. The tests
 // expect it: a command of shmctl lock dies of a kill -HUP $$, for
 // instance, which an inherited ignore turns into exit status 0. Go keeps
 // an ignored SIGHUP or SIGINT ignored, and a child inherits that through
