@@ -180,14 +180,14 @@ func SegmentPath(tb testing.TB) string {
 // The processes the tests start get the default action of SIGHUP and
 // SIGINT even where go test's caller ignored them (nohup; a script's
 // background job, whose SIGINT the shell ignores), as they have when go
-// test runs from a terminal. The tests
-// expect it: a command of shmctl lock dies of a kill -HUP $$, for
-// instance, which an inherited ignore turns into exit status 0. Go keeps
-// an ignored SIGHUP or SIGINT ignored, and a child inherits that through
-// exec; a signal this process catches instead starts a child with the
-// default action. The catch here drops what it catches, so this process
-// still ignores them. A test of an ignored signal ignores it in its
-// child itself (TestLockKeepsIgnoredSignals).
+// test runs from a terminal. The tests expect it: a command of shmctl
+// lock dies of a kill -HUP $$, for instance, which an inherited ignore
+// turns into exit status 0. Go keeps an ignored SIGHUP or SIGINT ignored,
+// and a child inherits that through exec; a signal this process catches
+// instead starts a child with the default action. The catch here drops
+// what it catches, so this process still ignores them. A test of an
+// ignored signal ignores it in its child itself
+// (TestLockKeepsIgnoredSignals).
 //
 // This runs at init, before a TestMain counts goroutines for a leak check
 // (the catch starts os/signal's own), and never in a helper process: one
