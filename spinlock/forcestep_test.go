@@ -77,12 +77,7 @@ func forceStepHelper(args []string) int {
 // still live when the slot is looked at.
 func TestTwoForcesOverlap(t *testing.T) {
 	t.Parallel()
-	seg, path := newSegment(t)
-	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
-	require.NoError(t, err)
-	holder := spinlock.NewHolder()
-	var g spinlock.Guard
-	require.NoError(t, g.Lock(l, holder))
+	path, l, holder, g := heldSlot(t)
 
 	a := testproc.StartWithStdin(t, "force-step", path, "took")
 	a.WaitLine(t, "took") // the first has the lock word, not yet its TID
@@ -118,12 +113,7 @@ func TestTwoForcesOverlap(t *testing.T) {
 // free.
 func TestForcesSerialize(t *testing.T) {
 	t.Parallel()
-	seg, path := newSegment(t)
-	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
-	require.NoError(t, err)
-	holder := spinlock.NewHolder()
-	var g spinlock.Guard
-	require.NoError(t, g.Lock(l, holder))
+	path, l, holder, g := heldSlot(t)
 	a := testproc.StartWithStdin(t, "force-step", path, "took")
 	a.WaitLine(t, "took") // stopped inside its force
 	b := testproc.StartWithStdin(t, "force-step", path, "-")
@@ -137,7 +127,7 @@ func TestForcesSerialize(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	before := stateOf(l.Slot())
-	_, err = l.ForceUnlockContext(ctx)
+	_, err := l.ForceUnlockContext(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a force with a deadline while another runs")
 	require.Equal(t, before, stateOf(l.Slot()), "the force that gave up changed the slot")
 	require.Equal(t, a.Identity(t), before.PID, "the first forcer has the lock word")
@@ -171,4 +161,17 @@ func TestTokenForceTakesNoLock(t *testing.T) {
 	require.Equal(t, tok, owner)
 	_, err = l.ForceUnlock()
 	require.True(t, errors.Is(err, spinlock.ErrNotHeld), "%v", err)
+}
+
+// heldSlot makes a segment whose slot 0 a new holder of this process
+// holds in pid/tid mode: what the forcers of these tests force.
+func heldSlot(t *testing.T) (path string, l *spinlock.Lock, holder spinlock.Identity, g *spinlock.Guard) {
+	t.Helper()
+	seg, path := newSegment(t)
+	l, err := spinlock.Open(seg, 0, spinlock.PIDTID)
+	require.NoError(t, err)
+	holder = spinlock.NewHolder()
+	g = new(spinlock.Guard)
+	require.NoError(t, g.Lock(l, holder))
+	return path, l, holder, g
 }
