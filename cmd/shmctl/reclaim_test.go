@@ -395,13 +395,8 @@ func TestReclaimDirectoryLockHeld(t *testing.T) {
 func TestReclaimUnsaidSlotDirectoryLockHeld(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2})
-	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
-	require.NoError(t, err)
-	s, err := seg.Slot(i)
-	require.NoError(t, err)
+	i, s, dead := unsaidSlotOfDeadHolder(t, seg)
 	self := proc.Self()
-	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
-	s.PID.Store(dead)
 	setDirectoryLock(t, seg, self.Pack())
 
 	line := requireOneLineError(t, shmctl(t, false, "reclaim", "--wait", "50ms", seg.Path()), exitError)
@@ -432,4 +427,19 @@ func setDirectoryLock(t *testing.T, seg *shm.Segment, word uint64) {
 	defer f.Close()
 	_, err = f.WriteAt(binary.LittleEndian.AppendUint64(nil, word), layout.OffRegistry)
 	require.NoError(t, err)
+}
+
+// unsaidSlotOfDeadHolder claims slot "unsaid" without a mode and puts a
+// dead pid/tid holder's identity (this pid, another start time) in it:
+// the slot, its index and that packed identity.
+func unsaidSlotOfDeadHolder(t *testing.T, seg *shm.Segment) (int, *layout.OwnerSlot, uint64) {
+	t.Helper()
+	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
+	require.NoError(t, err)
+	s, err := seg.Slot(i)
+	require.NoError(t, err)
+	self := proc.Self()
+	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
+	s.PID.Store(dead)
+	return i, s, dead
 }

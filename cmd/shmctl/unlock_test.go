@@ -251,13 +251,8 @@ func TestUnlockForceLeavesAnUnsaidClaimsMode(t *testing.T) {
 func TestUnlockForceUnsaidSlotDirectoryLockHeld(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{Slots: 2})
-	i, err := seg.Claim(layout.KindOwnerSlots, "unsaid")
-	require.NoError(t, err)
-	s, err := seg.Slot(i)
-	require.NoError(t, err)
+	i, s, dead := unsaidSlotOfDeadHolder(t, seg)
 	self := proc.Self()
-	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}.Pack()
-	s.PID.Store(dead)
 	setDirectoryLock(t, seg, self.Pack())
 
 	line := requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "unsaid", "--force", "--wait", "50ms"), exitError)
