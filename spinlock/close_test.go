@@ -240,8 +240,8 @@ func TestLockerAfterClose(t *testing.T) {
 					require.NoError(t, seg.Close())
 				}
 				before := stateOf(l.Slot())
-				require.ErrorIs(t, recoverLockerPanic(t, holder.Lock), want, "the holder's Lock")
-				require.ErrorIs(t, recoverLockerPanic(t, l.Locker(holderFor(mode)).Lock), want, "a stranger's Lock")
+				require.ErrorIs(t, testproc.RecoverAs[*spinlock.LockerPanic](t, holder.Lock), want, "the holder's Lock")
+				require.ErrorIs(t, testproc.RecoverAs[*spinlock.LockerPanic](t, l.Locker(holderFor(mode)).Lock), want, "a stranger's Lock")
 				require.Equal(t, before, stateOf(l.Slot()), "the slot changed")
 				holder.Unlock() // releases still work
 				_, held := openPath(t, path, mode).Owner()

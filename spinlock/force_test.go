@@ -69,7 +69,7 @@ func TestForceUnlockThenReleaseThroughLocker(t *testing.T) {
 	var g spinlock.Guard
 	require.NoError(t, g.Lock(l, next))
 	before := stateOf(l.Slot())
-	require.ErrorIs(t, recoverLockerPanic(t, k.Unlock), spinlock.ErrNotOwner)
+	require.ErrorIs(t, testproc.RecoverAs[*spinlock.LockerPanic](t, k.Unlock), spinlock.ErrNotOwner)
 	require.Equal(t, before, stateOf(l.Slot()), "the forced-out holder's release changed the new holder's slot")
 	require.NoError(t, g.Release())
 }

@@ -1,12 +1,9 @@
 package spinlock_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,25 +26,8 @@ import (
 // one more line on stdin (end of input will do) before it exits, so that
 // the parent can look at the slot while the forcer lives.
 func forceStepHelper(args []string) int {
-	stops := strings.Split(args[1], ",")
-	in := bufio.NewReader(os.Stdin)
-	step := func(name string) func() {
-		done := false
-		return func() {
-			if done {
-				return
-			}
-			done = true
-			fmt.Println(name)
-			if slices.Contains(stops, name) {
-				if _, err := in.ReadString('\n'); err != nil {
-					fmt.Println("error: stdin:", err)
-					os.Exit(1)
-				}
-			}
-		}
-	}
-	spinlock.SetForceHooks(step("busy"), step("took"), step("taken"))
+	steps := testproc.NewSteps(args[1])
+	spinlock.SetForceHooks(steps.Hook("busy"), steps.Hook("took"), steps.Hook("taken"))
 	seg, err := shm.Open(args[0], shm.Options{})
 	if err != nil {
 		return fail("open: %v", err)
@@ -62,7 +42,7 @@ func forceStepHelper(args []string) int {
 	} else {
 		fmt.Printf("result forced %x %x\n", owner.PID, owner.TID)
 	}
-	_, _ = in.ReadString('\n')
+	steps.Wait()
 	return 0
 }
 

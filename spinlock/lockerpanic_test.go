@@ -1,32 +1,15 @@
 package spinlock_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
-
-// recoverLockerPanic runs f and returns what it panicked with, as a
-// *spinlock.LockerPanic; it fails the test if f returned, or panicked with
-// anything else.
-func recoverLockerPanic(t *testing.T, f func()) (p *spinlock.LockerPanic) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		v := recover()
-		require.NotNil(t, v, "no panic")
-		err, ok := v.(error)
-		require.True(t, ok, "the panic value %#v is no error", v)
-		require.True(t, errors.As(err, &p), "the panic value %#v is no *LockerPanic", v)
-	}()
-	f()
-	return nil
-}
 
 // Every panic a Locker's doc comment lists carries the error that the
 // Guard's method would have returned, for errors.Is, with the method that
@@ -132,7 +115,7 @@ func TestLockerPanics(t *testing.T) {
 				require.NoError(t, err)
 				call := tc.call(t, l, seg, mode)
 				before := stateOf(l.Slot())
-				p := recoverLockerPanic(t, call)
+				p := testproc.RecoverAs[*spinlock.LockerPanic](t, call)
 				require.ErrorIs(t, p, tc.want)
 				require.Equal(t, tc.op, p.Op)
 				require.Equal(t, tc.op+": "+tc.want.Error(), p.Error())

@@ -89,7 +89,7 @@ func TestUseAfterClose(t *testing.T) {
 			for _, o := range closeOps {
 				require.ErrorIs(t, o.op(m), shm.ErrClosed, o.name)
 			}
-			require.ErrorIs(t, recoverLockerPanic(t, m.Locker().Lock), shm.ErrClosed, "Locker panics with the error, as documented")
+			require.ErrorIs(t, testproc.RecoverAs[*upgrade.LockerPanic](t, m.Locker().Lock), shm.ErrClosed, "Locker panics with the error, as documented")
 			require.Zero(t, m.Generation(), "a closed segment reports no generation")
 			_, err = upgrade.Inspect(seg, 0)
 			require.ErrorIs(t, err, shm.ErrClosed)
@@ -363,9 +363,9 @@ func TestLockerAfterClose(t *testing.T) {
 				require.NoError(t, seg.Close())
 			}
 			before := status(t, observer)
-			require.ErrorIs(t, recoverLockerPanic(t, l.Lock), want, "Lock")
-			require.ErrorIs(t, recoverLockerPanic(t, l.RLock), want, "RLock")
-			require.ErrorIs(t, recoverLockerPanic(t, l.RLocker().Lock), want, "RLocker().Lock")
+			require.ErrorIs(t, testproc.RecoverAs[*upgrade.LockerPanic](t, l.Lock), want, "Lock")
+			require.ErrorIs(t, testproc.RecoverAs[*upgrade.LockerPanic](t, l.RLock), want, "RLock")
+			require.ErrorIs(t, testproc.RecoverAs[*upgrade.LockerPanic](t, l.RLocker().Lock), want, "RLocker().Lock")
 			require.Equal(t, before, status(t, observer), "the file changed")
 			if closer == "segment" {
 				l.RUnlock()

@@ -1,13 +1,10 @@
 package upgrade_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"slices"
-	"strings"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
@@ -20,25 +17,8 @@ import (
 // line on stdin. At the end it prints "forced WRITER WAITING" (the
 // identities, in hex) and exits.
 func forceStepHelper(args []string) int {
-	stops := strings.Split(args[1], ",")
-	in := bufio.NewReader(os.Stdin)
-	step := func(name string) func() {
-		done := false
-		return func() {
-			if done {
-				return
-			}
-			done = true
-			fmt.Println(name)
-			if slices.Contains(stops, name) {
-				if _, err := in.ReadString('\n'); err != nil {
-					fmt.Println("error: stdin:", err)
-					os.Exit(1)
-				}
-			}
-		}
-	}
-	upgrade.SetForceHooks(step("busy"), step("loaded"), step("took"))
+	steps := testproc.NewSteps(args[1])
+	upgrade.SetForceHooks(steps.Hook("busy"), steps.Hook("loaded"), steps.Hook("took"))
 	seg, err := shm.Open(args[0], shm.Options{})
 	if err != nil {
 		fmt.Println("open:", err)

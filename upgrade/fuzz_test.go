@@ -218,7 +218,7 @@ func TestWrappedReaderCount(t *testing.T) {
 	require.ErrorIs(t, m.TryLockShared(), upgrade.ErrOverflow)
 	require.ErrorIs(t, m.LockShared(), upgrade.ErrOverflow)
 	l := m.Locker()
-	require.ErrorIs(t, recoverLockerPanic(t, l.RLock), upgrade.ErrOverflow, "Locker.RLock panics with the error, as with any")
+	require.ErrorIs(t, testproc.RecoverAs[*upgrade.LockerPanic](t, l.RLock), upgrade.ErrOverflow, "Locker.RLock panics with the error, as with any")
 	require.Equal(t, uint32(1<<32-1), binary.LittleEndian.Uint32(count))
 	binary.LittleEndian.PutUint32(count, 1)
 	require.NoError(t, m.UnlockShared())

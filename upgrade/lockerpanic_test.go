@@ -1,31 +1,14 @@
 package upgrade_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/upgrade"
 )
-
-// recoverLockerPanic runs f and returns what it panicked with, as an
-// *upgrade.LockerPanic; it fails the test if f returned, or panicked with
-// anything else.
-func recoverLockerPanic(t *testing.T, f func()) (p *upgrade.LockerPanic) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		v := recover()
-		require.NotNil(t, v, "no panic")
-		err, ok := v.(error)
-		require.True(t, ok, "the panic value %#v is no error", v)
-		require.True(t, errors.As(err, &p), "the panic value %#v is no *LockerPanic", v)
-	}()
-	f()
-	return nil
-}
 
 // Every panic the Locker's doc comment lists carries the error that the
 // handle's method would have returned, for errors.Is, with the method that
@@ -117,7 +100,7 @@ func TestLockerPanics(t *testing.T) {
 			a, b := open(t, seg), open(t, seg)
 			call := tc.call(t, seg, a, b)
 			before := status(t, observer)
-			p := recoverLockerPanic(t, call)
+			p := testproc.RecoverAs[*upgrade.LockerPanic](t, call)
 			require.ErrorIs(t, p, tc.want)
 			require.Equal(t, tc.op, p.Op)
 			require.Equal(t, tc.op+": "+tc.want.Error(), p.Error())

@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMain(m *testing.M) { Main(m, map[string]func([]string) int{"stop-self": stopSelfHelper}) }
+func TestMain(m *testing.M) {
+	Main(m, map[string]func([]string) int{"stop-self": stopSelfHelper, "steps": stepsHelper})
+}
 
 func init() {
 	// The stop-self helper's main goroutine must run on the process's
