@@ -1,6 +1,17 @@
 package shm
 
-import "github.com/shmlock/shmlock/internal/proc"
+import (
+	"errors"
+	"os"
+
+	"github.com/shmlock/shmlock/internal/proc"
+)
+
+// FileClosed reports whether s's file is closed.
+func FileClosed(s *Segment) bool {
+	_, err := s.file.Stat()
+	return errors.Is(err, os.ErrClosed)
+}
 
 // setHook replaces *hook with f, and returns a function that restores it.
 func setHook(hook *func(), f func()) (restore func()) {

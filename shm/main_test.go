@@ -20,6 +20,7 @@ func TestMain(m *testing.M) { testproc.Main(m, helpers) }
 
 var helpers = map[string]func(args []string) int{
 	"operator-lock": operatorLockHelper, // PATH: hold upgrade mutex 0's operator lock until killed
+	"classic-lock":  classicLockHelper,  // PATH: print "held PID" or "free" for byte 0's classic record lock
 	// open-tty: as a session leader without a controlling terminal, Open
 	// a terminal (refused: not a regular file), then exit 0 if the process
 	// still has no controlling terminal, 1 if the open gave it one, 2 on

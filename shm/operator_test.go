@@ -2,7 +2,12 @@ package shm_test
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +28,7 @@ func TestOperatorLockExcludes(t *testing.T) {
 	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 2}})
 	other, err := shm.Open(path, shm.Options{})
 	require.NoError(t, err)
+	defer other.Close()
 
 	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
 	require.NoError(t, err)
@@ -53,17 +59,131 @@ func TestOperatorLockExcludes(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "the same Segment's lock after another's release")
 	unlock()
+}
 
-	// Close drops the lock with the file; the unlock after it is harmless.
-	unlock, ok, err = other.TryLockOperator(layout.KindUpgrades, 0)
+// A Segment's goroutines exclude each other: at most one holds the lock
+// at any time, however their takes and releases interleave, and so do
+// they with another Segment's.
+func TestOperatorLockExcludesGoroutines(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	var holders, takes atomic.Int32
+	var wg sync.WaitGroup
+	for _, s := range []*shm.Segment{seg, seg, seg, other} {
+		wg.Go(func() {
+			for range 500 {
+				unlock, ok, err := s.TryLockOperator(layout.KindUpgrades, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !ok {
+					runtime.Gosched()
+					continue
+				}
+				takes.Add(1)
+				if n := holders.Add(1); n != 1 {
+					t.Errorf("%d holders of one operator lock", n)
+				}
+				runtime.Gosched()
+				holders.Add(-1)
+				unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Positive(t, takes.Load())
+}
+
+// A Close while operator locks are held leaves them held, and the file
+// open to release them through, until the last release: a force in
+// flight at Close keeps its exclusion to the end. The releases after it
+// then work as before it, and so does a second call.
+func TestOperatorLockOutlivesClose(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 2}})
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	var unlocks []func()
+	for i := range 2 {
+		unlock, ok, err := other.TryLockOperator(layout.KindUpgrades, i)
+		require.NoError(t, err)
+		require.True(t, ok)
+		unlocks = append(unlocks, unlock)
+	}
+	require.NoError(t, other.Close())
+	_, _, err = other.TryLockOperator(layout.KindUpgrades, 0)
+	require.ErrorIs(t, err, shm.ErrClosed)
+	require.ErrorIs(t, other.Close(), shm.ErrClosed)
+	for i, unlock := range unlocks {
+		_, ok, err := seg.TryLockOperator(layout.KindUpgrades, i)
+		require.NoError(t, err)
+		require.False(t, ok, "the lock of mutex %d of a closed Segment, not yet released", i)
+		require.False(t, shm.FileClosed(other), "the file of a closed Segment with a lock not yet released")
+		unlock()
+		again, ok, err := seg.TryLockOperator(layout.KindUpgrades, i)
+		require.NoError(t, err)
+		require.True(t, ok, "the lock of mutex %d of a closed Segment, released", i)
+		again()
+		unlock()
+	}
+	require.True(t, shm.FileClosed(other), "the file of a closed Segment once its last lock is released")
+}
+
+// The operator lock does not cost the process its classic record locks
+// (F_SETLK, lockf) on the segment file, which the close of any descriptor
+// of the file drops: neither a take, granted or not, nor a release closes
+// one. Another process sees the lock still held.
+func TestOperatorLockKeepsClassicLocks(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	classic := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 0, Len: 1}
+	require.NoError(t, unix.FcntlFlock(f.Fd(), unix.F_SETLK, &classic))
+	want := "held " + strconv.Itoa(os.Getpid())
+	require.Equal(t, want, testproc.RunLine(t, "", "classic-lock", path), "the classic lock before any operator lock")
+
+	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, other.Close())
-	unlock()
-	unlock, ok, err = seg.TryLockOperator(layout.KindUpgrades, 0)
+	_, ok, err = other.TryLockOperator(layout.KindUpgrades, 0)
 	require.NoError(t, err)
-	require.True(t, ok, "the lock of a closed Segment")
+	require.False(t, ok)
 	unlock()
+	unlock, err = other.LockOperator(t.Context(), layout.KindUpgrades, 0, nil)
+	require.NoError(t, err)
+	unlock()
+	require.Equal(t, want, testproc.RunLine(t, "", "classic-lock", path), "the classic lock after operator locks")
+}
+
+// classicLockHelper (PATH) prints "held PID" if a process holds a classic
+// record lock that covers byte 0 of the file, "free" if none does.
+func classicLockHelper(args []string) int {
+	f, err := os.Open(args[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer f.Close()
+	probe := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: 0, Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_GETLK, &probe); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	if probe.Type == unix.F_UNLCK {
+		fmt.Println("free")
+	} else {
+		fmt.Println("held", probe.Pid)
+	}
+	return 0
 }
 
 // The operator lock lies past the end of the file and ignores the
@@ -145,33 +265,29 @@ func TestOperatorLockRefused(t *testing.T) {
 
 // The release an operator lock returns may run twice (a deferred one
 // after an explicit one, as a caller that unwinds may do): the second
-// does nothing. Closing the descriptor again would close whatever file
-// the process had opened under that number since, another Segment's
-// included. Not parallel: it watches the process's descriptor numbers.
+// does nothing. Releasing again would release the lock another goroutine
+// of the same Segment had taken since, with the same description.
 func TestOperatorLockUnlockTwice(t *testing.T) {
-	seg, _ := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
+	other, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer other.Close()
 	unlock, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	unlock()
-	// The lowest free numbers, the one the release gave back among them.
-	var fds []int
-	for range 64 {
-		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		require.NoError(t, err)
-		fds = append(fds, fd)
-	}
-	defer func() {
-		for _, fd := range fds {
-			_ = unix.Close(fd)
-		}
-	}()
+	since, ok, err := seg.TryLockOperator(layout.KindUpgrades, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the lock after its release")
 	unlock()
-	for _, fd := range fds {
-		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-		require.NoError(t, err, "descriptor %d, opened after the release, closed by the second", fd)
+	for _, s := range []*shm.Segment{seg, other} {
+		_, ok, err = s.TryLockOperator(layout.KindUpgrades, 0)
+		require.NoError(t, err)
+		require.False(t, ok, "the lock taken since, after the first release's second call")
 	}
-	unlock, ok, err = seg.TryLockOperator(layout.KindUpgrades, 0)
+	since()
+	unlock, ok, err = other.TryLockOperator(layout.KindUpgrades, 0)
 	require.NoError(t, err)
 	require.True(t, ok, "the lock after the releases")
 	unlock()
@@ -179,11 +295,13 @@ func TestOperatorLockUnlockTwice(t *testing.T) {
 
 // A Close that comes between TryLockOperator's checks and its take of the
 // lock (another goroutine's, as a force racing a shutdown) makes it fail
-// with ErrClosed, as every call after Close does, not with the reopen's
-// "use of closed file". Not parallel: it sets a hook of the package.
+// with ErrClosed, as every call after Close does, not with the fcntl's
+// "use of closed file", and leaves the file closed. Not parallel: it sets
+// a hook of the package.
 func TestOperatorLockRacingClose(t *testing.T) {
 	seg, _ := create(t, shm.Options{Options: layout.Options{Upgrades: 1}})
 	defer shm.SetTestHookOperatorLock(func() { require.NoError(t, seg.Close()) })()
 	_, _, err := seg.TryLockOperator(layout.KindUpgrades, 0)
 	require.ErrorIs(t, err, shm.ErrClosed)
+	require.True(t, shm.FileClosed(seg))
 }

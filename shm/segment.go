@@ -77,6 +77,8 @@ type Segment struct {
 	mapping  *mapping   // quarantined once s is unreachable and closed
 	onClose  closeHooks // see OnClose
 
+	operators operatorLocks // see TryLockOperator
+
 	registryMu sync.Mutex     // serialises this process's directory changes
 	registry   *atomic.Uint64 // the cross-process directory lock word
 	regGen     *atomic.Uint64
@@ -313,11 +315,12 @@ func OpenOrCreate(path string, opts Options) (*Segment, error) {
 	}
 }
 
-// Close detaches the process from the segment: it closes the file, and
-// from then on every acquisition of the locks of packages spinlock,
-// upgrade, lockmgr and txn opened on the segment returns ErrClosed and
-// changes nothing. It is safe to call twice; the second call returns
-// ErrClosed.
+// Close detaches the process from the segment: it closes the file (or
+// leaves that to the release of the last operator lock still held: see
+// TryLockOperator), and from then on every acquisition of the locks of
+// packages spinlock, upgrade, lockmgr and txn opened on the segment
+// returns ErrClosed and changes nothing. It is safe to call twice; the
+// second call returns ErrClosed.
 //
 // Close does not take the mapping away from code that may still use it.
 // An operation in flight when Close begins either completes, its hold real
@@ -348,7 +351,7 @@ func (s *Segment) Close() error {
 	s.registryMu.Lock()
 	//nolint:staticcheck // an empty critical section: waiting is the point
 	s.registryMu.Unlock()
-	return s.file.Close()
+	return s.closeFile()
 }
 
 // mapping is what the cleanup of a Segment needs: it must not refer to

@@ -54,19 +54,19 @@ const forceGiveBackWait = 1000
 //
 // Forces of one mutex never overlap: each holds the mutex's operator lock
 // (shm.Segment.TryLockOperator, an fcntl lock on the segment's file that
-// the kernel drops if its holder dies) for its whole run, and waits for it
-// while another force, of any process, runs; ForceUnlock waits for as long
-// as that takes (ForceUnlockContext gives up). That costs a force three
-// system calls (an open of the segment's file of its own, an fcntl, a
-// close), and costs nothing to any other operation. Overlapping forces
-// wedged the mutex: two that both read a holder's word and id just before
-// its release cleared the id each took the word in turn and gave it back,
-// while the release waited for the first only, and left the word with the
-// releasing process, held by nobody, until that process exited. Now the
-// reads of a force that comes after another's come after that one's
-// give-back, and so after the release's clear of the id: it sees the id
-// gone and leaves the word alone, and one forcer at most takes the word
-// from a release, the one the release waits for.
+// the kernel drops if its holder dies) for its whole run, and waits for
+// it while another force, of any process, runs; ForceUnlock waits for as
+// long as that takes (ForceUnlockContext gives up). That costs a force
+// two system calls (the fcntl of its take and of its release), and costs
+// nothing to any other operation. Overlapping forces wedged the mutex:
+// two that both read a holder's word and id just before its release
+// cleared the id each took the word in turn and gave it back, while the
+// release waited for the first only, and left the word with the releasing
+// process, held by nobody, until that process exited. Now the reads of a
+// force that comes after another's come after that one's give-back, and
+// so after the release's clear of the id: it sees the id gone and leaves
+// the word alone, and one forcer at most takes the word from a release,
+// the one the release waits for.
 //
 // A force and a live holder's own release of the same hold, at the same
 // instant: the release clears its holder id first, so a forcer that took

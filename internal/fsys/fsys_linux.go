@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -355,67 +354,68 @@ func LockExclusive(f *os.File) error {
 // Unlock releases LockExclusive.
 func Unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
 
-// TryLockByte takes an exclusive fcntl lock of an open file description
+// TryLockByte takes an exclusive fcntl lock of f's open file description
 // (F_OFD_SETLK, F_WRLCK) on the one byte at off of f's file, which may lie
-// far past the file's end: ok false if another description holds it. The
-// lock is taken on a description of its own, f's file opened again for
-// writing through /proc/self/fd, which unlock unlocks and closes: so it
-// conflicts with every other taker, of this process too, and goes with
-// unlock or, at the latest, with its process, whatever becomes of f (a
-// description that f has mapped stays open for as long as the mapping
-// does). It and flock(2) locks ignore each other. unlock may run more
-// than once: only its first call closes the description, for a later
-// close of the same number would close whatever file the process has
-// opened under it since.
-func TryLockByte(f *os.File, off int64) (unlock func(), ok bool, err error) {
+// far past the file's end: ok false if another description holds it. f
+// must be open for writing. It opens and closes nothing: a close of any
+// descriptor of a file drops every classic record lock (F_SETLK, lockf)
+// the process holds on that file, its caller's own included. The
+// description's locks do not exclude each other, so a caller that shares
+// f among goroutines excludes them itself; another description of the
+// file, of this process or another, is excluded by the kernel. The lock
+// ends with UnlockByte or with the description's last reference (a close
+// alone leaves it to a mapping of f, or to a child forked meanwhile until
+// its exec). It and flock(2) locks ignore each other. A closed f fails
+// with an error wrapping os.ErrClosed, without touching the descriptor
+// number it had, which the process may have opened another file under
+// since.
+func TryLockByte(f *os.File, off int64) (ok bool, err error) {
+	err = setByteLock(f, off, unix.F_WRLCK)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES):
+		return false, nil // held by another description
+	}
+	return false, err
+}
+
+// UnlockByte ends TryLockByte's lock of f's description on the byte at
+// off: at once, even while the description has another reference, as it
+// has in a child that another goroutine forks (os/exec) until that
+// child's exec. A closed f fails as in TryLockByte.
+func UnlockByte(f *os.File, off int64) error {
+	return setByteLock(f, off, unix.F_UNLCK)
+}
+
+// setByteLock sets the lock of f's description on the byte at off to
+// typ, through f's SyscallConn: its Control holds f's descriptor open for
+// the call, and fails once f is closed instead of lending out a number
+// that may name another file by then.
+func setByteLock(f *os.File, off int64, typ int16) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return nil, false, err
+		return err
 	}
-	fd := -1
-	cerr := rc.Control(func(orig uintptr) {
-		fd, err = unix.Open("/proc/self/fd/"+strconv.Itoa(int(orig)), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	lk := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: off, Len: 1}
+	cerr := rc.Control(func(fd uintptr) {
+		for {
+			err = unix.FcntlFlock(fd, unix.F_OFD_SETLK, &lk)
+			if !errors.Is(err, unix.EINTR) {
+				return
+			}
+		}
 	})
 	if cerr != nil {
-		return nil, false, cerr
+		// Control's one failure ("use of closed file"), which it does
+		// not make an os.ErrClosed as the os.File methods do.
+		return &fs.PathError{Op: "fcntl", Path: f.Name(), Err: fmt.Errorf("%w (%v)", os.ErrClosed, cerr)}
 	}
 	if err != nil {
-		return nil, false, &fs.PathError{Op: "open", Path: f.Name(), Err: err}
+		return os.NewSyscallError("fcntl", err)
 	}
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: off, Len: 1}
-	for {
-		err = unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		_ = unix.Close(fd)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
-			return nil, false, nil // held by another description
-		}
-		return nil, false, os.NewSyscallError("fcntl", err)
-	}
-	testHookByteLocked(fd)
-	var once sync.Once
-	return func() { once.Do(func() { unlockByteAndClose(fd, off) }) }, true, nil
+	return nil
 }
-
-// unlockByteAndClose ends TryLockByte's lock before closing its
-// description: the close alone does not end it while the description has
-// another reference, and a fork of this process by another goroutine
-// (os/exec) gives its child one until that child's exec, so the lock would
-// outlive its release for as long.
-func unlockByteAndClose(fd int, off int64) {
-	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart, Start: off, Len: 1}
-	for errors.Is(unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk), unix.EINTR) {
-	}
-	_ = unix.Close(fd)
-}
-
-// testHookByteLocked runs in TryLockByte once the lock is taken, with the
-// descriptor that holds it.
-var testHookByteLocked = func(fd int) {}
 
 // IsTerminal reports whether fd is a terminal: the TCGETS ioctl works on
 // it. A character device such as /dev/null is not one.

@@ -142,42 +142,148 @@ func withoutProc(t *testing.T, f func() error) error {
 	}
 }
 
-// TryLockByte's unlock ends the lock even while its description has
-// another reference, as it has in a child that another goroutine forks
-// (os/exec) until the child's exec: a close alone would leave the lock
-// held until then, and an operator's next force would find it taken.
-func TestTryLockByteUnlockWithDescriptionShared(t *testing.T) {
+// openTwice opens a new file twice for writing: two descriptions of it.
+func openTwice(t *testing.T) (f, g *os.File) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	for _, p := range []**os.File{&f, &g} {
+		var err error
+		if *p, err = os.OpenFile(file, os.O_RDWR, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = (*p).Close() })
+	}
+	return f, g
+}
+
+// byteLockOff is a byte far past the end of the files of the tests.
+const byteLockOff = 1 << 40
+
+// A byte lock excludes every other description of the file, not its own
+// (a caller excludes its goroutines itself), until its unlock.
+func TestTryLockByte(t *testing.T) {
+	t.Parallel()
+	f, g := openTwice(t)
+	for _, step := range []struct {
+		name   string
+		f      *os.File
+		unlock bool
+		want   bool
+	}{
+		{name: "a free byte", f: f, want: true},
+		{name: "the byte another description holds", f: g, want: false},
+		{name: "the byte its own description holds", f: f, want: true},
+		{name: "unlock", f: f, unlock: true},
+		{name: "the byte after its unlock", f: g, want: true},
+		{name: "the byte another description holds again", f: f, want: false},
+		{name: "unlock again", f: g, unlock: true},
+	} {
+		if step.unlock {
+			if err := fsys.UnlockByte(step.f, byteLockOff); err != nil {
+				t.Fatalf("%s: UnlockByte: %v", step.name, err)
+			}
+			continue
+		}
+		if ok, err := fsys.TryLockByte(step.f, byteLockOff); err != nil || ok != step.want {
+			t.Fatalf("%s: TryLockByte: ok %v, %v; want %v", step.name, ok, err, step.want)
+		}
+	}
+}
+
+// A byte lock and its unlock open and close no descriptor of the file: a
+// close would drop the classic record lock (F_SETLK) the process holds on
+// it. Another description of this process sees that lock as a conflict
+// (F_OFD_GETLK), its owner being the process and not a description.
+func TestTryLockByteKeepsClassicLocks(t *testing.T) {
+	t.Parallel()
+	f, g := openTwice(t)
+	classic := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &classic); err != nil {
+		t.Fatalf("F_SETLK: %v", err)
+	}
+	for _, h := range []*os.File{f, g} {
+		if ok, err := fsys.TryLockByte(h, byteLockOff); err != nil || !ok {
+			t.Fatalf("TryLockByte: ok %v, %v", ok, err)
+		}
+		if err := fsys.UnlockByte(h, byteLockOff); err != nil {
+			t.Fatalf("UnlockByte: %v", err)
+		}
+	}
+	probe := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 1}
+	if err := unix.FcntlFlock(g.Fd(), unix.F_OFD_GETLK, &probe); err != nil {
+		t.Fatalf("F_OFD_GETLK: %v", err)
+	}
+	if probe.Type != unix.F_WRLCK || probe.Pid != int32(os.Getpid()) {
+		t.Fatalf("the classic lock after a byte lock and its unlock: type %d, pid %d; want F_WRLCK (%d) of this process (%d)",
+			probe.Type, probe.Pid, unix.F_WRLCK, os.Getpid())
+	}
+}
+
+// UnlockByte ends the lock even while its description has another
+// reference, as it has in a child that another goroutine forks (os/exec)
+// until the child's exec: a close alone would leave the lock held until
+// then, and an operator's next force would find it taken.
+func TestUnlockByteWithDescriptionShared(t *testing.T) {
+	t.Parallel()
+	f, g := openTwice(t)
+	// What a fork does to the description: one more reference.
+	dup, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatalf("dup: %v", err)
+	}
+	defer unix.Close(dup)
+	if ok, err := fsys.TryLockByte(f, byteLockOff); err != nil || !ok {
+		t.Fatalf("TryLockByte: ok %v, %v", ok, err)
+	}
+	if err := fsys.UnlockByte(f, byteLockOff); err != nil {
+		t.Fatalf("UnlockByte: %v", err)
+	}
+	if ok, err := fsys.TryLockByte(g, byteLockOff); err != nil || !ok {
+		t.Fatalf("TryLockByte after unlock, the description still referenced: ok %v, %v; want true", ok, err)
+	}
+}
+
+// On a closed file, TryLockByte and UnlockByte fail with os.ErrClosed and
+// leave alone the file opened since under the descriptor number it had:
+// the unlock of a lock another file holds there would end that lock. Not
+// parallel: the test reuses the number, the lowest free one.
+func TestByteLockOfClosedFile(t *testing.T) {
+	f, g := openTwice(t)
+	fd := f.Fd()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.OpenFile(file, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	const off = 1 << 40
-	dup := -1
-	restore := fsys.SetByteLockedHook(func(fd int) {
-		// What a fork does to the description: one more reference.
-		var err error
-		if dup, err = unix.Dup(fd); err != nil {
-			t.Errorf("dup: %v", err)
-		}
-	})
-	unlock, ok, err := fsys.TryLockByte(f, off)
-	restore()
-	if err != nil || !ok {
-		t.Fatalf("TryLockByte: ok %v, %v", ok, err)
+	defer other.Close()
+	if ok, err := fsys.TryLockByte(other, byteLockOff); err != nil || !ok {
+		t.Fatalf("TryLockByte of the other file: ok %v, %v", ok, err)
 	}
-	defer unix.Close(dup)
-	if _, ok, err := fsys.TryLockByte(f, off); err != nil || ok {
-		t.Fatalf("TryLockByte while held: ok %v, %v; want false", ok, err)
+	if _, err := fsys.TryLockByte(f, byteLockOff); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("TryLockByte of a closed file: %v; want os.ErrClosed", err)
 	}
-	unlock()
-	again, ok, err := fsys.TryLockByte(f, off)
-	if err != nil || !ok {
-		t.Fatalf("TryLockByte after unlock, the description still referenced: ok %v, %v; want true", ok, err)
+	if err := fsys.UnlockByte(f, byteLockOff); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("UnlockByte of a closed file: %v; want os.ErrClosed", err)
 	}
-	again()
+	probe, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if ok, err := fsys.TryLockByte(probe, byteLockOff); err != nil || ok {
+		t.Fatalf("the other file's lock (at descriptor %d, the closed file's was %d) after the closed file's unlock: free (%v); want held",
+			other.Fd(), fd, err)
+	}
+	if ok, err := fsys.TryLockByte(g, byteLockOff); err != nil || !ok {
+		t.Fatalf("the closed file's byte: ok %v, %v; want free", ok, err)
+	}
 }
