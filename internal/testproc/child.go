@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -56,17 +57,29 @@ func StartWithStdin(tb testing.TB, name string, args ...string) *Child {
 // with a pipe to its stdin if pipe.
 func start(tb testing.TB, pipe bool, env []string, name string, args []string) *Child {
 	tb.Helper()
+	c, err := startChild(tb, pipe, func(cmd *exec.Cmd) { cmd.Env = append(cmd.Env, env...) }, name, args)
+	if err != nil {
+		tb.Fatalf("start helper %s: %v", name, err)
+	}
+	return c
+}
+
+// startChild starts helper name with args, its command changed by
+// prepare before it starts, with a pipe to its stdin if pipe; it returns
+// the error of a start that failed.
+func startChild(tb testing.TB, pipe bool, prepare func(*exec.Cmd), name string, args []string) (*Child, error) {
+	tb.Helper()
 	c := &Child{Name: name, Cmd: Command(name, args...), Out: new(Output), done: make(chan struct{})}
-	c.Cmd.Env = append(c.Cmd.Env, env...)
+	prepare(c.Cmd)
 	c.Cmd.Stdout, c.Cmd.Stderr = c.Out, c.Out
 	if pipe {
 		var err error
 		if c.stdin, err = c.Cmd.StdinPipe(); err != nil {
-			tb.Fatalf("helper %s: stdin: %v", name, err)
+			return nil, fmt.Errorf("stdin: %w", err)
 		}
 	}
 	if err := c.Cmd.Start(); err != nil {
-		tb.Fatalf("start helper %s: %v", name, err)
+		return nil, err
 	}
 	go func() { c.err = c.Cmd.Wait(); close(c.done) }()
 	tb.Cleanup(func() {
@@ -77,7 +90,7 @@ func start(tb testing.TB, pipe bool, env []string, name string, args []string) *
 			<-c.done
 		}
 	})
-	return c
+	return c, nil
 }
 
 // Send writes line and a newline to the child's stdin (StartWithStdin).

@@ -58,6 +58,7 @@ func MainWith(m *testing.M, helpers map[string]func(args []string) int, setup fu
 				args = strings.Split(a, argSep)
 			}
 		}
+		ownProcIfAsked()
 		os.Exit(h(args))
 	}
 	if removed := sweepDead(segDir); len(removed) > 0 {
