@@ -59,6 +59,13 @@ var (
 	// is dead but that a process has mapped or open (one that inherited
 	// its descriptor): it has no name to be put back under.
 	ErrLeftoverInUse = errors.New("shm: the leftover is in use")
+	// ErrForeignNamespace: RecoverLeftovers keeps a leftover whose remover
+	// (or a pending file whose creator) is a process of another PID
+	// namespace, which shares the directory (/dev/shm of a host and its
+	// containers): its pid names another process here, or none, and the
+	// descriptors it has open are not in this namespace's /proc, so only
+	// a recovery in its own namespace can tell whether it lives.
+	ErrForeignNamespace = errors.New("shm: the leftover's process is of another PID namespace")
 	// ErrNameNotKept: a leftover's hidden name keeps only the digest of
 	// the long name it was removed from (RecoverLeftoversOf, told the
 	// name, puts it back).

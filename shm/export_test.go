@@ -4,7 +4,7 @@ import (
 	"errors"
 	"os"
 
-	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/fsys"
 )
 
 // FileClosed reports whether s's file is closed.
@@ -61,15 +61,15 @@ func SetTestHookAside(f func(aside string)) (restore func()) {
 }
 
 // AsideName is the hidden name Remove gives a segment of base name name,
-// as the process id would (nonce tells names apart), and ParseAside
+// as the process remover would (nonce tells names apart), and ParseAside
 // reads one back.
-func AsideName(id proc.Identity, name string, nonce uint64) string {
-	return asideName(id, originOf(name), nonce, false)
+func AsideName(remover fsys.Maker, name string, nonce uint64) string {
+	return asideName(remover, originOf(name), nonce, false)
 }
 
 // ParseAside reads a hidden name: its remover, the name it keeps ("" for a
 // digest) and whether the name is one.
-func ParseAside(base string) (proc.Identity, string, bool) {
+func ParseAside(base string) (fsys.Maker, string, bool) {
 	id, o, ok := parseAside(base)
 	return id, o.name, ok
 }

@@ -23,17 +23,22 @@ import (
 // that once that remover is dead another process can finish the job
 // (RecoverLeftovers):
 //
-//	.shmlock-rm-<pid>-<start>-<nonce>-<name>
-//	.shmlock-rm-<pid>-<start>-<nonce>#<digest>
+//	.shmlock-rm-<pid>-<start>-ns<ns>-<nonce>-<name>
+//	.shmlock-rm-<pid>-<start>-ns<ns>-<nonce>#<digest>
 //
-// pid and start, in decimal, are the remover's identity: its pid and its
-// start time in clock ticks since boot, the low proc.StartBits bits of it
-// (internal/proc; no later process with that pid has that start time).
-// nonce, in hexadecimal, tells apart the names one process makes. name is
-// the base name the segment had. Where the whole would be longer than
-// NAME_MAX, the name is replaced by '#' and its digest, the 64-bit FNV-1a
-// hash of the name in 16 hexadecimal digits: RecoverLeftoversOf, told the
-// name, still finds such a leftover. libshmlock makes the same names.
+// <pid>-<start>-ns<ns> is the remover (fsys.Maker): its pid, the low
+// proc.StartBits bits of its start time in clock ticks since boot (no
+// later process with that pid has that start time), and its PID namespace,
+// the only one whose processes can tell whether it lives. nonce, in
+// hexadecimal, tells apart the names one process makes. name is the base
+// name the segment had. Where the whole would be longer than NAME_MAX,
+// the name is replaced by '#' and its digest, the 64-bit FNV-1a hash of
+// the name in 16 hexadecimal digits: RecoverLeftoversOf, told the name,
+// still finds such a leftover. The head before the name is at most 73
+// bytes (a pid of 7 digits, a start of 13, a namespace of 20, a nonce of
+// 16), so a name of up to 181 bytes is kept whole. libshmlock makes the
+// same names. The previous release's names have no -ns<ns> (see
+// fsys.Maker): parseAside reads them with no namespace.
 const (
 	asidePrefix      = ".shmlock-rm-"
 	nameMax          = 255 // NAME_MAX: the longest file name of Linux file systems
@@ -67,9 +72,8 @@ func (o origin) is(name string) bool {
 
 // asideName formats the hidden name that remover gives the segment from o.
 // With digest, or where the name does not fit, it keeps o's digest only.
-func asideName(remover proc.Identity, o origin, nonce uint64, digest bool) string {
-	head := asidePrefix + strconv.FormatUint(uint64(remover.PID), 10) + "-" +
-		strconv.FormatUint(remover.StartTicks&proc.MaxStart, 10) + "-" + strconv.FormatUint(nonce, 16)
+func asideName(remover fsys.Maker, o origin, nonce uint64, digest bool) string {
+	head := asidePrefix + fsys.FormatMaker(remover) + "-" + strconv.FormatUint(nonce, 16)
 	if whole := head + "-" + o.name; !digest && o.name != "" && len(whole) <= nameMax {
 		return whole
 	}
@@ -78,36 +82,40 @@ func asideName(remover proc.Identity, o origin, nonce uint64, digest bool) strin
 
 // parseAside reads a hidden name that asideName made: the remover and the
 // origin. ok is false for any other name.
-func parseAside(base string) (remover proc.Identity, o origin, ok bool) {
+func parseAside(base string) (remover fsys.Maker, o origin, ok bool) {
 	rest, ok := strings.CutPrefix(base, asidePrefix)
 	if !ok {
 		return remover, o, false
 	}
-	pidText, rest, ok1 := strings.Cut(rest, "-")
-	startText, rest, ok2 := strings.Cut(rest, "-")
+	remover, rest, ok = fsys.CutMaker(rest)
 	i := strings.IndexAny(rest, "-#")
-	if !ok1 || !ok2 || i < 1 {
-		return remover, o, false
+	if !ok || i < 1 {
+		return fsys.Maker{}, o, false
 	}
-	pid, err1 := strconv.ParseUint(pidText, 10, 32)
-	start, err2 := strconv.ParseUint(startText, 10, 64)
-	_, err3 := strconv.ParseUint(rest[:i], 16, 64)
-	if err1 != nil || err2 != nil || err3 != nil || pid == 0 || pid > proc.MaxPID || start > proc.MaxStart {
-		return remover, o, false
+	if _, err := strconv.ParseUint(rest[:i], 16, 64); err != nil {
+		return fsys.Maker{}, o, false
 	}
-	remover = proc.Identity{PID: uint32(pid), StartTicks: start}
 	tail := rest[i+1:]
 	if rest[i] == '-' {
-		return remover, originOf(tail), tail != ""
+		if tail == "" {
+			return fsys.Maker{}, o, false
+		}
+		return remover, originOf(tail), true
 	}
 	d, err := strconv.ParseUint(tail, 16, 64)
-	return remover, origin{digest: d}, err == nil && len(tail) == digestDigits
+	if err != nil || len(tail) != digestDigits {
+		return fsys.Maker{}, o, false
+	}
+	return remover, origin{digest: d}, true
 }
 
 // moveAside moves path to a new hidden name in its directory that names
 // this process and o, and returns that name.
 func moveAside(path string, o origin) (string, error) {
-	self := proc.Self()
+	self, err := fsys.SelfMaker()
+	if err != nil {
+		return "", fmt.Errorf("shm: %w", err)
+	}
 	digest := false
 	for attempt := 0; ; attempt++ {
 		aside := filepath.Join(filepath.Dir(path), asideName(self, o, uint64(time.Now().UnixNano()), digest))
@@ -143,9 +151,9 @@ const (
 // Or it is a pending file (Pending): where the file system has no
 // O_TMPFILE, a creator (Create, libshmlock's shmlock_create) prepares the
 // segment under a hidden name that says who it is, .shmlock-init-<pid>-
-// <start>-<nonce> (see internal/fsys), and links it under the segment's
-// name when complete; one killed in between leaves that file, which no
-// name of a segment ever reaches. A recovery killed while it removed such
+// <start>-ns<ns>-<nonce> (see internal/fsys), and links it under the
+// segment's name when complete; one killed in between leaves that file,
+// which no name of a segment ever reaches. A recovery killed while it removed such
 // a file leaves it under a remover's hidden name that keeps the pending
 // name: a pending file too, whose Remover is that recovery.
 type Leftover struct {
@@ -155,7 +163,11 @@ type Leftover struct {
 	// that name; "" for a pending file, which never had one.
 	Name    string
 	Remover uint64 // the packed identity (see package proc) of the process that moved it aside, or that was creating a pending file
-	Pending bool   // a creator's pending file, not a removed segment
+	// PIDNamespace is the inode of Remover's PID namespace, in which alone
+	// its pid means it: 0 where the hidden name is the previous release's,
+	// which does not say.
+	PIDNamespace uint64
+	Pending      bool // a creator's pending file, not a removed segment
 	// Users are the processes that have it mapped or open (this one: open),
 	// as far as /proc shows this user (another user's processes may be
 	// missing).
@@ -169,6 +181,10 @@ type Leftover struct {
 //
 //   - a leftover whose remover still runs is kept (ErrRemoverAlive): it
 //     may be in the middle of its removal;
+//   - one whose remover is a process of another PID namespace is kept
+//     (ErrForeignNamespace): no process of this one can tell whether it
+//     runs, nor see who has the file open (a name of the previous
+//     release, which does not say the namespace, is judged here);
 //   - one that is not a regular file of this user with a segment's header
 //     is kept: a symlink (not followed), a FIFO or a device (not opened,
 //     see Open), a file of another user, a file of other contents;
@@ -183,9 +199,10 @@ type Leftover struct {
 // And a pending file (see Leftover) is removed once its creator is dead,
 // if nobody has it mapped or open (who could, is a process that inherited
 // its descriptor: then it is kept, ErrLeftoverInUse); a live creator's is
-// kept (ErrCreatorAlive): it is being made. One that a recovery moved
-// aside is removed likewise once that recovery is dead (ErrRemoverAlive
-// before), never put back.
+// kept (ErrCreatorAlive): it is being made; and so is one whose creator is
+// of another PID namespace (ErrForeignNamespace). One that a recovery
+// moved aside is removed likewise once that recovery is dead
+// (ErrRemoverAlive or ErrForeignNamespace before), never put back.
 //
 // It reports every leftover it found, in the order of their hidden names;
 // the error is for dir itself.
@@ -197,7 +214,8 @@ func RecoverLeftovers(dir string, dryRun bool) ([]Leftover, error) {
 // the segment path (see ResolvePath), once or several times: those in its
 // directory whose hidden name keeps path's base name or its digest, and
 // every pending file there whose creator is dead (its name does not say
-// which segment it was to become), moved aside or not.
+// which segment it was to become), moved aside or not: not those of a
+// creator of another PID namespace, which may be alive.
 func RecoverLeftoversOf(path string, dryRun bool) ([]Leftover, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
@@ -207,6 +225,10 @@ func RecoverLeftoversOf(path string, dryRun bool) ([]Leftover, error) {
 }
 
 func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
+	ns, err := proc.PIDNamespace()
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
@@ -216,9 +238,9 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 		if creator, ok := fsys.ParsePendingName(e.Name()); ok {
 			// A live creator's file is no leftover, and may be another
 			// segment's in the making: only a look at the whole directory
-			// reports it.
-			if name == "" || !proc.Alive(creator) {
-				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, ErrCreatorAlive, originOf(e.Name()), dryRun))
+			// reports it; so is one of another namespace, which may be.
+			if name == "" || makerLives(creator, ns, ErrCreatorAlive) == nil {
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, ns, ErrCreatorAlive, originOf(e.Name()), dryRun))
 			}
 			continue
 		}
@@ -233,8 +255,8 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 			// asked for (it was to become none that is known); a live
 			// recovery's is listed only by a look at the whole directory,
 			// as a live creator's.
-			if name == "" || !proc.Alive(remover) {
-				found = append(found, recoverPending(filepath.Join(dir, e.Name()), remover, ErrRemoverAlive, o, dryRun))
+			if name == "" || makerLives(remover, ns, ErrRemoverAlive) == nil {
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), remover, ns, ErrRemoverAlive, o, dryRun))
 			}
 			continue
 		}
@@ -244,20 +266,41 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 		if name != "" {
 			o.name = name
 		}
-		found = append(found, recoverLeftover(filepath.Join(dir, e.Name()), remover, o, dryRun))
+		found = append(found, recoverLeftover(filepath.Join(dir, e.Name()), remover, ns, o, dryRun))
 	}
 	return found, nil
 }
 
-// recoverLeftover does what RecoverLeftovers does with the leftover at
-// path, which remover moved aside from o.
-func recoverLeftover(path string, remover proc.Identity, o origin, dryRun bool) Leftover {
-	l := Leftover{Path: path, Remover: remover.Pack(), Action: LeftoverKept}
+// makerLives says whether the maker of a hidden name (a remover, or a
+// pending file's creator), read by a process of the PID namespace ns, may
+// still run: alive, wrapped, if it does; ErrForeignNamespace if it is of
+// another namespace, where its pid names another process or none, and
+// whose /proc alone shows the descriptors it has open; nil if it is dead.
+//
+// A name of the previous release does not say the maker's namespace: it
+// is judged here, as that release judged it, which is right wherever the
+// directory is not shared across PID namespaces. That is the compatible
+// choice: keeping such names instead would keep for good every leftover
+// that a killed process of that release left, and the processes of that
+// release, which still judge them everywhere, would not keep them anyway.
+func makerLives(m fsys.Maker, ns uint64, alive error) error {
+	switch {
+	case m.PIDNamespace != 0 && m.PIDNamespace != ns:
+		return fmt.Errorf("%w (process %d of pid:[%d], this is pid:[%d])", ErrForeignNamespace, m.PID, m.PIDNamespace, ns)
+	case proc.Alive(m.Identity):
+		return fmt.Errorf("%w (process %d)", alive, m.PID)
+	}
+	return nil
+}
+
+// recoverLeftover does what RecoverLeftovers, in the PID namespace ns,
+// does with the leftover at path, which remover moved aside from o.
+func recoverLeftover(path string, remover fsys.Maker, ns uint64, o origin, dryRun bool) Leftover {
+	l := Leftover{Path: path, Remover: remover.Pack(), PIDNamespace: remover.PIDNamespace, Action: LeftoverKept}
 	if o.name != "" {
 		l.Name = filepath.Join(filepath.Dir(path), o.name)
 	}
-	if proc.Alive(remover) {
-		l.Err = fmt.Errorf("%w (process %d)", ErrRemoverAlive, remover.PID)
+	if l.Err = makerLives(remover, ns, ErrRemoverAlive); l.Err != nil {
 		return l
 	}
 	fi, err := examineLeftover(path)
@@ -302,17 +345,16 @@ func recoverLeftover(path string, remover proc.Identity, o origin, dryRun bool) 
 	return l
 }
 
-// recoverPending does what RecoverLeftovers does with a pending file at
-// path, which maker made (its creator; or, moved aside on its way to
-// removal and not unlinked, the recovery that was killed in between:
-// then alive is ErrRemoverAlive, not ErrCreatorAlive). o is the pending
-// name, which its own move aside keeps. Its contents are not checked: a
-// creator killed early leaves no header, or part of one; and it has no
-// segment's name to go back to.
-func recoverPending(path string, maker proc.Identity, alive error, o origin, dryRun bool) Leftover {
-	l := Leftover{Path: path, Remover: maker.Pack(), Pending: true, Action: LeftoverKept}
-	if proc.Alive(maker) {
-		l.Err = fmt.Errorf("%w (process %d)", alive, maker.PID)
+// recoverPending does what RecoverLeftovers, in the PID namespace ns,
+// does with a pending file at path, which maker made (its creator; or,
+// moved aside on its way to removal and not unlinked, the recovery that
+// was killed in between: then alive is ErrRemoverAlive, not
+// ErrCreatorAlive). o is the pending name, which its own move aside
+// keeps. Its contents are not checked: a creator killed early leaves no
+// header, or part of one; and it has no segment's name to go back to.
+func recoverPending(path string, maker fsys.Maker, ns uint64, alive error, o origin, dryRun bool) Leftover {
+	l := Leftover{Path: path, Remover: maker.Pack(), PIDNamespace: maker.PIDNamespace, Pending: true, Action: LeftoverKept}
+	if l.Err = makerLives(maker, ns, alive); l.Err != nil {
 		return l
 	}
 	removePending(&l, o, dryRun)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlock/shmlock/internal/fsys"
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
@@ -110,7 +111,7 @@ func TestRecoverLeftovers(t *testing.T) {
 
 		found, err := shm.RecoverLeftovers(dir, true)
 		require.NoError(t, err)
-		require.Equal(t, []shm.Leftover{{Path: aside, Name: filepath.Join(dir, "jobs"), Remover: id.Pack(), Users: []int{},
+		require.Equal(t, []shm.Leftover{{Path: aside, Name: filepath.Join(dir, "jobs"), Remover: id.Pack(), PIDNamespace: ownNamespace(t), Users: []int{},
 			Action: shm.LeftoverRemoved}}, nilUsers(found))
 		_, err = os.Lstat(aside)
 		require.NoError(t, err, "a dry run removed the leftover")
@@ -251,7 +252,7 @@ func TestRecoverLeftoversKeepsOtherFiles(t *testing.T) {
 	t.Parallel()
 	dir := leftoverDir(t)
 	// An identity no process has: this pid, started at another time.
-	dead := proc.Identity{PID: uint32(os.Getpid()), StartTicks: proc.Self().StartTicks + 1}
+	dead := deadMaker(t)
 	hidden := func(name string) string { return filepath.Join(dir, shm.AsideName(dead, name, 1)) }
 	seg, err := shm.Create(filepath.Join(dir, "target"), shm.Options{})
 	require.NoError(t, err)
@@ -293,28 +294,97 @@ func TestRecoverLeftoversKeepsOtherFiles(t *testing.T) {
 	assert.NoError(t, err, "the symlink's target is gone")
 }
 
-// Hidden names round-trip, and nothing else reads as one.
+// Hidden names round-trip, and nothing else reads as one. They say the
+// remover's PID namespace; the previous release's, which do not, read as
+// a remover of none, whatever name they keep (one that begins with
+// ns<digits>- too).
 func TestAsideNames(t *testing.T) {
 	t.Parallel()
-	id := proc.Identity{PID: 4242, StartTicks: 123456}
-	for _, name := range []string{"jobs", "a-b-c", "x#y", strings.Repeat("n", 200)} {
-		base := shm.AsideName(id, name, 0xabc)
-		assert.LessOrEqual(t, len(base), 255, name)
-		gotID, gotName, ok := shm.ParseAside(base)
-		assert.True(t, ok, base)
-		assert.Equal(t, id, gotID, base)
-		assert.Equal(t, name, gotName, base)
+	id := fsys.Maker{Identity: proc.Identity{PID: 4242, StartTicks: 123456}, PIDNamespace: 4026531836}
+	longest := fsys.Maker{Identity: proc.Identity{PID: proc.MaxPID, StartTicks: proc.MaxStart}, PIDNamespace: 1<<64 - 1}
+	for _, m := range []fsys.Maker{id, longest} {
+		for _, name := range []string{"jobs", "a-b-c", "x#y", "ns5-jobs", strings.Repeat("n", 181)} {
+			base := shm.AsideName(m, name, 1<<64-1)
+			assert.LessOrEqual(t, len(base), 255, name)
+			gotID, gotName, ok := shm.ParseAside(base)
+			assert.True(t, ok, base)
+			assert.Equal(t, m, gotID, base)
+			assert.Equal(t, name, gotName, base)
+		}
 	}
-	assert.Equal(t, ".shmlock-rm-4242-123456-abc-jobs", shm.AsideName(id, "jobs", 0xabc))
-	long := shm.AsideName(id, strings.Repeat("n", 250), 0xabc)
+	assert.Equal(t, ".shmlock-rm-4242-123456-ns4026531836-abc-jobs", shm.AsideName(id, "jobs", 0xabc))
+	long := shm.AsideName(longest, strings.Repeat("n", 182), 1<<64-1)
 	_, gotName, ok := shm.ParseAside(long)
 	assert.True(t, ok, long)
 	assert.Empty(t, gotName, "a long name is kept as its digest")
-	assert.Regexp(t, `^\.shmlock-rm-4242-123456-abc#[0-9a-f]{16}$`, long)
+	assert.LessOrEqual(t, len(long), 255)
+	assert.Regexp(t, `^\.shmlock-rm-4194303-2199023255551-ns18446744073709551615-ffffffffffffffff#[0-9a-f]{16}$`, long)
+	for base, want := range map[string]string{
+		".shmlock-rm-4242-123456-abc-jobs":             "jobs", // the previous release's
+		".shmlock-rm-4242-123456-abc-ns5-jobs":         "ns5-jobs",
+		".shmlock-rm-4242-123456-abc#0123456789abcdef": "",
+	} {
+		gotID, gotName, ok := shm.ParseAside(base)
+		assert.True(t, ok, base)
+		assert.Equal(t, fsys.Maker{Identity: id.Identity}, gotID, base)
+		assert.Equal(t, want, gotName, base)
+	}
 	for _, base := range []string{"jobs", ".shmlock-rm-", ".shmlock-rm-4242-1a2b3c", ".shmlock-rm-4242-5-abc-",
 		".shmlock-rm-0-5-abc-jobs", ".shmlock-rm-4242-5-xyz-jobs", ".shmlock-rm-4242-5-abc#12", ".shmlock-rm-x-5-abc-jobs",
-		".shmlock-rm--5-abc-jobs", ".shmlock-rm-4242-5--jobs"} {
+		".shmlock-rm--5-abc-jobs", ".shmlock-rm-4242-5--jobs", ".shmlock-rm-4242-5-ns-abc-jobs", ".shmlock-rm-4242-5-ns0-abc-jobs",
+		".shmlock-rm-4242-5-ns7-jobs", ".shmlock-rm-4242-5-ns7-abc-", ".shmlock-rm-4242-5-ns7x-abc-jobs",
+		".shmlock-rm-4242-5-ns18446744073709551616-abc-jobs", ".shmlock-rm-4242-5-ns7-abc#12"} {
 		_, _, ok := shm.ParseAside(base)
 		assert.False(t, ok, base)
 	}
+}
+
+// A hidden name reads back as the remover and name it was made of; what
+// reads as one names a process that could be, and the same name made anew
+// reads the same.
+func FuzzParseAside(f *testing.F) {
+	f.Add(".shmlock-rm-4242-123456-ns4026531836-abc-jobs", uint32(4242), uint64(123456), uint64(4026531836), uint64(0xabc), "jobs")
+	f.Add(".shmlock-rm-4242-123456-abc-ns5-jobs", uint32(1), uint64(0), uint64(0), uint64(0), "ns5-jobs")
+	f.Add(".shmlock-rm-4242-123456-abc#0123456789abcdef", uint32(proc.MaxPID), uint64(proc.MaxStart), uint64(1<<64-1), uint64(1<<64-1), strings.Repeat("n", 250))
+	f.Fuzz(func(t *testing.T, base string, pid uint32, start, ns, nonce uint64, name string) {
+		if m, kept, ok := shm.ParseAside(base); ok {
+			if m.PID == 0 || m.PID > proc.MaxPID || m.StartTicks > proc.MaxStart {
+				t.Fatalf("%q reads as %+v", base, m)
+			}
+			if kept != "" {
+				again, gotName, ok := shm.ParseAside(shm.AsideName(m, kept, nonce))
+				if !ok || again != m || gotName != kept && (gotName != "" || len(kept) <= 181) {
+					t.Fatalf("%q reads as %+v %q, made anew as %+v %q (%v)", base, m, kept, again, gotName, ok)
+				}
+			}
+		}
+		if pid == 0 || pid > proc.MaxPID || name == "" || strings.ContainsAny(name, "/\x00") {
+			return
+		}
+		m := fsys.Maker{Identity: proc.Identity{PID: pid, StartTicks: start & proc.MaxStart}, PIDNamespace: ns}
+		made := shm.AsideName(m, name, nonce)
+		got, gotName, ok := shm.ParseAside(made)
+		if !ok || got != m || gotName != name && (gotName != "" || len(name) <= 181) {
+			t.Fatalf("%q reads as %+v %q (%v), made of %+v %q", made, got, gotName, ok, m, name)
+		}
+		if len(made) > 255 {
+			t.Fatalf("%q is longer than NAME_MAX", made)
+		}
+	})
+}
+
+// ownNamespace is the inode of this process's PID namespace.
+func ownNamespace(t *testing.T) uint64 {
+	t.Helper()
+	ns, err := proc.PIDNamespace()
+	require.NoError(t, err)
+	return ns
+}
+
+// deadMaker is a maker of hidden names in this PID namespace that no
+// process is: this pid, started at another time.
+func deadMaker(t *testing.T) fsys.Maker {
+	t.Helper()
+	self := proc.Self()
+	return fsys.Maker{Identity: proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}, PIDNamespace: ownNamespace(t)}
 }

@@ -78,12 +78,13 @@ func TestRecoverPendingOfKilledCreator(t *testing.T) {
 
 	found, err := shm.RecoverLeftoversOf(path, true)
 	require.NoError(t, err)
-	require.Equal(t, []shm.Leftover{{Path: files[0], Remover: id.Pack(), Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
+	require.Equal(t, ownNamespace(t), id.PIDNamespace)
+	require.Equal(t, []shm.Leftover{{Path: files[0], Remover: id.Pack(), PIDNamespace: id.PIDNamespace, Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
 	require.Equal(t, files, pendingFiles(t, dir), "a dry run removes nothing")
 
 	found, err = shm.RecoverLeftoversOf(path, false)
 	require.NoError(t, err)
-	require.Equal(t, []shm.Leftover{{Path: files[0], Remover: id.Pack(), Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
+	require.Equal(t, []shm.Leftover{{Path: files[0], Remover: id.Pack(), PIDNamespace: id.PIDNamespace, Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
 	require.Empty(t, pendingFiles(t, dir), "removed")
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -119,26 +120,29 @@ func TestRecoverPendingKeepsLiveCreators(t *testing.T) {
 }
 
 // The name's start time proves a creator dead whose pid a live process
-// has now (here, this one's); a name of an older release, which has no
-// start time, is never taken for one, and neither is another user's
-// file or anything but a regular file.
+// has now (here, this one's), in the name of this release or of the
+// previous one, which does not say the namespace; a name of an older
+// release, which has no start time, is never taken for one, and neither
+// is another user's file or anything but a regular file.
 func TestRecoverPendingByIdentity(t *testing.T) {
 	t.Parallel()
 	dir := leftoverDir(t)
-	self := proc.Self()
-	reused := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
+	self, err := fsys.SelfMaker()
+	require.NoError(t, err)
+	reused := deadMaker(t)
 	dead := filepath.Join(dir, fsys.PendingName(reused, 0xabc))
 	live := filepath.Join(dir, fsys.PendingName(self, 0xabc))
 	old := filepath.Join(dir, fsys.PendingPrefix+strconv.Itoa(int(self.PID))+"-"+strconv.FormatInt(1e18, 36))
+	previous := filepath.Join(dir, fsys.PendingName(fsys.Maker{Identity: reused.Identity}, 0x123))
 	fifo := filepath.Join(dir, fsys.PendingName(reused, 0xdef))
-	for _, p := range []string{dead, live, old} {
+	for _, p := range []string{dead, live, old, previous} {
 		require.NoError(t, os.WriteFile(p, nil, 0o600))
 	}
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 
 	found, err := shm.RecoverLeftovers(dir, false)
 	require.NoError(t, err)
-	require.Len(t, found, 3, "the old name is none of its")
+	require.Len(t, found, 4, "the old name is none of its")
 	byPath := map[string]shm.Leftover{}
 	for _, l := range found {
 		byPath[l.Path] = l
@@ -146,7 +150,9 @@ func TestRecoverPendingByIdentity(t *testing.T) {
 	assert.Equal(t, shm.LeftoverRemoved, byPath[dead].Action, "%v", byPath[dead].Err)
 	assert.ErrorIs(t, byPath[live].Err, shm.ErrCreatorAlive)
 	assert.ErrorIs(t, byPath[fifo].Err, shm.ErrNotRegular)
-	for p, want := range map[string]bool{dead: false, live: true, old: true, fifo: true} {
+	assert.Equal(t, shm.LeftoverRemoved, byPath[previous].Action, "%v", byPath[previous].Err)
+	assert.Zero(t, byPath[previous].PIDNamespace)
+	for p, want := range map[string]bool{dead: false, live: true, old: true, fifo: true, previous: false} {
 		_, err := os.Lstat(p)
 		assert.Equal(t, want, err == nil, "%s: %v", filepath.Base(p), err)
 	}
@@ -163,9 +169,7 @@ func TestRecoverPendingByIdentity(t *testing.T) {
 func TestRecoverPendingOfKilledRecovery(t *testing.T) {
 	t.Parallel()
 	dir := leftoverDir(t)
-	self := proc.Self()
-	dead := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1}
-	pending := filepath.Join(dir, fsys.PendingName(dead, 0xabc))
+	pending := filepath.Join(dir, fsys.PendingName(deadMaker(t), 0xabc))
 	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
 	recoverer := testproc.Start(t, "recover-die", dir)
 	recoverer.WaitKilled(t)

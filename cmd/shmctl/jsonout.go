@@ -60,7 +60,8 @@ const (
 	livenessDead  = "dead"  // it exited, or its pid now names another process
 	livenessStale = "stale" // recorded under a previous boot: dead too
 	// livenessUnknown: the segment was made in another PID namespace, so
-	// its pids name other processes here (only info opens such a segment).
+	// its pids name other processes here (only info opens such a segment);
+	// or a leftover's hidden name says its process is of another.
 	livenessUnknown = "unknown"
 )
 
@@ -156,9 +157,13 @@ type (
 		Path    string       `json:"path"`
 		Name    *string      `json:"name"`
 		Process *processJSON `json:"process"`
-		Users   []int        `json:"users"`
-		Action  string       `json:"action"`
-		Error   *string      `json:"error"`
+		// PIDNamespace is the process's PID namespace (an inode number,
+		// 64 bits), nil where the hidden name does not say (the
+		// previous release's).
+		PIDNamespace *string `json:"pid_namespace"`
+		Users        []int   `json:"users"`
+		Action       string  `json:"action"`
+		Error        *string `json:"error"`
 		// pending: a creator's pending file (.shmlock-init-...), which
 		// the document tells by its path and its null name.
 		pending bool

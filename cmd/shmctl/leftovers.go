@@ -34,7 +34,8 @@ func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
 	}
 	out := []reclaimLeftoverJSON{}
 	for _, l := range found {
-		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l.Remover), Users: l.Users, Action: string(l.Action), pending: l.Pending}
+		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l.Remover, l.PIDNamespace), PIDNamespace: optID(l.PIDNamespace),
+			Users: l.Users, Action: string(l.Action), pending: l.Pending}
 		if row.Users == nil {
 			row.Users = []int{}
 		}
@@ -58,13 +59,19 @@ func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
 	return out, nil
 }
 
-// removerOf is the process of a leftover's remover: no segment says
-// whether its pids mean anything here, as for a lock's holder, so it is
-// alive or dead.
-func removerOf(w uint64) *processJSON {
+// removerOf is the process of a leftover's remover, w, of the PID
+// namespace ns: its liveness is unknown if that is another namespace than
+// this process's, where its pid names another process or none; a hidden
+// name of the previous release (ns 0) does not say, and its remover is
+// taken for one of this namespace, as recovery takes it.
+func removerOf(w, ns uint64) *processJSON {
 	id, _ := proc.Unpack(w)
 	p := &processJSON{PID: id.PID, StartTicks: id.StartTicks, Liveness: livenessDead}
-	if proc.Alive(id) {
+	own, err := ownPIDNamespace()
+	switch {
+	case ns != 0 && (err != nil || ns != own):
+		p.Liveness = livenessUnknown
+	case proc.Alive(id):
 		p.Liveness = livenessAlive
 	}
 	if t, err := id.StartTime(); err == nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/fsys"
-	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
@@ -20,16 +19,31 @@ import (
 
 // killedRemoverLeft moves the segment at path aside as a remover killed
 // before it unlinked it leaves it (docs/FORMAT.md): under a hidden name
-// naming a dead process and the segment's name. It returns the hidden
-// path.
-func killedRemoverLeft(t *testing.T, path string) (hidden string, remover proc.Identity) {
+// naming a dead process of this PID namespace and the segment's name. It
+// returns the hidden path.
+func killedRemoverLeft(t *testing.T, path string) (hidden string, remover fsys.Maker) {
 	t.Helper()
-	self := proc.Self()
-	remover = proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1} // this pid, started at another time: dead
-	hidden = filepath.Join(filepath.Dir(path), fmt.Sprintf(".shmlock-rm-%d-%d-%x-%s", remover.PID, remover.StartTicks, 1, filepath.Base(path)))
+	remover = deadMaker(t)
+	hidden = asidePath(path, remover)
 	require.NoError(t, os.Rename(path, hidden))
 	t.Cleanup(func() { _ = os.Remove(hidden) })
 	return hidden, remover
+}
+
+// asidePath is the hidden path that remover gives the segment at path
+// (docs/FORMAT.md).
+func asidePath(path string, remover fsys.Maker) string {
+	return filepath.Join(filepath.Dir(path), fmt.Sprintf(".shmlock-rm-%s-%x-%s", fsys.FormatMaker(remover), 1, filepath.Base(path)))
+}
+
+// deadMaker is a maker of hidden names in this PID namespace that no
+// process is: this pid, started at another time.
+func deadMaker(t *testing.T) fsys.Maker {
+	t.Helper()
+	self, err := fsys.SelfMaker()
+	require.NoError(t, err)
+	self.StartTicks++
+	return self
 }
 
 // rm finishes what a killed remover began: the leftover nobody uses is
@@ -96,8 +110,8 @@ func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
 	require.Len(t, doc.Leftovers, 1)
 	l := doc.Leftovers[0]
 	checkStarted(t, l.Process)
-	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover, livenessDead), Users: l.Users,
-		Action: "restored"}, l)
+	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover.Identity, livenessDead),
+		PIDNamespace: optID(remover.PIDNamespace), Users: l.Users, Action: "restored"}, l)
 	assert.Len(t, l.Users, 1)
 	_, err = os.Stat(path)
 	require.NoError(t, err, "the segment is not back under its name")
@@ -117,8 +131,9 @@ func TestRmRemovesAKilledCreatorsPendingFile(t *testing.T) {
 	seg, err := shm.Create(path, shm.Options{})
 	require.NoError(t, err)
 	require.NoError(t, seg.Close())
-	self := proc.Self()
-	creator := proc.Identity{PID: self.PID, StartTicks: self.StartTicks + 1} // this pid, started at another time: dead
+	self, err := fsys.SelfMaker()
+	require.NoError(t, err)
+	creator := deadMaker(t)
 	pending := filepath.Join(dir, fsys.PendingName(creator, 1))
 	require.NoError(t, os.WriteFile(pending, nil, 0o600))
 	live := filepath.Join(dir, fsys.PendingName(self, 1))
@@ -138,4 +153,41 @@ func TestRmRemovesAKilledCreatorsPendingFile(t *testing.T) {
 	assert.Equal(t, exitError, r.code, "the segment is gone: %+v", r)
 	_, err = os.Lstat(pending)
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// The leftover of a remover of another PID namespace (a container that
+// shares the directory) is kept, and said so: its pid means another
+// process here, or none, whose liveness is unknown, and the document says
+// which namespace it is of. Before, its hidden name was read as one of
+// this namespace's, and its remover judged by a pid that means another
+// process here.
+func TestReclaimKeepsALeftoverOfAnotherNamespace(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	require.NoError(t, seg.Close())
+	remover := deadMaker(t)
+	remover.PIDNamespace++
+	hidden := asidePath(path, remover)
+	require.NoError(t, os.Link(path, hidden))
+	t.Cleanup(func() { _ = os.Remove(hidden) })
+
+	r := shmctl(t, false, "reclaim", "--json", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Leftovers, 1)
+	l := doc.Leftovers[0]
+	checkStarted(t, l.Process)
+	require.NotNil(t, l.Error)
+	assert.Contains(t, *l.Error, shm.ErrForeignNamespace.Error())
+	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover.Identity, livenessUnknown),
+		PIDNamespace: optID(remover.PIDNamespace), Users: []int{}, Action: "kept", Error: l.Error}, l)
+
+	r = shmctl(t, false, "rm", path)
+	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.True(t, strings.HasPrefix(r.stderr, fmt.Sprintf("kept %s (moved aside by process %d, was %s): %s", hidden, remover.PID, path,
+		shm.ErrForeignNamespace)), r.stderr)
+	_, err := os.Lstat(hidden)
+	require.NoError(t, err, "the leftover is gone")
 }

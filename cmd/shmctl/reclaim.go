@@ -96,8 +96,10 @@ its remover meant to. A live remover's, another user's, and a file that is
 no segment are left alone. The file of a creator killed before its
 segment got its name (on a file system without O_TMPFILE, where it is made
 under .shmlock-init-PID-...) is removed once that creator is dead, unless
-someone has it mapped or open; a live creator's is left. Each is a line on
-stderr (the JSON's leftovers).
+someone has it mapped or open; a live creator's is left. So is the file of
+a remover or creator of another PID namespace (the hidden name says which:
+a container that shares the directory), whose pid means another process
+here, or none. Each is a line on stderr (the JSON's leftovers).
 
 The segment is opened read-write. With --dry-run nothing changes.
 

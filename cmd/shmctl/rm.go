@@ -52,6 +52,10 @@ system without O_TMPFILE: the file it was making, .shmlock-init-PID-...
 in the directory, is removed once that creator is dead (its pid and start
 time say so) and nobody has it mapped or open; a live creator's is left.
 
+A hidden name also says the PID namespace of its remover or creator: the
+file of a process of another one (a container that shares the directory),
+whose pid means another process here or none, is left alone too.
+
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
   shmctl rm /dev/shm/a /dev/shm/b

@@ -39,7 +39,10 @@ func CreatePending(dir string, mode os.FileMode) (*Pending, error) {
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EINVAL) {
 		return nil, &fs.PathError{Op: "create", Path: dir, Err: err}
 	}
-	self := proc.Self()
+	self, err := SelfMaker()
+	if err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		name := filepath.Join(dir, PendingName(self, uint64(time.Now().UnixNano())))
 		fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_RDWR|unix.O_CLOEXEC, uint32(mode.Perm()))
@@ -52,45 +55,113 @@ func CreatePending(dir string, mode os.FileMode) (*Pending, error) {
 	}
 }
 
+// A Maker is the process a hidden name says made the file: a pending
+// file's creator (PendingName), a removed segment's remover (shm). Its pid
+// means that process only in its own PID namespace: /dev/shm is often
+// shared by processes of several (a host and its containers), and a
+// process of another namespace has there a pid that here is absent or
+// another process's, and descriptors that this namespace's /proc does not
+// show. So the name says which namespace too, and only a process of that
+// namespace may judge the maker dead.
+//
+// In a name, a maker is
+//
+//	<pid>-<start>-ns<ns>
+//
+// pid and start, in decimal, are its identity: its pid and the low
+// proc.StartBits bits of its start time in clock ticks since boot (no
+// later process with that pid has that start time); ns, in decimal, is
+// the inode of its PID namespace (proc.PIDNamespace). The names of the
+// previous release have no -ns<ns>: what follows the start time there
+// is a nonce in hexadecimal, which never begins with n, so each name
+// reads one way only.
+type Maker struct {
+	proc.Identity
+	// PIDNamespace is the inode of the maker's PID namespace; 0 in a name
+	// of the previous release, which does not say.
+	PIDNamespace uint64
+}
+
+// nsMark begins the namespace of a maker in a name.
+const nsMark = "ns"
+
+// SelfMaker is this process as a maker.
+func SelfMaker() (Maker, error) {
+	ns, err := proc.PIDNamespace()
+	if err != nil {
+		return Maker{}, err
+	}
+	return Maker{Identity: proc.Self(), PIDNamespace: ns}, nil
+}
+
+// FormatMaker is m as a name says it; the namespace is left out where m
+// has none (a name of the previous release, for tests of those).
+func FormatMaker(m Maker) string {
+	s := strconv.FormatUint(uint64(m.PID), 10) + "-" + strconv.FormatUint(m.StartTicks&proc.MaxStart, 10)
+	if m.PIDNamespace != 0 {
+		s += "-" + nsMark + strconv.FormatUint(m.PIDNamespace, 10)
+	}
+	return s
+}
+
+// CutMaker reads a maker (FormatMaker) and the dash after it from the
+// beginning of s, and returns the rest of s; ok is false if s does not
+// begin with one.
+func CutMaker(s string) (m Maker, rest string, ok bool) {
+	pidText, rest, ok1 := strings.Cut(s, "-")
+	startText, rest, ok2 := strings.Cut(rest, "-")
+	if !ok1 || !ok2 {
+		return m, "", false
+	}
+	pid, err1 := strconv.ParseUint(pidText, 10, 32)
+	start, err2 := strconv.ParseUint(startText, 10, 64)
+	if err1 != nil || err2 != nil || pid == 0 || pid > proc.MaxPID || start > proc.MaxStart {
+		return m, "", false
+	}
+	m.Identity = proc.Identity{PID: uint32(pid), StartTicks: start}
+	if after, ok := strings.CutPrefix(rest, nsMark); ok {
+		nsText, after, ok := strings.Cut(after, "-")
+		ns, err := strconv.ParseUint(nsText, 10, 64)
+		if !ok || err != nil || ns == 0 {
+			return Maker{}, "", false
+		}
+		m.PIDNamespace, rest = ns, after
+	}
+	return m, rest, true
+}
+
 // A pending file's hidden name, where O_TMPFILE is missing, says who
 // made it, so that once its creator is dead (killed between the creation
 // and Publish) another process can tell and remove it (shm's
 // RecoverLeftovers):
 //
-//	.shmlock-init-<pid>-<start>-<nonce>
+//	.shmlock-init-<pid>-<start>-ns<ns>-<nonce>
 //
-// pid and start, in decimal, are the creator's identity: its pid and the
-// low proc.StartBits bits of its start time in clock ticks since boot
-// (no later process with that pid has that start time); nonce, in
-// hexadecimal, tells apart the names one process makes. An older
-// release's .shmlock-init-<pid>-<time> has no start time: its creator
-// cannot be proved dead, and ParsePendingName does not read it.
+// <pid>-<start>-ns<ns> is the creator (see Maker); nonce, in hexadecimal,
+// tells apart the names one process makes. The previous release's
+// .shmlock-init-<pid>-<start>-<nonce> does not say the creator's
+// namespace, and ParsePendingName reads it with none. An older release's
+// .shmlock-init-<pid>-<time> has no start time: its creator cannot be
+// proved dead, and ParsePendingName does not read it.
 const PendingPrefix = ".shmlock-init-"
 
 // PendingName is the hidden name creator gives a pending file.
-func PendingName(creator proc.Identity, nonce uint64) string {
-	return PendingPrefix + strconv.FormatUint(uint64(creator.PID), 10) + "-" +
-		strconv.FormatUint(creator.StartTicks&proc.MaxStart, 10) + "-" + strconv.FormatUint(nonce, 16)
+func PendingName(creator Maker, nonce uint64) string {
+	return PendingPrefix + FormatMaker(creator) + "-" + strconv.FormatUint(nonce, 16)
 }
 
 // ParsePendingName reads the creator of a pending file's hidden name
 // (PendingName); ok is false for any other name.
-func ParsePendingName(base string) (creator proc.Identity, ok bool) {
+func ParsePendingName(base string) (creator Maker, ok bool) {
 	rest, ok := strings.CutPrefix(base, PendingPrefix)
 	if !ok {
 		return creator, false
 	}
-	f := strings.Split(rest, "-")
-	if len(f) != 3 {
-		return creator, false
+	creator, nonce, ok := CutMaker(rest)
+	if _, err := strconv.ParseUint(nonce, 16, 64); !ok || err != nil {
+		return Maker{}, false
 	}
-	pid, err1 := strconv.ParseUint(f[0], 10, 32)
-	start, err2 := strconv.ParseUint(f[1], 10, 64)
-	_, err3 := strconv.ParseUint(f[2], 16, 64)
-	if err1 != nil || err2 != nil || err3 != nil || pid == 0 || pid > proc.MaxPID || start > proc.MaxStart {
-		return creator, false
-	}
-	return proc.Identity{PID: uint32(pid), StartTicks: start}, true
+	return creator, true
 }
 
 // noTmpfile makes CreatePending act as on a file system without
