@@ -10,13 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 )
 
 // A C remover killed with the segment's name aside leaves a hidden name
 // that Go reads as its own (one format, FORMAT.md): the C process's
-// identity and the name, or the digest of a name too long to keep. Go
+// identity and PID namespace, and the name, or the digest of a name too
+// long to keep. Go
 // puts the leftover of a segment in use back under its name and removes
 // an unused one. Before, libshmlock's hidden name held its pid and the
 // time only, and Go's held the pid and the time in another notation.
@@ -50,6 +52,7 @@ func TestGoRecoversCLeftovers(t *testing.T) {
 		require.Len(t, found, 1, tc.name)
 		l := found[0]
 		assert.Equal(t, id, l.Remover, "%s: the remover", tc.name)
+		assert.Equal(t, ownNamespace(t), l.PIDNamespace, "%s: the remover's namespace", tc.name)
 		assert.Equal(t, path, l.Name)
 		want := shm.LeftoverRemoved
 		if tc.inUse {
@@ -68,8 +71,8 @@ func TestGoRecoversCLeftovers(t *testing.T) {
 
 // A C creator killed between making the segment under a hidden name (as
 // on a file system without O_TMPFILE) and linking it leaves a name that
-// Go reads as its own (fsys.PendingName): the C process's identity, so Go
-// proves it dead and removes the file. libshmlock's name held its pid and
+// Go reads as its own (fsys.PendingName): the C process's identity and
+// PID namespace, so Go proves it dead and removes the file. libshmlock's name held its pid and
 // a random number only, and nothing ever removed it.
 func TestGoRecoversCPending(t *testing.T) {
 	t.Parallel()
@@ -85,11 +88,21 @@ func TestGoRecoversCPending(t *testing.T) {
 	id, ok := fsys.ParsePendingName(filepath.Base(pending[0]))
 	require.True(t, ok, "Go reads its name: %s", pending[0])
 	require.EqualValues(t, creator.PID(), id.PID)
+	require.Equal(t, ownNamespace(t), id.PIDNamespace, "its name says its PID namespace")
 
 	found, err := shm.RecoverLeftoversOf(path, false)
 	require.NoError(t, err)
-	require.Equal(t, []shm.Leftover{{Path: pending[0], Remover: id.Pack(), Pending: true, Users: []int{}, Action: shm.LeftoverRemoved}}, found)
+	require.Equal(t, []shm.Leftover{{Path: pending[0], Remover: id.Pack(), PIDNamespace: id.PIDNamespace, Pending: true, Users: []int{},
+		Action: shm.LeftoverRemoved}}, found)
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Empty(t, entries)
+}
+
+// ownNamespace is the inode of this process's PID namespace.
+func ownNamespace(t *testing.T) uint64 {
+	t.Helper()
+	ns, err := proc.PIDNamespace()
+	require.NoError(t, err)
+	return ns
 }

@@ -807,10 +807,13 @@ void (*shm_test_hook_before_link)(void);
 
 /* fsys.CreatePending: an unnamed file in dir with exactly mode; where the
  * file system has no O_TMPFILE, a hidden name removed again after linking,
- * .shmlock-init-<pid>-<start>-<nonce> (fsys.PendingName: pid and start in
- * decimal are this process's identity, nonce in hex tells its names apart),
- * so that once its creator is dead (killed before linking it) another
- * process can prove it so and remove the file (shm.RecoverLeftovers). */
+ * .shmlock-init-<pid>-<start>-ns<ns>-<nonce> (fsys.PendingName: pid and
+ * start in decimal are this process's identity, ns in decimal its PID
+ * namespace, nonce in hex tells its names apart), so that once its creator
+ * is dead (killed before linking it) another process of its namespace can
+ * prove it so and remove the file (shm.RecoverLeftovers); a process of
+ * another namespace, where the pid means another process or none, leaves
+ * it alone. */
 static int create_pending(const char *dir, mode_t mode, char **tmp)
 {
 	*tmp = NULL;
@@ -819,13 +822,16 @@ static int create_pending(const char *dir, mode_t mode, char **tmp)
 	if (!shm_test_no_tmpfile)
 		fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
 	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-		uint64_t self = shm_self();
+		uint64_t self = shm_self(), ns;
+		int rc = pid_namespace(&ns);
+		if (rc != 0)
+			return rc;
 		for (int attempt = 0; fd < 0 && attempt <= 10; attempt++) {
-			char *name = malloc(strlen(dir) + 64);
+			char *name = malloc(strlen(dir) + 96);
 			if (!name)
 				return SHMLOCK_ENOMEM;
-			sprintf(name, "%s/.shmlock-init-%u-%llu-%llx", dir, (unsigned)(self & SHM_PID_MASK),
-			        (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK),
+			sprintf(name, "%s/.shmlock-init-%u-%llu-ns%llu-%llx", dir, (unsigned)(self & SHM_PID_MASK),
+			        (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK), (unsigned long long)ns,
 			        (unsigned long long)shm_random64());
 			fd = open(name, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, mode);
 			if (fd >= 0)
@@ -1011,24 +1017,28 @@ static uint64_t name_digest(const char *name)
 }
 
 /* aside_name writes to buf the hidden name shm's moveAside gives the file
- * p: in p's directory, .shmlock-rm-<pid>-<start>-<nonce>-<name>, where
- * pid and start (decimal) are this process's identity, nonce (hex) tells
- * apart the names one process makes, and name is p's base name; or, where
- * that is longer than NAME_MAX (or digest), -<name> is replaced by
- * #<digest>, 16 hex digits of name_digest. A process that finds it once
- * this one is dead knows from where it came and that its remover is gone
- * (FORMAT.md; shm.RecoverLeftovers). */
+ * p: in p's directory, .shmlock-rm-<pid>-<start>-ns<ns>-<nonce>-<name>,
+ * where pid and start (decimal) are this process's identity, ns (decimal)
+ * its PID namespace, nonce (hex) tells apart the names one process makes,
+ * and name is p's base name; or, where that is longer than NAME_MAX (or
+ * digest), -<name> is replaced by #<digest>, 16 hex digits of name_digest.
+ * A process of its namespace that finds it once this one is dead knows
+ * from where it came and that its remover is gone (FORMAT.md;
+ * shm.RecoverLeftovers); one of another namespace leaves it alone. */
 static int aside_name(char *buf, size_t n, const char *p, bool digest)
 {
 	const char *slash = strrchr(p, '/');
 	int dir = slash ? (int)(slash - p) + 1 : 0;
 	const char *base = p + dir;
-	uint64_t self = shm_self();
+	uint64_t self = shm_self(), ns;
+	int rc = pid_namespace(&ns);
+	if (rc != 0)
+		return rc;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	char head[80];
-	int h = snprintf(head, sizeof head, ASIDE_PREFIX "%u-%llu-%llx", (unsigned)(self & SHM_PID_MASK),
-	                 (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK),
+	char head[96]; /* at most 73 bytes, and the NUL */
+	int h = snprintf(head, sizeof head, ASIDE_PREFIX "%u-%llu-ns%llu-%llx", (unsigned)(self & SHM_PID_MASK),
+	                 (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK), (unsigned long long)ns,
 	                 (unsigned long long)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec));
 	int w;
 	if (!digest && (size_t)h + 1 + strlen(base) <= ASIDE_NAME_MAX)

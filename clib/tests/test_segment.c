@@ -976,8 +976,10 @@ static void test_fifo_and_device_not_opened(void)
 
 /* A remover killed with the name aside leaves a hidden name that says who
  * it was and from where the file came (FORMAT.md), for shm.RecoverLeftovers:
- * .shmlock-rm-<pid>-<start>-<nonce>-<name>. Before, it was
- * .shmlock-rm-<pid>-<seconds><nanoseconds>. */
+ * .shmlock-rm-<pid>-<start>-ns<ns>-<nonce>-<name>, ns its PID namespace.
+ * Before, it was .shmlock-rm-<pid>-<seconds><nanoseconds>, and then had no
+ * ns<ns>-, which let a recovery of another PID namespace judge the
+ * remover by a pid that there means another process or none. */
 static void die_aside(const char *aside)
 {
 	(void)aside;
@@ -1011,11 +1013,17 @@ static void test_remover_killed_aside(void)
 		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
 			continue;
 		found++;
-		/* <start>-<nonce>-<name> */
+		/* <start>-ns<ns>-<nonce>-<name> */
 		const char *p = e->d_name + strlen(prefix);
 		size_t digits = strspn(p, "0123456789");
 		CHECK(digits > 0 && p[digits] == '-');
 		p += digits + 1;
+		char ns[32];
+		struct stat st;
+		CHECK(stat("/proc/self/ns/pid", &st) == 0);
+		snprintf(ns, sizeof ns, "ns%llu-", (unsigned long long)st.st_ino);
+		CHECK(strncmp(p, ns, strlen(ns)) == 0);
+		p += strlen(ns);
 		size_t hex = strspn(p, "0123456789abcdef");
 		CHECK(hex > 0 && p[hex] == '-' && strcmp(p + hex + 1, base) == 0);
 		char aside[512];
