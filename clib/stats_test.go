@@ -47,7 +47,7 @@ func TestSpinStatsCWaiter(t *testing.T) {
 	require.Equal(t, uint32(n), hist, "waits in the histogram")
 
 	// A C sleeper woken by the Go release: one more contended wait, granted.
-	waiter := cChild(t, "wait", path, name, "pidtid")
+	waiter := cChild(t, asleepUntilWoken, "wait", path, name, "pidtid")
 	waiter.WaitLine(t, "waiting")
 	testproc.WaitFor(t, func() bool {
 		return st.Sleeps.Load() > 0 && l.Slot().Sleepers() > 0 && asleepInKernel(waiter.PID())
@@ -94,6 +94,14 @@ func upgHoldHelper(args []string) int {
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	return 0
 }
+
+// asleepUntilWoken is the C helpers' option (tests/helpers/helper.h) for a
+// waiter whose wake-up by the release a test counts: it looks for a dead
+// holder an hour apart instead of every 50 ms, so it sleeps in the kernel
+// from when the test sees it there until the release wakes it. With the
+// 50 ms, its sleep could time out between the two, and the release, finding
+// nobody asleep, count no wake-up.
+const asleepUntilWoken = "-liveness=3600"
 
 // asleepInKernel reports whether process pid (a single-threaded C helper)
 // is blocked in the kernel, in a futex wait where the kernel says so: a
@@ -177,7 +185,7 @@ func TestUpgradeStatsCWaiter(t *testing.T) {
 	} {
 		require.NoError(t, m.Lock())
 		sleeps := st.Sleeps.Load()
-		w := startUpgradeC(t, "wait", segPath, name, c.mode)
+		w := startUpgradeC(t, asleepUntilWoken, "wait", segPath, name, c.mode)
 		w.waitLine(t, "waiting")
 		testproc.WaitFor(t, func() bool {
 			return c.asleep(status()) && st.Sleeps.Load() > sleeps && asleepInKernel(w.cmd.Process.Pid)
@@ -243,7 +251,7 @@ func TestLockMgrStatsCWaiter(t *testing.T) {
 
 	// A C sleeper woken by the Go release.
 	sleeps := st.Sleeps.Load()
-	c := startCWithStdin(t, "lockmgr", "hold", path, res, "c", "exclusive")
+	c := startCWithStdin(t, "lockmgr", asleepUntilWoken, "hold", path, res, "c", "exclusive")
 	c.WaitLine(t, "waiting")
 	testproc.WaitFor(t, func() bool {
 		return e.Sleepers.Load()&(1<<24-1) > 0 && st.Sleeps.Load() > sleeps && asleepInKernel(c.PID())

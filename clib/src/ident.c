@@ -29,6 +29,8 @@
 
 #include "internal.h"
 
+int64_t shm_test_liveness_ns;
+
 /* How long an "alive" answer of shm_alive is believed (as Go's callers
  * cache theirs); "dead" answers are never cached: a dead process stays dead. */
 #define ALIVE_CACHE_NS (50 * 1000 * 1000)

@@ -351,6 +351,20 @@ extern void (*shm_test_hook_alive)(uint64_t identity);
  * acquisitions take as made before their first failure (to reach the
  * attempt counter's bounds without billions of attempts); 0 otherwise. */
 extern int64_t shm_test_lockmgr_attempts_before;
+/* Tests set it to the longest sleep of a waiter between its looks for a
+ * dead holder (spinlock, upgrade mutex, lock-manager resource), in place of
+ * each one's own (50 ms, or the lock manager's 100 ms slice); 0 otherwise.
+ * A test that counts the wake-up a release gives a sleeper sets it long, so
+ * that the sleeper is still in the kernel when the release comes: a sleep
+ * that timed out just before would leave the release nobody to wake. */
+extern int64_t shm_test_liveness_ns;
+
+/* shm_liveness_ns is ns, or the tests' shm_test_liveness_ns if set. */
+static inline int64_t shm_liveness_ns(int64_t ns)
+{
+	int64_t t = shm_test_liveness_ns;
+	return SHM_UNLIKELY(t > 0) ? t : ns;
+}
 
 /* ---------------------------------------------- identities, clock (ident.c) */
 

@@ -1039,12 +1039,13 @@ static void wait_gate(shmlock_lockmgr *m, entry_t *e, uint32_t seq, int64_t d, i
 	}
 	int64_t now = shm_now_ns();
 	int64_t end = d > INT64_MAX - now ? INT64_MAX : now + d; /* a backoff_max_ns of INT64_MAX */
+	const int64_t slice = shm_liveness_ns(LM_SLEEP_SLICE_NS);
 	for (;;) {
 		/* Registered for one slice at a time: a registration dropped as
 		 * stale costs a live sleeper one slice at most. */
 		uint32_t ticket = shm_sleepers_register(&e->sleepers);
 		SHM_STATS_ADD(stats_of(m, e), sleeps);
-		(void)shm_futex_wait(&e->gate, seq, d < LM_SLEEP_SLICE_NS ? d : LM_SLEEP_SLICE_NS);
+		(void)shm_futex_wait(&e->gate, seq, d < slice ? d : slice);
 		shm_sleepers_unregister(&e->sleepers, ticket);
 		d = end - shm_now_ns();
 		if (d <= 0 || LD(&e->gate) != seq || closed(m) || holder_died(m, e, self))

@@ -268,7 +268,7 @@ static int spin_wait(shmlock_spin *l, uint64_t word, uint64_t holder, int64_t de
 			spin_pass_wake(l); /* the wake it may have consumed goes on */
 			return SHMLOCK_ECLOSED;
 		}
-		int64_t sleep = SPIN_LIVENESS_NS;
+		int64_t sleep = shm_liveness_ns(SPIN_LIVENESS_NS);
 		if (deadline >= 0) {
 			int64_t left = deadline - shm_now_ns();
 			if (left <= 0) {

@@ -330,10 +330,10 @@ static bool liveness_due(struct liveness *lv, bool timed_out)
 	int64_t now = shm_now_ns();
 	if (!timed_out && (lv->next == 0 || now < lv->next)) {
 		if (lv->next == 0)
-			lv->next = now + LIVENESS_NS;
+			lv->next = now + shm_liveness_ns(LIVENESS_NS);
 		return false;
 	}
-	lv->next = now + LIVENESS_NS;
+	lv->next = now + shm_liveness_ns(LIVENESS_NS);
 	return true;
 }
 
@@ -429,7 +429,7 @@ static int upg_wait(shmlock_upgrade *m, struct gate g, const struct deadline *d,
 		return rc;
 	int64_t now = shm_now_ns();
 	if (lv->next == 0)
-		lv->next = now + LIVENESS_NS;
+		lv->next = now + shm_liveness_ns(LIVENESS_NS);
 	int64_t sleep = max64(lv->next - now, MIN_SLEEP_NS);
 	if (d->at >= 0)
 		sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));
@@ -880,7 +880,7 @@ static int acquire_writer_word(shmlock_upgrade *m, const struct deadline *d, boo
 		}
 		int64_t now = shm_now_ns();
 		if (lv.next == 0)
-			lv.next = now + LIVENESS_NS;
+			lv.next = now + shm_liveness_ns(LIVENESS_NS);
 		int64_t sleep = max64(lv.next - now, MIN_SLEEP_NS);
 		if (d->at >= 0)
 			sleep = min64(sleep, max64(d->at - now, MIN_SLEEP_NS));

@@ -258,6 +258,7 @@ static int late(const char *path, const char *res, const char *owner)
 
 int main(int argc, char **argv)
 {
+	helper_options(&argc, &argv);
 	if (argc == 5 && strcmp(argv[1], "count") == 0)
 		return count(argv[2], helper_atol(argv[3]), helper_atol(argv[4]));
 	if (argc == 6 && strcmp(argv[1], "hold") == 0)

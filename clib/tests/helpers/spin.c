@@ -285,6 +285,7 @@ static int cmd_try(const char *path, size_t index, int mode)
 
 int main(int argc, char **argv)
 {
+	helper_options(&argc, &argv);
 	if (argc < 4)
 		goto usage;
 	const char *cmd = argv[1];

@@ -338,6 +338,7 @@ static int try(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	helper_options(&argc, &argv);
 	if (argc < 2)
 		return 2;
 	if (!strcmp(argv[1], "try"))
