@@ -3,10 +3,17 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/shmlock/shmlock/internal/etcdtest"
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -16,23 +23,45 @@ import (
 
 // TestLeaderFailover stops the leader of a 3-member cluster while locks
 // are held and waited on: after the election the holds are still held
-// (their sessions' leases live on), the waiters still wait, and each is
-// granted, with a higher version, only when its holder releases.
+// (their sessions' leases live on, renewed by the new leader), the waiters
+// still wait, and each is granted, with a higher version, only when its
+// holder releases.
 func TestLeaderFailover(t *testing.T) {
 	t.Parallel()
 	c, err := etcdtest.Start(t.TempDir(), 3)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	// The session outlives an election (500 ms here) several times over:
-	// etcd also extends every lease by the election's length.
-	const sessionTTL = 5 * time.Second
 	p := newPrefix(t)
+	// Each session's keep-alives must go on across the election: one sent
+	// after the leader's stop is answered with a TTL, by the new leader
+	// (renewals[i] closes). The sessions are the long ones of the other
+	// tests (liveSessionTTL), so that a renewal late on a loaded machine is
+	// no failure: with 5 s ones a -race run at load 13 lost a session
+	// (SESSION_LOST), and yet the test ended before a session whose
+	// keep-alives had stopped at the election would have ended, so it
+	// never showed that they went on.
+	var stopped atomic.Bool
+	var renewals []<-chan struct{}
 	newM := func() *etcdlock.Manager {
+		renewed := make(chan struct{})
+		var once sync.Once
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(
+				func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+					s, err := streamer(ctx, desc, cc, method, opts...)
+					if err != nil || !strings.HasSuffix(method, "/LeaseKeepAlive") || !stopped.Load() {
+						return s, err
+					}
+					return renewalStream{ClientStream: s, renewed: func() { once.Do(func() { close(renewed) }) }}, nil
+				})}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cli.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), testproc.Timeout)
 		defer cancel()
-		m, err := etcdlock.New(ctx, newClient(t, c.Endpoints()...), etcdlock.Options{Prefix: p, SessionTTL: sessionTTL})
+		m, err := etcdlock.New(ctx, cli, etcdlock.Options{Prefix: p, SessionTTL: liveSessionTTL})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = m.Close() })
+		renewals = append(renewals, renewed)
 		return m
 	}
 	holder, waiter, reader, joiner := newM(), newM(), newM(), newM()
@@ -67,6 +96,7 @@ func TestLeaderFailover(t *testing.T) {
 	leader := c.Leader()
 	require.NotNil(t, leader)
 	c.Stop(leader)
+	stopped.Store(true)
 	// Past the election, the cluster answers again: a Refresh succeeds
 	// (the requests in between may fail as unavailable, never otherwise).
 	testproc.WaitFor(t, func() bool {
@@ -93,10 +123,14 @@ func TestLeaderFailover(t *testing.T) {
 		require.Len(t, ri.Holders, 1, res)
 		require.Equal(t, lockmgr.Acquired, ri.Holders[0].State, res)
 	}
-	select {
-	case <-holder.Done():
-		t.Fatal("the holder's session ended in the election")
-	default:
+	for i, m := range []*etcdlock.Manager{holder, waiter, reader, joiner} {
+		who := []string{"holder", "waiter", "reader", "joiner"}[i]
+		testproc.Receive(t, renewals[i], "the "+who+"'s session renewed after the election")
+		select {
+		case <-m.Done():
+			t.Fatalf("the %s's session ended in the election", who)
+		default:
+		}
 	}
 
 	require.NoError(t, holder.Release("x", "holder"))
@@ -110,4 +144,19 @@ func TestLeaderFailover(t *testing.T) {
 	require.Greater(t, got.info.Version, r.Version)
 	require.NoError(t, waiter.Release("x", "waiter"))
 	require.NoError(t, joiner.Release("doc", "writer"))
+}
+
+// renewalStream is a keep-alive stream that calls renewed when etcd
+// answers that it renewed the lease.
+type renewalStream struct {
+	grpc.ClientStream
+	renewed func()
+}
+
+func (s renewalStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*pb.LeaseKeepAliveResponse); ok && err == nil && r.TTL > 0 {
+		s.renewed()
+	}
+	return err
 }
