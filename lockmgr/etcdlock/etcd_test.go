@@ -70,16 +70,17 @@ func TestLost(t *testing.T) {
 	_, err := m.Lost("r", "a")
 	require.ErrorIs(t, err, lockmgr.ErrLockNotHeld)
 
-	// Refreshed every half TTL, three times: the hold outlives its first
-	// TTL. A Refresh may come up to 2s late (the TTL less its margin, less
-	// the sleep) before the hold is rightly lost in between; with MinTTL
-	// that was 400ms, which a loaded machine overran.
-	const ttl = 5 * time.Second
+	// Refreshed every tenth of the TTL, eleven times: the hold outlives
+	// its first TTL. A Refresh may come up to 4s late (the TTL less its
+	// margin, less the sleep) before the hold is rightly lost in between;
+	// with MinTTL and a refresh every half TTL that was 400ms, which a
+	// loaded machine overran, and with 5s every half TTL it was 2s.
+	const ttl, refreshes = 5 * time.Second, 11
 	_, err = m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
 	require.NoError(t, err)
 	lost, err := m.Lost("r", "a")
 	require.NoError(t, err)
-	for range 3 {
+	for range refreshes {
 		_, err := m.Refresh("r", "a", ttl)
 		require.NoError(t, err)
 		select {
@@ -87,7 +88,7 @@ func TestLost(t *testing.T) {
 			t.Fatal("lost while refreshed")
 		default:
 		}
-		time.Sleep(ttl / 2)
+		time.Sleep(ttl / 10)
 	}
 	testproc.Receive(t, lost, "the lost signal of an expired hold")
 	// The signal comes no later than etcd's expiry (it counts from when
