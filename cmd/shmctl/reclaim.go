@@ -99,7 +99,9 @@ under .shmlock-init-PID-...) is removed once that creator is dead, unless
 someone has it mapped or open; a live creator's is left. So is the file of
 a remover or creator of another PID namespace (the hidden name says which:
 a container that shares the directory), whose pid means another process
-here, or none. Each is a line on stderr (the JSON's leftovers).
+here, or none: only a recovery in that namespace finishes it (see shmctl
+help rm for one whose namespace is gone). Each is a line on stderr (the
+JSON's leftovers).
 
 The segment is opened read-write. With --dry-run nothing changes.
 

@@ -54,7 +54,13 @@ time say so) and nobody has it mapped or open; a live creator's is left.
 
 A hidden name also says the PID namespace of its remover or creator: the
 file of a process of another one (a container that shares the directory),
-whose pid means another process here or none, is left alone too.
+whose pid means another process here or none, is left alone too. Only an
+rm or reclaim run in that namespace finishes such a file, and a container
+that starts again has a new namespace: once no process of the old one is
+left (lsns -t pid, run on the host, lists those that have some; the name
+says nsN, the message pid:[N]), nothing will. The file is then the
+operator's to remove by hand if nobody has it mapped or open (fuser, on
+the host), or, a removed segment in use, to put back under its name.
 
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
