@@ -141,9 +141,9 @@ func TestRecoverLeftoversKeepsForeignNamespaces(t *testing.T) {
 // creator's pid names no process, and its open descriptor is not shown.
 // The recovery keeps the file, and the creator links it. Before, the
 // recovery judged the creator dead and nobody using the file, removed it,
-// and the creator's link failed (ENOENT).
+// and the creator's link failed (ENOENT). Not parallel, nor the two
+// below: see StartInNewPIDNamespace.
 func TestRecoverPendingOfAnotherNamespacesCreator(t *testing.T) {
-	t.Parallel()
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
 	creator := testproc.StartWithStdin(t, "pending-wait", path)
@@ -172,7 +172,6 @@ func TestRecoverPendingOfAnotherNamespacesCreator(t *testing.T) {
 // (ErrLeftoverInUse), and a creator between its close and its link would
 // have lost it.
 func TestRecoverPendingOfCreatorInAnotherNamespace(t *testing.T) {
-	t.Parallel()
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
 	creator := testproc.StartInNewPIDNamespace(t, "pending-wait", path)
@@ -206,7 +205,6 @@ func TestRecoverPendingOfCreatorInAnotherNamespace(t *testing.T) {
 // the remover's own descriptor shows the file in use, put it back under
 // its name in the middle of the removal.
 func TestRecoverLeftoverOfRemoverInAnotherNamespace(t *testing.T) {
-	t.Parallel()
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
 	seg, err := shm.Create(path, shm.Options{})

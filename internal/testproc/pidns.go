@@ -27,16 +27,30 @@ const ownProcLine = "testproc: own /proc"
 // signal that the init of a namespace sends itself, SIGSTOP too, is
 // dropped; it waits for a line on its stdin instead.
 //
-// It skips tb where the kernel refuses the namespaces (not root: EPERM;
-// EINVAL without them) or the helper its /proc (ExitCannotMount).
+// A test that is not root runs it as a rootless container runs: in a user
+// namespace of its own too, where it is root mapped to the test's user,
+// which lets it have the other two. The kernel then starts it with a fork
+// that copies this process's mappings and descriptors (no vfork, which
+// shares them and which internal/proc tells apart), which it holds until
+// its exec: a test that calls this must not run in parallel with one that
+// looks for the users of a file this process has mapped or open.
+//
+// It skips tb where the kernel refuses the namespaces (EPERM, or ENOSPC
+// where user namespaces are limited to 0; EINVAL without them) or the
+// helper its /proc (ExitCannotMount).
 func StartInNewPIDNamespace(tb testing.TB, name string, args ...string) *Child {
 	tb.Helper()
 	c, err := startChild(tb, true, func(cmd *exec.Cmd) {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
+		if os.Geteuid() != 0 {
+			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+		}
 		cmd.Env = append(cmd.Env, envOwnProc+"=1")
 	}, name, args)
 	switch {
-	case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL):
+	case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL):
 		tb.Skipf("no PID and mount namespace for helper %s: %v", name, err)
 	case err != nil:
 		tb.Fatalf("start helper %s in a new PID namespace: %v", name, err)
