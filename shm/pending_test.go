@@ -18,15 +18,20 @@ import (
 )
 
 func init() {
-	// pending PATH die|stop: Create PATH as on a file system without
-	// O_TMPFILE, and kill -9 itself (die) or stop itself (stop) once the
-	// segment is complete under its hidden name, before it is linked;
-	// continued, it finishes and prints the result.
+	// pending PATH die|stop|wait: Create PATH as on a file system without
+	// O_TMPFILE, and once the segment is complete under its hidden name,
+	// before it is linked, kill -9 itself (die), stop itself (stop), or
+	// print "pending" and wait for a line on stdin (wait: the init of a PID
+	// namespace cannot stop itself, see testproc's StartInNewPIDNamespace);
+	// let go on, it finishes and prints the result.
 	helpers["pending"] = func(args []string) int {
 		fsys.SetNoTmpfile(true)
 		hook := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
-		if args[1] == "stop" {
+		switch args[1] {
+		case "stop":
 			hook = func() { _ = testproc.StopSelf() } // see StopSelf: a SIGSTOP to the process may stop it late
+		case "wait":
+			hook = waitForWord("pending")
 		}
 		shm.SetTestHookBeforeLink(hook)
 		seg, err := shm.Create(args[0], shm.Options{})

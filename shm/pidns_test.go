@@ -17,24 +17,6 @@ import (
 )
 
 func init() {
-	// pending-wait PATH: Create PATH as on a file system without
-	// O_TMPFILE; once the segment is complete under its hidden name,
-	// before it is linked, print "pending" and wait for a line on stdin,
-	// then finish and print the result. It waits on a pipe, not stopped:
-	// the init of a PID namespace cannot stop itself (testproc's
-	// StartInNewPIDNamespace).
-	helpers["pending-wait"] = func(args []string) int {
-		fsys.SetNoTmpfile(true)
-		shm.SetTestHookBeforeLink(waitForWord("pending"))
-		seg, err := shm.Create(args[0], shm.Options{})
-		if err != nil {
-			fmt.Println("error", err)
-			return 1
-		}
-		fmt.Println("created")
-		_ = seg.Close()
-		return 0
-	}
 	// aside-wait PATH: Remove PATH; once the name is moved aside, print
 	// "aside" and wait for a line on stdin, then finish and print the
 	// result.
@@ -146,7 +128,7 @@ func TestRecoverLeftoversKeepsForeignNamespaces(t *testing.T) {
 func TestRecoverPendingOfAnotherNamespacesCreator(t *testing.T) {
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
-	creator := testproc.StartWithStdin(t, "pending-wait", path)
+	creator := testproc.StartWithStdin(t, "pending", path, "wait")
 	creator.WaitLine(t, "pending")
 	files := pendingFiles(t, dir)
 	require.Len(t, files, 1)
@@ -174,7 +156,7 @@ func TestRecoverPendingOfAnotherNamespacesCreator(t *testing.T) {
 func TestRecoverPendingOfCreatorInAnotherNamespace(t *testing.T) {
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
-	creator := testproc.StartInNewPIDNamespace(t, "pending-wait", path)
+	creator := testproc.StartInNewPIDNamespace(t, "pending", path, "wait")
 	creator.WaitLine(t, "pending")
 	files := pendingFiles(t, dir)
 	require.Len(t, files, 1)
