@@ -1,6 +1,7 @@
 package shm_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -158,7 +159,10 @@ func TestOperatorLockKeepsClassicLocks(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 	unlock()
-	unlock, err = other.LockOperator(t.Context(), layout.KindUpgrades, 0, nil)
+	// Bounded: a release that left the lock held would keep it waiting.
+	ctx, cancel := context.WithTimeout(t.Context(), testproc.Timeout)
+	defer cancel()
+	unlock, err = other.LockOperator(ctx, layout.KindUpgrades, 0, nil)
 	require.NoError(t, err)
 	unlock()
 	require.Equal(t, want, testproc.RunLine(t, "", "classic-lock", path), "the classic lock after operator locks")
