@@ -88,8 +88,11 @@ func runLock(opts *lockOptions) error {
 			err = m.Release(opts.Resource, owner)
 		}
 		sig := interrupted.(syscall.Signal)
+		if errors.Is(err, context.Canceled) {
+			err = nil // the signal's own cancel: "context canceled" would say nothing more
+		}
 		se := &statusError{code: exitSignalled + int(sig),
-			err: errors.Join(fmt.Errorf("interrupted by %v while waiting for the lock; the command did not run", interrupted), err)}
+			err: errors.Join(fmt.Errorf("interrupted by %s while waiting for the lock; the command did not run", unix.SignalName(sig)), err)}
 		if sig == syscall.SIGINT {
 			return &signalExit{sig: sig, err: se}
 		}
