@@ -11,6 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// make -C clib, the README's first step in C, builds the library and the
+// helpers with the Makefile's warnings on (-Wall -Wextra ...) and prints
+// nothing: a warning would be the first thing a new user of libshmlock sees.
+func TestBuildPrintsNoWarning(t *testing.T) {
+	require.Empty(t, buildOutput, "make -s all")
+}
+
 // make install puts the header, both libraries and shmlock.pc under
 // PREFIX, and a program built with what pkg-config says links the shared
 // library and runs.

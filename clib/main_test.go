@@ -20,6 +20,10 @@ var helpers = map[string]func(args []string) int{}
 // this test binary.
 var build string
 
+// buildOutput is what that make printed: nothing, as make -s prints for a
+// build without a compiler warning.
+var buildOutput string
+
 func TestMain(m *testing.M) { testproc.MainWith(m, helpers, buildLibrary) }
 
 func init() { helpers["exec-c"] = execCHelper }
@@ -55,10 +59,12 @@ func buildLibrary() (func(), error) {
 	build = dir
 	cmd := exec.Command("make", "-s", "-j", fmt.Sprint(runtime.NumCPU()), "BUILD="+dir, "all")
 	cmd.Dir = sourceDir()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("clib: make failed (a C compiler and make are needed): %v\n%s", err, out)
 	}
+	buildOutput = string(out)
 	return func() { os.RemoveAll(dir) }, nil
 }
 

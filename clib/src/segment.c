@@ -822,7 +822,7 @@ static int create_pending(const char *dir, mode_t mode, char **tmp)
 	if (!shm_test_no_tmpfile)
 		fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
 	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-		uint64_t self = shm_self(), ns;
+		uint64_t self = shm_self(), ns = 0; /* for gcc: pid_namespace sets it or fails */
 		int rc = pid_namespace(&ns);
 		if (rc != 0)
 			return rc;
@@ -1030,7 +1030,7 @@ static int aside_name(char *buf, size_t n, const char *p, bool digest)
 	const char *slash = strrchr(p, '/');
 	int dir = slash ? (int)(slash - p) + 1 : 0;
 	const char *base = p + dir;
-	uint64_t self = shm_self(), ns;
+	uint64_t self = shm_self(), ns = 0; /* for gcc: pid_namespace sets it or fails */
 	int rc = pid_namespace(&ns);
 	if (rc != 0)
 		return rc;
