@@ -629,18 +629,36 @@ func fuzzBytes(t *testing.T, path, line string) []byte {
 }
 
 // fuzzCorpus is the committed corpus of fuzz target name in package dir,
-// and with SHMLOCK_FUZZ_CORPUS=DIR also the files of DIR/name (such as
-// the fuzz cache's directory for the package).
+// and with SHMLOCK_FUZZ_CORPUS=DIR also the files of DIR/dir/name (DIR the
+// module's fuzz cache, $(go env GOCACHE)/fuzz/github.com/shmlock/shmlock,
+// which holds every package's) and of DIR/name (DIR one package's).
 func fuzzCorpus(t *testing.T, dir, name string) []string {
 	files, err := filepath.Glob(filepath.Join("..", dir, "testdata", "fuzz", name, "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	if more := os.Getenv("SHMLOCK_FUZZ_CORPUS"); more != "" {
-		extra, err := filepath.Glob(filepath.Join(more, name, "*"))
-		require.NoError(t, err)
-		files = append(files, extra...)
+		for _, d := range []string{filepath.Join(more, dir, name), filepath.Join(more, name)} {
+			extra, err := filepath.Glob(filepath.Join(d, "*"))
+			require.NoError(t, err)
+			files = append(files, extra...)
+		}
 	}
 	return files
+}
+
+// SHMLOCK_FUZZ_CORPUS names the module's fuzz cache, as the README's
+// command does, and each replay finds its own package's inputs there, or
+// one package's cache directory, as it did first.
+func TestFuzzCorpusFindsTheCache(t *testing.T) {
+	cache := t.TempDir()
+	for _, f := range []string{"spinlock/FuzzSlot/a", "layout/FuzzValidate/b", "FuzzTable/c"} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(cache, f)), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(cache, f), nil, 0o600))
+	}
+	t.Setenv("SHMLOCK_FUZZ_CORPUS", cache)
+	require.Contains(t, fuzzCorpus(t, "spinlock", "FuzzSlot"), filepath.Join(cache, "spinlock/FuzzSlot/a"))
+	require.Contains(t, fuzzCorpus(t, "layout", "FuzzValidate"), filepath.Join(cache, "layout/FuzzValidate/b"))
+	require.Contains(t, fuzzCorpus(t, "lockmgr", "FuzzTable"), filepath.Join(cache, "FuzzTable/c"))
 }
 
 // requireEnded fails the test if C helper c, which has exited, died of a

@@ -548,9 +548,9 @@ func TestLockMgrDamagedReachC(t *testing.T) {
 }
 
 // TestLockMgrFuzzCorpusC replays the corpus of lockmgr's FuzzTable (with
-// SHMLOCK_FUZZ_CORPUS=DIR also DIR/FuzzTable, such as the fuzz cache's
-// directory for lockmgr) against C: each input is the lock table's bytes,
-// entry locks cleared as FuzzTable does (and, as there, the insert lock
+// SHMLOCK_FUZZ_CORPUS=DIR also the fuzz cache's inputs, see fuzzCorpus)
+// against C: each input is the lock table's bytes, entry locks cleared
+// as FuzzTable does (and, as there, the insert lock
 // left to a dead process where a byte past the table is odd), and C
 // acquisitions of four resources on it (one attempt, and on a conflict a
 // wait of 200 µs) must each end, never die of a signal, hang or print a

@@ -306,8 +306,9 @@ func TestSegmentChurn(t *testing.T) {
 }
 
 // TestSegmentFuzzCorpusC replays the corpus of layout's FuzzValidate (with
-// SHMLOCK_FUZZ_CORPUS=DIR also DIR/FuzzValidate) against C's open: each
-// input's header, its checksum recomputed as FuzzValidate's second try
+// SHMLOCK_FUZZ_CORPUS=DIR also the fuzz cache's inputs, see fuzzCorpus)
+// against C's open: each input's header, its checksum recomputed as
+// FuzzValidate's second try
 // does and marked ready, is the start of a file of the input's size (or of the header's,
 // for a size no file has), and a C process that opens it, claims in it and
 // uses its lock table must end, with a code or not, never die of a signal
