@@ -2,9 +2,13 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -52,4 +56,132 @@ func TestReadmeCommandLines(t *testing.T) {
 	for _, name := range []string{"create", "info", "slots", "rwlocks", "txns", "locks", "stats", "lock", "reclaim", "rm", "demo", "bench"} {
 		assert.True(t, seen[name], "README shows no 'shmctl %s' line", name)
 	}
+}
+
+// Every shmctl command the prose of the README and the docs names in a
+// code span (`shmctl bench --lock lockmgr-eager`, `shmctl unlock SEG NAME
+// --force`) is a command of the current CLI, and every flag it shows is one
+// of that command's: a renamed command or flag cannot linger in the text.
+// The other words are placeholders (SEG, NAME) and are not checked.
+func TestDocsNameRealCommandsAndFlags(t *testing.T) {
+	t.Parallel()
+	docs := []string{"../../README.md", "../../clib/README.md", "../../bench/README.md"}
+	more, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	fence := regexp.MustCompile("(?ms)^```.*?^```")
+	span := regexp.MustCompile("`([^`]+)`")
+	invocation := regexp.MustCompile(`(?:^|[\s/"])shmctl\s+([^"]*)`)
+	found := 0
+	for _, doc := range append(docs, more...) {
+		b, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		prose := fence.ReplaceAllString(string(b), "")
+		for _, s := range span.FindAllStringSubmatch(prose, -1) {
+			m := invocation.FindStringSubmatch(s[1])
+			if m == nil {
+				continue
+			}
+			found++
+			words := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(m[1]))
+			ios, _, _ := testIOStreams(false)
+			cmd, _, err := newCmdRoot(ios).Find(words)
+			if !assert.NoError(t, err, "%s: `%s`", doc, s[1]) ||
+				!assert.True(t, cmd.HasParent(), "%s: `%s`: no such command", doc, s[1]) {
+				continue
+			}
+			for _, w := range words {
+				if !strings.HasPrefix(w, "-") || w == "-" || w == "--" {
+					continue
+				}
+				name, _, _ := strings.Cut(w, "=")
+				var f *pflag.Flag
+				for _, fs := range []*pflag.FlagSet{cmd.Flags(), cmd.InheritedFlags()} {
+					if long, ok := strings.CutPrefix(name, "--"); ok && f == nil {
+						f = fs.Lookup(long)
+					} else if len(name) == 2 && f == nil {
+						f = fs.ShorthandLookup(name[1:])
+					}
+				}
+				assert.NotNil(t, f, "%s: `%s`: shmctl %s has no flag %s", doc, s[1], cmd.Name(), w)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, found, 30, "shmctl code spans found in the docs")
+}
+
+// Every shmctl command line of a command's help examples (and of its man
+// page, made from them) is accepted by the current CLI as
+// TestReadmeCommandLines accepts the README's: the examples are what a
+// new user copies first.
+func TestHelpExamplesParse(t *testing.T) {
+	t.Parallel()
+	ios, _, _ := testIOStreams(false)
+	root := newCmdRoot(ios)
+	var lines []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for line := range strings.Lines(c.Example) {
+			line, _, _ = strings.Cut(line, " #")
+			line = strings.ReplaceAll(line, "$$", "4242")
+			for _, part := range regexp.MustCompile(`\|\|?|&&|;|\$\(|\)`).Split(line, -1) {
+				env, rest, ok := strings.Cut(" "+part, " shmctl ")
+				if !ok {
+					continue
+				}
+				// The endpoints from the environment stand for --etcd.
+				if _, endpoints, ok := strings.Cut(env, envEtcd+"="); ok {
+					rest += " --etcd " + strings.TrimSpace(endpoints)
+				}
+				lines = append(lines, rest)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	require.GreaterOrEqual(t, len(lines), 40, "shmctl lines found in the help examples")
+	for _, line := range lines {
+		words := shellWords(line)
+		ios, _, _ := testIOStreams(false)
+		cmd, rest, err := newCmdRoot(ios).Find(words)
+		if !assert.NoError(t, err, "example: shmctl %s", line) ||
+			!assert.True(t, cmd.HasParent(), "example: shmctl %s: no such command", line) ||
+			!assert.NoError(t, cmd.ParseFlags(rest), "example: shmctl %s", line) {
+			continue
+		}
+		assert.NoError(t, cmd.ValidateArgs(cmd.Flags().Args()), "example: shmctl %s", line)
+	}
+}
+
+// shellWords splits line into words as sh does for the examples' plain
+// quoting: single and double quotes group, and are removed.
+func shellWords(line string) []string {
+	var words []string
+	var word strings.Builder
+	inWord := false
+	var quote rune
+	for _, r := range line {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			word.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t' || r == '\n':
+			if inWord {
+				words = append(words, word.String())
+				word.Reset()
+			}
+			inWord = false
+		default:
+			word.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, word.String())
+	}
+	return words
 }
