@@ -31,18 +31,14 @@ func TestReadmeCommandLines(t *testing.T) {
 			line, _, _ = strings.Cut(line, " #")
 			// As the shell expands it: the README holds locks for "$$".
 			line = strings.ReplaceAll(strings.TrimSpace(line), "$$", "4242")
-			for _, prefix := range []string{"./shmctl ", "go run ./cmd/shmctl "} {
-				if rest, ok := strings.CutPrefix(line, prefix); ok {
-					lines = append(lines, rest)
-				}
-			}
+			lines = append(lines, invocations(line, "./shmctl", "go run ./cmd/shmctl")...)
 		}
 	}
 	require.GreaterOrEqual(t, len(lines), 10, "shmctl lines found in README.md")
 	seen := map[string]bool{}
 	for _, line := range lines {
 		ios, _, _ := testIOStreams(false)
-		cmd, rest, err := newCmdRoot(ios).Find(strings.Fields(line))
+		cmd, rest, err := newCmdRoot(ios).Find(shellWords(line))
 		if !assert.NoError(t, err, "README: shmctl %s", line) ||
 			!assert.True(t, cmd.HasParent(), "README: shmctl %s: no such command", line) {
 			continue
@@ -123,17 +119,7 @@ func TestHelpExamplesParse(t *testing.T) {
 		for line := range strings.Lines(c.Example) {
 			line, _, _ = strings.Cut(line, " #")
 			line = strings.ReplaceAll(line, "$$", "4242")
-			for _, part := range regexp.MustCompile(`\|\|?|&&|;|\$\(|\)`).Split(line, -1) {
-				env, rest, ok := strings.Cut(" "+part, " shmctl ")
-				if !ok {
-					continue
-				}
-				// The endpoints from the environment stand for --etcd.
-				if _, endpoints, ok := strings.Cut(env, envEtcd+"="); ok {
-					rest += " --etcd " + strings.TrimSpace(endpoints)
-				}
-				lines = append(lines, rest)
-			}
+			lines = append(lines, invocations(line, "shmctl")...)
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)
@@ -152,6 +138,27 @@ func TestHelpExamplesParse(t *testing.T) {
 		}
 		assert.NoError(t, cmd.ValidateArgs(cmd.Flags().Args()), "example: shmctl %s", line)
 	}
+}
+
+// invocations are the arguments of each run of a program of names (such as
+// "./shmctl") in the shell line: at the start of the line or of a part of it
+// that a pipe, ||, &&, ; or $( begins, or after a VAR=value. The endpoints
+// of an SHMLOCK_ETCD= before it stand for --etcd, as the command takes them.
+func invocations(line string, names ...string) []string {
+	var found []string
+	for _, part := range regexp.MustCompile(`\|\|?|&&|;|\$\(|\)`).Split(line, -1) {
+		for _, name := range names {
+			env, rest, ok := strings.Cut(" "+part, " "+name+" ")
+			if !ok {
+				continue
+			}
+			if _, endpoints, ok := strings.Cut(env, envEtcd+"="); ok {
+				rest += " --etcd " + strings.TrimSpace(endpoints)
+			}
+			found = append(found, rest)
+		}
+	}
+	return found
 }
 
 // shellWords splits line into words as sh does for the examples' plain
