@@ -40,8 +40,8 @@ killed in the middle of its claim left unfinished: each is one line
 "note: ...", and the next claim reuses the entry.
 
 It reads without locks: under traffic a finding may be a moment's, so
-check a quiet segment, or check again. reclaim and unlock refuse a segment
-that fails check unless --force.`,
+check a quiet segment, or check again. reclaim refuses a segment that
+fails check unless --force, and unlock unless --ignore-check.`,
 		Example: `  shmctl check jobs
   shmctl check /dev/shm/jobs --json`,
 		Args: exactArgs(1, "one segment"),
@@ -136,9 +136,11 @@ func checkSegment(seg *shm.Segment) ([]string, error) {
 
 // refuseDamaged is the check that reclaim and unlock make before they
 // change a segment: a damaged one is refused (they would act on garbage)
-// unless force.
-func refuseDamaged(seg *shm.Segment, force bool) error {
-	if force {
+// unless the command's flag override (reclaim's --force, unlock's
+// --ignore-check: its --force means the force of a lock) is given, and
+// the refusal names that flag.
+func refuseDamaged(seg *shm.Segment, override string, given bool) error {
+	if given {
 		return nil
 	}
 	found, err := checkSegment(seg)
@@ -146,7 +148,7 @@ func refuseDamaged(seg *shm.Segment, force bool) error {
 		return err
 	}
 	if len(found) > 0 {
-		return fmt.Errorf("%w: %s fails check (%d findings, the first: %s); see 'shmctl check', or --force", errRefused, seg.Path(), len(found), strings.TrimSpace(found[0]))
+		return fmt.Errorf("%w: %s fails check (%d findings, the first: %s); see 'shmctl check', or %s", errRefused, seg.Path(), len(found), strings.TrimSpace(found[0]), override)
 	}
 	return nil
 }

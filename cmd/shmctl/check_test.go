@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -173,8 +174,11 @@ func TestDamagedSegmentRefused(t *testing.T) {
 	require.NoError(t, err)
 	line := requireOneLineError(t, shmctl(t, false, "reclaim", seg.Path()), exitError)
 	assert.Contains(t, line, "fails check")
+	assert.True(t, strings.HasSuffix(line, "or --force"), "the flag that goes on: %s", line)
+	// unlock was given --force already: what goes on is --ignore-check.
 	line = requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "queue", "--force"), exitError)
 	assert.Contains(t, line, "fails check")
+	assert.True(t, strings.HasSuffix(line, "or --ignore-check"), "the flag that goes on: %s", line)
 	after, err := os.ReadFile(seg.Path())
 	require.NoError(t, err)
 	assert.Equal(t, before, after)

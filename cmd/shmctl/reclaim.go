@@ -140,7 +140,7 @@ func runReclaim(opts *reclaimOptions) error {
 		return err
 	}
 	defer seg.Close()
-	if err := refuseDamaged(seg, opts.Force || opts.DryRun); err != nil {
+	if err := refuseDamaged(seg, "--force", opts.Force || opts.DryRun); err != nil {
 		return err
 	}
 	doc, err := reclaimDead(seg, opts.DryRun, opts.Wait)

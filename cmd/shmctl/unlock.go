@@ -138,7 +138,7 @@ func runUnlock(opts *unlockOptions) error {
 		return err
 	}
 	defer seg.Close()
-	if err := refuseDamaged(seg, opts.IgnoreCheck); err != nil {
+	if err := refuseDamaged(seg, "--ignore-check", opts.IgnoreCheck); err != nil {
 		return err
 	}
 	kind, err := unlockKind(seg, opts.Name, opts.Kind)
