@@ -3,6 +3,7 @@ package clib_test
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,6 +67,29 @@ func compile(t *testing.T, compiler, src string, flags ...string) string {
 	out, err := exec.Command(compiler, args...).CombinedOutput()
 	require.NoError(t, err, "%s %v:\n%s", compiler, args, out)
 	return bin
+}
+
+// The Python example says in one line what went wrong, as the C one does,
+// and exits 1: a library it cannot load (SHMLOCK_LIB wrong, or not built
+// yet), a segment it cannot open. A traceback is no answer to a new user.
+func TestPythonExampleFailsInOneLine(t *testing.T) {
+	notSegment := filepath.Join(t.TempDir(), "not-a-segment")
+	require.NoError(t, os.WriteFile(notSegment, make([]byte, 4096), 0o600))
+	for _, tc := range []struct {
+		lib, segment, want string
+	}{
+		{"/nonexistent/libshmlock.so", testproc.SegmentPath(t), "cannot load libshmlock"},
+		{filepath.Join(build, "libshmlock.so"), notSegment, "open: "},
+	} {
+		cmd := exec.Command("python3", "examples/python/counter.py", tc.segment, "1")
+		cmd.Env = append(cmd.Environ(), "SHMLOCK_LIB="+tc.lib)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%s", out)
+		assert.Equal(t, 1, exit.ExitCode(), "%s", out)
+		assert.True(t, strings.HasPrefix(string(out), "counter.py: "+tc.want), "%q", out)
+		assert.Equal(t, 1, strings.Count(string(out), "\n"), "one line: %q", out)
+	}
 }
 
 // The README's examples in C, C++ and Python count in one segment beside a

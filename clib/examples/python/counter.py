@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Count to N under a shmlock spinlock from Python, through ctypes.
 
-No build step beyond the library: point SHMLOCK_LIB at libshmlock.so (or
-install it where ctypes.util.find_library looks) and run
+No build step beyond the library (make -C clib): point SHMLOCK_LIB at
+libshmlock.so (or install it where ctypes.util.find_library looks) and run,
+from the repository's root,
 
-    SHMLOCK_LIB=clib/build/libshmlock.so python3 counter.py jobs 1000
+    SHMLOCK_LIB=clib/build/libshmlock.so python3 clib/examples/python/counter.py jobs 1000
 
 It shares the lock and the counter with every other process, in any
 language, that counts in the segment.
@@ -26,7 +27,10 @@ def load():
     path = os.environ.get("SHMLOCK_LIB") or ctypes.util.find_library("shmlock")
     if not path:
         sys.exit("counter.py: libshmlock not found: set SHMLOCK_LIB")
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        sys.exit("counter.py: cannot load libshmlock (make -C clib builds it): %s" % e)
     lib.shmlock_strerror.restype = ctypes.c_char_p
     lib.shmlock_strerror.argtypes = [ctypes.c_int]
     lib.shmlock_open_or_create.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
@@ -71,4 +75,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ShmlockError as e:
+        sys.exit("counter.py: %s" % e)  # one line, as the C example says it
