@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/layout"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -260,5 +261,21 @@ func walkFields(t reflect.Type, f func(owner string, field reflect.StructField))
 	for field := range t.Fields() {
 		f(t.Name(), field)
 		walkFields(field.Type, f)
+	}
+}
+
+// The info section's `kind` row names every table kind an info document
+// can show, so a table added to the format is added there too.
+func TestJSONDocsNameEveryTableKind(t *testing.T) {
+	t.Parallel()
+	var row string
+	for line := range strings.Lines(docSections(t)["info"]) {
+		if strings.HasPrefix(line, "| `kind` |") {
+			row = line
+		}
+	}
+	require.NotEmpty(t, row, "docs/JSON.md: info's tables[] row for kind")
+	for k := layout.Kind(1); int(k) <= layout.NumTables; k++ {
+		assert.Contains(t, row, `"`+k.String()+`"`, "docs/JSON.md: info's tables[].kind does not name %s", k)
 	}
 }
