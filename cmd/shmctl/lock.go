@@ -302,7 +302,7 @@ func (o *lockOptions) resolve(cmd *cobra.Command, fl *lockFlags) error {
 	if err := lockmgr.CheckResource(o.Resource); err != nil {
 		return newUsageError(cmd, "resource %q: %v", o.Resource, err)
 	}
-	if o.Owner != "" {
+	if cmd.Flags().Changed("owner") { // --owner "" too: not the default owner
 		if err := lockmgr.CheckOwner(o.Owner); err != nil {
 			return newUsageError(cmd, "--owner %q: %v", o.Owner, err)
 		}

@@ -107,6 +107,7 @@ func TestLockFlags(t *testing.T) {
 		{"lock", "--hold-for", "-1", "jobs", "r"},
 		{"lock", "--hold-for", "5", "--ttl", "1m", "jobs", "r"},
 		{"lock", "jobs", "r", "--no-such-flag", "true"},
+		{"lock", "--owner", "", "jobs", "r", "true"},                   // ran as the default owner
 		{"lock", "--etcd", "h:1", "r"},                                 // no command
 		{"lock", "--etcd", "h:1", "--hold-for", "1", "r"},              // the session ends with shmctl
 		{"lock", "--etcd", "h:1", "--ttl", "500ms", "r", "--", "true"}, // below etcd's lease

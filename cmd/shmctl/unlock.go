@@ -91,11 +91,12 @@ stopped mid-claim keeps, and then fails naming that process.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment, opts.Name = args[0], args[1]
 			opts.Group = groupFlag(cmd)
-			holds := cmd.Flags().Changed("hold-for") || opts.Owner != ""
+			owner := cmd.Flags().Changed("owner")
+			holds := cmd.Flags().Changed("hold-for") || owner
 			switch {
 			case holds && opts.Force:
 				return newUsageError(cmd, "--force frees a lock whoever holds it: --hold-for and --owner name one holder")
-			case opts.HoldFor != 0 && opts.Owner != "":
+			case cmd.Flags().Changed("hold-for") && owner:
 				return newUsageError(cmd, "--hold-for and --owner exclude each other")
 			case holds && (opts.Kind != "" && opts.Kind != unlockResource || opts.IgnoreCheck || opts.JSON || cmd.Flags().Changed("wait")):
 				return newUsageError(cmd, "--kind, --ignore-check, --json and --wait go with --force")
@@ -104,6 +105,14 @@ stopped mid-claim keeps, and then fails naming that process.`,
 			case cmd.Flags().Changed("hold-for") && opts.HoldFor <= 0:
 				return newUsageError(cmd, "--hold-for: %d is not a process id", opts.HoldFor)
 			case holds:
+				// As for lock, a name no hold can have is a usage error
+				// (status 2), found before the segment is opened.
+				if err := lockmgr.CheckResource(opts.Name); err != nil {
+					return newUsageError(cmd, "resource %q: %v", opts.Name, err)
+				}
+				if err := lockmgr.CheckOwner(opts.Owner); owner && err != nil {
+					return newUsageError(cmd, "--owner %q: %v", opts.Owner, err)
+				}
 				if runF != nil {
 					return runF(opts)
 				}

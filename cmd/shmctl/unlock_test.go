@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,6 +123,18 @@ func TestUnlockUsage(t *testing.T) {
 	assert.Contains(t, line, `"nosuch"`)
 	requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--wait", "-1s"), exitUsage)
 	requireOneLineError(t, shmctl(t, false, "unlock", seg.Path(), "both", "--owner", "x", "--wait", "1s"), exitUsage)
+	// A name no hold can have, as lock refuses it: not "say --force", nor
+	// a hold not found.
+	for _, args := range [][]string{
+		{"both", "--owner", ""},
+		{"both", "--owner", strings.Repeat("o", 33)},
+		{"", "--hold-for", "1"},
+		{strings.Repeat("r", 41), "--owner", "x"},
+		{"both", "--owner", "", "--hold-for", "1"},
+	} {
+		line := requireOneLineError(t, shmctl(t, false, append([]string{"unlock", seg.Path()}, args...)...), exitUsage)
+		assert.NotContains(t, line, "say --force", "args %q", args)
+	}
 	r := shmctl(t, false, "unlock", seg.Path(), "both", "--force", "--kind", "upgrade")
 	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 }
