@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -148,7 +150,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	v, err := c.read(c.now())
 	if err != nil {
 		gauge(c.up, 0)
-		send(nil, err)
+		send(nil, segmentError(c.label, err))
 		return
 	}
 	for _, l := range v.Locks {
@@ -218,4 +220,14 @@ func bit(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// segmentError is the error of reading the segment labelled label, naming
+// it: a registry's scrape reports the errors of all its segments, and many
+// of shm's (a closed segment, a damaged table) do not say which.
+func segmentError(label string, err error) error {
+	if strings.Contains(err.Error(), label) {
+		return err
+	}
+	return fmt.Errorf("segment %s: %w", label, err)
 }

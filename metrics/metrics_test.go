@@ -347,6 +347,7 @@ func TestTwoSegments(t *testing.T) {
 	require.NoError(t, b.Close())
 	_, err = reg.Gather()
 	require.ErrorIs(t, err, shm.ErrClosed)
+	require.ErrorContains(t, err, "segment "+b.Path()+": ", "which of the two")
 }
 
 // The contention counters of format version 4, as counters and a
