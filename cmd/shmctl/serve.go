@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -177,10 +178,35 @@ func serveHandler(reg *prometheus.Registry, segs []*metrics.Follower, errLog *lo
 	// on stderr): the others are still served.
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      errLog,
+		ErrorLog:      scrapeLog{errLog},
 	}))
 	mux.Handle("/", dashboard.NewFollowing(segs, dashboard.Options{}))
 	return limitInFlight(mux, serveMaxInFlight)
+}
+
+// scrapeLog logs promhttp's report of a scrape's errors one line each,
+// each a segment's error as the collector gave it (which names the
+// segment), without the dump of the carrying metric's descriptor that
+// prometheus wraps it in ("error collecting metric Desc{fqName: ...,
+// help: ..., constLabels: {...}}: ") nor its "N error(s) occurred:" list.
+type scrapeLog struct{ l *log.Logger }
+
+func (s scrapeLog) Println(v ...any) {
+	err, ok := v[len(v)-1].(error)
+	if !ok {
+		s.l.Println(v...)
+		return
+	}
+	errs, ok := err.(prometheus.MultiError)
+	if !ok {
+		errs = prometheus.MultiError{err}
+	}
+	for _, e := range errs {
+		if inner := errors.Unwrap(e); inner != nil && strings.HasPrefix(e.Error(), "error collecting metric ") {
+			e = inner
+		}
+		s.l.Println(append(v[:len(v)-1:len(v)-1], e)...)
+	}
 }
 
 // limitInFlight answers 503 to a request that arrives while h answers n.

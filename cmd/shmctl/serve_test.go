@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/testproc"
@@ -163,6 +164,10 @@ func TestServeFollowsARecreatedSegment(t *testing.T) {
 	require.NotContains(t, view, `"label":"old"`)
 	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, c.Wait(t))
+	// The scrape while the path named nothing logged the error, one line
+	// that names the segment, not prometheus's dump of a metric's Desc.
+	require.Contains(t, c.Out.String(), "shmctl: serve: error gathering metrics: shm: open "+path+": no such file or directory\n")
+	require.NotContains(t, c.Out.String(), "Desc{")
 }
 
 // get is the body of a 200 answer to a GET of url.
@@ -283,4 +288,29 @@ func TestServeBoundsRequestsInFlight(t *testing.T) {
 	require.NoError(t, streams[0].Close())
 	testproc.WaitFor(t, func() bool { return status() == http.StatusOK }, "a scrape answered once a stream ended")
 	require.Contains(t, newCmdServe(nil, nil).Long, fmt.Sprintf("At most %d\nrequests", serveMaxInFlight), "the help states the bound")
+}
+
+// serve's scrape log: one line per segment's error, without prometheus's
+// wrapping (the descriptor, the "N error(s) occurred:" list), and promhttp's
+// other reports as they are.
+func TestScrapeLog(t *testing.T) {
+	t.Parallel()
+	wrapped := func(err error) error {
+		return fmt.Errorf("error collecting metric Desc{fqName: \"x\", constLabels: {segment=\"a\"}}: %w", err)
+	}
+	a, b := errors.New("segment a: shm: segment is closed"), errors.New("shm: open b: no such file or directory")
+	for _, tc := range []struct {
+		v    []any
+		want string
+	}{
+		{[]any{"error gathering metrics:", wrapped(a)}, "s: error gathering metrics: " + a.Error() + "\n"},
+		{[]any{"error gathering metrics:", prometheus.MultiError{wrapped(a), wrapped(b)}},
+			"s: error gathering metrics: " + a.Error() + "\ns: error gathering metrics: " + b.Error() + "\n"},
+		{[]any{"error getting writer", b}, "s: error getting writer " + b.Error() + "\n"},
+		{[]any{"no error"}, "s: no error\n"},
+	} {
+		var out strings.Builder
+		scrapeLog{log.New(&out, "s: ", 0)}.Println(tc.v...)
+		assert.Equal(t, tc.want, out.String(), "%q", tc.v)
+	}
 }
