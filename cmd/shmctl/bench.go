@@ -67,13 +67,16 @@ upgrade mutex and the rest on spin.
 
 FILE is resolved like every segment path (a bare name is in /dev/shm).
 Without --path the driver uses a private file of its own. Either way it
-removes FILE and FILE.shm when done, and it refuses to start if either
-exists: bench never truncates, replaces or removes a file it did not make.
+removes FILE and FILE.shm when done, or when SIGINT, SIGTERM or SIGHUP
+stops it (Ctrl-C; its workers die with it), and it refuses to start if
+either exists: bench never truncates, replaces or removes a file it did
+not make.
 
 Output is exactly one line of JSON: peer, workload, procs, iters, seconds,
 ops_per_sec, ns_per_op, cpu_seconds (the CPU time the workers used in
 their loops, all together), ok, detail. Exit status 0 if the run validated, 1
-if it ran but failed, 2 for bad arguments, 3 for an unsupported workload.`,
+if it ran but failed, 2 for bad arguments, 3 for an unsupported workload;
+a run a signal stopped prints no line and exits 128 plus the signal.`,
 		Example: `  shmctl bench --workload counter --procs 2 --iters 2e6 --path /dev/shm/b
   shmctl bench --workload=uncontended --procs=1 --iters=1e7 --path=/dev/shm/b --lock=spin-token
   shmctl bench --workload rw90 --procs 4 --iters 1e6 --path /dev/shm/b`,

@@ -6,12 +6,16 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
@@ -304,4 +308,72 @@ func TestBenchProgressOnTerminal(t *testing.T) {
 	assert.True(t, strings.HasSuffix(stderr.String(), "\r\x1b[K"), "the line is cleared at the end")
 	assert.Equal(t, 1, strings.Count(stdout.String(), "\n"), "one JSON line: %q", stdout.String())
 	assert.True(t, benchLine(t, stdout.String()).OK)
+}
+
+// A bench run stopped by a signal (Ctrl-C, timeout's SIGTERM, a closed
+// terminal) removes its two files and exits 128+N, and its workers die
+// with it: it died at once and left both files in /dev/shm.
+func TestBenchStoppedBySignal(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(unix.SignalName(sig), func(t *testing.T) {
+			t.Parallel()
+			path := testproc.SegmentPath(t)
+			cmd := testproc.Command("shmctl", "bench", "--workload", "pingpong_retry", "--procs", "2", "--iters", "1e12", "--path", path)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Start())
+			var workers []int
+			testproc.WaitFor(t, func() bool {
+				workers = childrenOf(cmd.Process.Pid)
+				return len(workers) == 2
+			}, "the bench's two workers")
+			for _, p := range []string{path, path + ".shm"} {
+				_, err := os.Stat(p)
+				require.NoError(t, err, "%s while the bench runs", p)
+			}
+			require.NoError(t, cmd.Process.Signal(sig))
+			err := cmd.Wait()
+			require.Equal(t, exitSignalled+int(sig), cmd.ProcessState.ExitCode(), "%v; stderr %q", err, stderr.String())
+			assert.Equal(t, "shmctl: bench stopped by "+unix.SignalName(sig)+": removed "+path+" and "+path+".shm\n", stderr.String())
+			assert.Empty(t, stdout.String(), "no JSON line for a run that did not end")
+			for _, p := range []string{path, path + ".shm"} {
+				_, err := os.Stat(p)
+				assert.ErrorIs(t, err, os.ErrNotExist, "%s after the bench", p)
+			}
+			for _, w := range workers {
+				testproc.WaitFor(t, func() bool { return !processRuns(w) }, "worker %d to die with its driver", w)
+			}
+		})
+	}
+}
+
+// childrenOf lists the child processes of pid (every thread's).
+func childrenOf(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var kids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, k)
+			}
+		}
+	}
+	return kids
+}
+
+// processRuns reports whether pid is a process that has not exited (a
+// zombie has).
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"sync/atomic"
@@ -89,17 +88,28 @@ func Drive(cfg Config, spawn func(me int) (*exec.Cmd, error)) (Result, int) {
 	if pp && cfg.Procs != 2 {
 		return fail(ExitBadArgs, "pingpong requires procs=2")
 	}
-	s, err := mapFile(cfg.Path, true)
+	var files ownFiles
+	defer files.removeOnSignal()() // after the removal below: a signal before it still removes them
+	defer files.remove()
+	var s *shared
+	err := files.create(func() (path string, err error) {
+		s, err = mapFile(cfg.Path, true)
+		return cfg.Path, err
+	})
 	if err != nil {
 		return fail(ExitFailed, "map: "+err.Error())
 	}
-	defer os.Remove(cfg.Path)
 	defer s.unmap()
-	seg, err := createLock(cfg.Path)
+	var seg *shm.Segment
+	err = files.create(func() (path string, err error) {
+		if seg, err = createLock(cfg.Path); err != nil {
+			return "", err
+		}
+		return seg.Path(), nil
+	})
 	if err != nil {
 		return fail(ExitFailed, "setup: "+err.Error())
 	}
-	defer os.Remove(seg.Path())
 	defer seg.Close()
 
 	// Start the workers.
