@@ -21,7 +21,10 @@
  *
  * A lock call that reports a recoverable anomaly (a robust mutex's EOWNERDEAD)
  * counts it with h_lock_error(); that fails the run. One that cannot go on calls
- * h_die(), which ends the worker with status 1. The header holds main(): the
+ * h_die(), which ends the worker with status 1. A peer_setup that makes a file
+ * of its own (a sidecar segment) records it with h_own_file(), so that a
+ * SIGINT, SIGTERM or SIGHUP that stops the driver removes it with the shared
+ * file. The header holds main(): the
  * hooks are static and defined in the same file, so the compiler inlines them
  * into the workload loops and a lock costs what it costs, not a call more.
  *
@@ -132,6 +135,90 @@ static inline void h_cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+/* ---- the files the driver made, removed when a signal stops it ----
+ *
+ * SIGINT, SIGTERM or SIGHUP (Ctrl-C, timeout(1), a closed terminal) killed
+ * the driver at once and left the shared file and any sidecar behind. The
+ * driver records each file it makes (h_own_file, with these signals blocked
+ * from before the shared file is made until every worker is forked, so that
+ * no file is made unrecorded and no worker unknown); the handler kills the
+ * workers, unlinks the recorded paths and dies of the signal with its
+ * default action, so the status is the shell's 128+N. It calls only
+ * async-signal-safe functions on what was prepared before. A signal ignored
+ * when the driver started (a shell's background job ignores SIGINT) stays
+ * ignored.
+ */
+enum { H_OWN_MAX = 4, H_PATH_MAX = 4096 };
+static char h_own[H_OWN_MAX][H_PATH_MAX];
+static volatile sig_atomic_t h_owned;
+static pid_t h_workers[H_MAX_PROCS];
+static volatile sig_atomic_t h_nworkers;
+static pid_t h_driver_pid;
+static const int h_stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static int h_handled[sizeof h_stop_signals / sizeof h_stop_signals[0]];
+
+/* h_own_file records path, made by the driver, for removal on a signal.
+ * A path without a slash is a libshmlock segment's bare name (pass
+ * bare_is_shm), which the library puts in /dev/shm. */
+static void h_own_file(const char *path, int bare_is_shm)
+{
+    if (h_owned >= H_OWN_MAX) return;
+    const char *dir = bare_is_shm && !strchr(path, '/') ? "/dev/shm/" : "";
+    int n = snprintf(h_own[h_owned], H_PATH_MAX, "%s%s", dir, path);
+    if (n > 0 && n < H_PATH_MAX) h_owned = h_owned + 1;
+}
+
+static void h_on_stop(int sig)
+{
+    if (getpid() == h_driver_pid) {
+        for (int i = 0; i < h_nworkers; i++) kill(h_workers[i], SIGKILL);
+        for (int i = 0; i < h_owned; i++) unlink(h_own[i]);
+    }
+    signal(sig, SIG_DFL);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    raise(sig); /* pending until unblocked, then the default action: death */
+    sigprocmask(SIG_UNBLOCK, &s, NULL);
+}
+
+/* h_stop_mask fills s with the signals that stop the driver. */
+static void h_stop_mask(sigset_t *s)
+{
+    sigemptyset(s);
+    for (size_t i = 0; i < sizeof h_stop_signals / sizeof h_stop_signals[0]; i++)
+        sigaddset(s, h_stop_signals[i]);
+}
+
+/* h_catch_stops blocks the stop signals (old gets the mask before) and
+ * installs the handler for those not ignored. */
+static void h_catch_stops(sigset_t *old)
+{
+    sigset_t s;
+    h_stop_mask(&s);
+    sigprocmask(SIG_BLOCK, &s, old);
+    h_driver_pid = getpid();
+    for (size_t i = 0; i < sizeof h_stop_signals / sizeof h_stop_signals[0]; i++) {
+        struct sigaction was, sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = h_on_stop;
+        sigfillset(&sa.sa_mask); /* one removal at a time */
+        if (sigaction(h_stop_signals[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN) {
+            sigaction(h_stop_signals[i], &sa, NULL);
+            h_handled[i] = 1;
+        }
+    }
+}
+
+/* h_worker_stops gives a forked worker the default action back for the
+ * signals the driver handles, and the mask from before. */
+static void h_worker_stops(const sigset_t *old)
+{
+    for (size_t i = 0; i < sizeof h_stop_signals / sizeof h_stop_signals[0]; i++)
+        if (h_handled[i]) signal(h_stop_signals[i], SIG_DFL);
+    sigprocmask(SIG_SETMASK, old, NULL);
 }
 
 /* ---- the harness ---- */
@@ -388,7 +475,10 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    sigset_t unblocked;
+    h_catch_stops(&unblocked);
     struct h_file *f = h_map(path, 1);
+    h_own_file(path, 0);
     int err = peer_setup(f->area, path);
     if (err != 0) {
         unlink(path);
@@ -406,10 +496,14 @@ int main(int argc, char **argv)
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* workers die with the driver */
             if (getppid() != driver) _exit(1);
+            h_worker_stops(&unblocked);
             _exit(h_worker(path, w, i, n));
         }
         pids[i] = pid;
+        h_workers[i] = pid;
+        h_nworkers = i + 1;
     }
+    sigprocmask(SIG_SETMASK, &unblocked, NULL);
     /* Start barrier: every worker has mapped the file and attached. */
     while (__atomic_load_n(&f->ready, __ATOMIC_ACQUIRE) < (uint32_t)p) {
         if (waitpid(-1, NULL, WNOHANG) > 0) { /* one died before the start */

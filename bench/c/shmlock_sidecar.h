@@ -2,7 +2,8 @@
  * which the libshmlock drivers of the upgrade mutex and the lock manager
  * keep their lock, and the driver's peer_setup and peer_attach over it. The
  * driver makes the segment (removing a leftover of an interrupted run
- * first) and removes it when it exits; each worker opens it for itself.
+ * first) and removes it when it exits, or when a signal stops it (the
+ * harness's h_own_file); each worker opens it for itself.
  * Include after harness.h and shmlock.h; the driver defines the two
  * functions declared below. */
 #ifndef SHMLOCK_BENCH_SIDECAR_H
@@ -41,6 +42,7 @@ static int h_sidecar_open(const char *path, int create)
         shmlock_options o = {0};
         h_sidecar_options(&o);
         rc = shmlock_create(h_seg_path, &o, &seg);
+        if (rc == 0) h_own_file(h_seg_path, 1);
     } else {
         rc = shmlock_open(h_seg_path, NULL, &seg);
     }

@@ -48,6 +48,7 @@ static int peer_setup(void *area, const char *path)
         return EEXIST;
     }
     if (rc < 0) return err_of(rc);
+    h_own_file(sidecar, 1);
     driver = getpid();
     atexit(remove_sidecar);
     /* Claim the name once here; the workers name it again. */

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/peerwork"
 )
@@ -333,4 +336,66 @@ func waitGone(t *testing.T, pid int) {
 		i := bytes.LastIndexByte(b, ')')
 		return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
 	}, waitLimit, waitPoll, "worker %d outlived its driver", pid)
+}
+
+// A driver that SIGINT, SIGTERM or SIGHUP stops mid-run (Ctrl-C,
+// timeout(1), a closed terminal) removes what it made, the shared file and
+// its lock's segment, kills its workers and dies of the signal (the
+// shell's 128+N). Before, it left both files in /dev/shm.
+func TestDriverStoppedBySignal(t *testing.T) {
+	buildDrivers(t)
+	drivers := map[string][]string{ // the files each makes beside the shared file
+		"pthread_mutex_robust": nil,
+		"flock":                nil,
+		"shmlock_spin_c":       {".shm"},
+		"shmlock_upgrade_c":    {".shmlock"},
+		"shmlock_lockmgr_c":    {".shmlock"},
+	}
+	if built.boost {
+		drivers["boost_mutex"] = nil
+	}
+	sigs := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+	if signal.Ignored(syscall.SIGINT) { // a background job's: the drivers inherit it, and keep it
+		t.Log("SIGINT is ignored here: not sent")
+		sigs = sigs[1:]
+	}
+	for _, d := range slices.Sorted(maps.Keys(drivers)) {
+		for _, sig := range sigs {
+			t.Run(d+"/"+unix.SignalName(sig), func(t *testing.T) {
+				dir := t.TempDir()
+				path := filepath.Join(dir, "shared")
+				cmd := driverCommand(t, filepath.Join(testBin, d), "--workload", "pingpong_retry", "--procs", "2",
+					"--iters", "1e12", "--path", path)
+				var out bytes.Buffer
+				cmd.Stdout = &out
+				require.NoError(t, cmd.Start())
+				kids := waitForChildren(t, cmd.Process.Pid, 2) // forked after setup: every file is there
+				for _, f := range append([]string{path}, withSuffixes(path, drivers[d])...) {
+					require.FileExists(t, f)
+				}
+				require.NoError(t, cmd.Process.Signal(sig))
+				err := cmd.Wait()
+				var ee *exec.ExitError
+				require.ErrorAs(t, err, &ee)
+				ws := ee.Sys().(syscall.WaitStatus)
+				require.True(t, ws.Signaled(), "%s: %v", d, err)
+				require.Equal(t, sig, ws.Signal())
+				require.Empty(t, out.String(), "no line for a run that did not end")
+				left, err := os.ReadDir(dir)
+				require.NoError(t, err)
+				require.Empty(t, left, "files left by %s", d)
+				for _, k := range kids {
+					waitGone(t, k)
+				}
+			})
+		}
+	}
+}
+
+func withSuffixes(path string, suffixes []string) []string {
+	var out []string
+	for _, s := range suffixes {
+		out = append(out, path+s)
+	}
+	return out
 }
