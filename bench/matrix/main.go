@@ -30,11 +30,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "matrix:", err)
 		os.Exit(2)
 	}
-	run := runMatrix
 	if opts.Replot != "" {
-		run = replot
+		err = replot(opts, os.Stdout, os.Stderr)
+	} else {
+		s, stop := newStopper(os.Stderr, os.Exit)
+		opts.stop = s
+		err = runMatrix(opts, os.Stdout, os.Stderr)
+		if s.stopping() != 0 {
+			select {} // the stop exits 128+N once the running driver's files are gone
+		}
+		stop()
 	}
-	if err := run(opts, os.Stdout, os.Stderr); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "matrix:", err)
 		os.Exit(1)
 	}
@@ -55,6 +62,7 @@ type options struct {
 	Replot     string   // a results file to draw again, running nothing
 	Baseline   string   // a bin directory of another build: shmlock's locks run from it too
 	Args       []string // as given, for the results file
+	stop       *stopper // nil: a signal kills the matrix at once
 }
 
 func parseFlags(args []string) (options, error) {

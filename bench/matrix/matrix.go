@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Output files, in the -out directory.
@@ -50,6 +52,8 @@ func runMatrix(o options, stdout, log io.Writer) error {
 		if out, err = os.MkdirTemp("", "shmlock-matrix-quick-"); err != nil {
 			return err
 		}
+		tmp := out
+		o.stop.atStop(func() { _ = os.Remove(tmp) }) // empty: no results are written after a stop
 	case out == "":
 		out = filepath.Join(root, "bench", "results")
 	}
@@ -83,6 +87,7 @@ func runMatrix(o options, stdout, log io.Writer) error {
 			return err
 		}
 		defer done()
+		o.stop.atStop(done)
 		before := len(cs)
 		if cs = withBaseline(cs, dir); len(cs) == before {
 			return fmt.Errorf("-baseline %s: none of the locks' drivers is there (build them: make -C bench c and go build -o DIR/shmctl ./cmd/shmctl in the baseline's tree)", dir)
@@ -96,13 +101,20 @@ func runMatrix(o options, stdout, log io.Writer) error {
 	}
 
 	m := &matrixRun{
-		r:          &runner{bin: bin, shmDir: o.ShmDir, timeout: o.Timeout},
+		r:          &runner{bin: bin, shmDir: o.ShmDir, timeout: o.Timeout, stop: o.stop},
 		contenders: cs, cells: cells, rounds: o.Rounds, target: o.Target, probeN: o.ProbeN, log: log,
 	}
 	res.Cells, res.Placement = m.do()
+	if sig := o.stop.stopping(); sig != 0 {
+		return fmt.Errorf("stopped by %s", unix.SignalName(sig)) // the stop exits first
+	}
 	res.Machine.LoadAvgEnd = loadAvg()
 	for i := range res.Cells {
 		res.Cells[i].summarize(res.Settings.Reference)
+	}
+	defer o.stop.hold()() // a signal now waits for the files: whole, never half written
+	if sig := o.stop.stopping(); sig != 0 {
+		return fmt.Errorf("stopped by %s", unix.SignalName(sig)) // the stop exits first
 	}
 	return writeResults(res, out, stdout, log)
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shmlock/shmlock/internal/peerwork"
 )
 
@@ -40,6 +42,7 @@ type runner struct {
 	shmDir  string        // where the shared files go
 	timeout time.Duration // per driver call
 	seq     int           // numbers the shared files
+	stop    *stopper      // nil: nothing stops a run but its timeout
 }
 
 // run calls c's driver once for cl with iters per worker. The shared file
@@ -47,8 +50,9 @@ type runner struct {
 func (r *runner) run(c contender, cl cell, iters uint64) outcome {
 	r.seq++
 	path := filepath.Join(r.shmDir, fmt.Sprintf("shmlock-matrix-%d-%d", os.Getpid(), r.seq))
+	defer r.stop.hold()() // a stop waits for the driver's end and its files' removal
 	defer removeShared(path)
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	ctx, cancel := context.WithTimeout(r.stop.context(), r.timeout)
 	defer cancel()
 	args := append(c.Argv[1:len(c.Argv):len(c.Argv)], "--workload", cl.Workload, "--procs", strconv.Itoa(cl.Procs),
 		"--iters", strconv.FormatUint(iters, 10), "--path", path)
@@ -59,6 +63,12 @@ func (r *runner) run(c contender, cl cell, iters uint64) outcome {
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, c.Argv[0]), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &limitedWriter{w: &stderr, n: 4096}
+	cmd.Cancel = func() error {
+		if sig := r.stop.stopping(); sig != 0 {
+			return cmd.Process.Signal(sig) // the driver removes its files and dies; the wait delay kills it if not
+		}
+		return cmd.Process.Kill()
+	}
 	cmd.WaitDelay = 5 * time.Second // workers that outlive a killed driver keep the pipes open
 	err := cmd.Run()
 	code := cmd.ProcessState.ExitCode()
@@ -69,6 +79,8 @@ func (r *runner) run(c contender, cl cell, iters uint64) outcome {
 	}
 	jerr := json.Unmarshal([]byte(text), &o.line)
 	switch {
+	case r.stop.stopping() != 0:
+		o.fail = "stopped by " + unix.SignalName(r.stop.stopping())
 	case ctx.Err() != nil:
 		o.fail = fmt.Sprintf("killed after %s", r.timeout)
 	case code == exitUnsupported:
@@ -185,6 +197,9 @@ func (m *matrixRun) do() ([]Cell, []Probe) {
 				continue
 			}
 			iters, unsupported, fail := m.r.calibrate(c, cl, m.target)
+			if m.r.stop.stopping() != 0 {
+				return nil, nil // no results after a stop
+			}
 			switch {
 			case unsupported:
 				cells[i].Unsupported = append(cells[i].Unsupported, c.Name)
@@ -212,6 +227,9 @@ func (m *matrixRun) do() ([]Cell, []Probe) {
 					continue // its calibration failed
 				}
 				o := m.r.run(m.byName(e.Name), cl, e.Iters)
+				if m.r.stop.stopping() != 0 {
+					return nil, nil
+				}
 				if o.fail != "" || o.unsupported {
 					why := o.fail
 					if o.unsupported {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// stopper ends a matrix that SIGINT, SIGTERM or SIGHUP stops (Ctrl-C,
+// timeout(1), a closed terminal). Before, the matrix died at once: the
+// driver running then went on alone, and its shared file and sidecars
+// stayed in /dev/shm if it never ended (a wedged lock) or was killed too.
+// Now the running driver gets the same signal (and is killed after the
+// runner's wait delay), its files are removed as after any run, and the
+// matrix exits 128+N without writing results: a sitting cut short is no
+// sitting.
+type stopper struct {
+	ctx    context.Context // cancelled by the signal: no driver starts after it
+	cancel context.CancelFunc
+	// mu is held by a driver run until its files are removed, and while
+	// the results are written: the stop waits for both, so it never
+	// leaves a driver's files or half a results file.
+	mu       sync.Mutex
+	sig      syscall.Signal // set before ctx is cancelled
+	cleanups []func()       // under mu
+	log      io.Writer
+	exit     func(code int) // os.Exit; a test's hook
+}
+
+// exitSignalled is the status of a matrix a signal stopped: 128 plus the
+// signal, as a shell reports a process the signal killed.
+const exitSignalled = 128
+
+// stopSignals are the signals that stop the matrix.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// newStopper makes the stop signals stop the matrix until stop is called.
+// One that was ignored when the matrix started (a shell's background job
+// ignores SIGINT) stays ignored.
+func newStopper(log io.Writer, exit func(int)) (s *stopper, stop func()) {
+	s = &stopper{log: log, exit: exit}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	for _, sig := range stopSignals {
+		if !signal.Ignored(sig) {
+			signal.Notify(sigs, sig)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			s.stopBy(sig.(syscall.Signal))
+		case <-done:
+		}
+	}()
+	return s, func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}
+
+// stopBy stops the running driver, waits for its files' removal, runs
+// the cleanups and exits 128+sig. It keeps mu: nothing runs after it.
+func (s *stopper) stopBy(sig syscall.Signal) {
+	s.sig = sig
+	s.cancel()
+	s.mu.Lock()
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+	fmt.Fprintf(s.log, "matrix: stopped by %s: the running driver stopped, its files removed, no results written\n", unix.SignalName(sig))
+	s.exit(exitSignalled + int(sig))
+}
+
+// context is what a driver runs under; a nil stopper's never ends.
+func (s *stopper) context() context.Context {
+	if s == nil {
+		return context.Background()
+	}
+	return s.ctx
+}
+
+// hold keeps the stop waiting until the returned func is called.
+func (s *stopper) hold() (release func()) {
+	if s == nil {
+		return func() {}
+	}
+	s.mu.Lock()
+	return s.mu.Unlock
+}
+
+// stopping is the signal that stopped the matrix, or 0.
+func (s *stopper) stopping() syscall.Signal {
+	if s == nil || s.ctx.Err() == nil {
+		return 0
+	}
+	return s.sig
+}
+
+// atStop adds a cleanup that a stop runs (the baseline's temporary
+// tree, an empty output directory the matrix made).
+func (s *stopper) atStop(f func()) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanups = append(s.cleanups, f)
+}
