@@ -103,12 +103,7 @@ func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
 	_, err := os.Lstat(hidden)
 	require.NoError(t, err, "--dry-run moved the leftover")
 
-	r = shmctl(t, false, "reclaim", "--json", path)
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	var doc reclaimJSON
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	require.Len(t, doc.Leftovers, 1)
-	l := doc.Leftovers[0]
+	l := reclaimOneLeftover(t, path)
 	checkStarted(t, l.Process)
 	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover.Identity, livenessDead),
 		PIDNamespace: optID(remover.PIDNamespace), Users: l.Users, Action: "restored"}, l)
@@ -172,22 +167,29 @@ func TestReclaimKeepsALeftoverOfAnotherNamespace(t *testing.T) {
 	require.NoError(t, os.Link(path, hidden))
 	t.Cleanup(func() { _ = os.Remove(hidden) })
 
-	r := shmctl(t, false, "reclaim", "--json", path)
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	var doc reclaimJSON
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	require.Len(t, doc.Leftovers, 1)
-	l := doc.Leftovers[0]
+	l := reclaimOneLeftover(t, path)
 	checkStarted(t, l.Process)
 	require.NotNil(t, l.Error)
 	assert.Contains(t, *l.Error, shm.ErrForeignNamespace.Error())
 	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover.Identity, livenessUnknown),
 		PIDNamespace: optID(remover.PIDNamespace), Users: []int{}, Action: "kept", Error: l.Error}, l)
 
-	r = shmctl(t, false, "rm", path)
+	r := shmctl(t, false, "rm", path)
 	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.True(t, strings.HasPrefix(r.stderr, fmt.Sprintf("kept %s (moved aside by process %d, was %s): %s", hidden, remover.PID, path,
 		shm.ErrForeignNamespace)), r.stderr)
 	_, err := os.Lstat(hidden)
 	require.NoError(t, err, "the leftover is gone")
+}
+
+// reclaimOneLeftover runs `shmctl reclaim --json path`, which must succeed
+// and report exactly one leftover, and returns it.
+func reclaimOneLeftover(t *testing.T, path string) reclaimLeftoverJSON {
+	t.Helper()
+	r := shmctl(t, false, "reclaim", "--json", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Leftovers, 1)
+	return doc.Leftovers[0]
 }
