@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/stopsig"
 )
 
 // stopper ends a matrix that SIGINT, SIGTERM or SIGHUP stops (Ctrl-C,
@@ -33,37 +33,12 @@ type stopper struct {
 	exit     func(code int) // os.Exit; a test's hook
 }
 
-// exitSignalled is the status of a matrix a signal stopped: 128 plus the
-// signal, as a shell reports a process the signal killed.
-const exitSignalled = 128
-
-// stopSignals are the signals that stop the matrix.
-var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
-
-// newStopper makes the stop signals stop the matrix until stop is called.
-// One that was ignored when the matrix started (a shell's background job
-// ignores SIGINT) stays ignored.
+// newStopper makes the stop signals (stopsig.Signals) stop the matrix
+// until stop is called.
 func newStopper(log io.Writer, exit func(int)) (s *stopper, stop func()) {
 	s = &stopper{log: log, exit: exit}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 1)
-	for _, sig := range stopSignals {
-		if !signal.Ignored(sig) {
-			signal.Notify(sigs, sig)
-		}
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case sig := <-sigs:
-			s.stopBy(sig.(syscall.Signal))
-		case <-done:
-		}
-	}()
-	return s, func() {
-		signal.Stop(sigs)
-		close(done)
-	}
+	return s, stopsig.On(s.stopBy)
 }
 
 // stopBy stops the running driver, waits for its files' removal, runs
@@ -76,7 +51,7 @@ func (s *stopper) stopBy(sig syscall.Signal) {
 		s.cleanups[i]()
 	}
 	fmt.Fprintf(s.log, "matrix: stopped by %s: the running driver stopped, its files removed, no results written\n", unix.SignalName(sig))
-	s.exit(exitSignalled + int(sig))
+	s.exit(stopsig.ExitStatus(sig))
 }
 
 // context is what a driver runs under; a nil stopper's never ends.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/stopsig"
 )
 
 // fakeDriver makes its --path and a sidecar, as a driver does, then runs
@@ -46,7 +48,7 @@ func TestMatrixStoppedBySignal(t *testing.T) {
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	code := <-exited
-	require.Equal(t, exitSignalled+int(syscall.SIGTERM), code)
+	require.Equal(t, stopsig.ExitStatus(syscall.SIGTERM), code)
 	left, err := os.ReadDir(shm)
 	require.NoError(t, err)
 	require.Empty(t, left, "the driver's files are gone before the matrix exits")

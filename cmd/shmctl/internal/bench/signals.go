@@ -3,12 +3,13 @@ package bench
 import (
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlock/shmlock/internal/stopsig"
 )
 
 // ownFiles are the files a driver made (the shared file and the lock's
@@ -26,13 +27,13 @@ type ownFiles struct {
 	removed bool
 }
 
-// create runs make, which makes a file and returns its path, and records
-// the path if make succeeded. A path that make refused (it was there
+// create runs mk, which makes a file and returns its path, and records
+// the path if mk succeeded. A path that mk refused (it was there
 // already) is never recorded: the driver removes only what it made.
-func (f *ownFiles) create(make func() (string, error)) error {
+func (f *ownFiles) create(mk func() (string, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	path, err := make()
+	path, err := mk()
 	if err == nil {
 		f.paths = append(f.paths, path)
 	}
@@ -53,34 +54,13 @@ func (f *ownFiles) remove() []string {
 	return f.paths
 }
 
-// exitSignalled is the status of a driver a signal ended: 128 plus the
-// signal, as a shell reports a process the signal killed.
-const exitSignalled = 128
-
 // removeOnSignal makes SIGINT, SIGTERM and SIGHUP remove the files and
-// exit 128+N (saying so on stderr) until stop is called. One that was
-// ignored when the driver started (a shell's background job ignores
-// SIGINT) stays ignored.
+// exit 128+N (saying so on stderr) until stop is called (stopsig.On).
 func (f *ownFiles) removeOnSignal() (stop func()) {
-	sigs := make(chan os.Signal, 1)
-	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
-		if !signal.Ignored(s) {
-			signal.Notify(sigs, s)
+	return stopsig.On(func(sig syscall.Signal) {
+		if removed := f.remove(); len(removed) > 0 {
+			fmt.Fprintf(os.Stderr, "shmctl: bench stopped by %s: removed %s\n", unix.SignalName(sig), strings.Join(removed, " and "))
 		}
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			if removed := f.remove(); len(removed) > 0 {
-				fmt.Fprintf(os.Stderr, "shmctl: bench stopped by %s: removed %s\n", unix.SignalName(s.(syscall.Signal)), strings.Join(removed, " and "))
-			}
-			os.Exit(exitSignalled + int(s.(syscall.Signal)))
-		case <-done:
-		}
-	}()
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-	}
+		os.Exit(stopsig.ExitStatus(sig))
+	})
 }
