@@ -43,14 +43,12 @@ func StartInNewPIDNamespace(tb testing.TB, name string, args ...string) *Child {
 	c, err := startChild(tb, true, func(cmd *exec.Cmd) {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
 		if os.Geteuid() != 0 {
-			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
-			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+			asNamespaceRoot(cmd.SysProcAttr)
 		}
 		cmd.Env = append(cmd.Env, envOwnProc+"=1")
 	}, name, args)
 	switch {
-	case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL):
+	case namespacesRefused(err):
 		tb.Skipf("no PID and mount namespace for helper %s: %v", name, err)
 	case err != nil:
 		tb.Fatalf("start helper %s in a new PID namespace: %v", name, err)
@@ -81,8 +79,8 @@ func StartInNewPIDNamespace(tb testing.TB, name string, args ...string) *Child {
 // test's namespace. Every mount is made private first, so that the new
 // one stays in the helper's mount namespace and goes with it.
 func mountOwnProc() error {
-	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making the mounts private: %w", err)
+	if err := makeMountsPrivate(); err != nil {
+		return err
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting a /proc: %w", err)
