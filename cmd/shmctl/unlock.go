@@ -91,18 +91,18 @@ stopped mid-claim keeps, and then fails naming that process.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Segment, opts.Name = args[0], args[1]
 			opts.Group = groupFlag(cmd)
-			owner := cmd.Flags().Changed("owner")
-			holds := cmd.Flags().Changed("hold-for") || owner
+			holdFor, owner := cmd.Flags().Changed("hold-for"), cmd.Flags().Changed("owner")
+			holds := holdFor || owner
 			switch {
 			case holds && opts.Force:
 				return newUsageError(cmd, "--force frees a lock whoever holds it: --hold-for and --owner name one holder")
-			case cmd.Flags().Changed("hold-for") && owner:
+			case holdFor && owner:
 				return newUsageError(cmd, "--hold-for and --owner exclude each other")
 			case holds && (opts.Kind != "" && opts.Kind != unlockResource || opts.IgnoreCheck || opts.JSON || cmd.Flags().Changed("wait")):
 				return newUsageError(cmd, "--kind, --ignore-check, --json and --wait go with --force")
 			case opts.Wait < 0:
 				return newUsageError(cmd, "--wait must not be negative, got %v", opts.Wait)
-			case cmd.Flags().Changed("hold-for") && opts.HoldFor <= 0:
+			case holdFor && opts.HoldFor <= 0:
 				return newUsageError(cmd, "--hold-for: %d is not a process id", opts.HoldFor)
 			case holds:
 				// As for lock, a name no hold can have is a usage error
@@ -110,8 +110,10 @@ stopped mid-claim keeps, and then fails naming that process.`,
 				if err := lockmgr.CheckResource(opts.Name); err != nil {
 					return newUsageError(cmd, "resource %q: %v", opts.Name, err)
 				}
-				if err := lockmgr.CheckOwner(opts.Owner); owner && err != nil {
-					return newUsageError(cmd, "--owner %q: %v", opts.Owner, err)
+				if owner {
+					if err := lockmgr.CheckOwner(opts.Owner); err != nil {
+						return newUsageError(cmd, "--owner %q: %v", opts.Owner, err)
+					}
 				}
 				if runF != nil {
 					return runF(opts)
