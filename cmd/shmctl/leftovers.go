@@ -67,7 +67,7 @@ func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
 func removerOf(w, ns uint64) *processJSON {
 	id, _ := proc.Unpack(w)
 	p := &processJSON{PID: id.PID, StartTicks: id.StartTicks, Liveness: livenessDead}
-	own, err := ownPIDNamespace()
+	own, err := proc.PIDNamespace()
 	switch {
 	case ns != 0 && (err != nil || ns != own):
 		p.Liveness = livenessUnknown

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/layout"
@@ -27,7 +26,7 @@ func readInfo(seg *shm.Segment, command string) (*infoJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := ownPIDNamespace()
+	ns, err := proc.PIDNamespace()
 	if err != nil {
 		return nil, err
 	}
@@ -170,13 +169,9 @@ func liveness(seg *shm.Segment, w uint64) string {
 // samePIDNamespace reports whether seg was made in this process's PID
 // namespace (false if that cannot be read).
 func samePIDNamespace(seg *shm.Segment) bool {
-	ns, err := ownPIDNamespace()
+	ns, err := proc.PIDNamespace()
 	return err == nil && seg.Header().PIDNamespace == ns
 }
-
-// ownPIDNamespace is proc.PIDNamespace, read once: every process object
-// of a document asks.
-var ownPIDNamespace = sync.OnceValues(proc.PIDNamespace)
 
 // formatUUID writes a boot id in the 8-4-4-4-12 form of
 // /proc/sys/kernel/random/boot_id.
