@@ -172,7 +172,7 @@ func TestWakeZeroWakesNobody(t *testing.T) {
 		var word atomic.Uint32
 		errc := make(chan error, 1)
 		go func() { errc <- futex.Wait(&word, 0, 3*testTimeout) }()
-		asleep, ok := waitAsleepOrReturned(t, &word, errc)
+		asleep, ok := waitSleepers(t, selfPID, &word, 1, func() bool { return len(errc) > 0 })
 		if !ok {
 			t.Skip("cannot see futex sleepers in /proc")
 		}
@@ -196,31 +196,6 @@ func TestWakeZeroWakesNobody(t *testing.T) {
 		if attempt == interruptedAttempts {
 			t.Fatalf("Wake(1) found no sleeper, or the sleeper returned before it slept, %d times", attempt)
 		}
-	}
-}
-
-// waitAsleepOrReturned waits until a thread of this process sleeps on word
-// (asleep true), or the sleeper whose result errc carries has returned
-// (false); ok is false where /proc cannot tell.
-func waitAsleepOrReturned(tb testing.TB, word *atomic.Uint32, errc chan error) (asleep, ok bool) {
-	tb.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		got, err := futexSleepers(selfPID, word)
-		if err != nil {
-			tb.Logf("cannot count futex sleepers: %v", err)
-			return false, false
-		}
-		if got >= 1 {
-			return true, true
-		}
-		if len(errc) > 0 {
-			return false, true
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("the waiter neither slept in futex.Wait nor returned")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -30,18 +30,36 @@ var selfPID = os.Getpid()
 // /proc cannot tell, and fails the test when the sleepers never appear.
 func waitAsleep(tb testing.TB, pid int, addr *atomic.Uint32, n int) bool {
 	tb.Helper()
+	asleep, ok := waitSleepers(tb, pid, addr, n, nil)
+	if !ok {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return asleep
+}
+
+// waitSleepers is waitAsleep's loop: it returns asleep once n threads
+// sleep on addr, or not asleep once gone, if not nil, reports that what
+// would have slept ended otherwise; ok is false, at once, when /proc
+// cannot tell. It fails the test if neither comes within testTimeout.
+func waitSleepers(tb testing.TB, pid int, addr *atomic.Uint32, n int, gone func() bool) (asleep, ok bool) {
+	tb.Helper()
 	deadline := time.Now().Add(testTimeout)
 	for {
 		got, err := futexSleepers(pid, addr)
 		if err != nil {
 			tb.Logf("cannot count futex sleepers: %v", err)
-			time.Sleep(100 * time.Millisecond)
-			return false
+			return false, false
 		}
 		if got >= n {
-			return true
+			return true, true
+		}
+		if gone != nil && gone() {
+			return false, true
 		}
 		if time.Now().After(deadline) {
+			if gone != nil {
+				tb.Fatalf("got %d threads asleep in futex.Wait, want %d, and the waiter has not returned", got, n)
+			}
 			tb.Fatalf("got %d threads asleep in futex.Wait, want %d", got, n)
 		}
 		time.Sleep(time.Millisecond)
