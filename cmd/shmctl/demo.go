@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/stopsig"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
@@ -350,27 +350,18 @@ func (d *demo) kill(w *demoProcess) error { return w.process.Kill() }
 // timeout(1), a closed terminal) as its end would, until stop is called:
 // the segment removed (unless --keep) and the conventional status 128+N.
 // Without it the process died at once and left its segment (the next run
-// removed it). The workers die with the demo (their parent-death signal);
-// the segment is only unlinked here, so the demo's goroutine, which may
-// still be using its mapping, is never faulted: the exit unmaps it.
+// removed it). A signal ignored when the demo started stays ignored
+// (stopsig.On): under nohup a hang-up stopped it. The workers die with the
+// demo (their parent-death signal); the segment is only unlinked here, so
+// the demo's goroutine, which may still be using its mapping, is never
+// faulted: the exit unmaps it.
 func (d *demo) removeOnSignal(path string) (stop func()) {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			if !d.opts.Keep && shm.Remove(path) == nil {
-				fmt.Fprintf(d.opts.IO.ErrOut, "\nshmctl: demo stopped by %v: removed %s\n", s, path)
-			}
-			os.Exit(exitSignalled + int(s.(syscall.Signal)))
-		case <-done:
+	return stopsig.On(func(sig syscall.Signal) {
+		if !d.opts.Keep && shm.Remove(path) == nil {
+			fmt.Fprintf(d.opts.IO.ErrOut, "\nshmctl: demo stopped by %v: removed %s\n", sig, path)
 		}
-	}()
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-	}
+		os.Exit(stopsig.ExitStatus(sig))
+	})
 }
 
 // cleanup kills the workers still running, waits for them, and closes and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -129,11 +130,12 @@ func TestDemoKeepAndReplace(t *testing.T) {
 	assert.Equal(t, "precious\n", string(b))
 }
 
-// A demo stopped by a signal (Ctrl-C, timeout's SIGTERM) removes its
-// segment and exits 128+N: it died at once and left the segment behind.
+// A demo stopped by a signal (Ctrl-C, timeout's SIGTERM, a closed
+// terminal) removes its segment and exits 128+N: it died at once and left
+// the segment behind.
 func TestDemoStoppedBySignal(t *testing.T) {
 	t.Parallel()
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		path := testproc.SegmentPath(t)
 		cmd := testproc.Command("shmctl", "demo", "--path", path, "--workers", "2", "--duration", "1m")
 		var stderr strings.Builder
@@ -154,4 +156,38 @@ func TestDemoStoppedBySignal(t *testing.T) {
 		_, err = os.Stat(path)
 		assert.ErrorIs(t, err, os.ErrNotExist, "%v: the segment after the demo", sig)
 	}
+}
+
+// A demo started with SIGHUP ignored (nohup) keeps it ignored, as it is
+// without the demo's handler: a SIGHUP leaves it running, and the SIGTERM
+// after it still removes the segment and exits 128+15. The demo caught
+// SIGHUP whatever its start, so under nohup a hang-up stopped it (129).
+// SIGHUP is sent first: had the demo caught it, it would be pending, and
+// handled, before the SIGTERM.
+func TestDemoKeepsIgnoredSIGHUP(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	cmd := exec.Command("sh", "-c", `trap '' HUP; exec "$0" "$@"`, testproc.Script(t, "shmctl"),
+		"demo", "--path", path, "--workers", "2", "--duration", "1m")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "started worker 1") {
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	require.NoError(t, err)
+	assert.NotZero(t, ignoredSignals(t, string(status))&(1<<(syscall.SIGHUP-1)), "SIGHUP stays ignored in the running demo")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	err = cmd.Wait()
+	require.Equal(t, exitSignalled+int(syscall.SIGTERM), cmd.ProcessState.ExitCode(), "%v; stderr %q", err, stderr.String())
+	assert.Contains(t, stderr.String(), "shmctl: demo stopped by "+syscall.SIGTERM.String()+": removed "+path)
+	assert.NotContains(t, stderr.String(), syscall.SIGHUP.String())
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the segment after the demo")
 }
