@@ -29,17 +29,17 @@ func newCmdTop(ios *IOStreams, runF func(*topOptions) error) *cobra.Command {
 		Use:   "top <segment>",
 		Short: "Show the segment's busiest locks, redrawn every second",
 		Long: `Show what 'shmctl serve' exports for a segment, in the terminal: a line on
-the tables' use (entries in use of the capacity, and the data area's bytes),
-a line of the lock manager's counters, and a row per lock in use: its kind
-(spinlock, upgrade, lockmgr), its name (or index), whether it is held, its
-holders and how many of them are dead, its sleepers (WAITERS; "-" for a
-named resource, whose waiters the segment does not record), the
-acquisitions that had to wait (CONTENDED) and the seconds they waited in
-all (WAIT_SECONDS), over every process since the segment was made ("-"
-before format version 4), the age of its oldest hold (AGE_SECONDS; only
-named resources record it) and whether it is inconsistent. The busiest
-locks come first: most waiters, then most contended, then most dead
-holders, then most holders.
+the tables' use (entries in use of the capacity, and the data area's bytes,
+or "no data area"), a line of the lock manager's counters, and a row per
+lock in use: its kind (spinlock, upgrade, lockmgr), its name (or index),
+whether it is held, its holders and how many of them are dead, its
+sleepers (WAITERS; "-" for a named resource, whose waiters the segment
+does not record), the acquisitions that had to wait (CONTENDED) and the
+seconds they waited in all (WAIT_SECONDS), over every process since the
+segment was made ("-" before format version 4), the age of its oldest hold
+(AGE_SECONDS; only named resources record it) and whether it is
+inconsistent. The busiest locks come first: most waiters, then most
+contended, then most dead holders, then most holders.
 
 The view is read again and redrawn in place every --interval (cursor home,
 the rest of the screen cleared), until SIGINT or SIGTERM, which end it with
@@ -99,7 +99,13 @@ func topFrame(opts *topOptions) error {
 	for _, t := range v.Tables {
 		fmt.Fprintf(out, " %s %d/%d", t.Kind, t.Used, t.Capacity)
 	}
-	fmt.Fprintf(out, "  data %d/%d bytes in %d regions\n", v.DataUsedBytes, v.DataBytes, v.Regions)
+	// A data area is never empty when there is one (create's --data 0 is
+	// the default size): no size means the segment was made without one.
+	if v.DataBytes == 0 {
+		fmt.Fprint(out, "  no data area\n")
+	} else {
+		fmt.Fprintf(out, "  data %d/%d bytes in %d regions\n", v.DataUsedBytes, v.DataBytes, v.Regions)
+	}
 	if st := v.LockMgr; st != nil {
 		fmt.Fprintf(out, "lockmgr: grants %d  releases %d  conflicts %d  expired %d  reclaimed %d  active %d\n",
 			st.TotalLocks, st.Released, st.ConflictsDetected, st.ExpiredLocks, st.Reclaimed, st.ActiveLocks)

@@ -114,3 +114,14 @@ func TestTopRedraw(t *testing.T) {
 	require.Equal(t, watchRounds, strings.Count(r.stdout, "\x1b[J"), "%q", r.stdout)
 	require.Contains(t, r.stdout, "tables: spinlock 0/2  data")
 }
+
+// A segment made without a data area (create --data -1) says so on the
+// tables line: "data 0/0 bytes in 0 regions" read as a full area of no
+// size.
+func TestTopWithoutDataArea(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 2, Upgrades: -1, TxnRecords: -1, LockMgrEntries: -1, DataBytes: -1})
+	r := shmctl(t, false, "top", seg.Path(), "--once")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "\ntables: spinlock 0/2  no data area\n")
+}
