@@ -400,6 +400,9 @@ func removeLeftoverDemo(path string) (removed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if uid, foreign := foreignOwner(fi); foreign {
+		return false, fmt.Errorf("%w: %s, a demo segment, is owned by another user (uid %d) (choose another --path)", errRefused, path, uid)
+	}
 	if len(users) > 0 {
 		return false, fmt.Errorf("%w: %s, a demo segment, is in use: %s (choose another --path)", errRefused, path, strings.Join(users, "; "))
 	}

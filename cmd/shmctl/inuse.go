@@ -18,11 +18,12 @@ import (
 )
 
 // segmentUsers says who uses the segment at path, for commands that would
-// remove or replace it: its owner if another user, the processes that
-// have it mapped, and every hold of a live process (or of an unknown one:
-// a token-mode slot). Nothing found: nil. It opens the segment read-only
-// and changes nothing. fi is the file it examined: the caller removes
-// that file only (shm.RemoveIfSame), not whatever the path names by then.
+// remove or replace it: the processes that have it mapped, and every hold
+// of a live process (or of an unknown one: a token-mode slot). Nothing
+// found: nil. It opens the segment read-only and changes nothing. fi is
+// the file it examined: the caller removes that file only
+// (shm.RemoveIfSame), not whatever the path names by then, and refuses it
+// first if another user owns it (foreignOwner).
 func segmentUsers(path string) (found []string, fi fs.FileInfo, err error) {
 	path, err = shm.ResolvePath(path)
 	if err != nil {
@@ -41,6 +42,14 @@ func segmentUsers(path string) (found []string, fi fs.FileInfo, err error) {
 		return nil, nil, fmt.Errorf("%w: %s", shm.ErrChanged, path)
 	}
 	return found, fi, nil
+}
+
+// foreignOwner is the owner of the file fi, and whether that is another
+// user than this process's: whose segment it is not for this process to
+// remove, used or not.
+func foreignOwner(fi fs.FileInfo) (uid uint32, foreign bool) {
+	uid, ok := fsys.Owner(fi)
+	return uid, ok && uid != fsys.Euid()
 }
 
 // processUsers lists the processes that have the file fi mapped or open
@@ -66,15 +75,10 @@ func processUsers(fi fs.FileInfo) ([]string, error) {
 
 // fileUsers is segmentUsers of the file fi at path.
 func fileUsers(path string, fi fs.FileInfo) ([]string, error) {
-	var found []string
-	if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() {
-		found = append(found, fmt.Sprintf("owned by uid %d, not you", uid))
-	}
-	users, err := processUsers(fi)
+	found, err := processUsers(fi)
 	if err != nil {
 		return nil, err
 	}
-	found = append(found, users...)
 	seg, err := shm.Open(path, shm.Options{ReadOnly: true, AllowForeignOwner: true, AllowOthersAccess: true})
 	if errors.Is(err, layout.ErrVersion) {
 		// A segment of a format this build does not read (an older

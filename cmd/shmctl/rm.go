@@ -27,11 +27,12 @@ func newCmdRm(ios *IOStreams, runF func(*rmOptions) error) *cobra.Command {
 		Long: `Remove each segment file. A file that is not a shmlock segment (no magic,
 not a regular file, a symbolic link) is refused and left alone.
 
-A segment in use is refused too, with what was found, unless --force: one
-owned by another user, one that other processes have mapped or open (as
-their /proc/PID/maps and /proc/PID/fd show, for the processes this user may
-see), and one where a live process holds a lock (an owner slot, an upgrade
-mutex, a lock-manager resource, a transaction or a transaction space), or a
+Another user's segment is refused: its owner removes it, or root with
+--force. A segment in use is refused too, with what was found, unless
+--force: one that other processes have mapped or open (as their
+/proc/PID/maps and /proc/PID/fd show, for the processes this user may see),
+and one where a live process holds a lock (an owner slot, an upgrade mutex,
+a lock-manager resource, a transaction or a transaction space), or a
 token-mode slot is held (its holder cannot be known). The file is removed
 only if it is still the one checked, and nobody has mapped or opened it by
 the time its name is gone (rm moves the name aside, where nobody can open
@@ -123,6 +124,15 @@ func removeSegment(ios *IOStreams, path string, force bool) error {
 	users, fi, err := segmentUsers(path)
 	if err != nil {
 		return gone(err)
+	}
+	// Another user's segment is theirs to remove whether or not it is in
+	// use: only they, or root (with --force, which skips these checks), may.
+	if uid, foreign := foreignOwner(fi); foreign {
+		inUse := ""
+		if len(users) > 0 {
+			inUse = " and in use (" + strings.Join(users, "; ") + ")"
+		}
+		return fmt.Errorf("%w: %s is owned by another user (uid %d)%s: run rm as that user, or as root with --force (which removes it even while in use)", errRefused, path, uid, inUse)
 	}
 	if len(users) > 0 {
 		return fmt.Errorf("%w: %s is in use: %s (--force removes it all the same)", errRefused, path, strings.Join(users, "; "))

@@ -201,3 +201,38 @@ func TestRmLooksAgainOnceTheNameIsAside(t *testing.T) {
 	_, err := os.Stat(path)
 	require.NoError(t, err, "the segment's name is not back")
 }
+
+// Another user's segment is refused as what it is, not as one in use: the
+// message names its owner and says who may remove it (that user, or root
+// with --force), and the error stays errRefused. It said "is in use:
+// owned by uid N, not you", though nothing used it. Its owner removes it.
+func TestRmRefusesAnotherUsersSegment(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: gives the segment to another user")
+	}
+	const owner = 64721
+	path := testproc.SegmentPath(t)
+	r := shmctl(t, false, "create", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.NoError(t, os.Chown(path, owner, owner))
+
+	line := requireOneLineError(t, shmctl(t, false, "rm", path), exitError)
+	assert.Equal(t, "shmctl: refused: "+path+" is owned by another user (uid 64721): run rm as that user, or as root with --force (which removes it even while in use)", line)
+	ios, _, _ := testIOStreams(false)
+	assert.ErrorIs(t, removeSegment(ios, path, false), errRefused)
+	_, err := os.Stat(path)
+	require.NoError(t, err, "a refused rm leaves the segment")
+	// In use as well: said too, in the same refusal. (The subtest's end
+	// ends the process that has it open.)
+	t.Run("in use", func(t *testing.T) {
+		openedBy(t, path)
+		line := requireOneLineError(t, shmctl(t, false, "rm", path), exitError)
+		assert.Regexp(t, ` is owned by another user \(uid 64721\) and in use \(open in process \d+\): run rm as that user`, line)
+	})
+
+	out, err := testproc.CommandAs(t, testproc.User{UID: owner, GID: owner}, "shmctl", "rm", path).CombinedOutput()
+	require.NoError(t, err, "rm as the segment's owner; output:\n%s", out)
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the segment after its owner's rm")
+}
