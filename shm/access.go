@@ -2,9 +2,12 @@ package shm
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
+	"strings"
 
 	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/layout"
 )
 
 // Permission bits of a segment's file besides its owner's. Whoever they
@@ -15,26 +18,56 @@ const (
 	permOthers  fs.FileMode = 0o007 // any access for everyone else
 )
 
-// checkAccess refuses a segment file that opts do not let this process
+// checkAccess refuses a segment file f that opts do not let this process
 // use: one owned by another user (ErrForeignOwner) unless
 // AllowForeignOwner, or GroupAccess and the file is a group segment of one
 // of this process's groups; one whose mode lets others in
 // (ErrPermissiveMode) unless AllowOthersAccess; and one whose mode lets its
 // group in unless GroupAccess or AllowOthersAccess.
-func checkAccess(path string, fi fs.FileInfo, opts Options) error {
+//
+// The advice of a refusal for the mode is for a shell's user (shmctl's) as
+// much as for Go code: the chmod to run, the flag or the option to set. A
+// file that is no segment at all (a mistyped path) is said to be that
+// instead, with no chmod: none would make it a segment.
+func checkAccess(path string, f io.ReaderAt, fi fs.FileInfo, opts Options) error {
 	perm := fi.Mode().Perm()
 	if uid, ok := fsys.Owner(fi); ok && uid != fsys.Euid() && !opts.AllowForeignOwner {
 		if err := checkGroupMember(path, fi, uid, opts); err != nil {
 			return err
 		}
 	}
+	others := perm&permOthers != 0 && !opts.AllowOthersAccess
+	group := perm&permGroup != 0 && !opts.GroupAccess && !opts.AllowOthersAccess
 	switch {
-	case perm&permOthers != 0 && !opts.AllowOthersAccess:
-		return fmt.Errorf("%w: %s has mode %04o: other users may use it (AllowOthersAccess, or chmod o-rwx)", ErrPermissiveMode, path, perm)
-	case perm&permGroup != 0 && !opts.GroupAccess && !opts.AllowOthersAccess:
-		return fmt.Errorf("%w: %s has mode %04o: its group may use it (GroupAccess, shmctl --group, or chmod g-rwx)", ErrPermissiveMode, path, perm)
+	case (others || group) && !hasMagic(f):
+		return fmt.Errorf("%w: %s has mode %04o, but is no shmlock segment at all (it does not start with the magic): check the path", ErrPermissiveMode, path, perm)
+	case others:
+		return fmt.Errorf("%w: %s has mode %04o: other users may use it (chmod o-rwx %s makes it private; Go code that trusts them sets Options.AllowOthersAccess)",
+			ErrPermissiveMode, path, perm, shellWord(path))
+	case group:
+		return fmt.Errorf("%w: %s has mode %04o: its group may use it (a group segment opens with shmctl --group, or Options.GroupAccess in Go; chmod g-rwx %s makes it private)",
+			ErrPermissiveMode, path, perm, shellWord(path))
 	}
 	return nil
+}
+
+// hasMagic reports whether f starts with the segment magic.
+func hasMagic(f io.ReaderAt) bool {
+	b := make([]byte, len(layout.Magic))
+	n, _ := f.ReadAt(b, 0)
+	return n == len(b) && string(b) == layout.Magic
+}
+
+// shellWord is s as one word of sh(1), quoted only if it must be, so that
+// advice that names a path can be pasted into a shell as it is.
+func shellWord(s string) string {
+	plain := func(r rune) bool {
+		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._-+:@%,=", r)
+	}
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !plain(r) }) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // checkGroupMember lets through a file that user uid owns if the caller

@@ -276,7 +276,7 @@ func readCompleteHeader(path string, f *os.File, opts Options) ([]byte, int64, e
 		if !fi.Mode().IsRegular() {
 			return nil, 0, fmt.Errorf("%w: %s is %s", ErrNotRegular, path, describeType(fi.Mode()))
 		}
-		if err := checkAccess(path, fi, opts); err != nil {
+		if err := checkAccess(path, f, fi, opts); err != nil {
 			return nil, 0, err
 		}
 		n, err := f.ReadAt(header, 0)

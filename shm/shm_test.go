@@ -990,6 +990,26 @@ func TestPermissiveModeRefused(t *testing.T) {
 	}
 }
 
+// The chmod that a refusal for the mode advises can be pasted into a shell
+// as it is, for a path that needs quoting too, and the segment then opens.
+func TestPermissiveModeAdviceQuotesThePath(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "it's a $segment")
+	seg, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	require.NoError(t, os.Chmod(path, 0o604))
+	_, err = shm.Open(path, shm.Options{})
+	require.ErrorIs(t, err, shm.ErrPermissiveMode)
+	quoted := "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
+	require.Contains(t, err.Error(), "chmod o-rwx "+quoted+" makes it private")
+	out, err := exec.Command("sh", "-c", "chmod o-rwx "+quoted).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	seg, err = shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+}
+
 // A lock's contention counters belong to its claim: another claim of the
 // same name keeps them, a fresh claim of the entry under a new name starts
 // them at zero.

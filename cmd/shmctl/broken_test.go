@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/txn"
 )
 
@@ -238,5 +240,55 @@ func TestBadSegmentName(t *testing.T) {
 				assert.Contains(t, line, fmt.Sprintf("%q", name))
 			})
 		}
+	}
+}
+
+// A file whose mode lets others (or its group) in is refused with advice a
+// shell user can follow: for a segment, the chmod of its path that makes
+// it private (which then opens), or --group for a group segment; for a
+// file that is no segment at all, that, and no chmod. The error is still
+// shm.ErrPermissiveMode. The advice was "(AllowOthersAccess, or chmod
+// o-rwx)", a Go option and a chmod of no file, for a mistyped path too.
+func TestPermissiveModeAdvice(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		segment   bool
+		mode      os.FileMode
+		want, fix []string // in the message; fix: the command that makes it open
+		notWanted []string
+	}{
+		{"segment, others", true, 0o604, []string{"other users may use it"}, []string{"chmod", "o-rwx"}, nil},
+		{"segment, group", true, 0o640, []string{"its group may use it", "shmctl --group"}, []string{"chmod", "g-rwx"}, nil},
+		{"no segment, others", false, 0o644, []string{"is no shmlock segment"}, nil, []string{"chmod", "AllowOthersAccess"}},
+		{"no segment, group", false, 0o640, []string{"is no shmlock segment"}, nil, []string{"chmod", "GroupAccess", "--group"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, []byte("precious\n"))
+			if tc.segment {
+				path = newSegment(t, layout.Options{}).Path()
+			}
+			require.NoError(t, os.Chmod(path, tc.mode))
+			_, err := shm.Open(path, shm.Options{ReadOnly: true})
+			require.ErrorIs(t, err, shm.ErrPermissiveMode)
+
+			line := requireOneLineError(t, shmctl(t, false, "info", path), exitError)
+			for _, w := range tc.want {
+				assert.Contains(t, line, w)
+			}
+			for _, w := range tc.notWanted {
+				assert.NotContains(t, line, w)
+			}
+			if tc.fix == nil {
+				return
+			}
+			fix := strings.Join(append(tc.fix, path), " ")
+			require.Contains(t, line, fix)
+			out, err := exec.Command(tc.fix[0], append(tc.fix[1:], path)...).CombinedOutput()
+			require.NoError(t, err, "%s: %s", fix, out)
+			r := shmctl(t, false, "info", path)
+			require.Equal(t, exitOK, r.code, "info after %s: %s", fix, r.stderr)
+		})
 	}
 }
