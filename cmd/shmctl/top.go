@@ -104,7 +104,11 @@ func topFrame(opts *topOptions) error {
 	if v.DataBytes == 0 {
 		fmt.Fprint(out, "  no data area\n")
 	} else {
-		fmt.Fprintf(out, "  data %d/%d bytes in %d regions\n", v.DataUsedBytes, v.DataBytes, v.Regions)
+		regions := "regions"
+		if v.Regions == 1 {
+			regions = "region"
+		}
+		fmt.Fprintf(out, "  data %d/%d bytes in %d %s\n", v.DataUsedBytes, v.DataBytes, v.Regions, regions)
 	}
 	if st := v.LockMgr; st != nil {
 		fmt.Fprintf(out, "lockmgr: grants %d  releases %d  conflicts %d  expired %d  reclaimed %d  active %d\n",

@@ -90,7 +90,7 @@ func TestTopOnce(t *testing.T) {
 	opts.now = func() time.Time { return now }
 	require.NoError(t, runTop(opts))
 	want := seg.Path() + "  " + now.UTC().Format(time.RFC3339Nano) + `
-tables: spinlock 3/4 upgrade 1/2 lockmgr 1/3  data 128/4096 bytes in 1 regions
+tables: spinlock 3/4 upgrade 1/2 lockmgr 1/3  data 128/4096 bytes in 1 region
 lockmgr: grants 1  releases 0  conflicts 0  expired 0  reclaimed 0  active 1
 
 KIND	LOCK	HELD	HOLDERS	DEAD	WAITERS	CONTENDED	WAIT_SECONDS	AGE_SECONDS	INCONSISTENT
