@@ -24,4 +24,10 @@
 // (for instance it is mounted with hidepid), Alive falls back to
 // kill(pid, 0) and errs on the side of "alive": it never reports a live
 // owner as dead. Other platforms than Linux only get that fallback.
+//
+// An identity means something in its own PID namespace only. A process
+// of an ancestor namespace sees the processes of its descendants in its
+// /proc too, under other pids: ScanPIDNamespaces finds them by their pids
+// in their own namespaces (NSpid), and judges a process of another
+// namespace where the scan can be sure (PIDNamespaces.Alive).
 package proc

@@ -11,6 +11,9 @@ var (
 	ParseUUID     = parseUUID
 	ParseBootTime = parseBootTime
 	ParseParent   = parseParent
+	ParseNSpid    = parseNSpid
+	// ParseProcHidesPIDs reads a mountinfo.
+	ParseProcHidesPIDs = parseProcHidesPIDs
 )
 
 // SetKill replaces the kill(2) used by Alive's fallback until tb ends.

@@ -3,6 +3,8 @@ package proc
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -61,4 +63,67 @@ func checkParent(t *testing.T, line []byte) {
 	if ppid2, err := parseParent(plain); err != nil || ppid2 != ppid {
 		t.Fatalf("parseParent with comm replaced: got %d, %v; want %d, nil", ppid2, err, ppid)
 	}
+}
+
+// FuzzParseNSpid checks that parseNSpid never panics, that every failure
+// wraps ErrMalformedStatus, that every pid it returns is one (1 to
+// MaxPID), and that the line it read, written anew, reads the same: the
+// other lines of the status do not matter.
+func FuzzParseNSpid(f *testing.F) {
+	for _, seed := range []string{
+		"Name:\tsleep\nPid:\t10926\nNStgid:\t10926\t40\t2\nNSpid:\t10926\t40\t2\nNSpgid:\t10925\t39\t1\n",
+		"NSpid:\t1\n",
+		"NSpid:\t4194303 4194304\n",
+		"NSpid:\n",
+		"Name:\tNSpid:\t5\n",
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, status []byte) {
+		pids, err := parseNSpid(status)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedStatus) {
+				t.Fatalf("error %v does not wrap ErrMalformedStatus", err)
+			}
+			return
+		}
+		if len(pids) == 0 {
+			t.Fatal("no pids and no error")
+		}
+		line := []byte(nspidTag)
+		for _, pid := range pids {
+			if pid == 0 || pid > MaxPID {
+				t.Fatalf("pid %d out of range", pid)
+			}
+			line = fmt.Appendf(line, "\t%d", pid)
+		}
+		again, err := parseNSpid(append([]byte("Name:\tx\n"), line...))
+		if err != nil || !slices.Equal(again, pids) {
+			t.Fatalf("written anew: got %v, %v; want %v, nil", again, err, pids)
+		}
+	})
+}
+
+// FuzzParseProcHidesPIDs checks that parseProcHidesPIDs never panics, and
+// that the last mount on /proc decides: a plain proc mount on top hides
+// nothing, whatever came before.
+func FuzzParseProcHidesPIDs(f *testing.F) {
+	for _, seed := range []string{
+		"21 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n22 21 0:20 / /proc rw,nosuid shared:5 - proc proc rw\n",
+		"22 21 0:20 / /proc rw - proc proc rw,hidepid=invisible,gid=10\n",
+		"22 21 0:20 / /proc rw shared:5 master:1 - proc proc rw,hidepid=2\n",
+		"22 21 0:20 / /proc rw - tmpfs tmpfs rw\n",
+		"- - - - /proc - - proc",
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, mountinfo []byte) {
+		_, _ = parseProcHidesPIDs(mountinfo)
+		top := append(append([]byte(nil), mountinfo...), "\n45 22 0:39 / /proc rw - proc proc rw\n"...)
+		if hides, err := parseProcHidesPIDs(top); hides || err != nil {
+			t.Fatalf("with a plain proc on top: got %v, %v; want false, nil", hides, err)
+		}
+	})
 }

@@ -14,6 +14,12 @@ var (
 	ErrNoProcess = errors.New("proc: no such process")
 	// ErrMalformedStat is wrapped by every failure to parse a /proc stat file.
 	ErrMalformedStat = errors.New("proc: malformed /proc stat")
+	// ErrMalformedStatus is wrapped by every failure to parse the NSpid
+	// line of a /proc status file.
+	ErrMalformedStatus = errors.New("proc: malformed /proc status")
+	// ErrCannotTell: a scan of /proc (ScanPIDNamespaces) cannot tell
+	// whether a process of another PID namespace runs.
+	ErrCannotTell = errors.New("proc: cannot tell whether the process runs")
 )
 
 // A lock owner is stored in shared memory as one uint64, the packed

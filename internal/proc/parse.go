@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Fields of /proc/<pid>/stat after the command name, numbered as in
@@ -99,4 +101,76 @@ func parseBootTime(b []byte) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("proc: no btime in /proc/stat")
+}
+
+// nspidTag starts the line of /proc/<pid>/status that gives the process's
+// pid in each PID namespace, from the one /proc was mounted for down to
+// its own (Linux 4.1 and later).
+const nspidTag = "NSpid:"
+
+// parseNSpid returns the pids of the NSpid line of the contents of
+// /proc/<pid>/status: the first in the namespace of the /proc read, the
+// last in the process's own. Each is a pid, from 1 to MaxPID. Every
+// failure wraps ErrMalformedStatus.
+func parseNSpid(status []byte) ([]uint32, error) {
+	for line := range bytes.Lines(status) {
+		rest, ok := bytes.CutPrefix(line, []byte(nspidTag))
+		if !ok {
+			continue
+		}
+		fields := bytes.Fields(rest)
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("%w: empty %s line", ErrMalformedStatus, nspidTag)
+		}
+		pids := make([]uint32, len(fields))
+		for i, f := range fields {
+			pid, err := strconv.ParseUint(string(f), 10, 32)
+			if err != nil || pid == 0 || pid > MaxPID {
+				return nil, fmt.Errorf("%w: %s %q", ErrMalformedStatus, nspidTag, f)
+			}
+			pids[i] = uint32(pid)
+		}
+		return pids, nil
+	}
+	return nil, fmt.Errorf("%w: no %s line", ErrMalformedStatus, nspidTag)
+}
+
+// The mount options that hide processes from /proc: with hidepid set to
+// anything but its default ("0", "off"), a process that may not ptrace
+// another does not see it, or only its directory (proc(5)).
+const (
+	procMountPoint = "/proc"
+	hidePIDOption  = "hidepid="
+)
+
+// parseProcHidesPIDs reads the contents of /proc/self/mountinfo and says
+// whether the proc file system mounted on /proc, the last mount there
+// (the one a path reaches), hides processes (hidepid). A /proc that is no
+// proc mount is an error: what it shows says nothing.
+func parseProcHidesPIDs(mountinfo []byte) (bool, error) {
+	var found bool
+	var fstype string
+	var options []string
+	for line := range bytes.Lines(mountinfo) {
+		// id parent major:minor root mount-point options [optional...] - fstype source super-options
+		fields := strings.Fields(string(line))
+		sep := slices.Index(fields, "-")
+		if sep < 6 || len(fields) < sep+4 || fields[4] != procMountPoint {
+			continue
+		}
+		found, fstype = true, fields[sep+1]
+		options = append(strings.Split(fields[5], ","), strings.Split(fields[sep+3], ",")...)
+	}
+	switch {
+	case !found:
+		return false, fmt.Errorf("proc: nothing is mounted on %s", procMountPoint)
+	case fstype != "proc":
+		return false, fmt.Errorf("proc: %s is a %q mount, not proc", procMountPoint, fstype)
+	}
+	for _, o := range options {
+		if v, ok := strings.CutPrefix(o, hidePIDOption); ok && v != "0" && v != "off" {
+			return true, nil
+		}
+	}
+	return false, nil
 }

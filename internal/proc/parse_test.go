@@ -2,6 +2,7 @@ package proc_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/shmlock/shmlock/internal/proc"
@@ -124,6 +125,78 @@ func TestParseParent(t *testing.T) {
 			}
 			if err != nil && !errors.Is(err, proc.ErrMalformedStat) {
 				t.Errorf("error %v does not wrap ErrMalformedStat", err)
+			}
+		})
+	}
+}
+
+// realStatus is the head of a /proc/<pid>/status of a process of a PID
+// namespace two below that of the /proc read.
+const realStatus = "Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t10926\nNgid:\t0\nPid:\t10926\nPPid:\t10925\nTracerPid:\t0\nNStgid:\t10926\t40\t2\nNSpid:\t10926\t40\t2\nNSpgid:\t10925\t39\t1\n"
+
+func TestParseNSpid(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, status string
+		want         []uint32 // nil: malformed
+	}{
+		{"real", realStatus, []uint32{10926, 40, 2}},
+		{"one namespace", "Pid:\t7\nNSpid:\t7\n", []uint32{7}},
+		{"last line, no newline", "Pid:\t7\nNSpid:\t7 1", []uint32{7, 1}},
+		{"largest pid", "NSpid:\t4194303\n", []uint32{proc.MaxPID}},
+		{"kernel before 4.1", "Name:\tx\nPid:\t7\nPPid:\t1\n", nil},
+		{"empty line", "NSpid:\t\nPid:\t7\n", nil},
+		{"pid 0", "NSpid:\t7\t0\n", nil},
+		{"pid too large", "NSpid:\t4194304\n", nil},
+		{"negative", "NSpid:\t7\t-1\n", nil},
+		{"not a number", "NSpid:\t7\tx\n", nil},
+		{"NSpid inside a line", "Name:\tNSpid:\t5\n", nil},
+		{"empty", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := proc.ParseNSpid([]byte(tt.status))
+			if !slices.Equal(got, tt.want) || (tt.want == nil) != errors.Is(err, proc.ErrMalformedStatus) {
+				t.Errorf("got %v, %v; want %v (nil: an error wrapping ErrMalformedStatus)", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseProcHidesPIDs(t *testing.T) {
+	t.Parallel()
+	const (
+		root = "21 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
+		sys  = "23 21 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n"
+	)
+	tests := []struct {
+		name, mountinfo string
+		hides, ok       bool
+	}{
+		{"plain", root + "22 21 0:20 / /proc rw,nosuid,nodev,noexec,relatime shared:5 - proc proc rw\n" + sys, false, true},
+		{"hidepid=invisible", root + "22 21 0:20 / /proc rw,relatime - proc proc rw,hidepid=invisible\n", true, true},
+		{"hidepid=2", root + "22 21 0:20 / /proc rw,relatime - proc proc rw,hidepid=2,gid=10\n", true, true},
+		{"hidepid=noaccess", root + "22 21 0:20 / /proc rw - proc proc rw,hidepid=noaccess\n", true, true},
+		{"hidepid=off", root + "22 21 0:20 / /proc rw - proc proc rw,hidepid=off\n", false, true},
+		{"hidepid=0", root + "22 21 0:20 / /proc rw - proc proc rw,hidepid=0\n", false, true},
+		{"subset=pid", root + "22 21 0:20 / /proc rw - proc proc rw,subset=pid\n", false, true},
+		{"no optional fields", root + "22 21 0:20 / /proc rw - proc proc rw", false, true},
+		{"several optional fields", root + "22 21 0:20 / /proc rw shared:5 master:1 - proc proc rw,hidepid=2\n", true, true},
+		{"the last /proc counts", root + "22 21 0:20 / /proc rw - proc proc rw,hidepid=2\n45 22 0:39 / /proc rw - proc proc rw\n", false, true},
+		{"the last /proc counts, hiding", root + "22 21 0:20 / /proc rw - proc proc rw\n45 22 0:39 / /proc rw - proc proc rw,hidepid=4\n", true, true},
+		{"a mount under /proc is not /proc", root + "22 21 0:20 / /proc rw - proc proc rw\n30 22 0:40 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw,hidepid=2\n", false, true},
+		{"no /proc", root + sys, false, false},
+		{"a tmpfs on /proc", root + "22 21 0:20 / /proc rw - tmpfs tmpfs rw\n", false, false},
+		{"no separator", root + "22 21 0:20 / /proc rw proc proc rw,hidepid=2\n", false, false},
+		{"empty", "", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			hides, err := proc.ParseProcHidesPIDs([]byte(tt.mountinfo))
+			if hides != tt.hides || tt.ok != (err == nil) {
+				t.Errorf("got %v, %v; want %v, ok %v", hides, err, tt.hides, tt.ok)
 			}
 		})
 	}

@@ -438,3 +438,29 @@ func TestChildren(t *testing.T) {
 		t.Errorf("reaped child %d still among %v", cmd.Process.Pid, got)
 	}
 }
+
+// A scan of this /proc judges this process alive, and a process of a PID
+// namespace that has none (no namespace's inode is 1) dead where this is
+// the initial namespace, which sees every process; elsewhere that
+// namespace may be out of sight.
+func TestScanPIDNamespaces(t *testing.T) {
+	t.Parallel()
+	own, err := proc.PIDNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := proc.ScanPIDNamespaces()
+	if alive, err := s.Alive(own, proc.Self()); !alive || err != nil {
+		t.Errorf("this process: got %v, %v; want true, nil", alive, err)
+	}
+	alive, err := s.Alive(1, proc.Self())
+	switch {
+	case own == proc.InitialPIDNamespace:
+		if alive || err != nil {
+			t.Errorf("in the initial namespace, a process of a namespace with none: got %v, %v; want false, nil", alive, err)
+		}
+	case alive || !errors.Is(err, proc.ErrCannotTell):
+		t.Errorf("in pid:[%d], a process of a namespace not shown: got %v, %v; want false, ErrCannotTell", own, alive, err)
+	}
+	t.Logf("this is pid:[%d] (initial: %v); a namespace not shown: %v", own, own == proc.InitialPIDNamespace, err)
+}

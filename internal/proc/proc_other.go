@@ -39,3 +39,11 @@ func OpenHere(dev, ino uint64) bool { return true }
 
 // Children needs /proc: none are known.
 func Children() []int { return nil }
+
+// ScanPIDNamespaces needs /proc: no process of another namespace can be
+// judged.
+func ScanPIDNamespaces() *PIDNamespaces {
+	return failedScan(0, errNoProcFS)
+}
+
+func timeNamespace(int) (uint64, error) { return 0, errNoProcFS }

@@ -1,0 +1,153 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// InitialPIDNamespace is the inode of the initial PID namespace, the one
+// the kernel starts in: the kernel's PROC_PID_INIT_INO, fixed since Linux
+// 3.8, while every namespace made later gets an inode from 0xF0000000 up
+// (proc_alloc_inum), so no other namespace has it. It is the one sound
+// test of "initial": inside any namespace, its own init is pid 1 and its
+// /proc starts there, just as in the initial one.
+const InitialPIDNamespace = 0xEFFFFFFC
+
+// PIDNamespaces is what one look through /proc (ScanPIDNamespaces) found
+// of the processes of other PID namespaces than this process's, so that
+// the makers of many hidden names are judged on one scan.
+//
+// A process is in /proc only for its own PID namespace and that one's
+// ancestors, with a pid in each; NSpid in /proc/<pid>/status lists them
+// from the namespace of the /proc read down to the process's own. So where
+// one process of a namespace is shown, all of them are, and a process of
+// that namespace with a given pid in it is there or does not exist. Where
+// none is shown, the namespace is not a descendant of this one (a sibling,
+// a parent: its processes are out of sight) or it has no process left; a
+// namespace whose init has exited never gets one again. Only the initial
+// namespace, of which every namespace is a descendant, tells these apart:
+// there, a namespace with no process shown has none. Anything that hides
+// a process from the scan (a status or ns/pid refused, hidepid) leaves the
+// answer unknown where that process may be the one sought.
+type PIDNamespaces struct {
+	own     uint64 // this process's PID namespace
+	initial bool   // own is the initial namespace: /proc shows every process
+	err     error  // why nothing can be judged (wraps ErrCannotTell); nil if the scan is sound
+	// byNS maps each namespace shown (a descendant of own) to the pids of
+	// its processes there, each to its pid in /proc.
+	byNS map[uint64]map[uint32]int
+	// unplaced maps a pid in its own namespace to the /proc pid of a
+	// process of another namespace than own that has it, and whose
+	// namespace could not be read (ns/pid refused): it may be any.
+	unplaced map[uint32]int
+	// unread is the /proc pid of a process whose status could not be
+	// read, so that its pids in every namespace are unknown; 0 if none.
+	unread int
+	// alive is Alive, and timeNamespace reads the inode of the time
+	// namespace of the process at a /proc pid (see Alive below); tests
+	// replace them.
+	alive         func(Identity) bool
+	timeNamespace func(pid int) (uint64, error)
+}
+
+// A scannedProcess is what a scan read of one process of /proc that is
+// of another PID namespace than this process's (NSpid has more than one
+// pid).
+type scannedProcess struct {
+	pid   int    // in /proc
+	inner uint32 // its pid in its own namespace (the last of NSpid); 0: the status was refused
+	ns    uint64 // its PID namespace; 0: ns/pid was refused
+}
+
+// newPIDNamespaces records the processes a scan found for a process of
+// the PID namespace own whose /proc is of that namespace.
+func newPIDNamespaces(own uint64, procs []scannedProcess) *PIDNamespaces {
+	s := &PIDNamespaces{own: own, initial: own == InitialPIDNamespace, byNS: map[uint64]map[uint32]int{},
+		unplaced: map[uint32]int{}, alive: Alive, timeNamespace: timeNamespace}
+	for _, p := range procs {
+		switch {
+		case p.inner == 0:
+			s.unread = p.pid
+		case p.ns == 0:
+			s.unplaced[p.inner] = p.pid
+		default:
+			if s.byNS[p.ns] == nil {
+				s.byNS[p.ns] = map[uint32]int{}
+			}
+			s.byNS[p.ns][p.inner] = p.pid
+		}
+	}
+	return s
+}
+
+// failedScan is a scan, by a process of the PID namespace own (0 if
+// unknown), that judges no process of another namespace: err says why.
+func failedScan(own uint64, err error) *PIDNamespaces {
+	s := newPIDNamespaces(own, nil)
+	s.err = fmt.Errorf("%w: %w", ErrCannotTell, err)
+	return s
+}
+
+// Alive says whether the process id, whose pid and start time are as it
+// read them itself in its PID namespace ns, runs: true if the process
+// with that pid in ns started then, false if it is dead, and an error
+// wrapping ErrCannotTell if the scan cannot tell (see PIDNamespaces). It
+// never says a live process is dead; one that ended after the scan may
+// still be said to run.
+//
+// The start time is field 22 of /proc/<pid>/stat, clock ticks since boot
+// whatever PID namespace reads it: the kernel keeps one start time per
+// process. But it adds the boot-time offset of the reader's time
+// namespace (Linux 5.6 and later): a process of another time namespace
+// than this one may have read its start shifted, so a different start is
+// no proof of a reused pid there.
+func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
+	switch {
+	case ns == s.own:
+		return s.alive(id), nil
+	case s.err != nil:
+		return false, s.err
+	}
+	if pid, ok := s.byNS[ns][id.PID]; ok {
+		if s.alive(Identity{PID: uint32(pid), StartTicks: id.StartTicks}) {
+			return true, nil
+		}
+		return false, s.sameClock(pid)
+	}
+	if pid, ok := s.unplaced[id.PID]; ok {
+		return false, fmt.Errorf("%w: process %d has pid %d in its PID namespace, which may not be read", ErrCannotTell, pid, id.PID)
+	}
+	if s.unread != 0 {
+		return false, fmt.Errorf("%w: /proc/%d/status may not be read", ErrCannotTell, s.unread)
+	}
+	if _, shown := s.byNS[ns]; shown || s.initial {
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: no process of pid:[%d] is shown here: it is not below this namespace, or it has none left, which only the initial PID namespace tells apart",
+		ErrCannotTell, ns)
+}
+
+// sameClock is nil if the process at the /proc pid pid, which is not the
+// one sought or no longer is, tells nothing: it has ended, or it reads
+// start times as this process does (the same time namespace, or a kernel
+// without them). Otherwise its start time may have been shifted: an error
+// wrapping ErrCannotTell.
+func (s *PIDNamespaces) sameClock(pid int) error {
+	own, err := s.timeNamespace(0)
+	if err != nil {
+		return fmt.Errorf("%w: this process's time namespace: %w", ErrCannotTell, err)
+	}
+	if own == 0 {
+		return nil
+	}
+	ns, err := s.timeNamespace(pid)
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: the time namespace of process %d: %w", ErrCannotTell, pid, err)
+	case ns != own:
+		return fmt.Errorf("%w: process %d, of another time namespace, may see another start time", ErrCannotTell, pid)
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// TestPIDNamespacesAlive judges the processes of other PID namespaces on
+// scans made up: this namespace is 100, a child namespace 200 shows its
+// pid 1 as /proc's 500, started at 42, and its pid 7 as 501; the
+// namespace 300 shows nothing.
+func TestPIDNamespacesAlive(t *testing.T) {
+	t.Parallel()
+	shown := []scannedProcess{{pid: 500, inner: 1, ns: 200}, {pid: 501, inner: 7, ns: 200}}
+	const ownTime = 8
+	tests := []struct {
+		name      string
+		own       uint64
+		procs     []scannedProcess
+		timeNS    map[int]uint64 // of /proc pids, and 0 for this process; missing: the process ended
+		ns        uint64
+		id        Identity
+		alive, ok bool // ok false: ErrCannotTell
+	}{
+		{"the maker runs", 100, shown, nil, 200, Identity{1, 42}, true, true},
+		{"its pid now names a later process", 100, shown, map[int]uint64{0: ownTime, 500: ownTime}, 200, Identity{1, 41}, false, true},
+		{"... which ended too", 100, shown, map[int]uint64{0: ownTime}, 200, Identity{1, 41}, false, true},
+		{"... on a kernel without time namespaces", 100, shown, map[int]uint64{0: 0}, 200, Identity{1, 41}, false, true},
+		{"... of another time namespace, which shifts start times", 100, shown, map[int]uint64{0: ownTime, 500: 9}, 200, Identity{1, 41}, false, false},
+		{"no process of the namespace has the pid", 100, shown, nil, 200, Identity{3, 42}, false, true},
+		{"a namespace not shown may be out of sight", 100, shown, nil, 300, Identity{1, 42}, false, false},
+		{"in the initial namespace, one not shown has no process", InitialPIDNamespace, shown, nil, 300, Identity{1, 42}, false, true},
+		{"this namespace's own process", 100, shown, nil, 100, Identity{3, 42}, true, true},
+		{"a process of unread namespace has the pid", InitialPIDNamespace, append(shown, scannedProcess{pid: 502, inner: 3}), nil,
+			200, Identity{3, 42}, false, false},
+		{"... another pid", InitialPIDNamespace, append(shown, scannedProcess{pid: 502, inner: 4}), nil, 200, Identity{3, 42}, false, true},
+		{"... yet the maker is found", 100, append(shown, scannedProcess{pid: 502, inner: 1}), nil, 200, Identity{1, 42}, true, true},
+		{"a status unread", InitialPIDNamespace, append(shown, scannedProcess{pid: 503}), nil, 300, Identity{1, 42}, false, false},
+		{"... yet the maker, found, is judged", 100, append(shown, scannedProcess{pid: 503}), nil, 200, Identity{1, 42}, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newPIDNamespaces(tt.own, tt.procs)
+			s.alive = func(id Identity) bool {
+				// /proc's 500 started at 42; a process of this namespace runs if it started then.
+				return id.StartTicks == 42 && (id.PID == 500 || tt.ns == tt.own)
+			}
+			s.timeNamespace = func(pid int) (uint64, error) {
+				if ns, ok := tt.timeNS[pid]; ok {
+					return ns, nil
+				}
+				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+			}
+			alive, err := s.Alive(tt.ns, tt.id)
+			if alive != tt.alive || tt.ok != (err == nil) || err != nil && !errors.Is(err, ErrCannotTell) {
+				t.Errorf("got %v, %v; want %v, ok %v (else ErrCannotTell)", alive, err, tt.alive, tt.ok)
+			}
+		})
+	}
+}
+
+// A scan that failed judges nothing of another namespace.
+func TestPIDNamespacesFailedScan(t *testing.T) {
+	t.Parallel()
+	s := failedScan(InitialPIDNamespace, errors.New("/proc is mounted with hidepid"))
+	if alive, err := s.Alive(200, Identity{1, 42}); alive || !errors.Is(err, ErrCannotTell) {
+		t.Errorf("got %v, %v; want false, ErrCannotTell", alive, err)
+	}
+}
