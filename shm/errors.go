@@ -62,9 +62,13 @@ var (
 	// ErrForeignNamespace: RecoverLeftovers keeps a leftover whose remover
 	// (or a pending file whose creator) is a process of another PID
 	// namespace, which shares the directory (/dev/shm of a host and its
-	// containers): its pid names another process here, or none, and the
-	// descriptors it has open are not in this namespace's /proc, so only
-	// a recovery in its own namespace can tell whether it lives.
+	// containers), and that this process cannot judge: its pid names
+	// another process here, or none, and neither it nor the descriptors
+	// it has open are in this namespace's /proc, so only a recovery in its
+	// own namespace, or in an ancestor, can tell whether it lives. One of
+	// a descendant namespace (a container's, seen from its host) is judged
+	// (unless /proc hides some processes), and so, from the initial
+	// namespace, is one of a namespace that has no process left.
 	ErrForeignNamespace = errors.New("shm: the leftover's process is of another PID namespace")
 	// ErrNameNotKept: a leftover's hidden name keeps only the digest of
 	// the long name it was removed from (RecoverLeftoversOf, told the

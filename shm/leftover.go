@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -181,10 +182,15 @@ type Leftover struct {
 //
 //   - a leftover whose remover still runs is kept (ErrRemoverAlive): it
 //     may be in the middle of its removal;
-//   - one whose remover is a process of another PID namespace is kept
-//     (ErrForeignNamespace): no process of this one can tell whether it
-//     runs, nor see who has the file open (a name of the previous
-//     release, which does not say the namespace, is judged here);
+//   - one whose remover is a process of another PID namespace that this
+//     process cannot judge is kept (ErrForeignNamespace): there its pid
+//     names another process or none, and only its own namespace's /proc,
+//     or an ancestor's, shows it and who has the file open. A remover of
+//     a descendant namespace (a container's, seen from its host) is
+//     judged as one of this namespace, by its pid in its own; and from
+//     the initial namespace, one of a namespace with no process left is
+//     dead (see proc.PIDNamespaces; a name of the previous release,
+//     which does not say the namespace, is judged here);
 //   - one that is not a regular file of this user with a segment's header
 //     is kept: a symlink (not followed), a FIFO or a device (not opened,
 //     see Open), a file of another user, a file of other contents;
@@ -200,7 +206,8 @@ type Leftover struct {
 // if nobody has it mapped or open (who could, is a process that inherited
 // its descriptor: then it is kept, ErrLeftoverInUse); a live creator's is
 // kept (ErrCreatorAlive): it is being made; and so is one whose creator is
-// of another PID namespace (ErrForeignNamespace). One that a recovery
+// of another PID namespace that this process cannot judge
+// (ErrForeignNamespace), as for a remover. One that a recovery
 // moved aside is removed likewise once that recovery is dead
 // (ErrRemoverAlive or ErrForeignNamespace before), never put back.
 //
@@ -215,7 +222,8 @@ func RecoverLeftovers(dir string, dryRun bool) ([]Leftover, error) {
 // directory whose hidden name keeps path's base name or its digest, and
 // every pending file there whose creator is dead (its name does not say
 // which segment it was to become), moved aside or not: not those of a
-// creator of another PID namespace, which may be alive.
+// creator of another PID namespace that cannot be judged, which may be
+// alive.
 func RecoverLeftoversOf(path string, dryRun bool) ([]Leftover, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
@@ -233,14 +241,18 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
+	// Scanned once a name of another namespace asks, after the directory
+	// was read: every maker that a name here says was started before.
+	j := &makerJudge{ns: ns, scan: sync.OnceValue(proc.ScanPIDNamespaces)}
 	found := []Leftover{}
 	for _, e := range entries {
 		if creator, ok := fsys.ParsePendingName(e.Name()); ok {
 			// A live creator's file is no leftover, and may be another
 			// segment's in the making: only a look at the whole directory
-			// reports it; so is one of another namespace, which may be.
-			if name == "" || makerLives(creator, ns, ErrCreatorAlive) == nil {
-				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, ns, ErrCreatorAlive, originOf(e.Name()), dryRun))
+			// reports it; so is one whose creator cannot be judged, which
+			// may be.
+			if name == "" || j.lives(creator, ErrCreatorAlive) == nil {
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), creator, j, ErrCreatorAlive, originOf(e.Name()), dryRun))
 			}
 			continue
 		}
@@ -255,8 +267,8 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 			// asked for (it was to become none that is known); a live
 			// recovery's is listed only by a look at the whole directory,
 			// as a live creator's.
-			if name == "" || makerLives(remover, ns, ErrRemoverAlive) == nil {
-				found = append(found, recoverPending(filepath.Join(dir, e.Name()), remover, ns, ErrRemoverAlive, o, dryRun))
+			if name == "" || j.lives(remover, ErrRemoverAlive) == nil {
+				found = append(found, recoverPending(filepath.Join(dir, e.Name()), remover, j, ErrRemoverAlive, o, dryRun))
 			}
 			continue
 		}
@@ -266,16 +278,29 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 		if name != "" {
 			o.name = name
 		}
-		found = append(found, recoverLeftover(filepath.Join(dir, e.Name()), remover, ns, o, dryRun))
+		found = append(found, recoverLeftover(filepath.Join(dir, e.Name()), remover, j, o, dryRun))
 	}
 	return found, nil
 }
 
-// makerLives says whether the maker of a hidden name (a remover, or a
-// pending file's creator), read by a process of the PID namespace ns, may
-// still run: alive, wrapped, if it does; ErrForeignNamespace if it is of
-// another namespace, where its pid names another process or none, and
-// whose /proc alone shows the descriptors it has open; nil if it is dead.
+// A makerJudge judges the makers of hidden names (removers, and pending
+// files' creators) for a recovery by a process of the PID namespace ns.
+type makerJudge struct {
+	ns   uint64
+	scan func() *proc.PIDNamespaces // of /proc, made once, when a maker of another namespace is judged
+}
+
+// lives says whether the maker m of a hidden name may still run: alive,
+// wrapped, if it does; ErrForeignNamespace if it is of another namespace
+// that this process cannot judge; nil if it is dead.
+//
+// A maker of another namespace is judged where this one is its ancestor,
+// whose /proc shows its processes too, by their pids in their own
+// namespace; and from the initial namespace, whose /proc shows every
+// process, one of a namespace with no process left is dead
+// (proc.PIDNamespaces says when it can be sure). Elsewhere its pid names
+// another process here or none, and only a recovery of its own namespace,
+// or of an ancestor, can tell: it is ErrForeignNamespace.
 //
 // A name of the previous release does not say the maker's namespace: it
 // is judged here, as that release judged it, which is right wherever the
@@ -283,24 +308,31 @@ func recoverLeftovers(dir, name string, dryRun bool) ([]Leftover, error) {
 // choice: keeping such names instead would keep for good every leftover
 // that a killed process of that release left, and the processes of that
 // release, which still judge them everywhere, would not keep them anyway.
-func makerLives(m fsys.Maker, ns uint64, alive error) error {
+func (j *makerJudge) lives(m fsys.Maker, alive error) error {
+	if m.PIDNamespace == 0 || m.PIDNamespace == j.ns {
+		if proc.Alive(m.Identity) {
+			return fmt.Errorf("%w (process %d)", alive, m.PID)
+		}
+		return nil
+	}
+	running, err := j.scan().Alive(m.PIDNamespace, m.Identity)
 	switch {
-	case m.PIDNamespace != 0 && m.PIDNamespace != ns:
-		return fmt.Errorf("%w (process %d of pid:[%d], this is pid:[%d])", ErrForeignNamespace, m.PID, m.PIDNamespace, ns)
-	case proc.Alive(m.Identity):
-		return fmt.Errorf("%w (process %d)", alive, m.PID)
+	case err != nil:
+		return fmt.Errorf("%w (process %d of pid:[%d], this is pid:[%d]): %v", ErrForeignNamespace, m.PID, m.PIDNamespace, j.ns, err)
+	case running:
+		return fmt.Errorf("%w (process %d of pid:[%d], below this namespace)", alive, m.PID, m.PIDNamespace)
 	}
 	return nil
 }
 
-// recoverLeftover does what RecoverLeftovers, in the PID namespace ns,
+// recoverLeftover does what RecoverLeftovers, judging makers with j,
 // does with the leftover at path, which remover moved aside from o.
-func recoverLeftover(path string, remover fsys.Maker, ns uint64, o origin, dryRun bool) Leftover {
+func recoverLeftover(path string, remover fsys.Maker, j *makerJudge, o origin, dryRun bool) Leftover {
 	l := Leftover{Path: path, Remover: remover.Pack(), PIDNamespace: remover.PIDNamespace, Action: LeftoverKept}
 	if o.name != "" {
 		l.Name = filepath.Join(filepath.Dir(path), o.name)
 	}
-	if l.Err = makerLives(remover, ns, ErrRemoverAlive); l.Err != nil {
+	if l.Err = j.lives(remover, ErrRemoverAlive); l.Err != nil {
 		return l
 	}
 	fi, err := examineLeftover(path)
@@ -345,16 +377,16 @@ func recoverLeftover(path string, remover fsys.Maker, ns uint64, o origin, dryRu
 	return l
 }
 
-// recoverPending does what RecoverLeftovers, in the PID namespace ns,
+// recoverPending does what RecoverLeftovers, judging makers with j,
 // does with a pending file at path, which maker made (its creator; or,
 // moved aside on its way to removal and not unlinked, the recovery that
 // was killed in between: then alive is ErrRemoverAlive, not
 // ErrCreatorAlive). o is the pending name, which its own move aside
 // keeps. Its contents are not checked: a creator killed early leaves no
 // header, or part of one; and it has no segment's name to go back to.
-func recoverPending(path string, maker fsys.Maker, ns uint64, alive error, o origin, dryRun bool) Leftover {
+func recoverPending(path string, maker fsys.Maker, j *makerJudge, alive error, o origin, dryRun bool) Leftover {
 	l := Leftover{Path: path, Remover: maker.Pack(), PIDNamespace: maker.PIDNamespace, Pending: true, Action: LeftoverKept}
-	if l.Err = makerLives(maker, ns, alive); l.Err != nil {
+	if l.Err = j.lives(maker, alive); l.Err != nil {
 		return l
 	}
 	removePending(&l, o, dryRun)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/shm"
 )
@@ -24,6 +25,17 @@ func init() {
 		wait := waitForWord("aside")
 		shm.SetTestHookAside(func(string) { wait() })
 		fmt.Println("removed", shm.Remove(args[0]))
+		return 0
+	}
+	// maker: print "maker " and this process as a hidden name says it
+	// (fsys.FormatMaker), then wait for a line on stdin.
+	helpers["maker"] = func([]string) int {
+		self, err := fsys.SelfMaker()
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		waitForWord("maker " + fsys.FormatMaker(self))()
 		return 0
 	}
 	// recover DIR: RecoverLeftovers(DIR) and print a line for each
@@ -53,19 +65,29 @@ func waitForWord(line string) func() {
 	}
 }
 
+// goneNamespace is the PID namespace of makers whose namespace has no
+// process: no namespace has inode 1 (theirs are the kernel's fixed ones
+// of the initial namespaces, and from 0xF0000000 up).
+const goneNamespace = 1
+
 // A hidden name says which PID namespace its maker is of, and a process of
-// another namespace never judges it: there the maker's pid names another
-// process or none, and its descriptors are not in /proc. Such a file, a
-// pending file or a removed segment, is kept (ErrForeignNamespace),
-// whether its maker's identity names a live process or, as here, none;
-// those of this namespace are recovered as ever. A look for one segment's
-// leftovers lists a foreign pending file no more than a live creator's.
-func TestRecoverLeftoversKeepsForeignNamespaces(t *testing.T) {
+// another namespace judges it only where it can be sure: here, one whose
+// namespace has no process (it ended) is dead if this is the initial
+// namespace, which sees every process, and cannot be judged elsewhere,
+// where that namespace may be out of sight (ErrForeignNamespace). Such a
+// file, a pending file or a removed segment, is removed or kept
+// accordingly; those of this namespace are recovered as ever. A look for
+// one segment's leftovers lists a pending file it cannot judge no more
+// than a live creator's. Before, a maker of another namespace was never
+// judged, and a container's leftovers waited for an operator for good.
+func TestRecoverLeftoversOfGoneNamespaces(t *testing.T) {
 	t.Parallel()
 	dir := leftoverDir(t)
 	dead := deadMaker(t)
 	foreign := dead
-	foreign.PIDNamespace++
+	foreign.PIDNamespace = goneNamespace
+	judged := ownNamespace(t) == proc.InitialPIDNamespace
+	t.Logf("this is the initial PID namespace: %v", judged)
 	seg, err := shm.Create(filepath.Join(dir, "target"), shm.Options{})
 	require.NoError(t, err)
 	require.NoError(t, seg.Close())
@@ -79,7 +101,7 @@ func TestRecoverLeftoversKeepsForeignNamespaces(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte("part of a header"), 0o600))
 		return p
 	}
-	keep := map[string]bool{
+	isForeign := map[string]bool{
 		pending(fsys.PendingName(foreign, 1)):                         true,
 		pending(shm.AsideName(foreign, fsys.PendingName(dead, 2), 3)): true, // a foreign recovery's, killed
 		segment(shm.AsideName(foreign, "target", 4)):                  true,
@@ -95,25 +117,34 @@ func TestRecoverLeftoversKeepsForeignNamespaces(t *testing.T) {
 	for _, l := range found {
 		paths = append(paths, l.Path)
 	}
-	assert.ElementsMatch(t, []string{filepath.Join(dir, shm.AsideName(foreign, "target", 4)),
+	want := []string{filepath.Join(dir, shm.AsideName(foreign, "target", 4)),
 		filepath.Join(dir, fsys.PendingName(dead, 5)), filepath.Join(dir, shm.AsideName(dead, fsys.PendingName(foreign, 6), 7)),
-		filepath.Join(dir, shm.AsideName(dead, "target", 8))}, paths)
+		filepath.Join(dir, shm.AsideName(dead, "target", 8))}
+	if judged {
+		want = append(want, filepath.Join(dir, fsys.PendingName(foreign, 1)),
+			filepath.Join(dir, shm.AsideName(foreign, fsys.PendingName(dead, 2), 3)))
+	}
+	assert.ElementsMatch(t, want, paths)
 
 	found, err = shm.RecoverLeftovers(dir, false)
 	require.NoError(t, err)
-	require.Len(t, found, len(keep))
+	require.Len(t, found, len(isForeign))
 	for _, l := range found {
-		if keep[l.Path] {
+		kept := isForeign[l.Path] && !judged
+		if kept {
 			assert.Equal(t, shm.LeftoverKept, l.Action, l.Path)
 			assert.ErrorIs(t, l.Err, shm.ErrForeignNamespace, l.Path)
-			assert.Equal(t, foreign.PIDNamespace, l.PIDNamespace, l.Path)
 		} else {
 			assert.Equal(t, shm.LeftoverRemoved, l.Action, "%s: %v", l.Path, l.Err)
+		}
+		if isForeign[l.Path] {
+			assert.Equal(t, foreign.PIDNamespace, l.PIDNamespace, l.Path)
+		} else {
 			assert.Equal(t, dead.PIDNamespace, l.PIDNamespace, l.Path)
 		}
 		assert.Equal(t, dead.Pack(), l.Remover, l.Path)
 		_, err := os.Lstat(l.Path)
-		assert.Equal(t, keep[l.Path], err == nil, "%s: %v", l.Path, err)
+		assert.Equal(t, kept, err == nil, "%s: %v", l.Path, err)
 	}
 }
 
@@ -147,12 +178,15 @@ func TestRecoverPendingOfAnotherNamespacesCreator(t *testing.T) {
 }
 
 // The other way round: the creator runs in a container, and a recovery
-// here keeps its pending file, as of another namespace; the creator links
-// it. Before, the recovery took the creator's pid, pid 1 in its namespace,
-// for this namespace's pid 1, another process: the creator dead. Only the
-// creator's descriptor, which this namespace's /proc shows, kept the file
-// (ErrLeftoverInUse), and a creator between its close and its link would
-// have lost it.
+// here, its parent namespace, finds it by its pid in its own namespace
+// and keeps its pending file, a live creator's (ErrCreatorAlive); the
+// creator links it. This also shows that a start time that a process
+// read in its PID namespace is the one its parent's /proc shows. Before
+// the pid in its own namespace was looked for, the file was kept as of
+// another namespace that no process here could judge
+// (ErrForeignNamespace); and before names said the namespace, the
+// recovery took the creator's pid, pid 1 in its namespace, for this
+// namespace's pid 1, another process: the creator dead.
 func TestRecoverPendingOfCreatorInAnotherNamespace(t *testing.T) {
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
@@ -170,7 +204,8 @@ func TestRecoverPendingOfCreatorInAnotherNamespace(t *testing.T) {
 	assert.Equal(t, files[0], found[0].Path)
 	assert.True(t, found[0].Pending)
 	assert.Equal(t, shm.LeftoverKept, found[0].Action)
-	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
+	assert.ErrorIs(t, found[0].Err, shm.ErrCreatorAlive)
+	assert.NotErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
 	assert.NotEqual(t, ownNamespace(t), found[0].PIDNamespace)
 	require.Equal(t, files, pendingFiles(t, dir), "the recovery removed the pending file")
 
@@ -181,11 +216,13 @@ func TestRecoverPendingOfCreatorInAnotherNamespace(t *testing.T) {
 }
 
 // A remover in a container, its segment's name moved aside, meets a
-// recovery here: the leftover is kept, as of another namespace, and the
-// remover finishes. Before, the recovery took the remover's pid 1 for
-// this namespace's, another process, judged the remover dead and, since
-// the remover's own descriptor shows the file in use, put it back under
-// its name in the middle of the removal.
+// recovery here, in its parent namespace: the leftover is kept, its
+// remover found alive (ErrRemoverAlive; before the pid in its own
+// namespace was looked for, ErrForeignNamespace), and the remover
+// finishes. Before names said the namespace, the recovery took the
+// remover's pid 1 for this namespace's, another process, judged the
+// remover dead and, since the remover's own descriptor shows the file in
+// use, put it back under its name in the middle of the removal.
 func TestRecoverLeftoverOfRemoverInAnotherNamespace(t *testing.T) {
 	dir := leftoverDir(t)
 	path := filepath.Join(dir, "seg")
@@ -203,11 +240,129 @@ func TestRecoverLeftoverOfRemoverInAnotherNamespace(t *testing.T) {
 	require.Len(t, found, 1)
 	assert.Equal(t, asides[0], found[0].Path)
 	assert.Equal(t, shm.LeftoverKept, found[0].Action)
-	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
+	assert.ErrorIs(t, found[0].Err, shm.ErrRemoverAlive)
+	assert.NotErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
 	_, err = os.Lstat(asides[0])
 	require.NoError(t, err, "the recovery touched a live remover's file")
 
 	remover.Send(t, "unlink")
 	assert.Contains(t, remover.WaitOK(t), "removed <nil>")
+	requireEmptyDir(t, dir)
+}
+
+// A creator in a container is killed before it links its segment, and
+// its container ends with it (the creator was its namespace's init): a
+// recovery here, in the parent namespace, finds no process of that
+// namespace left, and removes the pending file, as a dead creator's of
+// this namespace. Before, the file was kept as of another namespace
+// (ErrForeignNamespace), for an operator to remove by hand.
+func TestRecoverPendingOfKilledCreatorInChildNamespace(t *testing.T) {
+	dir := leftoverDir(t)
+	creator := testproc.StartInNewPIDNamespace(t, "pending", filepath.Join(dir, "seg"), "wait")
+	creator.WaitLine(t, "pending")
+	files := pendingFiles(t, dir)
+	require.Len(t, files, 1)
+	creator.Kill(t)
+
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	assert.Equal(t, files[0], found[0].Path)
+	assert.Equal(t, shm.LeftoverRemoved, found[0].Action, "%v", found[0].Err)
+	requireEmptyDir(t, dir)
+}
+
+// Names of makers in a container that runs, which a recovery here, in its
+// parent namespace, judges by their pids in the container's namespace:
+// the container's process itself (pid 1 there) with its start time is
+// alive (kept, ErrCreatorAlive); with another start time its pid names a
+// later process, so that maker is dead (removed); and no process there
+// has pid 2: dead too. The container's /proc says the same (its
+// own recovery of the directory, run afterwards, finds the one file
+// left, kept). Before, all three were kept as of another namespace
+// (ErrForeignNamespace).
+func TestRecoverJudgesMakersInChildNamespace(t *testing.T) {
+	dir := leftoverDir(t)
+	child := testproc.StartInNewPIDNamespace(t, "maker")
+	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	require.NotEqual(t, ownNamespace(t), m.PIDNamespace)
+	reused, absent := m, m
+	reused.StartTicks++
+	absent.PID = 2
+	pending := func(maker fsys.Maker, nonce uint64) string {
+		p := filepath.Join(dir, fsys.PendingName(maker, nonce))
+		require.NoError(t, os.WriteFile(p, []byte("part of a header"), 0o600))
+		return p
+	}
+	live, dead1, dead2 := pending(m, 1), pending(reused, 2), pending(absent, 3)
+
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	got := map[string]shm.Leftover{}
+	for _, l := range found {
+		got[l.Path] = l
+	}
+	require.Len(t, got, 3)
+	assert.Equal(t, shm.LeftoverKept, got[live].Action)
+	assert.ErrorIs(t, got[live].Err, shm.ErrCreatorAlive)
+	for _, p := range []string{dead1, dead2} {
+		assert.Equal(t, shm.LeftoverRemoved, got[p].Action, "%s: %v", p, got[p].Err)
+	}
+	assert.Equal(t, []string{live}, pendingFiles(t, dir))
+
+	recovery := testproc.StartInNewPIDNamespace(t, "recover", dir)
+	out := recovery.WaitOK(t)
+	line, ok := testproc.Line(out, "leftover "+filepath.Base(live)+" ")
+	require.True(t, ok, "the pending file is not reported; output:\n%s", out)
+	assert.Contains(t, line, string(shm.LeftoverKept)+" foreign=true:", "a sibling namespace's; output:\n%s", out)
+
+	child.Send(t, "done")
+	child.WaitOK(t)
+	require.NoError(t, os.Remove(live))
+}
+
+// A recovery in a container cannot see its parent's processes, nor tell
+// a namespace with no process left from one out of its sight: it keeps
+// the files of a dead maker of its parent namespace and of one whose
+// namespace is gone (ErrForeignNamespace). A recovery here removes the
+// first, and the second too if this is the initial namespace, which sees
+// every process. A recovery that took "no process of that namespace
+// here" for "dead" would remove the file of a live maker of any
+// namespace that is not below its own.
+func TestRecoverInChildNamespaceKeepsUnseenNamespaces(t *testing.T) {
+	dir := leftoverDir(t)
+	parents := deadMaker(t)
+	gone := parents
+	gone.PIDNamespace = goneNamespace
+	var files []string
+	for i, m := range []fsys.Maker{parents, gone} {
+		p := filepath.Join(dir, fsys.PendingName(m, uint64(i)))
+		require.NoError(t, os.WriteFile(p, []byte("part of a header"), 0o600))
+		files = append(files, p)
+	}
+
+	recovery := testproc.StartInNewPIDNamespace(t, "recover", dir)
+	out := recovery.WaitOK(t)
+	for _, p := range files {
+		line, ok := testproc.Line(out, "leftover "+filepath.Base(p)+" ")
+		require.True(t, ok, "%s is not reported; output:\n%s", p, out)
+		assert.Contains(t, line, string(shm.LeftoverKept)+" foreign=true:", "output:\n%s", out)
+	}
+	assert.ElementsMatch(t, files, pendingFiles(t, dir))
+
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 2)
+	initial := ownNamespace(t) == proc.InitialPIDNamespace
+	for _, l := range found {
+		if l.Path == files[1] && !initial {
+			assert.ErrorIs(t, l.Err, shm.ErrForeignNamespace)
+			require.NoError(t, os.Remove(l.Path))
+			continue
+		}
+		assert.Equal(t, shm.LeftoverRemoved, l.Action, "%s: %v", l.Path, l.Err)
+	}
 	requireEmptyDir(t, dir)
 }

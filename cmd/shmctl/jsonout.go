@@ -61,7 +61,8 @@ const (
 	livenessStale = "stale" // recorded under a previous boot: dead too
 	// livenessUnknown: the segment was made in another PID namespace, so
 	// its pids name other processes here (only info opens such a segment);
-	// or a leftover's hidden name says its process is of another.
+	// or a leftover's hidden name says its process is of another, which
+	// this one cannot judge (shm.ErrForeignNamespace).
 	livenessUnknown = "unknown"
 )
 

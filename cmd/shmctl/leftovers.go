@@ -34,7 +34,7 @@ func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
 	}
 	out := []reclaimLeftoverJSON{}
 	for _, l := range found {
-		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l.Remover, l.PIDNamespace), PIDNamespace: optID(l.PIDNamespace),
+		row := reclaimLeftoverJSON{Path: l.Path, Process: removerOf(l), PIDNamespace: optID(l.PIDNamespace),
 			Users: l.Users, Action: string(l.Action), pending: l.Pending}
 		if row.Users == nil {
 			row.Users = []int{}
@@ -59,19 +59,19 @@ func leftoversOf(path string, dryRun bool) ([]reclaimLeftoverJSON, error) {
 	return out, nil
 }
 
-// removerOf is the process of a leftover's remover, w, of the PID
-// namespace ns: its liveness is unknown if that is another namespace than
-// this process's, where its pid names another process or none; a hidden
-// name of the previous release (ns 0) does not say, and its remover is
-// taken for one of this namespace, as recovery takes it.
-func removerOf(w, ns uint64) *processJSON {
-	id, _ := proc.Unpack(w)
+// removerOf is the process of leftover l's remover, or of a pending
+// file's creator, as the recovery judged it: alive if that is why l was
+// kept; unknown if it is of another PID namespace that this process cannot
+// judge (shm.ErrForeignNamespace: its pid names another process here, or
+// none; one of a namespace below this one is judged by its pid there);
+// dead otherwise. So one recovery judges it, on one scan of /proc.
+func removerOf(l shm.Leftover) *processJSON {
+	id, _ := proc.Unpack(l.Remover)
 	p := &processJSON{PID: id.PID, StartTicks: id.StartTicks, Liveness: livenessDead}
-	own, err := proc.PIDNamespace()
 	switch {
-	case ns != 0 && (err != nil || ns != own):
+	case errors.Is(l.Err, shm.ErrForeignNamespace):
 		p.Liveness = livenessUnknown
-	case proc.Alive(id):
+	case errors.Is(l.Err, shm.ErrRemoverAlive), errors.Is(l.Err, shm.ErrCreatorAlive):
 		p.Liveness = livenessAlive
 	}
 	if t, err := id.StartTime(); err == nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,10 +13,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/fsys"
+	"github.com/shmlock/shmlock/internal/proc"
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/shm"
 )
+
+func init() {
+	// maker: print "maker " and this process as a hidden name says it
+	// (fsys.FormatMaker), then wait for a line on stdin.
+	helpers["maker"] = func([]string) int {
+		self, err := fsys.SelfMaker()
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		fmt.Println("maker", fsys.FormatMaker(self))
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		return 0
+	}
+}
 
 // killedRemoverLeft moves the segment at path aside as a remover killed
 // before it unlinked it leaves it (docs/FORMAT.md): under a hidden name
@@ -150,25 +167,39 @@ func TestRmRemovesAKilledCreatorsPendingFile(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 
+// goneNamespace is the PID namespace of removers whose namespace has no
+// process: no namespace has inode 1.
+const goneNamespace = 1
+
 // The leftover of a remover of another PID namespace (a container that
-// shares the directory) is kept, and said so: its pid means another
-// process here, or none, whose liveness is unknown, and the document says
-// which namespace it is of. Before, its hidden name was read as one of
-// this namespace's, and its remover judged by a pid that means another
-// process here.
-func TestReclaimKeepsALeftoverOfAnotherNamespace(t *testing.T) {
+// shares the directory) whose namespace has no process left: the initial
+// namespace, which sees every process, judges its remover dead and
+// removes it; elsewhere, where that namespace may be out of sight, it is
+// kept, and said so: its pid means another process here, or none, whose
+// liveness is unknown. The document says which namespace it is of.
+// Before, such a leftover was kept everywhere, for an operator to remove.
+func TestReclaimJudgesALeftoverOfAGoneNamespace(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{})
 	path := seg.Path()
 	require.NoError(t, seg.Close())
 	remover := deadMaker(t)
-	remover.PIDNamespace++
+	remover.PIDNamespace = goneNamespace
 	hidden := asidePath(path, remover)
 	require.NoError(t, os.Link(path, hidden))
 	t.Cleanup(func() { _ = os.Remove(hidden) })
+	ns, err := proc.PIDNamespace()
+	require.NoError(t, err)
 
 	l := reclaimOneLeftover(t, path)
 	checkStarted(t, l.Process)
+	if ns == proc.InitialPIDNamespace {
+		assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover.Identity, livenessDead),
+			PIDNamespace: optID(remover.PIDNamespace), Users: []int{}, Action: "removed"}, l)
+		_, err := os.Lstat(hidden)
+		require.ErrorIs(t, err, os.ErrNotExist)
+		return
+	}
 	require.NotNil(t, l.Error)
 	assert.Contains(t, *l.Error, shm.ErrForeignNamespace.Error())
 	assert.Equal(t, reclaimLeftoverJSON{Path: hidden, Name: &path, Process: process(remover.Identity, livenessUnknown),
@@ -178,8 +209,77 @@ func TestReclaimKeepsALeftoverOfAnotherNamespace(t *testing.T) {
 	assert.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.True(t, strings.HasPrefix(r.stderr, fmt.Sprintf("kept %s (moved aside by process %d, was %s): %s", hidden, remover.PID, path,
 		shm.ErrForeignNamespace)), r.stderr)
-	_, err := os.Lstat(hidden)
+	_, err = os.Lstat(hidden)
 	require.NoError(t, err, "the leftover is gone")
+}
+
+// The leftovers of removers in a container that runs, seen from its
+// parent namespace, are judged by their pids in the container's: the
+// container's process itself is alive (kept, "alive"), and a remover
+// whose pid there now names a process that started at another time is
+// dead (removed). Before, both were kept with their liveness unknown.
+func TestReclaimJudgesLeftoversOfAChildNamespace(t *testing.T) {
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	require.NoError(t, seg.Close())
+	child := testproc.StartInNewPIDNamespace(t, "maker")
+	live, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	dead := live
+	dead.StartTicks++
+	hidden := map[fsys.Maker]string{}
+	for _, m := range []fsys.Maker{live, dead} {
+		hidden[m] = asidePath(path, m)
+		require.NoError(t, os.Link(path, hidden[m]))
+		t.Cleanup(func() { _ = os.Remove(hidden[m]) })
+	}
+
+	r := shmctl(t, false, "reclaim", "--json", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Leftovers, 2)
+	for _, l := range doc.Leftovers {
+		checkStarted(t, l.Process)
+		switch l.Path {
+		case hidden[live]:
+			require.NotNil(t, l.Error)
+			assert.Contains(t, *l.Error, shm.ErrRemoverAlive.Error())
+			assert.Equal(t, reclaimLeftoverJSON{Path: l.Path, Name: &path, Process: process(live.Identity, livenessAlive),
+				PIDNamespace: optID(live.PIDNamespace), Users: []int{}, Action: "kept", Error: l.Error}, l)
+		case hidden[dead]:
+			assert.Equal(t, reclaimLeftoverJSON{Path: l.Path, Name: &path, Process: process(dead.Identity, livenessDead),
+				PIDNamespace: optID(dead.PIDNamespace), Users: []int{}, Action: "removed"}, l)
+		default:
+			t.Errorf("unexpected leftover %s", l.Path)
+		}
+	}
+	_, err := os.Lstat(hidden[dead])
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	child.Send(t, "done")
+	child.WaitOK(t)
+}
+
+// A leftover's process is alive, dead or unknown as the recovery judged
+// it, from the error it was kept with: one scan of /proc judges them all.
+func TestRemoverOf(t *testing.T) {
+	t.Parallel()
+	w := proc.Identity{PID: 7, StartTicks: 42}.Pack()
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{nil, livenessDead},
+		{fmt.Errorf("%w (process 7)", shm.ErrRemoverAlive), livenessAlive},
+		{fmt.Errorf("%w (process 7)", shm.ErrCreatorAlive), livenessAlive},
+		{fmt.Errorf("%w (process 7 of pid:[5], this is pid:[6]): %w", shm.ErrForeignNamespace, proc.ErrCannotTell), livenessUnknown},
+		{shm.ErrExists, livenessDead},
+	}
+	for _, tt := range tests {
+		p := removerOf(shm.Leftover{Remover: w, Err: tt.err})
+		assert.Equal(t, tt.want, p.Liveness, "%v", tt.err)
+		assert.Equal(t, uint32(7), p.PID)
+	}
 }
 
 // reclaimOneLeftover runs `shmctl reclaim --json path`, which must succeed

@@ -61,8 +61,10 @@ func CreatePending(dir string, mode os.FileMode) (*Pending, error) {
 // shared by processes of several (a host and its containers), and a
 // process of another namespace has there a pid that here is absent or
 // another process's, and descriptors that this namespace's /proc does not
-// show. So the name says which namespace too, and only a process of that
-// namespace may judge the maker dead.
+// show. So the name says which namespace too, and only a process that
+// sees that namespace's processes, one of it or of an ancestor (by the
+// maker's pid in its own namespace, proc.ScanPIDNamespaces), may judge
+// the maker dead.
 //
 // In a name, a maker is
 //
