@@ -98,10 +98,12 @@ segment got its name (on a file system without O_TMPFILE, where it is made
 under .shmlock-init-PID-...) is removed once that creator is dead, unless
 someone has it mapped or open; a live creator's is left. So is the file of
 a remover or creator of another PID namespace (the hidden name says which:
-a container that shares the directory), whose pid means another process
-here, or none: only a recovery in that namespace finishes it (see shmctl
-help rm for one whose namespace is gone). Each is a line on stderr (the
-JSON's leftovers).
+a container that shares the directory) that cannot be judged here, where
+its pid means another process, or none. One of a namespace below this one
+(a container's, seen from its host) is judged by its pid there, and, run
+in the initial PID namespace, one whose namespace has no process left is
+dead (see shmctl help rm). Each is a line on stderr (the JSON's
+leftovers).
 
 The segment is opened read-write. With --dry-run nothing changes.
 

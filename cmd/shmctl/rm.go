@@ -53,15 +53,21 @@ system without O_TMPFILE: the file it was making, .shmlock-init-PID-...
 in the directory, is removed once that creator is dead (its pid and start
 time say so) and nobody has it mapped or open; a live creator's is left.
 
-A hidden name also says the PID namespace of its remover or creator: the
-file of a process of another one (a container that shares the directory),
-whose pid means another process here or none, is left alone too. Only an
-rm or reclaim run in that namespace finishes such a file, and a container
-that starts again has a new namespace: once no process of the old one is
-left (lsns -t pid, run on the host, lists those that have some; the name
-says nsN, the message pid:[N]), nothing will. The file is then the
-operator's to remove by hand if nobody has it mapped or open (fuser, on
-the host), or, a removed segment in use, to put back under its name.
+A hidden name also says the PID namespace of its remover or creator (the
+name says nsN, the messages pid:[N]). The pid of a process of another one
+(a container that shares the directory) means another process here, or
+none: an rm or reclaim run in its namespace judges it, and so does one run
+on its host (or in any namespace above the container's), which sees the
+container's processes and finds it by its pid there. Run in the initial
+PID namespace (a host's that is no container), rm and reclaim also know
+that process dead when its namespace has no process left: a container that
+starts again has a new namespace. Anywhere else the file is left alone,
+said so: run rm or reclaim on the host. Where they cannot judge there
+either (the host's /proc is mounted with hidepid, or hides processes from
+this user), once no process of the old namespace is left (lsns -t pid, run
+on the host, lists those that have some), the file is the operator's to
+remove by hand if nobody has it mapped or open (fuser, on the host), or, a
+removed segment in use, to put back under its name.
 
 Each failure is reported on its own line; the others are still removed.`,
 		Example: `  shmctl rm jobs
