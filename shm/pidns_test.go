@@ -366,3 +366,36 @@ func TestRecoverInChildNamespaceKeepsUnseenNamespaces(t *testing.T) {
 	}
 	requireEmptyDir(t, dir)
 }
+
+// A maker in a container whose /proc is its host's (started with unshare
+// --pid but no /proc of its own) reads its start time at its pid there,
+// pid 1, this namespace's init: its hidden names carry that process's
+// start. A recovery here finds the maker by its pid in its namespace, with
+// another start time, but keeps its file (ErrForeignNamespace): the
+// maker's /proc shows it the start its name has, so it may well run.
+// Before, the start that differed judged it dead, and its file was
+// removed under it.
+func TestRecoverKeepsMakerWithAnotherNamespacesProc(t *testing.T) {
+	dir := leftoverDir(t)
+	child := testproc.StartInNewPIDNamespaceSharingProc(t, "maker")
+	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	hostInit, err := proc.Lookup(1)
+	require.NoError(t, err)
+	require.Equal(t, hostInit.StartTicks&proc.MaxStart, m.StartTicks, "the helper read this namespace's pid 1")
+	pending := filepath.Join(dir, fsys.PendingName(m, 1))
+	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	assert.Equal(t, shm.LeftoverKept, found[0].Action)
+	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
+	t.Log(found[0].Err)
+	assert.Equal(t, []string{pending}, pendingFiles(t, dir))
+
+	child.Send(t, "done")
+	child.WaitOK(t)
+	require.NoError(t, os.Remove(pending))
+}

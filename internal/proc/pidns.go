@@ -43,11 +43,12 @@ type PIDNamespaces struct {
 	// unread is the /proc pid of a process whose status could not be
 	// read, so that its pids in every namespace are unknown; 0 if none.
 	unread int
-	// alive is Alive, and timeNamespace reads the inode of the time
-	// namespace of the process at a /proc pid (see Alive below); tests
-	// replace them.
+	// alive is Alive, timeNamespace reads the inode of the time namespace
+	// of the process at a /proc pid, and viewedStart what start time it
+	// reads for a pid in its own /proc (see reused); tests replace them.
 	alive         func(Identity) bool
 	timeNamespace func(pid int) (uint64, error)
+	viewedStart   func(pid int, inner uint32) (uint64, error)
 }
 
 // A scannedProcess is what a scan read of one process of /proc that is
@@ -63,7 +64,7 @@ type scannedProcess struct {
 // the PID namespace own whose /proc is of that namespace.
 func newPIDNamespaces(own uint64, procs []scannedProcess) *PIDNamespaces {
 	s := &PIDNamespaces{own: own, initial: own == InitialPIDNamespace, byNS: map[uint64]map[uint32]int{},
-		unplaced: map[uint32]int{}, alive: Alive, timeNamespace: timeNamespace}
+		unplaced: map[uint32]int{}, alive: Alive, timeNamespace: timeNamespace, viewedStart: viewedStart}
 	for _, p := range procs {
 		switch {
 		case p.inner == 0:
@@ -97,10 +98,8 @@ func failedScan(own uint64, err error) *PIDNamespaces {
 //
 // The start time is field 22 of /proc/<pid>/stat, clock ticks since boot
 // whatever PID namespace reads it: the kernel keeps one start time per
-// process. But it adds the boot-time offset of the reader's time
-// namespace (Linux 5.6 and later): a process of another time namespace
-// than this one may have read its start shifted, so a different start is
-// no proof of a reused pid there.
+// process. A different start is a reused pid, unless the process read its
+// own where this one cannot compare it (see reused).
 func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
 	switch {
 	case ns == s.own:
@@ -112,7 +111,7 @@ func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
 		if s.alive(Identity{PID: uint32(pid), StartTicks: id.StartTicks}) {
 			return true, nil
 		}
-		return false, s.sameClock(pid)
+		return false, s.reused(pid, id)
 	}
 	if pid, ok := s.unplaced[id.PID]; ok {
 		return false, fmt.Errorf("%w: process %d has pid %d in its PID namespace, which may not be read", ErrCannotTell, pid, id.PID)
@@ -127,11 +126,38 @@ func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
 		ErrCannotTell, ns)
 }
 
-// sameClock is nil if the process at the /proc pid pid, which is not the
-// one sought or no longer is, tells nothing: it has ended, or it reads
-// start times as this process does (the same time namespace, or a kernel
-// without them). Otherwise its start time may have been shifted: an error
-// wrapping ErrCannotTell.
+// reused is nil if the process at the /proc pid pid, which has id's pid
+// in its namespace but does not run with id's start time as this process
+// reads it, proves id dead: it ended, or it is a later process with that
+// pid. Otherwise it is an error wrapping ErrCannotTell: it may be id all
+// the same, which read its start time where this process cannot compare
+// it. The kernel adds the boot-time offset of the reader's time namespace
+// to field 22 (Linux 5.6 and later), so a process of another time
+// namespace may have read it shifted (sameClock). And a process whose
+// /proc is not its namespace's (one started with unshare --pid but no
+// /proc of its own) read another process's, at its pid in the /proc it
+// has: it reads the same again there (viewedStart).
+func (s *PIDNamespaces) reused(pid int, id Identity) error {
+	if err := s.sameClock(pid); err != nil {
+		return err
+	}
+	start, err := s.viewedStart(pid, id.PID)
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: the start time process %d sees for itself: %w", ErrCannotTell, pid, err)
+	case start&startMask == id.StartTicks&startMask:
+		return fmt.Errorf("%w: process %d sees the start time %d at its pid %d in its /proc, which is not its namespace's", ErrCannotTell,
+			pid, id.StartTicks, id.PID)
+	}
+	return nil
+}
+
+// sameClock is nil if the process at the /proc pid pid tells nothing: it
+// has ended, or it reads start times as this process does (the same time
+// namespace, or a kernel without them). Otherwise its start time may have
+// been shifted: an error wrapping ErrCannotTell.
 func (s *PIDNamespaces) sameClock(pid int) error {
 	own, err := s.timeNamespace(0)
 	if err != nil {

@@ -142,3 +142,27 @@ func timeNamespace(pid int) (uint64, error) {
 	}
 	return 0, fmt.Errorf("proc: %s: %w", "/proc/"+who+"/ns/time", err)
 }
+
+// viewedStart returns the start time that the process at the /proc pid pid
+// reads for its pid inner in the /proc it has, through its root: its own
+// start time where that /proc is its namespace's. It is an error wrapping
+// ErrNoProcess if the process ended (it has no root left).
+func viewedStart(pid int, inner uint32) (uint64, error) {
+	root := "/proc/" + strconv.Itoa(pid) + "/root"
+	if _, err := os.Stat(root); err != nil {
+		if gone(err) {
+			return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+		}
+		return 0, fmt.Errorf("proc: %w", err)
+	}
+	path := root + "/proc/" + strconv.FormatUint(uint64(inner), 10) + "/stat"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("proc: %w", err)
+	}
+	_, start, err := parseStat(b)
+	if err != nil {
+		return 0, fmt.Errorf("%w in %s", err, path)
+	}
+	return start, nil
+}

@@ -14,30 +14,38 @@ func TestPIDNamespacesAlive(t *testing.T) {
 	t.Parallel()
 	shown := []scannedProcess{{pid: 500, inner: 1, ns: 200}, {pid: 501, inner: 7, ns: 200}}
 	const ownTime = 8
+	sameTime := map[int]uint64{0: ownTime, 500: ownTime}
+	viewedOwn := map[int]uint64{500: 42} // through its /proc, its namespace's, /proc's 500 sees its own start
 	tests := []struct {
 		name      string
 		own       uint64
 		procs     []scannedProcess
 		timeNS    map[int]uint64 // of /proc pids, and 0 for this process; missing: the process ended
+		viewed    map[int]uint64 // the start a /proc pid reads for its own pid; missing: it ended
+		viewErr   bool           // reading that start fails
 		ns        uint64
 		id        Identity
 		alive, ok bool // ok false: ErrCannotTell
 	}{
-		{"the maker runs", 100, shown, nil, 200, Identity{1, 42}, true, true},
-		{"its pid now names a later process", 100, shown, map[int]uint64{0: ownTime, 500: ownTime}, 200, Identity{1, 41}, false, true},
-		{"... which ended too", 100, shown, map[int]uint64{0: ownTime}, 200, Identity{1, 41}, false, true},
-		{"... on a kernel without time namespaces", 100, shown, map[int]uint64{0: 0}, 200, Identity{1, 41}, false, true},
-		{"... of another time namespace, which shifts start times", 100, shown, map[int]uint64{0: ownTime, 500: 9}, 200, Identity{1, 41}, false, false},
-		{"no process of the namespace has the pid", 100, shown, nil, 200, Identity{3, 42}, false, true},
-		{"a namespace not shown may be out of sight", 100, shown, nil, 300, Identity{1, 42}, false, false},
-		{"in the initial namespace, one not shown has no process", InitialPIDNamespace, shown, nil, 300, Identity{1, 42}, false, true},
-		{"this namespace's own process", 100, shown, nil, 100, Identity{3, 42}, true, true},
-		{"a process of unread namespace has the pid", InitialPIDNamespace, append(shown, scannedProcess{pid: 502, inner: 3}), nil,
+		{"the maker runs", 100, shown, nil, nil, false, 200, Identity{1, 42}, true, true},
+		{"its pid now names a later process", 100, shown, sameTime, viewedOwn, false, 200, Identity{1, 41}, false, true},
+		{"... which ended too", 100, shown, map[int]uint64{0: ownTime}, nil, false, 200, Identity{1, 41}, false, true},
+		{"... on a kernel without time namespaces", 100, shown, map[int]uint64{0: 0}, viewedOwn, false, 200, Identity{1, 41}, false, true},
+		{"... of another time namespace, which shifts start times", 100, shown, map[int]uint64{0: ownTime, 500: 9}, viewedOwn, false,
+			200, Identity{1, 41}, false, false},
+		{"... whose /proc, not its namespace's, shows the maker's start at the pid", 100, shown, sameTime, map[int]uint64{500: 41}, false,
+			200, Identity{1, 41}, false, false},
+		{"... whose /proc cannot be read", 100, shown, sameTime, nil, true, 200, Identity{1, 41}, false, false},
+		{"no process of the namespace has the pid", 100, shown, nil, nil, false, 200, Identity{3, 42}, false, true},
+		{"a namespace not shown may be out of sight", 100, shown, nil, nil, false, 300, Identity{1, 42}, false, false},
+		{"in the initial namespace, one not shown has no process", InitialPIDNamespace, shown, nil, nil, false, 300, Identity{1, 42}, false, true},
+		{"this namespace's own process", 100, shown, nil, nil, false, 100, Identity{3, 42}, true, true},
+		{"a process of unread namespace has the pid", InitialPIDNamespace, append(shown, scannedProcess{pid: 502, inner: 3}), nil, nil, false,
 			200, Identity{3, 42}, false, false},
-		{"... another pid", InitialPIDNamespace, append(shown, scannedProcess{pid: 502, inner: 4}), nil, 200, Identity{3, 42}, false, true},
-		{"... yet the maker is found", 100, append(shown, scannedProcess{pid: 502, inner: 1}), nil, 200, Identity{1, 42}, true, true},
-		{"a status unread", InitialPIDNamespace, append(shown, scannedProcess{pid: 503}), nil, 300, Identity{1, 42}, false, false},
-		{"... yet the maker, found, is judged", 100, append(shown, scannedProcess{pid: 503}), nil, 200, Identity{1, 42}, true, true},
+		{"... another pid", InitialPIDNamespace, append(shown, scannedProcess{pid: 502, inner: 4}), nil, nil, false, 200, Identity{3, 42}, false, true},
+		{"... yet the maker is found", 100, append(shown, scannedProcess{pid: 502, inner: 1}), nil, nil, false, 200, Identity{1, 42}, true, true},
+		{"a status unread", InitialPIDNamespace, append(shown, scannedProcess{pid: 503}), nil, nil, false, 300, Identity{1, 42}, false, false},
+		{"... yet the maker, found, is judged", 100, append(shown, scannedProcess{pid: 503}), nil, nil, false, 200, Identity{1, 42}, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +58,15 @@ func TestPIDNamespacesAlive(t *testing.T) {
 			s.timeNamespace = func(pid int) (uint64, error) {
 				if ns, ok := tt.timeNS[pid]; ok {
 					return ns, nil
+				}
+				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+			}
+			s.viewedStart = func(pid int, inner uint32) (uint64, error) {
+				if tt.viewErr {
+					return 0, errors.New("permission denied")
+				}
+				if start, ok := tt.viewed[pid]; ok {
+					return start, nil
 				}
 				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 			}

@@ -47,3 +47,5 @@ func ScanPIDNamespaces() *PIDNamespaces {
 }
 
 func timeNamespace(int) (uint64, error) { return 0, errNoProcFS }
+
+func viewedStart(int, uint32) (uint64, error) { return 0, errNoProcFS }

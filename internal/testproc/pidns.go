@@ -103,3 +103,26 @@ func ownProcIfAsked() {
 	}
 	fmt.Println(ownProcLine)
 }
+
+// StartInNewPIDNamespaceSharingProc is StartInNewPIDNamespace with no
+// mount namespace and no /proc of the helper's own: it sees this
+// process's /proc, as a process started with unshare --pid but without
+// --mount-proc does, where its own pid names another process (its pid 1,
+// this namespace's init) or none. It skips tb where the kernel refuses the
+// namespaces.
+func StartInNewPIDNamespaceSharingProc(tb testing.TB, name string, args ...string) *Child {
+	tb.Helper()
+	c, err := startChild(tb, true, func(cmd *exec.Cmd) {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+		if os.Geteuid() != 0 {
+			asNamespaceRoot(cmd.SysProcAttr)
+		}
+	}, name, args)
+	switch {
+	case namespacesRefused(err):
+		tb.Skipf("no PID namespace for helper %s: %v", name, err)
+	case err != nil:
+		tb.Fatalf("start helper %s in a new PID namespace: %v", name, err)
+	}
+	return c
+}
