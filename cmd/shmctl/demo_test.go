@@ -130,6 +130,24 @@ func TestDemoKeepAndReplace(t *testing.T) {
 	assert.Equal(t, "precious\n", string(b))
 }
 
+// startDemoWorkers starts the demo cmd and returns once it has started its
+// second worker; the rest of its output is read and dropped (a full pipe
+// would stop it), its standard error collected in what it returns, in
+// full once cmd.Wait has returned.
+func startDemoWorkers(t *testing.T, cmd *exec.Cmd) *strings.Builder {
+	t.Helper()
+	stderr := new(strings.Builder)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "started worker 1") {
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return stderr
+}
+
 // A demo stopped by a signal (Ctrl-C, timeout's SIGTERM, a closed
 // terminal) removes its segment and exits 128+N: it died at once and left
 // the segment behind.
@@ -138,18 +156,10 @@ func TestDemoStoppedBySignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		path := testproc.SegmentPath(t)
 		cmd := testproc.Command("shmctl", "demo", "--path", path, "--workers", "2", "--duration", "1m")
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		lines := bufio.NewScanner(stdout)
-		for lines.Scan() && !strings.HasPrefix(lines.Text(), "started worker 1") {
-		}
-		_, err = os.Stat(path)
+		stderr := startDemoWorkers(t, cmd)
+		_, err := os.Stat(path)
 		require.NoError(t, err, "the demo's segment while it runs")
 		require.NoError(t, cmd.Process.Signal(sig))
-		go func() { _, _ = io.Copy(io.Discard, stdout) }()
 		err = cmd.Wait()
 		require.Equal(t, exitSignalled+int(sig), cmd.ProcessState.ExitCode(), "%v: %v; stderr %q", sig, err, stderr.String())
 		assert.Contains(t, stderr.String(), "shmctl: demo stopped by "+sig.String()+": removed "+path)
@@ -170,20 +180,12 @@ func TestDemoKeepsIgnoredSIGHUP(t *testing.T) {
 	cmd := exec.Command("sh", "-c", `trap '' HUP; exec "$0" "$@"`, testproc.Script(t, "shmctl"),
 		"demo", "--path", path, "--workers", "2", "--duration", "1m")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && !strings.HasPrefix(lines.Text(), "started worker 1") {
-	}
+	stderr := startDemoWorkers(t, cmd)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 	require.NoError(t, err)
 	assert.NotZero(t, ignoredSignals(t, string(status))&(1<<(syscall.SIGHUP-1)), "SIGHUP stays ignored in the running demo")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 	err = cmd.Wait()
 	require.Equal(t, exitSignalled+int(syscall.SIGTERM), cmd.ProcessState.ExitCode(), "%v; stderr %q", err, stderr.String())
 	assert.Contains(t, stderr.String(), "shmctl: demo stopped by "+syscall.SIGTERM.String()+": removed "+path)
