@@ -399,3 +399,38 @@ func TestRecoverKeepsMakerWithAnotherNamespacesProc(t *testing.T) {
 	child.WaitOK(t)
 	require.NoError(t, os.Remove(pending))
 }
+
+// The same maker, its /proc its host's, but the process that /proc showed
+// at its pid when it read its start has ended since, and a later one has
+// that pid: its name's start is neither the maker's nor that of what its
+// /proc shows at its pid now (made up here, as this namespace's pid 1
+// never ends). A recovery here still keeps its file (ErrForeignNamespace):
+// what the maker's /proc shows at its pid is not the maker, so nothing
+// there says which start it read. Before, a start that differed from what
+// the maker's /proc showed was taken for proof of a reused pid, and the
+// live maker's file was removed under it.
+func TestRecoverKeepsMakerWhoseProcShowsAnotherProcessNow(t *testing.T) {
+	dir := leftoverDir(t)
+	child := testproc.StartInNewPIDNamespaceSharingProc(t, "maker")
+	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	own, err := proc.Lookup(uint32(child.PID()))
+	require.NoError(t, err)
+	m.StartTicks = (m.StartTicks + 1) & proc.MaxStart
+	require.NotEqual(t, own.StartTicks&proc.MaxStart, m.StartTicks)
+	pending := filepath.Join(dir, fsys.PendingName(m, 1))
+	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	assert.Equal(t, shm.LeftoverKept, found[0].Action)
+	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
+	t.Log(found[0].Err)
+	assert.Equal(t, []string{pending}, pendingFiles(t, dir))
+
+	child.Send(t, "done")
+	child.WaitOK(t)
+	_ = os.Remove(pending)
+}

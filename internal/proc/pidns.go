@@ -44,11 +44,13 @@ type PIDNamespaces struct {
 	// read, so that its pids in every namespace are unknown; 0 if none.
 	unread int
 	// alive is Alive, timeNamespace reads the inode of the time namespace
-	// of the process at a /proc pid, and viewedStart what start time it
-	// reads for a pid in its own /proc (see reused); tests replace them.
+	// of the process at a /proc pid, viewedStart what start time it reads
+	// for a pid in its own /proc, and startOf its start time as this
+	// process reads it (see reused); tests replace them.
 	alive         func(Identity) bool
 	timeNamespace func(pid int) (uint64, error)
 	viewedStart   func(pid int, inner uint32) (uint64, error)
+	startOf       func(pid int) (uint64, error)
 }
 
 // A scannedProcess is what a scan read of one process of /proc that is
@@ -64,7 +66,7 @@ type scannedProcess struct {
 // the PID namespace own whose /proc is of that namespace.
 func newPIDNamespaces(own uint64, procs []scannedProcess) *PIDNamespaces {
 	s := &PIDNamespaces{own: own, initial: own == InitialPIDNamespace, byNS: map[uint64]map[uint32]int{},
-		unplaced: map[uint32]int{}, alive: Alive, timeNamespace: timeNamespace, viewedStart: viewedStart}
+		unplaced: map[uint32]int{}, alive: Alive, timeNamespace: timeNamespace, viewedStart: viewedStart, startOf: startOf}
 	for _, p := range procs {
 		switch {
 		case p.inner == 0:
@@ -135,21 +137,32 @@ func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
 // to field 22 (Linux 5.6 and later), so a process of another time
 // namespace may have read it shifted (sameClock). And a process whose
 // /proc is not its namespace's (one started with unshare --pid but no
-// /proc of its own) read another process's, at its pid in the /proc it
-// has: it reads the same again there (viewedStart).
+// /proc of its own) read another process's, the one at its pid in the
+// /proc it has: its start says nothing, whether that process still runs
+// (the same start again) or has ended and a later one has its pid there
+// (another). So the process is proven to be no id only where its /proc
+// shows, at its pid, itself (viewedStart is its own start): then it read
+// its own start, and id's is another.
 func (s *PIDNamespaces) reused(pid int, id Identity) error {
 	if err := s.sameClock(pid); err != nil {
 		return err
 	}
-	start, err := s.viewedStart(pid, id.PID)
+	viewed, err := s.viewedStart(pid, id.PID)
 	switch {
 	case errors.Is(err, ErrNoProcess):
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: the start time process %d sees for itself: %w", ErrCannotTell, pid, err)
-	case start&startMask == id.StartTicks&startMask:
-		return fmt.Errorf("%w: process %d sees the start time %d at its pid %d in its /proc, which is not its namespace's", ErrCannotTell,
-			pid, id.StartTicks, id.PID)
+	}
+	start, err := s.startOf(pid)
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: the start time of process %d: %w", ErrCannotTell, pid, err)
+	case viewed&startMask != start&startMask:
+		return fmt.Errorf("%w: process %d sees at its pid %d another process, in its /proc, which is not its namespace's: it may have read that one's start",
+			ErrCannotTell, pid, id.PID)
 	}
 	return nil
 }
@@ -176,4 +189,11 @@ func (s *PIDNamespaces) sameClock(pid int) error {
 		return fmt.Errorf("%w: process %d, of another time namespace, may see another start time", ErrCannotTell, pid)
 	}
 	return nil
+}
+
+// startOf returns the start time of the process at the /proc pid pid, as
+// this process reads it; an error wrapping ErrNoProcess if it ended.
+func startOf(pid int) (uint64, error) {
+	_, start, err := readStat(uint32(pid))
+	return start, err
 }

@@ -35,6 +35,8 @@ func TestPIDNamespacesAlive(t *testing.T) {
 			200, Identity{1, 41}, false, false},
 		{"... whose /proc, not its namespace's, shows the maker's start at the pid", 100, shown, sameTime, map[int]uint64{500: 41}, false,
 			200, Identity{1, 41}, false, false},
+		{"... whose /proc, not its namespace's, shows at the pid a later process than the one the maker read", 100, shown, sameTime,
+			map[int]uint64{500: 43}, false, 200, Identity{1, 41}, false, false},
 		{"... whose /proc cannot be read", 100, shown, sameTime, nil, true, 200, Identity{1, 41}, false, false},
 		{"no process of the namespace has the pid", 100, shown, nil, nil, false, 200, Identity{3, 42}, false, true},
 		{"a namespace not shown may be out of sight", 100, shown, nil, nil, false, 300, Identity{1, 42}, false, false},
@@ -67,6 +69,12 @@ func TestPIDNamespacesAlive(t *testing.T) {
 				}
 				if start, ok := tt.viewed[pid]; ok {
 					return start, nil
+				}
+				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+			}
+			s.startOf = func(pid int) (uint64, error) {
+				if pid == 500 {
+					return 42, nil
 				}
 				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 			}
