@@ -143,23 +143,37 @@ func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
 // (another). So the process is proven to be no id only where its /proc
 // shows, at its pid, itself (viewedStart is its own start): then it read
 // its own start, and id's is another.
+//
+// A process that ended has no namespaces and no root left, and so has a
+// process whose leader thread exited while its other threads run (a
+// zombie leader, as after pthread_exit in a C program's main): such a
+// process runs all the same (Alive, with its own start, says so).
 func (s *PIDNamespaces) reused(pid int, id Identity) error {
-	if err := s.sameClock(pid); err != nil {
-		return err
-	}
-	viewed, err := s.viewedStart(pid, id.PID)
-	switch {
-	case errors.Is(err, ErrNoProcess):
-		return nil
-	case err != nil:
-		return fmt.Errorf("%w: the start time process %d sees for itself: %w", ErrCannotTell, pid, err)
-	}
 	start, err := s.startOf(pid)
 	switch {
 	case errors.Is(err, ErrNoProcess):
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: the start time of process %d: %w", ErrCannotTell, pid, err)
+	}
+	noneLeft := func(err error) error {
+		if s.alive(Identity{PID: uint32(pid), StartTicks: start}) {
+			return fmt.Errorf("%w: process %d runs, but its leader thread has exited (%v)", ErrCannotTell, pid, err)
+		}
+		return nil
+	}
+	if err := s.sameClock(pid); err != nil {
+		if errors.Is(err, ErrNoProcess) {
+			return noneLeft(err)
+		}
+		return err
+	}
+	viewed, err := s.viewedStart(pid, id.PID)
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		return noneLeft(err)
+	case err != nil:
+		return fmt.Errorf("%w: the start time process %d sees for itself: %w", ErrCannotTell, pid, err)
 	case viewed&startMask != start&startMask:
 		return fmt.Errorf("%w: process %d sees at its pid %d another process, in its /proc, which is not its namespace's: it may have read that one's start",
 			ErrCannotTell, pid, id.PID)
@@ -167,10 +181,11 @@ func (s *PIDNamespaces) reused(pid int, id Identity) error {
 	return nil
 }
 
-// sameClock is nil if the process at the /proc pid pid tells nothing: it
-// has ended, or it reads start times as this process does (the same time
-// namespace, or a kernel without them). Otherwise its start time may have
-// been shifted: an error wrapping ErrCannotTell.
+// sameClock is nil if the process at the /proc pid pid reads start times
+// as this process does (the same time namespace, or a kernel without
+// them); an error wrapping ErrNoProcess if it has no namespaces left (see
+// reused); otherwise its start time may have been shifted: an error
+// wrapping ErrCannotTell.
 func (s *PIDNamespaces) sameClock(pid int) error {
 	own, err := s.timeNamespace(0)
 	if err != nil {
@@ -182,7 +197,7 @@ func (s *PIDNamespaces) sameClock(pid int) error {
 	ns, err := s.timeNamespace(pid)
 	switch {
 	case errors.Is(err, ErrNoProcess):
-		return nil
+		return err
 	case err != nil:
 		return fmt.Errorf("%w: the time namespace of process %d: %w", ErrCannotTell, pid, err)
 	case ns != own:

@@ -29,7 +29,6 @@ func TestPIDNamespacesAlive(t *testing.T) {
 	}{
 		{"the maker runs", 100, shown, nil, nil, false, 200, Identity{1, 42}, true, true},
 		{"its pid now names a later process", 100, shown, sameTime, viewedOwn, false, 200, Identity{1, 41}, false, true},
-		{"... which ended too", 100, shown, map[int]uint64{0: ownTime}, nil, false, 200, Identity{1, 41}, false, true},
 		{"... on a kernel without time namespaces", 100, shown, map[int]uint64{0: 0}, viewedOwn, false, 200, Identity{1, 41}, false, true},
 		{"... of another time namespace, which shifts start times", 100, shown, map[int]uint64{0: ownTime, 500: 9}, viewedOwn, false,
 			200, Identity{1, 41}, false, false},
@@ -79,6 +78,57 @@ func TestPIDNamespacesAlive(t *testing.T) {
 				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 			}
 			alive, err := s.Alive(tt.ns, tt.id)
+			if alive != tt.alive || tt.ok != (err == nil) || err != nil && !errors.Is(err, ErrCannotTell) {
+				t.Errorf("got %v, %v; want %v, ok %v (else ErrCannotTell)", alive, err, tt.alive, tt.ok)
+			}
+		})
+	}
+}
+
+// A process of a child namespace that has the maker's pid there, but not
+// its start, and has no namespaces nor root left: it ended, and the maker
+// is dead, unless it runs all the same, its leader thread exited and its
+// other threads running (a zombie leader). Its pid in /proc is 500, and
+// it started at 42. Before, a zombie leader was taken for an ended
+// process: a maker whose /proc is not its namespace's, or of another time
+// namespace, and whose main thread had exited, was judged dead.
+func TestPIDNamespacesLeaderGone(t *testing.T) {
+	t.Parallel()
+	shown := []scannedProcess{{pid: 500, inner: 1, ns: 200}}
+	tests := []struct {
+		name      string
+		ownTime   uint64 // the inode of this process's time namespace; 0: a kernel without them
+		stat      bool   // its stat is still there
+		runs      bool   // a thread of it runs
+		alive, ok bool   // ok false: ErrCannotTell
+	}{
+		{"ended before its start was read", 8, false, false, false, true},
+		{"ended after", 8, true, false, false, true},
+		{"... on a kernel without time namespaces", 0, true, false, false, true},
+		{"a zombie leader, its other threads running", 8, true, true, false, false},
+		{"... on a kernel without time namespaces", 0, true, true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newPIDNamespaces(100, shown)
+			s.alive = func(id Identity) bool { return id.PID == 500 && id.StartTicks == 42 && tt.runs }
+			s.startOf = func(pid int) (uint64, error) {
+				if pid == 500 && tt.stat {
+					return 42, nil
+				}
+				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+			}
+			s.timeNamespace = func(pid int) (uint64, error) {
+				if pid == 0 {
+					return tt.ownTime, nil
+				}
+				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+			}
+			s.viewedStart = func(pid int, _ uint32) (uint64, error) {
+				return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
+			}
+			alive, err := s.Alive(200, Identity{1, 41})
 			if alive != tt.alive || tt.ok != (err == nil) || err != nil && !errors.Is(err, ErrCannotTell) {
 				t.Errorf("got %v, %v; want %v, ok %v (else ErrCannotTell)", alive, err, tt.alive, tt.ok)
 			}
