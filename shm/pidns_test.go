@@ -434,3 +434,35 @@ func TestRecoverKeepsMakerWhoseProcShowsAnotherProcessNow(t *testing.T) {
 	child.WaitOK(t)
 	_ = os.Remove(pending)
 }
+
+// A recovery by another user than a container's, here in the container's
+// host namespace, may not read the namespace (ns/pid) of the container's
+// processes: where one of them has the maker's pid, in whatever
+// namespace, that maker may be it and run. The recovery keeps the maker's
+// file (ErrForeignNamespace). A scan that passed over such a process
+// would find no process of the container's namespace, and, in the initial
+// namespace, take the live maker for dead and remove its file.
+func TestRecoverKeepsMakerWhoseNamespaceMayNotBeRead(t *testing.T) {
+	const user = 64722
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs the recovery as another user")
+	}
+	dir := leftoverDir(t)
+	require.NoError(t, os.Chown(dir, user, user))
+	child := testproc.StartInNewPIDNamespace(t, "maker")
+	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	pending := filepath.Join(dir, fsys.PendingName(m, 1))
+	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+	require.NoError(t, os.Chown(pending, user, user))
+
+	out, err := testproc.CommandAs(t, testproc.User{UID: user, GID: user}, "recover", dir).CombinedOutput()
+	require.NoError(t, err, "output:\n%s", out)
+	line, ok := testproc.Line(string(out), "leftover "+filepath.Base(pending)+" ")
+	require.True(t, ok, "the pending file is not reported; output:\n%s", out)
+	assert.Contains(t, line, string(shm.LeftoverKept)+" foreign=true:", "output:\n%s", out)
+	assert.Equal(t, []string{pending}, pendingFiles(t, dir), "the recovery removed a live maker's file")
+
+	child.Send(t, "done")
+	child.WaitOK(t)
+}
