@@ -131,8 +131,10 @@ func runDemo(opts *demoOptions) error {
 	if d.seg, err = shm.Create(path, demoSegmentOptions); err != nil {
 		return err
 	}
-	defer d.cleanup()
+	// The handler is stopped once the cleanup is done: a signal during
+	// it still removes the segment.
 	defer d.removeOnSignal(path)()
+	defer d.cleanup()
 	if d.words, err = demoWordsOf(d.seg, true); err != nil {
 		return err
 	}
@@ -367,6 +369,7 @@ func (d *demo) removeOnSignal(path string) (stop func()) {
 // cleanup kills the workers still running, waits for them, and closes and
 // (unless --keep) removes the segment.
 func (d *demo) cleanup() {
+	testHookCleanup()
 	for _, w := range d.workers {
 		if !isClosed(w.done) {
 			_ = d.kill(w)
@@ -383,6 +386,10 @@ func (d *demo) cleanup() {
 		d.out.printf("\nremoved %s\n", path)
 	}
 }
+
+// testHookCleanup runs as the demo's cleanup begins; tests replace it to
+// signal the demo there.
+var testHookCleanup = func() {}
 
 // removeLeftoverDemo makes room for the demo's segment at path: nothing
 // there is fine, and a segment an earlier demo left there (its three named

@@ -193,3 +193,35 @@ func TestDemoKeepsIgnoredSIGHUP(t *testing.T) {
 	_, err = os.Stat(path)
 	assert.ErrorIs(t, err, os.ErrNotExist, "the segment after the demo")
 }
+
+func init() {
+	// demo-stalled-cleanup ARGS...: shmctl demo ARGS..., whose cleanup,
+	// once the demo is over, prints "cleanup" and waits for a line on
+	// stdin before it removes the segment.
+	helpers["demo-stalled-cleanup"] = func(args []string) int {
+		testHookCleanup = func() {
+			fmt.Println("cleanup")
+			_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		}
+		return run(append([]string{"demo"}, args...), os.Stdout, os.Stderr)
+	}
+}
+
+// A signal that stops the demo while it cleans up (Ctrl-C, or timeout's
+// SIGTERM, just as the demo ends) still removes the segment, and the demo
+// exits 128+N. The handler was stopped before the cleanup began, so the
+// signal killed the demo there and left the segment behind.
+func TestDemoStoppedBySignalDuringCleanup(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	demo := testproc.StartWithStdin(t, "demo-stalled-cleanup", "--path", path, "--workers", "2", "--duration", "200ms")
+	demo.WaitLine(t, "cleanup")
+	require.NoError(t, demo.Cmd.Process.Signal(syscall.SIGTERM))
+	_ = demo.Wait(t)
+	assert.Equal(t, exitSignalled+int(syscall.SIGTERM), demo.Cmd.ProcessState.ExitCode(), "output:\n%s", demo.Out)
+	assert.Contains(t, demo.Out.String(), "shmctl: demo stopped by "+syscall.SIGTERM.String()+": removed "+path)
+	_, err := os.Stat(path)
+	if !assert.ErrorIs(t, err, os.ErrNotExist, "the segment after the demo") {
+		_ = os.Remove(path)
+	}
+}
