@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/fsys"
 	"github.com/shmlock/shmlock/internal/proc"
@@ -51,6 +54,28 @@ func init() {
 		}
 		fmt.Println("done")
 		return 0
+	}
+}
+
+func init() {
+	// recover-hidepid DIR: in a mount namespace of its own, mount on
+	// /proc a proc of this PID namespace with hidepid=invisible, then do
+	// what recover does; exit testproc.ExitCannotMount if the mount is
+	// refused (EPERM, EACCES; EINVAL before Linux 5.8, where hidepid is no
+	// mount's own but the whole namespace's, and has no "invisible").
+	helpers["recover-hidepid"] = func(args []string) int {
+		err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+		if err == nil {
+			err = unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
+		}
+		if err != nil {
+			fmt.Println("mount:", err)
+			if testproc.MountRefused(err) || errors.Is(err, syscall.EINVAL) {
+				return testproc.ExitCannotMount
+			}
+			return 2
+		}
+		return helpers["recover"](args)
 	}
 }
 
@@ -462,6 +487,41 @@ func TestRecoverKeepsMakerWhoseNamespaceMayNotBeRead(t *testing.T) {
 	require.True(t, ok, "the pending file is not reported; output:\n%s", out)
 	assert.Contains(t, line, string(shm.LeftoverKept)+" foreign=true:", "output:\n%s", out)
 	assert.Equal(t, []string{pending}, pendingFiles(t, dir), "the recovery removed a live maker's file")
+
+	child.Send(t, "done")
+	child.WaitOK(t)
+}
+
+// A recovery whose /proc is mounted with hidepid judges no maker of
+// another namespace, though it is root and sees every process: /proc may
+// hide the maker from it, or a process that has its pid. It keeps a live
+// container's maker's file as of a namespace it cannot judge
+// (ErrForeignNamespace). A scan that did not look at /proc's mount would
+// judge it, and, where /proc hid it, take it for dead from the initial
+// namespace (no test could make /proc hide a process from root).
+func TestRecoverWithHidingProcJudgesNoOtherNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts a /proc in the initial PID namespace")
+	}
+	dir := leftoverDir(t)
+	child := testproc.StartInNewPIDNamespace(t, "maker")
+	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	pending := filepath.Join(dir, fsys.PendingName(m, 1))
+	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+
+	cmd := testproc.Command("recover-hidepid", dir)
+	cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
+	out, err := cmd.CombinedOutput()
+	if exit := (*exec.ExitError)(nil); errors.As(err, &exit) && exit.ExitCode() == testproc.ExitCannotMount {
+		t.Skipf("no /proc with hidepid=invisible: %s", out)
+	}
+	require.NoError(t, err, "output:\n%s", out)
+	line, ok := testproc.Line(string(out), "leftover "+filepath.Base(pending)+" ")
+	require.True(t, ok, "the pending file is not reported; output:\n%s", out)
+	assert.Contains(t, line, string(shm.LeftoverKept)+" foreign=true:", "output:\n%s", out)
+	assert.Contains(t, line, "hidepid", "output:\n%s", out)
+	assert.Equal(t, []string{pending}, pendingFiles(t, dir))
 
 	child.Send(t, "done")
 	child.WaitOK(t)
