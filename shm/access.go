@@ -59,8 +59,13 @@ func hasMagic(f io.ReaderAt) bool {
 }
 
 // shellWord is s as one word of sh(1), quoted only if it must be, so that
-// advice that names a path can be pasted into a shell as it is.
+// advice that names a path can be pasted into a shell as it is. A relative
+// path that starts with "-" gets "./" before it: quoted or not, chmod
+// would read it as an option.
 func shellWord(s string) string {
+	if strings.HasPrefix(s, "-") {
+		s = "./" + s
+	}
 	plain := func(r rune) bool {
 		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._-+:@%,=", r)
 	}

@@ -83,3 +83,5 @@ func (s *Segment) RegistryQueued() bool {
 	}
 	return true
 }
+
+var ShellWord = shellWord
