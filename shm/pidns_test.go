@@ -309,19 +309,12 @@ func TestRecoverPendingOfKilledCreatorInChildNamespace(t *testing.T) {
 func TestRecoverJudgesMakersInChildNamespace(t *testing.T) {
 	dir := leftoverDir(t)
 	child := testproc.StartInNewPIDNamespace(t, "maker")
-	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
-	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
-	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	m := childMaker(t, child)
 	require.NotEqual(t, ownNamespace(t), m.PIDNamespace)
 	reused, absent := m, m
 	reused.StartTicks++
 	absent.PID = 2
-	pending := func(maker fsys.Maker, nonce uint64) string {
-		p := filepath.Join(dir, fsys.PendingName(maker, nonce))
-		require.NoError(t, os.WriteFile(p, []byte("part of a header"), 0o600))
-		return p
-	}
-	live, dead1, dead2 := pending(m, 1), pending(reused, 2), pending(absent, 3)
+	live, dead1, dead2 := writePending(t, dir, m, 1), writePending(t, dir, reused, 2), writePending(t, dir, absent, 3)
 
 	found, err := shm.RecoverLeftovers(dir, false)
 	require.NoError(t, err)
@@ -363,9 +356,7 @@ func TestRecoverInChildNamespaceKeepsUnseenNamespaces(t *testing.T) {
 	gone.PIDNamespace = goneNamespace
 	var files []string
 	for i, m := range []fsys.Maker{parents, gone} {
-		p := filepath.Join(dir, fsys.PendingName(m, uint64(i)))
-		require.NoError(t, os.WriteFile(p, []byte("part of a header"), 0o600))
-		files = append(files, p)
+		files = append(files, writePending(t, dir, m, uint64(i)))
 	}
 
 	recovery := testproc.StartInNewPIDNamespace(t, "recover", dir)
@@ -403,22 +394,13 @@ func TestRecoverInChildNamespaceKeepsUnseenNamespaces(t *testing.T) {
 func TestRecoverKeepsMakerWithAnotherNamespacesProc(t *testing.T) {
 	dir := leftoverDir(t)
 	child := testproc.StartInNewPIDNamespaceSharingProc(t, "maker")
-	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
-	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
-	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	m := childMaker(t, child)
 	hostInit, err := proc.Lookup(1)
 	require.NoError(t, err)
 	require.Equal(t, hostInit.StartTicks&proc.MaxStart, m.StartTicks, "the helper read this namespace's pid 1")
-	pending := filepath.Join(dir, fsys.PendingName(m, 1))
-	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+	pending := writePending(t, dir, m, 1)
 
-	found, err := shm.RecoverLeftovers(dir, false)
-	require.NoError(t, err)
-	require.Len(t, found, 1)
-	assert.Equal(t, shm.LeftoverKept, found[0].Action)
-	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
-	t.Log(found[0].Err)
-	assert.Equal(t, []string{pending}, pendingFiles(t, dir))
+	requireKeptForeign(t, dir, pending)
 
 	child.Send(t, "done")
 	child.WaitOK(t)
@@ -437,23 +419,14 @@ func TestRecoverKeepsMakerWithAnotherNamespacesProc(t *testing.T) {
 func TestRecoverKeepsMakerWhoseProcShowsAnotherProcessNow(t *testing.T) {
 	dir := leftoverDir(t)
 	child := testproc.StartInNewPIDNamespaceSharingProc(t, "maker")
-	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
-	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
-	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	m := childMaker(t, child)
 	own, err := proc.Lookup(uint32(child.PID()))
 	require.NoError(t, err)
 	m.StartTicks = (m.StartTicks + 1) & proc.MaxStart
 	require.NotEqual(t, own.StartTicks&proc.MaxStart, m.StartTicks)
-	pending := filepath.Join(dir, fsys.PendingName(m, 1))
-	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+	pending := writePending(t, dir, m, 1)
 
-	found, err := shm.RecoverLeftovers(dir, false)
-	require.NoError(t, err)
-	require.Len(t, found, 1)
-	assert.Equal(t, shm.LeftoverKept, found[0].Action)
-	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
-	t.Log(found[0].Err)
-	assert.Equal(t, []string{pending}, pendingFiles(t, dir))
+	requireKeptForeign(t, dir, pending)
 
 	child.Send(t, "done")
 	child.WaitOK(t)
@@ -475,10 +448,8 @@ func TestRecoverKeepsMakerWhoseNamespaceMayNotBeRead(t *testing.T) {
 	dir := leftoverDir(t)
 	require.NoError(t, os.Chown(dir, user, user))
 	child := testproc.StartInNewPIDNamespace(t, "maker")
-	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
-	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
-	pending := filepath.Join(dir, fsys.PendingName(m, 1))
-	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+	m := childMaker(t, child)
+	pending := writePending(t, dir, m, 1)
 	require.NoError(t, os.Chown(pending, user, user))
 
 	out, err := testproc.CommandAs(t, testproc.User{UID: user, GID: user}, "recover", dir).CombinedOutput()
@@ -505,10 +476,8 @@ func TestRecoverWithHidingProcJudgesNoOtherNamespace(t *testing.T) {
 	}
 	dir := leftoverDir(t)
 	child := testproc.StartInNewPIDNamespace(t, "maker")
-	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
-	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
-	pending := filepath.Join(dir, fsys.PendingName(m, 1))
-	require.NoError(t, os.WriteFile(pending, []byte("part of a header"), 0o600))
+	m := childMaker(t, child)
+	pending := writePending(t, dir, m, 1)
 
 	cmd := testproc.Command("recover-hidepid", dir)
 	cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
@@ -525,4 +494,38 @@ func TestRecoverWithHidingProcJudgesNoOtherNamespace(t *testing.T) {
 
 	child.Send(t, "done")
 	child.WaitOK(t)
+}
+
+// childMaker is the maker identity that a helper started in a PID
+// namespace of its own says it is (its "maker" line): its namespace's
+// init, pid 1 there.
+func childMaker(t *testing.T, child *testproc.Child) fsys.Maker {
+	t.Helper()
+	m, rest, ok := fsys.CutMaker(child.WaitLine(t, "maker ") + "-")
+	require.True(t, ok && rest == "", "helper's maker: %s", child.Out)
+	require.EqualValues(t, 1, m.PID, "the helper is its namespace's init")
+	return m
+}
+
+// writePending makes in dir the pending file that maker would have left,
+// cut short: part of a header.
+func writePending(t *testing.T, dir string, maker fsys.Maker, nonce uint64) string {
+	t.Helper()
+	p := filepath.Join(dir, fsys.PendingName(maker, nonce))
+	require.NoError(t, os.WriteFile(p, []byte("part of a header"), 0o600))
+	return p
+}
+
+// requireKeptForeign recovers dir's leftovers, in which pending, the one
+// pending file, is of a maker that the recovery cannot judge: kept
+// (ErrForeignNamespace).
+func requireKeptForeign(t *testing.T, dir, pending string) {
+	t.Helper()
+	found, err := shm.RecoverLeftovers(dir, false)
+	require.NoError(t, err)
+	require.Len(t, found, 1)
+	assert.Equal(t, shm.LeftoverKept, found[0].Action)
+	assert.ErrorIs(t, found[0].Err, shm.ErrForeignNamespace)
+	t.Log(found[0].Err)
+	assert.Equal(t, []string{pending}, pendingFiles(t, dir))
 }
