@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,12 +129,17 @@ func runDemo(opts *demoOptions) error {
 	case removed:
 		d.out.printf("removed %s, a demo segment left there by an earlier run\n\n", path)
 	}
+	// The handler is in place before the segment is made, so that no
+	// signal finds the segment made and no handler to remove it, and it
+	// is stopped once the cleanup is done: a signal during it still
+	// removes the segment.
+	var created atomic.Bool
+	defer d.removeOnSignal(path, &created)()
 	if d.seg, err = shm.Create(path, demoSegmentOptions); err != nil {
 		return err
 	}
-	// The handler is stopped once the cleanup is done: a signal during
-	// it still removes the segment.
-	defer d.removeOnSignal(path)()
+	created.Store(true)
+	testHookCreated()
 	defer d.cleanup()
 	if d.words, err = demoWordsOf(d.seg, true); err != nil {
 		return err
@@ -357,9 +363,14 @@ func (d *demo) kill(w *demoProcess) error { return w.process.Kill() }
 // demo (their parent-death signal); the segment is only unlinked here, so
 // the demo's goroutine, which may still be using its mapping, is never
 // faulted: the exit unmaps it.
-func (d *demo) removeOnSignal(path string) (stop func()) {
+//
+// A signal before created is set ends the demo with nothing removed: the
+// file at path, if any, may not be the demo's (Create failed, or has not
+// linked it yet: a pending file it leaves is a leftover that shmctl
+// reclaim removes).
+func (d *demo) removeOnSignal(path string, created *atomic.Bool) (stop func()) {
 	return stopsig.On(func(sig syscall.Signal) {
-		if !d.opts.Keep && shm.Remove(path) == nil {
+		if created.Load() && !d.opts.Keep && shm.Remove(path) == nil {
 			fmt.Fprintf(d.opts.IO.ErrOut, "\nshmctl: demo stopped by %v: removed %s\n", sig, path)
 		}
 		os.Exit(stopsig.ExitStatus(sig))
@@ -387,9 +398,12 @@ func (d *demo) cleanup() {
 	}
 }
 
-// testHookCleanup runs as the demo's cleanup begins; tests replace it to
-// signal the demo there.
-var testHookCleanup = func() {}
+// testHookCleanup runs as the demo's cleanup begins, and testHookCreated
+// once its segment is made; tests replace them to signal the demo there.
+var (
+	testHookCleanup = func() {}
+	testHookCreated = func() {}
+)
 
 // removeLeftoverDemo makes room for the demo's segment at path: nothing
 // there is fine, and a segment an earlier demo left there (its three named

@@ -205,6 +205,37 @@ func init() {
 		}
 		return run(append([]string{"demo"}, args...), os.Stdout, os.Stderr)
 	}
+	// demo-stalled-created ARGS...: shmctl demo ARGS..., which prints
+	// "created" once its segment is made and waits for a line on stdin
+	// before it goes on.
+	helpers["demo-stalled-created"] = func(args []string) int {
+		testHookCreated = func() {
+			fmt.Println("created")
+			_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		}
+		return run(append([]string{"demo"}, args...), os.Stdout, os.Stderr)
+	}
+}
+
+// A signal that stops the demo as soon as it has made its segment, before
+// it starts a worker, removes the segment and exits 128+N. The handler was
+// put in place after the segment was made, so such a signal killed the
+// demo and left the segment behind.
+func TestDemoStoppedBySignalRightAfterCreate(t *testing.T) {
+	t.Parallel()
+	path := testproc.SegmentPath(t)
+	demo := testproc.StartWithStdin(t, "demo-stalled-created", "--path", path, "--workers", "2", "--duration", "200ms")
+	demo.WaitLine(t, "created")
+	_, err := os.Stat(path)
+	require.NoError(t, err, "the demo's segment once made")
+	require.NoError(t, demo.Cmd.Process.Signal(syscall.SIGTERM))
+	_ = demo.Wait(t)
+	assert.Equal(t, exitSignalled+int(syscall.SIGTERM), demo.Cmd.ProcessState.ExitCode(), "output:\n%s", demo.Out)
+	assert.Contains(t, demo.Out.String(), "shmctl: demo stopped by "+syscall.SIGTERM.String()+": removed "+path)
+	_, err = os.Stat(path)
+	if !assert.ErrorIs(t, err, os.ErrNotExist, "the segment after the demo") {
+		_ = os.Remove(path)
+	}
 }
 
 // A signal that stops the demo while it cleans up (Ctrl-C, or timeout's
