@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 
@@ -125,7 +126,7 @@ func removeSegment(ios *IOStreams, path string, force bool) error {
 		return err
 	}
 	if force {
-		return gone(shm.Remove(path))
+		return gone(forceRemoveRefused(path, shm.Remove(path)))
 	}
 	users, fi, err := segmentUsers(path)
 	if err != nil {
@@ -157,6 +158,26 @@ func removeSegment(ios *IOStreams, path string, force bool) error {
 		}
 		return nil
 	})
+}
+
+// forceRemoveRefused is err, the outcome of rm --force's removal of path,
+// said as the refusal it is where the kernel refused this user another
+// user's segment: in a sticky directory (/dev/shm) only the file's owner
+// or root may unlink it, and the bare "permission denied" (of the open, for
+// a private file) or "operation not permitted" (of the move aside) did not
+// say why.
+func forceRemoveRefused(path string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	fi, lerr := os.Lstat(path)
+	if lerr != nil {
+		return err
+	}
+	if uid, foreign := foreignOwner(fi); foreign {
+		return fmt.Errorf("%w: %s is owned by another user (uid %d): only that user or root may remove it (%w)", errRefused, path, uid, err)
+	}
+	return err
 }
 
 // testHookAfterCheck runs in rm between finding a segment unused and

@@ -236,3 +236,27 @@ func TestRmRefusesAnotherUsersSegment(t *testing.T) {
 	_, err = os.Stat(path)
 	assert.ErrorIs(t, err, os.ErrNotExist, "the segment after its owner's rm")
 }
+
+// rm --force by a user who may not remove another user's segment (here
+// root's, in a sticky directory: only its owner or root may unlink it)
+// says so, and that only that user or root may, instead of the system
+// call's bare "permission denied"; the segment stays.
+func TestRmForceOfAnotherUsersSegmentSaysWhose(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs rm as another user")
+	}
+	const user = 64723
+	path := testproc.SegmentPath(t)
+	r := shmctl(t, false, "create", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	for _, mode := range []os.FileMode{0o600, 0o666} {
+		require.NoError(t, os.Chmod(path, mode))
+		out, err := testproc.CommandAs(t, testproc.User{UID: user, GID: user}, "shmctl", "rm", "--force", path).CombinedOutput()
+		require.Error(t, err, "mode %04o: output:\n%s", mode, out)
+		assert.Contains(t, string(out), path+" is owned by another user (uid 0): only that user or root may remove it", "mode %04o", mode)
+		_, err = os.Stat(path)
+		require.NoError(t, err, "mode %04o: a refused rm leaves the segment", mode)
+	}
+	require.NoError(t, os.Remove(path))
+}
