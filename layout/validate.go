@@ -107,6 +107,14 @@ func decodeTables(header []byte, h *Header) error {
 	if got, want := h.Table(KindLockStats).Count, h.lockCount(); got != want {
 		return formatErr(ErrMalformed, KindLockStats.String(), "%d entries for %d locks", got, want)
 	}
+	// A claim directory has an entry per entry of the table it claims: the
+	// same index names both, and the packages (libshmlock too) index each
+	// by the other's count.
+	for _, d := range [...]struct{ table, dir Kind }{{KindOwnerSlots, KindSlotDirectory}, {KindUpgrades, KindUpgradeDirectory}} {
+		if got, want := h.Table(d.dir).Count, h.Table(d.table).Count; got != want {
+			return formatErr(ErrMalformed, d.dir.String(), "%d entries for %d %v", got, want, d.table)
+		}
+	}
 	// Every upgrade mutex has the same number of reader records.
 	up, rd := h.Table(KindUpgrades).Count, h.Table(KindUpgradeReaders).Count
 	if up == 0 && rd != 0 || up != 0 && (rd%up != 0 || rd/up > MaxUpgradeReaders) {

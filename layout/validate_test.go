@@ -103,6 +103,9 @@ var malformed = []struct {
 		le.PutUint64(desc(b, layout.KindLockMgr)[layout.DescOffset:], math.MaxUint64&^(layout.CacheLine-1))
 		return b
 	}, want: layout.ErrTableRange},
+	{name: "slot directory shorter than the slots", corrupt: putDesc64(layout.KindSlotDirectory, layout.DescCount, 1), want: layout.ErrMalformed},
+	{name: "no slot directory", corrupt: putDesc64(layout.KindSlotDirectory, layout.DescCount, 0), want: layout.ErrMalformed},
+	{name: "no upgrade directory", corrupt: putDesc64(layout.KindUpgradeDirectory, layout.DescCount, 0), want: layout.ErrMalformed},
 	{name: "reader records not a multiple of the upgrades", corrupt: putDesc64(layout.KindUpgradeReaders, layout.DescCount, 3), want: layout.ErrMalformed},
 	{name: "reader records without upgrades", corrupt: putDesc64(layout.KindUpgrades, layout.DescCount, 0), want: layout.ErrMalformed},
 	{name: "table inside the header", corrupt: putDesc64(layout.KindOwnerSlots, layout.DescOffset, 0), want: layout.ErrTableOverlap},

@@ -180,6 +180,12 @@ int shm_validate(const uint8_t *h, size_t n, uint64_t file_size, struct shm_tabl
 		locks += out[stats_kinds[i]].count;
 	if (out[SHM_LOCK_STATS].count != locks)
 		return SHMLOCK_EMALFORMED;
+	/* A directory's entry i is the claim of its table's entry i, and the
+	 * claims index each by the other's count: a shorter directory would
+	 * have them read and write past it (NULL, or the next table). */
+	if (out[SHM_SLOT_DIRECTORY].count != out[SHM_OWNER_SLOTS].count ||
+	    out[SHM_UPGRADE_DIRECTORY].count != out[SHM_UPGRADES].count)
+		return SHMLOCK_EMALFORMED;
 	if (!all_zero(h + TABLES_OFF + SHM_TABLE_COUNT * 32, (SHM_DESC_ROOM - SHM_TABLE_COUNT) * 32))
 		return SHMLOCK_EMALFORMED; /* layout.ErrUnknownTable */
 	if (le32(h + OFF_CHECKSUM) != shm_crc32c(h, OFF_MUTABLE))

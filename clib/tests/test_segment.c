@@ -330,6 +330,15 @@ static void test_bad_inputs(void)
 		memcpy(bad + SHM_OFF_MUTABLE + 4, &c, 4);
 	}
 	check_bad("stats count", bad, n, 0600, SHMLOCK_EMALFORMED);
+	/* A claim directory with fewer entries than its table: a claim would
+	 * read and write past it (no directory: through NULL). */
+	for (uint64_t count = 0; count < 4; count += 3) {
+		memcpy(bad, img, n);
+		memcpy(bad + SHM_TABLES_OFF + (SHM_SLOT_DIRECTORY - 1) * 32 + 8, &count, 8);
+		uint32_t c = shm_crc32c(bad, SHM_OFF_MUTABLE);
+		memcpy(bad + SHM_OFF_MUTABLE + 4, &c, 4);
+		check_bad("slot directory count", bad, n, 0600, SHMLOCK_EMALFORMED);
+	}
 	memcpy(bad, img, n);
 	bad[SHM_OFF_MUTABLE + 4] ^= 1;
 	check_bad("checksum", bad, n, 0600, SHMLOCK_ECHECKSUM);
