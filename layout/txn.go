@@ -25,11 +25,15 @@ const (
 // TxnCtlAreaSize, each starting with the packed identity of the process
 // using it (then a u32 pin count per record and one for global pins,
 // rounded up to a cache line). At most TxnMaxPinRows rows, taking at most
-// half the arena; 0 rows if there is no record or no room for a row.
+// half the arena, and only rows that fit after the control area (half an
+// arena under twice its size holds a row that would end past it: a
+// recovery marking that row stale changed the next table's first word);
+// 0 rows if there is no record or no room for a row. Package txn uses no
+// arena whose rows the last bound cuts: it leaves no data area.
 func TxnPinRows(records int, arenaBytes uint64) (rows int, rowSize uint64) {
 	if records <= 0 || arenaBytes < TxnCtlAreaSize {
 		return 0, 0
 	}
 	rowSize = alignUp(8+txnPinRowCounters*uint64(records+1), CacheLine)
-	return int(min(TxnMaxPinRows, (arenaBytes/2)/rowSize)), rowSize
+	return int(min(TxnMaxPinRows, (arenaBytes/2)/rowSize, (arenaBytes-TxnCtlAreaSize)/rowSize)), rowSize
 }

@@ -875,6 +875,28 @@ func fakeReboot(t *testing.T, path string) {
 	require.NoError(t, f.Close())
 }
 
+// A txn arena of its control area alone (128 bytes) has no room for a pin
+// row after it, though half the arena would hold one: the first open after
+// a reboot must mark no "row 0" stale there, which is the next table's
+// first word, here the first data region's State and NameLen (bit 63 made
+// its name 2^31 bytes long: the region was lost, and every later claim was
+// refused for the damaged directory).
+func TestRebootLeavesTheWordAfterATinyArena(t *testing.T) {
+	t.Parallel()
+	seg, path := create(t, shm.Options{Options: layout.Options{TxnRecords: 1, TxnArenaBytes: 128,
+		LockMgrEntries: -1, Upgrades: -1, ClaimRefs: -1}})
+	_, err := seg.Data("kept", 8)
+	require.NoError(t, err)
+	require.NoError(t, seg.Close())
+	fakeReboot(t, path)
+	again, err := shm.Open(path, shm.Options{})
+	require.NoError(t, err)
+	defer again.Close()
+	r, err := again.Data("kept", 0)
+	require.NoError(t, err)
+	require.Equal(t, 8, r.Len())
+}
+
 // A machine that goes down while a process is between a claim's two counts
 // (Refs counted, its reference record not yet) leaves the registry lock
 // held and Refs one above what the records count. The first open after the

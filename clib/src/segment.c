@@ -405,6 +405,10 @@ static void mark_txn_stale(shmlock_segment *seg)
 	uint64_t rows = bytes / 2 / row_size;
 	if (rows > TXN_MAX_PIN_ROWS)
 		rows = TXN_MAX_PIN_ROWS;
+	/* Only rows after the control area: half an arena under twice its
+	 * size holds a row that would end past the arena, in the next table. */
+	if (rows > (bytes - TXN_CTL_AREA) / row_size)
+		rows = (bytes - TXN_CTL_AREA) / row_size;
 	for (uint64_t r = 0; r < rows; r++)
 		stale_word(word_at(arena->base, TXN_CTL_AREA + r * row_size));
 }

@@ -261,6 +261,36 @@ static void test_reboot_marks_txn(void)
 	CHECK_RC(shmlock_remove(path), 0);
 }
 
+/* A txn arena of its control area alone (128 bytes) has no room for a pin
+ * row after it, though half the arena would hold one: the first open after
+ * a reboot marks no "row 0" stale there, the next table's first word (here
+ * the first data region's State and NameLen: the region would be lost). */
+static void test_reboot_leaves_word_after_tiny_arena(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "reboot-arena");
+	shmlock_options o = {.txn_records = 1, .txn_arena_bytes = 128, .lockmgr_entries = -1, .upgrades = -1,
+	                     .claim_refs = -1};
+	shmlock_segment *s = NULL;
+	void *p = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), 0);
+	if (!s)
+		return;
+	CHECK_RC(shmlock_data(s, "kept", 8, &p), 0);
+	CHECK_RC(shmlock_close(s), 0);
+	int fd = open(path, O_RDWR);
+	uint8_t other[16];
+	memset(other, 0xab, sizeof other);
+	CHECK(pwrite(fd, other, sizeof other, offsetof(struct shm_header, owners_boot)) == (ssize_t)sizeof other);
+	close(fd);
+	CHECK_RC(shmlock_open(path, NULL, &s), 0);
+	if (s) {
+		CHECK_RC(shmlock_data(s, "kept", 8, &p), 0);
+		shmlock_close(s);
+	}
+	CHECK_RC(shmlock_remove(path), 0);
+}
+
 static size_t read_file(const char *path, uint8_t *buf, size_t n)
 {
 	int fd = open(path, O_RDONLY);
@@ -1435,6 +1465,7 @@ int main(void)
 	RUN(test_golden_regions);
 	RUN(test_reboot_and_claims);
 	RUN(test_reboot_marks_txn);
+	RUN(test_reboot_leaves_word_after_tiny_arena);
 	RUN(test_bad_inputs);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
