@@ -63,6 +63,17 @@ inline int check(int rc, const char *what)
 	return rc;
 }
 
+// c_str is s for a C call, which reads it up to its first NUL: a string
+// with a NUL inside would name another segment, lock or resource (the part
+// before the NUL), which Go refuses to name at all, so it throws rc (the
+// code the C call gives a bad name of that kind) instead.
+inline const char *c_str(const std::string &s, int rc, const char *what)
+{
+	if (s.find('\0') != std::string::npos)
+		throw error(rc, what);
+	return s.c_str();
+}
+
 // try_result turns an acquisition's code into true (held), false (busy or
 // timed out), or a throw.
 inline bool try_result(int rc, const char *what)
@@ -140,22 +151,27 @@ public:
 	static segment open(const std::string &path, const shmlock_options *opts = nullptr)
 	{
 		shmlock_segment *s = nullptr;
-		detail::check(shmlock_open(path.c_str(), opts, &s), "shmlock: open");
+		detail::check(shmlock_open(detail::c_str(path, SHMLOCK_EBADPATH, "shmlock: open"), opts, &s), "shmlock: open");
 		return segment(s);
 	}
 	static segment create(const std::string &path, const shmlock_options *opts = nullptr)
 	{
 		shmlock_segment *s = nullptr;
-		detail::check(shmlock_create(path.c_str(), opts, &s), "shmlock: create");
+		detail::check(shmlock_create(detail::c_str(path, SHMLOCK_EBADPATH, "shmlock: create"), opts, &s),
+		              "shmlock: create");
 		return segment(s);
 	}
 	static segment open_or_create(const std::string &path, const shmlock_options *opts = nullptr)
 	{
 		shmlock_segment *s = nullptr;
-		detail::check(shmlock_open_or_create(path.c_str(), opts, &s), "shmlock: open");
+		detail::check(shmlock_open_or_create(detail::c_str(path, SHMLOCK_EBADPATH, "shmlock: open"), opts, &s),
+		              "shmlock: open");
 		return segment(s);
 	}
-	static void remove(const std::string &path) { detail::check(shmlock_remove(path.c_str()), "shmlock: remove"); }
+	static void remove(const std::string &path)
+	{
+		detail::check(shmlock_remove(detail::c_str(path, SHMLOCK_EBADPATH, "shmlock: remove")), "shmlock: remove");
+	}
 
 	// data is the named data region (claimed with sizeof(T) bytes on first
 	// use, zeroed), as Go's Segment.Data: every process that names it gets
@@ -164,7 +180,8 @@ public:
 	T *data(const std::string &name)
 	{
 		void *p = nullptr;
-		detail::check(shmlock_data(get(), name.c_str(), sizeof(T), &p), "shmlock: data region");
+		detail::check(shmlock_data(get(), detail::c_str(name, SHMLOCK_EBADNAME, "shmlock: data region"), sizeof(T), &p),
+		              "shmlock: data region");
 		return static_cast<T *>(p);
 	}
 
@@ -186,7 +203,8 @@ public:
 	spinlock(segment &seg, const std::string &name, int mode = SHMLOCK_PIDTID) : mode_(mode)
 	{
 		shmlock_spin *l = nullptr;
-		detail::check(shmlock_spin_named(seg.get(), name.c_str(), mode, &l), "shmlock: spinlock");
+		detail::check(shmlock_spin_named(seg.get(), detail::c_str(name, SHMLOCK_EBADNAME, "shmlock: spinlock"), mode, &l),
+		              "shmlock: spinlock");
 		h_ = detail::handle<shmlock_spin, shmlock_spin_close>(l);
 	}
 
@@ -263,7 +281,8 @@ public:
 	upgrade_mutex(segment &seg, const std::string &name)
 	{
 		shmlock_upgrade *m = nullptr;
-		detail::check(shmlock_upgrade_named(seg.get(), name.c_str(), &m), "shmlock: upgrade mutex");
+		detail::check(shmlock_upgrade_named(seg.get(), detail::c_str(name, SHMLOCK_EBADNAME, "shmlock: upgrade mutex"), &m),
+		              "shmlock: upgrade mutex");
 		h_ = detail::handle<shmlock_upgrade, shmlock_upgrade_close>(m);
 	}
 	upgrade_mutex(upgrade_mutex &&) = default;
@@ -486,13 +505,15 @@ public:
 	{
 		shmlock_acquire_options o = opts.c();
 		shmlock_lock_info info{};
-		detail::check(shmlock_lockmgr_acquire(h_.get(), resource.c_str(), owner.c_str(), mode, &o, &info),
-		              "shmlock: acquire");
+		const char *r = detail::c_str(resource, SHMLOCK_EINVALID_RESOURCE, "shmlock: acquire");
+		const char *w = detail::c_str(owner, SHMLOCK_EINVALID_OWNER, "shmlock: acquire");
+		detail::check(shmlock_lockmgr_acquire(h_.get(), r, w, mode, &o, &info), "shmlock: acquire");
 		return hold(h_, resource, owner, info);
 	}
 	bool check_version(const std::string &resource, uint64_t version)
 	{
-		int rc = shmlock_lockmgr_check_version(h_.get(), resource.c_str(), version);
+		int rc = shmlock_lockmgr_check_version(
+		    h_.get(), detail::c_str(resource, SHMLOCK_EINVALID_RESOURCE, "shmlock: check version"), version);
 		if (rc == SHMLOCK_EVERSION_CONFLICT)
 			return false;
 		detail::check(rc, "shmlock: check version");

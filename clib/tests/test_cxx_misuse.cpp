@@ -29,8 +29,9 @@ using namespace std::chrono_literals;
 		}                                                                  \
 	} while (0)
 
-// The segment of every test, made by main.
+// The segment of every test, made by main, and its path.
 static shmlock::segment *the_segment;
+static const char *seg_path;
 
 using steady = std::chrono::steady_clock;
 using system_clock = std::chrono::system_clock;
@@ -181,6 +182,21 @@ static void test_bad_input()
 	h.release();
 	h.release(); // released once: a second is nothing
 	CHECK_THROWS(h.refresh(1s), SHMLOCK_EINVAL);
+	// A NUL inside a name: C would read the part before it, another name
+	// ("x", "r", "o", the segment's own path), which Go refuses to name.
+	const std::string nul("x\0y", 3);
+	CHECK_THROWS(shmlock::spinlock(seg, nul), SHMLOCK_EBADNAME);
+	CHECK_THROWS(shmlock::upgrade_mutex(seg, nul), SHMLOCK_EBADNAME);
+	CHECK_THROWS(seg.data<int>(nul), SHMLOCK_EBADNAME);
+	CHECK_THROWS(mgr.acquire(std::string("r\0s", 3), "o"), SHMLOCK_EINVALID_RESOURCE);
+	CHECK_THROWS(mgr.acquire("r", std::string("o\0p", 3)), SHMLOCK_EINVALID_OWNER);
+	CHECK_THROWS(mgr.check_version(std::string("r\0s", 3), 0), SHMLOCK_EINVALID_RESOURCE);
+	const std::string other = std::string(seg_path) + std::string("\0other", 6);
+	CHECK_THROWS(shmlock::segment::open(other), SHMLOCK_EBADPATH);
+	CHECK_THROWS(shmlock::segment::create(other), SHMLOCK_EBADPATH);
+	CHECK_THROWS(shmlock::segment::open_or_create(other), SHMLOCK_EBADPATH);
+	CHECK_THROWS(shmlock::segment::remove(other), SHMLOCK_EBADPATH);
+	CHECK(access(seg_path, F_OK) == 0);
 	CHECK_THROWS(shmlock::segment::open(""), SHMLOCK_EBADPATH);
 	CHECK_THROWS(shmlock::segment::remove("/dev/shm"), SHMLOCK_ENOTREGULAR);
 	// A moved-from segment: its calls are errors.
@@ -197,6 +213,7 @@ int main()
 	try {
 		auto seg = shmlock::segment::create(path);
 		the_segment = &seg;
+		seg_path = path;
 		RUN(test_spin_durations);
 		RUN(test_upgrade_durations);
 		RUN(test_upgrade_move_assign_holding);
