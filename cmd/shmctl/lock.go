@@ -86,7 +86,9 @@ func newCmdLock(ios *IOStreams, runF func(*lockOptions) error) *cobra.Command {
 command exits; the command's exit status becomes shmctl's. The options are
 flock(1)'s: shmctl lock waits for the lock unless -n or -w says otherwise,
 -s takes it shared, -c runs a shell command. The segment is created (0600,
-or 0660 with --group) if it does not exist.
+or 0660 with --group) if it does not exist. The command inherits shmctl's
+working directory, standard streams and other open descriptors (a
+script's exec 3>>log), as under flock(1); the lock is none of them.
 
 The command's environment has SHMLOCK_VERSION, the hold's fencing version
 (it grows with every grant: pass it to what the lock protects to refuse

@@ -40,18 +40,20 @@ import (
 // the lock. Only shmctl and its guard killed together let the subtree
 // outlive the hold.
 //
-// shmctl lock and its guard talk through two pipes:
+// shmctl lock and its guard talk through two pipes, at the descriptors
+// the guard's --control-fd and --status-fd name: after those the command
+// inherits, which keep their numbers (inheritedFiles).
 //
-//   - guardControlFD, shmctl to guard: one byte once shmctl has recorded
-//     the guard in the hold (the command starts only then; end of file
-//     before it means shmctl gave up or died, and the guard exits without
-//     running it), then one byte for each signal shmctl passes on to the
-//     command, its number. shmctl keeps its end open until the guard has
+//   - control, shmctl to guard: one byte once shmctl has recorded the
+//     guard in the hold (the command starts only then; end of file before
+//     it means shmctl gave up or died, and the guard exits without running
+//     it), then one byte for each signal shmctl passes on to the command,
+//     its number. shmctl keeps its end open until the guard has
 //     exited, so end of file later means that shmctl died: the guard then
 //     kills the subtree, as on its parent-death signal.
-//   - guardStatusFD, guard to shmctl: the command's wait status in
-//     decimal, written when the command has ended, so shmctl reports a
-//     command killed by a signal exactly as one it ran itself. Nothing
+//   - status, guard to shmctl: the command's wait status in decimal,
+//     written when the command has ended, so shmctl reports a command
+//     killed by a signal exactly as one it ran itself. Nothing
 //     there means the guard failed (it said why on stderr, and its exit
 //     status is shmctl's) or was killed.
 //
@@ -64,49 +66,50 @@ import (
 // its copies to tell a signal sent to the group, which the command had
 // already, from one sent to shmctl alone, before it passes on what shmctl
 // passes on (lockcopies.go).
-const (
-	guardControlFD = 3
-	guardStatusFD  = 4
-	// guardDeathSignal is the guard's parent-death signal: a signal the
-	// guard can catch, unlike the command's SIGKILL, and one that shmctl
-	// lock never passes on. Sent by anyone else while shmctl lives, it is
-	// ignored, as shmctl ignores it.
-	guardDeathSignal = syscall.SIGUSR2
-)
+
+// guardDeathSignal is the guard's parent-death signal: a signal the guard
+// can catch, unlike the command's SIGKILL, and one that shmctl lock never
+// passes on. Sent by anyone else while shmctl lives, it is ignored, as
+// shmctl ignores it.
+const guardDeathSignal = syscall.SIGUSR2
 
 // newCmdLockGuard is the guard of the command shmctl lock runs (see
 // above); it is hidden from help.
 func newCmdLockGuard(ios *IOStreams) *cobra.Command {
-	var parent int
+	var parent, controlFD, statusFD int
 	cmd := &cobra.Command{
-		Use:    "lock-guard --parent PID -- PATH ARGV0 ARGS...",
+		Use:    "lock-guard --parent PID --control-fd FD --status-fd FD -- PATH ARGV0 ARGS...",
 		Short:  "Run shmctl lock's command and kill its whole subtree if shmctl lock dies",
 		Hidden: true,
 		// shmctl lock has warned of what the root's hook warns of.
 		PersistentPreRun: func(*cobra.Command, []string) {},
 		Args: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 || len(args) < 2 || parent <= 0 {
-				return newUsageError(cmd, "lock-guard takes --parent PID -- PATH ARGV0 ARGS...")
+			if cmd.ArgsLenAtDash() != 0 || len(args) < 2 || parent <= 0 || controlFD <= 2 || statusFD <= 2 || controlFD == statusFD {
+				return newUsageError(cmd, "lock-guard takes --parent PID --control-fd FD --status-fd FD -- PATH ARGV0 ARGS...")
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runLockGuard(ios, parent, args[0], args[1:])
+			return runLockGuard(ios, parent, controlFD, statusFD, args[0], args[1:])
 		},
 	}
 	cmd.Flags().IntVar(&parent, "parent", 0, "the pid of shmctl lock")
+	cmd.Flags().IntVar(&controlFD, "control-fd", 0, "the descriptor of the control pipe, from shmctl lock")
+	cmd.Flags().IntVar(&statusFD, "status-fd", 0, "the descriptor of the status pipe, to shmctl lock")
 	return cmd
 }
 
 // runLockGuard runs the command path with argv as the guard of shmctl
-// lock, process parent.
-func runLockGuard(ios *IOStreams, parent int, path string, argv []string) error {
+// lock, process parent, which talks to it through descriptors controlFD
+// and statusFD.
+func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, argv []string) error {
 	// The pipes must not reach the command: a descendant that kept the
-	// status pipe open would keep shmctl waiting for its end.
-	syscall.CloseOnExec(guardControlFD)
-	syscall.CloseOnExec(guardStatusFD)
-	control := os.NewFile(guardControlFD, "lock-guard control")
-	status := os.NewFile(guardStatusFD, "lock-guard status")
+	// status pipe open would keep shmctl waiting for its end. The other
+	// descriptors the guard inherited are the command's.
+	syscall.CloseOnExec(controlFD)
+	syscall.CloseOnExec(statusFD)
+	control := os.NewFile(uintptr(controlFD), "lock-guard control")
+	status := os.NewFile(uintptr(statusFD), "lock-guard status")
 
 	// Every signal the guard waits for is caught before it looks whether
 	// shmctl still lives, so none comes unseen in between.

@@ -250,7 +250,14 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	}
 	defer statusR.Close()
 	defer statusW.Close()
-	guard, err := selfCommand(append([]string{"lock-guard", "--parent", strconv.Itoa(os.Getpid()), "--", path}, opts.Command...)...)
+	inherited, closeInherited, err := inheritedFiles()
+	defer closeInherited()
+	if err != nil {
+		return exitNotRunnable, 0, err
+	}
+	controlFD := 3 + len(inherited) // the guard's pipes, after the command's descriptors
+	guard, err := selfCommand(append([]string{"lock-guard", "--parent", strconv.Itoa(os.Getpid()),
+		"--control-fd", strconv.Itoa(controlFD), "--status-fd", strconv.Itoa(controlFD + 1), "--", path}, opts.Command...)...)
 	if err != nil {
 		return exitNotRunnable, 0, err
 	}
@@ -258,7 +265,7 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	// command; told of shmctl's death by a signal it catches, so that it
 	// can kill the subtree before it dies.
 	guard.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: guardDeathSignal}
-	guard.ExtraFiles = []*os.File{controlR, statusW} // guardControlFD, guardStatusFD
+	guard.ExtraFiles = append(inherited, controlR, statusW)
 	guard.Env = lockEnv(guard.Environ(), t.env, info)
 	guard.Stdin, guard.Stdout, guard.Stderr = os.Stdin, opts.IO.Out, opts.IO.ErrOut
 	// Pdeathsig fires when the thread that started the child exits, not
@@ -277,6 +284,7 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	}
 	_ = controlR.Close()
 	_ = statusW.Close()
+	closeInherited()
 	if t.shm != nil {
 		if err := t.shm.SetCompanion(opts.Resource, info.Owner, guard.Process.Pid); err != nil {
 			_ = guard.Process.Kill()

@@ -245,3 +245,25 @@ func TestLockGuardsPrivilegedCommand(t *testing.T) {
 	c.Kill(t)
 	testproc.WaitFor(t, func() bool { return !processExists(pid) }, "the command to die with shmctl")
 }
+
+// The descriptors a script opens for shmctl lock reach its command at
+// their numbers, as flock(1)'s do: exec 3>>log; shmctl lock ... sh -c
+// 'echo >&3'. The guard's pipes took descriptors 3 and 4 in its
+// process, and the command found them closed (sh: 3: Bad file
+// descriptor), while 5 and up came through.
+func TestLockPassesDescriptors(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	dir := t.TempDir()
+	out, err := shellScript(t, seg.Path(), `cd "$DIR" &&
+"$SHMCTL" lock "$SEG" r sh -c 'echo three >&3 && echo four >&4 && echo five >&5 && cat <&6' 3>f3 4>f4 5>f5 6<f5`,
+		"DIR="+dir)
+	require.NoError(t, err, out)
+	require.Equal(t, "five\n", out, "the command read fd 6")
+	for fd, want := range map[string]string{"f3": "three\n", "f4": "four\n", "f5": "five\n"} {
+		got, err := os.ReadFile(filepath.Join(dir, fd))
+		require.NoError(t, err)
+		require.Equal(t, want, string(got), "written to %s by the command", fd)
+	}
+	requireUnlocked(t, m, "r")
+}
