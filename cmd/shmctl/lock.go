@@ -138,10 +138,11 @@ Exit status: the command's; 75 (-E) if the lock was taken (-n) or the wait
 timed out (-w), the command not run; 128+N if signal N ended the wait or
 killed the command (for SIGINT, shmctl then dies of SIGINT itself, once the
 lock is released, as flock(1) does on Ctrl-C: a shell reports 130, and
-stops its script); 126 if the command could not be run, 127 if it was not
-found; 2 for a usage error; 1 if shmctl failed otherwise (a message says
-why), or if the hold was lost while the command ran (its lease lapsed) and
-the command exited 0.`,
+stops its script); 126 if the command could not be run (a script without
+a #! line runs with /bin/sh, as under flock(1)), 127 if it was not found;
+2 for a usage error; 1 if shmctl failed otherwise (a message says why), or
+if the hold was lost while the command ran (its lease lapsed) and the
+command exited 0.`,
 		Example: `  shmctl lock jobs backup tar czf /backup/home.tgz /home
   shmctl lock -n jobs deploy -- ./deploy.sh || echo "a deploy is running"
   shmctl lock -w 30 -E 3 jobs deploy -c 'make deploy'

@@ -157,6 +157,28 @@ func TestLockRunsCommand(t *testing.T) {
 	}
 }
 
+// A script without a #! line, which the kernel cannot run (ENOEXEC),
+// runs with /bin/sh, as execvp(3) runs it for flock(1) and as sh(1) runs
+// it: it was refused with status 126 ("exec format error"). A binary file
+// (a NUL in its first line, as bash(1) tells) is still refused.
+func TestLockRunsScriptWithoutInterpreterLine(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	script := filepath.Join(t.TempDir(), "no-interpreter-line")
+	testproc.WriteExecutable(t, script, `echo "ran $# $1 $2 $SHMLOCK_RESOURCE"; exit 3`+"\n")
+	r := shmctl(t, false, "lock", seg.Path(), "job", "--", script, "a", "b c")
+	require.Equal(t, 3, r.code, "stderr %q", r.stderr)
+	require.Empty(t, r.stderr)
+	require.Equal(t, "ran 2 a b c job\n", r.stdout)
+	requireUnlocked(t, m, "job")
+
+	binary := filepath.Join(t.TempDir(), "binary")
+	testproc.WriteExecutable(t, binary, "\x7fELF\x02\x01\x01\x00\necho ran\n")
+	line := requireOneLineError(t, shmctl(t, false, "lock", seg.Path(), "job", "--", binary), exitNotRunnable)
+	require.Contains(t, line, binary)
+	requireUnlocked(t, m, "job")
+}
+
 func TestLockConflict(t *testing.T) {
 	t.Parallel()
 	seg, m := lockSegment(t)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -137,7 +138,7 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 	// keep this goroutine, which never returns before the command is
 	// reaped, on its thread.
 	runtime.LockOSThread()
-	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+	p, err := startCommand(path, argv, &os.ProcAttr{
 		Env:   os.Environ(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
@@ -202,6 +203,41 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 			return nil
 		}
 	}
+}
+
+// startCommand starts the command path with argv as execvp(3) does for
+// flock(1), and as sh(1) does: a file the kernel cannot run (ENOEXEC), a
+// script without a #! line, runs with /bin/sh, as /bin/sh PATH ARGS. One
+// that looks binary (a NUL in its first line, as bash(1) tells) is left
+// to fail: sh would read it as a script and say nothing useful.
+func startCommand(path string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	p, err := os.StartProcess(path, argv, attr)
+	if !errors.Is(err, syscall.ENOEXEC) || !shellScriptFile(path) {
+		return p, err
+	}
+	return os.StartProcess(shellPath, append([]string{shellPath, path}, argv[1:]...), attr)
+}
+
+// shellPath is the shell that runs scripts without a #! line (execvp(3)'s
+// _PATH_BSHELL).
+const shellPath = "/bin/sh"
+
+// shellScriptFile reports whether the file at path may be a shell script:
+// readable, with no NUL in its first line (of 80 bytes at most: bash's
+// test of a binary file).
+func shellScriptFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var head [80]byte
+	n, err := io.ReadFull(f, head[:])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false
+	}
+	line, _, _ := bytes.Cut(head[:n], []byte{'\n'})
+	return bytes.IndexByte(line, 0) < 0
 }
 
 // reapChildren reaps the children of the guard that have ended (the
