@@ -26,7 +26,7 @@ import (
 func runLock(opts *lockOptions) error {
 	var path string
 	if opts.HoldFor == 0 {
-		p, err := exec.LookPath(opts.Command[0])
+		p, err := lookCommand(opts.Command[0])
 		if err != nil {
 			code := exitCannotRun
 			if notRunnable(err) {
@@ -388,6 +388,22 @@ func renew(m lockmgr.Locker, opts *lockOptions, owner string, done chan struct{}
 			return
 		}
 	}
+}
+
+// lookCommand finds the command name names as sh(1) and execvp(3) (so
+// flock(1)) do, in every directory of PATH: a relative one (".", an empty
+// entry, bin) too, which exec.LookPath refuses (exec.ErrDot) to guard
+// programs that run commands of their own choosing; shmctl lock runs the
+// one its user named, through the PATH its user set.
+func lookCommand(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if !errors.Is(err, exec.ErrDot) {
+		return p, err
+	}
+	if !strings.Contains(p, "/") {
+		p = "./" + p // a path, not a name for the guard's /bin/sh to search PATH for
+	}
+	return p, nil
 }
 
 // notRunnable reports whether err says a command was found but cannot be

@@ -267,3 +267,24 @@ func TestLockPassesDescriptors(t *testing.T) {
 	}
 	requireUnlocked(t, m, "r")
 }
+
+// A command found through a relative directory of PATH (".", an empty
+// entry, bin) runs, as under flock(1) and sh(1): the user put that
+// directory there and named the command. Go's exec.LookPath refuses it
+// (exec.ErrDot), and shmctl lock exited 127 for a command the shell
+// itself would have run.
+func TestLockRunsCommandFoundInRelativePATH(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o700))
+	testproc.WriteExecutable(t, filepath.Join(dir, "here"), "#!/bin/sh\necho here $1\n")
+	testproc.WriteExecutable(t, filepath.Join(dir, "bin", "there"), "#!/bin/sh\necho there $1\n")
+	out, err := shellScript(t, seg.Path(), `cd "$DIR" &&
+PATH=".:$PATH" "$SHMCTL" lock "$SEG" r here 1 &&
+PATH=":$PATH" "$SHMCTL" lock "$SEG" r here 2 &&
+PATH="bin:$PATH" "$SHMCTL" lock "$SEG" r there 3`, "DIR="+dir)
+	require.NoError(t, err, out)
+	require.Equal(t, "here 1\nhere 2\nthere 3\n", out)
+	requireUnlocked(t, m, "r")
+}
