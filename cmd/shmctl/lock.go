@@ -110,13 +110,17 @@ descriptor does). If the guard itself is killed (kill -9, the OOM killer),
 shmctl kills the command's subtree before it releases the lock; only shmctl
 and the guard killed together let those processes outlive the hold. The
 signals SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmctl are passed on to
-the command; one that was ignored when shmctl started (nohup's SIGHUP)
-stays ignored, for the command too. A ^C or ^\ typed at the terminal,
-or any of them sent to shmctl's process group (kill -TERM -PGID, timeout(1),
-a service manager's stop), reaches the command once: the command is in the
-group and has its own copy. One sent to shmctl alone reaches the command a
-quarter of a second later (shmctl's guard waits that long for a copy of
-its own, which would say the signal went to the group).
+the command; a SIGHUP or SIGINT that was ignored when shmctl started
+(nohup's SIGHUP, a background job's SIGINT) stays ignored, for the command
+too, but an ignored SIGTERM or SIGQUIT does not, unlike under flock(1):
+Go's runtime takes them over before shmctl can see that they were
+ignored, and the command gets them at their default action. A ^C or ^\
+typed at the terminal, or any of them sent to shmctl's process group (kill
+-TERM -PGID, timeout(1), a service manager's stop), reaches the command
+once: the command is in the group and has its own copy. One sent to shmctl
+alone reaches the command a quarter of a second later (shmctl's guard
+waits that long for a copy of its own, which would say the signal went to
+the group).
 
 --hold-for PID holds the lock for another process, typically a shell, for
 a block of a script: shmctl takes the lock, ties it to that process and

@@ -145,7 +145,9 @@ func runLock(opts *lockOptions) error {
 // runs with & (without job control). Catching it would undo the ignore,
 // and the command would die of the hang-up it was started to survive.
 // (Go keeps only an ignored SIGHUP or SIGINT ignored at start, so those
-// are the two signal.Ignored sees.)
+// are the two signal.Ignored sees: an ignored SIGTERM or SIGQUIT, the
+// SIGQUIT a shell ignores beside that SIGINT, is lost before main runs,
+// and the help says so.)
 func caughtSignals() []os.Signal {
 	var sigs []os.Signal
 	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
