@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -134,6 +135,16 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 		return exitStatus(exitCannotRun) // shmctl died before the signal was caught
 	}
 
+	// The copies the guard has so far are of signals sent to the group
+	// before the command was in it: the command has none of them, so they
+	// are passed on to it once it runs, and shmctl's are dropped (as for
+	// any copy), so that it has each once. A signal sent in the instant
+	// before the start whose copy the runtime has not yet handed to the
+	// channel is still taken for the command's, and lost; before, so was
+	// every one sent while the guard waited for shmctl's go-ahead.
+	testHookGuardStarting(own)
+	missed := drainSignals(own)
+
 	// The command's Pdeathsig fires when the thread that started it exits:
 	// keep this goroutine, which never returns before the command is
 	// reaped, on its thread.
@@ -162,6 +173,10 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 		}
 	}()
 	var copies groupCopies
+	for _, s := range missed {
+		copies.copied(s, time.Now())
+		_ = p.Signal(s)
+	}
 	for {
 		select {
 		case s := <-own:
@@ -201,6 +216,27 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 				return exitStatus(ws.ExitStatus())
 			}
 			return nil
+		}
+	}
+}
+
+// testHookGuardStarting runs in the guard just before it takes the
+// copies of group signals that came before the command's start; tests
+// stop the guard there and send the group a signal.
+var testHookGuardStarting = func(copies <-chan os.Signal) {}
+
+// drainSignals returns the signals waiting in c, each number once, in
+// their order.
+func drainSignals(c <-chan os.Signal) []syscall.Signal {
+	var sigs []syscall.Signal
+	for {
+		select {
+		case s := <-c:
+			if sig := s.(syscall.Signal); !slices.Contains(sigs, sig) {
+				sigs = append(sigs, sig)
+			}
+		default:
+			return sigs
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -221,4 +222,78 @@ func TestLockGroupSignalOnce(t *testing.T) {
 	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, c.Wait(t))
 	require.Equal(t, "ready\nSIGINT 1\nSIGINT 1 times\n", c.Out.String())
+}
+
+func init() {
+	// shmctl-guard-stops ARGS...: shmctl, whose lock guards stop
+	// themselves (SIGSTOP) just before they start the command, and once
+	// continued, wait for a copy of a signal sent to the group.
+	helpers["shmctl-guard-stops"] = func(args []string) int {
+		selfCommand = func(args ...string) (*exec.Cmd, error) {
+			return testproc.Command("guard-stops", args...), nil
+		}
+		return run(args, os.Stdout, os.Stderr)
+	}
+	helpers["guard-stops"] = func(args []string) int {
+		testHookGuardStarting = func(copies <-chan os.Signal) {
+			if err := testproc.StopSelf(); err != nil {
+				panic(err)
+			}
+			for deadline := time.Now().Add(testproc.Timeout); len(copies) == 0; time.Sleep(testproc.PollEvery) {
+				if time.Now().After(deadline) {
+					panic("no copy of a group signal")
+				}
+			}
+		}
+		return run(args, os.Stdout, os.Stderr)
+	}
+}
+
+// processStopped reports whether every thread of process pid is stopped.
+func processStopped(tb testing.TB, pid int) bool {
+	tb.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	require.NoError(tb, err)
+	for _, task := range tasks {
+		b, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+		if err != nil {
+			return false // a thread exiting as we look
+		}
+		i := bytes.LastIndexByte(b, ')')
+		require.True(tb, i > 0 && i+2 < len(b), "malformed stat %q", b)
+		if b[i+2] != 'T' && b[i+2] != 't' {
+			return false
+		}
+	}
+	return len(tasks) > 0
+}
+
+// A signal sent to shmctl's process group after the guard started but
+// before the command did (a service manager's stop, timeout(1), a ^C)
+// reaches the command once it starts: the command was not there to have
+// its copy. The guard took its own copy for the command's, and dropped
+// the one shmctl passed on (a ^C shmctl does not pass on at all), so the
+// command never had it and ran on to its end (here: for ever).
+func TestLockGroupSignalBeforeCommandStarts(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	c := testproc.Start(t, "shmctl-guard-stops", "lock", seg.Path(), "r", "--", "sleep", "600")
+	var guard int
+	testproc.WaitFor(t, func() bool {
+		ri, err := m.Inspect("r")
+		require.NoError(t, err)
+		if len(ri.Holders) == 1 {
+			guard = ri.Holders[0].Companion
+		}
+		return guard != 0
+	}, "the guard recorded in the hold")
+	testproc.WaitFor(t, func() bool { return processStopped(t, guard) }, "the guard to stop before the command starts")
+	require.NoError(t, syscall.Kill(-c.PID(), syscall.SIGTERM)) // the group: Setpgid made shmctl its leader
+	require.NoError(t, syscall.Kill(guard, syscall.SIGCONT))
+	err := c.Wait(t)
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "got %v, want the command's death by SIGTERM; output %q", err, c.Out)
+	require.Equal(t, exitSignalled+int(syscall.SIGTERM), exit.ExitCode(), "output %q", c.Out)
+	requireUnlocked(t, m, "r")
 }
