@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -396,8 +397,12 @@ func renew(m lockmgr.Locker, opts *lockOptions, owner string, done chan struct{}
 // flock(1)) do, in every directory of PATH: a relative one (".", an empty
 // entry, bin) too, which exec.LookPath refuses (exec.ErrDot) to guard
 // programs that run commands of their own choosing; shmctl lock runs the
-// one its user named, through the PATH its user set.
+// one its user named, through the PATH its user set. With PATH unset (env
+// -i) it looks where execvp(3) looks, not nowhere.
 func lookCommand(name string) (string, error) {
+	if _, set := os.LookupEnv("PATH"); !set && !strings.Contains(name, "/") {
+		return lookCommandIn(defaultPATH, name)
+	}
 	p, err := exec.LookPath(name)
 	if !errors.Is(err, exec.ErrDot) {
 		return p, err
@@ -406,6 +411,21 @@ func lookCommand(name string) (string, error) {
 		p = "./" + p // a path, not a name for the guard's /bin/sh to search PATH for
 	}
 	return p, nil
+}
+
+// defaultPATH is where execvp(3) looks for a command when PATH is unset
+// (env -i): glibc's confstr(_CS_PATH).
+var defaultPATH = []string{"/bin", "/usr/bin"}
+
+// lookCommandIn finds the command name in the first of dirs that has it
+// as an executable file, as exec.LookPath does in PATH's.
+func lookCommandIn(dirs []string, name string) (string, error) {
+	for _, dir := range dirs {
+		if p, err := exec.LookPath(filepath.Join(dir, name)); err == nil {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
 }
 
 // notRunnable reports whether err says a command was found but cannot be

@@ -288,3 +288,15 @@ PATH="bin:$PATH" "$SHMCTL" lock "$SEG" r there 3`, "DIR="+dir)
 	require.Equal(t, "here 1\nhere 2\nthere 3\n", out)
 	requireUnlocked(t, m, "r")
 }
+
+// With PATH unset (env -i), a command is looked for where execvp(3), and
+// so flock(1), looks for it: /bin and /usr/bin. shmctl lock found nothing
+// and exited 127.
+func TestLockRunsCommandWithoutPATH(t *testing.T) {
+	t.Parallel()
+	seg, m := lockSegment(t)
+	out, err := shellScript(t, seg.Path(), `unset PATH; "$SHMCTL" lock "$SEG" r echo ran`)
+	require.NoError(t, err, out)
+	require.Equal(t, "ran\n", out)
+	requireUnlocked(t, m, "r")
+}
