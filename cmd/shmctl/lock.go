@@ -319,7 +319,10 @@ func (o *lockOptions) resolve(cmd *cobra.Command, fl *lockFlags) error {
 	waitSet := cmd.Flags().Changed("timeout") || cmd.Flags().Changed("wait")
 	o.Block = !fl.nonblock && (!waitSet || o.Timeout > 0)
 
-	if fl.shell != "" {
+	if cmd.Flags().Changed("command") { // -c "" too: a script's empty variable, not no -c
+		if fl.shell == "" {
+			return newUsageError(cmd, "-c: the command is empty")
+		}
 		if len(o.Command) > 0 {
 			return newUsageError(cmd, "-c takes the whole command as one argument; got more after it: %q", o.Command)
 		}

@@ -103,6 +103,8 @@ func TestLockFlags(t *testing.T) {
 		{"lock", "-F", "jobs", "r", "true"},
 		{"lock", "-u", "jobs", "r"},
 		{"lock", "jobs", "r", "-c", "echo", "extra"},
+		{"lock", "-c", "", "jobs", "r", "ls"}, // ran ls, as if there were no -c
+		{"lock", "-c", "", "jobs", "r"},       // said that -c was missing
 		{"lock", "--hold-for", "1", "jobs", "r", "true"},
 		{"lock", "--hold-for", "-1", "jobs", "r"},
 		{"lock", "--hold-for", "5", "--ttl", "1m", "jobs", "r"},
@@ -115,6 +117,8 @@ func TestLockFlags(t *testing.T) {
 		line := requireOneLineError(t, shmctl(t, false, args...), exitUsage)
 		assert.Contains(t, line, "shmctl lock --help", "args %q", args)
 	}
+	line := requireOneLineError(t, shmctl(t, false, "lock", "-c", "", "jobs", "r"), exitUsage)
+	assert.Contains(t, line, "-c: the command is empty")
 	r := shmctl(t, false, "lock", "jobs", "r", "--help")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "--conflict-exit-code")
