@@ -261,22 +261,13 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	if err := t.s.usable(); err != nil {
 		return Ref{}, err
 	}
-	if target.Txn == t.idx && target.Gen == t.gen {
-		var p Pin
-		if err := t.s.pin(&p, t.idx, t.gen); err != nil {
-			return Ref{}, err
-		}
-		defer p.Release()
-		if _, _, _, err := t.s.object(target); err != nil {
-			return Ref{}, err
-		}
-		return target, nil
-	}
 	if int(target.Txn) >= len(t.s.recs) {
 		return Ref{}, ErrBadRef
 	}
 	// Pin the source per transaction whatever its mode, so that its close
 	// (which would skip a cell registered too late) waits for this Link.
+	// This transaction's own objects too: a global pin would fail while
+	// the barrier is up for other transactions.
 	var p Pin
 	c := t.s.recs[target.Txn].Ctl.Load()
 	if err := refErr(c&^flagBarrier, target.Gen); err != nil {
@@ -292,6 +283,9 @@ func (t *Txn) Link(target Ref) (Ref, error) {
 	kind, data, _, err := t.s.object(target)
 	if err != nil {
 		return Ref{}, err
+	}
+	if target.Txn == t.idx && target.Gen == t.gen {
+		return target, nil
 	}
 	if kind != kindObject {
 		return Ref{}, ErrNotObject
