@@ -80,9 +80,9 @@ func (p *Pin) Release() {
 // TryPin pins the transaction r belongs to. It fails with ErrClosing while
 // the transaction closes, ErrClosed after, ErrStale if its record has been
 // reused, ErrBadRef for a Ref that names no record, ErrSpaceClosed after
-// s.Close, shm.ErrClosed after the segment's Close. A transaction begun in
-// barrier mode gets a global pin, any other a per-transaction
-// pin: the caller need not know which.
+// s.Close, shm.ErrClosed after the segment's Close, ErrInvalid for a Space
+// not made by Open. A transaction begun in barrier mode gets a global pin,
+// any other a per-transaction pin: the caller need not know which.
 func (s *Space) TryPin(r Ref) (Pin, error) {
 	var p Pin
 	err := s.pin(&p, r.Txn, r.Gen)
@@ -93,7 +93,10 @@ func (s *Space) TryPin(r Ref) (Pin, error) {
 // closer came in between. The checks compare the whole Ctl word, so the
 // generation is checked with the state.
 func (s *Space) pin(p *Pin, idx, gen uint32) error {
-	if int(idx) >= len(s.recs) {
+	if s == nil || int(idx) >= len(s.recs) {
+		if s == nil || s.seg == nil {
+			return s.usable() // no Space: ErrInvalid, not the Ref's fault
+		}
 		return ErrBadRef
 	}
 	rec := s.recs[idx]

@@ -400,7 +400,17 @@ func TestNilSegmentAndSpace(t *testing.T) {
 	require.ErrorIs(t, err, shm.ErrNoSegment)
 	_, err = txn.NewBarrier(nil)
 	require.ErrorIs(t, err, txn.ErrInvalid)
-	var zero txn.Space
-	_, err = zero.Begin(txn.BeginOptions{})
-	require.ErrorIs(t, err, txn.ErrInvalid)
+	// Every method of a Space not made by Open fails the same way, none
+	// panics.
+	ctx, ref := context.Background(), txn.Ref{Txn: 0, Gen: 1}
+	for name, sp := range map[string]*txn.Space{"nil": nil, "zero": {}} {
+		_, err = sp.Begin(txn.BeginOptions{})
+		require.ErrorIs(t, err, txn.ErrInvalid, "%s Space: Begin", name)
+		_, err = sp.TryPin(ref)
+		require.ErrorIs(t, err, txn.ErrInvalid, "%s Space: TryPin", name)
+		_, err = sp.Borrow(ctx, ref)
+		require.ErrorIs(t, err, txn.ErrInvalid, "%s Space: Borrow", name)
+		require.ErrorIs(t, sp.Reclaim(ctx, 0), txn.ErrInvalid, "%s Space: Reclaim", name)
+		require.ErrorIs(t, sp.Close(), txn.ErrInvalid, "%s Space: Close", name)
+	}
 }

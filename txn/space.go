@@ -163,7 +163,7 @@ var testHookRowChecked func()
 // (release them: Pin.Release works after the segment's Close too) or a
 // close through it (RequestCloseAndWait, Barrier.Close, Reclaim) is in
 // progress, whose end sequence pins the destinations of its promotions;
-// ErrSpaceClosed the second time.
+// ErrSpaceClosed the second time; ErrInvalid for a Space not made by Open.
 //
 // The closed flag goes up before the counters are checked, and a pin
 // checks the flag after its increment, so that either the pin sees the
@@ -172,6 +172,9 @@ var testHookRowChecked func()
 // back-out may still reach the row after Close gave it up; claimRow leaves
 // a given-up row's counters alone, so it nets to zero there.
 func (s *Space) Close() error {
+	if s == nil || s.seg == nil {
+		return s.usable() // ErrInvalid: it has no row to give up
+	}
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrSpaceClosed
 	}
