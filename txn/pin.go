@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -236,7 +237,9 @@ func (b *SRef) Release() {
 // source has closed; when the source is closing, Borrow releases its pins
 // and waits for the close to end, so the reader sees the copy (or ErrClosed
 // if the copy was not made because the cell's own transaction was
-// finishing then).
+// finishing then). A close whose closer died ends only when Space.Reclaim
+// takes it over: Borrow stops waiting for it at its next liveness check
+// (within 50 ms) and fails with ErrClosing, as TryPin of the source does.
 // It fails like TryPin, with ErrBadRef if r names no object, or with
 // ctx.Err(). A Borrow asleep waiting for a close when the segment is
 // closed returns shm.ErrClosed at its next liveness check.
@@ -323,7 +326,8 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 // awaitEnd sleeps until t's transaction is no longer Closing or Finishing
 // in t's generation, or ctx is done, or the segment is closed
 // (shm.ErrClosed; sleeps are bounded by livenessInterval) unless late (see
-// waitDrained).
+// waitDrained), or its closer is found dead at a liveness check
+// (ErrClosing).
 func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 	rec := s.recs[t.Txn]
 	closing, finishing := ctlWord(stateClosing, t.Gen, 0), ctlWord(stateFinishing, t.Gen, 0)
@@ -347,10 +351,21 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 			start = mono.Now()
 		}
 		st.AddSleep()
-		_ = futex.Wait(&rec.Drain, seq, livenessInterval)
+		err := futex.Wait(&rec.Drain, seq, livenessInterval)
 		sleepers.Unregister(&rec.Sleepers, ticket)
 		if err := ctx.Err(); err != nil {
 			return s.waited(st, start, err)
+		}
+		// A closer that died ends nothing: its close resumes only when a
+		// Reclaim takes the record over (the owner is then the live
+		// reclaimer), which may never come. The record refuses pins
+		// meanwhile, and so does this wait. A closer of this process is
+		// alive whatever the segment can tell (a second close of the
+		// owner's waits for the first).
+		if owner := rec.Owner.Load(); errors.Is(err, futex.ErrTimeout) && owner != s.ident && !s.seg.OwnerAlive(owner) {
+			if c := rec.Ctl.Load() &^ flagBarrier; c == closing || c == finishing {
+				return s.waited(st, start, s.unlessClosed(ErrClosing))
+			}
 		}
 	}
 }
