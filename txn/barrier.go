@@ -41,8 +41,9 @@ type closeItem struct {
 // the batch the leader closes under one raising of the barrier. On a done
 // context the transactions not yet closed are reopened and ctx.Err() is
 // returned. A transaction that is already closed gives ErrClosed, joined
-// with the others' errors. A nil Txn, or one given twice, is ErrInvalid,
-// and nothing changes.
+// with the others' errors. A batch with nothing left to close (empty, or
+// of closed transactions) waits for no pin. A nil Txn, or one given twice,
+// is ErrInvalid, and nothing changes.
 //
 // A Close in progress when the segment is closed returns shm.ErrClosed at
 // its next wake, having lowered the barrier and reopened the transactions
@@ -80,6 +81,9 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(items) == 0 {
+		return nil // nothing to raise the barrier for, nor to wait for
 	}
 	lock, err := s.barrierLock()
 	if err != nil {
@@ -136,6 +140,11 @@ func (s *Space) closeBarrier(ctx context.Context, items []closeItem) error {
 		closing = append(closing, it)
 	}
 	batch = closing
+	if len(batch) == 0 {
+		// Every item was closed already (or finished above): the global
+		// pins are other transactions' business, and may never drain.
+		return errors.Join(errs...)
+	}
 	err = s.waitDrained(ctx, drain{&s.bar.Drain, &s.bar.Sleepers}, len(s.recs), false)
 	for i, it := range batch {
 		closing := ctlWord(stateClosing, it.gen, flagBarrier)
