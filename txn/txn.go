@@ -142,8 +142,17 @@ func (t *Txn) Barrier() bool { return t.barrier }
 func (t *Txn) ArenaSize() int { return int(t.size) }
 
 // Used is the number of arena bytes allocated (0 once the segment is
-// closed: its tables then read zeros).
-func (t *Txn) Used() int { return int(t.rec.Used.Load()) }
+// closed: its tables then read zeros; 0 too once the record is reused by
+// another transaction).
+func (t *Txn) Used() int {
+	n := t.rec.Used.Load()
+	// Read after the count: a reuse stores Used before its generation, and
+	// allocates only after it.
+	if ctlGen(t.rec.Ctl.Load()) != t.gen {
+		return 0
+	}
+	return int(n)
+}
 
 // Open reports whether the transaction is still open (false once the
 // segment is closed, whatever the file says).
@@ -151,11 +160,13 @@ func (t *Txn) Open() bool { return refErr(t.rec.Ctl.Load()&^flagBarrier, t.gen) 
 
 // TryPin pins the transaction through its owner's handle. The owner's
 // pins are counted apart so that RequestCloseAndWait can tell that its
-// caller holds one (ErrCloserPinned) rather than wait for itself.
+// caller holds one (ErrCloserPinned) rather than wait for itself. It
+// fails as Space.TryPin does, but with ErrClosed, as Alloc, for a record
+// reused since: to its handle, the transaction is closed.
 func (t *Txn) TryPin() (Pin, error) {
 	var p Pin
 	if err := t.s.pin(&p, t.idx, t.gen); err != nil {
-		return p, err
+		return p, ownErr(err)
 	}
 	t.own.Add(1)
 	p.own = &t.own

@@ -149,6 +149,18 @@ func TestStaleRefs(t *testing.T) {
 	require.False(t, p.Held())
 	_, err = tx2.Link(old)
 	require.ErrorIs(t, err, txn.ErrStale)
+	// The first transaction's handle reports it closed, whatever the
+	// record's next use does, and changes nothing of it.
+	used := tx2.Used()
+	require.False(t, tx.Open())
+	require.Zero(t, tx.Used(), "the next use's bytes are not the closed transaction's")
+	_, err = tx.TryPin()
+	require.ErrorIs(t, err, txn.ErrClosed, "TryPin")
+	_, err = tx.Alloc([]byte("x"))
+	require.ErrorIs(t, err, txn.ErrClosed, "Alloc")
+	require.ErrorIs(t, tx.RequestCloseAndWait(context.Background()), txn.ErrClosed, "RequestCloseAndWait")
+	require.Equal(t, used, tx2.Used())
+	require.True(t, tx2.Open())
 
 	cur := txn.Ref{Txn: old.Txn, Gen: tx2.Gen(), Off: old.Off}
 	bad := []txn.Ref{
