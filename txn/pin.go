@@ -242,7 +242,8 @@ func (b *SRef) Release() {
 // (within 50 ms) and fails with ErrClosing, as TryPin of the source does.
 // It fails like TryPin, with ErrBadRef if r names no object, or with
 // ctx.Err(). A Borrow asleep waiting for a close when the segment is
-// closed returns shm.ErrClosed at its next liveness check.
+// closed returns shm.ErrClosed at its next liveness check, and when s is
+// closed, ErrSpaceClosed.
 func (s *Space) Borrow(ctx context.Context, r Ref) (SRef, error) {
 	var b SRef
 	err := s.borrow(ctx, r, &b)
@@ -327,7 +328,7 @@ func (s *Space) borrow(ctx context.Context, r Ref, b *SRef) error {
 // in t's generation, or ctx is done, or the segment is closed
 // (shm.ErrClosed; sleeps are bounded by livenessInterval) unless late (see
 // waitDrained), or its closer is found dead at a liveness check
-// (ErrClosing).
+// (ErrClosing), or s is closed (ErrSpaceClosed).
 func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 	rec := s.recs[t.Txn]
 	closing, finishing := ctlWord(stateClosing, t.Gen, 0), ctlWord(stateFinishing, t.Gen, 0)
@@ -340,6 +341,13 @@ func (s *Space) awaitEnd(ctx context.Context, t Ref, late bool) error {
 	for {
 		if !late && s.seg.Closed() {
 			return s.waited(st, start, shm.ErrClosed)
+		}
+		// A Borrow asleep here holds no pin, so s may be closed under it.
+		// A close through s (closeTxn) counts in closing, which keeps
+		// Space.Close from succeeding: the flag it sees then is the
+		// moment a refused Space.Close raises it, not to be acted on.
+		if s.closed.Load() && s.closing.Load() == 0 {
+			return s.waited(st, start, ErrSpaceClosed)
 		}
 		ticket := sleepers.Register(&rec.Sleepers)
 		seq := rec.Drain.Load()
