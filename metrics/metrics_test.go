@@ -211,6 +211,41 @@ shmlock_lockmgr_hold_seconds_total{segment="test"} %v
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "shmlock_lockmgr_hold_seconds_total"))
 }
 
+// A hold taken after the moment a scrape measures ages to (the scrape's
+// clock read before it came to the lock manager's table, or the lock
+// manager's clock a little ahead of time.Now) is a hold of age 0, not one
+// whose age is unrecorded: the held resource keeps its age series.
+func TestHoldAgeOfAHoldNewerThanTheScrape(t *testing.T) {
+	t.Parallel()
+	path := newSegment(t)
+	seg := openRO(t, path)
+	h := testproc.StartWithStdin(t, "hold", path)
+	h.WaitLine(t, "held")
+
+	before := acquired(t, seg, "job").Add(-time.Millisecond)
+	v, err := metrics.Read(seg, before)
+	require.NoError(t, err)
+	var job *metrics.Lock
+	for i := range v.Locks {
+		if v.Locks[i].Kind == metrics.KindLockMgr && v.Locks[i].Label == "job" {
+			job = &v.Locks[i]
+		}
+	}
+	require.NotNil(t, job, "the held resource is listed")
+	require.True(t, job.Held)
+	require.Equal(t, time.Duration(0), job.HoldAge)
+
+	c := metrics.NewCollector(seg, metrics.SegmentLabel("test"), metrics.Clock(func() time.Time { return before }))
+	want := `# HELP shmlock_lock_hold_age_seconds Age of the lock's oldest hold (recorded for lockmgr resources only).
+# TYPE shmlock_lock_hold_age_seconds gauge
+shmlock_lock_hold_age_seconds{kind="lockmgr",lock="job",segment="test"} 0
+`
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "shmlock_lock_hold_age_seconds"))
+	h.Send(t, "release")
+	h.WaitLine(t, "released")
+	h.WaitOK(t)
+}
+
 // Text of the series TestScrape compares; the HELP lines are the
 // collector's.
 const (

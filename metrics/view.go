@@ -328,7 +328,12 @@ func readLockMgr(seg *shm.Segment, v *View, now time.Time) error {
 				l.DeadHolders++
 			}
 			l.Processes = append(l.Processes, Process{PID: h.PID, Alive: h.Alive, Mode: r.Mode.String(), Owner: h.Owner})
-			l.HoldAge = max(l.HoldAge, now.Sub(h.AcquiredAt))
+			// A hold newer than now (taken while the tables before this
+			// one were read, or stamped by the lock manager's clock, which
+			// may run a little ahead of time.Now) is 0 old: a negative age
+			// would read as none recorded, and the held resource would
+			// lose its age series.
+			l.HoldAge = max(l.HoldAge, now.Sub(h.AcquiredAt), 0)
 		}
 		// Resources nobody holds stay in the table until recycled: only
 		// those worth a look are listed, as 'shmctl locks' lists them.
