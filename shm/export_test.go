@@ -52,6 +52,10 @@ func SetTestHookBeforeLink(f func()) (restore func()) { return setHook(&testHook
 // between its checks and the lock's take.
 func SetTestHookOperatorLock(f func()) (restore func()) { return setHook(&testHookOperatorLock, f) }
 
+// SetTestHookReplaced replaces the hook that runs in Replaced between its
+// check for Close and the stat of the file.
+func SetTestHookReplaced(f func()) (restore func()) { return setHook(&testHookReplaced, f) }
+
 // SetTestHookAside replaces the hook that runs in Remove once the name is
 // moved aside, with the hidden path.
 func SetTestHookAside(f func(aside string)) (restore func()) {

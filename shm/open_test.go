@@ -126,3 +126,19 @@ func TestReplaced(t *testing.T) {
 	_, err = ro.Replaced()
 	require.ErrorIs(t, err, shm.ErrClosed)
 }
+
+// Replaced racing the Segment's Close fails with ErrClosed, as it does
+// after Close: a Close between its check and the stat closed the file
+// under it, and the caller got "file already closed", in which errors.Is
+// finds no ErrClosed.
+func TestReplacedRacingClose(t *testing.T) {
+	path := testproc.SegmentPath(t)
+	w, err := shm.Create(path, shm.Options{})
+	require.NoError(t, err)
+	defer w.Close()
+	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer shm.SetTestHookReplaced(func() { require.NoError(t, ro.Close()) })()
+	_, err = ro.Replaced()
+	require.ErrorIs(t, err, shm.ErrClosed)
+}

@@ -387,7 +387,13 @@ func (s *Segment) Replaced() (bool, error) {
 	if s.Closed() {
 		return false, ErrClosed
 	}
+	testHookReplaced()
 	open, err := s.file.Stat()
+	if err != nil && s.Closed() {
+		// A Close after the check above closed the file under the stat
+		// (os.File keeps its descriptor from being reused meanwhile).
+		return false, ErrClosed
+	}
 	if err != nil {
 		return false, fmt.Errorf("shm: %s: %w", s.path, err)
 	}
@@ -509,6 +515,10 @@ var testHookBeforeUnlink = func() {}
 // testHookBeforeLink runs in Create once the segment is complete, before
 // its file is linked under its name; tests replace it to die there.
 var testHookBeforeLink = func() {}
+
+// testHookReplaced runs in Replaced between its check for Close and
+// the stat of the file; tests replace it to close the segment there.
+var testHookReplaced = func() {}
 
 // testHookAside runs in Remove once the name is moved aside, before the
 // file is compared and unlinked; tests replace it to kill the remover
