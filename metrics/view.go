@@ -81,8 +81,11 @@ func (l *Lock) addHolder(seg *shm.Segment, w uint64, mode string) {
 
 // Contention is a copy of a lock's contention counters (layout.LockStats).
 // They are bumped without a lock, so one copy may fall between the words
-// of one wait's record; and they wrap around (Reclaims and Timeouts at
-// 2^32, the others at 2^64), which Prometheus takes for a counter reset.
+// of one wait's record; and they wrap around (Reclaims, Timeouts and each
+// bucket of WaitHist at 2^32, the others at 2^64), which Prometheus takes
+// for a counter reset. WaitHist's first bucket counts every wait granted
+// while it spun, so a busy lock wraps it first: the histogram's count may
+// then fall below Contended by a multiple of 2^32.
 type Contention struct {
 	Contended uint64        // acquisitions that did not get the lock at the first try
 	Sleeps    uint64        // futex sleeps of waiters
