@@ -47,6 +47,13 @@ const (
 	maxAsideAttempts = 10  // names tried when the one made is taken
 )
 
+// hiddenName reports whether base begins as the hidden names of pending
+// files and of removals do: recovery takes a file under such a name for
+// a leftover, so no segment may be made under one (Create).
+func hiddenName(base string) bool {
+	return strings.HasPrefix(base, fsys.PendingPrefix) || strings.HasPrefix(base, asidePrefix)
+}
+
 // origin is the name a segment was removed from, as an aside name keeps
 // it: the name itself, or only its digest.
 type origin struct {

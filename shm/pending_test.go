@@ -200,3 +200,36 @@ func TestRecoverPendingOfKilledRecovery(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, entries, "nothing left")
 }
+
+// Create refuses a name of the form leftover recovery gives the hidden
+// files of segments being made or removed (ErrBadPath): a segment made
+// under one would later be taken for a dead process's leftover, and
+// RecoverLeftovers (shmctl leftovers --recover, rm, reclaim) would remove
+// it, with its locks, at the first moment nobody had it open. The name
+// here says a maker whose pid is this process's but whose start time is
+// not, so a recovery proves it dead.
+func TestCreateRefusesHiddenNames(t *testing.T) {
+	t.Parallel()
+	dir := leftoverDir(t)
+	gone, err := fsys.SelfMaker()
+	require.NoError(t, err)
+	gone.StartTicks = (gone.StartTicks + 1) & proc.MaxStart
+	for _, name := range []string{fsys.PendingName(gone, 1), shm.AsideName(gone, "seg", 1)} {
+		path := filepath.Join(dir, name)
+		seg, err := shm.Create(path, shm.Options{})
+		if err == nil {
+			require.NoError(t, seg.Close())
+			found, rerr := shm.RecoverLeftovers(dir, false)
+			t.Logf("made %s; RecoverLeftovers: %+v %v", name, found, rerr)
+		}
+		require.ErrorIs(t, err, shm.ErrBadPath, name)
+		seg, err = shm.OpenOrCreate(path, shm.Options{})
+		if err == nil {
+			require.NoError(t, seg.Close())
+		}
+		require.ErrorIs(t, err, shm.ErrBadPath, name)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Empty(t, entries, "nothing made")
+	}
+}

@@ -85,7 +85,10 @@ type Segment struct {
 }
 
 // Create makes a new segment at path (see ResolvePath). It fails with
-// ErrExists if the name is taken.
+// ErrExists if the name is taken, and with ErrBadPath for a name that
+// begins with .shmlock-init- or .shmlock-rm-: those are the hidden names
+// of segments being made or removed, and RecoverLeftovers would take a
+// segment made under one for a dead process's leftover and remove it.
 //
 // The file gets all its memory at once (fallocate), before it has a name:
 // if its file system or memory cgroup is full, Create fails with
@@ -97,6 +100,9 @@ func Create(path string, opts Options) (*Segment, error) {
 	path, err := ResolvePath(path)
 	if err != nil {
 		return nil, err
+	}
+	if hiddenName(filepath.Base(path)) {
+		return nil, fmt.Errorf("%w: %s: names beginning %s or %s are kept for the hidden files of segments being made or removed", ErrBadPath, path, fsys.PendingPrefix, asidePrefix)
 	}
 	h, err := layout.Plan(opts.Options.WithDefaults())
 	if err != nil {

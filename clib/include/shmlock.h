@@ -153,7 +153,9 @@ typedef struct shmlock_options {
 } shmlock_options;
 
 /* A path without a slash names a file in /dev/shm (shm.ResolvePath).
- * shmlock_create reserves the new file's memory (fallocate; only ftruncate
+ * shmlock_create refuses a name that begins .shmlock-init- or .shmlock-rm-
+ * (SHMLOCK_EBADPATH): the hidden names of segments being made or removed,
+ * which leftover recovery removes. shmlock_create reserves the new file's memory (fallocate; only ftruncate
  * on a file system without it), and a writable shmlock_open that of a
  * sparse file an earlier version made: a full file system or memory cgroup
  * is SHMLOCK_ENOSPACE there, not a SIGBUS at a first touch of a page. */

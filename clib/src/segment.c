@@ -812,6 +812,11 @@ static void encode(uint8_t *b, uint64_t total, const struct shm_table_desc *d, c
 	memcpy(b + OFF_OWNERS_BOOT, boot, 16); /* the file is private yet: plain stores */
 }
 
+/* The hidden names' beginnings: a pending file's (fsys.PendingPrefix), a
+ * removal's (shm's asidePrefix). */
+#define PENDING_PREFIX ".shmlock-init-"
+#define ASIDE_PREFIX ".shmlock-rm-"
+
 bool shm_test_no_tmpfile;
 void (*shm_test_hook_before_link)(void);
 
@@ -840,7 +845,7 @@ static int create_pending(const char *dir, mode_t mode, char **tmp)
 			char *name = malloc(strlen(dir) + 96);
 			if (!name)
 				return SHMLOCK_ENOMEM;
-			sprintf(name, "%s/.shmlock-init-%u-%llu-ns%llu-%llx", dir, (unsigned)(self & SHM_PID_MASK),
+			sprintf(name, "%s/" PENDING_PREFIX "%u-%llu-ns%llu-%llx", dir, (unsigned)(self & SHM_PID_MASK),
 			        (unsigned long long)(self >> SHM_PID_BITS & SHM_START_MASK), (unsigned long long)ns,
 			        (unsigned long long)shm_random64());
 			fd = open(name, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, mode);
@@ -896,12 +901,25 @@ static char *dir_of(const char *path)
 	return strndup(path, (size_t)(slash - path));
 }
 
+/* shm's hiddenName: the base name of p begins as the hidden names of
+ * pending files and of removals do. Leftover recovery takes a file under
+ * such a name for a leftover, so no segment may be made under one. */
+static bool hidden_name(const char *p)
+{
+	const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+	return !strncmp(base, PENDING_PREFIX, strlen(PENDING_PREFIX)) || !strncmp(base, ASIDE_PREFIX, strlen(ASIDE_PREFIX));
+}
+
 static int do_create(const char *path, const shmlock_options *o, shmlock_segment **out)
 {
 	char *p;
 	int rc = resolve_path(path, &p);
 	if (rc)
 		return rc;
+	if (hidden_name(p)) {
+		free(p);
+		return SHMLOCK_EBADPATH;
+	}
 	struct shm_table_desc d[SHM_TABLE_COUNT + 1];
 	uint64_t total = 0, pidns = 0;
 	uint8_t boot[16];
@@ -1013,7 +1031,6 @@ SHM_EXPORT int shmlock_close(shmlock_segment *seg)
 void (*shm_test_hook_before_unlink)(void);
 void (*shm_test_hook_aside)(const char *aside);
 
-#define ASIDE_PREFIX ".shmlock-rm-"
 #define ASIDE_NAME_MAX 255 /* NAME_MAX: the longest file name of Linux file systems */
 
 /* The 64-bit FNV-1a hash of a name, which a hidden name keeps of a name too

@@ -426,6 +426,28 @@ static void test_bad_inputs(void)
 	CHECK_RC(shmlock_remove(path), SHMLOCK_ESYS);
 }
 
+/* A name of the form the hidden files of segments being made or removed
+ * have is refused (shm TestCreateRefusesHiddenNames): Go's leftover
+ * recovery would take a segment made under one for a dead process's
+ * leftover and remove it. */
+static void test_create_refuses_hidden_names(void)
+{
+	static const char *names[] = {".shmlock-init-1-2-ns3-4", ".shmlock-rm-1-2-ns3-4-seg"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		char path[256];
+		snprintf(path, sizeof path, "/dev/shm/%s", names[i]);
+		shmlock_segment *s = NULL;
+		CHECK_RC(shmlock_create(path, NULL, &s), SHMLOCK_EBADPATH);
+		CHECK_RC(shmlock_create(names[i], NULL, &s), SHMLOCK_EBADPATH);
+		CHECK_RC(shmlock_open_or_create(names[i], NULL, &s), SHMLOCK_EBADPATH);
+		CHECK(access(path, F_OK) != 0);
+		if (s) {
+			shmlock_close(s);
+			unlink(path);
+		}
+	}
+}
+
 static void test_round_trip(void)
 {
 	char path[256], name[128];
@@ -1467,6 +1489,7 @@ int main(void)
 	RUN(test_reboot_marks_txn);
 	RUN(test_reboot_leaves_word_after_tiny_arena);
 	RUN(test_bad_inputs);
+	RUN(test_create_refuses_hidden_names);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
 	RUN(test_dead_holder_use0_recycled);
