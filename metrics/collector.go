@@ -63,6 +63,9 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 // replacement reads the old segment or the new one, whole. f stays the
 // caller's to close.
 func NewFollowingCollector(f *Follower, opts ...Option) *Collector {
+	if f == nil { // as NewCollector(nil): every scrape fails with shm.ErrNoSegment
+		return newCollector(func(time.Time) (*View, error) { return nil, shm.ErrNoSegment }, "", opts)
+	}
 	return newCollector(func(now time.Time) (v *View, err error) {
 		err = f.Use(func(seg *shm.Segment) error {
 			v, err = Read(seg, now)

@@ -518,6 +518,17 @@ func TestNilSegment(t *testing.T) {
 	require.ErrorContains(t, err, shm.ErrNoSegment.Error())
 }
 
+// A following collector of a nil Follower is as a collector of a nil
+// segment: every scrape reports shm.ErrNoSegment (it panicked on the
+// Follower's Path).
+func TestNilFollower(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	require.NotPanics(t, func() { require.NoError(t, reg.Register(metrics.NewFollowingCollector(nil))) })
+	_, err := reg.Gather()
+	require.ErrorContains(t, err, shm.ErrNoSegment.Error())
+}
+
 // Two entries of a damaged directory under the same name are two series
 // all the same: the second gets "#" and its index. A scrape with two
 // series of the same labels fails whole (FuzzRead found it).
