@@ -62,6 +62,10 @@ func New(segs []*shm.Segment, opts Options) *Handler {
 func NewFollowing(fs []*metrics.Follower, opts Options) *Handler {
 	srcs := make([]source, len(fs))
 	for i, f := range fs {
+		if f == nil {
+			srcs[i] = noSegment
+			continue
+		}
 		srcs[i] = source{path: f.Path(), use: f.Use}
 	}
 	return newHandler(srcs, opts)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/metrics"
 	"github.com/shmlock/shmlock/metrics/dashboard"
 	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
@@ -257,4 +258,25 @@ func TestViewDocumented(t *testing.T) {
 			require.Contains(t, section, "`"+key+"`", "%v.%s", typ, f.Name)
 		}
 	}
+}
+
+// A nil segment or follower among the Handler's is shown with the error
+// shm.ErrNoSegment, as metrics.NewCollector(nil) reports it, and the
+// others are read all the same: it panicked on its Path.
+func TestNilSegments(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t)
+	check := func(t *testing.T, s dashboard.Snapshot) {
+		t.Helper()
+		require.Len(t, s.Segments, 2)
+		require.Equal(t, shm.ErrNoSegment.Error(), s.Segments[0].Error)
+		require.Empty(t, s.Segments[1].Error)
+		require.Equal(t, seg.Path(), s.Segments[1].Path)
+	}
+	require.NotPanics(t, func() { check(t, dashboard.Read([]*shm.Segment{nil, seg}, time.Now())) })
+	require.NotPanics(t, func() { check(t, dashboard.New([]*shm.Segment{nil, seg}, dashboard.Options{}).Snapshot()) })
+	f, err := metrics.Follow(seg.Path(), shm.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer f.Close()
+	require.NotPanics(t, func() { check(t, dashboard.NewFollowing([]*metrics.Follower{nil, f}, dashboard.Options{}).Snapshot()) })
 }

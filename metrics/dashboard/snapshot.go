@@ -91,10 +91,18 @@ type source struct {
 func fixed(segs []*shm.Segment) []source {
 	srcs := make([]source, len(segs))
 	for i, seg := range segs {
+		if seg == nil {
+			srcs[i] = noSegment
+			continue
+		}
 		srcs[i] = source{path: seg.Path(), use: func(read func(*shm.Segment) error) error { return read(seg) }}
 	}
 	return srcs
 }
+
+// noSegment is the source of a nil segment or follower: shown with
+// shm.ErrNoSegment, as metrics.NewCollector(nil) reports it.
+var noSegment = source{use: func(func(*shm.Segment) error) error { return shm.ErrNoSegment }}
 
 func readSources(srcs []source, now time.Time) Snapshot {
 	s := Snapshot{Time: now, Segments: make([]Segment, 0, len(srcs))}
