@@ -42,8 +42,8 @@ type Option func(*Collector)
 // segment's path), for a service that knows its segments by other names.
 func SegmentLabel(name string) Option { return func(c *Collector) { c.label = name } }
 
-// Clock sets the clock hold ages are measured with (default time.Now),
-// for tests.
+// Clock sets the clock hold ages are measured with (default time.Now,
+// also for a nil now), for tests.
 func Clock(now func() time.Time) Option { return func(c *Collector) { c.now = now } }
 
 // NewCollector returns a collector of seg, which should be open read-only
@@ -76,9 +76,14 @@ func NewFollowingCollector(f *Follower, opts ...Option) *Collector {
 }
 
 func newCollector(read func(time.Time) (*View, error), label string, opts []Option) *Collector {
-	c := &Collector{read: read, label: label, now: time.Now}
+	c := &Collector{read: read, label: label}
 	for _, o := range opts {
-		o(c)
+		if o != nil {
+			o(c)
+		}
+	}
+	if c.now == nil { // also Clock(nil): Collect, on the registry's goroutine, must not panic
+		c.now = time.Now
 	}
 	c.label = validName(c.label) // a path, or a caller's string: any bytes
 	// The segment is a constant label: collectors of two segments then

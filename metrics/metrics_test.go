@@ -518,6 +518,24 @@ func TestNilSegment(t *testing.T) {
 	require.ErrorContains(t, err, shm.ErrNoSegment.Error())
 }
 
+// Clock(nil) keeps the default clock, time.Now, as dashboard.Options.Now
+// nil does, and a nil Option changes nothing: a scrape with the first
+// panicked on the nil func (on the registry's goroutine, which killed the
+// process), and NewCollector panicked on the second.
+func TestNilOptions(t *testing.T) {
+	t.Parallel()
+	seg := openRO(t, newSegment(t))
+	for _, opt := range []metrics.Option{metrics.Clock(nil), nil} {
+		reg := prometheus.NewRegistry()
+		require.NotPanics(t, func() {
+			require.NoError(t, reg.Register(metrics.NewCollector(seg, opt)))
+			n, err := testutil.GatherAndCount(reg, "shmlock_segment_up")
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		})
+	}
+}
+
 // A following collector of a nil Follower is as a collector of a nil
 // segment: every scrape reports shm.ErrNoSegment (it panicked on the
 // Follower's Path).
