@@ -196,29 +196,35 @@ func uniqueLabels(locks []Lock) {
 // labels names the entries of a claimable table: a claimed name, else the
 // index. An unnamed entry whose index is also another entry's name is
 // "#index", so that no two locks of a kind share a label.
-type labels map[int]shm.Claim
+//
+// The names are a set beside the claims, so that labelling every entry
+// costs a lookup each: a search of the claims for each unnamed entry made
+// a scrape quadratic in the table (a million slots, a scrape of hours).
+type labels struct {
+	byIndex map[int]shm.Claim
+	names   map[string]struct{}
+}
 
 func claims(seg *shm.Segment, k layout.Kind) (labels, error) {
 	cs, err := seg.Claims(k)
 	if err != nil {
-		return nil, fmt.Errorf("reading the %v directory: %w", k, err)
+		return labels{}, fmt.Errorf("reading the %v directory: %w", k, err)
 	}
-	byIndex := make(labels, len(cs))
+	l := labels{byIndex: make(map[int]shm.Claim, len(cs)), names: make(map[string]struct{}, len(cs))}
 	for _, c := range cs {
-		byIndex[c.Index] = c
+		l.byIndex[c.Index] = c
+		l.names[c.Name] = struct{}{}
 	}
-	return byIndex, nil
+	return l, nil
 }
 
 func (l labels) label(i int) string {
-	if c, ok := l[i]; ok && c.Name != "" {
+	if c, ok := l.byIndex[i]; ok && c.Name != "" {
 		return validName(c.Name)
 	}
 	s := strconv.Itoa(i)
-	for _, c := range l {
-		if c.Name == s {
-			return "#" + s
-		}
+	if _, taken := l.names[s]; taken {
+		return "#" + s
 	}
 	return s
 }
@@ -232,14 +238,14 @@ func readSlots(seg *shm.Segment, v *View, _ time.Time) error {
 	if err != nil {
 		return err
 	}
-	v.Tables = append(v.Tables, Table{Kind: KindSpinlock, Capacity: n, Used: len(byIndex)})
+	v.Tables = append(v.Tables, Table{Kind: KindSpinlock, Capacity: n, Used: len(byIndex.byIndex)})
 	for i := range n {
 		s, err := seg.Slot(i)
 		if err != nil {
 			return err
 		}
 		pid, token, rc := s.PID.Load(), s.Token.Load(), s.RecursionCount.Load()
-		c, claimed := byIndex[i]
+		c, claimed := byIndex.byIndex[i]
 		// The token word is a token-mode holder's token but a pid/tid
 		// slot's generation, which stays after the release: the mode
 		// recorded at the claim says which; without one, a slot with a pid
@@ -269,7 +275,7 @@ func readUpgrades(seg *shm.Segment, v *View, _ time.Time) error {
 	if err != nil {
 		return err
 	}
-	v.Tables = append(v.Tables, Table{Kind: KindUpgrade, Capacity: n, Used: len(byIndex)})
+	v.Tables = append(v.Tables, Table{Kind: KindUpgrade, Capacity: n, Used: len(byIndex.byIndex)})
 	for i := range n {
 		st, err := upgrade.Inspect(seg, i)
 		if err != nil {
@@ -298,7 +304,7 @@ func readUpgrades(seg *shm.Segment, v *View, _ time.Time) error {
 			l.addHolder(seg, st.Writer, "unique")
 		}
 		l.Held = l.Holders > 0
-		_, claimed := byIndex[i]
+		_, claimed := byIndex.byIndex[i]
 		if claimed || st.State != 0 || l.Held || l.Waiters != 0 || l.Inconsistent || st.Writer != 0 {
 			v.Locks = append(v.Locks, l)
 		}
