@@ -203,8 +203,10 @@ func readLocks(t *lockTable, all bool, now time.Time) *locksJSON {
 			l.Mode = &mode
 		}
 		for _, h := range r.Holders {
+			// A hold stamped by the lock manager's clock (the time-stamp
+			// counter) may read a little after now: it is 0 old.
 			hj := lockHolderJSON{Owner: h.Owner, Process: t.process(h, false), Companion: t.process(h, true),
-				State: h.State.String(), Acquired: h.AcquiredAt.UTC(), AgeSeconds: now.Sub(h.AcquiredAt).Seconds()}
+				State: h.State.String(), Acquired: h.AcquiredAt.UTC(), AgeSeconds: max(now.Sub(h.AcquiredAt), 0).Seconds()}
 			if h.Host != "" {
 				host := h.Host
 				hj.Host = &host
