@@ -64,8 +64,10 @@ type Options struct {
 const DefaultReadyTimeout = 2 * time.Second
 
 // Segment is one mapped segment. Its methods may be called from several
-// goroutines; Close must not race with the other methods, and every pointer
-// an accessor returned is invalid after Close.
+// goroutines, Close among them: an operation in flight when Close begins
+// completes or returns ErrClosed, as Close says. A pointer an accessor
+// returned stays safe to use but means nothing once the Segment is
+// unreachable (it then points to private zero-filled memory).
 type Segment struct {
 	path     string
 	file     *os.File
