@@ -171,9 +171,9 @@ int shmlock_open_or_create(const char *path, const shmlock_options *opts, shmloc
  * upgrade waiting for a writer) is woken, and shmlock_close returns only once
  * it has given that part back. Calls on the lock handles may run in other
  * threads meanwhile; calls that take seg itself (the opens of lock handles,
- * shmlock_data) must not, as Go's Segment.Close must not race with the
- * segment's other methods: the close may free seg under them (when no lock
- * handle keeps it), and nothing can tell freed memory. */
+ * shmlock_data) must not, unlike Go's Segment methods, which a garbage
+ * collector keeps from freed memory: the close may free seg under them
+ * (when no lock handle keeps it), and nothing can tell freed memory. */
 int shmlock_close(shmlock_segment *seg);
 /* Removes the segment's file (shm.Remove): other processes keep their maps.
  * The name is moved aside to a hidden one first (docs/FORMAT.md, The file):
