@@ -88,9 +88,9 @@ type Manager struct {
 	mu    sync.Mutex
 	holds map[holdID]*hold // this Manager's holds
 	// told has the create revisions of the holds this Manager took as
-	// lost (loseHold) before their owners heard of it from a Release or
-	// Refresh: an entry lasts until the owner's next Release, Refresh or
-	// grant by this Manager.
+	// lost (loseHold, endSessionHolds) before their owners heard of it
+	// from a Release or Refresh: an entry lasts until the owner's next
+	// Release, Refresh or grant by this Manager.
 	told map[holdID]int64
 
 	held heldStats
@@ -348,7 +348,11 @@ func (m *Manager) forget(resource, owner string) {
 }
 
 // endSessionHolds tells the Lost channels of the holds on the session's
-// lease, which ended with it.
+// lease, which ended with it, and keeps the news for their owners (told),
+// as loseHold does: etcd may keep a key a while after Done (renewals whose
+// answers were lost, a revocation that did not reach it), and the owner's
+// Release must not then end as released a hold its holder was told to
+// stop using.
 func (m *Manager) endSessionHolds() {
 	m.mu.Lock()
 	var ended []*hold
@@ -356,6 +360,7 @@ func (m *Manager) endSessionHolds() {
 		if h.lease == m.session {
 			ended = append(ended, h)
 			delete(m.holds, id)
+			m.told[id] = h.rev
 		}
 	}
 	m.mu.Unlock()
