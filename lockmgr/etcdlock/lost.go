@@ -77,7 +77,8 @@ func (l *lostSignal) fire() {
 // session is lost with it (Done), which is noticed the same way. Once
 // the channel has closed, the owner's Release or Refresh through this
 // Manager ends the hold, if etcd has not yet, and returns
-// lockmgr.ErrLockTimeout. ErrLockNotHeld if this Manager holds no such
+// lockmgr.ErrLockTimeout, and its MarkConsistent returns
+// lockmgr.ErrLockNotHeld. ErrLockNotHeld if this Manager holds no such
 // hold.
 func (m *Manager) Lost(resource, owner string) (<-chan struct{}, error) {
 	if err := checkNames(resource, owner); err != nil {

@@ -414,7 +414,11 @@ func (m *Manager) MarkConsistent(resource, owner string) error {
 	if err != nil {
 		return err
 	}
-	if st.key == nil || st.ledger == nil {
+	// A hold told lost is no live hold for its owner, though etcd, which
+	// counts from later, may keep its key a moment (as the shm table
+	// refuses an expired hold's mark): the holder was told to stop, and
+	// the next holder must still be told of what it may have left.
+	if st.key == nil || st.ledger == nil || m.toldLost(resource, owner, st.key.CreateRevision) {
 		return fmt.Errorf("%w: %q by %q", lockmgr.ErrLockNotHeld, resource, owner)
 	}
 	resp, err := m.c.Txn(ctx).If(

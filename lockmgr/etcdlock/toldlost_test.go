@@ -56,3 +56,39 @@ func TestToldLostStaysLost(t *testing.T) {
 		require.Equal(t, uint64(1), o.Stats.Released, "%s: the waiter's release only", call)
 	}
 }
+
+// TestToldLostMarkConsistent: the owner of a hold told lost (its Lost
+// closed) holds no live hold, so its MarkConsistent fails with
+// ErrLockNotHeld and the resource stays inconsistent, as the shm table
+// refuses the MarkConsistent of an expired hold. Before, etcd still had
+// the key (it counts the TTL from the grant's arrival, held back here),
+// and the mark went: the next holder was not told of the damage that the
+// holder, told to stop, may have left.
+func TestToldLostMarkConsistent(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	p := newPrefix(t)
+	var hook atomic.Pointer[func()]
+	m := hookedManager(t, p, func(req any) bool {
+		_, ok := req.(*pb.LeaseGrantRequest)
+		return ok
+	}, &hook)
+	gone := newManager(t, p)
+	_, err := gone.Acquire(testCtx(t), "r", "dead", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	require.NoError(t, gone.Close(), "its hold ends without its release")
+	late := func() { time.Sleep(ttl) }
+	hook.Store(&late)
+	info, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+	require.NoError(t, err)
+	require.True(t, info.Inconsistent)
+	require.Nil(t, hook.Load(), "the grant was held back")
+	lost, err := m.Lost("r", "a")
+	require.NoError(t, err)
+	testproc.Receive(t, lost, "the lost signal")
+	require.ErrorIs(t, m.MarkConsistent("r", "a"), lockmgr.ErrLockNotHeld, "MarkConsistent after Lost closed")
+	require.ErrorIs(t, m.Release("r", "a"), lockmgr.ErrLockTimeout)
+	ri, err := m.Inspect("r")
+	require.NoError(t, err)
+	require.True(t, ri.Inconsistent, "the mark stays")
+}
