@@ -49,7 +49,8 @@
 // (layout.Options.LockMgrEntries, one entry of which is the table's
 // header). A resource stays in the table after its last release, so that
 // using it again costs one probe; when the table has no free entry, an
-// insert recycles a resource that nobody holds or declared. Lookups hash
+// insert (or a collaborative resource that needs an overflow entry for
+// more holders) recycles a resource that nobody holds or declared. Lookups hash
 // the name and take no table-wide lock.
 //
 // Every change of a resource happens under its entry's lock, held for a

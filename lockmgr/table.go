@@ -267,7 +267,8 @@ func zeroCounters(e *layout.LockMgrEntry) {
 // recycle frees the first resource along hash's probe sequence that nobody
 // holds (its entry lock free, or left by a dead process), nobody declared
 // and that is not marked inconsistent (its next holder must be told), for
-// a new resource, and returns it locked with its distance. Called under
+// a new resource or an overflow entry (grow), and returns it locked with
+// its distance. Called under
 // the insert lock when no entry is free. Its statistics move to the header
 // and its version raises the header's high-water mark, so a later insert
 // of the same name starts above it.
@@ -435,7 +436,12 @@ var errGone = errors.New("lockmgr: the resource left the table")
 
 // grow links one more overflow entry to resource k's chain, unless the
 // chain already has a free record or is as long as it may be. It takes the
-// insert lock first and then the resource's entry, as insert does.
+// insert lock first and then the resource's entry, as insert does. With no
+// empty or free entry it recycles a resource as an insert does: a resource
+// stays in the table after its last release, so a table in use for a
+// while has no free entry, and the next holder of a collaborative
+// resource would get ErrTableFull for as long as idle resources stayed.
+// (recycle never picks k's entry: it holds holders and this lock.)
 func (t *table) grow(k *resKey) error {
 	if !t.lockEntry(t.head) {
 		return ErrClosed
@@ -463,29 +469,41 @@ func (t *table) grow(k *resKey) error {
 		return ErrTooManyHolders
 	}
 	for d := range t.n {
-		o := t.entries[t.probe(k.hash, d)]
-		if c := kindOf(o.Ctl.Load()); c != kindEmpty && c != kindFree {
-			continue
+		if c := kindOf(t.entries[t.probe(k.hash, d)].Ctl.Load()); c == kindEmpty || c == kindFree {
+			t.link(e, last, k.hash, d)
+			return nil
 		}
-		for j := range o.Holders {
-			o.Holders[j].Process.Store(0)
-			o.Holders[j].Companion.Store(0) // no tombstone of the entry's last use
-		}
-		o.Hash.Store(0)
-		o.Next.Store(0)
-		o.Ctl.Store(kindOverflow) // an orphan until linked (freeOrphans)
-		if testHookStep != nil {
-			testHookStep("grow:unlinked")
-		}
-		idx := uint32(t.probe(k.hash, d))
-		if last == e {
-			memview.StoreOwned32(&e.Next, idx)
-		} else {
-			last.Next.Store(idx)
-		}
-		return nil
 	}
-	return ErrTableFull
+	o, d := t.recycle(k.hash)
+	if o == nil {
+		return ErrTableFull
+	}
+	t.link(e, last, k.hash, d)
+	t.unlockEntry(o)
+	return nil
+}
+
+// link makes the empty or free entry at distance d of hash's probe
+// sequence an overflow entry after last, the end of e's chain. Under the
+// insert lock and e's lock.
+func (t *table) link(e, last *layout.LockMgrEntry, hash, d uint64) {
+	idx := t.probe(hash, d)
+	o := t.entries[idx]
+	for j := range o.Holders {
+		o.Holders[j].Process.Store(0)
+		o.Holders[j].Companion.Store(0) // no tombstone of the entry's last use
+	}
+	o.Hash.Store(0)
+	o.Next.Store(0)
+	o.Ctl.Store(kindOverflow) // an orphan until linked (freeOrphans)
+	if testHookStep != nil {
+		testHookStep("grow:unlinked")
+	}
+	if last == e {
+		memview.StoreOwned32(&e.Next, uint32(idx))
+	} else {
+		last.Next.Store(uint32(idx))
+	}
 }
 
 // isAlive reports whether the process w (a holder's Process or Companion)

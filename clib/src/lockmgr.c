@@ -548,8 +548,8 @@ static void retire(shmlock_lockmgr *m, entry_t *e)
 	ST(&e->ctl, LM_KIND_FREE);
 }
 
-/* recycle frees, for a new resource, the first resource along hash's probe
- * sequence that nobody holds, nobody declared and that is not inconsistent
+/* recycle frees, for a new resource or an overflow entry (grow), the first
+ * resource along hash's probe sequence that nobody holds, nobody declared and that is not inconsistent
  * (its next holder must be told), and returns it locked with its distance.
  * Under the insert lock, when no entry is free. */
 static entry_t *recycle(shmlock_lockmgr *m, uint64_t hash, uint64_t *at, uint64_t self)
@@ -686,24 +686,35 @@ static int grow(shmlock_lockmgr *m, const struct key *k, uint64_t self)
 		rc = SHMLOCK_ETOO_MANY_HOLDERS;
 		goto out;
 	}
-	rc = SHMLOCK_ELOCK_TABLE_FULL;
-	uint64_t home = home_of(m, k->hash);
-	for (uint64_t d = 0; d < m->n; d++) {
-		entry_t *o = probe(m, home, d);
-		uint32_t c = kind_of(LD(&o->ctl));
-		if (c != LM_KIND_EMPTY && c != LM_KIND_FREE)
-			continue;
-		for (int j = 0; j < LM_RECORDS; j++) {
-			ST(&o->holders[j].process, 0);
-			ST(&o->holders[j].companion, 0); /* no tombstone of the entry's last use */
+	uint64_t home = home_of(m, k->hash), d;
+	entry_t *o = NULL, *recycled = NULL;
+	for (d = 0; d < m->n; d++) {
+		uint32_t c = kind_of(LD(&probe(m, home, d)->ctl));
+		if (c == LM_KIND_EMPTY || c == LM_KIND_FREE) {
+			o = probe(m, home, d);
+			break;
 		}
-		ST(&o->hash, 0);
-		ST(&o->next, 0);
-		ST(&o->ctl, LM_KIND_OVERFLOW);
-		ST(&last->next, probe_index(m, home, d));
-		rc = 0;
-		break;
 	}
+	/* No empty or free entry: recycle a resource as an insert does (a
+	 * resource stays in the table after its last release, so a table in
+	 * use for a while has none free; Go: grow). Never e: it has holders
+	 * and its lock is this process's. */
+	if (o == NULL)
+		o = recycled = recycle(m, k->hash, &d, self);
+	if (o == NULL) {
+		rc = SHMLOCK_ELOCK_TABLE_FULL;
+		goto out;
+	}
+	for (int j = 0; j < LM_RECORDS; j++) {
+		ST(&o->holders[j].process, 0);
+		ST(&o->holders[j].companion, 0); /* no tombstone of the entry's last use */
+	}
+	ST(&o->hash, 0);
+	ST(&o->next, 0);
+	ST(&o->ctl, LM_KIND_OVERFLOW);
+	ST(&last->next, probe_index(m, home, d));
+	if (recycled != NULL)
+		unlock_entry(recycled);
 out:
 	unlock_entry(e);
 out_head:

@@ -222,6 +222,45 @@ static void test_collaborative_overflow(void)
 	done_segment(seg, m, path);
 }
 
+/* A collaborative resource that needs an overflow entry in a table whose
+ * every other entry is a resource nobody holds (a resource stays in the
+ * table after its last release) recycles one, as an insert does, rather
+ * than fail with SHMLOCK_ELOCK_TABLE_FULL (lockmgr's
+ * TestOverflowRecyclesIdleResource). */
+static void test_overflow_recycles_idle(void)
+{
+	char path[128];
+	shmlock_segment *seg = new_segment(path, sizeof path, 4); /* three resources */
+	shmlock_lockmgr *m = NULL;
+	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "idle-1", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "idle-1", "o"), 0);
+	CHECK_RC(shmlock_lockmgr_acquire(m, "idle-2", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "idle-2", "o"), 0);
+	char owner[32];
+	uint64_t last = 0;
+	for (int i = 0; i < 6; i++) { /* three entries' records */
+		shmlock_lock_info info;
+		snprintf(owner, sizeof owner, "owner-%d", i);
+		CHECK_RC(shmlock_lockmgr_acquire(m, "shared", owner, SHMLOCK_COLLABORATIVE, NULL, &info), 0);
+		CHECK(info.version > last);
+		last = info.version;
+	}
+	CHECK_RC(shmlock_lockmgr_acquire(m, "shared", "one-more", SHMLOCK_COLLABORATIVE, NULL, NULL),
+	         SHMLOCK_ELOCK_TABLE_FULL);
+	uint64_t count;
+	struct shm_lockmgr_entry *t = shm_table_of(seg, SHM_LOCKMGR, &count);
+	for (uint64_t i = 1; i < count; i++)
+		CHECK(atomic_load(&t[i].lock) == 0);
+	for (int i = 0; i < 6; i++) {
+		snprintf(owner, sizeof owner, "owner-%d", i);
+		CHECK_RC(shmlock_lockmgr_release(m, "shared", owner), 0);
+	}
+	CHECK_RC(shmlock_lockmgr_acquire(m, "idle-1", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
+	CHECK_RC(shmlock_lockmgr_release(m, "idle-1", "o"), 0);
+	done_segment(seg, m, path);
+}
+
 static void test_ttl_expiry_refresh(void)
 {
 	char path[128];
@@ -802,6 +841,7 @@ int main(void)
 	RUN(test_grant_release);
 	RUN(test_attempts_past_int_max);
 	RUN(test_collaborative_overflow);
+	RUN(test_overflow_recycles_idle);
 	RUN(test_ttl_expiry_refresh);
 	RUN(test_expired_owner_told_while_chain_grows);
 	RUN(test_versions_recycled);
