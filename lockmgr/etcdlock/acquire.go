@@ -248,6 +248,16 @@ func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
 		}
 		m.declaredOnly.Store(len(dOnly) > 0)
 		switch {
+		case len(held) > 0 && m.toldLost(k.res, k.owner, held[0].CreateRevision):
+			// The owner's hold that this Manager told lost is over for
+			// it, though etcd, which counts from later, may keep the key
+			// a moment (see readLive): it ends, and the next try records
+			// the end and tells this grant, as the shm table grants an
+			// owner whose hold expired.
+			hv, _ := decodeHold(held[0].Value)
+			if err := m.endKey(ctx, held[0], clientv3.LeaseID(held[0].Lease), hv.TTL > 0); err != nil {
+				return a.info, err
+			}
 		case len(held) > 0:
 			return a.info, fmt.Errorf("%w: %q by %q", lockmgr.ErrAlreadyHeld, k.res, k.owner)
 		case len(ledger) > 0:

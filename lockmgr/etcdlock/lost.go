@@ -77,9 +77,10 @@ func (l *lostSignal) fire() {
 // session is lost with it (Done), which is noticed the same way. Once
 // the channel has closed, the owner's Release or Refresh through this
 // Manager ends the hold, if etcd has not yet, and returns
-// lockmgr.ErrLockTimeout, and its MarkConsistent returns
-// lockmgr.ErrLockNotHeld. ErrLockNotHeld if this Manager holds no such
-// hold.
+// lockmgr.ErrLockTimeout, its MarkConsistent returns
+// lockmgr.ErrLockNotHeld, and its Acquire ends the hold and is granted
+// the resource anew (told it is inconsistent). ErrLockNotHeld if this
+// Manager holds no such hold.
 func (m *Manager) Lost(resource, owner string) (<-chan struct{}, error) {
 	if err := checkNames(resource, owner); err != nil {
 		return nil, err

@@ -92,3 +92,33 @@ func TestToldLostMarkConsistent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ri.Inconsistent, "the mark stays")
 }
+
+// TestToldLostAcquireAgain: the owner of a hold told lost (its Lost
+// closed) that acquires the resource again is granted it, told that the
+// resource is inconsistent, as the shm table grants an owner whose hold
+// expired. Before, etcd, which counts the TTL from the grant's arrival
+// (held back here), still had the key, and the owner got ErrAlreadyHeld
+// for a hold it had been told was over, waiting or not.
+func TestToldLostAcquireAgain(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	p := newPrefix(t)
+	var hook atomic.Pointer[func()]
+	m := hookedManager(t, p, func(req any) bool {
+		_, ok := req.(*pb.LeaseGrantRequest)
+		return ok
+	}, &hook)
+	late := func() { time.Sleep(ttl) }
+	hook.Store(&late)
+	first, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+	require.NoError(t, err)
+	require.Nil(t, hook.Load(), "the grant was held back")
+	lost, err := m.Lost("r", "a")
+	require.NoError(t, err)
+	testproc.Receive(t, lost, "the lost signal")
+	info, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testproc.Timeout})
+	require.NoError(t, err, "the owner of a hold told lost acquires again")
+	require.True(t, info.Inconsistent, "the lost hold ended without its release")
+	require.Greater(t, info.Version, first.Version)
+	require.NoError(t, m.Release("r", "a"), "the new hold is released, not told of the old one")
+}
