@@ -62,6 +62,7 @@ func Run(t *testing.T, b Backend) {
 		{"ExpiredOwnerAcquiresAgain", expiredOwnerAgain},
 		{"Refresh", refresh},
 		{"DeclaredOnly", declaredOnly},
+		{"DeclaredOnlyEndsWait", declaredOnlyEndsWait},
 		{"InspectAndOverview", inspectAndOverview},
 		{"BadInput", badInput},
 		{"ExclusiveCounter", exclusiveCounter},
@@ -459,6 +460,28 @@ func declaredOnly(t *testing.T, b Backend) {
 	require.NoError(t, err)
 	require.True(t, ri.Declared, "a declared resource stays after its last release")
 	require.Equal(t, lockmgr.Unlocked, ri.State)
+}
+
+// declaredOnlyEndsWait: a waiter for a resource that was not declared,
+// queued before the table turned to declared resources only, is refused
+// (ErrResourceNotFound) when the resource comes free, not granted it:
+// while the mode is on, declared resources are the only ones that can be
+// acquired.
+func declaredOnlyEndsWait(t *testing.T, b Backend) {
+	l, other := b.New(t)
+	acquire(t, l, "r", "a", X, none)
+	opts, waits := waiting()
+	ch := background(t, other, ctx(t), "r", "b", X, opts)
+	awaitSignal(t, waits, "wait")
+	require.NoError(t, l.SetDeclaredOnly(true))
+	release(t, l, "r", "a")
+	r := await(t, ch)
+	require.ErrorIs(t, r.err, lockmgr.ErrResourceNotFound, "a waiter for an undeclared resource in declared-only mode")
+	require.Equal(t, lockmgr.Failed, r.info.State)
+	require.Empty(t, holders(t, l, "r"))
+	require.NoError(t, l.SetDeclaredOnly(false))
+	acquire(t, other, "r", "b", X, none)
+	release(t, other, "r", "b")
 }
 
 func inspectAndOverview(t *testing.T, b Backend) {

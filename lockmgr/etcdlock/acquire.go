@@ -179,16 +179,23 @@ func (a *acquisition) grantOps() []clientv3.Op {
 
 const grantOpCount = 8
 
+// declCmp holds while the resource may be acquired as the Manager last
+// saw the declared-only switch: the switch is off, or the resource is
+// declared. A transaction that fails it reads both keys and decides.
+func (a *acquisition) declCmp() clientv3.Cmp {
+	if a.m.declaredOnly.Load() {
+		return clientv3.Compare(clientv3.CreateRevision(a.k.decl), ">", 0)
+	}
+	return clientv3.Compare(clientv3.CreateRevision(a.k.declaredOnly), "=", 0)
+}
+
 // enter is the first transaction: it grants at once if nothing
 // conflicts, or else counts the conflict and, if the acquisition may
 // wait, queues the owner's key, all in one request.
 func (a *acquisition) enter(ctx context.Context) (lockmgr.LockInfo, error) {
 	m, k := a.m, a.k
 	for tries := 0; ; tries++ {
-		declCmp := clientv3.Compare(clientv3.CreateRevision(k.declaredOnly), "=", 0)
-		if m.declaredOnly.Load() {
-			declCmp = clientv3.Compare(clientv3.CreateRevision(k.decl), ">", 0)
-		}
+		declCmp := a.declCmp()
 		refuse := []clientv3.Op{clientv3.OpPut(m.counter(ctrConflicts), "")}
 		wait := a.opts.MaxRetries() != 0
 		if wait {
@@ -593,7 +600,11 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 		then = clientv3.OpTxn([]clientv3.Cmp{none}, grant,
 			[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{later}, grant, notGranted)})
 	}
-	resp, err := m.c.Txn(ctx).If(mine).Then(then).Else(notGranted...).Commit()
+	// The grant checks the declared-only switch too, as the shm table's
+	// every attempt does: a waiter queued before the switch went on, or
+	// before its resource was undeclared, is refused, not granted.
+	resp, err := m.c.Txn(ctx).If(mine, a.declCmp()).Then(then).
+		Else(append(notGranted, clientv3.OpGet(k.declaredOnly), clientv3.OpGet(k.decl))...).Commit()
 	if err != nil {
 		if gone, gerr := a.leaseGone(ctx, err); gerr != nil || gone {
 			// Nothing was written; the next try renews the lease, or
@@ -603,6 +614,18 @@ func (a *acquisition) grantQueued(ctx context.Context) (lockmgr.LockInfo, bool, 
 		return a.info, false, nil, 0, m.rpcErr(ctx, err)
 	}
 	ops := resp.Responses
+	if !resp.Succeeded {
+		if kvs := ranged(ops[0]); len(kvs) == 0 || kvs[0].CreateRevision != a.myRev {
+			return a.info, false, nil, 0, a.vanished(ctx, kvs)
+		}
+		dOnly := len(ranged(ops[2])) > 0
+		m.declaredOnly.Store(dOnly)
+		if dOnly && len(ranged(ops[3])) == 0 {
+			return a.info, false, nil, 0, fmt.Errorf("%w: %q", lockmgr.ErrResourceNotFound, k.res)
+		}
+		// The switch was seen stale: the next try compares it anew.
+		return a.info, false, ranged(ops[1]), resp.Header.Revision, nil
+	}
 	for len(ops) == 1 && ops[0].GetResponseTxn() != nil {
 		ops = ops[0].GetResponseTxn().Responses
 	}
