@@ -64,3 +64,33 @@ func TestReleaseDuringClose(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseAfterCloseHoldTime: Close folds the Manager's total hold
+// time into the shared one and deletes its own key; a Release after
+// Close (a TTL hold outlives the session) adds its own hold's time and no
+// more. Before, the Manager's running total still held what Close had
+// folded, and the Release wrote it to a new key of the Manager: Overview
+// counted that time twice (HoldTime grew by r1's 100ms hold besides r2's).
+func TestReleaseAfterCloseHoldTime(t *testing.T) {
+	t.Parallel()
+	p := newPrefix(t)
+	m := newManager(t, p)
+	other := newManager(t, p)
+	_, err := m.Acquire(testCtx(t), "r1", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{})
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // a hold time that Close folds, not a synchronisation
+	require.NoError(t, m.Release("r1", "a"))
+	before := time.Now()
+	_, err = m.Acquire(testCtx(t), "r2", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	o, err := other.Overview()
+	require.NoError(t, err)
+	folded := o.Stats.HoldTime
+	require.NoError(t, m.Release("r2", "a"))
+	span := time.Since(before) // r2's hold lies within it
+	o, err = other.Overview()
+	require.NoError(t, err)
+	require.LessOrEqual(t, o.Stats.HoldTime-folded, span, "a Release after Close adds its own hold's time only")
+	require.EqualValues(t, 2, o.Stats.Released)
+}

@@ -22,7 +22,8 @@ import (
 //     own total (its releases' hold times), written by each release under
 //     a comparison of sequence numbers, so that of two releases in flight
 //     the later total wins. Close folds it into the shared total
-//     (stats/held/all), so the keys do not pile up.
+//     (stats/held/all), so the keys do not pile up; a Release after
+//     Close starts the Manager's key anew, with its own time only.
 type heldStats struct {
 	mu         sync.Mutex
 	seq, total uint64
@@ -42,6 +43,16 @@ func (h *heldStats) undo(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.total -= uint64(d)
+}
+
+// folded takes out of the running total what Close folded into the
+// shared one: a Release after Close (a TTL hold outlives the session)
+// writes the Manager's key anew, and the total it writes there must not
+// count that time a second time.
+func (h *heldStats) folded(total uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total -= total
 }
 
 const heldAll = "all" // not a lease's hex: it has an 'l'
@@ -75,7 +86,8 @@ func (m *Manager) foldHeld(ctx context.Context) error {
 			return nil
 		}
 		var allRev int64
-		total := heldTotal(my[0].Value)
+		mineTotal := heldTotal(my[0].Value)
+		total := mineTotal
 		if len(al) > 0 {
 			allRev = al[0].ModRevision
 			total += heldTotal(al[0].Value)
@@ -88,6 +100,7 @@ func (m *Manager) foldHeld(ctx context.Context) error {
 			return unavailable(err)
 		}
 		if resp.Succeeded {
+			m.held.folded(uint64(mineTotal))
 			return nil
 		}
 	}
