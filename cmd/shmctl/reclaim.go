@@ -105,7 +105,8 @@ in the initial PID namespace, one whose namespace has no process left is
 dead (see shmctl help rm). Each is a line on stderr (the JSON's
 leftovers).
 
-The segment is opened read-write. With --dry-run nothing changes.
+The segment is opened read-write; with --dry-run it is opened read-only,
+and nothing changes.
 
 The text output is the table of slots, then (after an empty line) the
 table of upgrade mutexes, then the transactions, each only if it has rows.`,
@@ -136,7 +137,11 @@ func runReclaim(opts *reclaimOptions) error {
 	if err != nil {
 		return err
 	}
-	seg, err := shm.Open(opts.Segment, shm.Options{GroupAccess: opts.Group})
+	// A dry run only reads, and a writable open is itself a change: the
+	// first one after a reboot recovers the segment (every owner marked
+	// stale, this boot recorded). Read-only, the owners of an earlier boot
+	// read as stale all the same.
+	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: opts.DryRun, GroupAccess: opts.Group})
 	if err != nil {
 		printLeftovers(opts.IO.ErrOut, leftovers)
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -124,6 +125,43 @@ func TestReclaimDryRun(t *testing.T) {
 	for i := range before {
 		assert.Equal(t, before[i], slotWords(t, seg, i), "slot %d changed", i)
 	}
+}
+
+// A segment whose owners were recorded under an earlier boot (a file that
+// outlived a reboot) is recovered by the first writable open: every owner
+// marked stale, the directory's lock freed, this boot recorded. A dry run
+// must leave even that to the real reclaim, as it leaves the locks: it
+// reads the owners as stale all the same.
+func TestReclaimDryRunOfAnEarlierBootsSegmentChangesNothing(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{Slots: 1})
+	s, err := seg.Slot(0)
+	require.NoError(t, err)
+	s.PID.Store(proc.Self().Pack())
+	s.Token.Store(10)
+	f, err := os.OpenFile(seg.Path(), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	boot, err := proc.BootID()
+	require.NoError(t, err)
+	boot[0] ^= 0xff
+	_, err = f.WriteAt(boot[:], layout.OffOwnersBoot)
+	require.NoError(t, err)
+	before, err := os.ReadFile(seg.Path())
+	require.NoError(t, err)
+
+	r := shmctl(t, false, "reclaim", "--dry-run", "--json", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	var doc reclaimJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	require.Len(t, doc.Slots, 1)
+	require.NotNil(t, doc.Slots[0].Process)
+	assert.Equal(t, "stale", doc.Slots[0].Process.Liveness)
+	assert.Equal(t, "would reclaim", doc.Slots[0].Action)
+
+	after, err := os.ReadFile(seg.Path())
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(before, after), "the dry run changed the segment's file")
 }
 
 func TestReclaimJSON(t *testing.T) {
