@@ -38,7 +38,7 @@ func addCompletions(root *cobra.Command) {
 				case 0:
 					return segmentNames(prefix)
 				case 1:
-					return lockNames(args[0], prefix), cobra.ShellCompDirectiveNoFileComp
+					return lockNames(args[0], prefix, groupFlag(cmd)), cobra.ShellCompDirectiveNoFileComp
 				}
 				return nil, cobra.ShellCompDirectiveDefault // lock's command
 			}
@@ -95,9 +95,10 @@ func hasMagic(path string) bool {
 
 // lockNames are the names of the slots, upgrade mutexes and lock-manager
 // resources of the segment that start with prefix (read-only: completion
-// changes nothing).
-func lockNames(segment, prefix string) []string {
-	seg, err := shm.Open(segment, shm.Options{ReadOnly: true})
+// changes nothing). group is the command line's --group, without which a
+// group segment's mode refuses the open, as it refuses the command's.
+func lockNames(segment, prefix string, group bool) []string {
+	seg, err := shm.Open(segment, shm.Options{ReadOnly: true, GroupAccess: group})
 	if err != nil {
 		return nil
 	}

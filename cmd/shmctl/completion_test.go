@@ -14,6 +14,7 @@ import (
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/shm"
 	"github.com/shmlock/shmlock/spinlock"
 )
 
@@ -52,6 +53,24 @@ func TestCompletion(t *testing.T) {
 	assert.Equal(t, []string{"exclusive", "collaborative", "shared"}, completions(t, "lock", "--mode", ""))
 	assert.Equal(t, []string{"slot", "upgrade", "resource"}, completions(t, "unlock", "--kind", ""))
 	assert.Contains(t, completions(t, "bench", "--workload", ""), "pingpong_retry")
+}
+
+// The lock names of a group segment complete when the command line says
+// --group, as the command then opens it: the completion opened every
+// segment without it, and a group segment's mode (0660) refused that open,
+// its owner's too.
+func TestCompletionOfAGroupSegmentsLockNames(t *testing.T) {
+	t.Parallel()
+	seg, err := shm.Create(testproc.SegmentPath(t), shm.Options{GroupAccess: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = seg.Close() })
+	_, err = spinlock.Named(seg, "queue", spinlock.PIDTID)
+	require.NoError(t, err)
+	for _, cmd := range []string{"unlock", "lock"} {
+		assert.Equal(t, []string{"queue"}, completions(t, "--group", cmd, seg.Path(), "q"), cmd)
+		assert.Equal(t, []string{"queue"}, completions(t, cmd, "--group", seg.Path(), "q"), cmd)
+		assert.Empty(t, completions(t, cmd, seg.Path(), "q"), "%s without --group", cmd)
+	}
 }
 
 // The directory's entry types are read before the files are opened: a
