@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -45,12 +46,14 @@ func addWatch(root *cobra.Command, ios *IOStreams) {
 			if every < minWatch {
 				return newUsageError(cmd, "--watch must be 0 or at least %v, got %v", minWatch, every)
 			}
-			return watch(ios, every, func() error { return run(cmd, args) })
+			docs := cmd.Flags().Lookup("json")
+			return watch(ios, every, docs != nil && docs.Value.String() == "true", func() error { return run(cmd, args) })
 		}
 	}
 }
 
-// watch runs render every d into a buffer and shows it.
+// watch runs render every d into a buffer and shows it. docs says that
+// render prints a JSON document (--json).
 //
 // A round that fails ends the watch only if it is the first: the command
 // cannot run at all (no such segment, no such table), as without a
@@ -58,8 +61,10 @@ func addWatch(root *cobra.Command, ios *IOStreams) {
 // round tries again: the commands open the segment afresh each round so
 // as to follow one removed and made again under its path, and a round
 // that falls between the removal and the new segment's being ready must
-// not end the watch.
-func watch(ios *IOStreams, d time.Duration, render func() error) error {
+// not end the watch. Documents in a pipe are a stream that a reader (jq)
+// parses, which an error line would end: there the failure goes to
+// stderr, as every error does, and the round prints no document.
+func watch(ios *IOStreams, d time.Duration, docs bool, render func() error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := ios.Out
@@ -69,16 +74,23 @@ func watch(ios *IOStreams, d time.Duration, render func() error) error {
 		ios.Out = &b
 		err := render()
 		ios.Out = out
+		skip := false
 		if err != nil && !errors.Is(err, errSilent) { // check's findings are output, not an end
 			if round == 1 {
 				return err
 			}
-			printError(&b, err) // one line, its control characters escaped
+			w := io.Writer(&b)
+			if docs && !ios.IsStdoutTTY() {
+				w, skip = ios.ErrOut, true
+			}
+			printError(w, err) // one line, its control characters escaped
 		}
-		if ios.IsStdoutTTY() {
+		switch {
+		case skip:
+		case ios.IsStdoutTTY():
 			text := strings.ReplaceAll(strings.TrimSuffix(b.String(), "\n"), "\n", "\x1b[K\n")
 			fmt.Fprintf(out, "\x1b[H%s\x1b[K\n\x1b[J", text)
-		} else {
+		default:
 			if round > 1 {
 				fmt.Fprintln(out)
 			}

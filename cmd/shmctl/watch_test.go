@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -46,7 +48,7 @@ func TestWatchOutlivesAFailedRound(t *testing.T) {
 	for _, tty := range []bool{false, true} {
 		ios, stdout, _ := testIOStreams(tty)
 		round := 0
-		err := watch(ios, minWatch, func() error {
+		err := watch(ios, minWatch, false, func() error {
 			round++
 			if round == 1 {
 				_, err := ios.Out.Write([]byte("frame 1\n"))
@@ -61,7 +63,63 @@ func TestWatchOutlivesAFailedRound(t *testing.T) {
 		assert.NotContains(t, stdout.String(), "\x1b[2J", "tty %v: no raw escape sequence", tty)
 
 		ios, _, _ = testIOStreams(tty)
-		err = watch(ios, minWatch, func() error { return gone })
+		err = watch(ios, minWatch, false, func() error { return gone })
 		require.ErrorIs(t, err, gone, "tty %v: the first round", tty)
 	}
+}
+
+// In a pipe, --json's rounds are a stream of documents that jq reads: a
+// later round that fails says so on stderr, as every error, and prints no
+// document. Its error line used to go into the stream, and jq stopped
+// there (parse error: Invalid numeric literal). On a terminal the error
+// still takes the frame's place.
+func TestWatchJSONStreamStaysJSON(t *testing.T) {
+	t.Parallel()
+	gone := errors.New("the segment is gone")
+	for _, tty := range []bool{false, true} {
+		ios, stdout, stderr := testIOStreams(tty)
+		root := &cobra.Command{Use: "shmctl"}
+		round := 0
+		info := &cobra.Command{Use: "info", RunE: func(cmd *cobra.Command, args []string) error {
+			round++
+			if round == 1 {
+				return writeJSON(ios.Out, header("info"))
+			}
+			return gone
+		}}
+		var doc bool
+		addJSONFlag(info, &doc)
+		root.AddCommand(info)
+		addWatch(root, ios)
+		root.SetArgs([]string{"info", "--json", "--watch", "100ms"})
+		require.NoError(t, root.Execute(), "tty %v", tty)
+		require.Equal(t, watchRounds, round, "tty %v", tty)
+		if tty {
+			assert.Contains(t, stdout.String(), "shmctl: the segment is gone", "on a terminal, in place of the frame")
+			continue
+		}
+		out := stdout.String()
+		dec := json.NewDecoder(strings.NewReader(out))
+		for dec.More() {
+			var v map[string]any
+			require.NoError(t, dec.Decode(&v), "stdout %q", out)
+			assert.Equal(t, "info", v["command"])
+		}
+		assert.Equal(t, "shmctl: the segment is gone\n", stderr.String())
+	}
+
+	// Without --json the frames are text, and the error takes a frame's
+	// place in a pipe too.
+	ios, stdout, stderr := testIOStreams(false)
+	round := 0
+	require.NoError(t, watch(ios, minWatch, false, func() error {
+		round++
+		if round == 1 {
+			_, err := ios.Out.Write([]byte("frame 1\n"))
+			return err
+		}
+		return gone
+	}))
+	assert.Equal(t, "frame 1\n\nshmctl: the segment is gone\n", stdout.String())
+	assert.Empty(t, stderr.String())
 }
