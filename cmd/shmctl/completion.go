@@ -61,7 +61,10 @@ func addCompletions(root *cobra.Command) {
 
 // segmentNames are the segments in the default directory whose names
 // start with prefix; a prefix with a slash is a path, which the shell
-// completes as files.
+// completes as files. A hidden name is offered only for a prefix that
+// starts with a dot, as the shells offer hidden files: the directory's
+// hidden segments are killed removers' leftovers (.shmlock-rm-...), not
+// segments anyone means by default.
 func segmentNames(prefix string) ([]string, cobra.ShellCompDirective) {
 	if strings.ContainsRune(prefix, '/') {
 		return nil, cobra.ShellCompDirectiveDefault
@@ -72,7 +75,8 @@ func segmentNames(prefix string) ([]string, cobra.ShellCompDirective) {
 	}
 	var names []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), prefix) && hasMagic(filepath.Join(shm.DefaultDir, e.Name())) {
+		hidden := strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(prefix, ".")
+		if e.Type().IsRegular() && !hidden && strings.HasPrefix(e.Name(), prefix) && hasMagic(filepath.Join(shm.DefaultDir, e.Name())) {
 			names = append(names, e.Name())
 		}
 	}

@@ -73,6 +73,24 @@ func TestCompletionOfAGroupSegmentsLockNames(t *testing.T) {
 	}
 }
 
+// A hidden file is offered only for a prefix that starts with a dot, as
+// the shells complete files: the directory's hidden segments are a
+// killed remover's (.shmlock-rm-...), which no name should lead to by
+// default, and were offered with every segment for an empty prefix.
+func TestCompletionHidesHiddenSegments(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	name := filepath.Base(seg.Path())
+	hidden := filepath.Join(filepath.Dir(seg.Path()), "."+name)
+	require.NoError(t, os.Link(seg.Path(), hidden))
+	t.Cleanup(func() { _ = os.Remove(hidden) })
+
+	assert.Contains(t, completions(t, "info", ""), name)
+	assert.NotContains(t, completions(t, "info", ""), "."+name)
+	assert.NotContains(t, completions(t, "rm", ""), "."+name)
+	assert.Equal(t, []string{"." + name}, completions(t, "info", "."+name[:len(name)-1]))
+}
+
 // The directory's entry types are read before the files are opened: a
 // name that became a FIFO in between is looked into without blocking
 // (hasMagic waited for a writer forever, and the shell with it).
