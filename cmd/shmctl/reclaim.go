@@ -181,7 +181,8 @@ func runReclaim(opts *reclaimOptions) error {
 		return nil
 	}
 	for _, ts := range doc.TokenSlots {
-		fmt.Fprintf(opts.IO.ErrOut, "owner slot %d (%s) is held in token mode by a holder it does not record: not reclaimed\n", ts.Index, deref(ts.Name))
+		// A damaged directory's name may hold control characters.
+		fmt.Fprintf(opts.IO.ErrOut, "owner slot %d (%s) is held in token mode by a holder it does not record: not reclaimed\n", ts.Index, escapeControls(deref(ts.Name)))
 	}
 	if err := printReclaimedLocks(opts.IO, doc.Locks); err != nil {
 		return err

@@ -384,6 +384,27 @@ func TestReclaimReportsTokenSlots(t *testing.T) {
 	assert.Equal(t, g.Identity(), owner)
 }
 
+// The stderr line of a held token-mode slot shows the name a damaged
+// directory holds with its control characters escaped, as every other
+// line does: an escape sequence in it reached the terminal raw.
+func TestReclaimTokenSlotLineEscapesTheName(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	l, err := spinlock.Named(seg, "tokened", spinlock.Token)
+	require.NoError(t, err)
+	g, err := l.Lock(spinlock.NewToken())
+	require.NoError(t, err)
+	defer g.Release()
+	d := dirEntry(t, seg, layout.KindSlotDirectory, 0)
+	copy(d.Name[:], "tok\x1b[2J")
+	d.NameLen.Store(uint32(len("tok\x1b[2J")))
+
+	r := shmctl(t, false, "reclaim", "--force", seg.Path())
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stderr, `owner slot 0 (tok\x1b[2J) is held in token mode`)
+	assert.NotContains(t, r.stderr, "\x1b", "a raw escape sequence")
+}
+
 // reclaim drops the references of dead processes to named locks: a name
 // whose last reference goes, on a free lock, is freed.
 func TestReclaimClaims(t *testing.T) {
