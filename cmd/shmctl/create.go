@@ -72,9 +72,16 @@ func runCreate(opts *createOptions) error {
 		return fmt.Errorf("created %s, but reading it back: %w", seg.Path(), err)
 	}
 	if opts.JSON {
-		return writeJSON(opts.IO.Out, info)
+		err = writeJSON(opts.IO.Out, info)
+	} else {
+		err = printInfo(opts.IO, info)
 	}
-	return printInfo(opts.IO, info)
+	if err != nil {
+		// The segment is made: a caller that sees only the write's error
+		// takes it for not made, and a second create fails.
+		return fmt.Errorf("created %s, but printing its info: %w", seg.Path(), err)
+	}
+	return nil
 }
 
 // jsonDocs is where --help sends a reader for the documents' fields: the

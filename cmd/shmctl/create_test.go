@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,6 +200,34 @@ func TestCreateExisting(t *testing.T) {
 	line := requireOneLineError(t, shmctl(t, false, "create", seg.Path()), exitError)
 	assert.Contains(t, line, "already exists")
 }
+
+// A create whose output cannot be written (stdout on a full disk) has
+// made the segment all the same: its error says so, so that a script that
+// sees the failure does not take the segment for not made, and then fail
+// again with "already exists". It said only the write's error.
+func TestCreateSaysItMadeTheSegmentWhenItsOutputFails(t *testing.T) {
+	t.Parallel()
+	for _, asJSON := range []bool{false, true} {
+		path := testproc.SegmentPath(t)
+		var stderr bytes.Buffer
+		ios := newIOStreams(fullWriter{}, &stderr)
+		args := []string{"create", path}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		code := execute(newCmdRoot(ios), args, ios)
+		line := requireOneLineError(t, result{code: code, stderr: stderr.String()}, exitError)
+		assert.Contains(t, line, "created "+path+", but", "json %v", asJSON)
+		assert.Contains(t, line, syscall.ENOSPC.Error(), "json %v", asJSON)
+		_, err := os.Stat(path)
+		assert.NoError(t, err, "json %v: the segment is there", asJSON)
+	}
+}
+
+// fullWriter fails every write, as a file on a full disk.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
 func TestCreateBareName(t *testing.T) {
 	t.Parallel()
