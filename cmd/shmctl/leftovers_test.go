@@ -129,6 +129,31 @@ func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
 	require.NoError(t, err, "the segment is not back under its name")
 }
 
+// What reclaim did with a leftover is said also when it then fails: here
+// the segment it put back under its name fails check, so reclaim refuses
+// it without --force, but the file is back all the same. The refusal used
+// to be the only line, and the restore went unsaid.
+func TestReclaimSaysWhatItDidWithALeftoverWhenItThenFails(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	path := seg.Path()
+	s, err := seg.Slot(7)
+	require.NoError(t, err)
+	s.TID.Store(9) // a free slot with a holder id: damage check finds
+	require.NoError(t, seg.Close())
+	openedBy(t, path)
+	hidden, remover := killedRemoverLeft(t, path)
+
+	r := shmctl(t, false, "reclaim", path)
+	assert.Equal(t, exitError, r.code)
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	require.Len(t, lines, 2, "stderr: %q", r.stderr)
+	assert.True(t, strings.HasPrefix(lines[0], fmt.Sprintf("restored %s as %s: process %d moved it aside", hidden, path, remover.PID)), lines[0])
+	assert.Contains(t, lines[1], "fails check")
+	_, err = os.Stat(path)
+	require.NoError(t, err, "the segment is not back under its name")
+}
+
 // A creator killed before its segment got its name (a file system without
 // O_TMPFILE) leaves its pending file in the directory: rm removes it once
 // the creator is dead, says so, and goes on with the segment. Removing it

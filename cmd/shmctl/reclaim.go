@@ -132,18 +132,25 @@ table of upgrade mutexes, then the transactions, each only if it has rows.`,
 	return cmd
 }
 
-func runReclaim(opts *reclaimOptions) error {
+func runReclaim(opts *reclaimOptions) (err error) {
 	leftovers, err := leftoversOf(opts.Segment, opts.DryRun)
 	if err != nil {
 		return err
 	}
+	// A leftover removed or put back stays so: a reclaim that fails
+	// after (the segment not found, or refused as damaged) says so too,
+	// before its error.
+	defer func() {
+		if err != nil {
+			printLeftovers(opts.IO.ErrOut, leftovers)
+		}
+	}()
 	// A dry run only reads, and a writable open is itself a change: the
 	// first one after a reboot recovers the segment (every owner marked
 	// stale, this boot recorded). Read-only, the owners of an earlier boot
 	// read as stale all the same.
 	seg, err := shm.Open(opts.Segment, shm.Options{ReadOnly: opts.DryRun, GroupAccess: opts.Group})
 	if err != nil {
-		printLeftovers(opts.IO.ErrOut, leftovers)
 		return err
 	}
 	defer seg.Close()
@@ -172,6 +179,7 @@ func runReclaim(opts *reclaimOptions) error {
 		return writeJSON(opts.IO.Out, doc)
 	}
 	printLeftovers(opts.IO.ErrOut, leftovers)
+	leftovers = nil // said: an error writing the tables does not say them again
 	tty := opts.IO.IsStdoutTTY()
 	for _, c := range doc.Claims {
 		fmt.Fprintf(opts.IO.ErrOut, "%s %d references of dead process %d to %s[%d] %q\n", c.Action, c.Count, c.Process.PID, c.Table, c.Index, deref(c.Name))
