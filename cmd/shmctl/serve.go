@@ -89,6 +89,9 @@ the error, on stderr) and the page shows the error.`,
 			if err := checkListen(cmd, opts.Listen, opts.Public); err != nil {
 				return err
 			}
+			if err := checkNamedOnce(cmd, args); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -115,6 +118,24 @@ func checkListen(cmd *cobra.Command, addr string, public bool) error {
 		return nil
 	}
 	return newUsageError(cmd, "--listen %q is not a loopback address: other machines could read the metrics; add --public if that is meant", addr)
+}
+
+// checkNamedOnce refuses a segment named twice, in any spelling of its
+// path (jobs, /dev/shm/jobs): its series would be registered twice, which
+// is bad usage, better said before any segment is opened.
+func checkNamedOnce(cmd *cobra.Command, segments []string) error {
+	seen := map[string]bool{}
+	for _, s := range segments {
+		path, err := shm.ResolvePath(s)
+		if err != nil {
+			continue // the open says what is wrong with it
+		}
+		if seen[path] {
+			return newUsageError(cmd, "%s is named twice", path)
+		}
+		seen[path] = true
+	}
+	return nil
 }
 
 func runServe(opts *serveOptions) error {

@@ -56,6 +56,15 @@ func TestServeRefuses(t *testing.T) {
 	}
 	line := requireOneLineError(t, shmctl(t, false, "serve", "seg", "--listen", ":9464"), exitUsage)
 	require.Contains(t, line, "--public")
+
+	// A segment named twice, in any spelling of its path, is bad usage,
+	// found before any segment is opened: it was status 1, after the
+	// opens, in prometheus's words ("duplicate metrics collector
+	// registration attempted").
+	for _, twice := range [][]string{{"seg", "seg"}, {"seg", shm.DefaultDir + "/seg"}, {"other", "seg", shm.DefaultDir + "//seg"}} {
+		line := requireOneLineError(t, shmctl(t, false, append([]string{"serve"}, twice...)...), exitUsage)
+		assert.Contains(t, line, shm.DefaultDir+"/seg is named twice", "%q", twice)
+	}
 }
 
 // serve, a process of its own on a free port, exposes the held spinlock
