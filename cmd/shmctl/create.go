@@ -40,6 +40,12 @@ processes claim (shm.Segment.Data; 'shmctl data' lists them). The command fails 
 				// One entry is the table's header: room for no resource.
 				return newUsageError(cmd, "--lockmgr-entries must be 2 or more (one entry is the table's header), 0 for the default, or negative for none; got 1")
 			}
+			// A size over its limit is the command line's fault, as one
+			// that does not parse is: the layout the sizes ask for is
+			// planned here, before anything is made.
+			if _, err := layout.Plan(opts.Sizes.WithDefaults()); err != nil {
+				return newUsageError(cmd, "%v", err)
+			}
 			opts.Group = groupFlag(cmd)
 			if runF != nil {
 				return runF(opts)

@@ -242,13 +242,26 @@ func TestCreateBareName(t *testing.T) {
 	assert.NoError(t, err)
 }
 
+// A size over its limit is bad usage (status 2), as a size that does not
+// parse is, and creates nothing: it was status 1, the status of a create
+// that failed on a sound command line.
 func TestCreateBadSize(t *testing.T) {
 	t.Parallel()
-	path := testproc.SegmentPath(t)
-	line := requireOneLineError(t, shmctl(t, false, "create", path, "--slots", fmt.Sprint(layout.MaxSlots+1)), exitError)
-	assert.Contains(t, line, "owner_slots")
-	_, err := os.Stat(path)
-	assert.ErrorIs(t, err, os.ErrNotExist)
+	for _, tc := range []struct {
+		flag, value, want string
+	}{
+		{"--slots", fmt.Sprint(layout.MaxSlots + 1), "owner_slots"},
+		{"--lockmgr-entries", "99999999999", "lockmgr"},
+		{"--upgrade-readers", "99999999999", "upgrade_readers"},
+		{"--data", fmt.Sprint(layout.MaxDataBytes + 1), "data"},
+		{"--txn-arena", fmt.Sprint(layout.MaxTxnArenaBytes + 1), "txn_arena"},
+	} {
+		path := testproc.SegmentPath(t)
+		line := requireOneLineError(t, shmctl(t, false, "create", path, tc.flag, tc.value), exitUsage)
+		assert.Contains(t, line, tc.want, tc.flag)
+		_, err := os.Stat(path)
+		assert.ErrorIs(t, err, os.ErrNotExist, tc.flag)
+	}
 }
 
 // readHeader reads a segment's header as shm validates it.

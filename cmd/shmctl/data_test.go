@@ -123,7 +123,7 @@ func TestCreateData(t *testing.T) {
 	_, err = seg.Data("big", 1<<20)
 	require.NoError(t, err, "the whole area in one region")
 
-	line := requireOneLineError(t, shmctl(t, false, "create", testproc.SegmentPath(t), "--data", fmt.Sprint(int64(layout.MaxDataBytes)+1)), exitError)
+	line := requireOneLineError(t, shmctl(t, false, "create", testproc.SegmentPath(t), "--data", fmt.Sprint(int64(layout.MaxDataBytes)+1)), exitUsage)
 	assert.Contains(t, line, "data")
 	line = requireOneLineError(t, shmctl(t, false, "create", testproc.SegmentPath(t), "--data", "lots"), exitUsage)
 	assert.Contains(t, line, "--data")
