@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlock/shmlock/internal/etcdtest"
@@ -161,4 +162,22 @@ func TestLockEtcd(t *testing.T) {
 	requireOneLineError(t, shmctl(t, false, append([]string{"locks", "some-segment"}, at...)...), exitUsage)
 	line = requireOneLineError(t, shmctl(t, false, "stats", "--etcd", "127.0.0.1:1"), exitError)
 	require.Contains(t, line, "etcd://127.0.0.1:1/shmlock")
+}
+
+// With SHMLOCK_ETCD set and no --etcd, a segment given to locks or stats
+// is refused naming the variable, which is what chose etcd, and how to
+// list a segment's table all the same: the refusal said "with --etcd",
+// a flag the command line did not hold. Not parallel: it sets the
+// environment.
+func TestLocksSegmentWithEtcdFromTheEnvironment(t *testing.T) {
+	t.Setenv(envEtcd, "127.0.0.1:1")
+	for _, command := range []string{"locks", "stats"} {
+		line := requireOneLineError(t, shmctl(t, false, command, "jobs"), exitUsage)
+		assert.Contains(t, line, "no segment while "+envEtcd+" is set", command)
+		assert.Contains(t, line, envEtcd+"= shmctl "+command+" SEGMENT", command)
+		assert.NotContains(t, line, "--etcd", command)
+
+		line = requireOneLineError(t, shmctl(t, false, command, "--etcd", "127.0.0.1:1", "jobs"), exitUsage)
+		assert.Contains(t, line, "no segment with --etcd", command)
+	}
 }

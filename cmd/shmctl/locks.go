@@ -182,6 +182,12 @@ func etcdProcess(h lockmgr.HolderInfo, companion bool) *processJSON {
 // segmentOrEtcd accepts a segment, or none with --etcd (or SHMLOCK_ETCD).
 func segmentOrEtcd(e *etcdOptions) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
+		if e.on() && e.Endpoints == "" && len(args) > 0 {
+			// The environment chose etcd, perhaps a profile's export
+			// for lock: name it, and how to read a segment anyway.
+			return newUsageError(cmd, "%s takes no segment while %s is set: it lists the table in etcd (%s= shmctl %s SEGMENT lists a segment's)",
+				cmd.Name(), envEtcd, envEtcd, cmd.Name())
+		}
 		if e.on() {
 			return exactArgs(0, "no segment with --etcd")(cmd, args)
 		}
