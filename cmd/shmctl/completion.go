@@ -40,6 +40,9 @@ func addCompletions(root *cobra.Command) {
 				case 1:
 					return lockNames(args[0], prefix, groupFlag(cmd)), cobra.ShellCompDirectiveNoFileComp
 				}
+				if cmd.Name() == "unlock" { // a segment and a name, nothing more
+					return nil, cobra.ShellCompDirectiveNoFileComp
+				}
 				return nil, cobra.ShellCompDirectiveDefault // lock's command
 			}
 		default:

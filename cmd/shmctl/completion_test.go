@@ -73,6 +73,22 @@ func TestCompletionOfAGroupSegmentsLockNames(t *testing.T) {
 	}
 }
 
+// unlock takes a segment and a name, nothing more: past them the shell
+// offers nothing (directive 4, no file completion), where lock's command
+// is completed as files (directive 0). unlock shared lock's case and was
+// offered the files of the working directory.
+func TestCompletionPastUnlocksArguments(t *testing.T) {
+	t.Parallel()
+	seg := newSegment(t, layout.Options{})
+	for _, tc := range []struct {
+		cmd, directive string
+	}{{"unlock", ":4"}, {"lock", ":0"}} {
+		r := shmctl(t, false, "__complete", tc.cmd, seg.Path(), "name", "")
+		require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+		assert.Equal(t, tc.directive+"\n", r.stdout, tc.cmd)
+	}
+}
+
 // A hidden file is offered only for a prefix that starts with a dot, as
 // the shells complete files: the directory's hidden segments are a
 // killed remover's (.shmlock-rm-...), which no name should lead to by
