@@ -74,7 +74,7 @@ func runTop(opts *topOptions) error {
 	if opts.Once {
 		return topFrame(opts)
 	}
-	return watch(opts.IO, opts.Interval, false, func() error { return topFrame(opts) })
+	return watch(opts.IO, opts.Interval, func() error { return topFrame(opts) })
 }
 
 // topFrame prints one frame: the segment is opened for it and closed, so

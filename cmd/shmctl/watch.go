@@ -30,14 +30,15 @@ var watchRounds int
 // cleared to its end, the rest of the screen cleared: no flicker, unlike
 // clearing first), or printed again after a blank line in a pipe, until
 // SIGINT or SIGTERM, which end it with status 0. A round that fails after
-// the first shows its error instead (see watch).
+// the first shows its error instead on a terminal, and on stderr in a pipe
+// (see watch).
 func addWatch(root *cobra.Command, ios *IOStreams) {
 	for _, c := range root.Commands() {
 		if !watchable[c.Name()] {
 			continue
 		}
 		var every time.Duration
-		c.Flags().DurationVar(&every, "watch", 0, "run again every `D` (100ms or more), redrawn in place, until interrupted (a later round that fails shows its error)")
+		c.Flags().DurationVar(&every, "watch", 0, "run again every `D` (100ms or more), redrawn in place, until interrupted (a later round that fails shows its error, on stderr in a pipe)")
 		run := c.RunE
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			if every == 0 {
@@ -46,14 +47,12 @@ func addWatch(root *cobra.Command, ios *IOStreams) {
 			if every < minWatch {
 				return newUsageError(cmd, "--watch must be 0 or at least %v, got %v", minWatch, every)
 			}
-			docs := cmd.Flags().Lookup("json")
-			return watch(ios, every, docs != nil && docs.Value.String() == "true", func() error { return run(cmd, args) })
+			return watch(ios, every, func() error { return run(cmd, args) })
 		}
 	}
 }
 
-// watch runs render every d into a buffer and shows it. docs says that
-// render prints a JSON document (--json).
+// watch runs render every d into a buffer and shows it.
 //
 // A round that fails ends the watch only if it is the first: the command
 // cannot run at all (no such segment, no such table), as without a
@@ -61,10 +60,11 @@ func addWatch(root *cobra.Command, ios *IOStreams) {
 // round tries again: the commands open the segment afresh each round so
 // as to follow one removed and made again under its path, and a round
 // that falls between the removal and the new segment's being ready must
-// not end the watch. Documents in a pipe are a stream that a reader (jq)
-// parses, which an error line would end: there the failure goes to
-// stderr, as every error does, and the round prints no document.
-func watch(ios *IOStreams, d time.Duration, docs bool, render func() error) error {
+// not end the watch. Output in a pipe is a stream that a reader parses
+// (jq reads the documents of --json, a script the rows of --no-header),
+// which an error line would end or corrupt: there the failure goes to
+// stderr, as every error does, and the round prints nothing.
+func watch(ios *IOStreams, d time.Duration, render func() error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := ios.Out
@@ -80,7 +80,7 @@ func watch(ios *IOStreams, d time.Duration, docs bool, render func() error) erro
 				return err
 			}
 			w := io.Writer(&b)
-			if docs && !ios.IsStdoutTTY() {
+			if !ios.IsStdoutTTY() {
 				w, skip = ios.ErrOut, true
 			}
 			printError(w, err) // one line, its control characters escaped
