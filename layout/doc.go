@@ -18,6 +18,8 @@
 //	       claim references   ClaimRefs x 16 bytes
 //	       region directory   DataRegions x 64 bytes   name, offset and size of each data region
 //	       data area          DataBytes, in 64-byte units: the regions' memory
+//	       lock stats         (Slots + Upgrades + LockMgrEntries + TxnRecords) x 64 bytes
+//	                          contention counters, one LockStats per lock
 //
 // Plan computes where each table goes, Encode writes a header, and Validate
 // checks a header read from an untrusted file: it never panics, never reads
