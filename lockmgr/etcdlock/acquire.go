@@ -32,7 +32,8 @@ import (
 // Unlike the shm table, a collaborative acquisition queues behind an
 // exclusive waiter that came first, even while collaborative holders are
 // inside: no writer starves. A hold with a TTL lives on a lease of its own
-// (one more request to grant it), of whole seconds, at least MinTTL.
+// (one more request to grant it), of whole seconds (rounded up), at
+// least MinTTL.
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, mode lockmgr.Mode, opts lockmgr.AcquireOptions) (lockmgr.LockInfo, error) {
 	info := lockmgr.LockInfo{Resource: resource, Owner: owner, Mode: mode, State: lockmgr.Failed}
 	err := checkNames(resource, owner)

@@ -96,9 +96,10 @@
 //
 // A dead holder is noticed when its lease expires (its session's TTL),
 // not at the next conflict. Collaborative arrivals queue behind an
-// exclusive waiter that came first. A TTL is whole seconds, at least
-// MinTTL (and at least the server's minimum lease) and at most MaxTTL,
-// etcd's longest lease, else ErrBadOptions.
+// exclusive waiter that came first. A TTL is whole seconds (a fraction
+// is rounded up: a lease never ends before the TTL asked for); one below
+// MinTTL (or the server's minimum lease) or above MaxTTL, etcd's longest
+// lease, is ErrBadOptions.
 // There is no fixed capacity (Stats.Capacity is 0), no companion process,
 // and no holder limit per resource. Calls that take no context
 // (Release, Refresh, Inspect, ...) bound each request by
