@@ -51,7 +51,8 @@ type Options struct {
 	AllowForeignPIDNamespace bool
 	// ReadOnly maps the segment read-only, for inspection: no claims, no
 	// recovery after a reboot, and the words behind the accessors must only
-	// be loaded.
+	// be loaded. Create refuses it (ErrReadOnly), so OpenOrCreate with it
+	// opens a segment or fails, and never makes one.
 	ReadOnly bool
 	// ReadyTimeout bounds the wait for a segment whose ready word is not yet
 	// set (default DefaultReadyTimeout).
@@ -91,6 +92,7 @@ type Segment struct {
 // begins with .shmlock-init- or .shmlock-rm-: those are the hidden names
 // of segments being made or removed, and RecoverLeftovers would take a
 // segment made under one for a dead process's leftover and remove it.
+// Options.ReadOnly is ErrReadOnly, and no file is made.
 //
 // The file gets all its memory at once (fallocate), before it has a name:
 // if its file system or memory cgroup is full, Create fails with
@@ -105,6 +107,11 @@ func Create(path string, opts Options) (*Segment, error) {
 	}
 	if hiddenName(filepath.Base(path)) {
 		return nil, fmt.Errorf("%w: %s: names beginning %s or %s are kept for the hidden files of segments being made or removed", ErrBadPath, path, fsys.PendingPrefix, asidePrefix)
+	}
+	if opts.ReadOnly {
+		// An inspection that finds no segment must not bring one into
+		// being (OpenOrCreate's create), and a creator writes the file.
+		return nil, fmt.Errorf("%w: create %s: a segment is made writable; Options.ReadOnly is for Open", ErrReadOnly, path)
 	}
 	h, err := layout.Plan(opts.Options.WithDefaults())
 	if err != nil {
