@@ -129,7 +129,7 @@ enum {
 	SHMLOCK_ALLOW_FOREIGN_OWNER = 1 << 1, /* open a file of another user */
 	SHMLOCK_ALLOW_OTHERS_ACCESS = 1 << 2, /* open a file whose mode lets others in */
 	SHMLOCK_ALLOW_FOREIGN_PIDNS = 1 << 3, /* open a segment of another PID namespace */
-	SHMLOCK_READ_ONLY = 1 << 4,           /* map read-only, for inspection */
+	SHMLOCK_READ_ONLY = 1 << 4,           /* map read-only, for inspection; a create is SHMLOCK_EREADONLY */
 };
 
 /* Options of open and create; NULL or a zeroed struct means the defaults

@@ -920,6 +920,12 @@ static int do_create(const char *path, const shmlock_options *o, shmlock_segment
 		free(p);
 		return SHMLOCK_EBADPATH;
 	}
+	/* As shm.Create: read-only is for inspection, which must not make a
+	 * segment (open_or_create's create), and a creator writes the file. */
+	if (o->flags & SHMLOCK_READ_ONLY) {
+		free(p);
+		return SHMLOCK_EREADONLY;
+	}
 	struct shm_table_desc d[SHM_TABLE_COUNT + 1];
 	uint64_t total = 0, pidns = 0;
 	uint8_t boot[16];

@@ -448,6 +448,25 @@ static void test_create_refuses_hidden_names(void)
 	}
 }
 
+/* SHMLOCK_READ_ONLY is for opens, for inspection: a create asked for it,
+ * also the create of shmlock_open_or_create on a missing path, is
+ * SHMLOCK_EREADONLY and makes no file (shm.Create's ErrReadOnly). */
+static void test_create_read_only_refused(void)
+{
+	char path[256];
+	check_temp_path(path, sizeof path, "ro-create");
+	shmlock_options o = {.flags = SHMLOCK_READ_ONLY};
+	shmlock_segment *s = NULL;
+	CHECK_RC(shmlock_create(path, &o, &s), SHMLOCK_EREADONLY);
+	CHECK(access(path, F_OK) != 0);
+	CHECK_RC(shmlock_open_or_create(path, &o, &s), SHMLOCK_EREADONLY);
+	CHECK(access(path, F_OK) != 0);
+	if (s) {
+		shmlock_close(s);
+		unlink(path);
+	}
+}
+
 static void test_round_trip(void)
 {
 	char path[256], name[128];
@@ -1490,6 +1509,7 @@ int main(void)
 	RUN(test_reboot_leaves_word_after_tiny_arena);
 	RUN(test_bad_inputs);
 	RUN(test_create_refuses_hidden_names);
+	RUN(test_create_read_only_refused);
 	RUN(test_round_trip);
 	RUN(test_dead_claimant);
 	RUN(test_dead_holder_use0_recycled);
