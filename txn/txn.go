@@ -21,8 +21,10 @@ const maxTxnArena = math.MaxUint32 / layout.ArenaUnit * layout.ArenaUnit
 // BeginOptions configure a new transaction.
 type BeginOptions struct {
 	// ArenaBytes is the size of the transaction's arena, rounded up to
-	// layout.ArenaUnit. Zero means the data area divided by the number of
-	// records (at least one unit).
+	// layout.ArenaUnit. Zero means an equal share per record of the txn
+	// arena (layout.Options.TxnArenaBytes, less its control words and pin
+	// rows), at least one unit; the segment's data area, where data regions
+	// live, plays no part.
 	ArenaBytes int64
 	// Barrier makes the transaction one that closes through the global
 	// barrier: its pins are global pins and it is closed by

@@ -1261,3 +1261,21 @@ func TestTxnTakesNoUserSlot(t *testing.T) {
 	require.Len(t, claims, 1)
 	require.Equal(t, "users", claims[0].Name)
 }
+
+// TestDefaultArenaIsAShareOfTheTxnArena: BeginOptions' zero ArenaBytes is
+// the txn arena's object space shared out per record, whatever the size of
+// the segment's data area (the regions' memory, another table).
+func TestDefaultArenaIsAShareOfTheTxnArena(t *testing.T) {
+	t.Parallel()
+	const records, arena = 4, 64 << 10
+	for _, data := range []int64{4 << 10, 1 << 20} {
+		seg, _ := newSegment(t, layout.Options{TxnRecords: records, TxnArenaBytes: arena, DataBytes: data})
+		sp := newSpace(t, seg)
+		tx, err := sp.Begin(txn.BeginOptions{})
+		require.NoError(t, err)
+		// The control words and pin rows take the arena's first bytes.
+		require.LessOrEqual(t, tx.ArenaSize(), arena/records, "data area %d", data)
+		require.Greater(t, tx.ArenaSize(), arena/records/2, "data area %d", data)
+		require.NoError(t, tx.RequestCloseAndWait(context.Background()))
+	}
+}
