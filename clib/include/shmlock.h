@@ -182,7 +182,8 @@ int shmlock_close(shmlock_segment *seg);
 int shmlock_remove(const char *path);
 /* The packed identity (docs/FORMAT.md, Identities) of the calling process. */
 uint64_t shmlock_self_identity(void);
-/* The data region named name (at most 40 bytes of UTF-8), claimed with
+/* The data region named name (1 to 40 bytes of UTF-8, no control
+ * characters, else SHMLOCK_EBADNAME), claimed with
  * size bytes on first use (shm.Segment.Data): every process that names it
  * gets the same memory, zero when new, kept for the life of the segment.
  * size 0 only finds. SHMLOCK_EREGIONSIZE if the region has another size,
@@ -214,7 +215,7 @@ uint64_t shmlock_holder_new(void);    /* a random non-zero holder id (spinlock.N
 uint64_t shmlock_holder_thread(void); /* the calling thread's holder id (spinlock.ThreadHolder), the same on every call */
 uint64_t shmlock_token_new(void);     /* a random token, low 32 bits non-zero (spinlock.NewToken) */
 
-/* The lock named name (at most 40 bytes of UTF-8), claimed in the slot
+/* The lock named name (1 to 40 bytes of UTF-8, no control characters), claimed in the slot
  * directory for mode; SHMLOCK_EUSEMISMATCH if claimed for the other mode. */
 int shmlock_spin_named(shmlock_segment *seg, const char *name, int mode, shmlock_spin **out);
 /* The lock of owner slot index, unclaimed (spinlock.Open);
