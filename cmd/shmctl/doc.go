@@ -13,10 +13,15 @@
 //
 //	shmctl create SEGMENT [--slots N] [--upgrades N] [--upgrade-readers N]
 //	                      [--txn-records N] [--txn-arena BYTES] [--lockmgr-entries N]
+//	                      [--claim-refs N] [--data BYTES] [--data-regions N]
 //	                      [--group] [--json]
 //	    make a new segment (zero sizes mean the defaults, negative ones none)
 //	shmctl info SEGMENT [--json]
 //	    print the header: size, creator, boot, PID namespace and each table
+//	shmctl check SEGMENT [--json]
+//	    validate every entry of every table; status 1 if anything is damaged
+//	shmctl data SEGMENT [--json]
+//	    print the data regions: name, offset, size
 //	shmctl slots SEGMENT [--all] [--json]
 //	    print the owner slots in use: name, claims, owner and its liveness
 //	shmctl rm SEGMENT...
@@ -34,13 +39,17 @@
 //	    print the named resource locks (package lockmgr), one row per holder
 //	shmctl stats SEGMENT [--json]
 //	    print the lock manager's statistics
+//	shmctl top SEGMENT [--interval D] [--once]
+//	    the busiest locks, redrawn every second
+//	shmctl serve SEGMENT... [--listen ADDR] [--public]
+//	    Prometheus metrics (package metrics) and a live page, over HTTP
 //	shmctl lock [-s|-x] [-n|-w SECS] [-E N] [--ttl D] SEGMENT RESOURCE [--] CMD ARGS... | -c 'CMD'
 //	    run CMD while holding the named lock, as flock(1) does; CMD's exit
 //	    status is shmctl's (75 if -n or -w gave up)
 //	shmctl lock --hold-for PID SEGMENT RESOURCE
 //	    hold the lock for process PID (a shell) until unlock or its end
-//	shmctl unlock SEGMENT RESOURCE --hold-for PID | --owner O
-//	    release that hold
+//	shmctl unlock SEGMENT NAME --hold-for PID | --owner O | --force [--kind K]
+//	    release that hold, or, with --force, free a lock of any holder
 //	shmctl demo [--path SEGMENT] [--workers N] [--duration D] [--keep]
 //	    worker processes share locks; one is killed holding one; the others
 //	    take it over and every increment is accounted for
@@ -48,9 +57,11 @@
 //	    one cell of the lock benchmark (bench/README.md): one JSON line
 //	    (rw90 runs on the upgrade mutex, the other workloads on the spinlock,
 //	    unless --lock says otherwise)
+//	shmctl version, shmctl completion SHELL
+//	    the versions of shmctl and of the format it reads; a completion script
 //
-// info, slots, rwlocks, txns, locks and stats open the segment read-only
-// and change nothing in it. slots, rwlocks, txns, locks, stats and lock
+// info, check, data, slots, rwlocks, txns, locks, stats, top and serve open
+// the segment read-only and change nothing in it. slots, rwlocks, txns, locks, stats and lock
 // fail (status 1) on a segment created without the table they read or use,
 // naming it and the create flag that sizes it; info and reclaim take any
 // segment. demo and bench start worker processes: this
@@ -67,7 +78,8 @@
 // "shmctl: <message>"; the exit status is 0 on success, 1 on failure and 2
 // for a usage error (bench follows the benchmark contract instead: 3 for a
 // workload the lock does not support; lock exits with CMD's status, 128+N
-// if signal N killed it, 127 if it could not be started).
+// if signal N killed it or ended the wait, 126 or 127 if it could not be
+// started).
 //
 //	$ shmctl create jobs --slots 8
 //	$ shmctl slots jobs --all --json | jq '.slots[] | select(.process.liveness == "dead")'
