@@ -20,8 +20,8 @@ const (
 // sleep, not how long a free resource stays unnoticed. The zero value is
 // the default schedule with DefaultJitter.
 type Backoff struct {
-	Initial time.Duration // first wait; 0: DefaultInitialDelay
-	Max     time.Duration // cap on every wait; 0: DefaultMaxDelay
+	Initial time.Duration // first wait; 0 or less: DefaultInitialDelay
+	Max     time.Duration // cap on every wait; 0 or less: DefaultMaxDelay
 	Factor  float64       // growth per attempt, at least 1; 0: DefaultFactor
 	// Jitter shortens each wait by a random fraction of up to Jitter, so
 	// waiters that met the same conflict do not retry in step. 0 means

@@ -262,6 +262,12 @@ func TestBackoffSchedule(t *testing.T) {
 	for n, want := range []time.Duration{10 * ms, 30 * ms, 50 * ms, 50 * ms} {
 		require.Equal(t, want, custom.Delay(n), "Delay(%d)", n)
 	}
+	// A negative Initial or Max is the default, as 0 is (and as the C
+	// library's backoff_initial_ns and backoff_max_ns say).
+	negative := lockmgr.Backoff{Initial: -ms, Max: -ms}
+	for n, want := range []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1000 * ms} {
+		require.Equal(t, want, negative.Delay(n), "Delay(%d)", n)
+	}
 }
 
 func TestBackoffJitterBounds(t *testing.T) {
