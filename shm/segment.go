@@ -55,7 +55,7 @@ type Options struct {
 	// opens a segment or fails, and never makes one.
 	ReadOnly bool
 	// ReadyTimeout bounds the wait for a segment whose ready word is not yet
-	// set (default DefaultReadyTimeout).
+	// set; 0 or less means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 }
 

@@ -139,7 +139,7 @@ enum {
  * not know is SHMLOCK_EINVAL. */
 typedef struct shmlock_options {
 	unsigned flags;           /* SHMLOCK_* flags above */
-	int64_t ready_timeout_ns; /* wait for a creator still writing; 0: 2 s */
+	int64_t ready_timeout_ns; /* wait for a creator still writing; 0 or less: 2 s */
 	/* layout.Options, for create: */
 	int64_t slots;            /* owner slots (spinlocks) */
 	int64_t upgrades;         /* upgrade mutexes */
