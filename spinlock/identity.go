@@ -59,7 +59,11 @@ func NewHolder() Identity {
 // ThreadHolder returns a holder tied to the calling OS thread: its TID
 // carries the thread id in the low 32 bits (shown by shmctl slots) and
 // random bits above. Use it only from a goroutine that called
-// runtime.LockOSThread, or the thread it names means nothing.
+// runtime.LockOSThread, or the thread it names means nothing. Each call
+// returns a new holder (its random bits differ), so a second call on the
+// same thread is another owner, which waits for the first rather than
+// recursing: keep the Identity for the thread's holds. (C's
+// shmlock_holder_thread keeps one per thread instead.)
 func ThreadHolder() Identity {
 	return Identity{PID: proc.Self().Pack(), TID: proc.ThreadID()&0xffff_ffff | proc.HolderID()<<32}
 }

@@ -46,6 +46,10 @@ func TestThreadHolder(t *testing.T) {
 	l := newLock(spinlock.PIDTID)
 	g, err := l.Lock(id)
 	require.NoError(t, err)
+	// Another call's holder is another owner, even on this thread: no
+	// recursion (the doc tells a caller to keep the Identity).
+	_, err = l.TryLock(spinlock.ThreadHolder())
+	require.ErrorIs(t, err, spinlock.ErrWouldBlock)
 	require.NoError(t, g.Release())
 }
 

@@ -212,7 +212,7 @@ enum {
  * a holder id of this process (recursion is keyed on it), in token mode a
  * token. Draw them with these; a lock never invents one. */
 uint64_t shmlock_holder_new(void);    /* a random non-zero holder id (spinlock.NewHolder) */
-uint64_t shmlock_holder_thread(void); /* the calling thread's holder id (spinlock.ThreadHolder), the same on every call */
+uint64_t shmlock_holder_thread(void); /* the calling thread's holder id, the same on every call (Go's spinlock.ThreadHolder makes a new one per call) */
 uint64_t shmlock_token_new(void);     /* a random token, low 32 bits non-zero (spinlock.NewToken) */
 
 /* The lock named name (1 to 40 bytes of UTF-8, no control characters), claimed in the slot
