@@ -142,7 +142,9 @@ func (m *Mutex) segClosed() bool { return m.seg.Closed() }
 // Named, its reference to the mutex's claim (so that a mutex nobody names
 // any more, once free, can be claimed for another name); also after the
 // segment's Close. ErrHeld, leaving the handle open, if it still holds the
-// lock in any mode; ErrClosed the second time.
+// lock in any mode; ErrClosed the second time. A goroutine of the handle
+// that waits for a shared hold meanwhile holds nothing: it gets ErrClosed
+// when readers may come in again.
 func (m *Mutex) Close() error {
 	m.recMu.Lock()
 	defer m.recMu.Unlock()

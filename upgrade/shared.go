@@ -60,7 +60,12 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 	waited := false
 	var lv liveness
 	for {
-		n := r.Count.Add(1)
+		var n uint32
+		if !waited {
+			n = r.Count.Add(1)
+		} else if n, err = m.countAfterWait(r); err != nil {
+			return err
+		}
 		if !grantable(n) {
 			m.backOff(r, n)
 			return ErrOverflow
@@ -89,6 +94,24 @@ func (m *Mutex) lockSharedSlow(ctx context.Context, try bool) error {
 			m.repairBlockers()
 		}
 	}
+}
+
+// countAfterWait counts a shared hold in the handle's record r after a
+// wait, under recMu, unless the handle was closed meanwhile (ErrClosed):
+// it held nothing then, so Close freed r, and a hold counted there would
+// be ownerless, found by no release (the handle has no record any more)
+// and cleared by no repair (no dead process owns it), and every writer
+// would wait for it for ever. Close checks the count under recMu, so once
+// this has counted the hold it refuses (ErrHeld). Only after a wait: a
+// Close that lands between the first count and the handle's record()
+// races with the acquisition, as it does with the fast path.
+func (m *Mutex) countAfterWait(r *layout.ReaderRecord) (uint32, error) {
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
+	if m.closed.Load() {
+		return 0, ErrClosed
+	}
+	return r.Count.Add(1), nil
 }
 
 // grantable reports whether a record whose count the hold just raised to
