@@ -88,8 +88,20 @@ func (m *Mutex) upgradeToUnique(ctx context.Context, try bool) error {
 }
 
 // cancelPending withdraws a pending upgrade: readers may come in again.
+// Only the caller's: ForceUnlock may have freed its upgrade lock while it
+// waited, and another holder's upgrade be pending now, which must keep
+// readers out. A bit with no upgrade lock under it (a force that came
+// before the caller set it, see upgradeToUnique) goes.
 func (m *Mutex) cancelPending() {
-	m.e.State.And(^statePending)
+	for {
+		s := m.e.State.Load()
+		if s&statePending == 0 || s&stateUpgrade != 0 && !m.holdsUpgrader() {
+			return
+		}
+		if m.e.State.CompareAndSwap(s, s&^statePending) {
+			break
+		}
+	}
 	m.wake(m.sharedGate())
 }
 

@@ -22,15 +22,16 @@ var long = testproc.Long
 // helpers run in child processes (testproc); each uses upgrade mutex 0 of
 // the segment at args[0].
 var helpers = map[string]func(args []string) int{
-	"rw":         rwHelper,        // PATH ITERS SEED [WORKLOAD]: the mixed workload, prints "writes N torn T"
-	"hold":       holdHelper,      // PATH MODE: take a hold in MODE, print "held", sleep until killed
-	"claim-exit": claimExitHelper, // PATH NAME exit|wait: name a mutex, use it, exit (or wait to be killed) without Close
-	"claim-hold": claimHoldHelper, // PATH NAME MODE: name a mutex, hold it in MODE, print "held INDEX", wait to be killed
-	"tell":       tellHelper,      // PATH HOW MARK: take the unique lock, print "told reclaimed=B inconsistent=B", maybe mark, release
-	"storm":      stormHelper,     // PATH ROLE: writer, upgrader or reader in a loop until killed, printing "ops N"
-	"wait-cpu":   waitCPUHelper,   // PATH CASE: block as blockedWaits[CASE] says, print the CPU the wait took (sleep_test.go)
-	"force-step": forceStepHelper, // PATH STOPS: ForceUnlock, saying how far it got and stopping where told (forcestep_test.go)
-	"lock-once":  lockOnceHelper,  // PATH: Lock and Unlock, print "locked"
+	"rw":             rwHelper,            // PATH ITERS SEED [WORKLOAD]: the mixed workload, prints "writes N torn T"
+	"hold":           holdHelper,          // PATH MODE: take a hold in MODE, print "held", sleep until killed
+	"claim-exit":     claimExitHelper,     // PATH NAME exit|wait: name a mutex, use it, exit (or wait to be killed) without Close
+	"claim-hold":     claimHoldHelper,     // PATH NAME MODE: name a mutex, hold it in MODE, print "held INDEX", wait to be killed
+	"tell":           tellHelper,          // PATH HOW MARK: take the unique lock, print "told reclaimed=B inconsistent=B", maybe mark, release
+	"storm":          stormHelper,         // PATH ROLE: writer, upgrader or reader in a loop until killed, printing "ops N"
+	"wait-cpu":       waitCPUHelper,       // PATH CASE: block as blockedWaits[CASE] says, print the CPU the wait took (sleep_test.go)
+	"force-step":     forceStepHelper,     // PATH STOPS: ForceUnlock, saying how far it got and stopping where told (forcestep_test.go)
+	"lock-once":      lockOnceHelper,      // PATH: Lock and Unlock, print "locked"
+	"pending-cancel": pendingCancelHelper, // PATH: LockUpgrade, then UpgradeToUniqueContext until a line on stdin, print "result ERR"
 }
 
 // testOptions size a test segment: two upgrade mutexes with 8 reader

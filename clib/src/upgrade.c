@@ -1433,9 +1433,18 @@ SHM_EXPORT int shmlock_upgrade_unlock_upgrade(shmlock_upgrade *m)
 
 /* ----------------------------------------------------------- conversions */
 
+/* Only the caller's pending upgrade: an operator's force may have freed
+ * its upgrade lock while it waited, and another holder's upgrade be
+ * pending now (Go: cancelPending). */
 static void cancel_pending(shmlock_upgrade *m)
 {
-	atomic_fetch_and(&m->e->state, ~UPG_PENDING);
+	for (;;) {
+		uint32_t s = ld32(&m->e->state);
+		if (!(s & UPG_PENDING) || ((s & UPG_UPGRADE) && !holds_upgrader(m)))
+			return;
+		if (cas32(&m->e->state, s, s & ~UPG_PENDING))
+			break;
+	}
 	wake(m, shared_gate(m));
 }
 

@@ -1,0 +1,81 @@
+package upgrade_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlock/shmlock/internal/testproc"
+	"github.com/shmlock/shmlock/shm"
+	"github.com/shmlock/shmlock/upgrade"
+)
+
+// pendingCancelHelper takes the upgrade lock and upgrades, giving up when
+// a line comes on stdin; it prints the upgrade's result.
+func pendingCancelHelper(args []string) int {
+	seg, err := shm.Open(args[0], shm.Options{})
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	defer seg.Close()
+	m, err := upgrade.Open(seg, 0)
+	if err != nil {
+		fmt.Println("open:", err)
+		return 1
+	}
+	if err := m.LockUpgrade(); err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	go func() {
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		cancel()
+	}()
+	fmt.Println("result", m.UpgradeToUniqueContext(ctx))
+	return 0
+}
+
+// An upgrade that ForceUnlock freed while it was pending, and that gives
+// up (its context) after another holder's upgrade became pending, leaves
+// that upgrade's statePending alone: it cleared it, letting readers in
+// beside an upgrade that waits for them to drain, whose UpgradeToUnique
+// then said ErrNotHeld while its handle held the upgrade lock. The forced
+// upgrade is a stopped process, so that it is still waiting when the
+// other upgrade begins.
+func TestForcedPendingUpgradeGivesUp(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	reader, u2, other := open(t, seg), open(t, seg), open(t, seg)
+	require.NoError(t, reader.LockShared())
+	c := testproc.StartWithStdin(t, "pending-cancel", path)
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, "the child's upgrade to wait")
+	c.Stop(t)
+	f, err := upgrade.ForceUnlock(seg, 0)
+	require.NoError(t, err)
+	require.Equal(t, c.Identity(t), f.Upgrader)
+
+	require.NoError(t, reader.LockShared())
+	require.NoError(t, u2.LockUpgrade())
+	done := make(chan error, 1)
+	go func() { done <- u2.UpgradeToUnique() }()
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending }, "the second upgrade to be pending")
+
+	c.Send(t, "give up")
+	require.NoError(t, syscall.Kill(c.PID(), syscall.SIGCONT))
+	require.Contains(t, c.WaitOK(t), "result "+context.Canceled.Error()+"\n")
+	require.True(t, status(t, seg).UpgradePending, "the second upgrade is still pending")
+	require.ErrorIs(t, other.TryLockShared(), upgrade.ErrWouldBlock, "no reader gets in beside a pending upgrade")
+
+	require.NoError(t, reader.UnlockShared())
+	require.NoError(t, testproc.Receive(t, done, "the second upgrade"))
+	require.NoError(t, u2.UniqueToUpgrade())
+	require.NoError(t, u2.UnlockUpgrade())
+}
