@@ -79,3 +79,35 @@ func TestForcedPendingUpgradeGivesUp(t *testing.T) {
 	require.NoError(t, u2.UniqueToUpgrade())
 	require.NoError(t, u2.UnlockUpgrade())
 }
+
+// The same forced upgrade, waking after the next upgrade holder's pending
+// upgrade went to sleep on UniqueGate, leaves that sleeper's registration
+// alone: it cleared the upgrade holder's sleeper bit, so the last reader's
+// release woke nobody and the upgrade waited out a liveness interval. The
+// second upgrade is a stopped process too, so that nothing registers it
+// again while the test looks.
+func TestForcedPendingUpgradeLeavesTheNextOnesSleep(t *testing.T) {
+	t.Parallel()
+	seg, path := newSegment(t)
+	reader := open(t, seg)
+	require.NoError(t, reader.LockShared())
+	forced := testproc.StartWithStdin(t, "pending-cancel", path)
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, "the first upgrade to wait")
+	forced.Stop(t)
+	_, err := upgrade.ForceUnlock(seg, 0)
+	require.NoError(t, err)
+
+	require.NoError(t, reader.LockShared())
+	next := testproc.StartWithStdin(t, "pending-cancel", path)
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, "the second upgrade to wait")
+	next.Stop(t)
+
+	forced.Send(t, "give up")
+	require.NoError(t, syscall.Kill(forced.PID(), syscall.SIGCONT))
+	require.Contains(t, forced.WaitOK(t), "result "+context.Canceled.Error()+"\n")
+	require.Equal(t, uint32(1), status(t, seg).UniqueWaiters, "the second upgrade still sleeps registered")
+
+	require.NoError(t, syscall.Kill(next.PID(), syscall.SIGCONT))
+	require.NoError(t, reader.UnlockShared())
+	require.Contains(t, next.WaitOK(t), "result <nil>\n")
+}

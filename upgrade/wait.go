@@ -197,10 +197,22 @@ func (m *Mutex) register(g gate) sleepers.Ticket {
 // sleeper ran.
 func (m *Mutex) unregister(g gate, t sleepers.Ticket) {
 	if g.unit != waitersShared {
-		m.e.Waiters.And(^g.unit)
+		// A pending upgrade that ForceUnlock freed while it slept leaves
+		// the bit to the next upgrade holder's pending upgrade, which may
+		// have set it since: taking it off left that sleeper to its
+		// liveness interval.
+		if g.unit != uniqueUpgrader || m.holdsUpgrader() || !otherUpgradePending(m.e.State.Load()) {
+			m.e.Waiters.And(^g.unit)
+		}
 		return
 	}
 	sleepers.UnregisterIn(&m.e.Waiters, waitersSharedMask, waitersEpoch, t)
+}
+
+// otherUpgradePending reports whether state s has an upgrade pending, for
+// a caller that does not hold the upgrade lock: another holder's.
+func otherUpgradePending(s uint32) bool {
+	return s&(stateUpgrade|statePending) == stateUpgrade|statePending
 }
 
 // wake wakes every sleeper of g, if it has any. The caller has changed the

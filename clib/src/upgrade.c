@@ -283,9 +283,15 @@ static uint32_t gate_register(shmlock_upgrade *m, struct gate g)
 
 static void gate_unregister(shmlock_upgrade *m, struct gate g, uint32_t ticket)
 {
-	if (g.unit != WAITERS_SHARED)
-		atomic_fetch_and(&m->e->waiters, ~g.unit);
-	else
+	if (g.unit != WAITERS_SHARED) {
+		/* A pending upgrade an operator's force freed while it slept
+		 * leaves the bit to the next holder's pending upgrade, which may
+		 * have set it since (Go: unregister). */
+		uint32_t s = ld32(&m->e->state);
+		bool other_pending = (s & (UPG_UPGRADE | UPG_PENDING)) == (UPG_UPGRADE | UPG_PENDING);
+		if (g.unit != UNIQUE_UPGRADER || holds_upgrader(m) || !other_pending)
+			atomic_fetch_and(&m->e->waiters, ~g.unit);
+	} else
 		shm_sleepers_unregister_in(&m->e->waiters, WAITERS_SHARED_MASK, WAITERS_EPOCH, ticket);
 }
 
