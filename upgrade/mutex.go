@@ -125,8 +125,10 @@ func (m *Mutex) Repairs() uint64 { return m.repairs.Load() }
 // Generation is bumped by the end of every unique or upgrade hold (a
 // release, a downgrade from the unique lock, a takeover from a dead
 // holder, a forced unlock): a holder may keep it as a fencing token, and
-// every later holder sees a greater one. It is 0 once the segment is
-// closed.
+// every later holder sees a greater one. An upgrade holder's
+// UniqueToUpgrade does not bump it: its holder keeps the upgrade lock, and
+// the token with it, until the release that ends that. It is 0 once the
+// segment is closed.
 func (m *Mutex) Generation() uint64 {
 	if m.segClosed() {
 		return 0
