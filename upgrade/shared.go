@@ -8,7 +8,10 @@ import (
 )
 
 // LockShared takes a shared hold, waiting while a writer or a pending
-// upgrade blocks readers.
+// upgrade blocks readers. A handle's first shared hold claims it a reader
+// record (taking over one of a dead process if none is free): with every
+// record in use by live handles it fails with ErrTooManyReaders, without
+// waiting for one (size the table with layout.Options.UpgradeReaders).
 func (m *Mutex) LockShared() error {
 	if m.lockSharedFast() {
 		return nil
