@@ -66,7 +66,19 @@ int shm_futex_wake(a32 *w, int n)
 
 uint32_t shm_sleepers_register(a32 *w) { return shm_sleepers_register_in(w, SHM_SLEEPERS_EPOCH); }
 
-uint32_t shm_sleepers_register_in(a32 *w, uint32_t epoch) { return (atomic_fetch_add(w, 1) + 1) & epoch; }
+/* A full count takes no more: one more would carry into the epoch (and from
+ * the last epoch into the caller's flags), and read zero (internal/sleepers). */
+uint32_t shm_sleepers_register_in(a32 *w, uint32_t epoch)
+{
+	uint32_t full = (epoch & -epoch) - 1; /* the count's bits: every bit below the epoch's */
+	uint32_t v = atomic_load(w);
+	for (;;) {
+		if ((v & full) == full)
+			return v & epoch;
+		if (atomic_compare_exchange_weak(w, &v, v + 1))
+			return (v + 1) & epoch;
+	}
+}
 
 void shm_sleepers_unregister(a32 *w, uint32_t ticket)
 {

@@ -243,6 +243,16 @@ static void test_sleepers(void)
 	atomic_store(&w, 1 | flags | epoch | 126u << SHM_SLEEPERS_FUTILE_SHIFT);
 	shm_sleepers_futile_in(&w, count, epoch); /* the epoch wraps within its bits */
 	CHECK(atomic_load(&w) == flags);
+	/* A full count takes no more, rather than carry into the epoch (and
+	 * from the last epoch into the flags). */
+	atomic_store(&w, SHM_SLEEPERS_COUNT | 5u << SHM_SLEEPERS_EPOCH_SHIFT);
+	CHECK(shm_sleepers_register(&w) == 5u << SHM_SLEEPERS_EPOCH_SHIFT);
+	CHECK(atomic_load(&w) == (SHM_SLEEPERS_COUNT | 5u << SHM_SLEEPERS_EPOCH_SHIFT));
+	atomic_store(&w, count | flags | epoch);
+	CHECK(shm_sleepers_register_in(&w, epoch) == epoch);
+	CHECK(atomic_load(&w) == (count | flags | epoch));
+	shm_sleepers_unregister_in(&w, count, epoch, epoch);
+	CHECK(atomic_load(&w) == ((count - 1) | flags | epoch));
 	CHECK_RC(shm_futex_wait(&gate, 1, 0), 0); /* value differs */
 	CHECK_RC(shm_futex_wait(&gate, 0, 1000000), SHMLOCK_ETIMEDOUT);
 }

@@ -30,7 +30,10 @@
 // finds nobody in the kernel counts itself in the futile bits, and every
 // sleeper that unregisters resets them: FutileMax such wakes in a row, with
 // no sleeper running in between, and the wake that makes the run that long
-// takes the registered sleepers for dead and drops the count.
+// takes the registered sleepers for dead and drops the count. Live
+// sleepers that keep unregistering in between keep a drop from coming, and
+// killed ones may fill the count: a full count takes no more (Register),
+// rather than carry into the epoch.
 //
 // They may only have been slow: with more processes than CPUs, a live
 // sleeper is often preempted between its registration and its futex call,

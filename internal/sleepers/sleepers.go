@@ -28,10 +28,29 @@ type Ticket uint32
 // Register records one more sleeper in w and returns its ticket.
 func Register(w *atomic.Uint32) Ticket { return RegisterIn(w, EpochMask) }
 
-// RegisterIn is Register for a word whose count (from bit 0) and epoch
-// (the bits epoch) share it with flags of the caller's (upgrade's Waiters
-// word).
-func RegisterIn(w *atomic.Uint32, epoch uint32) Ticket { return Ticket(w.Add(1) & epoch) }
+// RegisterIn is Register for a word whose count (from bit 0 up to its
+// epoch) and epoch (the bits epoch) share it with flags of the caller's
+// (upgrade's Waiters word).
+//
+// A full count takes no more: one more would carry into the epoch, which
+// would move on as at a drop while the count read zero, so that wakes
+// skipped the sleeper (and, from the last epoch, into the bits above it,
+// upgrade's unique-gate flags). A count that full is sleepers killed while
+// registered, kept from a drop by live ones that unregister in between;
+// the sleeper that finds it so is counted all the same in effect, for the
+// count stays far from zero, and takes one off when it unregisters.
+func RegisterIn(w *atomic.Uint32, epoch uint32) Ticket {
+	full := epoch&-epoch - 1 // the count's bits: every bit below the epoch's
+	for {
+		v := w.Load()
+		if v&full == full {
+			return Ticket(v & epoch)
+		}
+		if w.CompareAndSwap(v, v+1) {
+			return Ticket((v + 1) & epoch)
+		}
+	}
+}
 
 // Unregister takes the sleeper of ticket t off w, unless its registration
 // was dropped since (the epoch moved on), and clears wake-pending and the

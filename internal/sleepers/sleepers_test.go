@@ -167,3 +167,41 @@ func TestDropMovesTheEpoch(t *testing.T) {
 	sleepers.Unregister(&w, late)
 	require.Zero(t, sleepers.Count(w.Load()))
 }
+
+// A full count takes no more registrations: one more would carry into the
+// epoch, moving it on as a drop does (so that live sleepers of the old
+// epoch would leave without taking themselves off) while the count reads
+// zero (so that wakes would skip the new sleeper), and in upgrade's word
+// from the last epoch into its unique-gate flags. Sleepers killed while
+// registered fill the count where live ones keep unregistering between
+// them (each resets the futile count, so no drop comes): a long run of
+// contention with 65535 killed sleepers.
+func TestFullCountSaturates(t *testing.T) {
+	const upgradeEpoch, flags = uint32(0x3f) << 16, uint32(3) << 22
+	e5 := uint32(5) << sleepers.EpochShift
+	tests := []struct {
+		name  string
+		word  uint32
+		epoch uint32 // the word's epoch bits
+	}{
+		{"plain word", sleepers.CountMask | e5, sleepers.EpochMask},
+		{"plain word, last epoch", sleepers.CountMask | sleepers.EpochMask, sleepers.EpochMask},
+		{"upgrade's word, last epoch", sleepers.CountMask | upgradeEpoch, upgradeEpoch},
+		{"upgrade's word keeps its flags", sleepers.CountMask | flags | upgradeEpoch, upgradeEpoch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w atomic.Uint32
+			w.Store(tt.word)
+			ticket := sleepers.RegisterIn(&w, tt.epoch)
+			require.Equal(t, tt.word, w.Load(), "the count, epoch and flags are kept")
+			require.Equal(t, sleepers.Ticket(tt.word&tt.epoch), ticket, "the ticket is the epoch in force")
+			sleepers.UnregisterIn(&w, sleepers.CountMask, tt.epoch, ticket)
+			require.Equal(t, tt.word-1, w.Load(), "the sleeper leaves the count as full as it can be taken for")
+		})
+	}
+	var w atomic.Uint32
+	w.Store(sleepers.CountMask | e5)
+	require.Equal(t, sleepers.Ticket(e5), sleepers.Register(&w), "Register is RegisterIn of the plain word")
+	require.Equal(t, sleepers.CountMask|e5, w.Load())
+}
