@@ -1,9 +1,11 @@
-//go:build (amd64 || 386) && !race
+//go:build amd64 && !race
 
 package memview
 
 // unsafe is needed for a store with release ordering and no fence: a plain
 // MOV on x86, whose stores are never reordered with earlier loads or stores.
+// Not on 386, where a plain 64-bit store is two MOVs, and a concurrent
+// load may see half of each value (release_other.go serves it).
 
 import (
 	"sync/atomic"
