@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,6 +173,23 @@ uint64_t shm_self(void)
 	return id;
 }
 
+/* Whether process pid reads start times as this process does (Go:
+ * proc.readsOurClock): the kernel adds the reader's time namespace's
+ * boot-time offset to field 22, so a process of another time namespace read
+ * its own start shifted. A namespace that cannot be read (another user's
+ * process) says yes, as on a kernel without them. 1 yes, 0 no, -1 it ended. */
+static int reads_our_clock(uint32_t pid)
+{
+	struct stat own, its;
+	char path[64];
+	if (stat("/proc/self/ns/time", &own) != 0)
+		return 1;
+	snprintf(path, sizeof path, "/proc/%u/ns/time", pid);
+	if (stat(path, &its) != 0)
+		return errno == ENOENT || errno == ESRCH ? -1 : 1;
+	return own.st_ino == its.st_ino;
+}
+
 bool shm_alive_uncached(uint64_t identity)
 {
 	if (identity == 0 || (identity & SHM_STALE_BIT))
@@ -184,7 +202,9 @@ bool shm_alive_uncached(uint64_t identity)
 	uint64_t got = 0;
 	switch (read_stat(pid, &state, &got)) {
 	case STAT_OK:
-		if ((got & SHM_START_MASK) != start || state == 'X' || state == 'x')
+		if ((got & SHM_START_MASK) != start && reads_our_clock(pid) != 0)
+			return false;
+		if (state == 'X' || state == 'x')
 			return false;
 		return state != 'Z' || group_runs(pid);
 	case STAT_NOPROC:

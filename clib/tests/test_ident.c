@@ -1,5 +1,7 @@
 /* test_ident.c: identities, liveness, holders, tokens, the sleepers word. */
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -138,6 +140,72 @@ static void *thread_holder(void *arg)
 {
 	*(uint64_t *)arg = shmlock_holder_thread();
 	return NULL;
+}
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x80
+#endif
+
+/* A process of another time namespace, in the same PID namespace, reads
+ * its own start time shifted by its namespace's boot-time offset: it runs
+ * all the same (Go: TestAliveOtherTimeNamespace). The child makes the
+ * namespace, which needs the privilege to; its child is of it. */
+static void test_other_time_namespace(void)
+{
+	int out[2], hold[2];
+	CHECK(pipe(out) == 0 && pipe(hold) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(out[0]);
+		close(hold[1]);
+		int fd = -1;
+		if (unshare(CLONE_NEWTIME) != 0 || (fd = open("/proc/self/timens_offsets", O_WRONLY)) < 0)
+			_exit(2);
+		static const char offsets[] = "boottime 1000 0\n";
+		if (write(fd, offsets, sizeof offsets - 1) != (ssize_t)(sizeof offsets - 1))
+			_exit(2);
+		close(fd);
+		pid_t inner = fork();
+		if (inner == 0) {
+			uint64_t id = shm_self();
+			if (write(out[1], &id, sizeof id) != sizeof id)
+				_exit(1);
+			char c;
+			while (read(hold[0], &c, 1) > 0) {
+			}
+			_exit(0);
+		}
+		int st = 0;
+		_exit(inner > 0 && waitpid(inner, &st, 0) == inner && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+	}
+	close(out[1]);
+	close(hold[0]);
+	uint64_t id = 0;
+	ssize_t n = read(out[0], &id, sizeof id);
+	if (n == sizeof id) {
+		uint32_t inner = (uint32_t)(id & SHM_PID_MASK);
+		char path[64], line[1024];
+		snprintf(path, sizeof path, "/proc/%u/stat", inner);
+		FILE *f = fopen(path, "r");
+		unsigned long long seen = 0;
+		char *end = f && fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+		if (end)
+			sscanf(end + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &seen);
+		if (f)
+			fclose(f);
+		CHECK(seen != 0 && seen != (id >> SHM_PID_BITS & SHM_START_MASK)); /* shifted */
+		CHECK(shm_alive_uncached(id));
+	}
+	close(hold[1]);
+	close(out[0]);
+	int st = 0;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+	if (n != sizeof id) {
+		CHECK(WEXITSTATUS(st) == 2);
+		CHECK_SKIP("cannot make a time namespace here");
+	} else {
+		CHECK(WEXITSTATUS(st) == 0);
+	}
 }
 
 static void test_holders(void)
@@ -294,6 +362,7 @@ int main(void)
 	RUN(test_fork);
 	RUN(test_zombie);
 	RUN(test_leader_exited);
+	RUN(test_other_time_namespace);
 	RUN(test_holders);
 	RUN(test_boot_clock);
 	RUN(test_clock_tracks_kernel);

@@ -20,7 +20,8 @@
 // Liveness comes from /proc/<pid>/stat: a missing entry, a zombie (whose
 // threads have all exited: a process whose main thread exited shows Z
 // while its other threads run), or a different start time means the
-// owner is gone. When /proc cannot tell
+// owner is gone; a start time read by a process of another time
+// namespace, shifted by its boot-time offset, is not compared. When /proc cannot tell
 // (for instance it is mounted with hidepid), Alive falls back to
 // kill(pid, 0) and errs on the side of "alive": it never reports a live
 // owner as dead. Other platforms than Linux only get that fallback.

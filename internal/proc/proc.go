@@ -45,7 +45,10 @@ func Lookup(pid uint32) (Identity, error) {
 // Alive reports whether the process id names is still running: its pid
 // has a process that is not a zombie and that started at id.StartTicks
 // (compared on the low StartBits bits, as Pack keeps them). A different
-// start time means the pid was reused by a later process.
+// start time means the pid was reused by a later process, unless the
+// process at the pid is of another time namespace than this one, where
+// start times read shifted (readsOurClock): then the pid's process counts
+// as id, as long as it runs (kill(pid, 0) cannot see reuse either).
 //
 // When /proc cannot tell (it is mounted with hidepid, or reading fails for
 // another reason than a missing process), Alive asks kill(pid, 0) instead,
@@ -59,8 +62,13 @@ func Alive(id Identity) bool {
 	state, start, err := readStat(id.PID)
 	switch {
 	case err == nil:
+		if start&startMask != id.StartTicks&startMask {
+			if same, err := readsOurClock(id.PID); same || errors.Is(err, ErrNoProcess) {
+				return false
+			}
+		}
 		switch {
-		case start&startMask != id.StartTicks&startMask, state == stateDead, state == stateDeadOld:
+		case state == stateDead, state == stateDeadOld:
 			return false
 		case state == stateZombie:
 			return groupRuns(id.PID)
@@ -71,6 +79,32 @@ func Alive(id Identity) bool {
 	default:
 		return signalAlive(id.PID)
 	}
+}
+
+// readsOurClock reports whether process pid reads start times as this
+// process does, so that a start time it read of itself can be compared
+// with the one this process reads at its pid: the kernel adds the
+// boot-time offset of the reader's time namespace to field 22 (Linux 5.6
+// and later), and processes of one PID namespace may be of different time
+// namespaces (unshare --time). Where a time namespace cannot be read (the
+// process is another user's, and its namespaces are not ours to see), it
+// says yes, and the start times are compared as on a kernel without time
+// namespaces: a process of another time namespace and another user, whose
+// own start reads shifted, can still be taken for dead. An error wrapping
+// ErrNoProcess means the process ended.
+func readsOurClock(pid uint32) (bool, error) {
+	own, err := timeNamespace(0)
+	if err != nil || own == 0 { // 0: a kernel without time namespaces
+		return true, nil
+	}
+	ns, err := timeNamespace(int(pid))
+	switch {
+	case errors.Is(err, ErrNoProcess):
+		return false, err
+	case err != nil:
+		return true, nil
+	}
+	return ns == own, nil
 }
 
 // signalAlive reports whether kill(pid, 0) finds a process: only ESRCH

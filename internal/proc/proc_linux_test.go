@@ -32,9 +32,16 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) == "" {
 		return
 	}
+	if os.Getenv(helperSaysSelfEnv) != "" {
+		fmt.Println(proc.Self().StartTicks)
+	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
 }
+
+// helperSaysSelfEnv makes the helper print its start ticks, as it reads
+// them itself, on a line of its own before it reads stdin.
+const helperSaysSelfEnv = "PROC_TEST_HELPER_SAYS_SELF"
 
 // startHelper starts a child that runs until its stdin is closed.
 func startHelper(tb testing.TB) (*exec.Cmd, io.WriteCloser) {
@@ -463,4 +470,57 @@ func TestScanPIDNamespaces(t *testing.T) {
 		t.Errorf("in pid:[%d], a process of a namespace not shown: got %v, %v; want false, ErrCannotTell", own, alive, err)
 	}
 	t.Logf("this is pid:[%d] (initial: %v); a namespace not shown: %v", own, own == proc.InitialPIDNamespace, err)
+}
+
+// A process of another time namespace than the judge's, in the same PID
+// namespace, reads its own start time shifted by the boot-time offset of
+// its namespace (Linux 5.6 and later add it to field 22): its identity is
+// not what the judge reads at its pid, and it still runs. Alive must not
+// take it for dead (a lock it holds would be taken over under it). The
+// child is made with unshare(1), which needs the privilege to make a
+// time namespace.
+func TestAliveOtherTimeNamespace(t *testing.T) {
+	t.Parallel()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare(1)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*testTimeout)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, unshare, "--time", "--boottime", "1000", os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", helperSaysSelfEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	var own uint64
+	if _, err := fmt.Fscanln(stdout, &own); err != nil {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+		t.Skipf("no child in a time namespace of its own (%v): %s", err, stderr.Bytes())
+	}
+	id := proc.Identity{PID: uint32(cmd.Process.Pid), StartTicks: own}
+	seen, err := proc.Lookup(id.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen.StartTicks == own {
+		t.Skip("the child's start time is not shifted: no time namespace of its own")
+	}
+	if !proc.Alive(id) || !proc.AlivePacked(id.Pack()) {
+		t.Fatalf("child %v, which reads its start as %d here, runs: Alive got false", seen, own)
+	}
 }
