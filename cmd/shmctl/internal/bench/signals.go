@@ -23,8 +23,17 @@ type ownFiles struct {
 	// its record, so none escapes the removal, and a removal never runs
 	// twice.
 	mu      sync.Mutex
-	paths   []string
+	files   []ownFile
 	removed bool
+}
+
+// An ownFile is a file the driver made: its path, and the file made there,
+// held open so that one put in its place since is told apart (a file
+// removed and made again may get the freed inode's number; an inode held
+// open is not freed).
+type ownFile struct {
+	path string
+	made *os.File // nil if it could not be opened once made: then it is not removed
 }
 
 // create runs mk, which makes a file and returns its path, and records
@@ -35,12 +44,17 @@ func (f *ownFiles) create(mk func() (string, error)) error {
 	defer f.mu.Unlock()
 	path, err := mk()
 	if err == nil {
-		f.paths = append(f.paths, path)
+		made, _ := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		f.files = append(f.files, ownFile{path: path, made: made})
 	}
 	return err
 }
 
-// remove removes the files recorded, once, and returns their paths.
+// remove removes the files recorded that are still the ones made there,
+// once, and returns the paths removed. A file another program put at one
+// of the paths during the run (removed and made again, or renamed over
+// it) is left alone: bench removes only what it made. (A swap between
+// the check and the removal, a moment, is not caught.)
 func (f *ownFiles) remove() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -48,10 +62,19 @@ func (f *ownFiles) remove() []string {
 		return nil
 	}
 	f.removed = true
-	for _, p := range f.paths {
-		_ = os.Remove(p)
+	var removed []string
+	for _, o := range f.files {
+		if o.made == nil {
+			continue
+		}
+		made, err := o.made.Stat()
+		now, lerr := os.Lstat(o.path)
+		if err == nil && lerr == nil && os.SameFile(made, now) && os.Remove(o.path) == nil {
+			removed = append(removed, o.path)
+		}
+		_ = o.made.Close()
 	}
-	return f.paths
+	return removed
 }
 
 // removeOnSignal makes SIGINT, SIGTERM and SIGHUP remove the files and
