@@ -153,10 +153,11 @@ func (m *ProcessMutex) TryLock() (ProcessGuard, error) {
 // ctx is done first; cont runs exactly once, on l, never inside LockOn.
 // While the cross-process lock is held elsewhere, a goroutine waits for it
 // and then posts cont to l; it ends when ctx is done. If ctx is done after
-// the lock was taken but before cont starts, the lock is passed on, as
-// with Mutex.LockOn; except a lock taken over from a holder that died,
-// which cont gets all the same (Reclaimed): passed on, the news would be
-// lost, since the next owner's acquisition reclaims nothing. A nil l means
+// the lock was taken but before cont starts, the lock is passed on at
+// once, even while l is busy, as with Mutex.LockOn; except a lock taken
+// over from a holder that died, which cont gets all the same (Reclaimed):
+// passed on, the news would be lost, since the next owner's acquisition
+// reclaims nothing. A nil l means
 // LoopFrom(ctx): ErrNoLoop if there is none; ErrLoopClosed if l is closed;
 // ErrNoCont if cont is nil; ErrNoLock if m has no lock. On an error cont
 // never runs and m is untouched.
@@ -200,18 +201,33 @@ func (m *ProcessMutex) LockOn(ctx context.Context, l *Loop, cont func(ProcessGua
 				return
 			}
 			pg := m.hold(g, reclaimed)
-			l.postReserved(func() {
-				// As with Mutex.LockOn: once cont starts with the lock, ctx no
-				// longer matters; until then, a done ctx passes the lock on.
+			if reclaimed {
 				// Not a lock taken over from a dead holder: its next owner
 				// (perhaps in another process) would not learn of the
 				// reclaim, so cont gets it, and the news, all the same.
-				if err := ctx.Err(); err != nil && !reclaimed {
+				l.postReserved(func() { cont(pg, nil) })
+				return
+			}
+			// As with Mutex.LockOn: once cont starts with the lock, ctx no
+			// longer matters; until then, a done ctx passes the lock on at
+			// once, not when l gets to cont, which a stalled loop may never
+			// do while every process waits. One CAS decides which.
+			var decided atomic.Bool
+			passed := make(chan struct{})
+			stop := context.AfterFunc(ctx, func() {
+				if decided.CompareAndSwap(false, true) {
 					_ = pg.Unlock()
-					cont(ProcessGuard{}, err)
+					close(passed)
+				}
+			})
+			l.postReserved(func() {
+				if decided.CompareAndSwap(false, true) {
+					stop()
+					cont(pg, nil)
 					return
 				}
-				cont(pg, nil)
+				<-passed // cont never sees the lock still held on its behalf
+				cont(ProcessGuard{}, ctx.Err())
 			})
 		}()
 	})
