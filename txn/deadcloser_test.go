@@ -24,12 +24,7 @@ func TestBorrowThroughCellOfDeadCloser(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		c := testproc.StartWithStdin(t, "close-cpu", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-		require.NoError(t, err)
-		dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
-		require.NoError(t, err)
-		cell, err := dst.Link(r)
-		require.NoError(t, err)
+		r, dst, cell := linkToChild(t, sp, c)
 		p, err := sp.TryPin(r) // holds the child's close
 		require.NoError(t, err)
 		c.Send(t, "close")

@@ -420,12 +420,7 @@ func TestReclaimFinishing(t *testing.T) {
 	t.Parallel()
 	forModes(t, layout.Options{TxnRecords: 4}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
 		c := testproc.StartWithStdin(t, "die-finishing", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-		require.NoError(t, err)
-		dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
-		require.NoError(t, err)
-		cell, err := dst.Link(r)
-		require.NoError(t, err)
+		r, dst, cell := linkToChild(t, sp, c)
 		ti := txnInfo(t, seg, int(r.Txn))
 		region, err := seg.Region(layout.KindTxnArena)
 		require.NoError(t, err)

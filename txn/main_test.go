@@ -91,6 +91,40 @@ func linked(t *testing.T, sp *txn.Space, srcOpts, dstOpts txn.BeginOptions, i, n
 	return src, dst, obj, cell
 }
 
+// closingLink is a linked source and destination whose source's close is
+// asleep, held up by a pin of its object.
+type closingLink struct {
+	src, dst *txn.Txn
+	cell     txn.Ref
+	pin      txn.Pin
+	closed   <-chan error // the source's close
+}
+
+// pinnedClosingLink sets up a closingLink in sp, the object pattern(i, 30):
+// the source's closer sleeps until pin is released.
+func pinnedClosingLink(t *testing.T, sp *txn.Space, i int) closingLink {
+	t.Helper()
+	src, dst, obj, cell := linked(t, sp, txn.BeginOptions{}, txn.BeginOptions{}, i, 30)
+	p, err := sp.TryPin(obj)
+	require.NoError(t, err)
+	closed := closeAsync(src)
+	waitFor(t, func() bool { return sp.ClosersAsleep(src.Index()) == 1 }, "the source's closer to sleep")
+	return closingLink{src: src, dst: dst, cell: cell, pin: p, closed: closed}
+}
+
+// linkToChild reads the ref a child prints of its transaction's object and
+// links it from a new transaction of sp: the child's object, its cell.
+func linkToChild(t *testing.T, sp *txn.Space, c *testproc.Child) (r txn.Ref, dst *txn.Txn, cell txn.Ref) {
+	t.Helper()
+	r, err := txn.ParseRef(c.WaitLine(t, "ref "))
+	require.NoError(t, err)
+	dst, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+	require.NoError(t, err)
+	cell, err = dst.Link(r)
+	require.NoError(t, err)
+	return r, dst, cell
+}
+
 // checkBytes reports whether b is pattern(i, len(b)).
 func checkBytes(b []byte, i int) error {
 	for j, c := range b {

@@ -204,31 +204,20 @@ func TestSegmentCloseEndsAWait(t *testing.T) {
 			}
 		}},
 		{"Borrow of a cell whose source closes", func(t *testing.T, sp, osp *txn.Space, other *shm.Segment) wait {
-			src, err := osp.Begin(txn.BeginOptions{})
-			require.NoError(t, err)
-			dst, err := osp.Begin(txn.BeginOptions{})
-			require.NoError(t, err)
-			obj, err := src.Alloc(pattern(4, 30))
-			require.NoError(t, err)
-			cell, err := dst.Link(obj)
-			require.NoError(t, err)
-			p, err := osp.TryPin(obj)
-			require.NoError(t, err)
-			closed := closeAsync(src)
-			waitFor(t, func() bool { return osp.ClosersAsleep(src.Index()) == 1 }, "the source's closer to sleep")
+			cl := pinnedClosingLink(t, osp, 4)
 			ch := make(chan error, 1)
-			go func() { b, err := sp.Borrow(bg, cell); b.Release(); ch <- err }()
+			go func() { b, err := sp.Borrow(bg, cl.cell); b.Release(); ch <- err }()
 			return wait{
 				results: []<-chan error{ch},
-				asleep:  func() bool { return osp.ClosersAsleep(src.Index()) == 2 },
+				asleep:  func() bool { return osp.ClosersAsleep(cl.src.Index()) == 2 },
 				after: func(t *testing.T) {
-					p.Release()
-					require.NoError(t, recv(t, closed), "the other handle's close ends as usual")
-					b, err := osp.Borrow(bg, cell)
+					cl.pin.Release()
+					require.NoError(t, recv(t, cl.closed), "the other handle's close ends as usual")
+					b, err := osp.Borrow(bg, cl.cell)
 					require.NoError(t, err)
 					require.NoError(t, checkBytes(b.Bytes(), 4), "the cell holds the copy")
 					b.Release()
-					require.NoError(t, dst.RequestCloseAndWait(bg))
+					require.NoError(t, cl.dst.RequestCloseAndWait(bg))
 				},
 			}
 		}},
