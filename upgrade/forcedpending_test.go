@@ -18,17 +18,11 @@ import (
 // pendingCancelHelper takes the upgrade lock and upgrades, giving up when
 // a line comes on stdin; it prints the upgrade's result.
 func pendingCancelHelper(args []string) int {
-	seg, err := shm.Open(args[0], shm.Options{})
-	if err != nil {
-		fmt.Println("open:", err)
+	seg, m, ok := openMutex0(args[0])
+	if !ok {
 		return 1
 	}
 	defer seg.Close()
-	m, err := upgrade.Open(seg, 0)
-	if err != nil {
-		fmt.Println("open:", err)
-		return 1
-	}
 	if err := m.LockUpgrade(); err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -55,11 +49,7 @@ func TestForcedPendingUpgradeGivesUp(t *testing.T) {
 	seg, path := newSegment(t)
 	reader, u2, other := open(t, seg), open(t, seg), open(t, seg)
 	require.NoError(t, reader.LockShared())
-	c := testproc.StartWithStdin(t, "pending-cancel", path)
-	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, "the child's upgrade to wait")
-	c.Stop(t)
-	f, err := upgrade.ForceUnlock(seg, 0)
-	require.NoError(t, err)
+	c, f := forcedPendingUpgrade(t, seg, path, "the child's upgrade")
 	require.Equal(t, c.Identity(t), f.Upgrader)
 
 	require.NoError(t, reader.LockShared())
@@ -91,16 +81,10 @@ func TestForcedPendingUpgradeLeavesTheNextOnesSleep(t *testing.T) {
 	seg, path := newSegment(t)
 	reader := open(t, seg)
 	require.NoError(t, reader.LockShared())
-	forced := testproc.StartWithStdin(t, "pending-cancel", path)
-	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, "the first upgrade to wait")
-	forced.Stop(t)
-	_, err := upgrade.ForceUnlock(seg, 0)
-	require.NoError(t, err)
+	forced, _ := forcedPendingUpgrade(t, seg, path, "the first upgrade")
 
 	require.NoError(t, reader.LockShared())
-	next := testproc.StartWithStdin(t, "pending-cancel", path)
-	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, "the second upgrade to wait")
-	next.Stop(t)
+	next := stoppedPendingUpgrade(t, seg, path, "the second upgrade")
 
 	forced.Send(t, "give up")
 	require.NoError(t, syscall.Kill(forced.PID(), syscall.SIGCONT))
@@ -110,4 +94,25 @@ func TestForcedPendingUpgradeLeavesTheNextOnesSleep(t *testing.T) {
 	require.NoError(t, syscall.Kill(next.PID(), syscall.SIGCONT))
 	require.NoError(t, reader.UnlockShared())
 	require.Contains(t, next.WaitOK(t), "result <nil>\n")
+}
+
+// stoppedPendingUpgrade starts a pending-cancel child on the segment at
+// path, waits until its upgrade sleeps pending (what names it) and stops it,
+// so that it stays asleep while the test looks.
+func stoppedPendingUpgrade(t *testing.T, seg *shm.Segment, path, what string) *testproc.Child {
+	t.Helper()
+	c := testproc.StartWithStdin(t, "pending-cancel", path)
+	waitStatus(t, seg, func(st upgrade.Status) bool { return st.UpgradePending && st.UniqueWaiters == 1 }, what+" to wait")
+	c.Stop(t)
+	return c
+}
+
+// forcedPendingUpgrade is a stoppedPendingUpgrade whose upgrade lock
+// ForceUnlock then frees: the child, and what the force found.
+func forcedPendingUpgrade(t *testing.T, seg *shm.Segment, path, what string) (*testproc.Child, upgrade.Forced) {
+	t.Helper()
+	c := stoppedPendingUpgrade(t, seg, path, what)
+	f, err := upgrade.ForceUnlock(seg, 0)
+	require.NoError(t, err)
+	return c, f
 }

@@ -37,17 +37,11 @@ func forceStepHelper(args []string) int {
 // lockOnceHelper (PATH) takes the unique lock of mutex 0, waiting at most
 // testTimeout, releases it and prints "locked".
 func lockOnceHelper(args []string) int {
-	seg, err := shm.Open(args[0], shm.Options{})
-	if err != nil {
-		fmt.Println("open:", err)
+	seg, m, ok := openMutex0(args[0])
+	if !ok {
 		return 1
 	}
 	defer seg.Close()
-	m, err := upgrade.Open(seg, 0)
-	if err != nil {
-		fmt.Println("open:", err)
-		return 1
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if err := m.LockContext(ctx); err != nil {
@@ -60,4 +54,21 @@ func lockOnceHelper(args []string) int {
 	}
 	fmt.Println("locked")
 	return 0
+}
+
+// openMutex0 opens, in a child, the segment at path and a handle on its
+// upgrade mutex 0; it prints "open: ERR" and reports false if it cannot.
+func openMutex0(path string) (*shm.Segment, *upgrade.Mutex, bool) {
+	seg, err := shm.Open(path, shm.Options{})
+	if err != nil {
+		fmt.Println("open:", err)
+		return nil, nil, false
+	}
+	m, err := upgrade.Open(seg, 0)
+	if err != nil {
+		seg.Close()
+		fmt.Println("open:", err)
+		return nil, nil, false
+	}
+	return seg, m, true
 }
