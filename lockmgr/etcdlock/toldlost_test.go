@@ -10,6 +10,7 @@ import (
 
 	"github.com/shmlock/shmlock/internal/testproc"
 	"github.com/shmlock/shmlock/lockmgr"
+	"github.com/shmlock/shmlock/lockmgr/etcdlock"
 )
 
 // TestToldLostStaysLost: once a hold's Lost channel has closed (its TTL,
@@ -27,20 +28,10 @@ func TestToldLostStaysLost(t *testing.T) {
 	const ttl = 2 * time.Second
 	for _, call := range []string{"refresh", "release"} {
 		p := newPrefix(t)
-		var hook atomic.Pointer[func()]
-		m := hookedManager(t, p, func(req any) bool {
-			_, ok := req.(*pb.LeaseGrantRequest)
-			return ok
-		}, &hook)
+		m, hook := grantHookedManager(t, p)
 		waiter := newManager(t, p)
-		late := func() { time.Sleep(ttl) }
-		hook.Store(&late)
-		_, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
-		require.NoError(t, err)
-		require.Nil(t, hook.Load(), "the grant was held back")
-		lost, err := m.Lost("r", "a")
-		require.NoError(t, err)
-		testproc.Receive(t, lost, "the lost signal")
+		acquireToldLost(t, m, hook, ttl)
+		var err error
 		if call == "refresh" {
 			_, err = m.Refresh("r", "a", ttl)
 		} else {
@@ -68,24 +59,13 @@ func TestToldLostMarkConsistent(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
 	p := newPrefix(t)
-	var hook atomic.Pointer[func()]
-	m := hookedManager(t, p, func(req any) bool {
-		_, ok := req.(*pb.LeaseGrantRequest)
-		return ok
-	}, &hook)
+	m, hook := grantHookedManager(t, p)
 	gone := newManager(t, p)
 	_, err := gone.Acquire(testCtx(t), "r", "dead", lockmgr.Exclusive, lockmgr.AcquireOptions{})
 	require.NoError(t, err)
 	require.NoError(t, gone.Close(), "its hold ends without its release")
-	late := func() { time.Sleep(ttl) }
-	hook.Store(&late)
-	info, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
-	require.NoError(t, err)
+	info := acquireToldLost(t, m, hook, ttl)
 	require.True(t, info.Inconsistent)
-	require.Nil(t, hook.Load(), "the grant was held back")
-	lost, err := m.Lost("r", "a")
-	require.NoError(t, err)
-	testproc.Receive(t, lost, "the lost signal")
 	require.ErrorIs(t, m.MarkConsistent("r", "a"), lockmgr.ErrLockNotHeld, "MarkConsistent after Lost closed")
 	require.ErrorIs(t, m.Release("r", "a"), lockmgr.ErrLockTimeout)
 	ri, err := m.Inspect("r")
@@ -103,22 +83,40 @@ func TestToldLostAcquireAgain(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
 	p := newPrefix(t)
-	var hook atomic.Pointer[func()]
-	m := hookedManager(t, p, func(req any) bool {
-		_, ok := req.(*pb.LeaseGrantRequest)
-		return ok
-	}, &hook)
-	late := func() { time.Sleep(ttl) }
-	hook.Store(&late)
-	first, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
-	require.NoError(t, err)
-	require.Nil(t, hook.Load(), "the grant was held back")
-	lost, err := m.Lost("r", "a")
-	require.NoError(t, err)
-	testproc.Receive(t, lost, "the lost signal")
+	m, hook := grantHookedManager(t, p)
+	first := acquireToldLost(t, m, hook, ttl)
 	info, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{Wait: testproc.Timeout})
 	require.NoError(t, err, "the owner of a hold told lost acquires again")
 	require.True(t, info.Inconsistent, "the lost hold ended without its release")
 	require.Greater(t, info.Version, first.Version)
 	require.NoError(t, m.Release("r", "a"), "the new hold is released, not told of the old one")
+}
+
+// grantHookedManager is a Manager of prefix p whose next lease grant runs
+// *hook (once, if set) before its request goes out.
+func grantHookedManager(t *testing.T, p string) (*etcdlock.Manager, *atomic.Pointer[func()]) {
+	t.Helper()
+	var hook atomic.Pointer[func()]
+	m := hookedManager(t, p, func(req any) bool {
+		_, ok := req.(*pb.LeaseGrantRequest)
+		return ok
+	}, &hook)
+	return m, &hook
+}
+
+// acquireToldLost acquires r for owner a in m with a TTL of ttl whose lease
+// grant is held back for ttl, and waits for the hold's Lost to close: a
+// hold m has told lost while etcd, counting from the grant's arrival,
+// still has the key.
+func acquireToldLost(t *testing.T, m *etcdlock.Manager, hook *atomic.Pointer[func()], ttl time.Duration) lockmgr.LockInfo {
+	t.Helper()
+	late := func() { time.Sleep(ttl) }
+	hook.Store(&late)
+	info, err := m.Acquire(testCtx(t), "r", "a", lockmgr.Exclusive, lockmgr.AcquireOptions{TTL: ttl})
+	require.NoError(t, err)
+	require.Nil(t, hook.Load(), "the grant was held back")
+	lost, err := m.Lost("r", "a")
+	require.NoError(t, err)
+	testproc.Receive(t, lost, "the lost signal")
+	return info
 }
