@@ -34,6 +34,18 @@ func init() {
 	}
 }
 
+// leftoverInUse closes seg, has another process keep its file open and
+// moves it aside as a killed remover leaves it: the killedRemoverLeft of a
+// segment in use, with its path.
+func leftoverInUse(t *testing.T, seg *shm.Segment) (path, hidden string, remover fsys.Maker) {
+	t.Helper()
+	path = seg.Path()
+	require.NoError(t, seg.Close())
+	openedBy(t, path)
+	hidden, remover = killedRemoverLeft(t, path)
+	return path, hidden, remover
+}
+
 // killedRemoverLeft moves the segment at path aside as a remover killed
 // before it unlinked it leaves it (docs/FORMAT.md): under a hidden name
 // naming a dead process of this PID namespace and the segment's name. It
@@ -87,11 +99,7 @@ func TestRmRemovesAKilledRemoversLeftover(t *testing.T) {
 // segment stayed lost from its name.
 func TestRmPutsBackAKilledRemoversLeftoverInUse(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{})
-	path := seg.Path()
-	require.NoError(t, seg.Close())
-	openedBy(t, path)
-	hidden, remover := killedRemoverLeft(t, path)
+	path, hidden, remover := leftoverInUse(t, newSegment(t, layout.Options{}))
 
 	r := shmctl(t, false, "rm", path)
 	assert.Equal(t, exitError, r.code)
@@ -108,11 +116,7 @@ func TestRmPutsBackAKilledRemoversLeftoverInUse(t *testing.T) {
 // its locks, and says so in its document; --dry-run only says it would.
 func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
 	t.Parallel()
-	seg := newSegment(t, layout.Options{})
-	path := seg.Path()
-	require.NoError(t, seg.Close())
-	openedBy(t, path)
-	hidden, remover := killedRemoverLeft(t, path)
+	path, hidden, remover := leftoverInUse(t, newSegment(t, layout.Options{}))
 
 	r := shmctl(t, false, "reclaim", "--dry-run", path)
 	assert.Equal(t, exitError, r.code, "the segment is not under its name yet")
@@ -136,13 +140,10 @@ func TestReclaimPutsBackAKilledRemoversLeftover(t *testing.T) {
 func TestReclaimSaysWhatItDidWithALeftoverWhenItThenFails(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{})
-	path := seg.Path()
 	s, err := seg.Slot(7)
 	require.NoError(t, err)
 	s.TID.Store(9) // a free slot with a holder id: damage check finds
-	require.NoError(t, seg.Close())
-	openedBy(t, path)
-	hidden, remover := killedRemoverLeft(t, path)
+	path, hidden, remover := leftoverInUse(t, seg)
 
 	r := shmctl(t, false, "reclaim", path)
 	assert.Equal(t, exitError, r.code)

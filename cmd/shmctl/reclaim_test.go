@@ -150,14 +150,7 @@ func TestReclaimDryRunOfAnEarlierBootsSegmentChangesNothing(t *testing.T) {
 	before, err := os.ReadFile(seg.Path())
 	require.NoError(t, err)
 
-	r := shmctl(t, false, "reclaim", "--dry-run", "--json", seg.Path())
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
-	var doc reclaimJSON
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-	require.Len(t, doc.Slots, 1)
-	require.NotNil(t, doc.Slots[0].Process)
-	assert.Equal(t, "stale", doc.Slots[0].Process.Liveness)
-	assert.Equal(t, "would reclaim", doc.Slots[0].Action)
+	assert.Equal(t, "would reclaim", oneStaleSlot(t, "reclaim", "--dry-run", "--json", seg.Path()).Action)
 
 	after, err := os.ReadFile(seg.Path())
 	require.NoError(t, err)
@@ -209,15 +202,22 @@ func TestReclaimStale(t *testing.T) {
 	seg := newSegment(t, layout.Options{Slots: 1})
 	s, _ := seg.Slot(0)
 	s.PID.Store(proc.MarkStale(proc.Self().Pack()))
-	r := shmctl(t, false, "reclaim", "--json", seg.Path())
+	assert.Equal(t, "reclaimed", oneStaleSlot(t, "reclaim", "--json", seg.Path()).Action)
+	assert.Zero(t, s.PID.Load())
+}
+
+// oneStaleSlot runs shmctl with args, a reclaim --json, and returns the
+// one slot its document reports, whose owner it found stale.
+func oneStaleSlot(t *testing.T, args ...string) reclaimSlotJSON {
+	t.Helper()
+	r := shmctl(t, false, args...)
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	var doc reclaimJSON
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	require.Len(t, doc.Slots, 1)
 	require.NotNil(t, doc.Slots[0].Process)
 	assert.Equal(t, "stale", doc.Slots[0].Process.Liveness)
-	assert.Equal(t, "reclaimed", doc.Slots[0].Action)
-	assert.Zero(t, s.PID.Load())
+	return doc.Slots[0]
 }
 
 func TestReclaimBroken(t *testing.T) {
@@ -364,11 +364,7 @@ func TestReclaimLocks(t *testing.T) {
 func TestReclaimReportsTokenSlots(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{})
-	l, err := spinlock.Named(seg, "tokened", spinlock.Token)
-	require.NoError(t, err)
-	g, err := l.Lock(spinlock.NewToken())
-	require.NoError(t, err)
-	defer g.Release()
+	l, g := heldTokenSlot(t, seg)
 	r := shmctl(t, false, "reclaim", "--json", seg.Path())
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	var doc reclaimJSON
@@ -390,11 +386,7 @@ func TestReclaimReportsTokenSlots(t *testing.T) {
 func TestReclaimTokenSlotLineEscapesTheName(t *testing.T) {
 	t.Parallel()
 	seg := newSegment(t, layout.Options{})
-	l, err := spinlock.Named(seg, "tokened", spinlock.Token)
-	require.NoError(t, err)
-	g, err := l.Lock(spinlock.NewToken())
-	require.NoError(t, err)
-	defer g.Release()
+	heldTokenSlot(t, seg)
 	d := dirEntry(t, seg, layout.KindSlotDirectory, 0)
 	copy(d.Name[:], "tok\x1b[2J")
 	d.NameLen.Store(uint32(len("tok\x1b[2J")))
@@ -403,6 +395,18 @@ func TestReclaimTokenSlotLineEscapesTheName(t *testing.T) {
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	assert.Contains(t, r.stderr, `owner slot 0 (tok\x1b[2J) is held in token mode`)
 	assert.NotContains(t, r.stderr, "\x1b", "a raw escape sequence")
+}
+
+// heldTokenSlot names owner slot "tokened" of seg in token mode and holds
+// it with a new token until the test ends: a holder reclaim cannot judge.
+func heldTokenSlot(t *testing.T, seg *shm.Segment) (*spinlock.Lock, *spinlock.Guard) {
+	t.Helper()
+	l, err := spinlock.Named(seg, "tokened", spinlock.Token)
+	require.NoError(t, err)
+	g, err := l.Lock(spinlock.NewToken())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Release() })
+	return l, g
 }
 
 // reclaim drops the references of dead processes to named locks: a name

@@ -212,9 +212,7 @@ func TestRmRefusesAnotherUsersSegment(t *testing.T) {
 		t.Skip("needs root: gives the segment to another user")
 	}
 	const owner = 64721
-	path := testproc.SegmentPath(t)
-	r := shmctl(t, false, "create", path)
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	path := createdByShmctl(t)
 	require.NoError(t, os.Chown(path, owner, owner))
 
 	line := requireOneLineError(t, shmctl(t, false, "rm", path), exitError)
@@ -247,9 +245,7 @@ func TestRmForceOfAnotherUsersSegmentSaysWhose(t *testing.T) {
 		t.Skip("needs root: runs rm as another user")
 	}
 	const user = 64723
-	path := testproc.SegmentPath(t)
-	r := shmctl(t, false, "create", path)
-	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	path := createdByShmctl(t)
 	for _, mode := range []os.FileMode{0o600, 0o666} {
 		require.NoError(t, os.Chmod(path, mode))
 		out, err := testproc.CommandAs(t, testproc.User{UID: user, GID: user}, "shmctl", "rm", "--force", path).CombinedOutput()
@@ -259,4 +255,14 @@ func TestRmForceOfAnotherUsersSegmentSaysWhose(t *testing.T) {
 		require.NoError(t, err, "mode %04o: a refused rm leaves the segment", mode)
 	}
 	require.NoError(t, os.Remove(path))
+}
+
+// createdByShmctl is the path of a new segment made by shmctl create, as a
+// user makes one; the caller removes it.
+func createdByShmctl(t *testing.T) string {
+	t.Helper()
+	path := testproc.SegmentPath(t)
+	r := shmctl(t, false, "create", path)
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	return path
 }
