@@ -180,6 +180,23 @@ static void test_grant_release(void)
 	done_segment(seg, m, path);
 }
 
+/* acquire_collaborative grants owners owner-0 to owner-(n-1) collaborative
+ * holds of resource, checking that each grant's version is above the last;
+ * it returns the last version. */
+static uint64_t acquire_collaborative(shmlock_lockmgr *m, const char *resource, int n)
+{
+	char owner[32];
+	uint64_t last = 0;
+	for (int i = 0; i < n; i++) {
+		shmlock_lock_info info;
+		snprintf(owner, sizeof owner, "owner-%d", i);
+		CHECK_RC(shmlock_lockmgr_acquire(m, resource, owner, SHMLOCK_COLLABORATIVE, NULL, &info), 0);
+		CHECK(info.version > last);
+		last = info.version;
+	}
+	return last;
+}
+
 static void test_collaborative_overflow(void)
 {
 	char path[128];
@@ -187,14 +204,7 @@ static void test_collaborative_overflow(void)
 	shmlock_lockmgr *m = NULL;
 	CHECK_RC(shmlock_lockmgr_open(seg, &m), 0);
 	char owner[32];
-	uint64_t last = 0;
-	for (int i = 0; i < 16; i++) {
-		shmlock_lock_info info;
-		snprintf(owner, sizeof owner, "owner-%d", i);
-		CHECK_RC(shmlock_lockmgr_acquire(m, "doc", owner, SHMLOCK_COLLABORATIVE, NULL, &info), 0);
-		CHECK(info.version > last);
-		last = info.version;
-	}
+	uint64_t last = acquire_collaborative(m, "doc", 16);
 	CHECK_RC(shmlock_lockmgr_acquire(m, "doc", "one-more", SHMLOCK_COLLABORATIVE, NULL, NULL),
 	         SHMLOCK_ETOO_MANY_HOLDERS);
 	CHECK_RC(shmlock_lockmgr_acquire(m, "doc", "writer", SHMLOCK_EXCLUSIVE, NULL, NULL), SHMLOCK_ERESOURCE_LOCKED);
@@ -238,14 +248,7 @@ static void test_overflow_recycles_idle(void)
 	CHECK_RC(shmlock_lockmgr_acquire(m, "idle-2", "o", SHMLOCK_EXCLUSIVE, NULL, NULL), 0);
 	CHECK_RC(shmlock_lockmgr_release(m, "idle-2", "o"), 0);
 	char owner[32];
-	uint64_t last = 0;
-	for (int i = 0; i < 6; i++) { /* three entries' records */
-		shmlock_lock_info info;
-		snprintf(owner, sizeof owner, "owner-%d", i);
-		CHECK_RC(shmlock_lockmgr_acquire(m, "shared", owner, SHMLOCK_COLLABORATIVE, NULL, &info), 0);
-		CHECK(info.version > last);
-		last = info.version;
-	}
+	uint64_t last = acquire_collaborative(m, "shared", 6); /* three entries' records */
 	CHECK_RC(shmlock_lockmgr_acquire(m, "shared", "one-more", SHMLOCK_COLLABORATIVE, NULL, NULL),
 	         SHMLOCK_ELOCK_TABLE_FULL);
 	uint64_t count;
