@@ -139,6 +139,16 @@ func newSegmentOf(t testing.TB, opts layout.Options) string {
 	return path
 }
 
+// holding starts the hold helper on the segment at path and waits until it
+// holds its spinlock, upgrade mutex and resource; it waits on stdin to
+// release them.
+func holding(t *testing.T, path string) *testproc.Child {
+	t.Helper()
+	h := testproc.StartWithStdin(t, "hold", path)
+	h.WaitLine(t, "held")
+	return h
+}
+
 // openRO opens path read-only, as a monitor does, until the test ends.
 func openRO(t testing.TB, path string) *shm.Segment {
 	t.Helper()
@@ -167,8 +177,7 @@ func TestScrape(t *testing.T) {
 	t.Parallel()
 	path := newSegment(t)
 	seg := openRO(t, path)
-	h := testproc.StartWithStdin(t, "hold", path)
-	h.WaitLine(t, "held")
+	h := holding(t, path)
 
 	at := acquired(t, seg, "job")
 	c := metrics.NewCollector(seg, metrics.SegmentLabel("test"),
@@ -219,8 +228,7 @@ func TestHoldAgeOfAHoldNewerThanTheScrape(t *testing.T) {
 	t.Parallel()
 	path := newSegment(t)
 	seg := openRO(t, path)
-	h := testproc.StartWithStdin(t, "hold", path)
-	h.WaitLine(t, "held")
+	h := holding(t, path)
 
 	before := acquired(t, seg, "job").Add(-time.Millisecond)
 	v, err := metrics.Read(seg, before)
@@ -339,8 +347,7 @@ var releasedText = strings.NewReplacer(
 func TestLint(t *testing.T) {
 	t.Parallel()
 	path := newSegment(t)
-	h := testproc.StartWithStdin(t, "hold", path)
-	h.WaitLine(t, "held")
+	h := holding(t, path)
 	problems, err := testutil.CollectAndLint(metrics.NewCollector(openRO(t, path)))
 	require.NoError(t, err)
 	require.Empty(t, problems)
@@ -353,8 +360,7 @@ func TestLint(t *testing.T) {
 func TestDeadHolder(t *testing.T) {
 	t.Parallel()
 	path := newSegment(t)
-	h := testproc.StartWithStdin(t, "hold", path)
-	h.WaitLine(t, "held")
+	h := holding(t, path)
 	h.Kill(t)
 	h.WaitKilled(t)
 	want := `# HELP shmlock_lock_dead_holders Holders of the lock whose process is gone (shmctl reclaim frees them).
