@@ -100,12 +100,7 @@ func openEvents(t *testing.T, path string, f func()) []uint32 {
 // after Close.
 func TestReplaced(t *testing.T) {
 	t.Parallel()
-	path := testproc.SegmentPath(t)
-	w, err := shm.Create(path, shm.Options{})
-	require.NoError(t, err)
-	defer w.Close()
-	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
-	require.NoError(t, err)
+	path, ro := readOnlyLook(t)
 	replaced, err := ro.Replaced()
 	require.NoError(t, err)
 	require.False(t, replaced)
@@ -132,13 +127,21 @@ func TestReplaced(t *testing.T) {
 // under it, and the caller got "file already closed", in which errors.Is
 // finds no ErrClosed.
 func TestReplacedRacingClose(t *testing.T) {
-	path := testproc.SegmentPath(t)
+	_, ro := readOnlyLook(t)
+	defer shm.SetTestHookReplaced(func() { require.NoError(t, ro.Close()) })()
+	_, err := ro.Replaced()
+	require.ErrorIs(t, err, shm.ErrClosed)
+}
+
+// readOnlyLook creates a segment at a new path, closed when the test ends,
+// and opens a read-only look at it, which the caller closes.
+func readOnlyLook(t *testing.T) (path string, ro *shm.Segment) {
+	t.Helper()
+	path = testproc.SegmentPath(t)
 	w, err := shm.Create(path, shm.Options{})
 	require.NoError(t, err)
-	defer w.Close()
-	ro, err := shm.Open(path, shm.Options{ReadOnly: true})
+	t.Cleanup(func() { _ = w.Close() })
+	ro, err = shm.Open(path, shm.Options{ReadOnly: true})
 	require.NoError(t, err)
-	defer shm.SetTestHookReplaced(func() { require.NoError(t, ro.Close()) })()
-	_, err = ro.Replaced()
-	require.ErrorIs(t, err, shm.ErrClosed)
+	return path, ro
 }
