@@ -112,13 +112,20 @@ func pinnedClosingLink(t *testing.T, sp *txn.Space, i int) closingLink {
 	return closingLink{src: src, dst: dst, cell: cell, pin: p, closed: closed}
 }
 
+// childRef is the ref of the object child c prints as its "ref " line.
+func childRef(t *testing.T, c *testproc.Child) txn.Ref {
+	t.Helper()
+	r, err := txn.ParseRef(c.WaitLine(t, "ref "))
+	require.NoError(t, err)
+	return r
+}
+
 // linkToChild reads the ref a child prints of its transaction's object and
 // links it from a new transaction of sp: the child's object, its cell.
 func linkToChild(t *testing.T, sp *txn.Space, c *testproc.Child) (r txn.Ref, dst *txn.Txn, cell txn.Ref) {
 	t.Helper()
-	r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-	require.NoError(t, err)
-	dst, err = sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
+	r = childRef(t, c)
+	dst, err := sp.Begin(txn.BeginOptions{ArenaBytes: 1024})
 	require.NoError(t, err)
 	cell, err = dst.Link(r)
 	require.NoError(t, err)

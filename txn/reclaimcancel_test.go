@@ -20,8 +20,7 @@ func TestReclaimCancelledGivesBack(t *testing.T) {
 	t.Parallel()
 	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
 		c := testproc.Start(t, "own", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-		require.NoError(t, err)
+		r := childRef(t, c)
 		p, err := sp.TryPin(r)
 		require.NoError(t, err)
 		dead := txnInfo(t, seg, int(r.Txn)).Owner

@@ -22,8 +22,7 @@ import (
 func TestWaitingCloserSleeps(t *testing.T) {
 	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
 		c := testproc.StartWithStdin(t, "close-cpu", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-		require.NoError(t, err)
+		r := childRef(t, c)
 		p, err := sp.TryPin(r)
 		require.NoError(t, err)
 		c.Send(t, "close")

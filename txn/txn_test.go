@@ -562,8 +562,7 @@ func TestReclaim(t *testing.T) {
 	t.Parallel()
 	forModes(t, layout.Options{}, func(t *testing.T, m mode, seg *shm.Segment, path string, sp *txn.Space) {
 		c := testproc.Start(t, "own", m.ownerArgs(path)...)
-		r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-		require.NoError(t, err)
+		r := childRef(t, c)
 		b, err := sp.Borrow(context.Background(), r)
 		require.NoError(t, err)
 		require.NoError(t, checkBytes(b.Bytes(), 0))
@@ -1053,8 +1052,7 @@ func TestBarrierLeaderKilled(t *testing.T) {
 	require.NoError(t, err)
 
 	c := testproc.StartWithStdin(t, "close-cpu", path, "barrier")
-	r, err := txn.ParseRef(c.WaitLine(t, "ref "))
-	require.NoError(t, err)
+	r := childRef(t, c)
 	p, err := sp.TryPin(r)
 	require.NoError(t, err)
 	c.Send(t, "close")
