@@ -30,9 +30,8 @@ const InitialPIDNamespace = 0xEFFFFFFC
 // a process from the scan (a status or ns/pid refused, hidepid) leaves the
 // answer unknown where that process may be the one sought.
 type PIDNamespaces struct {
-	own     uint64 // this process's PID namespace
-	initial bool   // own is the initial namespace: /proc shows every process
-	err     error  // why nothing can be judged (wraps ErrCannotTell); nil if the scan is sound
+	own uint64 // this process's PID namespace
+	err error  // why nothing can be judged (wraps ErrCannotTell); nil if the scan is sound
 	// byNS maps each namespace shown (a descendant of own) to the pids of
 	// its processes there, each to its pid in /proc.
 	byNS map[uint64]map[uint32]int
@@ -65,7 +64,7 @@ type scannedProcess struct {
 // newPIDNamespaces records the processes a scan found for a process of
 // the PID namespace own whose /proc is of that namespace.
 func newPIDNamespaces(own uint64, procs []scannedProcess) *PIDNamespaces {
-	s := &PIDNamespaces{own: own, initial: own == InitialPIDNamespace, byNS: map[uint64]map[uint32]int{},
+	s := &PIDNamespaces{own: own, byNS: map[uint64]map[uint32]int{},
 		unplaced: map[uint32]int{}, alive: Alive, timeNamespace: timeNamespace, viewedStart: viewedStart, startOf: startOf}
 	for _, p := range procs {
 		switch {
@@ -121,7 +120,8 @@ func (s *PIDNamespaces) Alive(ns uint64, id Identity) (bool, error) {
 	if s.unread != 0 {
 		return false, fmt.Errorf("%w: /proc/%d/status may not be read", ErrCannotTell, s.unread)
 	}
-	if _, shown := s.byNS[ns]; shown || s.initial {
+	// The initial namespace's /proc shows every process.
+	if _, shown := s.byNS[ns]; shown || s.own == InitialPIDNamespace {
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: no process of pid:[%d] is shown here: it is not below this namespace, or it has none left, which only the initial PID namespace tells apart",
