@@ -130,8 +130,9 @@ func timeNamespace(pid int) (uint64, error) {
 	if pid != 0 {
 		who = strconv.Itoa(pid)
 	}
+	path := "/proc/" + who + "/ns/time"
 	var st unix.Stat_t
-	err := unix.Stat("/proc/"+who+"/ns/time", &st)
+	err := unix.Stat(path, &st)
 	switch {
 	case err == nil:
 		return st.Ino, nil
@@ -140,7 +141,7 @@ func timeNamespace(pid int) (uint64, error) {
 	case gone(err):
 		return 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 	}
-	return 0, fmt.Errorf("proc: %s: %w", "/proc/"+who+"/ns/time", err)
+	return 0, fmt.Errorf("proc: %s: %w", path, err)
 }
 
 // viewedStart returns the start time that the process at the /proc pid pid
