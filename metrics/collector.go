@@ -63,8 +63,8 @@ func NewCollector(seg *shm.Segment, opts ...Option) *Collector {
 // replacement reads the old segment or the new one, whole. f stays the
 // caller's to close.
 func NewFollowingCollector(f *Follower, opts ...Option) *Collector {
-	if f == nil { // as NewCollector(nil): every scrape fails with shm.ErrNoSegment
-		return newCollector(func(time.Time) (*View, error) { return nil, shm.ErrNoSegment }, "", opts)
+	if f == nil { // every scrape fails with shm.ErrNoSegment
+		return NewCollector(nil, opts...)
 	}
 	return newCollector(func(now time.Time) (v *View, err error) {
 		err = f.Use(func(seg *shm.Segment) error {
