@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,12 +101,6 @@ func scanProcess(pid int) (p scannedProcess, ok bool) {
 	}
 	p.ns = st.Ino
 	return p, true
-}
-
-// gone says whether err, from reading a process's /proc files, means that
-// it ended.
-func gone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // readAt reads the file name of the directory dir.

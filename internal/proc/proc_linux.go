@@ -25,7 +25,7 @@ func readStat(pid uint32) (state byte, startTicks uint64, err error) {
 	b, err := readStatFile(path)
 	if err != nil {
 		// ESRCH: the process was reaped between open and read.
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		if gone(err) {
 			return 0, 0, fmt.Errorf("%w: pid %d", ErrNoProcess, pid)
 		}
 		return 0, 0, fmt.Errorf("proc: %w", err)
@@ -35,6 +35,12 @@ func readStat(pid uint32) (state byte, startTicks uint64, err error) {
 		return 0, 0, fmt.Errorf("%w in %s", err, path)
 	}
 	return state, startTicks, nil
+}
+
+// gone says whether err, from reading a process's /proc files, means that
+// it ended (ESRCH: it was reaped between an open and a read).
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // readTaskDir lists a /proc/<pid>/task directory; tests replace it.
@@ -48,11 +54,11 @@ func groupRuns(pid uint32) bool {
 	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/task/"
 	tasks, err := readTaskDir(dir)
 	if err != nil {
-		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
+		return !gone(err)
 	}
 	for _, t := range tasks {
 		b, err := readStatFile(dir + t.Name() + "/stat")
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		if gone(err) {
 			continue // that thread was reaped meanwhile
 		}
 		if err != nil {
