@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/stopsig"
 )
 
 // The guard is the process between shmctl lock and its command: shmctl
@@ -194,11 +195,11 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 			}
 			passOn = nil
 			killSubtree(p) // end of file: shmctl died
-			return exitStatus(exitSignalled + int(syscall.SIGKILL))
+			return exitStatus(stopsig.ExitStatus(syscall.SIGKILL))
 		case <-died:
 			if os.Getppid() != parent {
 				killSubtree(p)
-				return exitStatus(exitSignalled + int(syscall.SIGKILL))
+				return exitStatus(stopsig.ExitStatus(syscall.SIGKILL))
 			}
 		case <-children:
 			ws, ok := reapChildren(p.Pid)
@@ -211,7 +212,7 @@ func runLockGuard(ios *IOStreams, parent, controlFD, statusFD int, path string, 
 			_ = status.Close()
 			switch {
 			case ws.Signaled():
-				return exitStatus(exitSignalled + int(ws.Signal()))
+				return exitStatus(stopsig.ExitStatus(ws.Signal()))
 			case ws.ExitStatus() != exitOK:
 				return exitStatus(ws.ExitStatus())
 			}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlock/shmlock/internal/proc"
+	"github.com/shmlock/shmlock/internal/stopsig"
 	"github.com/shmlock/shmlock/layout"
 	"github.com/shmlock/shmlock/lockmgr"
 	"github.com/shmlock/shmlock/shm"
@@ -92,7 +93,7 @@ func runLock(opts *lockOptions) error {
 		if errors.Is(err, context.Canceled) {
 			err = nil // the signal's own cancel: "context canceled" would say nothing more
 		}
-		se := &statusError{code: exitSignalled + int(sig),
+		se := &statusError{code: stopsig.ExitStatus(sig),
 			err: errors.Join(fmt.Errorf("interrupted by %s while waiting for the lock; the command did not run", unix.SignalName(sig)), err)}
 		if sig == syscall.SIGINT {
 			return &signalExit{sig: sig, err: se}
@@ -313,7 +314,7 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	if w, perr := strconv.ParseUint(string(report), 10, 32); perr == nil {
 		ws := syscall.WaitStatus(w)
 		if ws.Signaled() {
-			return exitSignalled + int(ws.Signal()), ws.Signal(), nil
+			return stopsig.ExitStatus(ws.Signal()), ws.Signal(), nil
 		}
 		return ws.ExitStatus(), 0, nil
 	}
@@ -330,7 +331,7 @@ func runLocked(t *lockRunTable, opts *lockOptions, info lockmgr.LockInfo, path s
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return exitSignalled + int(ws.Signal()), ws.Signal(), nil
+			return stopsig.ExitStatus(ws.Signal()), ws.Signal(), nil
 		}
 		return exit.ExitCode(), 0, nil
 	}
